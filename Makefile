@@ -1,0 +1,60 @@
+# abstain — developer entry points. `make help` lists them.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv run test test-unit test-integration test-long lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install abstain with its dev tools
+
+run: $(STAMP) ## local Kafka + worker + demo stream from ../shared/data + simulated labeller (Ctrl-C stops all)
+	$(BIN)/python -m service demo $(ARGS)
+
+test: $(STAMP) ## unit, doctest and real-Kafka integration tests (starts its own broker)
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+test-unit: $(STAMP) ## tests that need no broker
+	$(BIN)/python -m pytest -m "not integration and not slow" $(ARGS)
+
+test-long: $(STAMP) ## the full-size fault-injection tests (tens of minutes)
+	$(BIN)/python -m pytest -m slow $(ARGS)
+
+lint: $(STAMP) ## ruff check + format check
+	$(BIN)/ruff check service tests loadtest
+	$(BIN)/ruff format --check service tests loadtest
+
+typecheck: $(STAMP) ## mypy --strict on service/
+	$(BIN)/mypy
+
+check: lint typecheck test ## everything CI runs on the code
+
+bench: $(STAMP) ## learner micro-benchmarks (prints a table)
+	$(BIN)/python -m service bench $(ARGS)
+
+replay: $(STAMP) ## paper protocol on both shared datasets into docs/replay/
+	$(BIN)/python -m service replay ../shared/data/phishing/phishing --out docs/replay/phishing $(ARGS)
+	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --out docs/replay/svmguide1 $(ARGS)
+
+kafka-start: $(STAMP) ## start the local single-node Kafka on 127.0.0.1:9092
+	$(BIN)/python -m service kafka start
+
+kafka-stop: $(STAMP) ## stop the local Kafka
+	$(BIN)/python -m service kafka stop
+
+deploy-check: ## static checks: Dockerfile, Helm chart, alerts, dashboard
+	bash deploy/check.sh
+
+clean: ## remove caches and local state (not the venv)
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,0 +1,43 @@
+"""Command line: ``python -m service COMMAND ...`` (also installed as ``abstain``).
+
+Each command lives in the module that owns it and exposes ``main(argv) -> int``; this
+dispatcher only imports the one that is asked for, so ``abstain replay`` never loads faust.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "worker": ("service.stream.cli", "run a stream worker (score events, learn from labels)"),
+    "demo": ("service.demo", "local Kafka + worker + demo stream + simulated labeller"),
+    "labels": ("service.stream.cli", "list pending label requests / submit labels"),
+    "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
+    "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
+    "kafka": ("service.localkafka", "start / stop / status of a local single-node Kafka"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: abstain COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"abstain: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    code: int = module.main([name, *rest]) if name in {"worker", "labels"} else module.main(rest)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
