@@ -1,0 +1,471 @@
+"""Build the Grafana dashboard ``abstain-dashboard.json`` from the panel list below.
+
+The JSON file is the artefact operators import (Dashboards > New > Import, or a
+provisioning / sidecar ConfigMap); this script keeps its layout, ids and queries consistent.
+Edit the panels here, then regenerate::
+
+    python deploy/grafana/build_dashboard.py          # rewrite the JSON file
+    python deploy/grafana/build_dashboard.py --check  # exit 1 if the file is stale
+
+Every query filters on the ``$model`` template variable where the series has a ``model``
+label, and every panel reads from the ``$datasource`` variable (a Prometheus data source).
+Metric names are the ones the worker exports (service/metrics.py); tests/deploy checks that
+each name used here exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUTPUT = Path(__file__).with_name("abstain-dashboard.json")
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+M = 'model=~"$model"'  # the model filter every per-model query carries
+RATE = "$__rate_interval"
+
+Panel = dict[str, Any]
+
+
+def target(expr: str, legend: str, ref: str) -> dict[str, Any]:
+    return {
+        "datasource": DATASOURCE,
+        "expr": expr,
+        "legendFormat": legend,
+        "range": True,
+        "refId": ref,
+    }
+
+
+def timeseries(
+    title: str,
+    description: str,
+    queries: list[tuple[str, str]],
+    *,
+    unit: str = "short",
+    width: int = 8,
+    height: int = 8,
+    minimum: float | None = 0,
+    stack: bool = False,
+) -> Panel:
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "color": {"mode": "palette-classic"},
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10,
+            "showPoints": "never",
+            "spanNulls": False,
+            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+        },
+    }
+    if minimum is not None:
+        defaults["min"] = minimum
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": [target(e, legend, chr(ord("A") + i)) for i, (e, legend) in enumerate(queries)],
+        "_size": (width, height),
+    }
+
+
+def stat(
+    title: str,
+    description: str,
+    queries: list[tuple[str, str]],
+    *,
+    unit: str = "short",
+    width: int = 4,
+    height: int = 4,
+    red_below: float | None = None,
+) -> Panel:
+    steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
+    if red_below is not None:
+        steps = [{"color": "red", "value": None}, {"color": "green", "value": red_below}]
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "color": {"mode": "thresholds"},
+                "thresholds": {"mode": "absolute", "steps": steps},
+            },
+            "overrides": [],
+        },
+        "options": {
+            "colorMode": "background",
+            "graphMode": "none",
+            "justifyMode": "auto",
+            "textMode": "value_and_name",
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        },
+        "targets": [target(e, legend, chr(ord("A") + i)) for i, (e, legend) in enumerate(queries)],
+        "_size": (width, height),
+    }
+
+
+def quantiles(metric: str, qs: tuple[float, ...]) -> list[tuple[str, str]]:
+    return [
+        (
+            f"histogram_quantile({q}, sum by (le, model) (rate({metric}_bucket{{{M}}}[{RATE}])))",
+            f"{{{{model}}}} p{round(q * 100)}",
+        )
+        for q in qs
+    ]
+
+
+ROWS: list[tuple[str, list[Panel]]] = [
+    (
+        "Workers",
+        [
+            stat(
+                "Workers up",
+                "Scrape targets of job abstain that answer.",
+                [('sum(up{job="abstain"})', "up")],
+                red_below=1,
+            ),
+            stat(
+                "Workers ready",
+                "Workers whose /readyz passes: recovered, models loaded (abstain_ready).",
+                [("sum(abstain_ready)", "ready")],
+                red_below=1,
+            ),
+            stat(
+                "Workers live",
+                "Workers whose stall detector is quiet (abstain_live); 0 means /healthz fails.",
+                [("sum(abstain_live)", "live")],
+                red_below=1,
+            ),
+            timeseries(
+                "Ready / live per worker",
+                "1 = ready / live, 0 = not. A worker at 0 for long is restarted by its probes.",
+                [
+                    ("abstain_ready", "ready {{instance}}"),
+                    ("abstain_live", "live {{instance}}"),
+                ],
+                width=12,
+                height=4,
+            ),
+        ],
+    ),
+    (
+        "Traffic and decisions",
+        [
+            timeseries(
+                "Events / s",
+                "Feature events scored per second, by model.",
+                [(f"sum by (model) (rate(abstain_events_total{{{M}}}[{RATE}]))", "{{model}}")],
+                unit="ops",
+            ),
+            timeseries(
+                "Decisions / s by action",
+                "Served decisions: predict (a label) or reject (abstain).",
+                [
+                    (
+                        f"sum by (model, action) (rate(abstain_decisions_total{{{M}}}[{RATE}]))",
+                        "{{model}} {{action}}",
+                    )
+                ],
+                unit="ops",
+                stack=True,
+            ),
+            timeseries(
+                "Query rate",
+                "Fraction of recent decisions that asked for a label (abstain_query_rate, "
+                "averaged over workers).",
+                [(f"avg by (model) (abstain_query_rate{{{M}}})", "{{model}}")],
+                unit="percentunit",
+            ),
+            timeseries(
+                "Decide latency p50 / p99",
+                "Time to score one event (decide), from the abstain_decide_latency_seconds "
+                "histogram.",
+                quantiles("abstain_decide_latency_seconds", (0.5, 0.99)),
+                unit="s",
+                width=12,
+            ),
+            timeseries(
+                "Dead letters / s by reason",
+                "Messages sent to the dead-letter topic, by source topic and reason.",
+                [
+                    (
+                        f"sum by (source, reason) (rate(abstain_dead_letters_total[{RATE}]))",
+                        "{{source}} {{reason}}",
+                    )
+                ],
+                unit="ops",
+                width=12,
+            ),
+        ],
+    ),
+    (
+        "Labelling",
+        [
+            timeseries(
+                "Label requests vs labels applied",
+                "Requests for labels, labels applied to the model, and requests that expired "
+                "unanswered (per second).",
+                [
+                    (
+                        f"sum by (model) (rate(abstain_label_requests_total{{{M}}}[{RATE}]))",
+                        "{{model}} requested",
+                    ),
+                    (
+                        f"sum by (model) (rate(abstain_labels_applied_total{{{M}}}[{RATE}]))",
+                        "{{model}} applied",
+                    ),
+                    (
+                        "sum by (model) "
+                        f"(rate(abstain_label_requests_expired_total{{{M}}}[{RATE}]))",
+                        "{{model}} expired",
+                    ),
+                ],
+                unit="ops",
+            ),
+            timeseries(
+                "Pending requests",
+                "Label requests waiting for a label (abstain_pending_requests).",
+                [(f"sum by (model) (abstain_pending_requests{{{M}}})", "{{model}}")],
+            ),
+            timeseries(
+                "Oldest pending request age",
+                "Age of the oldest unanswered label request; requests expire at "
+                "request_ttl_seconds.",
+                [(f"max by (model) (abstain_oldest_pending_age_seconds{{{M}}})", "{{model}}")],
+                unit="s",
+            ),
+            timeseries(
+                "Label turnaround p50 / p95",
+                "Time from a label request to its label being applied.",
+                quantiles("abstain_label_turnaround_seconds", (0.5, 0.95)),
+                unit="s",
+            ),
+            timeseries(
+                "Labels ignored / s by reason",
+                "Labels that changed nothing: redelivered, already applied, expired or "
+                "unknown request.",
+                [
+                    (
+                        "sum by (model, reason) "
+                        f"(rate(abstain_labels_ignored_total{{{M}}}[{RATE}]))",
+                        "{{model}} {{reason}}",
+                    )
+                ],
+                unit="ops",
+            ),
+            timeseries(
+                "Updates refused",
+                "Updates refused because they would make the model non-finite (increase over "
+                "the interval).",
+                [
+                    (
+                        "sum by (model, reason) "
+                        f"(increase(abstain_updates_refused_total{{{M}}}[{RATE}]))",
+                        "{{model}} {{reason}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Model",
+        [
+            timeseries(
+                "Model version",
+                "Version of the model each worker serves; workers converge on the newest.",
+                [(f"abstain_model_version{{{M}}}", "{{model}} {{instance}}")],
+                minimum=None,
+            ),
+            timeseries(
+                "Reject threshold rho",
+                "rho of the reject band |f(x)| <= rho, per worker.",
+                [(f"abstain_model_rho{{{M}}}", "{{model}} {{instance}}")],
+            ),
+            timeseries(
+                "Weight norm ||w||",
+                "Euclidean norm of the weight vector, per worker.",
+                [(f"abstain_model_weight_norm{{{M}}}", "{{model}} {{instance}}")],
+            ),
+            timeseries(
+                "Risk estimate",
+                "Importance-weighted 0-d-1 risk of served decisions: each worker's running "
+                "estimate (abstain_risk_estimate) and the fleet-wide rate ratio "
+                "sum(rate(abstain_iw_loss_total[5m])) / sum(rate(abstain_decisions_total[5m])). "
+                "Rejecting everything costs d.",
+                [
+                    (f"abstain_risk_estimate{{{M}}}", "{{model}} {{instance}} (worker)"),
+                    (
+                        f"sum by (model) (rate(abstain_iw_loss_total{{{M}}}[5m])) / "
+                        f"sum by (model) (rate(abstain_decisions_total{{{M}}}[5m]))",
+                        "{{model}} (fleet, 5m)",
+                    ),
+                ],
+                width=24,
+            ),
+        ],
+    ),
+    (
+        "Kafka consumers",
+        [
+            timeseries(
+                "Consumer lag per partition",
+                "Messages not yet consumed, per topic partition.",
+                [
+                    (
+                        "sum by (topic, partition) (abstain_consumer_lag)",
+                        "{{topic}}[{{partition}}]",
+                    )
+                ],
+                width=12,
+            ),
+            timeseries(
+                "Seconds since last progress",
+                "Time since each partition last moved; with lag above 0 for stall_seconds "
+                "the worker reports itself not live.",
+                [
+                    (
+                        "time() - max by (topic, partition) "
+                        "(abstain_last_progress_timestamp_seconds)",
+                        "{{topic}}[{{partition}}]",
+                    )
+                ],
+                unit="s",
+                width=12,
+            ),
+        ],
+    ),
+]
+
+
+def layout(rows: list[tuple[str, list[Panel]]]) -> list[Panel]:
+    """Give every panel an id and a gridPos: rows stacked, panels flowing left to right."""
+    panels: list[Panel] = []
+    next_id = 1
+    y = 0
+    for title, row_panels in rows:
+        panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "id": next_id,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            }
+        )
+        next_id += 1
+        y += 1
+        x = 0
+        line_height = 0
+        for panel in row_panels:
+            width, height = panel.pop("_size")
+            if x + width > 24:
+                x, y, line_height = 0, y + line_height, 0
+            panels.append(
+                {"id": next_id, "gridPos": {"h": height, "w": width, "x": x, "y": y}} | panel
+            )
+            next_id += 1
+            x += width
+            line_height = max(line_height, height)
+        y += line_height
+    return panels
+
+
+def dashboard() -> dict[str, Any]:
+    return {
+        "title": "abstain",
+        "uid": "abstain-overview",
+        "description": "Stream workers with online active learning of reject-option "
+        "classifiers: traffic, decisions, labelling, model state and Kafka consumers.",
+        "tags": ["abstain", "kafka", "active-learning"],
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-6h", "to": "now"},
+        "timezone": "browser",
+        "links": [],
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "hide": 0,
+                    "includeAll": False,
+                    "multi": False,
+                    "refresh": 1,
+                    "regex": "",
+                },
+                {
+                    "name": "model",
+                    "label": "Model",
+                    "type": "query",
+                    "datasource": DATASOURCE,
+                    "query": "label_values(abstain_events_total, model)",
+                    "hide": 0,
+                    "includeAll": True,
+                    "allValue": ".*",
+                    "multi": True,
+                    "refresh": 2,
+                    "regex": "",
+                    "sort": 1,
+                },
+            ]
+        },
+        "panels": layout(ROWS),
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the JSON file is stale")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is stale: run {Path(__file__).name}", file=sys.stderr)
+            return 1
+        print(f"{args.output} is up to date")
+        return 0
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
