@@ -1,0 +1,133 @@
+r"""Online active learning of reject-option classifiers (Shah & Manwani, AAAI 2020).
+
+A pure library: it imports numpy and the standard library only, so stream workers,
+the replay command and notebooks share one implementation.
+
+* Losses and decisions: :mod:`.losses` ($h_\rho$, $L_d$, $L_{dr}$, $L_{ds}$, gradients).
+* Linear learners $f(x) = w \cdot x$: :class:`DRAL`, :class:`DSAL`, :class:`DSOL`.
+* Kernel learners with a bounded support set: :class:`KernelDRAL`, :class:`KernelDSAL`,
+  :class:`KernelDSOL`.
+* Step sizes: :class:`Constant`, :class:`InverseTime`, :class:`DSALTheory`; defaults
+  :data:`DEFAULT_DRAL_ETA`, :data:`DEFAULT_DS_ETA` ($0.1/(1 + t/1000)$, for standardised
+  features), :data:`DEFAULT_KERNEL_ETA` ($2.5/(1 + t/1000)$), :data:`DEFAULT_GAMMA` (1).
+* Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`.
+* Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
+  with :class:`BatchStandardizer` for per-run online standardisation.
+* State: versioned JSON-safe records (:mod:`.state`), :func:`learner_from_state`.
+
+Exception tree (every class is a ``ValueError``)::
+
+    ValueError
+     └── LearningError             anything raised on purpose by service.learning
+          ├── HyperparameterError  a constructor/config argument outside its declared bounds
+          ├── InputError           an example the model cannot take (the model is unchanged)
+          │    ├── DimensionError  x (or X, coins) has the wrong shape
+          │    ├── NonFiniteError  NaN/inf in x, or an update that would make w/rho non-finite
+          │    └── LabelError      y is not +1 or -1
+          └── StateError           a state record this release cannot read
+
+>>> from service.learning import DSAL
+>>> learner = DSAL(n_features=2, cost=0.25, seed=0)
+>>> learner.decide([0.5, -1.0], coin=0.1).label    # w = 0: everything is rejected at first
+0
+"""
+
+from .base import Decision
+from .batch import BatchLearner, BatchStandardizer
+from .dral import DEFAULT_DRAL_ETA, DRAL
+from .dsal import DEFAULT_DS_ETA, DEFAULT_GAMMA, DSAL, DSOL
+from .errors import (
+    DimensionError,
+    HyperparameterError,
+    InputError,
+    LabelError,
+    LearningError,
+    NonFiniteError,
+    StateError,
+)
+from .kernel_learners import (
+    DEFAULT_BUDGET,
+    DEFAULT_KERNEL_ETA,
+    KernelDRAL,
+    KernelDSAL,
+    KernelDSOL,
+    KernelLearner,
+)
+from .kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel, kernel_from_config
+from .linear import LinearLearner
+from .losses import (
+    double_ramp_gradient,
+    double_ramp_loss,
+    double_ramp_query,
+    double_sigmoid_gradient,
+    double_sigmoid_loss,
+    double_sigmoid_query_probability,
+    reject_decision,
+    sigmoid,
+    sigmoid_slope,
+    zero_d_one_loss,
+)
+from .preprocessing import (
+    Intercept,
+    OnlineStandardizer,
+    Pipeline,
+    default_pipeline,
+    preprocessor_from_state,
+)
+from .registry import ALGORITHMS, Learner, learner_from_state, make_learner
+from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_DRAL_ETA",
+    "DEFAULT_DS_ETA",
+    "DEFAULT_GAMMA",
+    "DEFAULT_KERNEL_ETA",
+    "kernel_from_config",
+    "RBFKernel",
+    "PolynomialKernel",
+    "LinearKernel",
+    "KernelLearner",
+    "KernelDSOL",
+    "KernelDSAL",
+    "KernelDRAL",
+    "Kernel",
+    "BatchLearner",
+    "BatchStandardizer",
+    "ALGORITHMS",
+    "DRAL",
+    "DSAL",
+    "DSOL",
+    "Constant",
+    "DSALTheory",
+    "Decision",
+    "DimensionError",
+    "HyperparameterError",
+    "InputError",
+    "Intercept",
+    "InverseTime",
+    "LabelError",
+    "Learner",
+    "LearningError",
+    "LinearLearner",
+    "NonFiniteError",
+    "OnlineStandardizer",
+    "Pipeline",
+    "Schedule",
+    "StateError",
+    "default_pipeline",
+    "double_ramp_gradient",
+    "double_ramp_loss",
+    "double_ramp_query",
+    "double_sigmoid_gradient",
+    "double_sigmoid_loss",
+    "double_sigmoid_query_probability",
+    "learner_from_state",
+    "make_learner",
+    "preprocessor_from_state",
+    "reject_decision",
+    "schedule_from_config",
+    "sigmoid",
+    "sigmoid_slope",
+    "zero_d_one_loss",
+]

@@ -1,0 +1,470 @@
+r"""Kernel versions of DRAL, DSAL and DSOL (the paper's appendix), with a bounded support set.
+
+The score is $f(x) = \sum_{s} a_s K(x_s, x)$ over stored support examples. A label on
+$x_t$ with margin $z = y f(x_t)$ adds the support example $x_t$ with coefficient
+
+.. math::
+
+    a_t = -\eta\, \frac{\partial L}{\partial z}\, y
+    \qquad\bigl(\text{DRAL: } \eta d y \text{ or } \eta (1-d) y;\quad
+    \text{DSAL/DSOL: } 2\eta\gamma\,(d\,q_- + (1-d)\,q_+)\, y\bigr)
+
+and moves $\rho \leftarrow \max(0, \rho - \eta\, \partial L / \partial \rho)$, exactly as
+the linear learners (with a linear kernel they coincide, up to rounding). A label that
+moves nothing (DRAL outside both ramps) adds no support example.
+
+Budget and removal rule: at most ``budget`` support examples are kept. When a new one
+arrives and the set is full, the **oldest** is dropped (a ring buffer, as in the
+Forgetron/"forget the oldest" budget perceptrons). Why oldest rather than the smallest
+$|a_s|$: with a decaying step size the newest coefficients are the smallest, so
+"smallest $|a_s|$" would throw away exactly what was just learned and freeze the model;
+dropping the oldest keeps memory and the per-event cost ($O(\text{budget} \cdot d)$)
+bounded, always admits new information and lets the model follow a drifting stream.
+``budget=None`` keeps every support example (the appendix algorithm; unbounded growth).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from . import state as st
+from .base import (
+    Decision,
+    check_coin,
+    check_int,
+    check_label,
+    check_param,
+    check_seed,
+    features,
+    features_matrix,
+    quiet,
+    raise_non_finite,
+)
+from .dsal import DEFAULT_GAMMA
+from .errors import DimensionError, InputError, NonFiniteError, StateError
+from .kernels import Kernel, RBFKernel, kernel_from_config
+from .losses import FloatArray, reject_decision
+from .rules import DoubleRampRule, DoubleSigmoidRule, FullLabelRule
+from .schedules import InverseTime, Schedule, as_schedule
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_KERNEL_ETA",
+    "KernelDRAL",
+    "KernelDSAL",
+    "KernelDSOL",
+    "KernelLearner",
+]
+
+DEFAULT_BUDGET = 1000
+"""Default maximum number of support examples (1000 x 68 features: ~0.5 MB, tens of us)."""
+
+DEFAULT_KERNEL_ETA = InverseTime(eta0=2.5, tau=1000.0)
+r"""Default step of the kernel learners: $\eta_t = 2.5/(1 + t/1000)$.
+
+The paper's DSAL theory value $5/(\gamma^2(R^2 + 1))$ with $\gamma = 1$ and
+$R^2 = K(x, x) = 1$ (the RBF kernel). The linear default (0.1) assumes
+$\|x\|^2 \approx 70$; with $K(x, x) = 1$ it would move $f$ too little per label, and
+$\rho$ (whose step does not depend on $x$) would outgrow $|f|$: everything rejected.
+"""
+
+_CHUNK = 1024
+_K = TypeVar("_K", bound="KernelLearner")
+
+
+def _sq_norms(rows: FloatArray) -> FloatArray:
+    """Squared norm of each row by ``dot`` (as for a single example, so bits agree)."""
+    return np.array([float(r.dot(r)) for r in rows])
+
+
+class KernelLearner:
+    """Base class of the kernel learners (see the module docstring for the math and budget)."""
+
+    algorithm: ClassVar[str] = ""
+    param_names: ClassVar[tuple[str, ...]] = (
+        "n_features",
+        "cost",
+        "kernel",
+        "budget",
+        "eta",
+        "seed",
+    )
+    __slots__ = (
+        "budget",
+        "cost",
+        "eta",
+        "kernel",
+        "n_features",
+        "seed",
+        "_a",
+        "_head",
+        "_n",
+        "_rho",
+        "_rng",
+        "_S",
+        "_sq",
+        "_steps",
+    )
+
+    n_features: int
+    cost: float
+    kernel: Kernel
+    budget: int | None
+    eta: Schedule
+    seed: int | None
+
+    def __init__(
+        self,
+        n_features: int,
+        cost: float,
+        *,
+        eta: float | Schedule | Mapping[str, Any],
+        kernel: Kernel | Mapping[str, Any] | str | None = None,
+        budget: int | None = DEFAULT_BUDGET,
+        rho: float = 1.0,
+        seed: int | None = 0,
+    ) -> None:
+        self.n_features = check_int("n_features", n_features, 1)
+        self.cost = check_param("cost", cost)
+        self.eta = as_schedule(eta)
+        self.kernel = (
+            RBFKernel(gamma=1.0 / self.n_features) if kernel is None else kernel_from_config(kernel)
+        )
+        self.budget = None if budget is None else check_int("budget", budget, 1)
+        self.seed = check_seed(seed)
+        self._rho = check_param("rho", rho)
+        capacity = self.budget if self.budget is not None else 64
+        self._S: FloatArray = np.zeros((capacity, self.n_features))
+        self._a: FloatArray = np.zeros(capacity)
+        self._sq: FloatArray = np.zeros(capacity)
+        self._n = 0
+        self._head = 0
+        self._steps = 0
+        self._rng = np.random.default_rng(self.seed)
+
+    # -- parameters --------------------------------------------------------------------
+    @property
+    def rho(self) -> float:
+        """Current rejection width (always ``>= 0``)."""
+        return self._rho
+
+    @property
+    def steps(self) -> int:
+        """Number of labels absorbed by :meth:`update`."""
+        return self._steps
+
+    @property
+    def n_support(self) -> int:
+        """Number of stored support examples (``<= budget``)."""
+        return self._n
+
+    @property
+    def support(self) -> tuple[FloatArray, FloatArray]:
+        """``(examples, coefficients)`` from oldest to newest (copies)."""
+        order = self._age_order()
+        return self._S[order].copy(), self._a[order].copy()
+
+    def _age_order(self) -> npt.NDArray[np.intp]:
+        return (np.arange(self._n) + self._head) % max(self._n, 1)
+
+    # -- algorithm hooks (from the rule mixins) ----------------------------------------
+    def _query_probability(self, f: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _gradient(self, z: Any, rho: float) -> tuple[Any, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- scoring -----------------------------------------------------------------------
+    def _checked(self, x: Any) -> FloatArray:
+        arr = features(x, self.n_features)
+        if not np.isfinite(arr).all():
+            raise_non_finite(arr)
+        return arr
+
+    def _score(self, x: FloatArray) -> float:
+        n = self._n
+        if n == 0:
+            return 0.0
+        x_sq = float(x.dot(x))
+        k = self.kernel.values(self._S[:n], x, self._sq[:n], x_sq)
+        f = float(self._a[:n] @ k)
+        if not math.isfinite(f):
+            raise NonFiniteError("the kernel score overflowed; rescale the features")
+        return f
+
+    @quiet
+    def decide(self, x: Any, coin: float | None = None) -> Decision:
+        """Label ``x`` and say whether to query it (same contract as the linear learners)."""
+        x = self._checked(x)
+        f = self._score(x)
+        p = self._query_probability(f)
+        if coin is None:
+            query = p >= 1.0 or (p > 0.0 and self._rng.random() < p)
+        else:
+            query = check_coin(coin) < p
+        return Decision(reject_decision(f, self._rho), f, self._rho, query, p)
+
+    @quiet
+    def decide_many(
+        self, X: Any, coins: Any = None
+    ) -> tuple[npt.NDArray[np.int8], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """Decide the rows of ``X``; same returns and coin rule as the linear learners."""
+        X = features_matrix(X, self.n_features)
+        if not np.isfinite(X).all():
+            raise_non_finite(X, "X")
+        m, n = X.shape[0], self._n
+        scores = np.zeros(m)
+        if n:
+            S, a, sq = self._S[:n], self._a[:n], self._sq[:n]
+            for lo in range(0, m, _CHUNK):
+                block = X[lo : lo + _CHUNK]
+                block_sq = np.einsum("ij,ij->i", block, block)
+                kmat = self.kernel.values(S, block.T, sq, block_sq)
+                scores[lo : lo + _CHUNK] = a @ kmat
+            if not np.isfinite(scores).all():
+                raise NonFiniteError("the kernel score overflowed; rescale the features")
+        labels = reject_decision(scores, self._rho)
+        probs = self._query_probability(scores)
+        if not isinstance(probs, np.ndarray):
+            probs = np.full(m, probs)
+        if coins is None:
+            queries = probs >= 1.0
+            undecided = np.flatnonzero((probs > 0.0) & ~queries)
+            if undecided.size:
+                queries[undecided] = self._rng.random(undecided.size) < probs[undecided]
+        else:
+            u = np.asarray(coins, dtype=np.float64)
+            if u.shape != (m,):
+                raise DimensionError(f"coins must have shape {(m,)}, got {u.shape}")
+            if not ((u >= 0.0).all() and (u < 1.0).all()):
+                raise InputError("coins must all be in [0, 1)")
+            queries = u < probs
+        return labels, scores, probs, queries
+
+    # -- learning ----------------------------------------------------------------------
+    @quiet
+    def update(self, x: Any, y: Any) -> bool:
+        """Absorb the label ``y`` of ``x``; return whether the model moved.
+
+        Bad input, or a step that would be non-finite, raises an
+        :class:`~service.learning.errors.InputError` and changes nothing.
+        """
+        x = self._checked(x)
+        yv = check_label(y)
+        f = self._score(x)
+        rho = self._rho
+        dz, drho = self._gradient(yv * f, rho)
+        steps = self._steps
+        if dz == 0.0 and drho == 0.0:
+            self._steps = steps + 1
+            return False
+        eta = self.eta(steps)
+        coef = -(eta * dz * yv)
+        rho_new = rho - eta * drho
+        if rho_new < 0.0:
+            rho_new = 0.0
+        if not (math.isfinite(coef) and math.isfinite(rho_new)):
+            raise NonFiniteError(f"update refused: non-finite step (step {steps}, eta {eta})")
+        if coef != 0.0:
+            self._add(x, coef)
+        self._rho = rho_new
+        self._steps = steps + 1
+        return True
+
+    def _add(self, x: FloatArray, coef: float) -> None:
+        n = self._n
+        if self.budget is None or n < self.budget:
+            if n == self._S.shape[0]:
+                self._grow(2 * n)
+            pos = n
+            self._n = n + 1
+        else:
+            pos = self._head
+            self._head = (pos + 1) % self.budget
+        self._S[pos] = x
+        self._a[pos] = coef
+        self._sq[pos] = float(x.dot(x))
+
+    def _grow(self, capacity: int) -> None:
+        n = self._n
+        S = np.zeros((capacity, self.n_features))
+        S[:n] = self._S[:n]
+        a = np.zeros(capacity)
+        a[:n] = self._a[:n]
+        sq = np.zeros(capacity)
+        sq[:n] = self._sq[:n]
+        self._S, self._a, self._sq = S, a, sq
+
+    @quiet
+    def weight_norm(self) -> float:
+        r"""RKHS norm $\sqrt{a^\top K a}$ of $f$ ($O(n^2 d)$; for metrics, not the hot path)."""
+        n = self._n
+        if n == 0:
+            return 0.0
+        S, a = self._S[:n], self._a[:n]
+        gram = self.kernel.values(S, S.T, self._sq[:n], self._sq[:n])
+        return math.sqrt(max(float(a @ gram @ a), 0.0))
+
+    # -- state -------------------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        """Hyperparameters as JSON-safe values (the constructor's keywords)."""
+        params: dict[str, Any] = {}
+        for name in self.param_names:
+            value = getattr(self, name)
+            if name in ("eta", "kernel"):
+                value = value.to_config()
+            params[name] = value
+        return params
+
+    def to_state(self) -> dict[str, Any]:
+        """Versioned JSON-safe record; support examples are stored as lists, in buffer order."""
+        n = self._n
+        learned = {
+            "support": st.float_list(self._S[:n]),
+            "coef": st.float_list(self._a[:n]),
+            "head": self._head,
+            "rho": self._rho,
+            "steps": self._steps,
+            "rng": st.rng_state(self._rng),
+        }
+        return st.learner_record(self.algorithm, self.get_params(), learned)
+
+    @classmethod
+    def from_state(cls: type[_K], state: Any) -> _K:
+        """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
+        record = st.read_record(state, st.LEARNER_FORMAT)
+        if record.get("algorithm") != cls.algorithm:
+            raise StateError(
+                f"state is for algorithm {record.get('algorithm')!r}, not {cls.algorithm!r}; "
+                "use learner_from_state() to rebuild whichever learner it holds"
+            )
+        params = st.read_mapping(record, "params")
+        learned = st.read_mapping(record, "learned")
+        unknown = set(params) - set(cls.param_names)
+        if unknown:
+            raise StateError(f"state params hold unknown hyperparameters {sorted(unknown)}")
+        try:
+            learner = cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"state params are invalid: {exc}") from exc
+        coef = learned.get("coef")
+        n = len(coef) if isinstance(coef, list) else -1
+        if n < 0 or (learner.budget is not None and n > learner.budget):
+            raise StateError("state field 'coef' must be a list no longer than the budget")
+        a = st.read_floats(learned, "coef", (n,))
+        S = st.read_floats(learned, "support", (n, learner.n_features)) if n else None
+        head = st.read_int(learned, "head")
+        if head >= max(n, 1):
+            raise StateError(f"state field 'head' ({head}) must index a support example")
+        if learner.budget is None and n > learner._S.shape[0]:
+            learner._grow(n)
+        if S is not None:
+            learner._S[:n] = S
+            learner._a[:n] = a
+            learner._sq[:n] = _sq_norms(learner._S[:n])
+        learner._n = n
+        learner._head = head
+        learner._rho = st.read_float(learned, "rho", minimum=0.0)
+        learner._steps = st.read_int(learned, "steps")
+        learner._rng = st.rng_from_state(learned.get("rng"))
+        return learner
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return (
+            f"{type(self).__name__}({params}, rho={self._rho!r}, steps={self._steps}, "
+            f"n_support={self._n})"
+        )
+
+
+class KernelDRAL(DoubleRampRule, KernelLearner):
+    r"""Kernel DRAL (appendix): deterministic queries on $\rho - 1 \le |f| \le \rho + 1$.
+
+    Parameters: ``n_features``, ``cost`` ($d$), ``kernel`` (a kernel, a name or a config;
+    default RBF with $\gamma_k = 1/\text{n\_features}$, suited to standardised features),
+    ``budget`` (default 1000, oldest removed first), ``eta`` (default
+    :data:`DEFAULT_KERNEL_ETA`), ``rho`` (initial width 1), ``seed``.
+
+    >>> learner = KernelDRAL(n_features=1, cost=0.25, kernel="linear", eta=1.0)
+    >>> learner.update([2.0], +1), learner.n_support, learner.rho
+    (True, 1, 0.75)
+    >>> learner.decide([1.0]).score    # a_1 K(x_1, x) = (eta d y) (2 * 1)
+    0.5
+    """
+
+    algorithm: ClassVar[str] = "kernel-dral"
+    __slots__ = ()
+
+    def __init__(
+        self,
+        n_features: int,
+        cost: float,
+        *,
+        kernel: Kernel | Mapping[str, Any] | str | None = None,
+        budget: int | None = DEFAULT_BUDGET,
+        eta: float | Schedule | Mapping[str, Any] = DEFAULT_KERNEL_ETA,
+        rho: float = 1.0,
+        seed: int | None = 0,
+    ) -> None:
+        super().__init__(
+            n_features, cost, eta=eta, kernel=kernel, budget=budget, rho=rho, seed=seed
+        )
+
+
+class KernelDSAL(DoubleSigmoidRule, KernelLearner):
+    r"""Kernel DSAL (appendix): Bernoulli($p$) queries, double sigmoid gradient.
+
+    Parameters as :class:`KernelDRAL`, plus ``gamma`` (sigmoid slope $\gamma$; default as
+    :class:`~service.learning.dsal.DSAL`).
+
+    >>> learner = KernelDSAL(n_features=2, cost=0.25, kernel={"kind": "rbf", "gamma": 0.5})
+    >>> learner.decide([0.0, 0.0], coin=0.0).query   # f = 0, rho = 1: p = 4 s (1 - s) > 0
+    True
+    """
+
+    algorithm: ClassVar[str] = "kernel-dsal"
+    param_names: ClassVar[tuple[str, ...]] = (
+        "n_features",
+        "cost",
+        "gamma",
+        "kernel",
+        "budget",
+        "eta",
+        "seed",
+    )
+    __slots__ = ("gamma",)
+
+    gamma: float
+
+    def __init__(
+        self,
+        n_features: int,
+        cost: float,
+        *,
+        gamma: float = DEFAULT_GAMMA,
+        kernel: Kernel | Mapping[str, Any] | str | None = None,
+        budget: int | None = DEFAULT_BUDGET,
+        eta: float | Schedule | Mapping[str, Any] = DEFAULT_KERNEL_ETA,
+        rho: float = 1.0,
+        seed: int | None = 0,
+    ) -> None:
+        super().__init__(
+            n_features, cost, eta=eta, kernel=kernel, budget=budget, rho=rho, seed=seed
+        )
+        self.gamma = check_param("gamma", gamma)
+
+
+class KernelDSOL(FullLabelRule, KernelDSAL):
+    """Kernel DSOL: Kernel DSAL's update on every example (``p = 1``).
+
+    >>> KernelDSOL(n_features=1, cost=0.1).decide([3.0]).query_probability
+    1.0
+    """
+
+    algorithm: ClassVar[str] = "kernel-dsol"
+    __slots__ = ()

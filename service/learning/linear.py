@@ -1,0 +1,274 @@
+r"""Shared machinery of the linear reject-option learners $f(x) = w \cdot x$.
+
+The concrete algorithms (:class:`~service.learning.dral.DRAL`,
+:class:`~service.learning.dsal.DSAL`, :class:`~service.learning.dsal.DSOL`) only say how
+likely a query is and which (sub)gradient a label gives; everything else — input checks,
+the update step, read-only parameters, batched decisions and the state record — is here.
+
+The hot path stays lean: one ``dot`` per decision (a NaN or an infinity in ``x`` makes
+the score non-finite, so checking the score checks ``x``), scalar math through
+:mod:`math`, and an update that builds a new ``w`` instead of writing into the old one,
+so a refused update leaves the model exactly as it was and ``learner.w`` snapshots stay
+valid. The public methods run under :data:`~service.learning.base.quiet` (numpy's
+floating-point warnings off): every result that matters is checked for finiteness
+explicitly, and bad input surfaces as a :class:`~service.learning.errors.NonFiniteError`,
+never as a stray ``RuntimeWarning``.
+
+Throughput note: :meth:`LinearLearner.decide_many` is one BLAS matrix-vector product plus
+a few passes over the scores. numpy's bundled OpenBLAS may split that product over
+several threads, which on a small shared machine costs far more than it saves; processes
+that score in bulk (worker, replay, benchmarks) should set ``OPENBLAS_NUM_THREADS=1``
+before numpy is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from . import state as st
+from .base import (
+    Decision,
+    check_coin,
+    check_int,
+    check_label,
+    check_param,
+    check_seed,
+    features,
+    features_matrix,
+    quiet,
+    raise_non_finite,
+)
+from .errors import DimensionError, HyperparameterError, InputError, NonFiniteError, StateError
+from .losses import FloatArray, reject_decision
+from .schedules import Schedule, as_schedule
+
+__all__ = ["LinearLearner"]
+
+_L = TypeVar("_L", bound="LinearLearner")
+
+
+class LinearLearner:
+    """Base class: a linear reject-option learner with parameters ``(w, rho)``.
+
+    Subclasses set :attr:`algorithm`, :attr:`param_names` and implement
+    :meth:`_query_probability` and :meth:`_gradient` (both receive floats or arrays).
+    """
+
+    algorithm: ClassVar[str] = ""
+    param_names: ClassVar[tuple[str, ...]] = ("n_features", "cost", "eta", "seed")
+
+    __slots__ = ("cost", "eta", "n_features", "seed", "_rho", "_rng", "_steps", "_w")
+
+    n_features: int
+    cost: float
+    eta: Schedule
+    seed: int | None
+
+    def __init__(
+        self,
+        n_features: int,
+        cost: float,
+        *,
+        eta: float | Schedule | Mapping[str, Any],
+        rho: float = 1.0,
+        w: Sequence[float] | FloatArray | None = None,
+        seed: int | None = 0,
+    ) -> None:
+        self.n_features = check_int("n_features", n_features, 1)
+        self.cost = check_param("cost", cost)
+        self.eta = as_schedule(eta)
+        self.seed = check_seed(seed)
+        self._rho = check_param("rho", rho)
+        if w is None:
+            w_arr = np.zeros(self.n_features)
+        else:
+            try:
+                w_arr = np.array(w, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise HyperparameterError(f"w must be a sequence of numbers: {exc}") from exc
+            if w_arr.shape != (self.n_features,):
+                raise HyperparameterError(
+                    f"w must have {self.n_features} values, got shape {w_arr.shape}"
+                )
+            if not np.isfinite(w_arr).all():
+                raise HyperparameterError("w must hold finite values")
+        self._w: FloatArray = w_arr
+        self._steps = 0
+        self._rng = np.random.default_rng(self.seed)
+
+    # -- parameters --------------------------------------------------------------------
+    @property
+    def w(self) -> FloatArray:
+        """Current weights: a read-only view that later updates do not change (each update
+        builds a new array instead of writing into the old one)."""
+        view = self._w.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def rho(self) -> float:
+        """Current rejection width (always ``>= 0``)."""
+        return self._rho
+
+    @property
+    def steps(self) -> int:
+        """Number of labels absorbed by :meth:`update` (the step-size clock ``t``)."""
+        return self._steps
+
+    def weight_norm(self) -> float:
+        r"""$\|w\|$ (the kernel learners give the RKHS norm of $f$ under the same name)."""
+        return math.sqrt(float(self._w.dot(self._w)))
+
+    # -- algorithm hooks ---------------------------------------------------------------
+    def _query_probability(self, f: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _gradient(self, z: Any, rho: float) -> tuple[Any, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- decisions ---------------------------------------------------------------------
+    @quiet
+    def decide(self, x: Any, coin: float | None = None) -> Decision:
+        """Label ``x`` (+1, -1 or 0 = reject) and say whether to query its label.
+
+        ``coin`` is a uniform draw in ``[0, 1)``: the label is queried iff ``coin < p``.
+        Without it, a coin is drawn from the learner's own generator, and only when
+        ``0 < p < 1``. The model is not changed.
+        """
+        x = features(x, self.n_features)
+        f = float(self._w.dot(x))
+        if not math.isfinite(f):
+            raise_non_finite(x)
+        p = self._query_probability(f)
+        if coin is None:
+            query = p >= 1.0 or (p > 0.0 and self._rng.random() < p)
+        else:
+            query = check_coin(coin) < p
+        return Decision(reject_decision(f, self._rho), f, self._rho, query, p)
+
+    @quiet
+    def decide_many(
+        self, X: Any, coins: Any = None
+    ) -> tuple[npt.NDArray[np.int8], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """Decide a batch of examples (rows of ``X``) with the current model.
+
+        Returns ``(labels, scores, query_probabilities, queries)`` as arrays. ``coins``
+        (one uniform per row) plays the role of :meth:`decide`'s ``coin``; without it the
+        learner's generator draws one coin per row with ``0 < p < 1``, in row order, so
+        ``decide_many`` makes the same choices as :meth:`decide` called row by row.
+        """
+        X = features_matrix(X, self.n_features)
+        scores: FloatArray = X @ self._w
+        if not math.isfinite(float(np.add.reduce(scores))) and not np.isfinite(scores).all():
+            raise_non_finite(X, "X")
+        labels = reject_decision(scores, self._rho)
+        probs = self._query_probability(scores)
+        if not isinstance(probs, np.ndarray):
+            probs = np.full(scores.shape, probs)
+        if coins is None:
+            queries = probs >= 1.0
+            undecided = (probs > 0.0) & ~queries
+            k = int(np.count_nonzero(undecided))
+            if k == probs.shape[0]:
+                queries = self._rng.random(k) < probs
+            elif k:
+                where = np.flatnonzero(undecided)
+                queries[where] = self._rng.random(k) < probs[where]
+        else:
+            u = np.asarray(coins, dtype=np.float64)
+            if u.shape != scores.shape:
+                raise DimensionError(f"coins must have shape {scores.shape}, got {u.shape}")
+            if not ((u >= 0.0).all() and (u < 1.0).all()):
+                raise InputError("coins must all be in [0, 1)")
+            queries = u < probs
+        return labels, scores, probs, queries
+
+    # -- learning ----------------------------------------------------------------------
+    @quiet
+    def update(self, x: Any, y: Any) -> bool:
+        """Absorb the true label ``y`` of ``x``; return whether ``w`` or ``rho`` moved.
+
+        Raises a :class:`~service.learning.errors.InputError` (a ``ValueError``) on bad
+        input or when the step would make the model non-finite; the model is then unchanged.
+        """
+        x = features(x, self.n_features)
+        yv = check_label(y)
+        w = self._w
+        f = float(w.dot(x))
+        if not math.isfinite(f):
+            raise_non_finite(x)
+        rho = self._rho
+        dz, drho = self._gradient(yv * f, rho)
+        steps = self._steps
+        if dz == 0.0 and drho == 0.0:
+            self._steps = steps + 1
+            return False
+        eta = self.eta(steps)
+        c = eta * dz * yv
+        rho_new = rho - eta * drho
+        if rho_new < 0.0:
+            rho_new = 0.0
+        w_new = w - c * x
+        # a finite squared norm proves every weight finite; if it is not finite, look closer
+        if not math.isfinite(rho_new) or (
+            not math.isfinite(float(w_new.dot(w_new))) and not np.isfinite(w_new).all()
+        ):
+            raise NonFiniteError(
+                f"update refused: it would make w or rho non-finite (step {steps}, eta {eta})"
+            )
+        self._w = w_new
+        self._rho = rho_new
+        self._steps = steps + 1
+        return True
+
+    # -- state -------------------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        """Hyperparameters as JSON-safe values (the constructor's keywords)."""
+        params: dict[str, Any] = {}
+        for name in self.param_names:
+            value = getattr(self, name)
+            params[name] = value.to_config() if name == "eta" else value
+        return params
+
+    def to_state(self) -> dict[str, Any]:
+        """A versioned, JSON-safe record of hyperparameters and learned values."""
+        learned = {
+            "w": st.float_list(self._w),
+            "rho": self._rho,
+            "steps": self._steps,
+            "rng": st.rng_state(self._rng),
+        }
+        return st.learner_record(self.algorithm, self.get_params(), learned)
+
+    @classmethod
+    def from_state(cls: type[_L], state: Any) -> _L:
+        """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
+        record = st.read_record(state, st.LEARNER_FORMAT)
+        if record.get("algorithm") != cls.algorithm:
+            raise StateError(
+                f"state is for algorithm {record.get('algorithm')!r}, not {cls.algorithm!r}; "
+                "use learner_from_state() to rebuild whichever learner it holds"
+            )
+        params = st.read_mapping(record, "params")
+        learned = st.read_mapping(record, "learned")
+        unknown = set(params) - set(cls.param_names)
+        if unknown:
+            raise StateError(f"state params hold unknown hyperparameters {sorted(unknown)}")
+        try:
+            learner = cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"state params are invalid: {exc}") from exc
+        learner._w = st.read_floats(learned, "w", (learner.n_features,))
+        learner._rho = st.read_float(learned, "rho", minimum=0.0)
+        learner._steps = st.read_int(learned, "steps")
+        learner._rng = st.rng_from_state(learned.get("rng"))
+        return learner
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params}, rho={self._rho!r}, steps={self._steps})"

@@ -1,0 +1,399 @@
+r"""Preprocessing steps, kept apart from the learners (which compute $f(x) = w \cdot x$ as
+the paper does) and composed with :class:`Pipeline`.
+
+* :class:`OnlineStandardizer` — $x \mapsto (x - \hat\mu) / \hat s$ with running mean and
+  (population) standard deviation from Welford's recurrence; a feature whose $\hat s$ is
+  not above ``min_std`` is only centred, never divided by (near) zero.
+* :class:`Intercept` — appends a constant feature, so $w$'s last weight is a bias.
+
+Put the :class:`Intercept` *after* the standardiser: a constant feature has zero variance,
+so a standardiser after it would centre it to 0. :func:`default_pipeline` does this.
+
+Every step and the pipeline expose ``transform(x)`` (1-D), ``transform_many(X)`` (rows),
+``learn(x)`` (update running statistics, never the input) and a JSON-safe
+``to_state()`` / ``from_state()``. Transforms return new arrays and never modify their input.
+
+>>> pipe = default_pipeline(2)
+>>> for x in ([1.0, 10.0], [3.0, 10.0]):
+...     pipe.learn(x)
+>>> pipe.transform([3.0, 12.0]).tolist()       # mean (2, 10), std (1, 0): 2nd only centred
+[1.0, 2.0, 1.0]
+>>> pipe.n_features_out
+3
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from . import state as st
+from .base import check_int, features, features_matrix, quiet, raise_non_finite
+from .errors import DimensionError, HyperparameterError, InputError, StateError
+from .losses import FloatArray
+
+__all__ = [
+    "Intercept",
+    "OnlineStandardizer",
+    "Pipeline",
+    "Preprocessor",
+    "default_pipeline",
+    "preprocessor_from_state",
+]
+
+
+@runtime_checkable
+class Preprocessor(Protocol):
+    """One composable step."""
+
+    kind: ClassVar[str]
+
+    @property
+    def n_features_in(self) -> int | None: ...
+
+    def output_size(self, n_in: int) -> int: ...
+
+    def transform(self, x: Any) -> FloatArray: ...
+
+    def transform_many(self, X: Any) -> FloatArray: ...
+
+    def learn(self, x: Any) -> None: ...
+
+    def to_state(self) -> dict[str, Any]: ...
+
+
+def _finite_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise HyperparameterError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise HyperparameterError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def _as_array(x: Any, ndim: int) -> FloatArray:
+    try:
+        arr: FloatArray = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"input must be an array of numbers: {exc}") from exc
+    if arr.ndim != ndim:
+        raise DimensionError(f"input must be a {ndim}-D array, got shape {arr.shape}")
+    return arr
+
+
+def check_min_std(value: Any) -> float:
+    v = _finite_number("min_std", value)
+    if v < 1e-300:
+        raise HyperparameterError(f"min_std must be >= 1e-300 (1/std must stay finite), got {v!r}")
+    return v
+
+
+def _record(kind: str, params: Mapping[str, Any], learned: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "format": st.PREPROCESSOR_FORMAT,
+        "version": st.VERSION,
+        "kind": kind,
+        "params": dict(params),
+        "learned": dict(learned),
+    }
+
+
+class Intercept:
+    """Append a constant feature (default 1.0) so the last weight acts as a bias.
+
+    >>> Intercept().transform([2.0, 3.0]).tolist()
+    [2.0, 3.0, 1.0]
+    >>> Intercept(0.5).transform_many([[1.0], [2.0]]).tolist()
+    [[1.0, 0.5], [2.0, 0.5]]
+    """
+
+    kind: ClassVar[str] = "intercept"
+    __slots__ = ("value",)
+
+    def __init__(self, value: float = 1.0) -> None:
+        self.value = _finite_number("value", value)
+
+    @property
+    def n_features_in(self) -> int | None:
+        """Any length is accepted."""
+        return None
+
+    def output_size(self, n_in: int) -> int:
+        return n_in + 1
+
+    def transform(self, x: Any) -> FloatArray:
+        x = _as_array(x, 1)
+        out = np.empty(x.shape[0] + 1)
+        out[:-1] = x
+        out[-1] = self.value
+        return out
+
+    def transform_many(self, X: Any) -> FloatArray:
+        X = _as_array(X, 2)
+        out = np.empty((X.shape[0], X.shape[1] + 1))
+        out[:, :-1] = X
+        out[:, -1] = self.value
+        return out
+
+    def learn(self, x: Any) -> None:
+        """Nothing to learn."""
+
+    def to_state(self) -> dict[str, Any]:
+        return _record(self.kind, {"value": self.value}, {})
+
+    @classmethod
+    def from_state(cls, state: Any) -> Intercept:
+        params, _ = _read(state, cls.kind)
+        try:
+            return cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"intercept params are invalid: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"Intercept(value={self.value!r})"
+
+
+class OnlineStandardizer:
+    r"""Running standardisation $x_j \mapsto (x_j - \hat\mu_j) / \hat s_j$.
+
+    Welford's update after the $n$-th example: $\delta = x - \mu$,
+    $\mu \mathrel{+}= \delta / n$, $M_2 \mathrel{+}= \delta\,(x - \mu)$, and
+    $\hat s = \sqrt{M_2 / n}$. Features with $\hat s \le$ ``min_std`` (constant so far, or
+    before any example) are centred only; ``min_std`` (default ``1e-9``, at least
+    ``1e-300``) keeps $1/\hat s$ finite. ``learn`` refuses NaN/inf and leaves the
+    statistics unchanged.
+
+    >>> z = OnlineStandardizer(1)
+    >>> for v in (1.0, 2.0, 3.0, 4.0):
+    ...     z.learn([v])
+    >>> z.count, z.mean.tolist(), round(float(z.std[0]) ** 2, 12)
+    (4, [2.5], 1.25)
+    """
+
+    kind: ClassVar[str] = "standardizer"
+    __slots__ = ("_count", "_m2", "_mean", "_n", "_scale", "min_std")
+
+    def __init__(self, n_features: int, *, min_std: float = 1e-9) -> None:
+        self._n = check_int("n_features", n_features, 1)
+        self.min_std = check_min_std(min_std)
+        self._count = 0
+        self._mean = np.zeros(self._n)
+        self._m2 = np.zeros(self._n)
+        self._scale = np.ones(self._n)
+
+    @property
+    def n_features_in(self) -> int:
+        return self._n
+
+    def output_size(self, n_in: int) -> int:
+        return n_in
+
+    @property
+    def count(self) -> int:
+        """Number of examples learned from."""
+        return self._count
+
+    @property
+    def mean(self) -> FloatArray:
+        """Running mean (a copy)."""
+        return self._mean.copy()
+
+    @property
+    def std(self) -> FloatArray:
+        """Running population standard deviation (a copy; zeros before any example)."""
+        return np.sqrt(self._m2 / self._count) if self._count else np.zeros(self._n)
+
+    def _refresh_scale(self) -> None:
+        std = np.sqrt(self._m2 / self._count)
+        scale = np.ones(self._n)
+        self._scale = np.divide(1.0, std, out=scale, where=std > self.min_std)
+
+    @quiet
+    def transform(self, x: Any) -> FloatArray:
+        x = features(x, self._n)
+        out: FloatArray = (x - self._mean) * self._scale
+        return out
+
+    @quiet
+    def transform_many(self, X: Any) -> FloatArray:
+        X = features_matrix(X, self._n)
+        out: FloatArray = (X - self._mean) * self._scale
+        return out
+
+    @quiet
+    def learn(self, x: Any) -> None:
+        x = features(x, self._n)
+        if not np.isfinite(x).all():
+            raise_non_finite(x)
+        count = self._count + 1
+        delta = x - self._mean
+        mean = self._mean + delta / count
+        self._m2 = self._m2 + delta * (x - mean)
+        self._mean = mean
+        self._count = count
+        self._refresh_scale()
+
+    def to_state(self) -> dict[str, Any]:
+        return _record(
+            self.kind,
+            {"n_features": self._n, "min_std": self.min_std},
+            {
+                "count": self._count,
+                "mean": st.float_list(self._mean),
+                "m2": st.float_list(self._m2),
+            },
+        )
+
+    @classmethod
+    def from_state(cls, state: Any) -> OnlineStandardizer:
+        params, learned = _read(state, cls.kind)
+        try:
+            step = cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"standardizer params are invalid: {exc}") from exc
+        step._count = st.read_int(learned, "count")
+        step._mean = st.read_floats(learned, "mean", (step._n,))
+        step._m2 = st.read_floats(learned, "m2", (step._n,))
+        if (step._m2 < 0.0).any():
+            raise StateError("standardizer state field 'm2' holds negative values")
+        if step._count:
+            step._refresh_scale()
+        return step
+
+    def __repr__(self) -> str:
+        return f"OnlineStandardizer({self._n}, min_std={self.min_std!r}, count={self._count})"
+
+
+_STEPS: dict[str, Any] = {"intercept": Intercept, "standardizer": OnlineStandardizer}
+
+
+def _read(state: Any, kind: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    record = st.read_record(state, st.PREPROCESSOR_FORMAT)
+    if record.get("kind") != kind:
+        raise StateError(f"state is for preprocessing step {record.get('kind')!r}, not {kind!r}")
+    return st.read_mapping(record, "params"), st.read_mapping(record, "learned")
+
+
+def preprocessor_from_state(state: Any) -> Preprocessor:
+    """Rebuild any preprocessing step from its state record."""
+    record = st.read_record(state, st.PREPROCESSOR_FORMAT)
+    kind = record.get("kind")
+    if kind not in _STEPS:
+        raise StateError(
+            f"unknown preprocessing step {kind!r} (known: {sorted(_STEPS)}); upgrade abstain "
+            "to a release that knows it"
+        )
+    step: Preprocessor = _STEPS[str(kind)].from_state(record)
+    return step
+
+
+class Pipeline:
+    """Steps applied in order; ``learn`` updates each step's statistics in turn.
+
+    ``n_features`` fixes the input length when the first step does not (an
+    :class:`Intercept` accepts any length).
+
+    >>> pipe = Pipeline([Intercept(), Intercept(2.0)], n_features=1)
+    >>> pipe.transform([5.0]).tolist(), pipe.n_features_out
+    ([5.0, 1.0, 2.0], 3)
+    >>> Pipeline.from_state(pipe.to_state()).transform([5.0]).tolist()
+    [5.0, 1.0, 2.0]
+    """
+
+    __slots__ = ("_n_in", "steps")
+
+    def __init__(self, steps: Iterable[Preprocessor], *, n_features: int | None = None) -> None:
+        self.steps: tuple[Preprocessor, ...] = tuple(steps)
+        for step in self.steps:
+            if not isinstance(step, Preprocessor):
+                raise HyperparameterError(f"not a preprocessing step: {step!r}")
+        n = None if n_features is None else check_int("n_features", n_features, 1)
+        if n is None and self.steps:
+            n = self.steps[0].n_features_in
+        self._n_in = n
+        if n is not None:
+            size = n
+            for step in self.steps:
+                want = step.n_features_in
+                if want is not None and want != size:
+                    raise HyperparameterError(
+                        f"step {step!r} takes {want} features but receives {size}"
+                    )
+                size = step.output_size(size)
+
+    @property
+    def n_features_in(self) -> int | None:
+        """Input length, when known."""
+        return self._n_in
+
+    @property
+    def n_features_out(self) -> int:
+        """Output length (what the learner's ``n_features`` must be)."""
+        if self._n_in is None:
+            raise HyperparameterError(
+                "the pipeline's input length is unknown; pass Pipeline(..., n_features=N)"
+            )
+        size = self._n_in
+        for step in self.steps:
+            size = step.output_size(size)
+        return size
+
+    def transform(self, x: Any) -> FloatArray:
+        out = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
+        for step in self.steps:
+            out = step.transform(out)
+        if out is x:
+            out = out.copy()
+        return out
+
+    def transform_many(self, X: Any) -> FloatArray:
+        out = features_matrix(X, self._n_in) if self._n_in is not None else _as_array(X, 2)
+        for step in self.steps:
+            out = step.transform_many(out)
+        if out is X:
+            out = out.copy()
+        return out
+
+    def learn(self, x: Any) -> None:
+        """Update the running statistics of every step with one raw example."""
+        cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
+        last = len(self.steps) - 1
+        for i, step in enumerate(self.steps):
+            step.learn(cur)
+            if i < last:
+                cur = step.transform(cur)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "format": st.PIPELINE_FORMAT,
+            "version": st.VERSION,
+            "n_features": self._n_in,
+            "steps": [step.to_state() for step in self.steps],
+        }
+
+    @classmethod
+    def from_state(cls, state: Any) -> Pipeline:
+        record = st.read_record(state, st.PIPELINE_FORMAT)
+        steps = record.get("steps")
+        if not isinstance(steps, list):
+            raise StateError("pipeline state field 'steps' must be a list")
+        n = record.get("n_features")
+        if n is not None:
+            n = st.read_int(record, "n_features", minimum=1)
+        try:
+            return cls([preprocessor_from_state(s) for s in steps], n_features=n)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, StateError):
+                raise
+            raise StateError(f"pipeline state is invalid: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"Pipeline({list(self.steps)!r}, n_features={self._n_in!r})"
+
+
+def default_pipeline(n_features: int) -> Pipeline:
+    """Standardise online, then append an intercept: ``n_features + 1`` outputs."""
+    return Pipeline([OnlineStandardizer(n_features), Intercept()])

@@ -1,0 +1,189 @@
+"""The one module that knows how learner and preprocessing state is written down.
+
+A state is a plain JSON-safe ``dict`` (str keys; str, int, float, bool, list, dict
+values; never NaN or infinity), versioned so a future release can still read it, and
+never a pickle. A learner's record::
+
+    {"format": "abstain.learner", "version": 1, "algorithm": "dsal",
+     "params":  {...hyperparameters, as given to the constructor...},
+     "learned": {...what the learner has learned: w, rho, steps, generator state...}}
+
+Preprocessing uses ``"format": "abstain.preprocessor"`` (one step, with ``"kind"``) and
+``"abstain.pipeline"`` (``"steps"``: a list of preprocessor records).
+
+Floats are stored as Python floats: :mod:`json` (and orjson) write the shortest repr that
+reads back to the same double, so a JSON round trip is bit-exact.
+
+Anything unreadable raises :class:`~service.learning.errors.StateError` with what to do.
+
+>>> rec = learner_record("dral", {"n_features": 2}, {"rho": 1.0})
+>>> read_record(loads(dumps(rec)), LEARNER_FORMAT)["algorithm"]
+'dral'
+>>> read_record({"format": "abstain.learner", "version": 9}, LEARNER_FORMAT)
+Traceback (most recent call last):
+...
+service.learning.errors.StateError: state record 'abstain.learner' version 9 is not readable \
+by this release, which reads version 1; upgrade abstain to a release that reads version 9, \
+or rebuild the model by replaying its label log
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import StateError
+
+__all__ = [
+    "LEARNER_FORMAT",
+    "PIPELINE_FORMAT",
+    "PREPROCESSOR_FORMAT",
+    "VERSION",
+    "dumps",
+    "float_list",
+    "learner_record",
+    "loads",
+    "read_float",
+    "read_floats",
+    "read_int",
+    "read_mapping",
+    "read_record",
+    "rng_from_state",
+    "rng_state",
+]
+
+LEARNER_FORMAT: Final = "abstain.learner"
+PREPROCESSOR_FORMAT: Final = "abstain.preprocessor"
+PIPELINE_FORMAT: Final = "abstain.pipeline"
+VERSION: Final = 1
+_WHAT_TO_DO: Final = "rebuild the model by replaying its label log"
+
+
+def learner_record(
+    algorithm: str, params: Mapping[str, Any], learned: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Assemble a versioned learner record."""
+    return {
+        "format": LEARNER_FORMAT,
+        "version": VERSION,
+        "algorithm": algorithm,
+        "params": dict(params),
+        "learned": dict(learned),
+    }
+
+
+def read_record(state: Any, fmt: str) -> Mapping[str, Any]:
+    """Check the envelope (``format`` and ``version``) of a state record and return it."""
+    if not isinstance(state, Mapping):
+        raise StateError(
+            f"a {fmt!r} state must be a JSON object (dict), got {type(state).__name__}; "
+            f"pass the dict produced by to_state(), or {_WHAT_TO_DO}"
+        )
+    found = state.get("format")
+    if found != fmt:
+        raise StateError(
+            f"expected a state record with format {fmt!r}, got format {found!r}; "
+            f"check that the right record was passed (a learner, a pipeline, ...), or "
+            f"{_WHAT_TO_DO}"
+        )
+    version = state.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise StateError(
+            f"state record {fmt!r} version {version!r} is not readable by this release, "
+            f"which reads version {VERSION}; upgrade abstain to a release that reads "
+            f"version {version!r}, or {_WHAT_TO_DO}"
+        )
+    return state
+
+
+def read_mapping(record: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``record[key]`` if it is a mapping (the ``params`` or ``learned`` section)."""
+    section = record.get(key)
+    if not isinstance(section, Mapping):
+        raise StateError(f"state field {key!r} must be an object, got {section!r}; {_WHAT_TO_DO}")
+    return section
+
+
+def read_float(section: Mapping[str, Any], key: str, *, minimum: float | None = None) -> float:
+    """A finite float field (JSON integers are accepted)."""
+    value = section.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StateError(f"state field {key!r} must be a number, got {value!r}; {_WHAT_TO_DO}")
+    v = float(value)
+    if not math.isfinite(v) or (minimum is not None and v < minimum):
+        raise StateError(f"state field {key!r} is out of range: {value!r}; {_WHAT_TO_DO}")
+    return v
+
+
+def read_int(section: Mapping[str, Any], key: str, *, minimum: int = 0) -> int:
+    """An integer field ``>= minimum``."""
+    value = section.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise StateError(
+            f"state field {key!r} must be an integer >= {minimum}, got {value!r}; {_WHAT_TO_DO}"
+        )
+    return value
+
+
+def float_list(values: npt.NDArray[np.float64]) -> list[Any]:
+    """An array as (nested) lists of Python floats: JSON-safe and bit-exact."""
+    out: list[Any] = values.tolist()
+    return out
+
+
+def read_floats(
+    section: Mapping[str, Any], key: str, shape: tuple[int, ...]
+) -> npt.NDArray[np.float64]:
+    """A (nested) list of finite numbers with the given shape, as a new float64 array."""
+    value = section.get(key)
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        raise StateError(f"state field {key!r} must be a list of numbers; {_WHAT_TO_DO}")
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state field {key!r} is not a list of numbers; {_WHAT_TO_DO}") from exc
+    if arr.shape != shape:
+        raise StateError(
+            f"state field {key!r} has shape {arr.shape}, expected {shape}; {_WHAT_TO_DO}"
+        )
+    if not np.isfinite(arr).all():
+        raise StateError(f"state field {key!r} holds non-finite values; {_WHAT_TO_DO}")
+    return arr
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """The generator's bit-generator state (plain ints and strings: JSON-safe)."""
+    return dict(rng.bit_generator.state)
+
+
+def rng_from_state(state: Any) -> np.random.Generator:
+    """Rebuild a PCG64 generator from :func:`rng_state` output."""
+    if not isinstance(state, Mapping) or state.get("bit_generator") != "PCG64":
+        raise StateError(f"state field 'rng' must be a PCG64 generator state; {_WHAT_TO_DO}")
+    bit_generator = np.random.PCG64()
+    try:
+        bit_generator.state = dict(state)  # type: ignore[assignment]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise StateError(f"state field 'rng' is corrupt: {exc}; {_WHAT_TO_DO}") from exc
+    return np.random.Generator(bit_generator)
+
+
+def dumps(state: Mapping[str, Any]) -> str:
+    """Serialise a state record to JSON (strict: NaN and infinity are refused)."""
+    try:
+        return json.dumps(state, allow_nan=False, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state is not JSON-safe: {exc}") from exc
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse a JSON state record (the envelope is checked by the ``from_state`` readers)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state is not valid JSON: {exc}; {_WHAT_TO_DO}") from exc

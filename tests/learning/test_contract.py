@@ -1,0 +1,251 @@
+"""The contract every learner keeps (run over all six algorithms).
+
+Stream and replay code rely on it: decisions never change the model or the input, a seed
+fixes every choice, a JSON round trip of the state changes nothing now or later, and bad
+input is refused with a ValueError while the model stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.learning import (
+    DimensionError,
+    HyperparameterError,
+    InputError,
+    LabelError,
+    LearningError,
+    NonFiniteError,
+    learner_from_state,
+    make_learner,
+)
+
+from .strategies import LEARNER_FACTORIES, noisy_stream
+
+N = 4
+NAMES = sorted(LEARNER_FACTORIES)
+
+
+def build(name: str, **kw: Any) -> Any:
+    return LEARNER_FACTORIES[name](N, **kw)
+
+
+def train(learner: Any, X: np.ndarray, y: np.ndarray) -> list[Any]:
+    """Prequential loop: decide each example, update when the learner asks."""
+    decisions = []
+    for x, label in zip(X, y, strict=True):
+        d = learner.decide(x)
+        decisions.append(d)
+        if d.query:
+            learner.update(x, label)
+    return decisions
+
+
+def snapshot(learner: Any) -> str:
+    return json.dumps(learner.to_state(), sort_keys=True)
+
+
+@pytest.fixture(params=NAMES)
+def name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def stream() -> tuple[np.ndarray, np.ndarray]:
+    return noisy_stream(60, N, seed=11)
+
+
+def test_decide_and_update_leave_the_input_untouched(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name)
+    X_before = X.copy()
+    for x, label in zip(X, y, strict=True):
+        learner.decide(x)
+        learner.update(x, label)
+    learner.decide_many(X)
+    assert np.array_equal(X, X_before)
+
+
+def test_decide_does_not_change_the_model(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name)
+    train(learner, X[:30], y[:30])
+    before = learner.to_state()
+    for x in X[30:]:
+        learner.decide(x, coin=0.5)
+    learner.decide_many(X[30:], coins=np.full(30, 0.5))
+    assert learner.to_state() == before
+
+
+def test_same_seed_gives_the_same_decisions(name: str, stream: Any) -> None:
+    X, y = stream
+    a, b = build(name, seed=3), build(name, seed=3)
+    assert train(a, X, y) == train(b, X, y)
+    assert snapshot(a) == snapshot(b)
+
+
+def test_json_state_round_trip_gives_same_decisions_and_updates(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name, seed=5)
+    train(learner, X[:40], y[:40])
+    text = json.dumps(learner.to_state())
+    clone = learner_from_state(json.loads(text))
+    assert type(clone) is type(learner)
+    assert json.dumps(clone.to_state()) == text
+    # the same future, decision by decision and bit for bit, including the query coins
+    assert train(clone, X[40:], y[40:]) == train(learner, X[40:], y[40:])
+    assert snapshot(clone) == snapshot(learner)
+
+
+def test_class_from_state_matches_module_level_rebuild(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name)
+    train(learner, X[:20], y[:20])
+    state = learner.to_state()
+    assert snapshot(type(learner).from_state(state)) == snapshot(learner_from_state(state))
+
+
+def test_decide_many_matches_decide_row_by_row(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name, seed=9)
+    train(learner, X[:25], y[:25])
+    twin = learner_from_state(learner.to_state())
+    labels, scores, probs, queries = learner.decide_many(X[25:])
+    singles = [twin.decide(x) for x in X[25:]]
+    assert labels.tolist() == [d.label for d in singles]
+    assert np.allclose(scores, [d.score for d in singles], rtol=1e-12, atol=1e-12)
+    assert np.allclose(probs, [d.query_probability for d in singles], rtol=1e-12, atol=1e-12)
+    assert queries.tolist() == [d.query for d in singles]
+
+
+def test_decide_many_accepts_an_empty_batch(name: str) -> None:
+    labels, scores, probs, queries = build(name).decide_many(np.zeros((0, N)))
+    assert labels.shape == scores.shape == probs.shape == queries.shape == (0,)
+
+
+def test_supplied_coins_decide_the_query(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name)
+    train(learner, X[:20], y[:20])
+    for x in X[20:]:
+        p = learner.decide(x, coin=0.0).query_probability
+        assert 0.0 <= p <= 1.0
+        assert learner.decide(x, coin=0.0).query is (p > 0.0)
+        assert learner.decide(x, coin=0.999999).query is (p > 0.999999)
+        _, _, probs, queries = learner.decide_many(x[None, :], coins=[0.0])
+        assert queries[0] == (probs[0] > 0.0)
+
+
+def test_steps_count_absorbed_labels(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = build(name)
+    for i, (x, label) in enumerate(zip(X[:10], y[:10], strict=True), start=1):
+        moved = learner.update(x, label)
+        assert isinstance(moved, bool)
+        assert learner.steps == i
+
+
+def test_rho_never_negative(name: str) -> None:
+    # confidently right examples shrink rho; a long run of them must stop at 0
+    learner = build(name, rho=0.05)
+    x = np.array([1.0, 0.5, -0.5, 0.25])
+    for _ in range(200):
+        learner.update(x, 1)
+        assert learner.rho >= 0.0
+
+
+BAD_X = [
+    pytest.param(np.zeros(N + 1), DimensionError, id="too-long"),
+    pytest.param(np.zeros((1, N)), DimensionError, id="2-d"),
+    pytest.param([1.0, math.nan, 0.0, 0.0], NonFiniteError, id="nan"),
+    pytest.param([1.0, 0.0, -math.inf, 0.0], NonFiniteError, id="inf"),
+    pytest.param(["a", "b", "c", "d"], InputError, id="strings"),
+]
+
+
+@pytest.mark.parametrize(("x", "error"), BAD_X)
+def test_bad_x_is_refused_and_the_model_unchanged(
+    name: str, stream: Any, x: Any, error: type[Exception]
+) -> None:
+    X, y = stream
+    learner = build(name)
+    train(learner, X[:20], y[:20])
+    before = snapshot(learner)
+    with pytest.raises(error) as info:
+        learner.update(x, 1)
+    assert isinstance(info.value, LearningError)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(error):
+        learner.decide(x)
+    assert snapshot(learner) == before
+
+
+@pytest.mark.parametrize("y", [0, 2, -2, 0.5, math.nan, True, "1", None, [1]])
+def test_bad_label_is_refused_and_the_model_unchanged(name: str, stream: Any, y: Any) -> None:
+    X, _ = stream
+    learner = build(name)
+    before = snapshot(learner)
+    with pytest.raises(LabelError, match="y must be"):
+        learner.update(X[0], y)
+    assert snapshot(learner) == before
+
+
+@pytest.mark.parametrize("coin", [-0.1, 1.0, 1.5, math.nan, "x"])
+def test_bad_coin_is_refused(name: str, stream: Any, coin: Any) -> None:
+    X, _ = stream
+    learner = build(name)
+    with pytest.raises(InputError, match="coin"):
+        learner.decide(X[0], coin=coin)
+    with pytest.raises(InputError, match="coins"):
+        learner.decide_many(X[:2], coins=[0.5, coin] if coin != "x" else [0.5, 2.0])
+
+
+def test_wrong_number_of_coins_is_refused(name: str, stream: Any) -> None:
+    X, _ = stream
+    with pytest.raises(DimensionError, match="coins"):
+        build(name).decide_many(X[:3], coins=[0.5, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"cost": 0.0}, "cost"),
+        ({"cost": 0.5}, "cost"),
+        ({"cost": -0.1}, "cost"),
+        ({"cost": math.nan}, "cost"),
+        ({"cost": "0.2"}, "cost"),
+        ({"n_features": 0}, "n_features"),
+        ({"n_features": 2.5}, "n_features"),
+        ({"rho": -1.0}, "rho"),
+        ({"rho": math.inf}, "rho"),
+        ({"eta": 0.0}, "eta"),
+        ({"eta": -0.1}, "eta"),
+        ({"eta": {"kind": "nope"}}, "schedule"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_bad_hyperparameters_are_named(name: str, kwargs: dict[str, Any], param: str) -> None:
+    args: dict[str, Any] = {"n_features": N, "cost": 0.25, **kwargs}
+    with pytest.raises(HyperparameterError, match=param):
+        make_learner(name, **args)
+
+
+def test_make_learner_builds_each_algorithm(name: str) -> None:
+    learner = make_learner(name, n_features=3, cost=0.1)
+    assert learner.algorithm == name
+    assert learner.n_features == 3
+    assert learner.cost == 0.1
+    assert learner.steps == 0
+    assert learner.rho == 1.0
+
+
+def test_make_learner_rejects_unknown_names_and_keywords() -> None:
+    with pytest.raises(HyperparameterError, match="unknown algorithm"):
+        make_learner("perceptron", n_features=3, cost=0.1)
+    with pytest.raises(HyperparameterError, match="bad hyperparameters"):
+        make_learner("dral", n_features=3, cost=0.1, gamma=2.0)

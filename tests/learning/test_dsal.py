@@ -1,0 +1,132 @@
+"""DSAL and DSOL: the update is the true gradient step of L_ds; queries are Bernoulli(p)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from service.learning import DSAL, DSOL, DSALTheory, NonFiniteError
+
+from .strategies import costs, gammas, labels, vectors
+
+
+def slope(a: float, gamma: float) -> float:
+    """sigma(a) (1 - sigma(a)) straight from sigma(a) = 1/(1 + e^(gamma a))."""
+    s = 1.0 / (1.0 + math.exp(gamma * a))
+    return s * (1.0 - s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vectors(3),
+    vectors(3, scale=1.5),
+    labels,
+    hst.floats(0.0, 3.0),
+    costs,
+    gammas,
+    hst.floats(0.01, 2.0),
+)
+def test_update_is_one_gradient_step_on_l_ds(
+    w: np.ndarray, x: np.ndarray, y: float, rho: float, d: float, gamma: float, eta: float
+) -> None:
+    learner = DSAL(n_features=3, cost=d, gamma=gamma, eta=eta, w=w, rho=rho)
+    z = y * float(w @ x)
+    q_minus, q_plus = slope(z - rho, gamma), slope(z + rho, gamma)
+    # dL/dw = -2 gamma (d q- + (1-d) q+) y x ;  dL/drho = 2 gamma (d q- - (1-d) q+)
+    expected_w = w + eta * 2 * gamma * (d * q_minus + (1 - d) * q_plus) * y * x
+    expected_rho = max(0.0, rho - eta * 2 * gamma * (d * q_minus - (1 - d) * q_plus))
+    learner.update(x, y)
+    assert np.allclose(learner.w, expected_w, rtol=1e-12, atol=1e-14)
+    assert learner.rho == pytest.approx(expected_rho, rel=1e-12, abs=1e-14)
+    assert learner.rho >= 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(vectors(2), vectors(2), labels, hst.floats(0.0, 2.0), costs, hst.floats(0.01, 50.0))
+def test_rho_stays_non_negative_after_any_update(
+    w: np.ndarray, x: np.ndarray, y: float, rho: float, d: float, eta: float
+) -> None:
+    for cls in (DSAL, DSOL):
+        learner = cls(n_features=2, cost=d, eta=eta, w=w, rho=rho)
+        learner.update(x, y)
+        assert learner.rho >= 0.0
+
+
+def test_confidently_right_example_shrinks_rho_and_wrong_one_grows_it() -> None:
+    x = np.array([1.0, 0.0])
+    right = DSAL(n_features=2, cost=0.25, eta=0.1, w=[4.0, 0.0], rho=1.0)
+    right.update(x, +1)
+    assert right.rho < 1.0
+    assert right.w[0] > 4.0  # moved toward y x
+    wrong = DSAL(n_features=2, cost=0.25, eta=0.1, w=[4.0, 0.0], rho=1.0)
+    wrong.update(x, -1)
+    assert wrong.rho > 1.0
+    assert wrong.w[0] < 4.0  # moved toward y x = -x
+
+
+def test_query_probability_is_one_on_the_transitions_and_small_far_away() -> None:
+    learner = DSAL(n_features=1, cost=0.25, gamma=2.0, w=[1.0], rho=1.5)
+    assert learner.decide([1.5]).query_probability == 1.0
+    assert learner.decide([-1.5]).query_probability == 1.0
+    assert learner.decide([20.0]).query_probability < 1e-12
+    assert learner.decide([0.0]).query_probability < 1.0
+
+
+def test_queries_follow_the_supplied_coin() -> None:
+    learner = DSAL(n_features=1, cost=0.25, w=[1.0], rho=1.0)
+    p = learner.decide([0.2], coin=0.5).query_probability
+    assert 0.0 < p < 1.0
+    assert learner.decide([0.2], coin=p * 0.999).query is True
+    assert learner.decide([0.2], coin=min(p * 1.001, 0.999)).query is False
+
+
+def test_internal_coins_ask_at_rate_p() -> None:
+    learner = DSAL(n_features=1, cost=0.25, w=[1.0], rho=1.0, seed=4)
+    p = learner.decide([0.2]).query_probability
+    n = 4000
+    rate = sum(learner.decide([0.2]).query for _ in range(n)) / n
+    # binomial standard deviation sqrt(p (1 - p) / n) < 0.008: allow 5 sigma
+    assert abs(rate - p) < 0.04
+
+
+def test_dsol_always_queries_and_updates_like_dsal() -> None:
+    dsol = DSOL(n_features=2, cost=0.1, eta=0.3, w=[50.0, 0.0])
+    dsal = DSAL(n_features=2, cost=0.1, eta=0.3, w=[50.0, 0.0])
+    x = np.array([1.0, 1.0])
+    assert dsol.decide(x).query is True
+    assert dsol.decide(x).query_probability == 1.0
+    assert dsal.decide(x, coin=0.5).query is False  # p is tiny at |f| = 50
+    dsol.update(x, -1)
+    dsal.update(x, -1)
+    assert dsol.w.tolist() == dsal.w.tolist()
+    assert dsol.rho == dsal.rho
+
+
+def test_theory_step_size_is_5_over_gamma2_r2_plus_1() -> None:
+    learner = DSAL(n_features=1, cost=0.25, gamma=2.0, eta=DSALTheory(gamma=2.0, radius=3.0))
+    assert learner.eta(0) == pytest.approx(5.0 / (4.0 * 10.0))
+    assert learner.to_state()["params"]["eta"] == {
+        "kind": "dsal-theory",
+        "gamma": 2.0,
+        "radius": 3.0,
+    }
+
+
+def test_non_finite_update_is_refused_and_the_model_unchanged() -> None:
+    learner = DSAL(n_features=2, cost=0.25, eta=1e308)
+    before = learner.to_state()
+    with pytest.raises(NonFiniteError):
+        learner.update([1e200, 1.0], -1)
+    assert learner.to_state() == before
+
+
+def test_gamma_bounds_are_enforced() -> None:
+    from service.learning import HyperparameterError
+
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(HyperparameterError, match="gamma"):
+            DSAL(n_features=1, cost=0.25, gamma=bad)

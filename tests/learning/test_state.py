@@ -1,0 +1,114 @@
+"""State records: versioned, JSON-safe, bit-exact, and clear about what to do when unreadable."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from service.learning import (
+    DSAL,
+    KernelDSAL,
+    LearningError,
+    StateError,
+    learner_from_state,
+)
+from service.learning import state as st
+
+from .strategies import noisy_stream
+
+
+def trained_dsal() -> DSAL:
+    learner = DSAL(n_features=3, cost=0.25, seed=2)
+    X, y = noisy_stream(40, 3, seed=5)
+    for x, label in zip(X, y, strict=True):
+        learner.update(x, label)
+    return learner
+
+
+def test_record_has_the_documented_envelope() -> None:
+    state = trained_dsal().to_state()
+    assert state["format"] == "abstain.learner"
+    assert state["version"] == 1
+    assert state["algorithm"] == "dsal"
+    assert set(state["params"]) == {"n_features", "cost", "gamma", "eta", "seed"}
+    assert {"w", "rho", "steps", "rng"} <= set(state["learned"])
+    # strict JSON: no NaN/inf, only plain types
+    json.dumps(state, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.floats(allow_nan=False, allow_infinity=False), min_size=3, max_size=3))
+def test_weights_survive_json_bit_for_bit(values: list[float]) -> None:
+    learner = DSAL(n_features=3, cost=0.25, w=values)
+    back = DSAL.from_state(json.loads(json.dumps(learner.to_state())))
+    assert [v.hex() for v in back.w.tolist()] == [float(v).hex() for v in values]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.update(format="pickle"), "format"),
+        (lambda s: s.update(version=2), "version 2 is not readable"),
+        (lambda s: s.update(version=True), "version"),
+        (lambda s: s.update(algorithm="svm"), "unknown algorithm"),
+        (lambda s: s["learned"].update(w=[1.0, 2.0]), "shape"),
+        (lambda s: s["learned"].update(w=[1.0, "x", 2.0]), "w"),
+        (lambda s: s["learned"].update(w=[1.0, math.nan, 2.0]), "non-finite"),
+        (lambda s: s["learned"].update(rho=-1.0), "rho"),
+        (lambda s: s["learned"].update(steps=-3), "steps"),
+        (lambda s: s["learned"].update(rng={"bit_generator": "MT19937"}), "rng"),
+        (lambda s: s["params"].update(cost=0.9), "cost"),
+        (lambda s: s["params"].update(colour="red"), "unknown hyperparameters"),
+        (lambda s: s.update(params=[]), "params"),
+    ],
+)
+def test_unreadable_state_raises_state_error(mutate: Any, message: str) -> None:
+    state = trained_dsal().to_state()
+    mutate(state)
+    with pytest.raises(StateError, match=message) as info:
+        learner_from_state(state)
+    assert isinstance(info.value, LearningError)
+
+
+def test_unknown_version_tells_the_operator_what_to_do() -> None:
+    state = trained_dsal().to_state()
+    state["version"] = 7
+    with pytest.raises(StateError) as info:
+        learner_from_state(state)
+    text = str(info.value)
+    assert "upgrade abstain" in text
+    assert "replaying its label log" in text
+
+
+def test_not_a_dict_is_refused() -> None:
+    for bad in (None, [], "abc", 3):
+        with pytest.raises(StateError, match="JSON object"):
+            learner_from_state(bad)
+
+
+def test_class_from_state_refuses_another_algorithm() -> None:
+    state = trained_dsal().to_state()
+    with pytest.raises(StateError, match="not 'kernel-dsal'"):
+        KernelDSAL.from_state(state)
+
+
+def test_dumps_and_loads_wrap_json_errors() -> None:
+    with pytest.raises(StateError, match="JSON-safe"):
+        st.dumps({"w": math.nan})
+    with pytest.raises(StateError, match="valid JSON"):
+        st.loads("{not json")
+    state = trained_dsal().to_state()
+    assert st.loads(st.dumps(state)) == state
+
+
+def test_generator_state_round_trips() -> None:
+    rng = np.random.default_rng(123)
+    rng.random(5)
+    clone = st.rng_from_state(json.loads(json.dumps(st.rng_state(rng))))
+    assert clone.random(3).tolist() == rng.random(3).tolist()
