@@ -7,7 +7,12 @@ dispatcher only imports the one that is asked for, so ``abstain replay`` never l
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# Scoring is many small vector products: BLAS threads only add contention on small
+# machines. Set before any command imports numpy; an explicit setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("service.stream.cli", "run a stream worker (score events, learn from labels)"),
