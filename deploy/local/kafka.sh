@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start, stop or query the local single-node Kafka broker (service/localkafka.py).
+# Start, stop or query the local single-node Kafka broker (service/localkafka/).
 #
 #   deploy/local/kafka.sh start [--port 9092] [--data-dir var/kafka] [--partitions 1] [--foreground]
 #   deploy/local/kafka.sh stop | status | fetch
