@@ -1,0 +1,207 @@
+"""End-to-end benchmark of one worker on a local broker (bounded; stops by itself).
+
+    python loadtest/e2e.py [--broker HOST:PORT] [--events 20000] [--rate 200] [--seconds 15]
+
+1. throughput: ``--events`` feature events are produced as fast as possible; events/s is
+   the count divided by the time from the first send to the last decision read back;
+2. latency: events at a moderate ``--rate`` for ``--seconds``; each event carries its send
+   time, and the event -> decision latency is read when the decision arrives (p50 / p99).
+
+Starts its own Kafka (service.localkafka) unless ``--broker`` is given, and one worker
+subprocess; both are stopped by PID at the end. Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from service.config import load_settings  # noqa: E402
+from service.stream.client import Client  # noqa: E402
+
+
+def _features(n_features: int) -> np.ndarray:
+    try:
+        from service.datasets import load_dataset, resolve_dataset_path
+
+        X, _ = load_dataset(resolve_dataset_path("phishing"))
+        return X
+    except (ImportError, ValueError):
+        return np.random.default_rng(0).normal(size=(5000, n_features))
+
+
+def _ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited; see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if json.loads(r.read()).get("ready"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"worker not ready; see {log}")
+
+
+def _total_lag(port: int) -> float:
+    total = 0.0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("abstain_consumer_lag{"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def _run(settings: Any, X: np.ndarray, args: argparse.Namespace) -> dict[str, float]:
+    t = settings.topics
+    results: dict[str, float] = {}
+    async with Client(settings) as client:
+        positioned = asyncio.Event()
+        seen: dict[str, float] = {}
+        latencies: list[float] = []
+        done = asyncio.Event()
+        want = {"n": 0}
+
+        async def watch() -> None:
+            async for rec in client.follow([t.decisions], positioned=positioned):
+                now = time.time()
+                d = json.loads(rec.value)
+                if d["id"] not in seen:
+                    seen[d["id"]] = now
+                    if d["id"].startswith("lat-"):
+                        latencies.append(now - float(d["id"].split("-", 2)[2]))
+                if len(seen) >= want["n"]:
+                    done.set()
+
+        watcher = asyncio.create_task(watch())
+        await positioned.wait()
+        # 1. throughput
+        want["n"] = args.events
+        start = time.monotonic()
+        for i in range(args.events):
+            await client.send(
+                t.features, f"tp-{i}", {"id": f"tp-{i}", "features": X[i % len(X)].tolist()}
+            )
+        await client.flush()
+        sent = time.monotonic()
+        await asyncio.wait_for(done.wait(), timeout=300)
+        elapsed = time.monotonic() - start
+        results["throughput events"] = args.events
+        results["produce s"] = sent - start
+        results["end-to-end s"] = elapsed
+        results["events/s (decided)"] = args.events / elapsed
+        # the learner still stores the label requests of that burst: wait until all lag is 0
+        drain_start = time.monotonic()
+        while _total_lag(args.web_port) > 0 and time.monotonic() - drain_start < 300:
+            await asyncio.sleep(0.5)
+        results["all work done s"] = time.monotonic() - start
+        # 2. latency at a moderate rate
+        done.clear()
+        n = int(args.rate * args.seconds)
+        want["n"] = args.events + n
+        interval, next_at = 1.0 / args.rate, time.monotonic()
+        for i in range(n):
+            event_id = f"lat-{i}-{time.time():.6f}"
+            await client.send(
+                t.features, event_id, {"id": event_id, "features": X[i % len(X)].tolist()}
+            )
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await client.flush()
+        await asyncio.wait_for(done.wait(), timeout=120)
+        watcher.cancel()
+        lat = np.array(latencies) * 1000
+        results["latency rate ev/s"] = args.rate
+        results["latency events"] = len(lat)
+        results["p50 ms"] = float(np.percentile(lat, 50))
+        results["p99 ms"] = float(np.percentile(lat, 99))
+        results["max ms"] = float(lat.max())
+    return results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--broker")
+    p.add_argument("--events", type=int, default=20000)
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--web-port", type=int, default=16099)
+    args = p.parse_args()
+    X = _features(68)
+    work = Path(tempfile.mkdtemp(prefix="abstain-e2e-"))
+    kafka: Any = None
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        broker = args.broker
+        if broker is None:
+            from service.localkafka import LocalKafka, find_free_ports
+
+            port, ctl = find_free_ports(2)
+            kafka = LocalKafka(port=port, controller_port=ctl, data_dir=work / "kafka",
+                               die_with_parent=True)  # fmt: skip
+            kafka.start()
+            broker = kafka.bootstrap
+        run = uuid.uuid4().hex[:6]
+        config = {
+            "app_id": f"e2e-{run}",
+            "datadir": str(work / "worker"),
+            "topics": {k: f"e2e-{run}.{k}" for k in ("features", "decisions", "label_requests",
+                                                     "labels", "models", "dead_letters")},
+            "partitions": {"features": 4, "decisions": 4, "labels": 1},
+            "batch_size": args.batch_size,
+            "models": {"default": {"algorithm": "dsal", "cost": 0.25,
+                                   "n_features": int(X.shape[1])}},
+            "log_level": "warning",
+        }  # fmt: skip
+        (work / "e2e.json").write_text(json.dumps(config))
+        settings = load_settings(work / "e2e.json", broker=broker)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
+        log = work / "worker.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "service", "worker", "--config", str(work / "e2e.json"),
+                 "--broker", broker, "--web-port", str(args.web_port)],
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        _ready(args.web_port, proc, log)
+        results = asyncio.run(_run(settings, X, args))
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if kafka is not None:
+            kafka.stop()
+    print(f"\nabstain end-to-end, one worker, {X.shape[1]} features, batch {args.batch_size}")
+    print(f"{'measure':<22}{'value':>12}")
+    print("-" * 34)
+    for key, value in results.items():
+        print(f"{key:<22}{value:>12.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

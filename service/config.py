@@ -1,0 +1,396 @@
+"""Settings for the stream worker: one frozen, validated object read at start-up.
+
+Sources, highest precedence first: keyword overrides (command line), environment variables
+(prefix ``ABSTAIN_``, nested fields joined by ``__``, e.g. ``ABSTAIN_WEB__PORT=7000``), an
+optional JSON or TOML file named by ``ABSTAIN_CONFIG`` (or ``load_settings(config=...)``),
+then the defaults below. The default configuration serves one model, ``default``, shaped
+for the demo data set (Phishing, 68 features).
+
+Secrets (the label API token, the Kafka password) are ``SecretStr``: they never appear in
+``repr``, logs or metrics.
+
+Errors::
+
+    ValueError
+     └── ConfigError          invalid settings; the message names the offending field
+
+>>> s = Settings()
+>>> s.topics.features, s.web.port, sorted(s.models)
+('abstain.features', 6066, ['default'])
+>>> "secret" in repr(Settings(label_token="secret"))
+False
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "ALGORITHMS",
+    "ConfigError",
+    "KafkaSecurity",
+    "ModelConfig",
+    "Partitions",
+    "Settings",
+    "Topics",
+    "Web",
+    "load_settings",
+]
+
+ALGORITHMS = ("dral", "dsal", "dsol", "kernel-dral", "kernel-dsal", "kernel-dsol")
+Algorithm = Literal["dral", "dsal", "dsol", "kernel-dral", "kernel-dsal", "kernel-dsol"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class ConfigError(ValueError):
+    """The settings are invalid; the message names each offending field."""
+
+
+class ModelConfig(BaseModel):
+    """One served model: the learner, its reject cost and how features arrive.
+
+    >>> ModelConfig(algorithm="dsal", cost=0.2, feature_names=["a", "b"]).n_inputs
+    2
+    """
+
+    model_config = _FROZEN
+
+    algorithm: Algorithm = "dsal"
+    cost: float = Field(default=0.25, gt=0.0, lt=0.5, description="reject cost d in (0, 0.5)")
+    n_features: int | None = Field(None, ge=1)
+    feature_names: tuple[str, ...] | None = None
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    standardize: bool = True
+    intercept: bool = True
+    audit_rate: float = Field(
+        default=0.01, ge=0.0, lt=1.0, description="extra uniform query probability (unbiased risk)"
+    )
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _features_given(self) -> ModelConfig:
+        if self.feature_names is None and self.n_features is None:
+            raise ValueError("give n_features or feature_names")
+        if self.feature_names is not None:
+            if len(set(self.feature_names)) != len(self.feature_names):
+                raise ValueError("feature_names must be unique")
+            if not self.feature_names:
+                raise ValueError("feature_names must not be empty")
+            if self.n_features is not None and self.n_features != len(self.feature_names):
+                raise ValueError(
+                    f"n_features={self.n_features} but {len(self.feature_names)} feature_names"
+                )
+        return self
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of raw features an event carries for this model."""
+        if self.feature_names is not None:
+            return len(self.feature_names)
+        assert self.n_features is not None  # noqa: S101 - guaranteed by the validator
+        return self.n_features
+
+    @property
+    def n_learner_features(self) -> int:
+        """Dimension the learner sees: raw features plus the intercept column."""
+        return self.n_inputs + (1 if self.intercept else 0)
+
+
+class Topics(BaseModel):
+    """Topic names (DESIGN.md section 2)."""
+
+    model_config = _FROZEN
+
+    features: str = "abstain.features"
+    decisions: str = "abstain.decisions"
+    label_requests: str = "abstain.label-requests"
+    labels: str = "abstain.labels"
+    models: str = "abstain.models"
+    dead_letters: str = "abstain.dead-letters"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Topics:
+        names = list(self.model_dump().values())
+        if len(set(names)) != len(names):
+            raise ValueError("topic names must be distinct")
+        return self
+
+
+class Partitions(BaseModel):
+    """Partition counts. ``labels`` is used for both label-requests and labels, which must be
+    co-partitioned (one learner owns a model's requests and labels)."""
+
+    model_config = _FROZEN
+
+    features: int = Field(default=8, ge=1)
+    decisions: int = Field(default=8, ge=1)
+    labels: int = Field(default=2, ge=1)
+    models: int = Field(default=1, ge=1)
+    dead_letters: int = Field(default=1, ge=1)
+
+
+class Web(BaseModel):
+    """HTTP server for /metrics, /healthz, /readyz and /labels."""
+
+    model_config = _FROZEN
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=6066, ge=0, le=65535)
+
+
+class KafkaSecurity(BaseModel):
+    """How the worker authenticates to Kafka.
+
+    >>> KafkaSecurity(protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+    ...               username="svc", password="pw").uses_sasl
+    True
+    """
+
+    model_config = _FROZEN
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: SecretStr | None = None
+    password: SecretStr | None = None
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL")
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.protocol.endswith("SSL")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSecurity:
+        if self.uses_sasl:
+            if self.sasl_mechanism is None:
+                raise ValueError(f"security protocol {self.protocol} needs sasl_mechanism")
+            if self.username is None or self.password is None:
+                raise ValueError(f"security protocol {self.protocol} needs username and password")
+        elif self.sasl_mechanism is not None:
+            raise ValueError(f"sasl_mechanism given but protocol is {self.protocol}")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        if not self.uses_ssl and any((self.ca_file, self.cert_file, self.key_file)):
+            raise ValueError(f"CA/cert/key files given but protocol is {self.protocol}")
+        for name in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} {str(path)!r} is not a readable file")
+        return self
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client SSL context for SSL / SASL_SSL (system CAs unless ``ca_file``)."""
+        if not self.uses_ssl:
+            return None
+        ctx = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        if self.cert_file is not None and self.key_file is not None:
+            ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        return ctx
+
+    def aiokafka_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for aiokafka clients (consumer / producer / admin)."""
+        kwargs: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.uses_ssl:
+            kwargs["ssl_context"] = self.ssl_context()
+        if self.uses_sasl:
+            assert self.username is not None  # noqa: S101
+            assert self.password is not None  # noqa: S101
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.username.get_secret_value()
+            kwargs["sasl_plain_password"] = self.password.get_secret_value()
+        return kwargs
+
+
+def _default_models() -> dict[str, ModelConfig]:
+    return {"default": ModelConfig(algorithm="dsal", cost=0.25, n_features=68)}
+
+
+class Settings(BaseSettings):
+    """Everything a worker needs, validated once at start-up."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ABSTAIN_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    broker: Annotated[tuple[str, ...], NoDecode] = ("kafka://127.0.0.1:9092",)
+    app_id: str = Field(default="abstain", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    datadir: Path = Path("/tmp/abstain")  # noqa: S108 - per-worker scratch, overridable
+    topics: Topics = Topics()
+    partitions: Partitions = Partitions()
+    web: Web = Web()
+    security: KafkaSecurity = KafkaSecurity()
+    label_token: SecretStr | None = None
+    request_ttl_seconds: float = Field(default=3600.0, gt=0.0)
+    max_message_bytes: int = Field(default=1_000_000, ge=64)
+    max_features: int = Field(default=100_000, ge=1)
+    stall_seconds: float = Field(default=60.0, gt=0.0)
+    batch_size: int = Field(default=64, ge=1)
+    batch_window_seconds: float = Field(default=0.02, gt=0.0)
+    orphan_label_seconds: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="how long a label may wait for its request before it is dead-lettered",
+    )
+    expired_grace_seconds: float = Field(
+        default=300.0,
+        ge=0.0,
+        description="how long an expired request is kept so a late label reads 'expired'",
+    )
+    commit_interval_seconds: float = Field(
+        default=2.8, gt=0.0, description="how often consumed offsets are committed"
+    )
+    session_timeout_seconds: float = Field(
+        default=60.0,
+        ge=6.0,
+        description="consumer group session timeout: how soon a dead worker's partitions move",
+    )
+    sweep_every: int = Field(
+        default=100, ge=1, description="labels between sweeps of expired requests"
+    )
+    models: dict[str, ModelConfig] = Field(default_factory=_default_models)
+    default_model: str = "default"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("broker", mode="before")
+    @classmethod
+    def _split_brokers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            return (
+                tuple(v if "://" in v else f"kafka://{v}" for v in value if isinstance(v, str))
+                or value
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if not self.broker:
+            raise ValueError("broker: give at least one host:port")
+        if not self.models:
+            raise ValueError("models: configure at least one model")
+        for name, model in self.models.items():
+            if not name or not all(c.isalnum() or c in "._-" for c in name):
+                raise ValueError(f"models: bad model name {name!r} (letters, digits, . _ -)")
+            if model.n_inputs > self.max_features:
+                raise ValueError(
+                    f"models.{name}: {model.n_inputs} features exceeds max_features "
+                    f"{self.max_features}"
+                )
+        if self.default_model not in self.models:
+            raise ValueError(
+                f"default_model {self.default_model!r} is not one of the models "
+                f"{sorted(self.models)}"
+            )
+        return self
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """``host:port`` strings for plain aiokafka clients."""
+        return [b.split("://", 1)[1] for b in self.broker]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """Reads the JSON / TOML file named by ``ABSTAIN_CONFIG`` (lowest precedence)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # pragma: no cover - __call__ is used instead
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("ABSTAIN_CONFIG")
+        return read_config_file(Path(path)) if path else {}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a ``.json`` or ``.toml`` settings file into a plain dict."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r}: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(raw.decode("utf-8"))
+        elif path.suffix == ".json":
+            data = orjson.loads(raw)
+        else:
+            raise ConfigError(f"config file {str(path)!r}: use a .json or .toml file")
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"config file {str(path)!r} is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a table / object")
+    return data
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings, raising :class:`ConfigError` with one line per bad field.
+
+    ``config`` takes the place of ``ABSTAIN_CONFIG``; ``overrides`` win over everything.
+
+    >>> load_settings(web={"port": 7000}).web.port
+    7000
+    >>> load_settings(models={"m": {"cost": 0.7, "n_features": 2}}, default_model="m")
+    Traceback (most recent call last):
+    ...
+    service.config.ConfigError: invalid settings:
+      models.m.cost: Input should be less than 0.5
+    """
+    previous = os.environ.get("ABSTAIN_CONFIG")
+    try:
+        if config is not None:
+            os.environ["ABSTAIN_CONFIG"] = str(config)
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    finally:
+        if config is not None:
+            if previous is None:
+                os.environ.pop("ABSTAIN_CONFIG", None)
+            else:
+                os.environ["ABSTAIN_CONFIG"] = previous
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = ["invalid settings:"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {where}: {msg}" if where else f"  {msg}")
+    return "\n".join(lines)

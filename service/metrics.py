@@ -1,0 +1,173 @@
+"""Every Prometheus series the service exports, declared once on an injected registry.
+
+Names use the ``abstain_`` prefix, base units (seconds) and ``_total`` for counters. Label
+values come from closed sets: model names (from configuration), actions, reasons, topics
+and partitions the worker consumes; never event or request ids.
+
+>>> from prometheus_client import CollectorRegistry
+>>> reg = CollectorRegistry()
+>>> m = Metrics(reg, models=["default"])
+>>> m.decisions.labels(model="default", action="predict").inc()
+>>> reg.get_sample_value("abstain_decisions_total", {"model": "default", "action": "predict"})
+1.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from service.stream.records import DEAD_LETTER_REASONS, DEAD_LETTER_SOURCES
+
+__all__ = ["ACTIONS", "IGNORED_REASONS", "REFUSED_REASONS", "Metrics"]
+
+ACTIONS: Final = ("predict", "reject")
+IGNORED_REASONS: Final = ("redelivered", "already_applied", "expired", "unknown_request")
+REFUSED_REASONS: Final = ("non_finite",)
+_LATENCY_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+_TURNAROUND_BUCKETS: Final = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+
+
+class Metrics:
+    """The service's series. Construct once per process (or per test) with its registry;
+    ``models`` pre-creates the per-model children so every series shows from the start."""
+
+    def __init__(self, registry: CollectorRegistry, *, models: Iterable[str] = ()) -> None:
+        self.registry = registry
+        r = registry
+        self.events = Counter(
+            "abstain_events_total", "Feature events consumed", ["model"], registry=r
+        )
+        self.decisions = Counter(
+            "abstain_decisions_total", "Decisions served", ["model", "action"], registry=r
+        )
+        self.label_requests = Counter(
+            "abstain_label_requests_total", "Label requests emitted", ["model"], registry=r
+        )
+        self.label_requests_expired = Counter(
+            "abstain_label_requests_expired_total",
+            "Label requests dropped unanswered after their TTL",
+            ["model"],
+            registry=r,
+        )
+        self.labels_applied = Counter(
+            "abstain_labels_applied_total", "Labels applied to the model", ["model"], registry=r
+        )
+        self.labels_ignored = Counter(
+            "abstain_labels_ignored_total",
+            "Labels that changed nothing",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.updates_refused = Counter(
+            "abstain_updates_refused_total",
+            "Model updates refused (state would not be finite)",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.pending_requests = Gauge(
+            "abstain_pending_requests", "Unanswered label requests", ["model"], registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "abstain_oldest_pending_age_seconds",
+            "Age of the oldest unanswered label request",
+            ["model"],
+            registry=r,
+        )
+        self.label_turnaround = Histogram(
+            "abstain_label_turnaround_seconds",
+            "Time from label request to applied label",
+            ["model"],
+            buckets=_TURNAROUND_BUCKETS,
+            registry=r,
+        )
+        self.model_version = Gauge(
+            "abstain_model_version", "Model version in use for scoring", ["model"], registry=r
+        )
+        self.model_rho = Gauge("abstain_model_rho", "Rejection width rho", ["model"], registry=r)
+        self.model_weight_norm = Gauge(
+            "abstain_model_weight_norm", "Euclidean norm of w", ["model"], registry=r
+        )
+        self.query_rate = Gauge(
+            "abstain_query_rate", "Fraction of recent decisions that queried", ["model"], registry=r
+        )
+        self.risk_estimate = Gauge(
+            "abstain_risk_estimate",
+            "Importance-weighted running 0-d-1 risk of served decisions",
+            ["model"],
+            registry=r,
+        )
+        self.iw_loss = Counter(
+            "abstain_iw_loss_total",
+            "Sum of L_d / p over applied labels",
+            ["model"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "abstain_dead_letters_total", "Messages dead-lettered", ["source", "reason"], registry=r
+        )
+        self.decide_latency = Histogram(
+            "abstain_decide_latency_seconds",
+            "Time to decide one event (batch time / batch size)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "abstain_consumer_lag", "Messages behind the end", ["topic", "partition"], registry=r
+        )
+        self.last_progress = Gauge(
+            "abstain_last_progress_timestamp_seconds",
+            "Unix time of the last processed message",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
+        self.live = Gauge("abstain_live", "0 when a stalled consumer is detected", registry=r)
+        self.live.set(1)
+        for source in DEAD_LETTER_SOURCES:
+            for reason in sorted(DEAD_LETTER_REASONS):
+                self.dead_letters.labels(source=source, reason=reason)
+        for model in models:
+            self.add_model(model)
+
+    def add_model(self, model: str) -> None:
+        """Create every per-model child so the series exist (at 0) before traffic."""
+        for metric in (
+            self.events,
+            self.label_requests,
+            self.label_requests_expired,
+            self.labels_applied,
+            self.pending_requests,
+            self.oldest_pending_age,
+            self.label_turnaround,
+            self.model_version,
+            self.model_rho,
+            self.model_weight_norm,
+            self.query_rate,
+            self.risk_estimate,
+            self.iw_loss,
+            self.decide_latency,
+        ):
+            metric.labels(model=model)
+        for action in ACTIONS:
+            self.decisions.labels(model=model, action=action)
+        for reason in IGNORED_REASONS:
+            self.labels_ignored.labels(model=model, reason=reason)
+        for reason in REFUSED_REASONS:
+            self.updates_refused.labels(model=model, reason=reason)
+
+    def set_partition(self, topic: str, partition: int, *, lag: float, progress_ts: float) -> None:
+        self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
+        self.last_progress.labels(topic=topic, partition=str(partition)).set(progress_ts)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        """Drop a partition's series (on revoke)."""
+        for metric in (self.consumer_lag, self.last_progress):
+            with contextlib.suppress(KeyError):
+                metric.remove(topic, str(partition))

@@ -1,0 +1,466 @@
+"""``create_app(settings) -> faust.App``: topics, tables, agents, timers and web pages.
+
+Wiring only; the logic lives in :mod:`service.stream.handlers` (scoring, learning) and
+:mod:`service.web.views` (HTTP). Two agents:
+
+- ``score`` consumes the features topic (keyed by event id, scales with its partitions) in
+  batches (``take_events``), scores with the newest model snapshot this worker has, and emits
+  one decision per event, a label request per queried event, a dead letter per bad event.
+  It never writes a table.
+- ``learn`` (concurrency 1) consumes label-requests AND labels, both keyed by model and
+  co-partitioned, so one actor owns a model's pending requests and its (w, rho). It writes
+  the ``pending`` and ``models`` tables (changelogs in Kafka, in-memory store) one event at a
+  time and publishes each new model version to the compacted models topic.
+
+Snapshots are followed by :func:`service.stream.snapshots.follow_models` (app task).
+A one-second timer refreshes gauges and liveness (lag and progress per partition); the web
+pages are mounted by :mod:`service.stream.pages`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import faust
+import numpy as np
+import orjson
+from prometheus_client import CollectorRegistry
+
+from service.config import Settings
+from service.metrics import IGNORED_REASONS, Metrics
+from service.stream import handlers
+from service.stream.handlers import RawMessage, ServedModel
+from service.stream.pages import mount_web
+from service.stream.records import (
+    BadMessage,
+    DeadLetter,
+    Label,
+    decode_state,
+    dumps,
+    encode_state,
+    parse_label,
+    parse_label_request,
+)
+from service.stream.runtime import Progress, Runtime, broker_credentials
+from service.stream.snapshots import ModelBook, follow_models
+
+__all__ = ["Runtime", "broker_credentials", "create_app"]
+
+# Errors bad data could still provoke in a handler despite validation; infrastructure errors
+# (Kafka) are not among them and still stop the agent, so faust restarts it.
+DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, UnicodeError, ArithmeticError)
+
+log = logging.getLogger(__name__)
+
+
+class AbstainApp(faust.App):
+    """A faust app that carries its :class:`Runtime` (metrics, models, progress)."""
+
+    runtime: Runtime
+
+
+def _topic(app: Any, name: str, partitions: int, **kw: Any) -> Any:
+    return app.topic(
+        name,
+        partitions=partitions,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        internal=True,
+        **kw,
+    )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    clock: Callable[[], float] = time.time,
+) -> AbstainApp:
+    """Build a faust app for ``settings`` (nothing is started)."""
+    s = settings
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = Metrics(registry, models=s.models)
+
+    def on_swap(served: ServedModel) -> None:
+        m = served.name
+        metrics.model_version.labels(model=m).set(served.version)
+        metrics.model_rho.labels(model=m).set(float(served.learner.rho))
+        w = getattr(served.learner, "w", None)  # kernel learners have no explicit w
+        if w is not None:
+            metrics.model_weight_norm.labels(model=m).set(float(np.linalg.norm(w)))
+        risk = handlers.risk_estimate(served.state)
+        if not math.isnan(risk):
+            metrics.risk_estimate.labels(model=m).set(risk)
+
+    book = ModelBook(s, on_swap=on_swap)
+    rt = Runtime(s, metrics, book, clock, Progress(clock))
+    rt.recent_queries = {m: deque(maxlen=1000) for m in s.models}
+
+    s.datadir.mkdir(parents=True, exist_ok=True)
+    app = AbstainApp(
+        s.app_id,
+        broker=list(s.broker),
+        broker_credentials=broker_credentials(s.security),
+        store="memory://",
+        datadir=str(s.datadir / s.app_id),
+        autodiscover=False,
+        web_enabled=True,
+        web_host=s.web.host,
+        web_port=s.web.port,
+        web_bind=s.web.host,
+        topic_partitions=s.partitions.labels,
+        topic_replication_factor=1,
+        producer_max_request_size=max(1_048_576, s.max_message_bytes * 2),
+        consumer_max_fetch_size=max(1_048_576, s.max_message_bytes * 2),
+        processing_guarantee="at_least_once",
+        broker_commit_interval=s.commit_interval_seconds,
+        broker_session_timeout=s.session_timeout_seconds,
+        broker_heartbeat_interval=min(3.0, s.session_timeout_seconds / 3),
+    )
+    app.runtime = rt
+    t, parts = s.topics, s.partitions
+    features = _topic(app, t.features, parts.features)
+    decisions = _topic(app, t.decisions, parts.decisions)
+    label_requests = _topic(app, t.label_requests, parts.labels)
+    labels = _topic(app, t.labels, parts.labels)
+    models_topic = _topic(app, t.models, parts.models, compacting=True)
+    dead_letters = _topic(app, t.dead_letters, parts.dead_letters)
+    learn_channel = app.topic(
+        t.label_requests,
+        t.labels,
+        partitions=parts.labels,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        internal=True,
+    )
+    # Table values are bytes we encode ourselves (model states hold >64-bit integers).
+    models_table = app.Table("models", partitions=parts.labels, key_type=bytes, value_type=bytes)
+    pending_table = app.Table("pending", partitions=parts.labels, key_type=bytes, value_type=bytes)
+
+    # labels that arrived before their request (two topics: no order between them)
+    orphans_table = app.Table("orphans", partitions=parts.labels, key_type=bytes, value_type=bytes)
+
+    def _get(table: Any, key: str) -> dict[str, Any] | None:
+        raw = table.get(key.encode())
+        return None if raw is None else dict(orjson.loads(raw))
+
+    def _entries(table: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [(k.decode(), orjson.loads(v)) for k, v in list(table.items())]
+
+    def pending_get(request_id: str) -> dict[str, Any] | None:
+        return _get(pending_table, request_id)
+
+    def orphan_get(request_id: str) -> dict[str, Any] | None:
+        return _get(orphans_table, request_id)
+
+    def pending_entries() -> list[tuple[str, dict[str, Any]]]:
+        return _entries(pending_table)
+
+    # A slim in-memory index of the pending table (no features): sweeps and gauges scan it
+    # instead of decoding every entry. Rebuilt from the table whenever the assignment of the
+    # learner's partitions changes (after recovery, after a rebalance).
+    index: dict[str, dict[str, Any]] = {}
+    index_partitions: list[frozenset[int] | None] = [None]
+    slim_keys = ("model", "requested_at", "expires_at", "partition", "applied")
+
+    def pending_put(key: str, entry: dict[str, Any]) -> None:
+        pending_table[key.encode()] = dumps(entry)
+        index[key] = {k: entry.get(k) for k in slim_keys}
+
+    def pending_del(key: str) -> None:
+        del pending_table[key.encode()]
+        index.pop(key, None)
+
+    def index_refresh(partitions: frozenset[int]) -> None:
+        if index_partitions[0] == partitions:
+            return
+        index.clear()
+        for key, entry in pending_entries():
+            index[key] = {k: entry.get(k) for k in slim_keys}
+        index_partitions[0] = partitions
+
+    outputs = (decisions, label_requests, labels, models_topic, dead_letters, features)
+
+    async def declare_outputs() -> None:
+        for topic in outputs:
+            await topic.maybe_declare()
+
+    async def send_dead(letter: DeadLetter) -> None:
+        metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
+        await dead_letters.send(key=None, value=letter.to_json())
+
+    def _score(msgs: list[RawMessage], now: float) -> handlers.ScoreResult:
+        return handlers.score_batch(
+            book.snapshot(),
+            msgs,
+            default_model=s.default_model,
+            request_ttl=s.request_ttl_seconds,
+            now=now,
+            max_bytes=s.max_message_bytes,
+            max_features=s.max_features,
+        )
+
+    def _score_guarded(msgs: list[RawMessage], now: float) -> handlers.ScoreResult:
+        """Score a batch; should an unexpected data-caused error escape the handlers, score
+        one by one and dead-letter the culprit (reason "schema", detail says why)."""
+        try:
+            return _score(msgs, now)
+        except DATA_ERRORS:
+            log.exception("batch scoring failed; retrying one event at a time")
+        result = handlers.ScoreResult()
+        for m in msgs:
+            try:
+                one = _score([m], now)
+            except DATA_ERRORS as exc:
+                result.dead_letters.append(
+                    DeadLetter("features", m.topic, m.partition, m.offset, "schema",
+                               f"internal error: {exc!r}", m.value)
+                )  # fmt: skip
+                continue
+            result.decisions += one.decisions
+            result.label_requests += one.label_requests
+            result.dead_letters += one.dead_letters
+            result.event_ts += one.event_ts
+        return result
+
+    @app.agent(features, name="abstain.score")
+    async def score(stream: Any) -> None:
+        await declare_outputs()
+        await book.loaded.wait()
+        async for batch in stream.take_events(s.batch_size, within=s.batch_window_seconds):
+            msgs = [
+                RawMessage(e.value, e.message.topic, e.message.partition, e.message.offset)
+                for e in batch
+            ]
+            started = time.perf_counter()
+            result = _score_guarded(msgs, clock())
+            per_event = (time.perf_counter() - started) / max(1, len(msgs))
+            for d in result.decisions:
+                await decisions.send(key=d.id.encode(), value=d.to_json())
+                metrics.events.labels(model=d.model).inc()
+                metrics.decisions.labels(model=d.model, action=d.action).inc()
+                metrics.decide_latency.labels(model=d.model).observe(per_event)
+                rt.recent_queries[d.model].append(d.queried)
+            for r in result.label_requests:
+                await label_requests.send(key=r.model.encode(), value=r.to_json())
+                metrics.label_requests.labels(model=r.model).inc()
+            for letter in result.dead_letters:
+                await send_dead(letter)
+            for m in msgs:
+                rt.progress.mark(m.topic, m.partition, m.offset)
+
+    @app.agent(learn_channel, name="abstain.learn", concurrency=1)
+    async def learn(stream: Any) -> None:
+        await declare_outputs()
+        async for event in stream.events():
+            msg = event.message
+            raw = RawMessage(event.value, msg.topic, msg.partition, msg.offset)
+            source = "label-requests" if msg.topic == t.label_requests else "labels"
+            try:
+                if source == "label-requests":
+                    await _on_request(raw)
+                else:
+                    await _on_label(raw)
+            except DATA_ERRORS as exc:  # a bug met by odd data: record it, keep learning
+                log.exception("%s message at %s[%s]@%s", source, raw.topic, raw.partition,
+                              raw.offset)  # fmt: skip
+                await send_dead(
+                    DeadLetter(source, raw.topic, raw.partition, raw.offset, "schema",
+                               f"internal error: {exc!r}", raw.value)
+                )  # fmt: skip
+            rt.labels_seen += 1
+            if rt.labels_seen % s.sweep_every == 0:
+                await _sweep(msg.partition)
+            rt.progress.mark(msg.topic, msg.partition, msg.offset)
+
+    async def _on_request(raw: RawMessage) -> None:
+        try:
+            request = parse_label_request(raw.value, max_bytes=s.max_message_bytes)
+            config = s.models.get(request.model)
+            if config is None:
+                raise BadMessage("unknown_model", f"no model named {request.model!r}")
+            if len(request.features) != config.n_inputs:
+                raise BadMessage(
+                    "feature_count",
+                    f"model {request.model!r} takes {config.n_inputs} features, "
+                    f"got {len(request.features)}",
+                )
+        except BadMessage as bad:
+            await send_dead(
+                DeadLetter(
+                    "label-requests",
+                    raw.topic,
+                    raw.partition,
+                    raw.offset,
+                    bad.reason,
+                    bad.detail,
+                    raw.value,
+                )
+            )
+            return
+        entry = handlers.store_request(pending_get(request.request_id), request, raw.partition)
+        if entry is None:
+            return
+        pending_put(request.request_id, entry)
+        orphan = orphan_get(request.request_id)
+        if orphan is not None:  # its label overtook it: apply that label now
+            del orphans_table[request.request_id.encode()]
+            label, offset = handlers.unpark_label(orphan)
+            origin = RawMessage(
+                str(orphan.get("raw", "")).encode(), t.labels, raw.partition, offset
+            )
+            await _join(label, origin, parked=True)
+
+    async def _on_label(raw: RawMessage) -> None:
+        try:
+            label = parse_label(raw.value, max_bytes=s.max_message_bytes)
+            if label.model not in s.models:
+                raise BadMessage("unknown_model", f"no model named {label.model!r}")
+        except BadMessage as bad:
+            await send_dead(_label_dead(raw, bad.reason, bad.detail))
+            return
+        await _join(label, raw, parked=False)
+
+    def _label_dead(raw: RawMessage, reason: str, detail: str) -> DeadLetter:
+        return DeadLetter("labels", raw.topic, raw.partition, raw.offset, reason, detail, raw.value)
+
+    async def _join(label: Label, raw: RawMessage, *, parked: bool) -> None:
+        m = label.model
+        config = s.models[m]
+        stored = models_table.get(m.encode())
+        state = decode_state(stored) if stored is not None else handlers.initial_state(m, config)
+        pending = pending_get(label.request_id)
+        now = clock()
+        if pending is None and not parked and raw.offset > int(state["labels_offset"]):
+            entry = handlers.park_label(
+                orphan_get(label.request_id), label, raw.offset, raw.partition, now=now
+            )
+            if entry is None:
+                metrics.labels_ignored.labels(model=m, reason="redelivered").inc()
+            else:  # wait (bounded) for the request: it may still be in flight
+                entry["raw"] = raw.value.decode("utf-8", errors="replace")
+                orphans_table[label.request_id.encode()] = dumps(entry)
+            return
+        outcome = handlers.apply_label(
+            config, state, pending, label, raw.offset, now=now, parked=parked
+        )
+        if outcome.kind == "applied":
+            assert outcome.state is not None  # noqa: S101
+            assert outcome.pending is not None  # noqa: S101
+            encoded = encode_state(outcome.state)
+            models_table[m.encode()] = encoded
+            pending_put(label.request_id, outcome.pending)
+            await models_topic.send(key=m.encode(), value=encoded)
+            metrics.labels_applied.labels(model=m).inc()
+            metrics.iw_loss.labels(model=m).inc(outcome.iw_loss)
+            metrics.label_turnaround.labels(model=m).observe(outcome.turnaround)
+            log.debug("model %s -> version %s", m, outcome.state["version"])
+            return
+        if outcome.reason in IGNORED_REASONS:
+            metrics.labels_ignored.labels(model=m, reason=outcome.reason).inc()
+        if outcome.kind == "refused":
+            metrics.updates_refused.labels(model=m, reason=outcome.reason).inc()
+        if outcome.kind in ("dead", "refused"):
+            await send_dead(_label_dead(raw, outcome.reason, outcome.detail))
+
+    async def _sweep(partition: int) -> None:
+        now = clock()
+        drop, unanswered = handlers.sweep_expired(
+            list(index.items()), partition=partition, now=now, grace=s.expired_grace_seconds
+        )
+        for key in drop:
+            pending_del(key)
+        for model in unanswered:
+            metrics.label_requests_expired.labels(model=model).inc()
+        orphans = dict(_entries(orphans_table))
+        for key in handlers.sweep_orphans(
+            list(orphans.items()), partition=partition, now=now, wait=s.orphan_label_seconds
+        ):
+            entry = orphans[key]
+            del orphans_table[key.encode()]
+            model = str(entry["model"])
+            metrics.labels_ignored.labels(model=model, reason="unknown_request").inc()
+            origin = RawMessage(
+                str(entry.get("raw", "")).encode(), t.labels, partition, int(entry["offset"])
+            )
+            detail = f"no request {key} within {s.orphan_label_seconds:g}s of its label"
+            await send_dead(_label_dead(origin, "unknown_request", detail))
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def follow() -> None:
+        await declare_outputs()
+        await follow_models(s, book, consumer_kwargs=s.security.aiokafka_kwargs())
+
+    @app.timer(1.0)  # type: ignore[untyped-decorator]
+    async def housekeeping() -> None:
+        tables: Any = app.tables
+        rt.recovered = bool(tables.recovery.completed.is_set())
+        metrics.ready.set(1 if rt.ready else 0)
+        now = clock()
+        if rt.recovered:
+            assigned = app.consumer.assignment()
+            index_refresh(frozenset(tp.partition for tp in assigned if tp.topic == t.labels))
+        _pending_gauges(now)
+        for model, recent in rt.recent_queries.items():
+            if recent:
+                metrics.query_rate.labels(model=model).set(sum(recent) / len(recent))
+        await _liveness(now)
+
+    def _pending_gauges(now: float) -> None:
+        count = dict.fromkeys(s.models, 0)
+        oldest = dict.fromkeys(s.models, now)
+        for entry in index.values():
+            if entry.get("applied") or entry.get("model") not in count:
+                continue
+            count[entry["model"]] += 1
+            oldest[entry["model"]] = min(oldest[entry["model"]], float(entry["requested_at"]))
+        for model in s.models:
+            metrics.pending_requests.labels(model=model).set(count[model])
+            metrics.oldest_pending_age.labels(model=model).set(now - oldest[model])
+
+    watched = {t.features, t.label_requests, t.labels}
+    known_tps: set[tuple[str, int]] = set()
+
+    async def _liveness(now: float) -> None:
+        stalled: list[str] = []
+        current: set[tuple[str, int]] = set()
+        for tp in app.consumer.assignment():
+            if tp.topic not in watched:
+                continue
+            key = (tp.topic, tp.partition)
+            current.add(key)
+            if key not in rt.progress.times:
+                rt.progress.times[key] = now  # assignment counts as progress
+            high = app.consumer.highwater(tp)
+            done = rt.progress.offsets.get(key)
+            if done is not None:
+                position: int | None = done + 1
+            else:  # nothing processed since assignment: where the consumer stands
+                position = await app.consumer.position(tp)
+            known = high is not None and high >= 0 and position is not None
+            lag = max(0, int(high) - int(position)) if known else 0  # type: ignore[arg-type]
+            last = rt.progress.times[key]
+            metrics.set_partition(tp.topic, tp.partition, lag=lag, progress_ts=last)
+            if lag > 0 and now - last > s.stall_seconds:
+                stalled.append(f"{tp.topic}[{tp.partition}] lag={lag}")
+        for topic, partition in known_tps - current:
+            metrics.remove_partition(topic, partition)
+            rt.progress.offsets.pop((topic, partition), None)
+            rt.progress.times.pop((topic, partition), None)
+        known_tps.clear()
+        known_tps.update(current)
+        rt.stalled = stalled
+        rt.live = not stalled
+        metrics.live.set(1 if rt.live else 0)
+
+    mount_web(app, rt, pending_entries, labels)
+    return app

@@ -1,0 +1,194 @@
+"""``abstain worker`` and ``abstain labels``.
+
+::
+
+    abstain worker [--broker HOST:PORT] [--web-port N] [--config FILE] [--app-id ID]
+    abstain labels list   [--broker ...] [--config FILE] [--limit N]
+    abstain labels submit --request-id ID --label {1,-1} [--model NAME] [--by WHO]
+
+Settings come from the environment (``ABSTAIN_*``) and the optional config file; the flags
+override both. ``labels list`` reads the label-requests and labels topics from the start
+and prints the requests that are neither answered nor expired (JSON, one per line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from service.config import ConfigError, Settings, load_settings
+from service.stream.records import BadMessage, Label, decode_json, dumps
+from service.stream.snapshots import topic_partitions
+
+__all__ = ["main"]
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker", help="bootstrap server(s), comma separated host:port")
+    parser.add_argument("--config", type=Path, help="settings file (.json or .toml)")
+    parser.add_argument("--app-id", help="application id (consumer group, table names)")
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    overrides: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+    if args.broker:
+        overrides["broker"] = args.broker
+    if args.app_id:
+        overrides["app_id"] = args.app_id
+    return load_settings(args.config, **overrides)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ``argv[0]`` is ``worker`` or ``labels``."""
+    if not argv or argv[0] not in {"worker", "labels"}:
+        print("usage: abstain worker|labels ...", file=sys.stderr)
+        return 2
+    try:
+        if argv[0] == "worker":
+            return _worker(argv[1:])
+        return _labels(argv[1:])
+    except ConfigError as exc:
+        print(f"abstain: {exc}", file=sys.stderr)
+        return 2
+
+
+def _worker(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="abstain worker", description="run a stream worker")
+    _common(parser)
+    parser.add_argument("--web-port", type=int, help="HTTP port (metrics, health, labels)")
+    parser.add_argument("--datadir", type=Path, help="scratch directory of the worker")
+    parser.add_argument("--loglevel", default=None, help="debug, info, warning, error")
+    args = parser.parse_args(argv)
+    settings = _settings(args, datadir=args.datadir)
+    if args.web_port is not None:
+        web = settings.web.model_copy(update={"port": args.web_port})
+        settings = settings.model_copy(update={"web": web})
+    return run_worker(settings, loglevel=args.loglevel or settings.log_level)
+
+
+def run_worker(settings: Settings, *, loglevel: str = "info") -> int:
+    """Start a faust worker for ``settings`` in this process; returns when it stops."""
+    import faust  # noqa: PLC0415 - keep `abstain labels` light
+
+    from service.stream.app import create_app  # noqa: PLC0415
+
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=loglevel, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0  # pragma: no cover - execute_from_commandline always exits
+
+
+def _labels(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="abstain labels", description="label queue")
+    sub = parser.add_subparsers(dest="action", required=True)
+    lst = sub.add_parser("list", help="print pending label requests (JSON lines)")
+    _common(lst)
+    lst.add_argument("--limit", type=int, default=100)
+    sb = sub.add_parser("submit", help="submit a true label for a request")
+    _common(sb)
+    sb.add_argument("--request-id", required=True)
+    sb.add_argument("--label", type=int, choices=[1, -1], required=True)
+    sb.add_argument("--model", default=None)
+    sb.add_argument("--by", default="cli")
+    args = parser.parse_args(argv)
+    settings = _settings(args)
+    if args.action == "list":
+        pending = asyncio.run(pending_requests(settings, now=time.time()))
+        for entry in pending[: args.limit]:
+            print(dumps(entry).decode())
+        print(f"{len(pending)} pending", file=sys.stderr)
+        return 0
+    label = Label(
+        request_id=args.request_id,
+        model=args.model or settings.default_model,
+        label=args.label,
+        labelled_by=args.by,
+        ts=time.time(),
+    )
+    asyncio.run(submit_label(settings, label))
+    print(f"submitted label {label.label} for request {label.request_id}")
+    return 0
+
+
+async def submit_label(settings: Settings, label: Label) -> None:
+    """Produce ``label`` to the labels topic (key = model)."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers, **settings.security.aiokafka_kwargs()
+    )
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            settings.topics.labels, label.to_json(), key=label.model.encode()
+        )
+    finally:
+        await producer.stop()
+
+
+async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -> list[Any]:
+    """Every record of ``topic`` up to its current end (assign, no consumer group)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **settings.security.aiokafka_kwargs(),
+    )
+    await consumer.start()
+    try:
+        try:
+            tps = await topic_partitions(
+                settings.bootstrap_servers,
+                topic,
+                client_kwargs=settings.security.aiokafka_kwargs(),
+                attempts=1,
+            )
+        except RuntimeError:
+            return []
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(pos >= end[tp] for pos, tp in zip(positions, tps, strict=True)):
+                break
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                out.extend(records)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def pending_requests(settings: Settings, *, now: float) -> list[dict[str, Any]]:
+    """Label requests not yet answered (no label seen) and not expired, by priority."""
+    answered: set[str] = set()
+    for rec in await read_topic(settings, settings.topics.labels):
+        try:
+            obj = decode_json(rec.value)
+        except BadMessage:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("request_id"), str):
+            answered.add(obj["request_id"])
+    pending: dict[str, dict[str, Any]] = {}
+    for rec in await read_topic(settings, settings.topics.label_requests):
+        try:
+            obj = decode_json(rec.value)
+        except BadMessage:
+            continue
+        if not isinstance(obj, dict) or obj.get("request_id") in answered:
+            continue
+        if float(obj.get("expires_at", 0.0)) < now:
+            continue
+        pending.setdefault(str(obj["request_id"]), obj)
+    return sorted(pending.values(), key=lambda p: -float(p.get("priority", 0.0)))

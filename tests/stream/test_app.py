@@ -1,0 +1,44 @@
+"""App wiring without a broker: agents, co-partitioned tables, credentials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faust
+
+from service.config import KafkaSecurity, Settings
+from service.stream.app import broker_credentials, create_app
+
+
+def test_app_wires_two_agents_and_co_partitioned_tables(tmp_path: Path) -> None:
+    settings = Settings(app_id="wiring", datadir=tmp_path, partitions={"labels": 3})
+    app = create_app(settings)
+    assert sorted(app.agents) == ["abstain.learn", "abstain.score"]
+    learn = app.agents["abstain.learn"]
+    assert set(learn.channel.topics) == {"abstain.label-requests", "abstain.labels"}
+    assert learn.concurrency == 1
+    assert set(app.agents["abstain.score"].channel.topics) == {"abstain.features"}
+    assert {name: table.partitions for name, table in app.tables.items()} == {
+        "models": 3, "pending": 3, "orphans": 3,
+    }  # fmt: skip
+    assert app.conf.store.scheme == "memory"
+    assert app.runtime.book.models["default"].version == 0
+    assert not app.runtime.ready
+
+
+def test_security_settings_become_faust_credentials() -> None:
+    assert broker_credentials(KafkaSecurity()) is None
+    sasl = broker_credentials(
+        KafkaSecurity(
+            protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512",
+            username="u",
+            password="p",  # noqa: S106
+        )  # fmt: skip
+    )
+    assert isinstance(sasl, faust.SASLCredentials)
+    assert (sasl.username, sasl.mechanism.value, sasl.ssl_context is not None) == (
+        "u", "SCRAM-SHA-512", True,
+    )  # fmt: skip
+    assert "p" not in repr(sasl).replace("username", "")
+    assert isinstance(broker_credentials(KafkaSecurity(protocol="SSL")), faust.SSLCredentials)

@@ -1,0 +1,170 @@
+"""Wire parsing: every malformed input becomes a BadMessage with its dead-letter reason."""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+import pytest
+
+from service.stream.records import (
+    DEAD_LETTER_REASONS,
+    BadMessage,
+    DeadLetter,
+    Label,
+    LabelRequest,
+    parse_feature_event,
+    parse_label,
+    parse_label_request,
+)
+
+
+def _reason(fn, raw: bytes, **kw) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(BadMessage) as info:
+        fn(raw, **kw)
+    assert info.value.reason in DEAD_LETTER_REASONS
+    return info.value.reason
+
+
+def test_feature_event_with_list_and_default_model() -> None:
+    ev = parse_feature_event(b'{"id": 7, "features": [1, -2.5, 0], "ts": 12.5}', default_model="d")
+    assert (ev.id, ev.model, ev.features, ev.ts) == ("7", "d", [1.0, -2.5, 0.0], 12.5)
+
+
+def test_feature_event_with_named_features_and_model() -> None:
+    ev = parse_feature_event(
+        b'{"id": "a", "model": "m", "features": {"x": 1, "y": 2}}', default_model="d"
+    )
+    assert ev.model == "m"
+    assert ev.features == {"x": 1.0, "y": 2.0}
+    assert ev.ts is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"not json", "not_json"),
+        (b"\xff\xfe", "not_json"),
+        (b"[1, 2]", "schema"),
+        (b'{"features": [1]}', "schema"),
+        (b'{"id": "a"}', "schema"),
+        (b'{"id": "a", "features": "1,2"}', "schema"),
+        (b'{"id": "a", "features": [1, "x"]}', "schema"),
+        (b'{"id": "a", "features": [1, true]}', "schema"),
+        (b'{"id": "", "features": [1]}', "schema"),
+        (b'{"id": {"n": 1}, "features": [1]}', "schema"),
+        (b'{"id": "a", "features": [1, NaN]}', "non_finite"),
+        (b'{"id": "a", "features": [1e999]}', "non_finite"),
+        (b'{"id": "a", "features": {"x": -Infinity}}', "non_finite"),
+        (b'{"id": "a", "features": [1], "ts": "now"}', "schema"),
+    ],
+)
+def test_bad_feature_events_are_classified(raw: bytes, reason: str) -> None:
+    assert _reason(parse_feature_event, raw, default_model="d") == reason
+
+
+def test_oversize_and_too_many_features() -> None:
+    raw = orjson.dumps({"id": "a", "features": [0.0] * 50})
+    assert _reason(parse_feature_event, raw, default_model="d", max_bytes=64) == "oversize"
+    assert _reason(parse_feature_event, raw, default_model="d", max_features=10) == (
+        "feature_count"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (0, "bad_label"),
+        (2, "bad_label"),
+        (1.0, "bad_label"),
+        ("1", "bad_label"),
+        (True, "bad_label"),
+        (None, "bad_label"),
+    ],
+)
+def test_label_must_be_plus_or_minus_one(value: object, reason: str) -> None:
+    raw = orjson.dumps({"request_id": "r", "model": "m", "label": value})
+    assert _reason(parse_label, raw) == reason
+
+
+def test_label_round_trip() -> None:
+    label = Label(request_id="r1", model="m", label=-1, labelled_by="ops", ts=3.0)
+    assert parse_label(label.to_json()) == label
+    assert _reason(parse_label, b'{"model": "m", "label": 1}') == "schema"
+
+
+def test_label_request_round_trip_and_checks() -> None:
+    req = LabelRequest(
+        request_id="r",
+        event_id="e",
+        model="m",
+        features=[1.0, 2.0],
+        score=0.3,
+        rho=0.5,
+        decided_label=0,
+        query_probability=0.25,
+        model_version=3,
+        requested_at=10.0,
+        expires_at=20.0,
+        priority=0.7,
+    )
+    assert parse_label_request(req.to_json()) == req
+    bad = {**req.to_dict(), "query_probability": 0.0}
+    assert _reason(parse_label_request, orjson.dumps(bad)) == "schema"
+    bad = {**req.to_dict(), "decided_label": 2}
+    assert _reason(parse_label_request, orjson.dumps(bad)) == "schema"
+
+
+def test_bad_message_rejects_reasons_outside_the_closed_set() -> None:
+    with pytest.raises(ValueError, match="unknown dead-letter reason"):
+        BadMessage("whatever", "x")
+
+
+def test_dead_letter_keeps_text_or_base64_of_the_raw_input() -> None:
+    text = orjson.loads(DeadLetter("features", "t", 1, 5, "not_json", "d", b"oops").to_json())
+    assert text == {
+        "topic": "t",
+        "partition": 1,
+        "offset": 5,
+        "reason": "not_json",
+        "detail": "d",
+        "raw": "oops",
+        "raw_encoding": "utf-8",
+        "truncated": False,
+    }
+    binary = orjson.loads(DeadLetter("features", "t", 0, 0, "not_json", "d", b"\xff\x00").to_json())
+    assert binary["raw_encoding"] == "base64"
+    assert base64.b64decode(binary["raw"]) == b"\xff\x00"
+    big = orjson.loads(DeadLetter("features", "t", 0, 0, "oversize", "d", b"a" * 100_000).to_json())
+    assert big["truncated"] is True
+    assert len(big["raw"]) < 100_000
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"id": "\\ud800x", "features": [1, 2, 3]}', "schema"),
+        (b'{"id": "a", "features": {"\\udc00": 1}}', "schema"),
+        (b'{"id": "a", "features": [1, 2, 1' + b"0" * 400 + b"]}", "non_finite"),
+        (b'{"id": "a", "features": [1], "ts": 1' + b"0" * 400 + b"}", "non_finite"),
+        (b"[" * 5000 + b"]" * 5000, "not_json"),
+        (b"", "not_json"),
+    ],
+)
+def test_hostile_feature_events_are_refused_not_crashed_on(raw: bytes, reason: str) -> None:
+    assert _reason(parse_feature_event, raw, default_model="d") == reason
+
+
+def test_labels_with_text_that_cannot_be_written_back_are_schema_errors() -> None:
+    assert _reason(parse_label, b'{"request_id": "\\ud800", "model": "m", "label": 1}') == (
+        "schema"
+    )
+    raw = b'{"request_id": "r", "model": "m", "label": 1, "labelled_by": "\\udfff"}'
+    assert _reason(parse_label, raw) == "schema"
+
+
+def test_dead_letter_of_a_message_with_broken_text_still_serialises() -> None:
+    letter = DeadLetter("features", "t", 0, 1, "schema", "feature \udc00 bad", b'{"\\udc00": 1}')
+    out = orjson.loads(letter.to_json())
+    assert out["reason"] == "schema"
+    assert "\\udc00" in out["detail"]

@@ -1,0 +1,168 @@
+"""Settings: defaults, sources and their precedence, validation messages, secrets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.config import ConfigError, KafkaSecurity, Settings, load_settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("ABSTAIN_"):
+            monkeypatch.delenv(key)
+
+
+def test_defaults_serve_one_model_shaped_for_the_demo_data() -> None:
+    s = load_settings()
+    assert list(s.models) == ["default"]
+    assert s.models["default"].n_inputs == 68  # phishing has 68 one-hot features
+    assert s.models["default"].n_learner_features == 69  # plus the intercept
+    assert s.topics.models == "abstain.models"
+    assert s.topics.dead_letters == "abstain.dead-letters"
+    assert s.default_model == "default"
+
+
+def test_settings_are_frozen() -> None:
+    s = load_settings()
+    with pytest.raises(ValueError, match="frozen"):
+        s.app_id = "other"  # type: ignore[misc]
+
+
+def test_environment_overrides_with_nested_delimiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABSTAIN_WEB__PORT", "7123")
+    monkeypatch.setenv("ABSTAIN_BROKER", "h1:9092, h2:9093")
+    monkeypatch.setenv("ABSTAIN_TOPICS__LABELS", "x.labels")
+    s = load_settings()
+    assert s.web.port == 7123
+    assert s.broker == ("kafka://h1:9092", "kafka://h2:9093")
+    assert s.bootstrap_servers == ["h1:9092", "h2:9093"]
+    assert s.topics.labels == "x.labels"
+    assert s.topics.features == "abstain.features"
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_config_file_is_read_and_env_wins_over_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    path = tmp_path / f"abstain{suffix}"
+    if suffix == ".json":
+        path.write_text(
+            json.dumps(
+                {
+                    "app_id": "from-file",
+                    "web": {"port": 7001},
+                    "models": {
+                        "spam": {"algorithm": "dral", "cost": 0.1, "feature_names": ["a", "b"]}
+                    },
+                    "default_model": "spam",
+                }
+            )
+        )
+    else:
+        path.write_text(
+            'app_id = "from-file"\ndefault_model = "spam"\n[web]\nport = 7001\n'
+            '[models.spam]\nalgorithm = "dral"\ncost = 0.1\nfeature_names = ["a", "b"]\n'
+        )
+    monkeypatch.setenv("ABSTAIN_CONFIG", str(path))
+    monkeypatch.setenv("ABSTAIN_APP_ID", "from-env")
+    s = load_settings()
+    assert s.app_id == "from-env"
+    assert s.web.port == 7001
+    assert s.models["spam"].algorithm == "dral"
+    assert s.models["spam"].feature_names == ("a", "b")
+    assert load_settings(path, app_id="from-arg").app_id == "from-arg"
+
+
+def test_unknown_file_type_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "abstain.yaml"
+    path.write_text("app_id: x\n")
+    with pytest.raises(ConfigError, match=r"\.json or \.toml"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"models": {"m": {"cost": 0.5, "n_features": 2}}, "default_model": "m"}, "models.m.cost"),
+        (
+            {"models": {"m": {"algorithm": "svm", "n_features": 2}}, "default_model": "m"},
+            "models.m.algorithm",
+        ),
+        ({"models": {"m": {"cost": 0.2}}, "default_model": "m"}, "models.m"),
+        ({"default_model": "nope"}, "default_model"),
+        ({"web": {"port": 70000}}, "web.port"),
+        ({"request_ttl_seconds": 0}, "request_ttl_seconds"),
+        ({"topics": {"labels": "abstain.features"}}, "topics"),
+        (
+            {"models": {"m": {"n_features": 2, "audit_rate": 1.0}}, "default_model": "m"},
+            "models.m.audit_rate",
+        ),
+        ({"unknown_field": 1}, "unknown_field"),
+    ],
+)
+def test_validation_errors_name_the_field(overrides: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(**overrides)
+    assert f"  {field}" in str(info.value)
+
+
+def test_secrets_never_show_in_repr_or_dump() -> None:
+    s = load_settings(
+        label_token="tok-123",  # noqa: S106 - test secret
+        security={
+            "protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "username": "svc",
+            "password": "pw-456",
+        },
+    )
+    text = repr(s) + str(s) + str(s.model_dump())
+    assert "tok-123" not in text
+    assert "pw-456" not in text
+    assert s.label_token is not None
+    assert s.label_token.get_secret_value() == "tok-123"
+
+
+def test_sasl_settings_become_aiokafka_arguments() -> None:
+    sec = KafkaSecurity(
+        protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        username="u",
+        password="p",  # noqa: S106
+    )
+    kw = sec.aiokafka_kwargs()
+    assert kw == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": "u",
+        "sasl_plain_password": "p",
+    }
+    assert sec.ssl_context() is None
+
+
+def test_ssl_builds_a_context_and_checks_files(tmp_path: Path) -> None:
+    ctx = KafkaSecurity(protocol="SSL").ssl_context()
+    assert ctx is not None
+    assert ctx.check_hostname
+    with pytest.raises(ValueError, match="ca_file"):
+        KafkaSecurity(protocol="SSL", ca_file=tmp_path / "missing.pem")
+    with pytest.raises(ValueError, match="needs sasl_mechanism"):
+        KafkaSecurity(protocol="SASL_SSL", username="u", password="p")  # noqa: S106
+    with pytest.raises(ValueError, match="protocol is PLAINTEXT"):
+        KafkaSecurity(sasl_mechanism="PLAIN")
+
+
+def test_feature_names_and_count_must_agree() -> None:
+    with pytest.raises(ConfigError, match="n_features=3 but 2 feature_names"):
+        load_settings(
+            models={"m": {"n_features": 3, "feature_names": ["a", "b"]}}, default_model="m"
+        )
+    s = Settings(models={"m": {"feature_names": ["a", "b"]}}, default_model="m")
+    assert s.models["m"].n_inputs == 2
