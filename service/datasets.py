@@ -1,0 +1,262 @@
+"""Read labelled binary-classification datasets into dense arrays (numpy + stdlib only).
+
+Two text formats are understood:
+
+* LIBSVM sparse text, ``label index:value index:value ...`` with indices from 1 (the
+  format of the shared Phishing and Guide files);
+* CSV with numeric columns; the label is the column named ``label`` (any case) when the
+  first row is a header that has one, otherwise the last column.
+
+Labels are returned in ``{-1, +1}``: files may store ``{0, 1}`` (``0`` becomes ``-1``) or
+``{-1, +1}``; anything else is an error naming the line.
+
+Exceptions::
+
+    ValueError
+     +-- DatasetError          unreadable, malformed or empty dataset (message names the
+                               file and, for malformed content, the 1-based line number)
+
+A missing file is reported as a ``DatasetError`` too (wrapping the ``OSError``).
+
+>>> import tempfile, pathlib
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     path = pathlib.Path(tmp) / "tiny.svm"
+...     _ = path.write_text("1 1:0.5 3:2\\n0 2:1\\n")
+...     X, y = load_dataset(path)
+>>> X.tolist(), y.tolist()
+([[0.5, 0.0, 2.0], [0.0, 1.0, 0.0]], [1, -1])
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "DatasetError",
+    "data_dir",
+    "load_csv",
+    "load_dataset",
+    "load_libsvm",
+    "resolve_dataset_path",
+]
+
+Format = Literal["libsvm", "csv"]
+FloatArray = npt.NDArray[np.float64]
+LabelArray = npt.NDArray[np.int64]
+
+_LABELS = {0.0: -1, -1.0: -1, 1.0: 1}
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing, unreadable, malformed or empty."""
+
+
+def data_dir() -> Path:
+    """Directory holding the shared datasets.
+
+    ``ABSTAIN_DATA_DIR`` when set, else ``<repo>/../shared/data`` where ``<repo>`` is the
+    directory that contains the ``service`` package.
+    """
+    env = os.environ.get("ABSTAIN_DATA_DIR")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parent.parent
+    return repo.parent / "shared" / "data"
+
+
+def resolve_dataset_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """Path of a dataset given as a file path or as a name under :func:`data_dir`.
+
+    An existing path wins; otherwise ``data_dir()/NAME/NAME`` then ``data_dir()/NAME`` are
+    tried (so ``"phishing"`` finds ``phishing/phishing``). Raises ``DatasetError`` naming
+    every place that was looked at.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    root = data_dir()
+    candidates = [root / path / path.name, root / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    looked = ", ".join(str(p) for p in [path, *candidates])
+    raise DatasetError(f"dataset {str(name_or_path)!r} not found (looked at: {looked})")
+
+
+def _label(token: str, where: str) -> int:
+    try:
+        value = float(token)
+    except ValueError:
+        raise DatasetError(f"{where}: label {token!r} is not a number") from None
+    label = _LABELS.get(value)
+    if label is None:
+        raise DatasetError(f"{where}: label {token!r} is not one of 0, 1, -1, +1")
+    return label
+
+
+def _finite(token: str, where: str, what: str) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        raise DatasetError(f"{where}: {what} {token!r} is not a number") from None
+    if not math.isfinite(value):
+        raise DatasetError(f"{where}: {what} {token!r} is not finite")
+    return value
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        with path.open("r", encoding="utf-8") as handle:
+            yield from enumerate(handle, start=1)
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{path}: no such file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read ({exc})") from exc
+
+
+def load_libsvm(
+    path: str | os.PathLike[str], n_features: int | None = None
+) -> tuple[FloatArray, LabelArray]:
+    """Read a LIBSVM sparse text file into ``(X, y)``.
+
+    ``X`` is dense float64 of shape ``(n, d)`` with ``d = n_features`` or, when not given,
+    the largest index in the file. ``y`` is int64 in ``{-1, +1}``. Blank lines and
+    ``# comments`` are skipped and ``qid:`` tokens are ignored. Indices start at 1 and may
+    appear at most once per line.
+    """
+    path = Path(path)
+    if n_features is not None and n_features < 1:
+        raise DatasetError(f"n_features must be >= 1, got {n_features}")
+    labels: list[int] = []
+    rows: list[tuple[list[int], list[float]]] = []
+    max_index = 0
+    for lineno, raw in _lines(path):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{path}:{lineno}"
+        tokens = line.split()
+        labels.append(_label(tokens[0], where))
+        indices: list[int] = []
+        values: list[float] = []
+        seen: set[int] = set()
+        for token in tokens[1:]:
+            key, sep, value = token.partition(":")
+            if not sep:
+                raise DatasetError(f"{where}: expected index:value, got {token!r}")
+            if key == "qid":
+                continue
+            if not key.isdigit() or int(key) < 1:
+                raise DatasetError(f"{where}: feature index {key!r} is not an integer >= 1")
+            index = int(key)
+            if n_features is not None and index > n_features:
+                raise DatasetError(
+                    f"{where}: feature index {index} exceeds n_features={n_features}"
+                )
+            if index in seen:
+                raise DatasetError(f"{where}: feature index {index} appears twice")
+            seen.add(index)
+            indices.append(index - 1)
+            values.append(_finite(value, where, f"value of feature {index}"))
+            max_index = max(max_index, index)
+        rows.append((indices, values))
+    if not rows:
+        raise DatasetError(f"{path}: no data rows")
+    width = n_features if n_features is not None else max_index
+    if width < 1:
+        raise DatasetError(f"{path}: no features in any row; pass n_features")
+    X = np.zeros((len(rows), width), dtype=np.float64)
+    for i, (indices, values) in enumerate(rows):
+        X[i, indices] = values
+    return X, np.asarray(labels, dtype=np.int64)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def load_csv(path: str | os.PathLike[str]) -> tuple[FloatArray, LabelArray]:
+    """Read a numeric CSV file into ``(X, y)``.
+
+    A first row with a non-numeric field is a header; if the header names a ``label``
+    column (any case) that column holds the labels, otherwise the last column does. Every
+    row must have the same number of fields and every feature must be a finite number.
+    """
+    path = Path(path)
+    labels: list[int] = []
+    rows: list[list[float]] = []
+    label_col = -1
+    width: int | None = None
+    try:
+        with path.open("r", encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            for raw_fields in reader:
+                where = f"{path}:{reader.line_num}"
+                fields = [f.strip() for f in raw_fields]
+                if not any(fields):
+                    continue
+                if width is None:
+                    width = len(fields)
+                    if width < 2:
+                        raise DatasetError(f"{where}: need at least one feature and a label")
+                    if not all(_is_number(f) for f in fields):
+                        lowered = [f.lower() for f in fields]
+                        label_col = lowered.index("label") if "label" in lowered else width - 1
+                        continue
+                    label_col = width - 1
+                if len(fields) != width:
+                    raise DatasetError(f"{where}: expected {width} fields, got {len(fields)}")
+                labels.append(_label(fields[label_col], where))
+                rows.append(
+                    [
+                        _finite(f, where, f"column {j + 1}")
+                        for j, f in enumerate(fields)
+                        if j != label_col
+                    ]
+                )
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{path}: no such file") from exc
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DatasetError(f"{path}: cannot read ({exc})") from exc
+    if not rows:
+        raise DatasetError(f"{path}: no data rows")
+    return np.asarray(rows, dtype=np.float64), np.asarray(labels, dtype=np.int64)
+
+
+def _sniff(path: Path) -> Format:
+    if path.suffix.lower() == ".csv":
+        return "csv"
+    for _, raw in _lines(path):
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            return "libsvm" if ":" in line or "," not in line else "csv"
+    return "libsvm"
+
+
+def load_dataset(
+    path: str | os.PathLike[str], format: Format | None = None
+) -> tuple[FloatArray, LabelArray]:
+    """Read a dataset in ``format`` (``"libsvm"`` or ``"csv"``), guessed when ``None``.
+
+    The guess: a ``.csv`` suffix means CSV; otherwise the first data line decides
+    (``index:value`` tokens or no commas mean LIBSVM, commas mean CSV).
+    """
+    path = Path(path)
+    fmt = _sniff(path) if format is None else format
+    if fmt == "libsvm":
+        return load_libsvm(path)
+    if fmt == "csv":
+        return load_csv(path)
+    raise DatasetError(f"unknown dataset format {fmt!r} (expected 'libsvm' or 'csv')")

@@ -1,0 +1,285 @@
+"""``abstain replay DATASET ...``: the paper's protocol on a dataset, to files.
+
+Writes into ``--out``:
+
+* ``summary.json`` — ``{"dataset", "runs", "trials", "results": [{"algorithm", "cost",
+  "risk_mean", "risk_std", "asked", "misclassified", "rejected", "rho"}, ...],
+  "settings", "seconds"}``: each rate is the final running average over the ``T``
+  trials, averaged over runs (``risk_std``: std over runs; ``rho``: mean final width);
+* ``curves.csv`` — the curves in long format on a grid of ``t``
+  (see :meth:`service.replay.results.ReplayResult.write_curves`);
+* ``DATASET.png`` — the paper's five columns, one row per cost (unless ``--no-plot``).
+
+With ``--budgets 25,50,...`` (kernel algorithms only) it runs the protocol once per
+support-set budget and writes ``budget.json``, ``budget.csv`` and ``budget.png``
+instead (risk, fractions and time per event against the budget).
+
+Exit status: 0 on success, 2 on a usage error, a missing or malformed dataset, or an
+invalid option (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from service.datasets import DatasetError, load_dataset, resolve_dataset_path
+from service.learning import LearningError
+from service.replay.errors import ReplayConfigError, ReplayError
+from service.replay.options import (
+    KERNEL_NAMES,
+    SCALER_FITS,
+    ReplayOptions,
+    parse_algorithms,
+    parse_params,
+)
+from service.replay.plot import plot_budget, plot_replay
+from service.replay.protocol import SAMPLINGS
+from service.replay.results import ReplayResult
+from service.replay.runner import per_event_microseconds, replay, total_work
+
+__all__ = ["build_parser", "main", "run_budget_study"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own exits go through main()
+        raise ReplayConfigError(message)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ReplayConfigError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ReplayConfigError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``replay`` argument parser."""
+    p = _Parser(
+        prog="abstain replay",
+        description="Prequential replay of a labelled dataset (Shah & Manwani 2020 protocol).",
+    )
+    p.add_argument("dataset", help="a file path, or a name under ABSTAIN_DATA_DIR (phishing)")
+    p.add_argument("--format", choices=["libsvm", "csv"], default=None, help="default: guess")
+    p.add_argument("--algorithms", default="dral,dsal,dsol", help="comma-separated")
+    p.add_argument("--costs", default="0.1,0.25,0.4", help="rejection costs d in (0, 0.5)")
+    p.add_argument("--runs", type=int, default=100, help="independent runs R")
+    p.add_argument("--trials", type=int, default=10_000, help="trials T per run")
+    p.add_argument("--seed", type=int, default=0, help="run r uses SeedSequence(seed, (r,))")
+    p.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    p.add_argument(
+        "--sampling",
+        choices=SAMPLINGS,
+        default="replacement",
+        help="trials drawn with replacement (paper) or as random permutations",
+    )
+    p.add_argument(
+        "--no-standardize",
+        dest="standardize",
+        action="store_false",
+        help="feed raw features (default: online standardiser per run)",
+    )
+    p.add_argument(
+        "--scaler-fit",
+        choices=SCALER_FITS,
+        default="events",
+        help="the standardiser learns from every event of a run (default, batched) or, as "
+        "the stream service does, from each learner's labelled examples (sequential, slower)",
+    )
+    p.add_argument(
+        "--no-intercept", dest="intercept", action="store_false", help="no constant feature"
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="learner hyperparameter (JSON value), e.g. gamma=2, dsal.eta=0.5, "
+        'eta=\'{"kind": "inverse-time", "eta0": 1, "tau": 1000}\'; repeatable',
+    )
+    p.add_argument(
+        "--kernel",
+        choices=sorted(KERNEL_NAMES),
+        default=None,
+        help="run the kernel variants of the algorithms with this kernel",
+    )
+    p.add_argument(
+        "--kernel-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="kernel parameter, e.g. degree=2, gamma=0.5, coef0=1; repeatable",
+    )
+    p.add_argument("--budget", type=int, default=None, help="support-set budget (kernels)")
+    p.add_argument(
+        "--budgets", default=None, help="budget study: comma-separated budgets (kernels)"
+    )
+    p.add_argument("--grid-points", type=int, default=100, help="points per curve in the CSV")
+    p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no bar")
+    return p
+
+
+def _options(args: argparse.Namespace) -> ReplayOptions:
+    kernel_params = parse_params(args.kernel_param)
+    if args.kernel is None and kernel_params:
+        raise ReplayConfigError("--kernel-param needs --kernel")
+    kernel = None
+    if args.kernel is not None:
+        kernel = {"kind": KERNEL_NAMES[args.kernel], **kernel_params}
+    algorithms = parse_algorithms(args.algorithms, kernel=kernel is not None)
+    if (args.budget is not None or args.budgets) and not all(
+        a.startswith("kernel-") for a in algorithms
+    ):
+        raise ReplayConfigError("--budget/--budgets apply to kernel algorithms; add --kernel")
+    if args.grid_points < 2:
+        raise ReplayConfigError(f"--grid-points must be >= 2, got {args.grid_points}")
+    return ReplayOptions(
+        algorithms=algorithms,
+        costs=tuple(_floats(args.costs)),
+        runs=args.runs,
+        trials=args.trials,
+        seed=args.seed,
+        sampling=args.sampling,
+        standardize=args.standardize,
+        scaler_fit=args.scaler_fit,
+        intercept=args.intercept,
+        params=parse_params(args.param),
+        kernel=kernel,
+        budget=args.budget,
+        grid_points=args.grid_points,
+    )
+
+
+def _dataset_name(path: Path) -> str:
+    return path.stem if path.suffix.lower() in {".csv", ".svm", ".libsvm", ".txt"} else path.name
+
+
+def write_outputs(result: ReplayResult, out: Path, *, plot: bool) -> list[Path]:
+    """Write ``summary.json``, ``curves.csv`` and (with ``plot``) ``DATASET.png``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.json", out / "curves.csv"]
+    result.write_summary(written[0])
+    result.write_curves(written[1])
+    if plot:
+        written.append(out / f"{result.dataset or 'replay'}.png")
+        plot_replay(result, written[-1])
+    return written
+
+
+def run_budget_study(
+    X: Any,
+    y: Any,
+    options: ReplayOptions,
+    budgets: Sequence[int],
+    *,
+    dataset: str,
+    progress: Any = None,
+) -> list[dict[str, Any]]:
+    """One kernel replay per budget; rows of ``budget.json``.
+
+    Each row is a ``summary.json`` result plus ``budget`` and ``us_per_event`` (mean time
+    of one ``decide`` + ``update`` when queried, over every trial of every run).
+    """
+    rows: list[dict[str, Any]] = []
+    for budget in budgets:
+        opts = ReplayOptions(**{**options.__dict__, "budget": budget})
+        result = replay(X, y, opts, dataset=dataset, progress=progress)
+        for series in result.series:
+            row = {"budget": budget, **series.summary()}
+            row["us_per_event"] = round(per_event_microseconds(series, opts.trials), 2)
+            rows.append(row)
+    return rows
+
+
+def _write_budget(
+    rows: list[dict[str, Any]], out: Path, options: ReplayOptions, *, plot: bool, dataset: str
+) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "dataset": dataset,
+        "runs": options.runs,
+        "trials": options.trials,
+        "results": rows,
+        "settings": options.settings(),
+    }
+    paths = [out / "budget.json", out / "budget.csv"]
+    paths[0].write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    with paths[1].open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    if plot:
+        paths.append(out / "budget.png")
+        kernel = options.kernel or {}
+        plot_budget(
+            rows,
+            paths[-1],
+            title=f"{dataset}: risk vs budget ({kernel.get('kind')} "
+            f"kernel, {options.runs} runs x {options.trials} trials)",
+        )
+    return paths
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``abstain replay``; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except ReplayConfigError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        options = _options(args)
+        budgets = _ints(args.budgets) if args.budgets else []
+        if any(b < 1 for b in budgets):
+            raise ReplayConfigError(f"budgets must be >= 1, got {budgets}")
+        path = resolve_dataset_path(args.dataset)
+        X, y = load_dataset(path, format=args.format)
+        dataset = _dataset_name(path)
+        total = total_work(options) * max(len(budgets), 1)
+        with tqdm(
+            total=total,
+            desc=f"replay {dataset}",
+            unit="trial",
+            disable=not args.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        ) as bar:
+            if budgets:
+                rows = run_budget_study(
+                    X, y, options, budgets, dataset=dataset, progress=bar.update
+                )
+            else:
+                result = replay(X, y, options, dataset=dataset, progress=bar.update)
+        if budgets:
+            written = _write_budget(rows, args.out, options, plot=args.plot, dataset=dataset)
+        else:
+            written = write_outputs(result, args.out, plot=args.plot)
+            print(
+                f"{dataset}: {options.runs} runs x {options.trials} trials in "
+                f"{result.seconds:.1f} s",
+                file=sys.stderr,
+            )
+    except (DatasetError, ReplayError, LearningError, OSError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,13 @@
+"""Errors raised by :mod:`service.replay` (the tree is drawn in the package docstring)."""
+
+from __future__ import annotations
+
+__all__ = ["ReplayConfigError", "ReplayError"]
+
+
+class ReplayError(ValueError):
+    """Base of every error raised on purpose by :mod:`service.replay`."""
+
+
+class ReplayConfigError(ReplayError):
+    """A replay or benchmark option is invalid (unknown algorithm, cost outside (0, 0.5), ...)."""

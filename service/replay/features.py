@@ -1,0 +1,86 @@
+"""Learner inputs of a replay: the dataset rows of each run, preprocessed.
+
+Preprocessing uses :mod:`service.learning`'s steps. With ``standardize`` every run owns an
+online standardiser: at trial ``t`` it first learns ``x_t`` (a feature vector is visible
+before its label, so this uses no label) and then transforms it, so ``x_t`` is scaled with
+the statistics of ``x_1 .. x_t`` of that run. The intercept is appended last. Every
+(algorithm, cost) learner of a run sees the same inputs. (The alternative the stream
+service uses, a standardiser per model that learns from labelled examples only, is run by
+:mod:`service.replay.sequential` with ``scaler_fit="labels"``.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from service.learning import BatchStandardizer, Intercept, OnlineStandardizer, Pipeline
+from service.replay.errors import ReplayConfigError
+from service.replay.protocol import TrialPlan
+
+__all__ = ["RunFeatures"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class RunFeatures:
+    """Learner inputs of every run, trial by trial (the preprocessing of the module doc).
+
+    The runs' standardisers advance in lockstep in one
+    :class:`~service.learning.batch.BatchStandardizer` (row ``r`` equals an
+    :class:`~service.learning.OnlineStandardizer` fed run ``r``, bit for bit): ``learn``
+    then ``transform``, what ``Pipeline.learn`` / ``Pipeline.transform`` do for a
+    standardiser followed by an intercept; the intercept column is then added to all runs
+    at once with ``Intercept.transform_many``.
+    """
+
+    def __init__(
+        self, X: FloatArray, plan: TrialPlan, *, standardize: bool, intercept: bool
+    ) -> None:
+        self.X, self.plan = X, plan
+        self.standardize, self.intercept = standardize, intercept
+        self.n_features = X.shape[1] + int(intercept)
+        self._intercept = Intercept() if intercept else None
+        self._static = self._finish(X) if not standardize else X
+        self._scaler: BatchStandardizer | None = None
+        self._next_t = 0
+
+    def _finish(self, Z: FloatArray) -> FloatArray:
+        return Z if self._intercept is None else self._intercept.transform_many(Z)
+
+    def pipeline(self) -> Pipeline:
+        """The equivalent :class:`~service.learning.Pipeline` for one run (for checks)."""
+        steps: list[Any] = [OnlineStandardizer(self.X.shape[1])] if self.standardize else []
+        if self.intercept:
+            steps.append(Intercept())
+        return Pipeline(steps, n_features=self.X.shape[1])
+
+    def __call__(self, t: int) -> FloatArray:
+        """Inputs of trial ``t`` for every run, shape ``(R, n_features)``; call in order."""
+        rows = self.plan.indices[:, t]
+        if not self.standardize:
+            out: FloatArray = self._static[rows]
+            return out
+        if t == 0:
+            self._scaler = BatchStandardizer(self.plan.runs, self.X.shape[1])
+        elif t != self._next_t or self._scaler is None:
+            raise ReplayConfigError(f"standardised features must be read in order (got t={t})")
+        self._next_t = t + 1
+        x = self.X[rows]
+        self._scaler.learn(x)
+        return self._finish(self._scaler.transform(x))
+
+    def run(self, r: int) -> FloatArray:
+        """All inputs of run ``r``, shape ``(T, n_features)``, through :meth:`pipeline`."""
+        rows = self.plan.indices[r]
+        if not self.standardize:
+            out: FloatArray = self._static[rows]
+            return out
+        pipe = self.pipeline()
+        z = np.empty((rows.shape[0], self.n_features))
+        for t, i in enumerate(rows.tolist()):
+            pipe.learn(self.X[i])
+            z[t] = pipe.transform(self.X[i])
+        return z

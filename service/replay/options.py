@@ -1,0 +1,192 @@
+"""Options of a replay and the routing of hyperparameters to the learners."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from service.learning import ALGORITHMS as LEARNER_CLASSES
+from service.replay.errors import ReplayConfigError
+from service.replay.protocol import ALGORITHMS, KERNEL_ALGORITHMS, Sampling, validate_costs
+
+__all__ = [
+    "KERNEL_NAMES",
+    "SCALER_FITS",
+    "ReplayOptions",
+    "accepted_params",
+    "check_params",
+    "learner_kwargs",
+    "parse_algorithms",
+    "parse_params",
+    "params_for",
+]
+
+ScalerFit = Literal["events", "labels"]
+#: what the online standardiser learns from: every event of a run, or (as the stream
+#: service does) only the labelled examples of each learner.
+SCALER_FITS: tuple[ScalerFit, ...] = ("events", "labels")
+
+#: command-line kernel names -> kernel kinds of :mod:`service.learning.kernels`.
+KERNEL_NAMES = {"linear": "linear", "poly": "polynomial", "polynomial": "polynomial", "rbf": "rbf"}
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Everything that decides what a replay computes (not where it writes)."""
+
+    algorithms: tuple[str, ...] = ALGORITHMS
+    costs: tuple[float, ...] = (0.1, 0.25, 0.4)
+    runs: int = 100
+    trials: int = 10_000
+    seed: int = 0
+    sampling: Sampling = "replacement"
+    standardize: bool = True
+    intercept: bool = True
+    params: Mapping[str, Any] = field(default_factory=dict)
+    kernel: Mapping[str, Any] | None = None
+    budget: int | None = None
+    grid_points: int = 100
+    scaler_fit: ScalerFit = "events"
+
+    def __post_init__(self) -> None:
+        validate_costs(self.costs)
+        if self.runs < 1 or self.trials < 1:
+            raise ReplayConfigError(
+                f"runs and trials must be >= 1, got {self.runs} and {self.trials}"
+            )
+        if self.scaler_fit not in SCALER_FITS:
+            raise ReplayConfigError(
+                f"scaler_fit must be one of {SCALER_FITS}, got {self.scaler_fit!r}"
+            )
+        if self.budget is not None and self.budget < 1:
+            raise ReplayConfigError(f"budget must be >= 1, got {self.budget}")
+        unknown = [a for a in self.algorithms if a not in (*ALGORITHMS, *KERNEL_ALGORITHMS)]
+        if unknown or not self.algorithms:
+            raise ReplayConfigError(
+                f"unknown algorithm(s) {unknown}; expected some of "
+                f"{', '.join((*ALGORITHMS, *KERNEL_ALGORITHMS))}"
+            )
+
+    def settings(self) -> dict[str, Any]:
+        """JSON-safe record of the options (stored in ``summary.json``)."""
+        return {
+            "algorithms": list(self.algorithms),
+            "costs": list(self.costs),
+            "seed": self.seed,
+            "sampling": self.sampling,
+            "standardize": self.standardize,
+            "scaler_fit": self.scaler_fit,
+            "intercept": self.intercept,
+            "params": {k: _jsonable(v) for k, v in self.params.items()},
+            "kernel": None if self.kernel is None else dict(self.kernel),
+            "budget": self.budget,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    to_config = getattr(value, "to_config", None)
+    return to_config() if callable(to_config) else value
+
+
+def parse_algorithms(text: str, *, kernel: bool = False) -> tuple[str, ...]:
+    """``"dral,dsal"`` -> names; with ``kernel`` plain names become ``kernel-*``.
+
+    >>> parse_algorithms("DSAL, dral")
+    ('dsal', 'dral')
+    >>> parse_algorithms("dral,kernel-dsol", kernel=True)
+    ('kernel-dral', 'kernel-dsol')
+    """
+    names = [n.strip().lower().replace("_", "-") for n in text.split(",") if n.strip()]
+    if not names:
+        raise ReplayConfigError("no algorithm given")
+    known = (*ALGORITHMS, *KERNEL_ALGORITHMS)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ReplayConfigError(f"unknown algorithm(s) {bad}; expected some of {', '.join(known)}")
+    if kernel:
+        names = [n if n.startswith("kernel-") else f"kernel-{n}" for n in names]
+    if len(set(names)) != len(names):
+        raise ReplayConfigError(f"duplicate algorithms in {names}")
+    return tuple(names)
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``["eta=0.5", "dsal.gamma=2"]`` -> ``{"eta": 0.5, "dsal.gamma": 2}``.
+
+    Values are read as JSON (numbers, objects such as a step-size schedule config), else
+    kept as strings. A ``ALGO.`` prefix limits a value to one algorithm.
+
+    >>> parse_params(['eta={"kind": "constant", "eta": 0.1}', "dsal.gamma=2"])
+    {'eta': {'kind': 'constant', 'eta': 0.1}, 'dsal.gamma': 2}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ReplayConfigError(f"--param expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw.strip()
+    return out
+
+
+def accepted_params(algorithm: str) -> dict[str, inspect.Parameter]:
+    """Keyword hyperparameters of ``algorithm``'s class (name -> signature parameter)."""
+    params = inspect.signature(LEARNER_CLASSES[algorithm]).parameters
+    skip = {"n_features", "cost", "w", "seed", "self"}
+    return {name: p for name, p in params.items() if name not in skip}
+
+
+def params_for(algorithm: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Hyperparameters of ``algorithm``: ``ALGO.key`` entries override plain ``key`` ones.
+
+    Plain keys the algorithm does not take are skipped (``gamma`` means nothing to DRAL);
+    an ``ALGO.key`` it does not take is an error.
+    """
+    accepted = accepted_params(algorithm)
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if "." not in key and key in accepted:
+            out[key] = value
+    for key, value in params.items():
+        prefix, _, name = key.partition(".")
+        if name and prefix == algorithm:
+            if name not in accepted:
+                raise ReplayConfigError(
+                    f"{algorithm} takes no hyperparameter {name!r} (it takes {sorted(accepted)})"
+                )
+            out[name] = value
+    return out
+
+
+def check_params(algorithms: Sequence[str], params: Mapping[str, Any]) -> None:
+    known = set().union(*(accepted_params(a) for a in algorithms))
+    for key in params:
+        prefix, _, name = key.partition(".")
+        if name:
+            if prefix not in (*ALGORITHMS, *KERNEL_ALGORITHMS):
+                raise ReplayConfigError(f"unknown algorithm prefix in --param {key!r}")
+            continue
+        if key not in known:
+            raise ReplayConfigError(
+                f"no selected algorithm takes hyperparameter {key!r} (known: {sorted(known)})"
+            )
+
+
+def learner_kwargs(algorithm: str, options: ReplayOptions) -> dict[str, Any]:
+    """Keyword hyperparameters for ``make_learner(algorithm, ...)``: the routed
+    ``params`` plus, for kernel learners, the kernel and the budget."""
+    kwargs = params_for(algorithm, options.params)
+    accepted = accepted_params(algorithm)
+    if options.kernel is not None and "kernel" in accepted:
+        kwargs.setdefault("kernel", dict(options.kernel))
+    if options.budget is not None and "budget" in accepted:
+        kwargs["budget"] = options.budget
+    return kwargs

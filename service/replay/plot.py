@@ -1,0 +1,137 @@
+"""Figures of a replay (matplotlib, Agg backend: no display needed).
+
+:func:`plot_replay` draws the paper's five columns, one row per rejection cost ``d``:
+risk vs number of labels asked, average risk vs ``t``, fraction of labels asked vs ``t``,
+fraction misclassified vs ``t`` and fraction rejected vs ``t``; one line per algorithm
+(mean over runs) with a band of plus/minus one standard deviation over runs.
+
+:func:`plot_budget` draws risk and fraction asked against the support-set budget of the
+kernel learners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from service.replay.results import ReplayResult, Series  # noqa: E402
+
+__all__ = ["plot_budget", "plot_replay"]
+
+_COLOURS = {"dral": "tab:blue", "dsal": "tab:orange", "dsol": "tab:green"}
+_COLUMNS = (
+    ("loss", "risk vs labels asked", "labels asked (mean)", "average risk"),
+    ("loss", "average risk", "t", "average risk"),
+    ("asked", "fraction of labels asked", "t", "fraction asked"),
+    ("misclassified", "fraction misclassified", "t", "fraction misclassified"),
+    ("rejected", "fraction rejected", "t", "fraction rejected"),
+)
+
+
+def _style(algorithm: str) -> dict[str, Any]:
+    base = algorithm.removeprefix("kernel-")
+    return {
+        "color": _COLOURS.get(base, "tab:gray"),
+        "linestyle": "--" if algorithm.startswith("kernel-") else "-",
+        "label": algorithm.upper(),
+    }
+
+
+def _draw(ax: Any, series: Series, column: int, skip: int) -> None:
+    key = _COLUMNS[column][0]
+    x = series.mean("labels") if column == 0 else series.grid.astype(float)
+    mean, std = series.mean(key), series.std(key)
+    x, mean, std = x[skip:], mean[skip:], std[skip:]
+    style = _style(series.algorithm)
+    ax.plot(x, mean, linewidth=1.4, **style)
+    ax.fill_between(x, mean - std, mean + std, color=style["color"], alpha=0.18, linewidth=0)
+
+
+def plot_replay(result: ReplayResult, path: Path, *, title: str | None = None) -> None:
+    """Write the five-column figure of ``result`` to ``path`` (PNG)."""
+    costs = sorted({s.cost for s in result.series})
+    fig, axes = plt.subplots(
+        len(costs),
+        len(_COLUMNS),
+        figsize=(4.0 * len(_COLUMNS), 3.0 * len(costs) + 0.8),
+        squeeze=False,
+        layout="constrained",
+    )
+    for row, cost in enumerate(costs):
+        chosen = [s for s in result.series if s.cost == cost]
+        for col, (_, name, xlabel, ylabel) in enumerate(_COLUMNS):
+            ax = axes[row][col]
+            for series in chosen:
+                # the first few trials are averages of one or two losses: all noise
+                skip = int((series.grid < min(10, result.trials)).sum())
+                _draw(ax, series, col, skip)
+            ax.set_title(f"{name}, d = {cost:g}", fontsize=10)
+            ax.set_xlabel(xlabel, fontsize=9)
+            ax.set_ylabel(ylabel, fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.grid(True, alpha=0.3)
+            if col == 0:
+                ax.set_xscale("log")
+            ax.set_ylim(bottom=0.0)
+        axes[row][0].legend(fontsize=8, loc="upper right")
+    heading = title or f"{result.dataset}: {result.runs} runs x {result.trials} trials"
+    fig.suptitle(heading + "  (mean over runs, band = +/- 1 std)", fontsize=12)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_budget(
+    rows: Sequence[dict[str, Any]], path: Path, *, title: str = "risk vs kernel budget"
+) -> None:
+    """Write risk (with +/- 1 std bars) and fraction asked against the budget, one column
+    per cost and one line per algorithm.
+
+    ``rows`` are dicts with keys ``algorithm``, ``cost``, ``budget``, ``risk_mean``,
+    ``risk_std`` and ``asked`` (the rows of ``budget.json``).
+    """
+    costs = sorted({float(r["cost"]) for r in rows})
+    algorithms = list(dict.fromkeys(str(r["algorithm"]) for r in rows))
+    budgets = sorted({int(r["budget"]) for r in rows})
+    fig, axes = plt.subplots(
+        2, len(costs), figsize=(4.2 * len(costs), 6.4), squeeze=False, layout="constrained"
+    )
+    for col, cost in enumerate(costs):
+        ax_risk, ax_asked = axes[0][col], axes[1][col]
+        for algorithm in algorithms:
+            chosen = sorted(
+                (r for r in rows if r["algorithm"] == algorithm and float(r["cost"]) == cost),
+                key=lambda r: int(r["budget"]),
+            )
+            x = [int(r["budget"]) for r in chosen]
+            style = _style(algorithm)
+            ax_risk.errorbar(
+                x,
+                [float(r["risk_mean"]) for r in chosen],
+                yerr=[float(r["risk_std"]) for r in chosen],
+                marker="o",
+                markersize=4,
+                capsize=3,
+                **style,
+            )
+            ax_asked.plot(x, [float(r["asked"]) for r in chosen], marker="o", markersize=4, **style)
+        ax_risk.set_title(f"final average risk, d = {cost:g}", fontsize=10)
+        ax_asked.set_title(f"fraction of labels asked, d = {cost:g}", fontsize=10)
+        for ax in (ax_risk, ax_asked):
+            ax.set_xscale("log")
+            ax.set_xticks(budgets, [str(b) for b in budgets])
+            ax.minorticks_off()
+            ax.set_xlabel("budget (support examples)", fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.grid(True, alpha=0.3)
+            ax.set_ylim(bottom=0.0)
+        axes[0][col].legend(fontsize=8)
+    fig.suptitle(title + "  (mean over runs, bars = +/- 1 std)", fontsize=11)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

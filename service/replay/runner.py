@@ -1,0 +1,136 @@
+"""Run a replay: linear algorithms batched, kernel algorithms (or the stream service's
+labelled-only standardiser) one learner at a time.
+
+* Linear algorithms (``dral``, ``dsal``, ``dsol``) run batched: one
+  :class:`service.learning.BatchLearner` row per (algorithm, cost, run), all in lockstep.
+* Kernel algorithms (``kernel-dral``, ...), and every algorithm when the standardiser is
+  fitted on labelled examples only (``scaler_fit="labels"``), run through
+  :mod:`service.replay.sequential` (slower).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from service.learning import BatchLearner
+from service.replay.features import RunFeatures
+from service.replay.options import ReplayOptions, accepted_params, check_params, params_for
+from service.replay.protocol import (
+    ALGORITHMS,
+    Progress,
+    plan_trials,
+    replay_linear,
+)
+from service.replay.results import ReplayResult, Series
+from service.replay.sequential import replay_sequential
+
+__all__ = ["per_event_microseconds", "replay", "total_work"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _engine_factory(
+    options: ReplayOptions, n_features: int
+) -> Callable[[Sequence[str], FloatArray], BatchLearner]:
+    def make(algorithms: Sequence[str], row_costs: FloatArray) -> BatchLearner:
+        per_algo = {a: params_for(a, options.params) for a in algorithms}
+        rows_per_algo = row_costs.shape[0] // len(algorithms)
+        names = [a for a in algorithms for _ in range(rows_per_algo)]
+        defaults = {a: accepted_params(a) for a in algorithms}
+
+        def column(key: str, fallback: Any) -> list[Any]:
+            values = []
+            for a in names:
+                if key in per_algo[a]:
+                    values.append(per_algo[a][key])
+                elif key in defaults[a]:
+                    values.append(defaults[a][key].default)
+                else:
+                    values.append(fallback)
+            return values
+
+        return BatchLearner(
+            names,
+            n_features,
+            row_costs,
+            gamma=column("gamma", 1.0),
+            eta=column("eta", 1.0),
+            rho=column("rho", 1.0),
+            seed=options.seed,
+        )
+
+    return make
+
+
+def _batched(options: ReplayOptions) -> list[str]:
+    """Algorithms that run in the batched engine (the rest run sequentially)."""
+    if options.standardize and options.scaler_fit == "labels":
+        return []
+    return [a for a in options.algorithms if a in ALGORITHMS]
+
+
+def replay(
+    X: FloatArray,
+    y: npt.NDArray[np.int64],
+    options: ReplayOptions,
+    *,
+    dataset: str = "",
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Run the protocol of :mod:`service.replay.protocol` with ``options``.
+
+    ``progress`` receives numbers of (algorithm-independent) trials for the batched part
+    and of learner-trials for the sequential part; :func:`total_work` gives the sum.
+    """
+    check_params(options.algorithms, options.params)
+    started = time.perf_counter()
+    plan = plan_trials(X.shape[0], options.runs, options.trials, options.seed, options.sampling)
+    features = RunFeatures(X, plan, standardize=options.standardize, intercept=options.intercept)
+    batched = _batched(options)
+    one_by_one = [a for a in options.algorithms if a not in batched]
+    series: list[Series] = []
+    if batched:
+        result = replay_linear(
+            y,
+            plan,
+            algorithms=batched,
+            costs=options.costs,
+            features=features,
+            make_engine=_engine_factory(options, features.n_features),
+            grid_points=options.grid_points,
+            progress=progress,
+        )
+        series += result.series
+    if one_by_one:
+        series += replay_sequential(y, plan, features, options, one_by_one, progress)
+    order = {a: i for i, a in enumerate(options.algorithms)}
+    series.sort(key=lambda s: (order[s.algorithm], s.cost))
+    return ReplayResult(
+        dataset=dataset,
+        runs=options.runs,
+        trials=options.trials,
+        series=series,
+        settings=options.settings(),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def total_work(options: ReplayOptions) -> int:
+    """Sum of what ``replay`` reports to ``progress``."""
+    batched = _batched(options)
+    n_seq = len(options.algorithms) - len(batched)
+    return (options.trials if batched else 0) + n_seq * len(options.costs) * options.runs * (
+        options.trials
+    )
+
+
+def per_event_microseconds(series: Series, trials: int) -> float:
+    """Mean time of one decide (+ update when queried) of a sequential series, in us."""
+    runs = series.rho.shape[0]
+    return math.nan if not series.seconds else series.seconds / (runs * trials) * 1e6

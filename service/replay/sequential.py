@@ -1,0 +1,100 @@
+"""Replay one learner at a time: kernel learners, and the stream service's preprocessing.
+
+Every (algorithm, cost, run) gets its own learner from
+:func:`service.learning.make_learner`; its decisions, queries and updates follow the
+protocol of :mod:`service.replay.protocol` with the run's trials and coins.
+
+Inputs:
+
+* ``scaler_fit="events"`` (or no standardiser): the run's inputs from
+  :meth:`service.replay.features.RunFeatures.run`, shared by all learners of the run;
+* ``scaler_fit="labels"`` (with a standardiser): what a stream worker does. Each learner
+  owns a :class:`~service.learning.Pipeline`; a decision uses ``pipeline.transform(x)``
+  with the statistics learned so far, and a queried label first ``pipeline.learn(x)``,
+  then updates the learner with the re-transformed ``x``
+  (:func:`service.stream.handlers.apply_label`). The statistics then come from labelled
+  examples only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from service.learning import make_learner, zero_d_one_loss
+from service.replay.features import RunFeatures
+from service.replay.options import ReplayOptions, learner_kwargs
+from service.replay.protocol import Progress, TrialPlan
+from service.replay.results import COUNTS, Series, time_grid
+
+__all__ = ["replay_sequential"]
+
+
+def replay_sequential(
+    y: npt.NDArray[np.int64],
+    plan: TrialPlan,
+    features: RunFeatures,
+    options: ReplayOptions,
+    algorithms: Sequence[str],
+    progress: Progress | None = None,
+) -> list[Series]:
+    """One :class:`Series` per (algorithm, cost); ``Series.seconds`` is the time spent in
+    preprocessing, ``decide`` and ``update``."""
+    runs, trials = plan.runs, plan.trials
+    grid = time_grid(trials, options.grid_points)
+    slot = np.full(trials + 1, -1, dtype=np.int64)
+    slot[grid] = np.arange(grid.shape[0])
+    keys = [(a, c) for a in algorithms for c in options.costs]
+    counts = {k: {name: np.zeros((grid.shape[0], runs)) for name in COUNTS} for k in keys}
+    rho = {k: np.zeros(runs) for k in keys}
+    seconds = dict.fromkeys(keys, 0.0)
+    per_label = options.standardize and options.scaler_fit == "labels"
+    labels_all = y[plan.indices]
+    slots = slot.tolist()
+    for r in range(runs):
+        raw = features.X[plan.indices[r]]
+        z = raw if per_label else features.run(r)
+        ys, coins = labels_all[r].tolist(), plan.coins[r].tolist()
+        for a, c in keys:
+            learner = make_learner(
+                a,
+                n_features=features.n_features,
+                cost=c,
+                seed=options.seed,
+                **learner_kwargs(a, options),
+            )
+            pipe = features.pipeline() if per_label else None
+            loss = asked = wrong = rejected = 0.0
+            out = counts[(a, c)]
+            tic = time.perf_counter()
+            for t in range(trials):
+                yt = ys[t]
+                x = pipe.transform(raw[t]) if pipe is not None else z[t]
+                dec = learner.decide(x, coin=coins[t])
+                loss += zero_d_one_loss(yt * dec.score, dec.rho, c)
+                if dec.label == 0:
+                    rejected += 1.0
+                elif dec.label != yt:
+                    wrong += 1.0
+                if dec.query:
+                    asked += 1.0
+                    if pipe is not None:
+                        pipe.learn(raw[t])
+                        x = pipe.transform(raw[t])
+                    learner.update(x, yt)
+                g = slots[t + 1]
+                if g >= 0:
+                    out["loss"][g, r] = loss
+                    out["asked"][g, r] = asked
+                    out["misclassified"][g, r] = wrong
+                    out["rejected"][g, r] = rejected
+            seconds[(a, c)] += time.perf_counter() - tic
+            rho[(a, c)][r] = float(learner.rho)
+            if progress is not None:
+                progress(trials)
+    return [
+        Series(a, c, grid, counts[(a, c)], rho[(a, c)], seconds=seconds[(a, c)]) for a, c in keys
+    ]

@@ -1,0 +1,193 @@
+"""``abstain replay``: files written, their shape, and exit codes on errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.replay.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_replay_writes_summary_curves_and_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(["svmguide1", "--runs", "3", "--trials", "500", "--seed", "1", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) >= {"dataset", "runs", "trials", "results"}
+    assert (summary["dataset"], summary["runs"], summary["trials"]) == ("svmguide1", 3, 500)
+    assert len(summary["results"]) == 9
+    for entry in summary["results"]:
+        for key in ("risk_mean", "asked", "misclassified", "rejected"):
+            assert 0.0 <= entry[key] <= 1.0
+        assert entry["risk_std"] >= 0.0
+        assert entry["rho"] >= 0.0
+        assert entry["risk_mean"] == pytest.approx(
+            entry["misclassified"] + entry["cost"] * entry["rejected"]
+        )
+    with (out / "curves.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["algorithm"] for r in rows} == {"dral", "dsal", "dsol"}
+    assert {float(r["cost"]) for r in rows} == {0.1, 0.25, 0.4}
+    assert max(int(r["t"]) for r in rows) == 500
+    png = (out / "svmguide1.png").read_bytes()
+    assert png.startswith(PNG_MAGIC)
+    assert len(png) < 600_000
+    printed = capsys.readouterr()
+    assert str(out / "summary.json") in printed.out
+
+
+def test_subset_of_algorithms_and_costs_without_plot(tmp_path: Path) -> None:
+    code = main(
+        [
+            "svmguide1",
+            "--algorithms",
+            "dsal",
+            "--costs",
+            "0.2",
+            "--runs",
+            "2",
+            "--trials",
+            "100",
+            "--no-plot",
+            "--no-progress",
+            "--param",
+            "gamma=2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["algorithm"], r["cost"]) for r in summary["results"]] == [("dsal", 0.2)]
+    assert summary["settings"]["params"] == {"gamma": 2}
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_csv_dataset_is_accepted(tmp_path: Path) -> None:
+    data = tmp_path / "toy.csv"
+    lines = ["a,b,label"] + [f"{i % 7},{(i * 3) % 5},{int(i % 7 > 3)}" for i in range(60)]
+    data.write_text("\n".join(lines) + "\n")
+    code = main(
+        [str(data), "--runs", "1", "--trials", "50", "--no-plot", "--out", str(tmp_path / "o")]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["dataset"] == "toy"
+
+
+def test_kernel_budget_study_writes_table_and_figure(tmp_path: Path) -> None:
+    code = main(
+        [
+            "svmguide1",
+            "--kernel",
+            "poly",
+            "--algorithms",
+            "dral,dsal",
+            "--costs",
+            "0.25",
+            "--budgets",
+            "5,20",
+            "--runs",
+            "1",
+            "--trials",
+            "150",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    table = json.loads((tmp_path / "budget.json").read_text())
+    rows = table["results"]
+    assert {(r["algorithm"], r["budget"]) for r in rows} == {
+        (a, b) for a in ("kernel-dral", "kernel-dsal") for b in (5, 20)
+    }
+    assert all(r["us_per_event"] > 0 for r in rows)
+    assert table["settings"]["kernel"]["kind"] == "polynomial"
+    assert (tmp_path / "budget.png").read_bytes().startswith(PNG_MAGIC)
+    assert (tmp_path / "budget.csv").read_text().startswith("budget,algorithm,cost")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["no-such-dataset"], "not found"),
+        (["svmguide1", "--algorithms", "dral,svm"], "unknown algorithm"),
+        (["svmguide1", "--costs", "0.1,0.5"], "(0, 0.5)"),
+        (["svmguide1", "--costs", "0"], "(0, 0.5)"),
+        (["svmguide1", "--costs", "abc"], "numbers"),
+        (["svmguide1", "--runs", "0"], ">= 1"),
+        (["svmguide1", "--runs", "many"], "invalid int"),
+        (["svmguide1", "--param", "etaa=1"], "etaa"),
+        (["svmguide1", "--budgets", "10"], "kernel"),
+        (["svmguide1", "--format", "arff"], "invalid choice"),
+    ],
+)
+def test_errors_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+) -> None:
+    code = main([*args, "--trials", "20", "--no-progress", "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert fragment in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_malformed_dataset_exits_2_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:0.5\n0 1:oops\n")
+    assert main([str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "bad.svm:2" in capsys.readouterr().err
+
+
+def test_missing_out_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["svmguide1"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "--algorithms" in capsys.readouterr().out
+
+
+def test_module_entry_point_dispatches_to_replay(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "replay",
+            "svmguide1",
+            "--costs",
+            "0.7",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "cost must be in (0, 0.5)" in proc.stderr
+
+
+def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    args = ["svmguide1", "--runs", "1", "--trials", "20", "--no-plot", "--no-progress"]
+    assert main([*args, "--out", str(blocker / "sub")]) == 2
+    assert "error" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""Reading LIBSVM / CSV datasets: parsing, label mapping, errors, and the shared files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.datasets import (
+    DatasetError,
+    data_dir,
+    load_csv,
+    load_dataset,
+    load_libsvm,
+    resolve_dataset_path,
+)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- LIBSVM -----------------------------------------------------------------------------
+
+
+def test_libsvm_is_densified_with_one_based_indices(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.svm", "1 1:0.5 3:-2\n0 2:1.5\n")
+    X, y = load_libsvm(path)
+    assert X.dtype == np.float64
+    np.testing.assert_array_equal(X, [[0.5, 0.0, -2.0], [0.0, 1.5, 0.0]])
+    np.testing.assert_array_equal(y, [1, -1])
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [(["0", "1"], [-1, 1]), (["-1", "+1"], [-1, 1]), (["1.0", "0.0"], [1, -1])],
+)
+def test_libsvm_labels_map_to_minus_one_plus_one(
+    tmp_path: Path, tokens: list[str], expected: list[int]
+) -> None:
+    path = write(tmp_path, "a.svm", "".join(f"{t} 1:1\n" for t in tokens))
+    _, y = load_libsvm(path)
+    assert y.tolist() == expected
+
+
+def test_libsvm_n_features_pads_columns(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.svm", "1 2:1\n")
+    X, _ = load_libsvm(path, n_features=5)
+    assert X.shape == (1, 5)
+    assert X[0, 1] == 1.0
+
+
+def test_libsvm_skips_blank_lines_comments_and_qid(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.svm", "# header\n\n1 qid:3 1:2 # note\n\n-1 1:4\n")
+    X, y = load_libsvm(path)
+    np.testing.assert_array_equal(X, [[2.0], [4.0]])
+    np.testing.assert_array_equal(y, [1, -1])
+
+
+def test_libsvm_row_without_features_is_all_zero(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.svm", "1\n0 2:3\n")
+    X, _ = load_libsvm(path)
+    np.testing.assert_array_equal(X, [[0.0, 0.0], [0.0, 3.0]])
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("1 1:1\n2 1:1\n", 2, "label '2'"),
+        ("1 1:1\nyes 1:1\n", 2, "not a number"),
+        ("1 1:1\n\n1 0:1\n", 3, "index '0'"),
+        ("1 1:1\n1 a:1\n", 2, "index 'a'"),
+        ("1 1:x\n", 1, "not a number"),
+        ("1 1:nan\n", 1, "not finite"),
+        ("1 1:1 1:2\n", 1, "appears twice"),
+        ("1 1:1 2\n", 1, "expected index:value"),
+    ],
+)
+def test_libsvm_malformed_line_is_named(
+    tmp_path: Path, text: str, line: int, fragment: str
+) -> None:
+    path = write(tmp_path, "bad.svm", text)
+    with pytest.raises(DatasetError) as info:
+        load_libsvm(path)
+    message = str(info.value)
+    assert f"bad.svm:{line}:" in message
+    assert fragment in message
+
+
+def test_libsvm_index_beyond_n_features_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.svm", "1 4:1\n")
+    with pytest.raises(DatasetError, match="exceeds n_features=3"):
+        load_libsvm(path, n_features=3)
+
+
+def test_empty_file_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "empty.svm", "\n# nothing\n")
+    with pytest.raises(DatasetError, match="no data rows"):
+        load_libsvm(path)
+
+
+def test_missing_file_is_a_dataset_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="no such file"):
+        load_dataset(tmp_path / "absent.svm")
+
+
+def test_dataset_error_is_a_value_error() -> None:
+    assert issubclass(DatasetError, ValueError)
+
+
+# --- CSV --------------------------------------------------------------------------------
+
+
+def test_csv_without_header_uses_last_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.csv", "0.5,2,1\n1.5,-1,0\n")
+    X, y = load_csv(path)
+    np.testing.assert_array_equal(X, [[0.5, 2.0], [1.5, -1.0]])
+    np.testing.assert_array_equal(y, [1, -1])
+
+
+def test_csv_header_label_column_anywhere(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.csv", "a,Label,b\n1,-1,2\n3,1,4\n")
+    X, y = load_csv(path)
+    np.testing.assert_array_equal(X, [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(y, [-1, 1])
+
+
+def test_csv_header_without_label_uses_last_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.csv", "a,b,target\n1,2,0\n")
+    X, y = load_csv(path)
+    np.testing.assert_array_equal(X, [[1.0, 2.0]])
+    np.testing.assert_array_equal(y, [-1])
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("a,b,label\n1,2,1\n1,2\n", 3, "expected 3 fields"),
+        ("1,2,1\n1,x,0\n", 2, "column 2"),
+        ("1,2,1\n1,2,5\n", 2, "label '5'"),
+        ("1,2,1\n\n1,inf,1\n", 3, "not finite"),
+    ],
+)
+def test_csv_malformed_line_is_named(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+    path = write(tmp_path, "bad.csv", text)
+    with pytest.raises(DatasetError) as info:
+        load_csv(path)
+    assert f"bad.csv:{line}:" in str(info.value)
+    assert fragment in str(info.value)
+
+
+# --- format detection and paths ---------------------------------------------------------
+
+
+def test_autodetect_picks_csv_by_content(tmp_path: Path) -> None:
+    path = write(tmp_path, "data.txt", "1,2,1\n3,4,0\n")
+    X, y = load_dataset(path)
+    assert X.shape == (2, 2)
+    assert y.tolist() == [1, -1]
+
+
+def test_autodetect_picks_libsvm_by_content(tmp_path: Path) -> None:
+    path = write(tmp_path, "data.csv.txt", "1 1:1 2:2\n")
+    X, _ = load_dataset(path)
+    np.testing.assert_array_equal(X, [[1.0, 2.0]])
+
+
+def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
+    path = write(tmp_path, "data.csv", "1 1:1\n")
+    with pytest.raises(DatasetError):
+        load_dataset(path)  # sniffed as CSV by its suffix: one field is not enough
+    X, _ = load_dataset(path, format="libsvm")
+    assert X.shape == (1, 1)
+
+
+def test_data_dir_honours_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABSTAIN_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    (tmp_path / "toy").mkdir()
+    write(tmp_path / "toy", "toy", "1 1:1\n")
+    assert resolve_dataset_path("toy") == tmp_path / "toy" / "toy"
+
+
+def test_data_dir_default_is_next_to_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABSTAIN_DATA_DIR", raising=False)
+    repo = Path(__file__).resolve().parent.parent
+    assert data_dir() == repo.parent / "shared" / "data"
+
+
+def test_unknown_dataset_name_lists_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ABSTAIN_DATA_DIR", str(tmp_path))
+    with pytest.raises(DatasetError, match="not found") as info:
+        resolve_dataset_path("nope")
+    assert str(tmp_path / "nope") in str(info.value)
+
+
+# --- the shared files (counts from the data README) -------------------------------------
+
+
+def test_phishing_has_documented_shape_and_label_counts() -> None:
+    X, y = load_dataset(resolve_dataset_path("phishing"), format="libsvm")
+    assert X.shape == (11055, 68)
+    assert int((y == -1).sum()) == 4898
+    assert int((y == 1).sum()) == 6157
+    # one-hot rows: 30 non-zeros of 0.18257 each
+    assert set(np.count_nonzero(X, axis=1).tolist()) == {30}
+    assert set(np.unique(X).tolist()) == {0.0, 0.18257}
+
+
+def test_svmguide1_has_documented_shape_and_label_counts() -> None:
+    X, y = load_dataset(resolve_dataset_path("svmguide1"))
+    assert X.shape == (3089, 4)
+    assert int((y == -1).sum()) == 1089
+    assert int((y == 1).sum()) == 2000
+
+
+def test_svmguide1_test_split_has_documented_counts() -> None:
+    X, y = load_dataset(resolve_dataset_path("svmguide1/svmguide1.t"))
+    assert X.shape == (4000, 4)
+    assert int((y == -1).sum()) == 2000
+    assert int((y == 1).sum()) == 2000
