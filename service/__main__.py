@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("service.stream.cli", "run a stream worker (score events, learn from labels)"),
     "demo": ("service.demo", "local Kafka + worker + demo stream + simulated labeller"),
     "labels": ("service.stream.cli", "list pending label requests / submit labels"),
+    "rebuild": ("service.stream.cli", "rebuild a model by replaying its label log"),
     "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
     "kafka": ("service.localkafka", "start / stop / status of a local single-node Kafka"),
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"abstain: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    code: int = module.main([name, *rest]) if name in {"worker", "labels"} else module.main(rest)
+    shared = {"worker", "labels", "rebuild"}  # service.stream.cli serves these three
+    code: int = module.main([name, *rest]) if name in shared else module.main(rest)
     return code
 
 

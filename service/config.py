@@ -24,10 +24,11 @@ False
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import orjson
 from pydantic import (
@@ -146,13 +147,38 @@ class Partitions(BaseModel):
     dead_letters: int = Field(default=1, ge=1)
 
 
+_WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - names, not binds
+
+
 class Web(BaseModel):
-    """HTTP server for /metrics, /healthz, /readyz and /labels."""
+    """HTTP server for /metrics, /healthz, /readyz and /labels.
+
+    ``host`` is the address the server binds to (``0.0.0.0`` in a container);
+    ``advertised_host`` is the name other workers and faust links use to reach it, by
+    default ``host`` itself, or this machine's host name when ``host`` is a wildcard.
+
+    >>> Web(host="10.0.0.5").advertised
+    '10.0.0.5'
+    >>> Web(host="0.0.0.0", advertised_host="pod-1.svc").advertised
+    'pod-1.svc'
+    """
 
     model_config = _FROZEN
 
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="bind address")
     port: int = Field(default=6066, ge=0, le=65535)
+    advertised_host: str | None = Field(
+        default=None, description="host name to advertise (default: see class docstring)"
+    )
+
+    @property
+    def advertised(self) -> str:
+        """The host name to advertise for this worker's web server."""
+        if self.advertised_host:
+            return self.advertised_host
+        if self.host in _WILDCARD_HOSTS:
+            return socket.gethostname()
+        return self.host
 
 
 class KafkaSecurity(BaseModel):
@@ -249,8 +275,12 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=1_000_000, ge=64)
     max_features: int = Field(default=100_000, ge=1)
     stall_seconds: float = Field(default=60.0, gt=0.0)
-    batch_size: int = Field(default=64, ge=1)
-    batch_window_seconds: float = Field(default=0.02, gt=0.0)
+    batch_size: int = Field(
+        default=256, ge=1, description="most events scored together (one decide_many)"
+    )
+    batch_window_seconds: float = Field(
+        default=0.005, gt=0.0, description="longest wait to fill a scoring batch"
+    )
     orphan_label_seconds: float = Field(
         default=30.0,
         gt=0.0,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from service.config import ConfigError, KafkaSecurity, Settings, load_settings
+
+WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
 
 @pytest.fixture(autouse=True)
@@ -166,3 +169,21 @@ def test_feature_names_and_count_must_agree() -> None:
         )
     s = Settings(models={"m": {"feature_names": ["a", "b"]}}, default_model="m")
     assert s.models["m"].n_inputs == 2
+
+
+def test_wildcard_bind_advertises_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABSTAIN_WEB__HOST", WILDCARD)  # what the Helm chart sets
+    web = load_settings().web
+    assert web.host == WILDCARD
+    assert web.advertised == socket.gethostname() != WILDCARD
+
+
+def test_advertised_host_can_be_set_and_a_concrete_bind_is_advertised_as_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ABSTAIN_WEB__HOST", WILDCARD)
+    monkeypatch.setenv("ABSTAIN_WEB__ADVERTISED_HOST", "abstain-0.abstain.svc")
+    assert load_settings().web.advertised == "abstain-0.abstain.svc"
+    monkeypatch.delenv("ABSTAIN_WEB__ADVERTISED_HOST")
+    monkeypatch.setenv("ABSTAIN_WEB__HOST", "10.1.2.3")
+    assert load_settings().web.advertised == "10.1.2.3"

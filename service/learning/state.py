@@ -12,7 +12,9 @@ Preprocessing uses ``"format": "abstain.preprocessor"`` (one step, with ``"kind"
 ``"abstain.pipeline"`` (``"steps"``: a list of preprocessor records).
 
 Floats are stored as Python floats: :mod:`json` (and orjson) write the shortest repr that
-reads back to the same double, so a JSON round trip is bit-exact.
+reads back to the same double, so a JSON round trip is bit-exact. Integers wider than
+64 bits (the random generator's 128-bit words) are written as decimal strings, so any JSON
+library (orjson included) round-trips a state exactly.
 
 Anything unreadable raises :class:`~service.learning.errors.StateError` with what to do.
 
@@ -157,17 +159,45 @@ def read_floats(
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    """The generator's bit-generator state (plain ints and strings: JSON-safe)."""
-    return dict(rng.bit_generator.state)
+    """The generator's bit-generator state, JSON-safe for any JSON library: PCG64's 128-bit
+    ``state`` and ``inc`` are written as decimal strings (most JSON libraries refuse, or
+    round to a float, integers wider than 64 bits).
+
+    >>> s = rng_state(np.random.default_rng(0))
+    >>> isinstance(s["state"]["state"], str), int(s["state"]["inc"]) > 2**64
+    (True, True)
+    """
+    raw = dict(rng.bit_generator.state)
+    inner = raw.get("state")
+    if isinstance(inner, Mapping):
+        raw["state"] = {k: str(v) if isinstance(v, int) else v for k, v in inner.items()}
+    return raw
+
+
+def _wide_int(value: Any, key: str) -> int:
+    """A 128-bit generator word written as a decimal string (or, as older records did, an int)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise StateError(
+        f"state field 'rng.state.{key}' must be a non-negative decimal integer string; "
+        f"{_WHAT_TO_DO}"
+    )
 
 
 def rng_from_state(state: Any) -> np.random.Generator:
     """Rebuild a PCG64 generator from :func:`rng_state` output."""
     if not isinstance(state, Mapping) or state.get("bit_generator") != "PCG64":
         raise StateError(f"state field 'rng' must be a PCG64 generator state; {_WHAT_TO_DO}")
+    inner = state.get("state")
+    if not isinstance(inner, Mapping):
+        raise StateError(f"state field 'rng.state' must be an object; {_WHAT_TO_DO}")
+    words = {key: _wide_int(inner.get(key), key) for key in ("state", "inc")}
     bit_generator = np.random.PCG64()
     try:
-        bit_generator.state = dict(state)  # type: ignore[assignment]
+        full: dict[str, Any] = {**state, "state": words}
+        bit_generator.state = full  # type: ignore[assignment]
     except (TypeError, ValueError, KeyError) as exc:
         raise StateError(f"state field 'rng' is corrupt: {exc}; {_WHAT_TO_DO}") from exc
     return np.random.Generator(bit_generator)

@@ -13,17 +13,20 @@ Wiring only; the logic lives in :mod:`service.stream.handlers` (scoring, learnin
   time and publishes each new model version to the compacted models topic.
 
 Snapshots are followed by :func:`service.stream.snapshots.follow_models` (app task).
-A one-second timer refreshes gauges and liveness (lag and progress per partition); the web
-pages are mounted by :mod:`service.stream.pages`.
+A one-second timer (``app.housekeeping``) refreshes gauges and liveness
+(:mod:`service.stream.liveness`); the web pages are mounted by :mod:`service.stream.pages`.
+Outputs go straight to the producer's buffer without awaiting each delivery: faust flushes
+the producer before it commits consumed offsets, so delivery stays at-least-once.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
@@ -35,6 +38,7 @@ from service.config import Settings
 from service.metrics import IGNORED_REASONS, Metrics
 from service.stream import handlers
 from service.stream.handlers import RawMessage, ServedModel
+from service.stream.liveness import liveness_check
 from service.stream.pages import mount_web
 from service.stream.records import (
     BadMessage,
@@ -42,7 +46,6 @@ from service.stream.records import (
     Label,
     decode_state,
     dumps,
-    encode_state,
     parse_label,
     parse_label_request,
 )
@@ -62,6 +65,7 @@ class AbstainApp(faust.App):
     """A faust app that carries its :class:`Runtime` (metrics, models, progress)."""
 
     runtime: Runtime
+    housekeeping: Callable[[], Awaitable[None]]  # what the one-second timer runs
 
 
 def _topic(app: Any, name: str, partitions: int, **kw: Any) -> Any:
@@ -112,12 +116,13 @@ def create_app(
         datadir=str(s.datadir / s.app_id),
         autodiscover=False,
         web_enabled=True,
-        web_host=s.web.host,
+        web_host=s.web.advertised,  # what faust advertises (links, other workers)
         web_port=s.web.port,
-        web_bind=s.web.host,
+        web_bind=s.web.host,  # where it listens
         topic_partitions=s.partitions.labels,
         topic_replication_factor=1,
         producer_max_request_size=max(1_048_576, s.max_message_bytes * 2),
+        producer_max_batch_size=262_144,  # a batch of label requests in a few produce calls
         consumer_max_fetch_size=max(1_048_576, s.max_message_bytes * 2),
         processing_guarantee="at_least_once",
         broker_commit_interval=s.commit_interval_seconds,
@@ -142,7 +147,7 @@ def create_app(
         value_serializer="raw",
         internal=True,
     )
-    # Table values are bytes we encode ourselves (model states hold >64-bit integers).
+    # Table values are bytes we encode ourselves (records.dumps / records.encode_state).
     models_table = app.Table("models", partitions=parts.labels, key_type=bytes, value_type=bytes)
     pending_table = app.Table("pending", partitions=parts.labels, key_type=bytes, value_type=bytes)
 
@@ -172,9 +177,19 @@ def create_app(
     index_partitions: list[frozenset[int] | None] = [None]
     slim_keys = ("model", "requested_at", "expires_at", "partition", "applied")
 
+    # expiry order per partition (expires_at, key): a sweep pops what is due instead of
+    # scanning every pending request
+    expiry: dict[int, list[tuple[float, str]]] = {}
+
+    def index_add(key: str, entry: dict[str, Any]) -> None:
+        if key not in index:
+            heap = expiry.setdefault(int(entry.get("partition", -1)), [])
+            heapq.heappush(heap, (float(entry["expires_at"]), key))
+        index[key] = {k: entry.get(k) for k in slim_keys}
+
     def pending_put(key: str, entry: dict[str, Any]) -> None:
         pending_table[key.encode()] = dumps(entry)
-        index[key] = {k: entry.get(k) for k in slim_keys}
+        index_add(key, entry)
 
     def pending_del(key: str) -> None:
         del pending_table[key.encode()]
@@ -184,9 +199,20 @@ def create_app(
         if index_partitions[0] == partitions:
             return
         index.clear()
+        expiry.clear()
         for key, entry in pending_entries():
-            index[key] = {k: entry.get(k) for k in slim_keys}
+            index_add(key, entry)
         index_partitions[0] = partitions
+
+    def due(partition: int, now: float) -> list[tuple[str, dict[str, Any]]]:
+        """Pending entries of ``partition`` past expiry plus grace (taken off the heap)."""
+        heap = expiry.get(partition, [])
+        out: list[tuple[str, dict[str, Any]]] = []
+        while heap and now > heap[0][0] + s.expired_grace_seconds:
+            _, key = heapq.heappop(heap)
+            if key in index:
+                out.append((key, index[key]))
+        return out
 
     outputs = (decisions, label_requests, labels, models_topic, dead_letters, features)
 
@@ -196,7 +222,7 @@ def create_app(
 
     async def send_dead(letter: DeadLetter) -> None:
         metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
-        await dead_letters.send(key=None, value=letter.to_json())
+        await publish(t.dead_letters, None, letter.to_json())
 
     def _score(msgs: list[RawMessage], now: float) -> handlers.ScoreResult:
         return handlers.score_batch(
@@ -232,6 +258,24 @@ def create_app(
             result.event_ts += one.event_ts
         return result
 
+    # Per-model metric children, bound once (a labels() lookup per event costs more than
+    # the decision itself).
+    bound = {
+        m: (
+            metrics.events.labels(model=m),
+            metrics.decisions.labels(model=m, action="predict"),
+            metrics.decisions.labels(model=m, action="reject"),
+            metrics.decide_latency.labels(model=m),
+            metrics.label_requests.labels(model=m),
+        )
+        for m in s.models
+    }
+
+    async def publish(topic: str, key: bytes | None, value: bytes) -> None:
+        """Hand a record to the producer's buffer; delivery is not awaited here. faust
+        flushes the producer before it commits consumed offsets (at-least-once)."""
+        await app.producer.send(topic, key, value, partition=None, timestamp=None, headers=None)
+
     @app.agent(features, name="abstain.score")
     async def score(stream: Any) -> None:
         await declare_outputs()
@@ -245,18 +289,34 @@ def create_app(
             result = _score_guarded(msgs, clock())
             per_event = (time.perf_counter() - started) / max(1, len(msgs))
             for d in result.decisions:
-                await decisions.send(key=d.id.encode(), value=d.to_json())
-                metrics.events.labels(model=d.model).inc()
-                metrics.decisions.labels(model=d.model, action=d.action).inc()
-                metrics.decide_latency.labels(model=d.model).observe(per_event)
-                rt.recent_queries[d.model].append(d.queried)
+                await publish(t.decisions, d.id.encode(), d.to_json())
             for r in result.label_requests:
-                await label_requests.send(key=r.model.encode(), value=r.to_json())
-                metrics.label_requests.labels(model=r.model).inc()
+                await publish(t.label_requests, r.model.encode(), r.to_json())
             for letter in result.dead_letters:
                 await send_dead(letter)
+            _count_scored(result, per_event)
+            last: dict[tuple[str, int], int] = {}
             for m in msgs:
-                rt.progress.mark(m.topic, m.partition, m.offset)
+                last[(m.topic, m.partition)] = max(m.offset, last.get((m.topic, m.partition), -1))
+            for (topic, partition), offset in last.items():
+                rt.progress.mark(topic, partition, offset)
+
+    def _count_scored(result: handlers.ScoreResult, per_event: float) -> None:
+        counts: dict[str, list[int]] = {}
+        for d in result.decisions:
+            c = counts.setdefault(d.model, [0, 0, 0])
+            c[0 if d.action == "predict" else 1] += 1
+            rt.recent_queries[d.model].append(d.queried)
+        for r in result.label_requests:
+            counts.setdefault(r.model, [0, 0, 0])[2] += 1
+        for model, (predicted, rejected, requested) in counts.items():
+            events, predict, reject, latency, label_reqs = bound[model]
+            events.inc(predicted + rejected)
+            predict.inc(predicted)
+            reject.inc(rejected)
+            label_reqs.inc(requested)
+            for _ in range(predicted + rejected):
+                latency.observe(per_event)
 
     @app.agent(learn_channel, name="abstain.learn", concurrency=1)
     async def learn(stream: Any) -> None:
@@ -307,8 +367,10 @@ def create_app(
                 )
             )
             return
-        entry = handlers.store_request(pending_get(request.request_id), request, raw.partition)
-        if entry is None:
+        if request.request_id.encode() in pending_table:
+            return  # a re-sent request must not reset an answered one (no decode needed)
+        entry = handlers.store_request(None, request, raw.partition)
+        if entry is None:  # pragma: no cover - only for an existing entry
             return
         pending_put(request.request_id, entry)
         orphan = orphan_get(request.request_id)
@@ -355,8 +417,9 @@ def create_app(
         )
         if outcome.kind == "applied":
             assert outcome.state is not None  # noqa: S101
+            assert outcome.encoded is not None  # noqa: S101
             assert outcome.pending is not None  # noqa: S101
-            encoded = encode_state(outcome.state)
+            encoded = outcome.encoded
             models_table[m.encode()] = encoded
             pending_put(label.request_id, outcome.pending)
             await models_topic.send(key=m.encode(), value=encoded)
@@ -375,7 +438,7 @@ def create_app(
     async def _sweep(partition: int) -> None:
         now = clock()
         drop, unanswered = handlers.sweep_expired(
-            list(index.items()), partition=partition, now=now, grace=s.expired_grace_seconds
+            due(partition, now), partition=partition, now=now, grace=s.expired_grace_seconds
         )
         for key in drop:
             pending_del(key)
@@ -400,8 +463,8 @@ def create_app(
         await declare_outputs()
         await follow_models(s, book, consumer_kwargs=s.security.aiokafka_kwargs())
 
-    @app.timer(1.0)  # type: ignore[untyped-decorator]
     async def housekeeping() -> None:
+        """Readiness, pending-request gauges, query rate and liveness (every second)."""
         tables: Any = app.tables
         rt.recovered = bool(tables.recovery.completed.is_set())
         metrics.ready.set(1 if rt.ready else 0)
@@ -415,6 +478,9 @@ def create_app(
                 metrics.query_rate.labels(model=model).set(sum(recent) / len(recent))
         await _liveness(now)
 
+    app.timer(1.0)(housekeeping)
+    app.housekeeping = housekeeping
+
     def _pending_gauges(now: float) -> None:
         count = dict.fromkeys(s.models, 0)
         oldest = dict.fromkeys(s.models, now)
@@ -427,40 +493,7 @@ def create_app(
             metrics.pending_requests.labels(model=model).set(count[model])
             metrics.oldest_pending_age.labels(model=model).set(now - oldest[model])
 
-    watched = {t.features, t.label_requests, t.labels}
-    known_tps: set[tuple[str, int]] = set()
-
-    async def _liveness(now: float) -> None:
-        stalled: list[str] = []
-        current: set[tuple[str, int]] = set()
-        for tp in app.consumer.assignment():
-            if tp.topic not in watched:
-                continue
-            key = (tp.topic, tp.partition)
-            current.add(key)
-            if key not in rt.progress.times:
-                rt.progress.times[key] = now  # assignment counts as progress
-            high = app.consumer.highwater(tp)
-            done = rt.progress.offsets.get(key)
-            if done is not None:
-                position: int | None = done + 1
-            else:  # nothing processed since assignment: where the consumer stands
-                position = await app.consumer.position(tp)
-            known = high is not None and high >= 0 and position is not None
-            lag = max(0, int(high) - int(position)) if known else 0  # type: ignore[arg-type]
-            last = rt.progress.times[key]
-            metrics.set_partition(tp.topic, tp.partition, lag=lag, progress_ts=last)
-            if lag > 0 and now - last > s.stall_seconds:
-                stalled.append(f"{tp.topic}[{tp.partition}] lag={lag}")
-        for topic, partition in known_tps - current:
-            metrics.remove_partition(topic, partition)
-            rt.progress.offsets.pop((topic, partition), None)
-            rt.progress.times.pop((topic, partition), None)
-        known_tps.clear()
-        known_tps.update(current)
-        rt.stalled = stalled
-        rt.live = not stalled
-        metrics.live.set(1 if rt.live else 0)
+    _liveness = liveness_check(app, rt, {t.features, t.label_requests, t.labels})
 
     mount_web(app, rt, pending_entries, labels)
     return app

@@ -5,10 +5,13 @@
     abstain worker [--broker HOST:PORT] [--web-port N] [--config FILE] [--app-id ID]
     abstain labels list   [--broker ...] [--config FILE] [--limit N]
     abstain labels submit --request-id ID --label {1,-1} [--model NAME] [--by WHO]
+    abstain rebuild --model NAME [--publish] [--broker ...] [--config FILE]
 
 Settings come from the environment (``ABSTAIN_*``) and the optional config file; the flags
 override both. ``labels list`` reads the label-requests and labels topics from the start
 and prints the requests that are neither answered nor expired (JSON, one per line).
+``rebuild`` replays a model's label log (:mod:`service.stream.rebuild`) and prints the
+rebuilt state's summary as JSON; ``--publish`` writes the state to the models topic.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from service.config import ConfigError, Settings, load_settings
-from service.stream.records import BadMessage, Label, decode_json, dumps
+from service.stream.rebuild import LogRecord, Rebuilt, rebuild_model, summary
+from service.stream.records import BadMessage, Label, decode_json, dumps, encode_state
 from service.stream.snapshots import topic_partitions
 
 __all__ = ["main"]
@@ -45,13 +49,15 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: ``argv[0]`` is ``worker`` or ``labels``."""
-    if not argv or argv[0] not in {"worker", "labels"}:
-        print("usage: abstain worker|labels ...", file=sys.stderr)
+    """Entry point: ``argv[0]`` is ``worker``, ``labels`` or ``rebuild``."""
+    if not argv or argv[0] not in {"worker", "labels", "rebuild"}:
+        print("usage: abstain worker|labels|rebuild ...", file=sys.stderr)
         return 2
     try:
         if argv[0] == "worker":
             return _worker(argv[1:])
+        if argv[0] == "rebuild":
+            return _rebuild(argv[1:])
         return _labels(argv[1:])
     except ConfigError as exc:
         print(f"abstain: {exc}", file=sys.stderr)
@@ -117,6 +123,55 @@ def _labels(argv: list[str]) -> int:
     asyncio.run(submit_label(settings, label))
     print(f"submitted label {label.label} for request {label.request_id}")
     return 0
+
+
+def _rebuild(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="abstain rebuild", description="rebuild a model by replaying its label log"
+    )
+    _common(parser)
+    parser.add_argument("--model", required=True, help="configured model name")
+    parser.add_argument(
+        "--publish", action="store_true", help="write the rebuilt state to the models topic"
+    )
+    args = parser.parse_args(argv)
+    settings = _settings(args)
+    if args.model not in settings.models:
+        print(f"abstain: no model named {args.model!r} in the settings", file=sys.stderr)
+        return 2
+    rebuilt = asyncio.run(rebuild_from_topics(settings, args.model))
+    if args.publish:
+        asyncio.run(
+            _produce(settings, settings.topics.models, args.model.encode(),
+                     encode_state(rebuilt.state))
+        )  # fmt: skip
+    print(dumps({**summary(rebuilt), "published": bool(args.publish)}).decode())
+    return 0
+
+
+async def rebuild_from_topics(settings: Settings, model: str) -> Rebuilt:
+    """Read the label-requests and labels topics from the start and rebuild ``model``."""
+
+    def records(raw: list[Any]) -> list[LogRecord]:
+        return [LogRecord(r.partition, r.offset, int(r.timestamp), r.value) for r in raw
+                if r.value is not None]  # fmt: skip
+
+    requests = records(await read_topic(settings, settings.topics.label_requests))
+    labels = records(await read_topic(settings, settings.topics.labels))
+    return rebuild_model(settings, model, requests, labels)
+
+
+async def _produce(settings: Settings, topic: str, key: bytes, value: bytes) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        max_request_size=max(1_048_576, settings.max_message_bytes * 2),
+        **settings.security.aiokafka_kwargs(),
+    )
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=key)
+    finally:
+        await producer.stop()
 
 
 async def submit_label(settings: Settings, label: Label) -> None:

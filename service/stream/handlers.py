@@ -37,19 +37,28 @@ import numpy as np
 from service.config import ModelConfig
 from service.learning import (
     Intercept,
+    NonFiniteError,
     OnlineStandardizer,
     Pipeline,
     learner_from_state,
     make_learner,
+)
+from service.stream.joins import (
+    LabelOutcome,
+    apply_label,
+    park_label,
+    store_request,
+    sweep_expired,
+    sweep_orphans,
+    unpark_label,
+    zero_one_d_loss,
 )
 from service.stream.records import (
     BadMessage,
     DeadLetter,
     Decision,
     FeatureEvent,
-    Label,
     LabelRequest,
-    encode_state,
     parse_feature_event,
 )
 
@@ -100,17 +109,6 @@ def coin(model: str, event_id: str, version: int, purpose: str = "query") -> flo
         f"{purpose}\x1f{model}\x1f{event_id}\x1f{version}".encode(), digest_size=8
     ).digest()
     return (int.from_bytes(digest, "big") >> 11) / float(1 << 53)
-
-
-def zero_one_d_loss(decided: int, label: int, cost: float) -> float:
-    """The 0-d-1 loss of a served decision: 0 right, 1 wrong, ``cost`` if rejected.
-
-    >>> zero_one_d_loss(1, 1, 0.2), zero_one_d_loss(-1, 1, 0.2), zero_one_d_loss(0, -1, 0.2)
-    (0.0, 1.0, 0.2)
-    """
-    if decided == 0:
-        return cost
-    return 0.0 if decided == label else 1.0
 
 
 def build_pipeline(config: ModelConfig) -> Pipeline:
@@ -284,9 +282,24 @@ def score_batch(
     results: dict[int, tuple[int, float, float, bool, float]] = {}
     for name, idx in by_model.items():
         served = models[name]
-        z = served.pipeline.transform_many(np.stack([parsed[i][3] for i in idx]))
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+            z = served.pipeline.transform_many(np.stack([parsed[i][3] for i in idx]))
         coins = np.array([coin(name, parsed[i][1].id, served.version) for i in idx])
-        labels, scores, probs, queries = served.learner.decide_many(z, coins=coins)
+        try:
+            labels, scores, probs, queries = served.learner.decide_many(z, coins=coins)
+        except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
+            labels, scores, probs, queries, keep = _decide_rows(served, z, coins)
+            for j, i in enumerate(idx):
+                if not keep[j]:
+                    msg = parsed[i][0]
+                    out.dead_letters.append(
+                        DeadLetter(
+                            source, msg.topic, msg.partition, msg.offset, "non_finite",
+                            f"model {name!r}: the scaled features or the score overflow",
+                            msg.value,
+                        )
+                    )  # fmt: skip
+            idx = [i for j, i in enumerate(idx) if keep[j]]
         audit = served.config.audit_rate
         for j, i in enumerate(idx):
             p = float(probs[j])
@@ -295,6 +308,8 @@ def score_batch(
             p_eff = p + audit - p * audit
             results[i] = (int(labels[j]), float(scores[j]), p, queried, p_eff)
     for i, (_, event, served, raw) in enumerate(parsed):
+        if i not in results:  # refused above
+            continue
         label, score, _, queried, p_eff = results[i]
         rho = float(served.learner.rho)
         out.decisions.append(
@@ -332,167 +347,24 @@ def score_batch(
     return out
 
 
-def store_request(
-    existing: Mapping[str, Any] | None, request: LabelRequest, partition: int
-) -> dict[str, Any] | None:
-    """The pending-table value for a new label request, or None to keep ``existing``
-    (a re-sent request must not reset an answered one)."""
-    if existing is not None:
-        return None
-    entry = request.to_dict()
-    entry.update(partition=partition, applied=False)
-    return entry
-
-
-@dataclass(frozen=True, slots=True)
-class LabelOutcome:
-    """What a label did. ``kind``: "applied", "ignored" (redelivered: no effect, no dead
-    letter), "dead" (dead-lettered with ``reason``), "refused" (the update was not finite)."""
-
-    kind: str
-    reason: str = ""
-    detail: str = ""
-    state: dict[str, Any] | None = None  # new model state when applied
-    pending: dict[str, Any] | None = None  # new pending entry when applied
-    iw_loss: float = 0.0
-    turnaround: float = 0.0
-
-
-def apply_label(
-    config: ModelConfig,
-    state: dict[str, Any],
-    pending: Mapping[str, Any] | None,
-    label: Label,
-    offset: int,
-    *,
-    now: float,
-    parked: bool = False,
-) -> LabelOutcome:
-    """Join a label with its pending request and update the model at its CURRENT (w, rho).
-
-    The standardiser learns from the labelled example first, then the learner updates on the
-    transformed example. Returns a new state (the input is never mutated).
-
-    ``parked``: the label was consumed earlier (before its request, see :func:`park_label`)
-    and is applied now that the request arrived, so its offset may lie below
-    ``labels_offset`` without being a redelivery."""
-    if not parked and offset <= int(state["labels_offset"]):
-        return LabelOutcome("ignored", "redelivered", f"offset {offset} already applied")
-    if pending is None or pending.get("model") != label.model:
-        return LabelOutcome("dead", "unknown_request", f"no pending request {label.request_id}")
-    if pending.get("applied"):
-        return LabelOutcome("dead", "already_applied", f"request {label.request_id} answered")
-    if now > float(pending["expires_at"]):
-        return LabelOutcome("dead", "expired", f"request {label.request_id} expired")
-    x = np.asarray(pending["features"], dtype=np.float64)
-    pipeline = Pipeline.from_state(state["pipeline"])
-    learner = learner_from_state(state["learner"])
-    try:
-        with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
-            pipeline.learn(x)
-            z = pipeline.transform(x)
-            learner.update(z, label.label)
-        new_pipeline = pipeline.to_state()
-        new_learner = learner.to_state()
-    except ValueError as exc:
-        return LabelOutcome("refused", "non_finite", f"update refused: {exc}")
-    w = getattr(learner, "w", None)  # kernel learners keep a support set instead
-    if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
-        return LabelOutcome("refused", "non_finite", "update gave non-finite parameters")
-    p = float(pending["query_probability"])
-    loss = zero_one_d_loss(int(pending["decided_label"]), label.label, config.cost) / p
-    new_state = {
-        **state,
-        "version": int(state["version"]) + 1,
-        "pipeline": new_pipeline,
-        "learner": new_learner,
-        "labels_offset": max(offset, int(state["labels_offset"])),
-        "labels_applied": int(state["labels_applied"]) + 1,
-        "iw_loss": float(state["iw_loss"]) + loss,
-        "iw_weight": float(state["iw_weight"]) + 1.0 / p,
-        "updated_at": now,
-    }
-    try:  # the standardiser's running sums can overflow without an error: check it all
-        encode_state(new_state)
-    except ValueError:
-        return LabelOutcome("refused", "non_finite", "update gave a non-finite model state")
-    new_pending = {
-        **pending,
-        "applied": True,
-        "label": label.label,
-        "labelled_by": label.labelled_by,
-        "applied_at": now,
-    }
-    return LabelOutcome(
-        "applied",
-        state=new_state,
-        pending=new_pending,
-        iw_loss=loss,
-        turnaround=max(0.0, now - float(pending["requested_at"])),
-    )
-
-
-def sweep_expired(
-    entries: Sequence[tuple[str, Mapping[str, Any]]],
-    *,
-    partition: int,
-    now: float,
-    grace: float = 0.0,
-) -> tuple[list[str], list[str]]:
-    """Pending entries of ``partition`` more than ``grace`` seconds past their expiry: (keys to
-    drop, models of those never answered, for the expired counter). Within the grace period a
-    late label is still recognised and dead-lettered as ``expired``."""
-    drop: list[str] = []
-    unanswered: list[str] = []
-    for key, entry in entries:
-        if entry.get("partition") != partition:
+def _decide_rows(
+    served: ServedModel, z: np.ndarray, coins: np.ndarray
+) -> tuple[list[int], list[float], list[float], list[bool], list[bool]]:
+    """Row-by-row decisions of the rows that stay finite; ``keep[j]`` False for the others."""
+    labels: list[int] = []
+    scores: list[float] = []
+    probs: list[float] = []
+    queries: list[bool] = []
+    keep: list[bool] = []
+    for j in range(z.shape[0]):
+        try:
+            d = served.learner.decide(z[j], coin=float(coins[j]))
+        except NonFiniteError:
+            keep.append(False)
             continue
-        if now > float(entry["expires_at"]) + grace:
-            drop.append(key)
-            if not entry.get("applied"):
-                unanswered.append(str(entry["model"]))
-    return drop, unanswered
-
-
-def park_label(
-    existing: Mapping[str, Any] | None, label: Label, offset: int, partition: int, *, now: float
-) -> dict[str, Any] | None:
-    """An orphan-table entry for a label whose request has not been consumed yet (labels and
-    requests travel on two topics, so a fast answer can overtake its request). None when
-    ``existing`` already holds this very message (a redelivery)."""
-    if existing is not None and int(existing["offset"]) == offset:
-        return None
-    return {
-        "request_id": label.request_id,
-        "model": label.model,
-        "label": label.label,
-        "labelled_by": label.labelled_by,
-        "ts": label.ts,
-        "offset": offset,
-        "partition": partition,
-        "parked_at": now,
-    }
-
-
-def unpark_label(entry: Mapping[str, Any]) -> tuple[Label, int]:
-    """The label and its offset back from an orphan-table entry."""
-    label = Label(
-        request_id=str(entry["request_id"]),
-        model=str(entry["model"]),
-        label=int(entry["label"]),
-        labelled_by=str(entry.get("labelled_by", "")),
-        ts=entry.get("ts"),
-    )
-    return label, int(entry["offset"])
-
-
-def sweep_orphans(
-    entries: Sequence[tuple[str, Mapping[str, Any]]], *, partition: int, now: float, wait: float
-) -> list[str]:
-    """Keys of parked labels of ``partition`` whose request did not arrive within ``wait``
-    seconds: they are dead-lettered as ``unknown_request``."""
-    return [
-        key
-        for key, entry in entries
-        if entry.get("partition") == partition and now - float(entry["parked_at"]) > wait
-    ]
+        keep.append(True)
+        labels.append(d.label)
+        scores.append(d.score)
+        probs.append(d.query_probability)
+        queries.append(d.query)
+    return labels, scores, probs, queries, keep

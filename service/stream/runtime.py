@@ -4,7 +4,7 @@ authenticates to Kafka."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,7 @@ from service.config import KafkaSecurity, Settings
 from service.metrics import Metrics
 from service.stream.snapshots import ModelBook
 
-__all__ = ["Progress", "Runtime", "broker_credentials"]
+__all__ = ["PartitionStatus", "Progress", "Runtime", "broker_credentials", "stalled_partitions"]
 
 
 def broker_credentials(security: KafkaSecurity) -> Any:
@@ -45,6 +45,61 @@ class Progress:
         key = (topic, partition)
         self.offsets[key] = offset
         self.times[key] = self.clock()
+
+    def hold(self, keys: Iterable[tuple[str, int]], now: float) -> None:
+        """Count ``now`` as progress for ``keys``: the stream is paused on purpose (table
+        recovery, rebalance), so the stall clock starts again when it resumes."""
+        for key in keys:
+            self.times[key] = now
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """One consumed partition as liveness sees it.
+
+    ``high``: the high-water mark (next offset to be written; None if unknown);
+    ``position``: the next offset this worker still has to process (None if unknown)."""
+
+    topic: str
+    partition: int
+    high: int | None
+    position: int | None
+    last_progress: float
+
+    @property
+    def lag(self) -> int:
+        """Messages written but not yet processed (0 when either end is unknown).
+
+        >>> PartitionStatus("t", 0, high=10, position=7, last_progress=0.0).lag
+        3
+        >>> PartitionStatus("t", 0, high=None, position=7, last_progress=0.0).lag
+        0
+        """
+        if self.high is None or self.high < 0 or self.position is None:
+            return 0
+        return max(0, self.high - self.position)
+
+
+def stalled_partitions(
+    statuses: Iterable[PartitionStatus], *, now: float, stall_seconds: float, paused: bool
+) -> list[str]:
+    """Partitions with lag and no progress for more than ``stall_seconds`` (faust consumers
+    that silently stop). None while ``paused``: table recovery and rebalances pause the
+    stream on purpose, and failing liveness then would restart every worker at once.
+
+    >>> s = PartitionStatus("t", 1, high=5, position=2, last_progress=0.0)
+    >>> stalled_partitions([s], now=61.0, stall_seconds=60.0, paused=False)
+    ['t[1] lag=3']
+    >>> stalled_partitions([s], now=61.0, stall_seconds=60.0, paused=True)
+    []
+    """
+    if paused:
+        return []
+    return [
+        f"{st.topic}[{st.partition}] lag={st.lag}"
+        for st in statuses
+        if st.lag > 0 and now - st.last_progress > stall_seconds
+    ]
 
 
 @dataclass

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
@@ -112,3 +113,37 @@ def test_generator_state_round_trips() -> None:
     rng.random(5)
     clone = st.rng_from_state(json.loads(json.dumps(st.rng_state(rng))))
     assert clone.random(3).tolist() == rng.random(3).tolist()
+
+
+@pytest.mark.parametrize(
+    "make", [trained_dsal, lambda: KernelDSAL(n_features=3, cost=0.25, seed=4)]
+)
+def test_orjson_round_trip_gives_identical_future_decisions(make: Any) -> None:
+    learner = make()
+    for _ in range(7):  # advance the generator past its initial state
+        learner.decide(np.array([0.1, -0.2, 0.3]))
+    clone = learner_from_state(orjson.loads(orjson.dumps(learner.to_state())))
+    X, y = noisy_stream(30, 3, seed=9)
+    for x, label in zip(X, y, strict=True):
+        a, b = learner.decide(x), clone.decide(x)
+        assert (a.label, a.query, a.score, a.rho) == (b.label, b.query, b.score, b.rho)
+        learner.update(x, label)
+        clone.update(x, label)
+    assert clone.to_state() == learner.to_state()
+
+
+def test_generator_words_are_decimal_strings_and_ints_are_still_read() -> None:
+    rng = np.random.default_rng(7)
+    rng.random(3)
+    state = st.rng_state(rng)
+    assert all(isinstance(v, str) for v in state["state"].values())
+    as_ints = {**state, "state": {k: int(v) for k, v in state["state"].items()}}
+    assert st.rng_from_state(as_ints).random(4).tolist() == rng.random(4).tolist()
+
+
+@pytest.mark.parametrize("word", ["-5", "12a", 1.5, None, True])
+def test_corrupt_generator_word_is_a_state_error(word: Any) -> None:
+    state = st.rng_state(np.random.default_rng(1))
+    state["state"]["inc"] = word
+    with pytest.raises(StateError, match="rng.state.inc"):
+        st.rng_from_state(state)

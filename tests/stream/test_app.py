@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import faust
 
 from service.config import KafkaSecurity, Settings
 from service.stream.app import broker_credentials, create_app
+
+WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
 
 def test_app_wires_two_agents_and_co_partitioned_tables(tmp_path: Path) -> None:
@@ -42,3 +45,11 @@ def test_security_settings_become_faust_credentials() -> None:
     )  # fmt: skip
     assert "p" not in repr(sasl).replace("username", "")
     assert isinstance(broker_credentials(KafkaSecurity(protocol="SSL")), faust.SSLCredentials)
+
+
+def test_web_binds_to_the_wildcard_but_advertises_a_reachable_name(tmp_path: Path) -> None:
+    settings = Settings(app_id="web", datadir=tmp_path, web={"host": WILDCARD, "port": 7001})
+    app = create_app(settings)
+    assert app.conf.web_bind == WILDCARD
+    assert app.conf.web_host == socket.gethostname()
+    assert str(app.conf.canonical_url) == f"http://{socket.gethostname()}:7001"

@@ -336,3 +336,57 @@ def test_orphans_are_swept_after_their_wait_on_their_partition_only() -> None:
         ("c", {"partition": 1, "parked_at": 0.0}),
     ]
     assert sweep_orphans(entries, partition=0, now=10.0, wait=5.0) == ["a"]
+
+
+@pytest.mark.parametrize("algo", ["kernel-dral", "kernel-dsal", "kernel-dsol"])
+def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
+    algo: str,
+) -> None:
+    cfg = ModelConfig(algorithm=algo, cost=0.25, n_features=3, audit_rate=0.2)
+    state = initial_state("m", cfg)
+    rng = np.random.default_rng(4)
+    events = [{"id": f"k{i}", "features": rng.normal(size=3).round(3).tolist()} for i in range(40)]
+    out = _score({"m": ServedModel.from_state("m", cfg, state)}, [_msg(e) for e in events])
+    assert len(out.decisions) == 40
+    assert {d.action for d in out.decisions} == {"reject"}  # f = 0 at the start: inside rho
+    assert out.label_requests, "an untrained model must ask for labels"
+    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
+    offline = make_learner(algo, n_features=4, cost=0.25, seed=0)
+    for offset, req in enumerate(out.label_requests):
+        y = 1 if req.features[0] - req.features[1] > 0 else -1
+        entry = store_request(None, req, 0)
+        outcome = apply_label(
+            cfg, state, entry, Label(req.request_id, "m", y, "t", None), offset, now=101.0
+        )
+        assert outcome.kind == "applied", outcome
+        assert outcome.state is not None
+        assert outcome.encoded is not None
+        # the wire form (orjson) is the state itself, 128-bit generator words included
+        assert orjson.loads(outcome.encoded) == outcome.state
+        state = orjson.loads(outcome.encoded)
+        x = np.array(req.features)
+        pipe.learn(x)
+        offline.update(pipe.transform(x), y)
+    assert state["version"] == len(out.label_requests)
+    served = ServedModel.from_state("m", cfg, state)
+    assert served.learner.steps == offline.steps > 0
+    probe = rng.normal(size=(10, 3))
+    z = pipe.transform_many(probe)
+    assert served.learner.decide_many(z)[1].tolist() == offline.decide_many(z)[1].tolist()
+    rescored = _score({"m": served}, [_msg(e) for e in events])
+    assert [d.model_version for d in rescored.decisions] == [state["version"]] * 40
+
+
+def test_finite_event_whose_score_overflows_is_refused_as_non_finite_alone() -> None:
+    cfg = ModelConfig(
+        algorithm="dsal", cost=0.25, n_features=3, standardize=False,
+        hyperparameters={"w": [1.0, 1.0, 1.0, 0.0]},
+    )  # fmt: skip
+    models = _models(m=cfg)
+    good = {"id": "ok", "features": [0.5, -0.2, 0.1]}
+    huge = {"id": "big", "features": [1.7e308, 1.7e308, 1.7e308]}  # w.x = 5.1e308 = inf
+    out = _score(models, [_msg(good, 0), _msg(huge, 1), _msg(good | {"id": "ok2"}, 2)])
+    assert [d.id for d in out.decisions] == ["ok", "ok2"]
+    assert [(d.offset, d.reason) for d in out.dead_letters] == [(1, "non_finite")]
+    alone = _score(models, [_msg(good, 0)])
+    assert alone.decisions[0].score == out.decisions[0].score == pytest.approx(0.4)
