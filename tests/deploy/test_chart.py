@@ -218,11 +218,12 @@ def test_environment_variables_set_by_the_chart_and_image_are_settings() -> None
         "ABSTAIN_BROKER",
         "ABSTAIN_DATADIR",
         "ABSTAIN_WEB__HOST",
+        "ABSTAIN_WEB__ADVERTISED_HOST",
         "ABSTAIN_WEB__PORT",
         "ABSTAIN_LABEL_TOKEN",
         "ABSTAIN_SECURITY__PASSWORD",
     } <= names
-    assert model_fields(Web) == {"host", "port"}
+    assert model_fields(Web) == {"host", "advertised_host", "port"}
     assert {"password", "ca_file", "cert_file", "key_file"} <= model_fields(KafkaSecurity)
 
 
