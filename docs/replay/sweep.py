@@ -1,4 +1,4 @@
-"""Step-size / slope sweep behind the recommended learner defaults (docs/replay/README.md).
+"""Step-size / slope sweep behind the learners' default steps (docs/replay/README.md).
 
 Runs the paper's protocol (3 costs, R runs x T trials, online standardiser + intercept)
 for every combination of an inverse-time step ``eta_t = eta0 / (1 + t / tau)`` and, for

@@ -7,9 +7,15 @@ the replay command and notebooks share one implementation.
 * Linear learners $f(x) = w \cdot x$: :class:`DRAL`, :class:`DSAL`, :class:`DSOL`.
 * Kernel learners with a bounded support set: :class:`KernelDRAL`, :class:`KernelDSAL`,
   :class:`KernelDSOL`.
-* Step sizes: :class:`Constant`, :class:`InverseTime`, :class:`DSALTheory`; defaults
-  :data:`DEFAULT_DRAL_ETA`, :data:`DEFAULT_DS_ETA` ($0.1/(1 + t/1000)$, for standardised
-  features), :data:`DEFAULT_KERNEL_ETA` ($2.5/(1 + t/1000)$), :data:`DEFAULT_GAMMA` (1).
+* Step sizes: :class:`Constant`, :class:`InverseTime`, :class:`DSALTheory`. Without
+  ``eta`` a learner builds its default from its width $n$ = ``n_features`` (intercept
+  included; for standardised features $\|x\|^2 \approx n$):
+  :func:`default_ds_eta` $= 5/(\gamma^2(n+1)) / (1 + t/1000)$ (DSAL, DSOL),
+  :func:`default_dral_eta` $= 1.5/(n+1) / (1 + t/1000)$ (DRAL), and for the kernel
+  learners the constants :func:`default_kernel_ds_eta` $= 5/(\gamma^2(\bar K+1))$ and
+  :func:`default_kernel_dral_eta` $= 1.5/(\bar K+1)$ with $\bar K = K(x, x)$ at
+  $\|x\|^2 = n$ (all in :mod:`.defaults`, with the evidence from ``docs/replay/README.md``);
+  :data:`DEFAULT_GAMMA` (1), :data:`DEFAULT_TAU` (1000).
 * Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`.
 * Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
   with :class:`BatchStandardizer` for per-run online standardisation.
@@ -34,8 +40,16 @@ Exception tree (every class is a ``ValueError``)::
 
 from .base import Decision
 from .batch import BatchLearner, BatchStandardizer
-from .dral import DEFAULT_DRAL_ETA, DRAL
-from .dsal import DEFAULT_DS_ETA, DEFAULT_GAMMA, DSAL, DSOL
+from .defaults import (
+    DEFAULT_GAMMA,
+    DEFAULT_TAU,
+    default_dral_eta,
+    default_ds_eta,
+    default_kernel_dral_eta,
+    default_kernel_ds_eta,
+)
+from .dral import DRAL
+from .dsal import DSAL, DSOL
 from .errors import (
     DimensionError,
     HyperparameterError,
@@ -47,7 +61,6 @@ from .errors import (
 )
 from .kernel_learners import (
     DEFAULT_BUDGET,
-    DEFAULT_KERNEL_ETA,
     KernelDRAL,
     KernelDSAL,
     KernelDSOL,
@@ -79,10 +92,8 @@ from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_fro
 
 __all__ = [
     "DEFAULT_BUDGET",
-    "DEFAULT_DRAL_ETA",
-    "DEFAULT_DS_ETA",
     "DEFAULT_GAMMA",
-    "DEFAULT_KERNEL_ETA",
+    "DEFAULT_TAU",
     "kernel_from_config",
     "RBFKernel",
     "PolynomialKernel",
@@ -115,6 +126,10 @@ __all__ = [
     "Pipeline",
     "Schedule",
     "StateError",
+    "default_dral_eta",
+    "default_ds_eta",
+    "default_kernel_dral_eta",
+    "default_kernel_ds_eta",
     "default_pipeline",
     "double_ramp_gradient",
     "double_ramp_loss",

@@ -11,6 +11,9 @@ when queried, by ``update(x, y)``: same formulas (the functions of
 :mod:`service.learning.losses`), same order of floating-point operations. Only the score
 $w \cdot x$ is summed in a different order (``einsum`` instead of ``dot``), so rows agree
 with the single learners to rounding (about $10^{-15}$ relative), not bit for bit.
+A row's step size is exactly the single learner's: without ``eta`` each row takes its
+algorithm's default for ``n_features`` (and the row's $\gamma$), the same schedule
+:class:`~service.learning.dral.DRAL` / :class:`~service.learning.dsal.DSAL` build.
 
 Buffers are preallocated; a step on ``B = 900`` rows of 68 features is a few dozen numpy
 calls on arrays of length ``B`` plus two passes over ``B x d``.
@@ -24,6 +27,8 @@ calls on arrays of length ``B`` plus two passes over ``B x d``.
 ([0, 0, 0], [True, True, True], [1, 1, 1])
 >>> [round(v, 4) for v in batch.W[:, 0].tolist()]   # DRAL: eta d y x; DS*: 2 eta gamma q
 [0.1, 0.3932, 0.3932]
+>>> BatchLearner(["dral", "dsal"], n_features=5, cost=0.25).to_learners()[1].eta
+InverseTime(eta0=0.8333333333333334, tau=1000.0)
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .base import check_int, check_param, check_seed, quiet, raise_non_finite
-from .dral import DEFAULT_DRAL_ETA, DRAL
-from .dsal import DEFAULT_DS_ETA, DEFAULT_GAMMA, DSAL, DSOL
+from .defaults import DEFAULT_GAMMA, default_dral_eta, default_ds_eta
+from .dral import DRAL
+from .dsal import DSAL, DSOL
 from .errors import DimensionError, HyperparameterError, InputError, LabelError, NonFiniteError
 from .linear import LinearLearner
 from .losses import (
@@ -54,11 +60,13 @@ from .schedules import Constant, DSALTheory, InverseTime, Schedule, as_schedule
 __all__ = ["BatchLearner", "BatchStandardizer"]
 
 _CLASSES: dict[str, type[LinearLearner]] = {"dral": DRAL, "dsal": DSAL, "dsol": DSOL}
-_DEFAULT_ETA: dict[str, Schedule] = {
-    "dral": DEFAULT_DRAL_ETA,
-    "dsal": DEFAULT_DS_ETA,
-    "dsol": DEFAULT_DS_ETA,
-}
+
+
+def _default_eta(algorithm: str, n_features: int, gamma: float) -> Schedule:
+    """The step a single ``algorithm`` learner takes when its ``eta`` is ``None``."""
+    if algorithm == "dral":
+        return default_dral_eta(n_features)
+    return default_ds_eta(n_features, gamma)
 
 
 def _inverse_time_form(schedule: Schedule) -> tuple[float, float]:
@@ -96,8 +104,11 @@ class BatchLearner:
         A scalar for every row or one value per row ($d \in (0, 0.5)$, $\gamma > 0$,
         initial $\rho \ge 0$; ``gamma`` is ignored by DRAL rows).
     eta:
-        One step size (number, schedule or config) for every row, or one per row;
-        ``None`` takes each algorithm's default.
+        One step size (number, schedule or config) for every row, or one per row.
+        ``None`` (for every row, or as a row's entry) takes the single learner's default
+        for that row: :func:`~service.learning.defaults.default_dral_eta` of ``n_features``
+        for DRAL, :func:`~service.learning.defaults.default_ds_eta` of ``n_features`` and the
+        row's ``gamma`` for DSAL/DSOL.
     W:
         Initial weights, shape ``(B, n_features)`` (default zeros).
     n_rows:
@@ -175,12 +186,14 @@ class BatchLearner:
         self._cost = np.array([check_param("cost", c) for c in _per_row("cost", cost, b)])
         self._gamma = np.array([check_param("gamma", g) for g in _per_row("gamma", gamma, b)])
         self._rho = np.array([check_param("rho", r) for r in _per_row("rho", rho, b)])
-        if eta is None:
-            schedules = [_DEFAULT_ETA[a] for a in names]
-        elif isinstance(eta, (int, float, Mapping, Constant, InverseTime, DSALTheory)):
-            schedules = [as_schedule(eta)] * b
+        if eta is None or isinstance(eta, (int, float, Mapping, Constant, InverseTime, DSALTheory)):
+            etas: list[Any] = [eta] * b
         else:
-            schedules = [as_schedule(e) for e in eta]
+            etas = list(eta)
+        schedules = [
+            _default_eta(a, self.n_features, float(g)) if e is None else as_schedule(e)
+            for a, g, e in zip(names, self._gamma, etas, strict=True)
+        ]
         forms = [_inverse_time_form(s) for s in schedules]
         self._eta0 = np.array([f[0] for f in forms])
         self._tau = np.array([f[1] for f in forms])

@@ -23,15 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from .defaults import default_dral_eta
 from .linear import LinearLearner
 from .losses import FloatArray
 from .rules import DoubleRampRule
-from .schedules import InverseTime, Schedule
+from .schedules import Schedule
 
-__all__ = ["DEFAULT_DRAL_ETA", "DRAL"]
-
-DEFAULT_DRAL_ETA = InverseTime(eta0=0.1, tau=1000.0)
-r"""Default DRAL step: $\eta_t = 0.1 / (1 + t / 1000)$ (see the class docstring)."""
+__all__ = ["DRAL"]
 
 
 class DRAL(DoubleRampRule, LinearLearner):
@@ -45,18 +43,18 @@ class DRAL(DoubleRampRule, LinearLearner):
     cost:
         Rejection cost $d \in (0, 0.5)$.
     eta:
-        Step size: a number (constant) or a schedule. The default
-        $\eta_t = 0.1/(1 + t/1000)$ is meant for standardised features plus an intercept
-        at a few dozen features ($\|x\|^2 \approx$ ``n_features``): one label then moves
-        $f$ on its own example by about $0.1\, d\, \|x\|^2$, of the order of the ramps'
-        unit width. It is also close to the DSAL theory value
-        $5/(\gamma^2(R^2 + 1)) \approx 0.07$ at $R^2 \approx 69$ (Phishing). Larger steps
-        ask fewer labels at a higher risk; the decay follows the paper's experiments.
+        Step size: a number (constant), a schedule or a schedule config. ``None`` (the
+        default) takes :func:`~service.learning.defaults.default_dral_eta` of ``n_features``:
+        $\eta_t = (1.5 / (n + 1)) / (1 + t/1000)$, meant for standardised features plus an
+        intercept ($\|x\|^2 \approx n$; rescale $\eta$ for other inputs). The chosen
+        schedule is part of the learner's state.
     rho, w:
         Initial rejection width (Algorithm 1: 1) and weights (Algorithm 1: zero).
     seed:
         Unused by the deterministic rule; kept so every learner takes the same keywords.
 
+    >>> DRAL(n_features=5, cost=0.25).eta
+    InverseTime(eta0=0.25, tau=1000.0)
     >>> learner = DRAL(n_features=2, cost=0.25, eta=1.0)
     >>> d = learner.decide([1.0, 0.0])      # w = 0: f = 0 is inside [rho - 1, rho + 1]
     >>> d.label, d.query, d.query_probability
@@ -75,9 +73,12 @@ class DRAL(DoubleRampRule, LinearLearner):
         n_features: int,
         cost: float,
         *,
-        eta: float | Schedule | Mapping[str, Any] = DEFAULT_DRAL_ETA,
+        eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
     ) -> None:
         super().__init__(n_features, cost, eta=eta, rho=rho, w=w, seed=seed)
+
+    def _default_eta(self) -> Schedule:
+        return default_dral_eta(self.n_features)

@@ -27,18 +27,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from .base import check_param
+from .defaults import DEFAULT_GAMMA, default_ds_eta
 from .linear import LinearLearner
 from .losses import FloatArray
 from .rules import DoubleSigmoidRule, FullLabelRule
-from .schedules import InverseTime, Schedule
+from .schedules import Schedule
 
-__all__ = ["DEFAULT_DS_ETA", "DEFAULT_GAMMA", "DSAL", "DSOL"]
-
-DEFAULT_GAMMA = 1.0
-r"""Default sigmoid slope $\gamma$."""
-
-DEFAULT_DS_ETA = InverseTime(eta0=0.1, tau=1000.0)
-r"""Default DSAL/DSOL step: $\eta_t = 0.1/(1 + t/1000)$ (reasons in :class:`DSAL`)."""
+__all__ = ["DSAL", "DSOL"]
 
 
 class DSAL(DoubleSigmoidRule, LinearLearner):
@@ -55,16 +50,19 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         Slope $\gamma > 0$ of the sigmoid (default 1). Larger is closer to $L_d$ and asks
         fewer labels (the query band narrows); smaller asks more.
     eta:
-        Step size (number or schedule). Default $\eta_t = 0.1/(1 + t/1000)$, meant for
-        standardised features plus an intercept at a few dozen features: close to the
-        paper's theory value $5/(\gamma^2 (R^2 + 1)) \approx 0.07$ for $R^2 \approx 69$
-        (Phishing; see :class:`~service.learning.schedules.DSALTheory`), decaying as in
-        the paper's experiments. Larger steps ask fewer labels at a higher risk.
+        Step size: a number (constant), a schedule or a schedule config. ``None`` (the
+        default) takes :func:`~service.learning.defaults.default_ds_eta` of
+        ``n_features`` and ``gamma``: $\eta_t = (5 / (\gamma^2 (n + 1))) / (1 + t/1000)$,
+        meant for standardised features plus an intercept ($\|x\|^2 \approx n$; rescale
+        $\eta$ for other inputs). Larger steps ask fewer labels at a higher risk. The
+        chosen schedule is part of the learner's state.
     rho, w:
         Initial rejection width (default 1) and weights (default zero).
     seed:
         Seed of the private generator that draws query coins when none is supplied.
 
+    >>> DSAL(n_features=4, cost=0.25, gamma=2.0).eta
+    InverseTime(eta0=0.25, tau=1000.0)
     >>> learner = DSAL(n_features=2, cost=0.25, eta=1.0, w=[1.0, 0.0])
     >>> d = learner.decide([1.0, 0.0], coin=0.5)   # f = rho = 1: on a transition, p = 1
     >>> d.label, d.query, d.query_probability
@@ -87,13 +85,16 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         cost: float,
         *,
         gamma: float = DEFAULT_GAMMA,
-        eta: float | Schedule | Mapping[str, Any] = DEFAULT_DS_ETA,
+        eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
     ) -> None:
+        self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
         super().__init__(n_features, cost, eta=eta, rho=rho, w=w, seed=seed)
-        self.gamma = check_param("gamma", gamma)
+
+    def _default_eta(self) -> Schedule:
+        return default_ds_eta(self.n_features, self.gamma)
 
 
 class DSOL(FullLabelRule, DSAL):

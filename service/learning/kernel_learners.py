@@ -21,6 +21,12 @@ $|a_s|$: with a decaying step size the newest coefficients are the smallest, so
 dropping the oldest keeps memory and the per-event cost ($O(\text{budget} \cdot d)$)
 bounded, always admits new information and lets the model follow a drifting stream.
 ``budget=None`` keeps every support example (the appendix algorithm; unbounded growth).
+
+Default step: the linear learners' rule with $\|x\|^2$ replaced by $K(x, x)$, held
+constant (:func:`~service.learning.defaults.default_kernel_ds_eta`,
+:func:`~service.learning.defaults.default_kernel_dral_eta`). A constant
+step because of the budget: under a decaying step the oldest support examples carry the
+largest coefficients, and "drop the oldest" removes exactly those.
 """
 
 from __future__ import annotations
@@ -45,16 +51,15 @@ from .base import (
     quiet,
     raise_non_finite,
 )
-from .dsal import DEFAULT_GAMMA
+from .defaults import DEFAULT_GAMMA, default_kernel_dral_eta, default_kernel_ds_eta
 from .errors import DimensionError, InputError, NonFiniteError, StateError
 from .kernels import Kernel, RBFKernel, kernel_from_config
 from .losses import FloatArray, reject_decision
 from .rules import DoubleRampRule, DoubleSigmoidRule, FullLabelRule
-from .schedules import InverseTime, Schedule, as_schedule
+from .schedules import Schedule, as_schedule
 
 __all__ = [
     "DEFAULT_BUDGET",
-    "DEFAULT_KERNEL_ETA",
     "KernelDRAL",
     "KernelDSAL",
     "KernelDSOL",
@@ -64,14 +69,6 @@ __all__ = [
 DEFAULT_BUDGET = 1000
 """Default maximum number of support examples (1000 x 68 features: ~0.5 MB, tens of us)."""
 
-DEFAULT_KERNEL_ETA = InverseTime(eta0=2.5, tau=1000.0)
-r"""Default step of the kernel learners: $\eta_t = 2.5/(1 + t/1000)$.
-
-The paper's DSAL theory value $5/(\gamma^2(R^2 + 1))$ with $\gamma = 1$ and
-$R^2 = K(x, x) = 1$ (the RBF kernel). The linear default (0.1) assumes
-$\|x\|^2 \approx 70$; with $K(x, x) = 1$ it would move $f$ too little per label, and
-$\rho$ (whose step does not depend on $x$) would outgrow $|f|$: everything rejected.
-"""
 
 _CHUNK = 1024
 _K = TypeVar("_K", bound="KernelLearner")
@@ -123,7 +120,7 @@ class KernelLearner:
         n_features: int,
         cost: float,
         *,
-        eta: float | Schedule | Mapping[str, Any],
+        eta: float | Schedule | Mapping[str, Any] | None = None,
         kernel: Kernel | Mapping[str, Any] | str | None = None,
         budget: int | None = DEFAULT_BUDGET,
         rho: float = 1.0,
@@ -131,10 +128,10 @@ class KernelLearner:
     ) -> None:
         self.n_features = check_int("n_features", n_features, 1)
         self.cost = check_param("cost", cost)
-        self.eta = as_schedule(eta)
         self.kernel = (
             RBFKernel(gamma=1.0 / self.n_features) if kernel is None else kernel_from_config(kernel)
         )
+        self.eta = self._default_eta() if eta is None else as_schedule(eta)
         self.budget = None if budget is None else check_int("budget", budget, 1)
         self.seed = check_seed(seed)
         self._rho = check_param("rho", rho)
@@ -172,7 +169,10 @@ class KernelLearner:
     def _age_order(self) -> npt.NDArray[np.intp]:
         return (np.arange(self._n) + self._head) % max(self._n, 1)
 
-    # -- algorithm hooks (from the rule mixins) ----------------------------------------
+    # -- algorithm hooks (from the rule mixins and subclasses) --------------------------
+    def _default_eta(self) -> Schedule:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def _query_probability(self, f: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -387,8 +387,13 @@ class KernelDRAL(DoubleRampRule, KernelLearner):
 
     Parameters: ``n_features``, ``cost`` ($d$), ``kernel`` (a kernel, a name or a config;
     default RBF with $\gamma_k = 1/\text{n\_features}$, suited to standardised features),
-    ``budget`` (default 1000, oldest removed first), ``eta`` (default
-    :data:`DEFAULT_KERNEL_ETA`), ``rho`` (initial width 1), ``seed``.
+    ``budget`` (default 1000, oldest removed first), ``eta`` (``None``, the default:
+    :func:`~service.learning.defaults.default_kernel_dral_eta` of the kernel and
+    ``n_features``, the constant $1.5/(K(x, x) + 1)$ at $\|x\|^2 = n$; stored in the
+    state like a given step), ``rho`` (initial width 1), ``seed``.
+
+    >>> KernelDRAL(n_features=5, cost=0.25, kernel="rbf").eta
+    Constant(eta=0.75)
 
     >>> learner = KernelDRAL(n_features=1, cost=0.25, kernel="linear", eta=1.0)
     >>> learner.update([2.0], +1), learner.n_support, learner.rho
@@ -407,7 +412,7 @@ class KernelDRAL(DoubleRampRule, KernelLearner):
         *,
         kernel: Kernel | Mapping[str, Any] | str | None = None,
         budget: int | None = DEFAULT_BUDGET,
-        eta: float | Schedule | Mapping[str, Any] = DEFAULT_KERNEL_ETA,
+        eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
         seed: int | None = 0,
     ) -> None:
@@ -415,12 +420,20 @@ class KernelDRAL(DoubleRampRule, KernelLearner):
             n_features, cost, eta=eta, kernel=kernel, budget=budget, rho=rho, seed=seed
         )
 
+    def _default_eta(self) -> Schedule:
+        return default_kernel_dral_eta(self.kernel, self.n_features)
+
 
 class KernelDSAL(DoubleSigmoidRule, KernelLearner):
     r"""Kernel DSAL (appendix): Bernoulli($p$) queries, double sigmoid gradient.
 
     Parameters as :class:`KernelDRAL`, plus ``gamma`` (sigmoid slope $\gamma$; default as
-    :class:`~service.learning.dsal.DSAL`).
+    :class:`~service.learning.dsal.DSAL`); the default ``eta`` is
+    :func:`~service.learning.defaults.default_kernel_ds_eta`, the constant
+    $5/(\gamma^2 (K(x, x) + 1))$ at $\|x\|^2 = n$.
+
+    >>> KernelDSAL(n_features=5, cost=0.25, kernel="polynomial").eta   # (5 + 1)^2 = 36
+    Constant(eta=0.13513513513513514)
 
     >>> learner = KernelDSAL(n_features=2, cost=0.25, kernel={"kind": "rbf", "gamma": 0.5})
     >>> learner.decide([0.0, 0.0], coin=0.0).query   # f = 0, rho = 1: p = 4 s (1 - s) > 0
@@ -449,14 +462,17 @@ class KernelDSAL(DoubleSigmoidRule, KernelLearner):
         gamma: float = DEFAULT_GAMMA,
         kernel: Kernel | Mapping[str, Any] | str | None = None,
         budget: int | None = DEFAULT_BUDGET,
-        eta: float | Schedule | Mapping[str, Any] = DEFAULT_KERNEL_ETA,
+        eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
         seed: int | None = 0,
     ) -> None:
+        self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
         super().__init__(
             n_features, cost, eta=eta, kernel=kernel, budget=budget, rho=rho, seed=seed
         )
-        self.gamma = check_param("gamma", gamma)
+
+    def _default_eta(self) -> Schedule:
+        return default_kernel_ds_eta(self.kernel, self.n_features, self.gamma)
 
 
 class KernelDSOL(FullLabelRule, KernelDSAL):

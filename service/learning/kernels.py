@@ -6,6 +6,9 @@ r"""Kernels $K(s, x)$ for the kernel learners, as small frozen JSON-safe configs
 * :class:`RBFKernel` — $K(s, x) = \exp(-\gamma_k \|s - x\|^2)$, with
   $\|s - x\|^2 = \|s\|^2 - 2 s \cdot x + \|x\|^2$ (clipped at 0 against rounding).
 
+``diagonal(x_sq)`` is $K(x, x)$ for an ``x`` with $\|x\|^2$ = ``x_sq`` (every kernel here
+depends on $x$ only through $\|x\|^2$ there); the kernel learners' default step uses it.
+
 ``values(S, x, s_sq, x_sq)`` evaluates $K(s_i, x)$ for every row $s_i$ of ``S``;
 ``s_sq``/``x_sq`` are the squared norms (only the RBF kernel reads them). ``x`` may also
 be a matrix ``X.T`` of shape ``(d, m)`` (with ``x_sq`` of shape ``(m,)``): the result is
@@ -17,6 +20,8 @@ then the ``(len(S), m)`` matrix of kernel values.
 [0.6065, 0.3679]
 >>> kernel_from_config({"kind": "polynomial", "degree": 2, "gamma": 1.0, "coef0": 1.0})
 PolynomialKernel(degree=2, gamma=1.0, coef0=1.0)
+>>> PolynomialKernel().diagonal(5.0), RBFKernel(0.2).diagonal(5.0), LinearKernel().diagonal(5.0)
+(36.0, 1.0, 5.0)
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ class LinearKernel:
     r"""$K(s, x) = s \cdot x$."""
 
     kind: ClassVar[str] = "linear"
+
+    def diagonal(self, x_sq: float) -> float:
+        r"""$K(x, x) = \|x\|^2$."""
+        return float(x_sq)
 
     def values(
         self, S: FloatArray, x: FloatArray, s_sq: FloatArray, x_sq: float | FloatArray
@@ -66,6 +75,10 @@ class PolynomialKernel:
         object.__setattr__(self, "gamma", check_param("kernel_gamma", self.gamma))
         object.__setattr__(self, "coef0", check_param("coef0", self.coef0))
 
+    def diagonal(self, x_sq: float) -> float:
+        r"""$K(x, x) = (\gamma_k \|x\|^2 + c_0)^p$."""
+        return float((self.gamma * x_sq + self.coef0) ** self.degree)
+
     def values(
         self, S: FloatArray, x: FloatArray, s_sq: FloatArray, x_sq: float | FloatArray
     ) -> FloatArray:
@@ -87,6 +100,10 @@ class RBFKernel:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gamma", check_param("kernel_gamma", self.gamma))
+
+    def diagonal(self, x_sq: float) -> float:
+        r"""$K(x, x) = 1$ for every $x$."""
+        return 1.0
 
     def values(
         self, S: FloatArray, x: FloatArray, s_sq: FloatArray, x_sq: float | FloatArray

@@ -56,7 +56,11 @@ class LinearLearner:
     """Base class: a linear reject-option learner with parameters ``(w, rho)``.
 
     Subclasses set :attr:`algorithm`, :attr:`param_names` and implement
-    :meth:`_query_probability` and :meth:`_gradient` (both receive floats or arrays).
+    :meth:`_query_probability` and :meth:`_gradient` (both receive floats or arrays), and
+    :meth:`_default_eta`, the step used when ``eta`` is ``None`` (it may read
+    ``n_features`` and any hyperparameter the subclass sets before calling this
+    constructor). The schedule is then stored like a given one, so a learner rebuilt from
+    its state keeps it.
     """
 
     algorithm: ClassVar[str] = ""
@@ -74,14 +78,14 @@ class LinearLearner:
         n_features: int,
         cost: float,
         *,
-        eta: float | Schedule | Mapping[str, Any],
+        eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
     ) -> None:
         self.n_features = check_int("n_features", n_features, 1)
         self.cost = check_param("cost", cost)
-        self.eta = as_schedule(eta)
+        self.eta = self._default_eta() if eta is None else as_schedule(eta)
         self.seed = check_seed(seed)
         self._rho = check_param("rho", rho)
         if w is None:
@@ -125,6 +129,9 @@ class LinearLearner:
         return math.sqrt(float(self._w.dot(self._w)))
 
     # -- algorithm hooks ---------------------------------------------------------------
+    def _default_eta(self) -> Schedule:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def _query_probability(self, f: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 

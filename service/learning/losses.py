@@ -340,7 +340,8 @@ def double_sigmoid_query_probability(f: Real, rho: Real, gamma: Real = 1.0) -> R
         np.multiply(u, u, out=u)
         np.divide(t, u, out=t)
         t *= 4.0
+        np.minimum(t, 1.0, out=t)  # rounding can exceed 1 by an ulp next to |f| = rho
         return t
     t_ = math.exp(-abs(float(gamma) * (abs(float(f)) - float(rho))))  # sigmoid_slope inlined
     u_ = 1.0 + t_
-    return 4.0 * (t_ / (u_ * u_))
+    return min(4.0 * (t_ / (u_ * u_)), 1.0)

@@ -1,7 +1,7 @@
 """Build learners by algorithm name, or from any learner's state record.
 
 >>> make_learner("dral", n_features=3, cost=0.25)
-DRAL(n_features=3, cost=0.25, eta={'kind': 'inverse-time', 'eta0': 0.1, 'tau': 1000.0}, \
+DRAL(n_features=3, cost=0.25, eta={'kind': 'inverse-time', 'eta0': 0.375, 'tau': 1000.0}, \
 seed=0, rho=1.0, steps=0)
 >>> type(learner_from_state(make_learner("dsol", n_features=2, cost=0.1).to_state())).__name__
 'DSOL'

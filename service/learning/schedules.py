@@ -10,6 +10,8 @@ an ``int`` or with an integer array (the batched engine evaluates all rows at on
 * :class:`DSALTheory` — the constant $\eta = 5 / (\gamma^2 (R^2 + 1))$ of the paper's local
   regret theorem for DSAL ($R$ bounds $\|x\|$; keep its $\gamma$ equal to the learner's).
 
+The learners' default steps are built from these in :mod:`service.learning.defaults`.
+
 >>> InverseTime(eta0=1.0, tau=100.0)(100)
 0.5
 >>> schedule_from_config(InverseTime(1.0, 100.0).to_config()) == InverseTime(1.0, 100.0)

@@ -77,6 +77,51 @@ def test_single_algorithm_batch_equals_sequential_learners() -> None:
     assert np.allclose(batch.W, np.stack([lrn.w for lrn in learners]), rtol=1e-12, atol=1e-12)
 
 
+def test_default_rows_step_like_default_single_learners() -> None:
+    # no eta anywhere: every row must build the single learner's default from its width
+    # (and, for DSAL/DSOL, its own gamma) and then follow the same trajectory
+    n, algorithms = 7, ["dral", "dsal", "dsol"] * 3
+    gammas = [1.0, 0.5, 2.0, 1.0, 1.0, 0.7, 1.0, 3.0, 1.0]
+    costs = [0.1] * 3 + [0.25] * 3 + [0.4] * 3
+    batch = BatchLearner(algorithms, n_features=n, cost=costs, gamma=gammas)
+    learners = [
+        DRAL(n_features=n, cost=c)
+        if a == "dral"
+        else {"dsal": DSAL, "dsol": DSOL}[a](n_features=n, cost=c, gamma=g)
+        for a, c, g in zip(algorithms, costs, gammas, strict=True)
+    ]
+    # the schedules are the same objects' values, bit for bit
+    assert [lrn.eta for lrn in batch.to_learners()] == [lrn.eta for lrn in learners]
+    assert len({lrn.eta for lrn in learners}) == 6  # rows really differ (gamma, algorithm)
+    b = len(learners)
+    X, y = noisy_stream(300 * b, n, seed=21)
+    X, y = X.reshape(300, b, n), y.reshape(300, b)
+    coins = np.random.default_rng(22).random((300, b))
+    for t in range(300):
+        labels, _, _, queried = batch.step(X[t], y[t], coins[t])
+        for i, learner in enumerate(learners):
+            d = learner.decide(X[t, i], coin=coins[t, i])
+            assert (labels[i], queried[i]) == (d.label, d.query), (t, i)
+            if d.query:
+                learner.update(X[t, i], y[t, i])
+    assert batch.steps.tolist() == [lrn.steps for lrn in learners]
+    assert min(batch.steps) > 20  # every row learned, so its step size mattered
+    for i, learner in enumerate(learners):
+        assert np.allclose(batch.W[i], learner.w, rtol=1e-12, atol=1e-12)
+        assert batch.rho[i] == pytest.approx(learner.rho, rel=1e-12, abs=1e-12)
+
+
+def test_none_in_a_per_row_eta_takes_that_row_s_default() -> None:
+    batch = BatchLearner(["dsal", "dral", "dsol"], n_features=4, cost=0.25, eta=[None, 0.3, None])
+    rows = batch.to_learners()
+    assert rows[0].eta == DSAL(n_features=4, cost=0.25).eta == InverseTime(1.0, 1000.0)
+    assert rows[1].eta == Constant(0.3)
+    assert rows[2].eta == InverseTime(1.0, 1000.0)  # 5 / (1 * (4 + 1))
+    assert BatchLearner("dral", n_features=4, cost=0.25, n_rows=1).to_learners()[0].eta == (
+        InverseTime(0.3, 1000.0)  # 1.5 / (4 + 1)
+    )
+
+
 def test_to_learners_and_from_learners_round_trip() -> None:
     learners = mixed_learners()
     batch = BatchLearner.from_learners(learners)

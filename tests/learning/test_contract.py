@@ -102,6 +102,30 @@ def test_json_state_round_trip_gives_same_decisions_and_updates(name: str, strea
     assert snapshot(clone) == snapshot(learner)
 
 
+def test_default_step_schedule_is_stored_and_kept_by_the_state(name: str, stream: Any) -> None:
+    X, y = stream
+    learner = make_learner(name, n_features=N, cost=0.25, seed=4)
+    train(learner, X[:30], y[:30])
+    state = json.loads(json.dumps(learner.to_state()))
+    assert state["params"]["eta"] == learner.eta.to_config()
+    clone = learner_from_state(state)
+    assert clone.eta == learner.eta
+    assert train(clone, X[30:], y[30:]) == train(learner, X[30:], y[30:])
+    assert snapshot(clone) == snapshot(learner)
+
+
+def test_a_restored_learner_keeps_its_stored_schedule_not_todays_default(name: str) -> None:
+    # e.g. a model saved under an older default (0.1 / (1 + t/1000)): rebuilding it from
+    # its state must not switch it to the current default for its width
+    state = make_learner(name, n_features=N, cost=0.25).to_state()
+    old = {"kind": "inverse-time", "eta0": 0.1, "tau": 1000.0}
+    assert state["params"]["eta"] != old
+    state["params"]["eta"] = old
+    restored = learner_from_state(state)
+    assert restored.eta.to_config() == old
+    assert restored.to_state()["params"]["eta"] == old
+
+
 def test_class_from_state_matches_module_level_rebuild(name: str, stream: Any) -> None:
     X, y = stream
     learner = build(name)

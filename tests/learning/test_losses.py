@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as hst
 
 from service.learning.losses import (
@@ -140,11 +140,13 @@ def test_double_sigmoid_step_follows_the_papers_explanation() -> None:
 
 @FAST
 @given(hst.floats(-50, 50), rhos, gammas)
+@example(0.0, 1e-9, 3.6875)  # 4 s (1 - s) rounds to 1 + 2^-52 here unless clamped
 def test_query_probability_is_a_probability_peaking_on_the_transitions(
     f: float, rho: float, gamma: float
 ) -> None:
     p = double_sigmoid_query_probability(f, rho, gamma)
     assert 0.0 <= p <= 1.0
+    assert 0.0 <= double_sigmoid_query_probability(np.array([f]), rho, gamma)[0] <= 1.0
     assert double_sigmoid_query_probability(rho, rho, gamma) == 1.0
     assert double_sigmoid_query_probability(-rho, rho, gamma) == 1.0
     s = naive_sigmoid(abs(f) - rho, gamma) if abs(gamma * (abs(f) - rho)) < 700 else None
