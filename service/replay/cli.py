@@ -262,12 +262,14 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
             dynamic_ncols=True,
         ) as bar:
+
+            def advance(n: int) -> None:
+                bar.update(n)
+
             if budgets:
-                rows = run_budget_study(
-                    X, y, options, budgets, dataset=dataset, progress=bar.update
-                )
+                rows = run_budget_study(X, y, options, budgets, dataset=dataset, progress=advance)
             else:
-                result = replay(X, y, options, dataset=dataset, progress=bar.update)
+                result = replay(X, y, options, dataset=dataset, progress=advance)
         if budgets:
             written = _write_budget(rows, args.out, options, plot=args.plot, dataset=dataset)
         else:
