@@ -367,20 +367,22 @@ def create_app(
                 )
             )
             return
-        if request.request_id.encode() in pending_table:
-            return  # a re-sent request must not reset an answered one (no decode needed)
-        entry = handlers.store_request(None, request, raw.partition)
-        if entry is None:  # pragma: no cover - only for an existing entry
-            return
-        pending_put(request.request_id, entry)
+        if request.request_id.encode() not in pending_table:  # a re-sent request must not
+            entry = handlers.store_request(None, request, raw.partition)  # reset an answer
+            if entry is None:  # pragma: no cover - only for an existing entry
+                return
+            pending_put(request.request_id, entry)
         orphan = orphan_get(request.request_id)
         if orphan is not None:  # its label overtook it: apply that label now
-            del orphans_table[request.request_id.encode()]
             label, offset = handlers.unpark_label(orphan)
             origin = RawMessage(
                 str(orphan.get("raw", "")).encode(), t.labels, raw.partition, offset
             )
             await _join(label, origin, parked=True)
+            # forget the parked label only once its effect is stored: its own offset was
+            # committed long ago, so after a crash the parked copy is all there is; a request
+            # redelivered after the crash finds it and applies it (or, already applied, skips)
+            del orphans_table[request.request_id.encode()]
 
     async def _on_label(raw: RawMessage) -> None:
         try:
@@ -420,8 +422,12 @@ def create_app(
             assert outcome.encoded is not None  # noqa: S101
             assert outcome.pending is not None  # noqa: S101
             encoded = outcome.encoded
-            models_table[m.encode()] = encoded
+            # the applied mark first, durably; then the model. Two tables are two changelog
+            # partitions: a crash between unordered writes could keep the model's update and
+            # lose the mark (the request is offered again, a second answer applied twice)
             pending_put(label.request_id, outcome.pending)
+            await app.producer.flush()
+            models_table[m.encode()] = encoded
             await models_topic.send(key=m.encode(), value=encoded)
             metrics.labels_applied.labels(model=m).inc()
             metrics.iw_loss.labels(model=m).inc(outcome.iw_loss)

@@ -92,9 +92,17 @@ def apply_label(
         return LabelOutcome("ignored", "redelivered", f"offset {offset} already applied")
     if pending is None or pending.get("model") != label.model:
         return LabelOutcome("dead", "unknown_request", f"no pending request {label.request_id}")
+    redo = False
     if pending.get("applied"):
-        return LabelOutcome("dead", "already_applied", f"request {label.request_id} answered")
-    if now > float(pending["expires_at"]):
+        mine = pending.get("applied_offset") == offset
+        # the applied mark is made durable before the model is written (app._join); after a
+        # crash between the two, the mark survives and the model lacks this label: redo it
+        redo = mine and int(state["version"]) < int(pending.get("applied_version", 0))
+        if mine and not redo:
+            return LabelOutcome("ignored", "redelivered", f"offset {offset} already applied")
+        if not redo:
+            return LabelOutcome("dead", "already_applied", f"request {label.request_id} answered")
+    if now > float(pending["expires_at"]) and not redo:  # it was in time when first applied
         return LabelOutcome("dead", "expired", f"request {label.request_id} expired")
     x = np.asarray(pending["features"], dtype=np.float64)
     pipeline = Pipeline.from_state(state["pipeline"])
@@ -134,6 +142,8 @@ def apply_label(
         "label": label.label,
         "labelled_by": label.labelled_by,
         "applied_at": now,
+        "applied_offset": offset,
+        "applied_version": new_state["version"],
     }
     return LabelOutcome(
         "applied",

@@ -42,10 +42,16 @@ def liveness_check(app: Any, rt: Runtime, watched: set[str]) -> Callable[[float]
         """Fresh end offsets (a paused partition is not fetched, so the cached high-water
         mark would go stale); the cached ones if the broker does not answer in time."""
         try:
-            return dict(await asyncio.wait_for(app.consumer.highwaters(*tps), timeout=5.0))
+            highs = dict(await asyncio.wait_for(app.consumer.highwaters(*tps), timeout=5.0))
         except (KafkaError, OSError) as exc:  # TimeoutError is an OSError
-            log.warning("liveness: end offsets unavailable (%r); using cached ones", exc)
+            if rt.broker_reachable:
+                log.warning("broker unreachable (%r): not ready until it answers", exc)
+            rt.broker_reachable = False  # readiness follows the broker (liveness does not)
             return {tp: app.consumer.highwater(tp) for tp in tps}
+        if not rt.broker_reachable:
+            log.warning("broker reachable again")
+        rt.broker_reachable = True
+        return highs
 
     async def _position(tp: Any) -> int | None:
         """Next offset still to process: after the last processed one, else after the last
@@ -69,7 +75,8 @@ def liveness_check(app: Any, rt: Runtime, watched: set[str]) -> Callable[[float]
             rt.progress.hold(current, now)
             highs = {tp: app.consumer.highwater(tp) for tp in tps}
         else:
-            highs = await _highwaters(tps) if tps else {}
+            probe = tps or sorted(app.consumer.assignment())[:1]  # any partition will do
+            highs = await _highwaters(probe) if probe else {}
         statuses = []
         for tp in tps:
             high = highs.get(tp)

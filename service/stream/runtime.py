@@ -118,6 +118,7 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        return self.book.loaded.is_set() and self.recovered
+        return self.book.loaded.is_set() and self.recovered and self.broker_reachable
 
     recovered: bool = False
+    broker_reachable: bool = True  # the last end-offset request was answered in time

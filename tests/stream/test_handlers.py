@@ -234,6 +234,28 @@ def test_redelivered_label_is_ignored_and_a_second_label_is_dead_lettered() -> N
     assert (resent.kind, resent.reason) == ("dead", "already_applied")
 
 
+def test_applied_mark_without_the_model_update_is_redone_once_even_past_expiry() -> None:
+    # a crash after the applied mark was stored but before the model was: the label comes
+    # back with the same offset and must be applied (it was in time when first applied)
+    state = initial_state("m", CFG)
+    label = Label("r1", "m", -1, "t", None)
+    first = apply_label(CFG, state, _pending([1.0, 2.0, 3.0]), label, 7, now=1.0)
+    assert first.state is not None
+    assert first.pending is not None
+    late = dict(first.pending, expires_at=0.5)
+    redo = apply_label(CFG, state, late, label, 7, now=2.0)
+    assert redo.kind == "applied"
+    assert redo.state is not None
+    same = {k: v for k, v in redo.state.items() if k != "updated_at"}
+    assert same == {k: v for k, v in first.state.items() if k != "updated_at"}
+    # once the model has the update, the same offset is a redelivery and changes nothing
+    again = apply_label(CFG, first.state, late, label, 7, now=2.0)
+    assert (again.kind, again.reason, again.state) == ("ignored", "redelivered", None)
+    # another message answering the applied request is dead-lettered, never applied twice
+    other = apply_label(CFG, state, late, label, 8, now=2.0)
+    assert (other.kind, other.reason) == ("dead", "already_applied")
+
+
 @pytest.mark.parametrize(
     ("pending", "label", "reason"),
     [

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 from faust.types import TP
 
 from service.config import Settings
@@ -128,4 +129,35 @@ async def test_committed_offset_counts_as_position_before_any_progress(
     await app.housekeeping()
     clock[0] += 60.0
     await app.housekeeping()
+    assert app.runtime.live
+
+
+class UnreachableBroker(FakeConsumer):
+    """A consumer whose broker stops answering end-offset requests, then comes back."""
+
+    down = True
+
+    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+        if self.down:
+            raise KafkaConnectionError("broker down")
+        return await super().highwaters(*tps)
+
+
+async def test_readiness_follows_the_broker_while_liveness_does_not(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    settings = Settings(app_id="ready", datadir=tmp_path, stall_seconds=10.0)
+    app: Any = create_app(settings, clock=lambda: clock[0])
+    consumer = UnreachableBroker({TP("abstain.features", 0)}, high=0)
+    app.consumer = consumer
+    app.tables.recovery.completed.set()
+    app.runtime.recovered = True
+    app.runtime.book.loaded.set()
+    await app.housekeeping()
+    assert not app.runtime.ready  # cannot reach Kafka: take it out of the Service
+    assert app.runtime.live  # a restart would not bring the broker back
+    consumer.down = False
+    clock[0] += 1.0
+    await app.housekeeping()
+    assert app.runtime.ready
     assert app.runtime.live
