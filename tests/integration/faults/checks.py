@@ -1,0 +1,292 @@
+"""The promises, checked from what is in Kafka after a run.
+
+- :func:`check_decisions`: every accepted event has a decision; repeats of one
+  (event id, model version) never differ.
+- :func:`model_chain`: every model version ever written (models topic and the table's
+  changelog); copies of one version never differ.
+- :func:`explain_chain`: each version step is the effect of exactly one label, found
+  independently (by offset, else by trying the unused ones) and re-applied through
+  :mod:`service.learning`; no label explains two steps.
+- :func:`replay`: the distinct applied labels, in order, from the initial model through
+  :mod:`service.learning` give the final (w, rho, version) the service wrote.
+- :func:`final_entries`: the last value per key of a changelog (pending requests).
+- :func:`non_finite_floats`: every float in a JSON document, checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.config import ModelConfig
+from service.learning import Pipeline, learner_from_state
+from service.stream.handlers import initial_state
+
+from .kafkaio import Rec, loads
+from .oracle import SeenDecision
+
+__all__ = [
+    "Chain",
+    "DecisionReport",
+    "check_decisions",
+    "expect_decision",
+    "expect_update",
+    "explain_chain",
+    "final_entries",
+    "model_chain",
+    "non_finite_floats",
+    "replay",
+]
+
+
+@dataclass
+class DecisionReport:
+    sent: int
+    decided: int
+    records: int
+    duplicates: int  # records beyond the first per event id
+    missing: list[str]
+    contradictions: list[tuple[str, int]]  # (event id, model version) with differing copies
+    unexpected: list[str]  # decided ids that were never sent as good events
+
+
+def check_decisions(
+    decisions: Mapping[str, Sequence[SeenDecision]], sent: Iterable[str]
+) -> DecisionReport:
+    """Coverage and consistency of the decisions seen for the good events ``sent``."""
+    ids = set(sent)
+    records = sum(len(v) for v in decisions.values())
+    contradictions = []
+    for eid, seen in decisions.items():
+        by_version: dict[int, set[tuple[str, int | None, bool]]] = defaultdict(set)
+        for d in seen:
+            by_version[d.model_version].add((d.action, d.label, d.queried))
+        contradictions += [(eid, v) for v, kinds in by_version.items() if len(kinds) > 1]
+    return DecisionReport(
+        sent=len(ids),
+        decided=sum(1 for i in ids if i in decisions),
+        records=records,
+        duplicates=records - len(decisions),
+        missing=sorted(i for i in ids if i not in decisions)[:20],
+        contradictions=contradictions[:20],
+        unexpected=sorted(set(decisions) - ids)[:20],
+    )
+
+
+def _learned(state: Mapping[str, Any]) -> tuple[list[float], float, Any]:
+    learned = state["learner"]["learned"]
+    steps = [s.get("learned") for s in state["pipeline"]["steps"]]
+    return list(learned["w"]), float(learned["rho"]), steps
+
+
+@dataclass
+class Chain:
+    """Every version of one model, 0 (configured) to the newest."""
+
+    states: list[dict[str, Any]]  # index = version
+    copies: int  # records read (topic + changelog)
+    gaps: list[int]  # versions missing from both sources
+    forks: list[int]  # versions written twice with different parameters
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return self.states[-1]
+
+    @property
+    def version(self) -> int:
+        return len(self.states) - 1
+
+
+def model_chain(
+    name: str, config: ModelConfig, topic: Sequence[Rec], changelog: Sequence[Rec]
+) -> Chain:
+    """Collect the versions of model ``name`` from its snapshots and its table changelog."""
+    by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    copies = 0
+    for rec in [*topic, *changelog]:
+        if rec.key != name.encode() or rec.value is None:
+            continue
+        state = rec.json()
+        by_version[int(state["version"])].append(state)
+        copies += 1
+    top = max(by_version, default=0)
+    states = [initial_state(name, config)]
+    gaps, forks = [], []
+    for v in range(1, top + 1):
+        got = by_version.get(v)
+        if not got:
+            gaps.append(v)
+            states.append(states[-1])
+            continue
+        if any(_learned(s) != _learned(got[0]) for s in got[1:]):
+            forks.append(v)
+        states.append(got[0])
+    return Chain(states, copies, gaps, forks)
+
+
+@dataclass
+class Explained:
+    order: list[str] = field(default_factory=list)  # request ids, one per version step
+    unexplained: list[int] = field(default_factory=list)  # versions no label explains
+    twice: list[str] = field(default_factory=list)  # labels that explain a second step
+    parked: int = 0  # steps applied out of offset order (label before its request)
+
+
+def _step(state: Mapping[str, Any], x: list[float], y: int) -> tuple[Pipeline, Any]:
+    pipeline = Pipeline.from_state(state["pipeline"])
+    learner = learner_from_state(state["learner"])
+    xa = np.asarray(x, dtype=np.float64)
+    pipeline.learn(xa)
+    learner.update(pipeline.transform(xa), y)
+    return pipeline, learner
+
+
+def _same(state: Mapping[str, Any], pipeline: Pipeline, learner: Any) -> bool:
+    w, rho, steps = _learned(state)
+    mine = [s.get("learned") for s in pipeline.to_state()["steps"]]
+    return bool(
+        np.array_equal(np.asarray(w), np.asarray(learner.w))
+        and rho == float(learner.rho)
+        and mine == steps
+    )
+
+
+def explain_chain(
+    chain: Chain,
+    labels: Sequence[Rec],
+    features: Mapping[str, list[float]],
+) -> Explained:
+    """Find, for each version step, the one label (request id) that produced it.
+
+    ``labels``: the model's records of the labels topic; ``features``: request id ->
+    features of the request. A step is explained only if applying that label to the
+    previous version gives the next one exactly; a label that explains a second step
+    (applied twice) is listed in ``twice``."""
+    by_offset: dict[int, tuple[str, int]] = {}
+    for rec in labels:
+        try:
+            obj = rec.json()
+            rid, y = str(obj["request_id"]), obj["label"]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if y in (1, -1) and not isinstance(y, bool | float) and rid in features:
+            by_offset[rec.offset] = (rid, int(y))
+    out = Explained()
+    used: set[str] = set()
+    for v in range(1, len(chain.states)):
+        before, after = chain.states[v - 1], chain.states[v]
+        lo_before, lo_after = int(before["labels_offset"]), int(after["labels_offset"])
+        candidates = [by_offset[lo_after]] if lo_after in by_offset else []
+        if lo_after <= lo_before:  # out of offset order: any label so far may explain it
+            candidates = [by_offset[o] for o in sorted(by_offset) if o <= lo_before]
+        found = None
+        for rid, y in sorted(candidates, key=lambda c: c[0] in used):  # unused ones first
+            pipeline, learner = _step(before, features[rid], y)
+            if _same(after, pipeline, learner):
+                found = rid
+                break
+        if found is None:
+            out.unexplained.append(v)
+            continue
+        if found in used:
+            out.twice.append(found)
+        used.add(found)
+        out.order.append(found)
+        out.parked += int(lo_after <= lo_before)
+    return out
+
+
+@dataclass
+class Replay:
+    version: int
+    w: list[float]
+    rho: float
+    max_abs_diff: float
+    equal: bool  # bit for bit
+
+
+def replay(
+    name: str,
+    config: ModelConfig,
+    labelled: Sequence[tuple[list[float], int]],
+    final: Mapping[str, Any],
+) -> Replay:
+    """Offline: ``labelled`` in order from version 0 through service.learning, compared
+    with the ``final`` state the service wrote."""
+    start = initial_state(name, config)
+    pipeline = Pipeline.from_state(start["pipeline"])
+    learner = learner_from_state(start["learner"])
+    for x, y in labelled:
+        xa = np.asarray(x, dtype=np.float64)
+        pipeline.learn(xa)
+        learner.update(pipeline.transform(xa), y)
+    w, rho, _ = _learned(final)
+    diff = float(np.max(np.abs(np.asarray(w) - np.asarray(learner.w)), initial=0.0))
+    diff = max(diff, abs(rho - float(learner.rho)))
+    return Replay(
+        version=len(labelled),
+        w=[float(v) for v in learner.w],
+        rho=float(learner.rho),
+        max_abs_diff=diff,
+        equal=_same(final, pipeline, learner),
+    )
+
+
+def final_entries(changelog: Sequence[Rec]) -> dict[str, Any]:
+    """Last value per key of a table changelog (None = deleted)."""
+    out: dict[str, Any] = {}
+    for rec in changelog:
+        if rec.key is not None:
+            out[rec.key.decode()] = loads(rec.value)
+    return out
+
+
+def non_finite_floats(value: Any, path: str = "$") -> list[str]:
+    """Paths of every NaN / infinity inside a decoded JSON value."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite_floats(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in non_finite_floats(v, f"{path}[{i}]")]
+    return []
+
+
+def _finite_state(pipeline: Pipeline, learner: Any) -> bool:
+    values = [np.asarray(learner.w, dtype=float), np.asarray([float(learner.rho)])]
+    return bool(all(np.isfinite(v).all() for v in values)) and not non_finite_floats(
+        pipeline.to_state()
+    )
+
+
+def expect_update(state: Mapping[str, Any], x: list[float], y: int) -> dict[str, Any] | None:
+    """Offline: the state after applying label ``y`` for features ``x`` to ``state``, or None
+    when the update would not be finite (and must be refused)."""
+    try:
+        with np.errstate(all="ignore"):
+            pipeline, learner = _step(state, x, y)
+    except ValueError:  # service.learning refuses non-finite updates itself
+        return None
+    if not _finite_state(pipeline, learner):
+        return None
+    return {**state, "pipeline": pipeline.to_state(), "learner": learner.to_state()}
+
+
+def expect_decision(state: Mapping[str, Any], x: list[float], coin: float) -> Any:
+    """Offline: the learner's decision for raw features ``x`` at ``state`` (None when the
+    scaled features or the score overflow and the event must be refused)."""
+    pipeline = Pipeline.from_state(state["pipeline"])
+    learner = learner_from_state(state["learner"])
+    with np.errstate(all="ignore"):
+        z = pipeline.transform(np.asarray(x, dtype=np.float64))
+    if not np.isfinite(z).all():
+        return None
+    try:
+        return learner.decide(z, coin=coin)
+    except ValueError:
+        return None

@@ -1,0 +1,233 @@
+"""Blocking helpers around aiokafka for the fault tests: create topics, produce in bulk,
+read a topic to its end. Each call runs its own short event loop; nothing here is shared
+with the worker under test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from . import HarnessError
+
+__all__ = [
+    "Rec",
+    "create_topics",
+    "end_offsets",
+    "group_lag",
+    "loads",
+    "partitions_of",
+    "produce",
+    "read_topic",
+]
+
+MAX_REQUEST = 8 * 1024 * 1024
+
+
+def loads(raw: bytes | None) -> Any:
+    """Parse JSON the way the service does (``NaN`` / ``Infinity`` allowed)."""
+    return None if raw is None else json.loads(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    """One record as read back."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+    def json(self) -> Any:
+        return loads(self.value)
+
+
+def _policy(compacted: bool) -> dict[str, str]:
+    return {"cleanup.policy": "compact"} if compacted else {}
+
+
+def create_topics(
+    bootstrap: str, partitions: Mapping[str, int], *, compacted: Iterable[str] = ()
+) -> None:
+    """Create ``name -> partitions`` (an existing topic is left alone)."""
+    compact = set(compacted)
+
+    async def run() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            new = [
+                NewTopic(name, count, 1, topic_configs=_policy(name in compact))
+                for name, count in partitions.items()
+            ]
+            response = await admin.create_topics(new)
+            for topic_error in response.topic_errors:
+                name, code = topic_error[0], topic_error[1]
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    raise HarnessError(f"cannot create topic {name}: error {code}")
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    items: Iterable[tuple[bytes | None, bytes]],
+    *,
+    attempts: int = 30,
+) -> list[tuple[int, int]]:
+    """Send ``(key, value)`` pairs, waiting for every acknowledgement; returns where each
+    landed, ``(partition, offset)``, in order.
+
+    A chunk that fails (broker away) is sent again, up to ``attempts`` times one second
+    apart: a retried chunk may land twice, which the fault tests tolerate by design."""
+    batch = list(items)
+
+    async def started() -> AIOKafkaProducer:
+        for attempt in range(attempts):
+            producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap,
+                linger_ms=5,
+                max_request_size=MAX_REQUEST,
+                acks="all",
+                enable_idempotence=True,
+            )
+            try:
+                await producer.start()
+                return producer
+            except KafkaError as exc:
+                await producer.stop()
+                if attempt == attempts - 1:
+                    raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
+                await asyncio.sleep(1.0)
+        raise AssertionError("unreachable")
+
+    async def run() -> list[tuple[int, int]]:
+        producer = await started()
+        where: list[tuple[int, int]] = []
+        try:
+            for start in range(0, len(batch), 2000):
+                chunk = batch[start : start + 2000]
+                for attempt in range(attempts):
+                    try:
+                        futures = [await producer.send(topic, v, key=k) for k, v in chunk]
+                        metas = await asyncio.gather(*futures)
+                        where += [(m.partition, m.offset) for m in metas]
+                        break
+                    except KafkaError as exc:
+                        if attempt == attempts - 1:
+                            raise HarnessError(f"cannot produce to {topic}: {exc!r}") from exc
+                        await asyncio.sleep(1.0)
+        finally:
+            await producer.stop()
+        return where
+
+    return asyncio.run(run())
+
+
+async def partitions_of(bootstrap: str, topic: str) -> list[TopicPartition]:
+    """The partitions of ``topic`` (empty when it does not exist)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (meta,) = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    if meta["error_code"] != 0:
+        return []
+    return [TopicPartition(topic, p["partition"]) for p in meta["partitions"]]
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """``partition -> end offset`` of ``topic`` (empty if it does not exist)."""
+
+    async def run() -> dict[int, int]:
+        tps = await partitions_of(bootstrap, topic)
+        if not tps:
+            return {}
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets(tps)
+        finally:
+            await consumer.stop()
+        return {tp.partition: int(off) for tp, off in ends.items()}
+
+    return asyncio.run(run())
+
+
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[Rec]:
+    """Every record of ``topic`` up to its end offsets now, by (partition, offset)."""
+
+    async def run() -> list[Rec]:
+        tps = await partitions_of(bootstrap, topic)
+        if not tps:
+            return []
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=MAX_REQUEST,
+            fetch_max_bytes=4 * MAX_REQUEST,
+        )
+        await consumer.start()
+        out: list[Rec] = []
+        try:
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            end = await consumer.end_offsets(tps)
+            deadline = time.monotonic() + timeout
+            while True:
+                positions = {tp: await consumer.position(tp) for tp in tps}
+                if all(positions[tp] >= end[tp] for tp in tps):
+                    break
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"reading {topic}: at {positions}, end {end}")
+                batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+                for recs in batch.values():
+                    out += [
+                        Rec(r.topic, r.partition, r.offset, r.key, r.value)
+                        for r in recs
+                        if r.offset < end[TopicPartition(r.topic, r.partition)]
+                    ]
+        finally:
+            await consumer.stop()
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+
+    return asyncio.run(run())
+
+
+def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[str, int]:
+    """Per ``topic[partition]``: end offset minus the offset ``group`` has committed
+    (an uncommitted partition counts from 0)."""
+
+    async def run() -> dict[str, int]:
+        tps = [tp for topic in topics for tp in await partitions_of(bootstrap, topic)]
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+        await admin.start()
+        await consumer.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+            ends = await consumer.end_offsets(tps)
+        finally:
+            await consumer.stop()
+            await admin.close()
+        lag: dict[str, int] = {}
+        for tp in tps:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[f"{tp.topic}[{tp.partition}]"] = max(0, int(ends[tp]) - int(done))
+        return lag
+
+    return asyncio.run(run())

@@ -1,0 +1,66 @@
+"""A worker with a fault switch: ``abstain worker`` plus two test-only pages.
+
+``POST /__faults/pause`` pauses every partition the consumer is assigned (faust stops
+handing their messages to the agents while the fetcher, the HTTP server and the timers go
+on): the consumer that silently stops making progress, which liveness must catch.
+``POST /__faults/resume`` undoes it. Run as a script with the worker's own flags::
+
+    python tests/integration/faults/stallworker.py --config C --broker B --web-port P
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def main(argv: list[str]) -> int:
+    import faust
+
+    from service.config import load_settings
+    from service.stream.app import create_app
+
+    parser = argparse.ArgumentParser(prog="stallworker")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--broker", required=True)
+    parser.add_argument("--web-port", type=int, required=True)
+    args = parser.parse_args(argv)
+    settings = load_settings(args.config, broker=args.broker, web={"port": args.web_port})
+    app = create_app(settings)
+
+    def tps() -> list[Any]:
+        return sorted(app.consumer.assignment())
+
+    def answer(view: Any, action: str, done: list[Any]) -> Any:
+        body = json.dumps({action: [f"{tp.topic}[{tp.partition}]" for tp in done]})
+        return view.bytes(body.encode(), content_type="application/json")
+
+    @app.page("/__faults/pause")
+    class Pause(faust.web.View):  # type: ignore[misc]
+        async def post(self, request: Any) -> Any:
+            done = tps()
+            app.consumer.pause_partitions(done)
+            return answer(self, "paused", done)
+
+    @app.page("/__faults/resume")
+    class Resume(faust.web.View):  # type: ignore[misc]
+        async def post(self, request: Any) -> Any:
+            done = tps()
+            app.consumer.resume_partitions(done)
+            return answer(self, "resumed", done)
+
+    worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
