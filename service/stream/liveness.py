@@ -77,6 +77,9 @@ def liveness_check(app: Any, rt: Runtime, watched: set[str]) -> Callable[[float]
         else:
             probe = tps or sorted(app.consumer.assignment())[:1]  # any partition will do
             highs = await _highwaters(probe) if probe else {}
+            if not rt.broker_reachable:  # nothing can be consumed: not a stalled consumer
+                paused = True  # (readiness reports the outage; a restart would not help)
+                rt.progress.hold(current, now)
         statuses = []
         for tp in tps:
             high = highs.get(tp)

@@ -137,6 +137,9 @@ class UnreachableBroker(FakeConsumer):
 
     down = True
 
+    def highwater(self, tp: TP) -> int:
+        return self.high  # the cached mark from before the broker went away
+
     async def highwaters(self, *tps: TP) -> dict[TP, int]:
         if self.down:
             raise KafkaConnectionError("broker down")
@@ -156,6 +159,12 @@ async def test_readiness_follows_the_broker_while_liveness_does_not(
     await app.housekeeping()
     assert not app.runtime.ready  # cannot reach Kafka: take it out of the Service
     assert app.runtime.live  # a restart would not bring the broker back
+    consumer.high = 5  # events were waiting when the broker went away
+    clock[0] += 60.0  # far beyond stall_seconds without progress, broker still down
+    await app.housekeeping()
+    assert app.runtime.live
+    assert not app.runtime.ready
+    consumer.high = 0
     consumer.down = False
     clock[0] += 1.0
     await app.housekeeping()
