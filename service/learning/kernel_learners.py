@@ -337,21 +337,7 @@ class KernelLearner:
     @classmethod
     def from_state(cls: type[_K], state: Any) -> _K:
         """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
-        record = st.read_record(state, st.LEARNER_FORMAT)
-        if record.get("algorithm") != cls.algorithm:
-            raise StateError(
-                f"state is for algorithm {record.get('algorithm')!r}, not {cls.algorithm!r}; "
-                "use learner_from_state() to rebuild whichever learner it holds"
-            )
-        params = st.read_mapping(record, "params")
-        learned = st.read_mapping(record, "learned")
-        unknown = set(params) - set(cls.param_names)
-        if unknown:
-            raise StateError(f"state params hold unknown hyperparameters {sorted(unknown)}")
-        try:
-            learner = cls(**params)
-        except (TypeError, ValueError) as exc:
-            raise StateError(f"state params are invalid: {exc}") from exc
+        learner, learned = st.open_learner_record(state, cls.algorithm, cls.param_names, cls)
         coef = learned.get("coef")
         n = len(coef) if isinstance(coef, list) else -1
         if n < 0 or (learner.budget is not None and n > learner.budget):

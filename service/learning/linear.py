@@ -43,7 +43,7 @@ from .base import (
     quiet,
     raise_non_finite,
 )
-from .errors import DimensionError, HyperparameterError, InputError, NonFiniteError, StateError
+from .errors import DimensionError, HyperparameterError, InputError, NonFiniteError
 from .losses import FloatArray, reject_decision
 from .schedules import Schedule, as_schedule
 
@@ -255,21 +255,7 @@ class LinearLearner:
     @classmethod
     def from_state(cls: type[_L], state: Any) -> _L:
         """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
-        record = st.read_record(state, st.LEARNER_FORMAT)
-        if record.get("algorithm") != cls.algorithm:
-            raise StateError(
-                f"state is for algorithm {record.get('algorithm')!r}, not {cls.algorithm!r}; "
-                "use learner_from_state() to rebuild whichever learner it holds"
-            )
-        params = st.read_mapping(record, "params")
-        learned = st.read_mapping(record, "learned")
-        unknown = set(params) - set(cls.param_names)
-        if unknown:
-            raise StateError(f"state params hold unknown hyperparameters {sorted(unknown)}")
-        try:
-            learner = cls(**params)
-        except (TypeError, ValueError) as exc:
-            raise StateError(f"state params are invalid: {exc}") from exc
+        learner, learned = st.open_learner_record(state, cls.algorithm, cls.param_names, cls)
         learner._w = st.read_floats(learned, "w", (learner.n_features,))
         learner._rho = st.read_float(learned, "rho", minimum=0.0)
         learner._steps = st.read_int(learned, "steps")

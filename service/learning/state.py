@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,7 @@ __all__ = [
     "float_list",
     "learner_record",
     "loads",
+    "open_learner_record",
     "read_float",
     "read_floats",
     "read_int",
@@ -101,6 +102,32 @@ def read_record(state: Any, fmt: str) -> Mapping[str, Any]:
             f"version {version!r}, or {_WHAT_TO_DO}"
         )
     return state
+
+
+_T = TypeVar("_T")
+
+
+def open_learner_record(
+    state: Any, algorithm: str, param_names: Sequence[str], build: Callable[..., _T]
+) -> tuple[_T, Mapping[str, Any]]:
+    """Check a learner record for ``algorithm``, build the learner from its hyperparameters
+    with ``build(**params)``, and return it with the ``learned`` section still to restore."""
+    record = read_record(state, LEARNER_FORMAT)
+    if record.get("algorithm") != algorithm:
+        raise StateError(
+            f"state is for algorithm {record.get('algorithm')!r}, not {algorithm!r}; "
+            "use learner_from_state() to rebuild whichever learner it holds"
+        )
+    params = read_mapping(record, "params")
+    learned = read_mapping(record, "learned")
+    unknown = set(params) - set(param_names)
+    if unknown:
+        raise StateError(f"state params hold unknown hyperparameters {sorted(unknown)}")
+    try:
+        learner = build(**params)
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state params are invalid: {exc}") from exc
+    return learner, learned
 
 
 def read_mapping(record: Mapping[str, Any], key: str) -> Mapping[str, Any]:
