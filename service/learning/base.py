@@ -32,6 +32,8 @@ __all__ = [
     "check_label",
     "check_param",
     "check_seed",
+    "draw_queries",
+    "draw_query",
     "features",
     "features_matrix",
     "quiet",
@@ -168,6 +170,34 @@ def check_label(y: Any) -> float:
         if y == -1:
             return -1.0
     raise LabelError(f"y must be +1 or -1, got {y!r}")
+
+
+def draw_query(p: float, coin: float | None, rng: np.random.Generator) -> bool:
+    """Query with probability ``p``: ``coin < p`` for a caller's coin, else a draw from
+    ``rng`` (made only when ``0 < p < 1``, so deterministic rules never consume one)."""
+    if coin is None:
+        return p >= 1.0 or (p > 0.0 and rng.random() < p)
+    return check_coin(coin) < p
+
+
+def draw_queries(probs: Any, coins: Any, rng: np.random.Generator) -> Any:
+    """:func:`draw_query` for a batch, making the same draws as row-by-row calls."""
+    if coins is None:
+        queries = probs >= 1.0
+        undecided = (probs > 0.0) & ~queries
+        k = int(np.count_nonzero(undecided))
+        if k == probs.shape[0]:
+            queries = rng.random(k) < probs
+        elif k:
+            where = np.flatnonzero(undecided)
+            queries[where] = rng.random(k) < probs[where]
+        return queries
+    u = np.asarray(coins, dtype=np.float64)
+    if u.shape != probs.shape:
+        raise DimensionError(f"coins must have shape {probs.shape}, got {u.shape}")
+    if not ((u >= 0.0).all() and (u < 1.0).all()):
+        raise InputError("coins must all be in [0, 1)")
+    return u < probs
 
 
 def check_coin(coin: Any) -> float:

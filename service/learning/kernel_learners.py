@@ -41,18 +41,19 @@ import numpy.typing as npt
 from . import state as st
 from .base import (
     Decision,
-    check_coin,
     check_int,
     check_label,
     check_param,
     check_seed,
+    draw_queries,
+    draw_query,
     features,
     features_matrix,
     quiet,
     raise_non_finite,
 )
 from .defaults import DEFAULT_GAMMA, default_kernel_dral_eta, default_kernel_ds_eta
-from .errors import DimensionError, InputError, NonFiniteError, StateError
+from .errors import NonFiniteError, StateError
 from .kernels import Kernel, RBFKernel, kernel_from_config
 from .losses import FloatArray, reject_decision
 from .rules import DoubleRampRule, DoubleSigmoidRule, FullLabelRule
@@ -203,10 +204,7 @@ class KernelLearner:
         x = self._checked(x)
         f = self._score(x)
         p = self._query_probability(f)
-        if coin is None:
-            query = p >= 1.0 or (p > 0.0 and self._rng.random() < p)
-        else:
-            query = check_coin(coin) < p
+        query = draw_query(p, coin, self._rng)
         return Decision(reject_decision(f, self._rho), f, self._rho, query, p)
 
     @quiet
@@ -232,18 +230,7 @@ class KernelLearner:
         probs = self._query_probability(scores)
         if not isinstance(probs, np.ndarray):
             probs = np.full(m, probs)
-        if coins is None:
-            queries = probs >= 1.0
-            undecided = np.flatnonzero((probs > 0.0) & ~queries)
-            if undecided.size:
-                queries[undecided] = self._rng.random(undecided.size) < probs[undecided]
-        else:
-            u = np.asarray(coins, dtype=np.float64)
-            if u.shape != (m,):
-                raise DimensionError(f"coins must have shape {(m,)}, got {u.shape}")
-            if not ((u >= 0.0).all() and (u < 1.0).all()):
-                raise InputError("coins must all be in [0, 1)")
-            queries = u < probs
+        queries = draw_queries(probs, coins, self._rng)
         return labels, scores, probs, queries
 
     # -- learning ----------------------------------------------------------------------

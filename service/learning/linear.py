@@ -33,17 +33,18 @@ import numpy.typing as npt
 from . import state as st
 from .base import (
     Decision,
-    check_coin,
     check_int,
     check_label,
     check_param,
     check_seed,
+    draw_queries,
+    draw_query,
     features,
     features_matrix,
     quiet,
     raise_non_finite,
 )
-from .errors import DimensionError, HyperparameterError, InputError, NonFiniteError
+from .errors import HyperparameterError, NonFiniteError
 from .losses import FloatArray, reject_decision
 from .schedules import Schedule, as_schedule
 
@@ -152,10 +153,7 @@ class LinearLearner:
         if not math.isfinite(f):
             raise_non_finite(x)
         p = self._query_probability(f)
-        if coin is None:
-            query = p >= 1.0 or (p > 0.0 and self._rng.random() < p)
-        else:
-            query = check_coin(coin) < p
+        query = draw_query(p, coin, self._rng)
         return Decision(reject_decision(f, self._rho), f, self._rho, query, p)
 
     @quiet
@@ -177,22 +175,7 @@ class LinearLearner:
         probs = self._query_probability(scores)
         if not isinstance(probs, np.ndarray):
             probs = np.full(scores.shape, probs)
-        if coins is None:
-            queries = probs >= 1.0
-            undecided = (probs > 0.0) & ~queries
-            k = int(np.count_nonzero(undecided))
-            if k == probs.shape[0]:
-                queries = self._rng.random(k) < probs
-            elif k:
-                where = np.flatnonzero(undecided)
-                queries[where] = self._rng.random(k) < probs[where]
-        else:
-            u = np.asarray(coins, dtype=np.float64)
-            if u.shape != scores.shape:
-                raise DimensionError(f"coins must have shape {scores.shape}, got {u.shape}")
-            if not ((u >= 0.0).all() and (u < 1.0).all()):
-                raise InputError("coins must all be in [0, 1)")
-            queries = u < probs
+        queries = draw_queries(probs, coins, self._rng)
         return labels, scores, probs, queries
 
     # -- learning ----------------------------------------------------------------------
