@@ -127,6 +127,12 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.skipped_recovered = Counter(
+            "abstain_skipped_records_recovered_total",
+            "Records the Kafka consumer skipped that the worker fetched and processed itself",
+            ["topic"],
+            registry=r,
+        )
         self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
         self.live = Gauge("abstain_live", "0 when a stalled consumer is detected", registry=r)
         self.live.set(1)

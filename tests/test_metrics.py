@@ -27,6 +27,7 @@ CATALOGUE = {
     "abstain_decide_latency_seconds": ("histogram", {"model"}),
     "abstain_consumer_lag": ("gauge", {"topic", "partition"}),
     "abstain_last_progress_timestamp_seconds": ("gauge", {"topic", "partition"}),
+    "abstain_skipped_records_recovered_total": ("counter", {"topic"}),
     "abstain_ready": ("gauge", set()),
     "abstain_live": ("gauge", set()),
 }
@@ -48,6 +49,7 @@ def test_every_series_of_the_catalogue_is_declared_with_its_type_and_labels() ->
     m = Metrics(registry, models=["a", "b"])
     m.set_partition("abstain.features", 0, lag=3, progress_ts=1.0)
     m.dead_letters.labels(source="features", reason="not_json").inc()
+    m.skipped_recovered.labels(topic="abstain.features")
     assert _families(registry) == CATALOGUE
 
 

@@ -32,11 +32,13 @@ from typing import Any
 import faust
 import numpy as np
 import orjson
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from service.config import Settings
 from service.metrics import IGNORED_REASONS, Metrics
 from service.stream import handlers
+from service.stream.continuity import Continuity, KafkaGaps, acknowledge, reread_stranded
 from service.stream.handlers import RawMessage, ServedModel
 from service.stream.liveness import liveness_check
 from service.stream.pages import mount_web
@@ -66,6 +68,12 @@ class AbstainApp(faust.App):
 
     runtime: Runtime
     housekeeping: Callable[[], Awaitable[None]]  # what the one-second timer runs
+    gaps: KafkaGaps | None = None  # reads what the consumer skipped (see continuity)
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        if self.gaps is not None:
+            await self.gaps.close()
 
 
 def _topic(app: Any, name: str, partitions: int, **kw: Any) -> Any:
@@ -130,7 +138,17 @@ def create_app(
         broker_heartbeat_interval=min(3.0, s.session_timeout_seconds / 3),
     )
     app.runtime = rt
+    app.gaps = gaps = KafkaGaps(
+        list(s.bootstrap_servers),
+        s.app_id,
+        client_kwargs=s.security.aiokafka_kwargs(),
+        max_fetch_bytes=max(1_048_576, s.max_message_bytes * 2),
+    )
+    continuity = Continuity(gaps.committed, gaps.fetch)
     t, parts = s.topics, s.partitions
+    consumed = (t.features, t.label_requests, t.labels)
+    for topic in consumed:
+        metrics.skipped_recovered.labels(topic=topic)  # the series shows from the start
     features = _topic(app, t.features, parts.features)
     decisions = _topic(app, t.decisions, parts.decisions)
     label_requests = _topic(app, t.label_requests, parts.labels)
@@ -281,10 +299,15 @@ def create_app(
         await declare_outputs()
         await book.loaded.wait()
         async for batch in stream.take_events(s.batch_size, within=s.batch_window_seconds):
-            msgs = [
-                RawMessage(e.value, e.message.topic, e.message.partition, e.message.offset)
-                for e in batch
-            ]
+            msgs: list[RawMessage] = []
+            skipped: list[tuple[list[RawMessage], int]] = []
+            for e in batch:
+                m = e.message
+                missed = await _missing(m)
+                if missed:
+                    msgs += missed
+                    skipped.append((missed, m.offset))
+                msgs.append(RawMessage(e.value, m.topic, m.partition, m.offset))
             started = time.perf_counter()
             result = _score_guarded(msgs, clock())
             per_event = (time.perf_counter() - started) / max(1, len(msgs))
@@ -295,11 +318,24 @@ def create_app(
             for letter in result.dead_letters:
                 await send_dead(letter)
             _count_scored(result, per_event)
+            for missed, upto in skipped:
+                acknowledge(app.consumer, missed, upto)
             last: dict[tuple[str, int], int] = {}
             for m in msgs:
                 last[(m.topic, m.partition)] = max(m.offset, last.get((m.topic, m.partition), -1))
             for (topic, partition), offset in last.items():
                 rt.progress.mark(topic, partition, offset)
+
+    async def _missing(message: Any) -> list[RawMessage]:
+        """Records the consumer skipped before ``message`` (usually none; see continuity)."""
+        topic, partition, offset = message.topic, message.partition, message.offset
+        generation = int(message.generation_id or 0)
+        if continuity.in_order(topic, partition, offset, generation=generation):
+            return []
+        missed = await continuity.missing(topic, partition, offset, generation=generation)
+        if missed:
+            metrics.skipped_recovered.labels(topic=topic).inc(len(missed))
+        return missed
 
     def _count_scored(result: handlers.ScoreResult, per_event: float) -> None:
         counts: dict[str, list[int]] = {}
@@ -323,24 +359,31 @@ def create_app(
         await declare_outputs()
         async for event in stream.events():
             msg = event.message
-            raw = RawMessage(event.value, msg.topic, msg.partition, msg.offset)
-            source = "label-requests" if msg.topic == t.label_requests else "labels"
-            try:
-                if source == "label-requests":
-                    await _on_request(raw)
-                else:
-                    await _on_label(raw)
-            except DATA_ERRORS as exc:  # a bug met by odd data: record it, keep learning
-                log.exception("%s message at %s[%s]@%s", source, raw.topic, raw.partition,
-                              raw.offset)  # fmt: skip
-                await send_dead(
-                    DeadLetter(source, raw.topic, raw.partition, raw.offset, "schema",
-                               f"internal error: {exc!r}", raw.value)
-                )  # fmt: skip
+            missed = await _missing(msg)
+            for raw in missed:
+                await _learn_one(raw)
+            if missed:
+                acknowledge(app.consumer, missed, msg.offset)
+            await _learn_one(RawMessage(event.value, msg.topic, msg.partition, msg.offset))
             rt.labels_seen += 1
             if rt.labels_seen % s.sweep_every == 0:
                 await _sweep(msg.partition)
             rt.progress.mark(msg.topic, msg.partition, msg.offset)
+
+    async def _learn_one(raw: RawMessage) -> None:
+        source = "label-requests" if raw.topic == t.label_requests else "labels"
+        try:
+            if source == "label-requests":
+                await _on_request(raw)
+            else:
+                await _on_label(raw)
+        except DATA_ERRORS as exc:  # a bug met by odd data: record it, keep learning
+            log.exception("%s message at %s[%s]@%s", source, raw.topic, raw.partition,
+                          raw.offset)  # fmt: skip
+            await send_dead(
+                DeadLetter(source, raw.topic, raw.partition, raw.offset, "schema",
+                           f"internal error: {exc!r}", raw.value)
+            )  # fmt: skip
 
     async def _on_request(raw: RawMessage) -> None:
         try:
@@ -479,6 +522,14 @@ def create_app(
             assigned = app.consumer.assignment()
             index_refresh(frozenset(tp.partition for tp in assigned if tp.topic == t.labels))
         _pending_gauges(now)
+        if rt.recovered and not app.rebalancing:
+            try:
+                sought = await reread_stranded(app, continuity, rt.progress.times, consumed, now)
+            except (KafkaError, OSError) as exc:  # the broker is away: try again next second
+                log.debug("stranded-records check skipped: %r", exc)
+                sought = {}
+            for (topic, _), (start, end) in sought.items():
+                metrics.skipped_recovered.labels(topic=topic).inc(end - start)
         for model, recent in rt.recent_queries.items():
             if recent:
                 metrics.query_rate.labels(model=model).set(sum(recent) / len(recent))
@@ -499,7 +550,7 @@ def create_app(
             metrics.pending_requests.labels(model=model).set(count[model])
             metrics.oldest_pending_age.labels(model=model).set(now - oldest[model])
 
-    _liveness = liveness_check(app, rt, {t.features, t.label_requests, t.labels})
+    _liveness = liveness_check(app, rt, set(consumed))
 
     mount_web(app, rt, pending_entries, labels)
     return app

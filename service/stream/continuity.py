@@ -1,0 +1,288 @@
+"""Every offset reaches the agents: notice records the Kafka consumer skipped and fetch them.
+
+faust-streaming can skip records after a restart or a rebalance. Records fetched while the
+new assignment is being recovered are queued for the agents; the queues are cleared when
+recovery ends, but the fetch position has already moved past them. The records are never
+processed: the group's committed offset stays behind them (lag that never drains) or, once
+a later record arrives, faust takes the jump for a compacted range and commits past them.
+
+:class:`Continuity` watches the offsets an agent sees, per partition and consumer
+generation. The first record of a partition in a generation must be at the group's committed
+offset and each later one must follow the one before. A record beyond that means the ones in
+between were skipped: they are fetched straight from Kafka (:class:`KafkaGaps`, outside the
+group, never committing) and handed to the agent first, in order. A record *before* the
+expected offset is a redelivery (at-least-once) and is processed again. When no later record
+comes to reveal the gap, :func:`reread_stranded` (run every second) finds partitions whose
+consumer has fetched past what the agent saw and that have been quiet for
+:data:`QUIET_SECONDS`, and seeks them back so the records are delivered again.
+
+>>> import asyncio
+>>> async def committed(topic, partition):
+...     return 10
+>>> async def fetch(topic, partition, start, end):
+...     return [RawMessage(b"x", topic, partition, o) for o in range(start, end)]
+>>> c = Continuity(committed, fetch)
+>>> [m.offset for m in asyncio.run(c.missing("t", 0, 13, generation=1))]
+[10, 11, 12]
+>>> c.in_order("t", 0, 14, generation=1)
+True
+>>> c.in_order("t", 0, 16, generation=1)  # 15 is missing: ask ``missing``
+False
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from faust.types import TP, Message
+
+from service.stream.handlers import RawMessage
+
+__all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "acknowledge", "reread_stranded"]
+
+log = logging.getLogger(__name__)
+
+#: a partition whose agent has seen nothing for this long while the consumer has fetched
+#: past it has records stranded (fetched, never delivered): it is sought back to them
+QUIET_SECONDS = 5.0
+
+Committed = Callable[[str, int], Awaitable[int | None]]
+Fetch = Callable[[str, int, int, int], Awaitable[list[RawMessage]]]
+
+
+@dataclass(slots=True)
+class _Track:
+    generation: int
+    next: int
+
+
+class Continuity:
+    """Per (topic, partition): the next offset the agent must see in the current generation.
+
+    ``committed(topic, partition)`` gives the group's committed offset (None: nothing
+    committed, so the partition starts at its beginning); ``fetch(topic, partition, start,
+    end)`` returns the records with ``start <= offset < end`` that exist (a range may hold
+    none: compaction, retention, transaction markers).
+    """
+
+    def __init__(self, committed: Committed, fetch: Fetch) -> None:
+        self._committed = committed
+        self._fetch = fetch
+        self._tracks: dict[tuple[str, int], _Track] = {}
+        self.sought: dict[tuple[str, int], tuple[int, int, int]] = {}  # by reread_stranded
+        self.recovered = 0  # records fetched because the consumer skipped them
+        self.gaps = 0  # jumps seen (some hold no records)
+
+    def in_order(self, topic: str, partition: int, offset: int, *, generation: int) -> bool:
+        """The fast path: True (and ``offset`` remembered) if nothing can be missing before
+        it; False if :meth:`missing` must look."""
+        track = self._tracks.get((topic, partition))
+        if track is not None and track.generation == generation and offset <= track.next:
+            track.next = offset + 1
+            return True
+        return False
+
+    async def missing(
+        self, topic: str, partition: int, offset: int, *, generation: int
+    ) -> list[RawMessage]:
+        """Records the agent should have seen before the one at ``offset`` (oldest first),
+        and remember ``offset`` as seen."""
+        key = (topic, partition)
+        track = self._tracks.get(key)
+        if track is None or track.generation != generation:
+            start = await self._committed(topic, partition)
+            track = _Track(generation, 0 if start is None else start)
+            self._tracks[key] = track
+        expected = track.next
+        track.next = offset + 1
+        if offset <= expected:  # in order, or a redelivery (processed again: at least once)
+            return []
+        self.gaps += 1
+        records = [r for r in await self._fetch(topic, partition, expected, offset)
+                   if expected <= r.offset < offset]  # fmt: skip
+        self.recovered += len(records)
+        log.warning(
+            "consumer skipped %s[%s] offsets %s..%s: %s records fetched and processed",
+            topic, partition, expected, offset - 1, len(records),
+        )  # fmt: skip
+        return records
+
+    def expected(self, topic: str, partition: int, *, generation: int) -> int | None:
+        """The next offset the agent must see, if it has seen one in ``generation``."""
+        track = self._tracks.get((topic, partition))
+        return track.next if track is not None and track.generation == generation else None
+
+
+class KafkaGaps:
+    """Committed offsets and record ranges read from Kafka without joining the group.
+
+    One admin client and one group-less consumer (``enable_auto_commit`` off, nothing ever
+    committed), started on first use and stopped by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        bootstrap: list[str],
+        group_id: str,
+        *,
+        client_kwargs: Mapping[str, Any],
+        max_fetch_bytes: int = 1_048_576,
+        timeout: float = 10.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.client_kwargs = dict(client_kwargs)
+        self.max_fetch_bytes = max_fetch_bytes
+        self.timeout = timeout
+        self._admin: AIOKafkaAdminClient | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lock = asyncio.Lock()
+
+    async def committed(self, topic: str, partition: int) -> int | None:
+        """The group's committed offset of one partition (None if it has none)."""
+        async with self._lock:
+            if self._admin is None:
+                admin = AIOKafkaAdminClient(
+                    bootstrap_servers=self.bootstrap,
+                    client_id=f"{self.group_id}-gaps-admin",
+                    **self.client_kwargs,
+                )
+                await admin.start()
+                self._admin = admin
+            tp = TopicPartition(topic, partition)
+            offsets = await self._admin.list_consumer_group_offsets(self.group_id, partitions=[tp])
+        found = offsets.get(tp)
+        return None if found is None or found.offset < 0 else int(found.offset)
+
+    async def fetch(self, topic: str, partition: int, start: int, end: int) -> list[RawMessage]:
+        """Records with ``start <= offset < end`` (those that exist), oldest first. Stops at
+        the first record at or past ``end``, or after ``timeout`` seconds."""
+        tp = TopicPartition(topic, partition)
+        out: list[RawMessage] = []
+        async with self._lock:
+            consumer = await self._ensure_consumer()
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                records = batch.get(tp, [])
+                if not records:
+                    position = await consumer.position(tp)
+                    high = consumer.highwater(tp)
+                    if position >= end or (high is not None and position >= high):
+                        break  # the range is read, or nothing more exists
+                done = False
+                for r in records:
+                    if r.offset >= end:
+                        done = True
+                        break
+                    if r.value is not None:
+                        out.append(RawMessage(r.value, topic, partition, r.offset, r.key))
+                if done:
+                    break
+            else:
+                log.error("fetching %s[%s] %s..%s timed out after %ss with %s records",
+                          topic, partition, start, end - 1, self.timeout, len(out))  # fmt: skip
+        return out
+
+    async def _ensure_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                client_id=f"{self.group_id}-gaps",
+                max_partition_fetch_bytes=self.max_fetch_bytes,
+                fetch_max_wait_ms=50,  # the records exist: do not wait for more
+                **self.client_kwargs,
+            )
+            await consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
+    async def close(self) -> None:
+        """Stop the clients (if started)."""
+        async with self._lock:
+            if self._consumer is not None:
+                await self._consumer.stop()
+                self._consumer = None
+            if self._admin is not None:
+                await self._admin.close()
+                self._admin = None
+
+
+def acknowledge(consumer: Any, records: Iterable[RawMessage], upto: int) -> None:
+    """Tell faust's ``consumer`` the fetched ``records`` are processed, so the committed
+    offset moves past them. ``upto`` is the offset of the record that revealed the gap.
+
+    faust may have recorded the jump as a "gap" (a range it treats as done); that range is
+    cut first, or its offsets would be counted twice and the commit would crawl.
+    """
+    rows = list(records)
+    if not rows:
+        return
+    tp = TP(rows[0].topic, rows[0].partition)
+    _chop_gap(consumer, tp, rows[0].offset, upto + 1)
+    for r in rows:
+        message = Message(r.topic, r.partition, r.offset, 0.0, 0, None, r.key, r.value, None,
+                          tp=tp)  # fmt: skip
+        consumer.ack(message)
+
+
+def _chop_gap(consumer: Any, tp: Any, start: int, end: int) -> None:
+    gap = getattr(consumer, "_gap", {}).get(tp)
+    if gap:
+        gap.chop(start, end)
+
+
+async def reread_stranded(
+    app: Any,
+    continuity: Continuity,
+    last_progress: Mapping[tuple[str, int], float],
+    watched: Iterable[str],
+    now: float,
+    *,
+    quiet: float = QUIET_SECONDS,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Seek back the quiet partitions whose consumer position is past the next offset the
+    agent must see (records fetched but never delivered); ``{(topic, partition): (from,
+    to)}`` of what was sought back. The same range is sought back once (a range that holds
+    no records, such as a transaction marker at the end, is not retried forever)."""
+    consumer = app.consumer
+    generation = int(app.consumer_generation_id or 0)
+    topics = set(watched)
+    done: dict[tuple[str, int], tuple[int, int]] = {}
+    for tp in sorted(consumer.assignment()):
+        key = (tp.topic, tp.partition)
+        if tp.topic not in topics or now - last_progress.get(key, now) < quiet:
+            continue
+        position = await consumer.position(tp)
+        if position is None:
+            continue
+        start = continuity.expected(tp.topic, tp.partition, generation=generation)
+        if start is None:  # the agent has seen nothing since the assignment
+            committed = consumer._committed_offset.get(tp)  # noqa: SLF001 - set on assignment
+            if committed is None:
+                committed = (await consumer.earliest_offsets(tp)).get(tp)
+            start = None if committed is None else int(committed)
+        if start is None or position <= start:
+            continue
+        target = (generation, start, int(position))
+        if continuity.sought.get(key) == target:
+            continue
+        continuity.sought[key] = target
+        log.warning("%s[%s]: offsets %s..%s fetched but never processed; reading them again",
+                    tp.topic, tp.partition, start, position - 1)  # fmt: skip
+        _chop_gap(consumer, tp, start, int(position))
+        await consumer.seek(tp, start)
+        done[key] = (start, int(position))
+    return done

@@ -1,0 +1,227 @@
+"""Continuity: which records an agent missed, how they are acknowledged to faust, and when
+a quiet partition is sought back. Kafka is faked here; tests/integration/test_faults_skip.py
+and test_service_continuity.py cover the same on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from faust.types import TP
+from hypothesis import given
+from hypothesis import strategies as st
+from intervaltree import IntervalTree
+
+from service.stream.continuity import QUIET_SECONDS, Continuity, acknowledge, reread_stranded
+from service.stream.handlers import RawMessage
+
+
+class Log:
+    """A partition's records (offsets that exist) and the group's committed offset."""
+
+    def __init__(self, offsets: list[int], committed: int | None = None) -> None:
+        self.offsets = offsets
+        self.committed_offset = committed
+        self.fetches: list[tuple[int, int]] = []
+
+    async def committed(self, topic: str, partition: int) -> int | None:
+        return self.committed_offset
+
+    async def fetch(self, topic: str, partition: int, start: int, end: int) -> list[RawMessage]:
+        self.fetches.append((start, end))
+        return [RawMessage(b"%d" % o, topic, partition, o) for o in self.offsets if o >= start]
+
+
+def see(c: Continuity, offset: int, generation: int = 1, partition: int = 0) -> list[int]:
+    """What the agent does per record: the fast path, else ask what is missing."""
+    if c.in_order("t", partition, offset, generation=generation):
+        return []
+    return [r.offset for r in asyncio.run(c.missing("t", partition, offset, generation=generation))]
+
+
+def test_records_in_order_from_the_committed_offset_miss_nothing() -> None:
+    log = Log(list(range(100)), committed=10)
+    c = Continuity(log.committed, log.fetch)
+    assert [see(c, o) for o in range(10, 20)] == [[]] * 10
+    assert log.fetches == []
+    assert c.gaps == 0
+    assert c.recovered == 0
+
+
+def test_a_first_record_past_the_committed_offset_brings_the_ones_before_it() -> None:
+    log = Log(list(range(100)), committed=10)
+    c = Continuity(log.committed, log.fetch)
+    assert see(c, 14) == [10, 11, 12, 13]
+    assert see(c, 15) == []
+    assert log.fetches == [(10, 14)]
+    assert (c.gaps, c.recovered) == (1, 4)
+
+
+def test_a_jump_mid_stream_brings_what_was_jumped_over_and_nothing_past_it() -> None:
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(5):
+        see(c, o)
+    assert see(c, 9) == [5, 6, 7, 8]  # the fake returns more: only 5..8 are the gap
+    assert see(c, 10) == []
+
+
+def test_nothing_committed_means_from_the_beginning() -> None:
+    log = Log(list(range(3, 50)), committed=None)  # retention removed 0..2
+    c = Continuity(log.committed, log.fetch)
+    assert see(c, 6) == [3, 4, 5]
+
+
+def test_redelivered_records_are_processed_again_and_followed() -> None:
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(10):
+        see(c, o)
+    # faust sought back to 4 (at least once): 4.. again, then onwards, no gap reported
+    assert [see(c, o) for o in range(4, 12)] == [[]] * 8
+    assert c.gaps == 0
+
+
+def test_a_jump_over_offsets_that_hold_no_records_brings_nothing() -> None:
+    log = Log([0, 1, 2, 4, 5], committed=0)  # 3: a transaction marker
+    c = Continuity(log.committed, log.fetch)
+    for o in (0, 1, 2):
+        see(c, o)
+    assert see(c, 4) == []
+    assert (c.gaps, c.recovered) == (1, 0)
+
+
+def test_a_new_generation_starts_again_from_the_committed_offset() -> None:
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(20):
+        see(c, o, generation=1)
+    log.committed_offset = 15  # the rebalance: this worker (or another) committed 15
+    assert see(c, 18, generation=2) == [15, 16, 17]
+    assert c.expected("t", 0, generation=2) == 19
+    assert c.expected("t", 0, generation=1) is None
+
+
+def test_partitions_are_followed_separately() -> None:
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    see(c, 0, partition=0)
+    see(c, 0, partition=1)
+    assert see(c, 1, partition=1) == []
+    assert see(c, 3, partition=0) == [1, 2]
+
+
+@given(
+    committed=st.integers(0, 30),
+    seen=st.lists(st.integers(0, 60), min_size=1, max_size=40),
+)
+def test_every_offset_from_the_committed_one_is_handed_over_at_least_once(
+    committed: int, seen: list[int]
+) -> None:
+    """Whatever faust delivers (gaps, redeliveries, in any order), the agent gets every
+    existing offset between the committed one and the highest delivered, in order before
+    the record that revealed it."""
+    log = Log(list(range(61)), committed=committed)
+    c = Continuity(log.committed, log.fetch)
+    handed: list[int] = []
+    for o in seen:
+        missed = see(c, o)
+        assert missed == sorted(missed)
+        assert all(m < o for m in missed)
+        handed += [*missed, o]
+    top = max(seen)
+    assert set(range(committed, top + 1)) <= set(handed)
+
+
+@dataclass
+class FakeConsumer:
+    """The parts of faust's consumer continuity touches."""
+
+    assigned: set[TP] = field(default_factory=set)
+    positions: dict[TP, int] = field(default_factory=dict)
+    _committed_offset: dict[TP, int | None] = field(default_factory=dict)
+    _gap: dict[TP, IntervalTree] = field(default_factory=dict)
+    acked: list[tuple[TP, int]] = field(default_factory=list)
+    sought: list[tuple[TP, int]] = field(default_factory=list)
+    earliest: int = 0
+
+    def assignment(self) -> set[TP]:
+        return set(self.assigned)
+
+    async def position(self, tp: TP) -> int | None:
+        return self.positions.get(tp)
+
+    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+        return dict.fromkeys(tps, self.earliest)
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        self.sought.append((tp, offset))
+
+    def ack(self, message: Any) -> bool:
+        self.acked.append((message.tp, message.offset))
+        return True
+
+
+@dataclass
+class FakeApp:
+    consumer: FakeConsumer
+    consumer_generation_id: int = 1
+
+
+def test_acknowledging_fetched_records_acks_each_and_cuts_fausts_gap() -> None:
+    tp = TP("t", 0)
+    consumer = FakeConsumer(_gap={tp: IntervalTree.from_tuples([(11, 15), (20, 22)])})
+    records = [RawMessage(b"", "t", 0, o) for o in (10, 11, 12, 13)]
+    acknowledge(consumer, records, upto=14)
+    assert consumer.acked == [(tp, o) for o in (10, 11, 12, 13)]
+    # the range faust took for compacted (11..14) is gone; the unrelated one stays
+    assert sorted((i.begin, i.end) for i in consumer._gap[tp]) == [(20, 22)]
+    acknowledge(consumer, [], upto=30)  # nothing fetched: nothing to do
+    assert len(consumer.acked) == 4
+
+
+def _stranded(app: FakeApp, c: Continuity, quiet_for: float) -> dict[tuple[str, int], Any]:
+    tp = TP("t", 0)
+    return asyncio.run(reread_stranded(app, c, {("t", 0): 100.0}, {tp.topic}, 100.0 + quiet_for))
+
+
+def test_a_quiet_partition_fetched_past_what_the_agent_saw_is_sought_back_once() -> None:
+    tp = TP("t", 0)
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(10):
+        see(c, o)
+    consumer = FakeConsumer(assigned={tp}, positions={tp: 25},
+                            _gap={tp: IntervalTree.from_tuples([(11, 25)])})  # fmt: skip
+    app = FakeApp(consumer)
+    assert _stranded(app, c, QUIET_SECONDS - 1) == {}  # not quiet long enough
+    assert _stranded(app, c, QUIET_SECONDS) == {("t", 0): (10, 25)}
+    assert consumer.sought == [(tp, 10)]
+    assert not consumer._gap[tp]
+    assert _stranded(app, c, QUIET_SECONDS + 5) == {}  # the same range: not again
+    assert consumer.sought == [(tp, 10)]
+
+
+def test_a_partition_the_agent_has_seen_up_to_its_position_is_left_alone() -> None:
+    tp = TP("t", 0)
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(10):
+        see(c, o)
+    consumer = FakeConsumer(assigned={tp, TP("other", 0)}, positions={tp: 10, TP("other", 0): 9})
+    assert _stranded(FakeApp(consumer), c, 60) == {}
+    assert consumer.sought == []
+
+
+@pytest.mark.parametrize(("committed", "expected"), [(7, 7), (None, 3)])
+def test_with_nothing_seen_since_the_assignment_the_start_is_the_committed_offset(
+    committed: int | None, expected: int
+) -> None:
+    tp = TP("t", 0)
+    c = Continuity(Log([]).committed, Log([]).fetch)
+    consumer = FakeConsumer(assigned={tp}, positions={tp: 12}, _committed_offset={tp: committed},
+                            earliest=3)  # fmt: skip
+    assert _stranded(FakeApp(consumer), c, 60) == {("t", 0): (expected, 12)}
+    assert consumer.sought == [(tp, expected)]
