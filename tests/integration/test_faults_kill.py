@@ -20,14 +20,6 @@ from faults.scenario import Feeder, assert_promise, deployment, settle
 from faults.sizes import SIZES, size_params
 
 
-# Known defect, kept visible rather than hidden: after a SIGKILL and restart the successor
-# can resume a features partition past the group's committed offset, so some events are
-# never decided (docs/reliability.md, "Open: events lost after kill -9"). The test runs in
-# full and reports what it finds; it is expected to fail until the resume position is fixed.
-@pytest.mark.xfail(
-    reason="successor may resume past the committed offset after kill -9 (events undecided)",
-    strict=False,
-)
 @pytest.mark.parametrize("size", size_params())
 def test_kill9_loses_nothing_and_applies_every_label_once(
     size: str, kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -35,11 +35,6 @@ def _gaps(stamps: list[float], at: float, window: float = 60.0) -> float:
     return max((b - a for a, b in zip(near, near[1:], strict=False)), default=float("nan"))
 
 
-@pytest.mark.xfail(
-    reason="R5: after a restart or rebalance faust can resume past the committed offset "
-    "(docs/reliability.md)",
-    strict=False,
-)
 @pytest.mark.parametrize("size", size_params())
 def test_join_and_leave_mid_stream_keep_the_promise(
     size: str, kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

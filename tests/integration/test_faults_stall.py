@@ -18,14 +18,9 @@ from faults.scenario import deployment
 from faults.workers import REPO
 
 STALL = 3.0
-STALL_WORKER = Path(__file__).resolve().parent / "faults" / "stallworker.py"
+FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"
 
 
-@pytest.mark.xfail(
-    reason="R5: after a restart or rebalance faust can resume past the committed offset "
-    "(docs/reliability.md)",
-    strict=False,
-)
 def test_a_stalled_consumer_fails_liveness_within_stall_seconds(
     kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -36,7 +31,7 @@ def test_a_stalled_consumer_fails_liveness_within_stall_seconds(
         t = dep.topics
         src = EventSource("stall")
         observer = Observer(kafka_bootstrap, t, src.truth).begin()
-        worker = dep.start(argv=[sys.executable, str(STALL_WORKER)])
+        worker = dep.start(argv=[sys.executable, str(FAULT_WORKER)])
         worker.wait_ready()
         produce(dep.bootstrap, t["features"], src.make(50))
         observer.wait(lambda o: o.decided(src.truth) == 50, 60, "the first decisions")

@@ -13,7 +13,8 @@ The ``test_faults_*`` modules build on these pieces:
                    stream to settle, the label accounting and the promise as assertions.
 - :mod:`.report`   the summary table (stdout, JSON under the test's tmp dir and, when
                    ``ABSTAIN_FAULTS_RESULTS`` names a directory, there too).
-- :mod:`.stallworker` a worker with a switch that pauses its consumer (stall test).
+- :mod:`.faultworker` a worker with switches that pause its consumer (stall test) or make
+  it drop fetched records (skip test).
 
 Errors::
 
