@@ -38,7 +38,8 @@ from prometheus_client import CollectorRegistry
 from service.config import Settings
 from service.metrics import IGNORED_REASONS, Metrics
 from service.stream import handlers
-from service.stream.continuity import Continuity, KafkaGaps, acknowledge, reread_stranded
+from service.stream.consumer import Transport
+from service.stream.continuity import Continuity, KafkaGaps, acknowledge, tend_quiet
 from service.stream.handlers import RawMessage, ServedModel
 from service.stream.liveness import liveness_check
 from service.stream.pages import mount_web
@@ -69,6 +70,10 @@ class AbstainApp(faust.App):
     runtime: Runtime
     housekeeping: Callable[[], Awaitable[None]]  # what the one-second timer runs
     gaps: KafkaGaps | None = None  # reads what the consumer skipped (see continuity)
+
+    def _new_transport(self) -> Any:
+        # faust's aiokafka transport with the consumer whose commits do not crawl
+        return Transport(self.conf.broker_consumer, self)
 
     async def on_stop(self) -> None:
         await super().on_stop()
@@ -512,6 +517,8 @@ def create_app(
         await declare_outputs()
         await follow_models(s, book, consumer_kwargs=s.security.aiokafka_kwargs())
 
+    ready_since: list[float | None] = [None]
+
     async def housekeeping() -> None:
         """Readiness, pending-request gauges, query rate and liveness (every second)."""
         tables: Any = app.tables
@@ -522,14 +529,20 @@ def create_app(
             assigned = app.consumer.assignment()
             index_refresh(frozenset(tp.partition for tp in assigned if tp.topic == t.labels))
         _pending_gauges(now)
-        if rt.recovered and not app.rebalancing:
+        if not rt.ready:
+            ready_since[0] = None
+        elif ready_since[0] is None:
+            ready_since[0] = now  # until models load, records wait on purpose
+        if ready_since[0] is not None and not app.rebalancing:
             try:
-                sought = await reread_stranded(app, continuity, rt.progress.times, consumed, now)
+                tended = await tend_quiet(app, continuity, rt.progress.times,
+                                          rt.progress.offsets, consumed, now,
+                                          since=ready_since[0])  # fmt: skip
             except (KafkaError, OSError) as exc:  # the broker is away: try again next second
-                log.debug("stranded-records check skipped: %r", exc)
-                sought = {}
-            for (topic, _), (start, end) in sought.items():
-                metrics.skipped_recovered.labels(topic=topic).inc(end - start)
+                log.debug("quiet-partition check skipped: %r", exc)
+            else:
+                for (topic, _), (start, end) in tended.reread.items():
+                    metrics.skipped_recovered.labels(topic=topic).inc(end - start)
         for model, recent in rt.recent_queries.items():
             if recent:
                 metrics.query_rate.labels(model=model).set(sum(recent) / len(recent))

@@ -12,9 +12,10 @@ offset and each later one must follow the one before. A record beyond that means
 between were skipped: they are fetched straight from Kafka (:class:`KafkaGaps`, outside the
 group, never committing) and handed to the agent first, in order. A record *before* the
 expected offset is a redelivery (at-least-once) and is processed again. When no later record
-comes to reveal the gap, :func:`reread_stranded` (run every second) finds partitions whose
+comes to reveal the gap, :func:`tend_quiet` (run every second) finds partitions whose
 consumer has fetched past what the agent saw and that have been quiet for
-:data:`QUIET_SECONDS`, and seeks them back so the records are delivered again.
+:data:`QUIET_SECONDS`, and seeks them back so the records are delivered again; and it
+commits what a quiet partition has processed when the group's committed offset is behind.
 
 >>> import asyncio
 >>> async def committed(topic, partition):
@@ -45,7 +46,7 @@ from faust.types import TP, Message
 
 from service.stream.handlers import RawMessage
 
-__all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "acknowledge", "reread_stranded"]
+__all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "Tended", "acknowledge", "tend_quiet"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Continuity:
         self._committed = committed
         self._fetch = fetch
         self._tracks: dict[tuple[str, int], _Track] = {}
-        self.sought: dict[tuple[str, int], tuple[int, int, int]] = {}  # by reread_stranded
+        self.sought: dict[tuple[str, int], tuple[int, int, int]] = {}  # by tend_quiet
         self.recovered = 0  # records fetched because the consumer skipped them
         self.gaps = 0  # jumps seen (some hold no records)
 
@@ -113,6 +114,10 @@ class Continuity:
             topic, partition, expected, offset - 1, len(records),
         )  # fmt: skip
         return records
+
+    async def group_committed(self, topic: str, partition: int) -> int | None:
+        """The group's committed offset, as Kafka has it (None: nothing committed)."""
+        return await self._committed(topic, partition)
 
     def expected(self, topic: str, partition: int, *, generation: int) -> int | None:
         """The next offset the agent must see, if it has seen one in ``generation``."""
@@ -244,45 +249,80 @@ def _chop_gap(consumer: Any, tp: Any, start: int, end: int) -> None:
         gap.chop(start, end)
 
 
-async def reread_stranded(
+@dataclass
+class Tended:
+    """What :func:`tend_quiet` did, per (topic, partition)."""
+
+    reread: dict[tuple[str, int], tuple[int, int]]  # sought back: [from, to)
+    committed: dict[tuple[str, int], tuple[int | None, int]]  # (group had, committed)
+
+
+async def tend_quiet(
     app: Any,
     continuity: Continuity,
     last_progress: Mapping[tuple[str, int], float],
+    processed: Mapping[tuple[str, int], int],
     watched: Iterable[str],
     now: float,
     *,
+    since: float = 0.0,
     quiet: float = QUIET_SECONDS,
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """Seek back the quiet partitions whose consumer position is past the next offset the
-    agent must see (records fetched but never delivered); ``{(topic, partition): (from,
-    to)}`` of what was sought back. The same range is sought back once (a range that holds
-    no records, such as a transaction marker at the end, is not retried forever)."""
+) -> Tended:
+    """Look after the partitions that have been quiet for ``quiet`` seconds (counted from
+    their last progress, and not from before ``since``, when the agents could start).
+
+    - Stranded records: the consumer position is past the next offset the agent must see
+      (records fetched, never delivered): seek back to it.
+    - Offsets processed but not committed: the agent has processed every offset up to its
+      position (``processed``: last processed offset per partition) and the group's
+      committed offset (asked from Kafka) is behind: commit it. faust's own bookkeeping
+      can believe a commit happened that did not, or move backwards when a commit and a
+      seek race; the lag would then never drain.
+
+    Each action is taken once for the same offsets (a range that holds no records, such as
+    a transaction marker at the end, is not retried forever)."""
     consumer = app.consumer
     generation = int(app.consumer_generation_id or 0)
     topics = set(watched)
-    done: dict[tuple[str, int], tuple[int, int]] = {}
+    tended = Tended({}, {})
     for tp in sorted(consumer.assignment()):
         key = (tp.topic, tp.partition)
-        if tp.topic not in topics or now - last_progress.get(key, now) < quiet:
+        if tp.topic not in topics or now - max(since, last_progress.get(key, now)) < quiet:
             continue
         position = await consumer.position(tp)
         if position is None:
             continue
-        start = continuity.expected(tp.topic, tp.partition, generation=generation)
+        expected = continuity.expected(tp.topic, tp.partition, generation=generation)
+        start = expected
         if start is None:  # the agent has seen nothing since the assignment
             committed = consumer._committed_offset.get(tp)  # noqa: SLF001 - set on assignment
             if committed is None:
                 committed = (await consumer.earliest_offsets(tp)).get(tp)
             start = None if committed is None else int(committed)
-        if start is None or position <= start:
+        if start is None:
             continue
-        target = (generation, start, int(position))
-        if continuity.sought.get(key) == target:
+        if position > start:
+            target = (generation, start, int(position))
+            if continuity.sought.get(key) == target:
+                continue
+            continuity.sought[key] = target
+            log.warning("%s[%s]: offsets %s..%s fetched but never processed; reading them again",
+                        tp.topic, tp.partition, start, position - 1)  # fmt: skip
+            _chop_gap(consumer, tp, start, int(position))
+            await consumer.seek(tp, start)
+            tended.reread[key] = (start, int(position))
             continue
-        continuity.sought[key] = target
-        log.warning("%s[%s]: offsets %s..%s fetched but never processed; reading them again",
-                    tp.topic, tp.partition, start, position - 1)  # fmt: skip
-        _chop_gap(consumer, tp, start, int(position))
-        await consumer.seek(tp, start)
-        done[key] = (start, int(position))
-    return done
+        if expected is None or processed.get(key) != expected - 1:
+            continue  # nothing processed in this generation, or still at work
+        mark = (generation, 0, expected)
+        if continuity.sought.get(key) == mark:
+            continue
+        continuity.sought[key] = mark
+        have = await continuity.group_committed(tp.topic, tp.partition)
+        if have is not None and have >= expected:
+            continue
+        log.warning("%s[%s]: processed up to %s but the group's committed offset is %s; "
+                    "committing", tp.topic, tp.partition, expected - 1, have)  # fmt: skip
+        await consumer.commit_processed(tp, expected)
+        tended.committed[key] = (have, expected)
+    return tended

@@ -9,6 +9,7 @@ import faust
 
 from service.config import KafkaSecurity, Settings
 from service.stream.app import broker_credentials, create_app
+from service.stream.consumer import Consumer
 
 WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
@@ -27,6 +28,7 @@ def test_app_wires_two_agents_and_co_partitioned_tables(tmp_path: Path) -> None:
     assert app.conf.store.scheme == "memory"
     assert app.runtime.book.models["default"].version == 0
     assert not app.runtime.ready
+    assert app.transport.Consumer is Consumer  # commits that do not crawl (stream/consumer)
 
 
 def test_security_settings_become_faust_credentials() -> None:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from intervaltree import IntervalTree
 
-from service.stream.continuity import QUIET_SECONDS, Continuity, acknowledge, reread_stranded
+from service.stream.continuity import QUIET_SECONDS, Continuity, acknowledge, tend_quiet
 from service.stream.handlers import RawMessage
 
 
@@ -145,6 +145,7 @@ class FakeConsumer:
     _gap: dict[TP, IntervalTree] = field(default_factory=dict)
     acked: list[tuple[TP, int]] = field(default_factory=list)
     sought: list[tuple[TP, int]] = field(default_factory=list)
+    committed: list[tuple[TP, int]] = field(default_factory=list)
     earliest: int = 0
 
     def assignment(self) -> set[TP]:
@@ -158,6 +159,10 @@ class FakeConsumer:
 
     async def seek(self, tp: TP, offset: int) -> None:
         self.sought.append((tp, offset))
+
+    async def commit_processed(self, tp: TP, offset: int) -> bool:
+        self.committed.append((tp, offset))
+        return True
 
     def ack(self, message: Any) -> bool:
         self.acked.append((message.tp, message.offset))
@@ -183,8 +188,7 @@ def test_acknowledging_fetched_records_acks_each_and_cuts_fausts_gap() -> None:
 
 
 def _stranded(app: FakeApp, c: Continuity, quiet_for: float) -> dict[tuple[str, int], Any]:
-    tp = TP("t", 0)
-    return asyncio.run(reread_stranded(app, c, {("t", 0): 100.0}, {tp.topic}, 100.0 + quiet_for))
+    return asyncio.run(tend_quiet(app, c, {("t", 0): 100.0}, {}, {"t"}, 100.0 + quiet_for)).reread
 
 
 def test_a_quiet_partition_fetched_past_what_the_agent_saw_is_sought_back_once() -> None:
@@ -225,3 +229,53 @@ def test_with_nothing_seen_since_the_assignment_the_start_is_the_committed_offse
                             earliest=3)  # fmt: skip
     assert _stranded(FakeApp(consumer), c, 60) == {("t", 0): (expected, 12)}
     assert consumer.sought == [(tp, expected)]
+
+
+def test_quiet_time_counts_from_when_the_agents_could_start() -> None:
+    tp = TP("t", 0)
+    c = Continuity(Log([]).committed, Log([]).fetch)
+    consumer = FakeConsumer(assigned={tp}, positions={tp: 12}, _committed_offset={tp: 4})
+    app = FakeApp(consumer)
+    # last progress long ago, but the models loaded only just now: not quiet yet
+    got = asyncio.run(tend_quiet(app, c, {("t", 0): 0.0}, {}, {"t"}, 100.0, since=98.0))
+    assert got.reread == {}
+    got = asyncio.run(tend_quiet(app, c, {("t", 0): 0.0}, {}, {"t"}, 104.0, since=98.0))
+    assert got.reread == {("t", 0): (4, 12)}
+
+
+def _tend(app: FakeApp, c: Continuity, processed: int, now: float) -> Any:
+    return asyncio.run(tend_quiet(app, c, {("t", 0): 100.0}, {("t", 0): processed}, {"t"}, now))
+
+
+def test_a_quiet_partition_whose_processed_offsets_are_not_committed_is_committed_once() -> None:
+    tp = TP("t", 0)
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(20):
+        see(c, o)
+    consumer = FakeConsumer(assigned={tp}, positions={tp: 20})
+    app = FakeApp(consumer)
+    assert _tend(app, c, 19, 101.0).committed == {}  # not quiet yet
+    log.committed_offset = 12  # what Kafka has: faust's bookkeeping lost the rest
+    assert _tend(app, c, 19, 100.0 + QUIET_SECONDS).committed == {("t", 0): (12, 20)}
+    assert consumer.committed == [(tp, 20)]
+    assert _tend(app, c, 19, 200.0).committed == {}  # once for the same offsets
+    assert consumer.committed == [(tp, 20)]
+
+
+@pytest.mark.parametrize(
+    ("group_has", "processed"),
+    [(20, 19), (25, 19), (12, 17)],  # committed already; ... further; still processing
+)
+def test_nothing_is_committed_when_kafka_has_it_or_the_agent_is_not_done(
+    group_has: int, processed: int
+) -> None:
+    tp = TP("t", 0)
+    log = Log(list(range(100)), committed=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(20):
+        see(c, o)
+    log.committed_offset = group_has
+    consumer = FakeConsumer(assigned={tp}, positions={tp: 20})
+    assert _tend(FakeApp(consumer), c, processed, 100.0 + QUIET_SECONDS).committed == {}
+    assert consumer.committed == []
