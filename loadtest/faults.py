@@ -29,7 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = sorted(
     str(p.relative_to(REPO)) for p in (REPO / "tests" / "integration").glob("test_faults_*.py")
 )
-ORDER = ["fuzz", "kill -9", "numeric guard", "rebalance", "stall", "broker outage"]
+ORDER = [
+    "fuzz",
+    "kill -9",
+    "numeric guard",
+    "rebalance",
+    "stall",
+    "skipped records",
+    "broker outage",
+]
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -114,5 +114,5 @@ def test_records_the_consumer_drops_are_processed_once_and_committed(
             summary.notes["recovered (features, label-requests, labels)"] = [
                 recovered(k) for k in ("features", "label_requests", "labels")
             ]
-            summary.notes["recovery s = dropped tail, dropped middle: sent -> decided"] = ""
+            summary.notes["recovery s"] = "dropped tail, dropped middle: produced -> decided"
             emit(summary, tmp_path, capsys)
