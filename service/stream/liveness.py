@@ -5,7 +5,9 @@ Lag is the high-water mark (fresh end offsets: a paused partition is not fetched
 cached mark goes stale) minus the next offset still to process (after the last processed
 one, else after the last committed one, else the consumer's position). While faust pauses
 the stream on purpose (rebalance, table recovery) nothing counts as stalled and the stall
-clock restarts, so a long recovery never makes Kubernetes restart every worker at once.
+clock restarts, so a long recovery never makes Kubernetes restart every worker at once --
+unless the recovery itself stops: no changelog record read for ``stall_seconds`` while
+records remain and the broker answers (faust can hang there, faust-streaming#74).
 """
 
 from __future__ import annotations
@@ -65,6 +67,23 @@ def liveness_check(app: Any, rt: Runtime, watched: set[str]) -> Callable[[float]
         position = await app.consumer.position(tp)
         return None if position is None else int(position)
 
+    async def _recovery_stalled(now: float, tps: list[Any]) -> list[str]:
+        """Table recovery that has read nothing for ``stall_seconds`` while changelog
+        records remain (and the broker answers: an outage is not the worker's fault)."""
+        recovery: Any = app.tables.recovery
+        if not getattr(recovery, "in_recovery", False) or recovery.completed.is_set():
+            rt.recovery_watch.reset()
+            return []
+        remaining = sum(max(0, int(v)) for v in recovery.active_remaining().values())
+        note = rt.recovery_watch.check(recovery.active_offsets, remaining=remaining, now=now,
+                                       stall_seconds=rt.settings.stall_seconds)  # fmt: skip
+        if note is None:
+            return []
+        probe = tps or sorted(app.consumer.assignment())[:1]
+        if probe:
+            await _highwaters(probe)  # sets rt.broker_reachable
+        return [note] if rt.broker_reachable else []
+
     async def _liveness(now: float) -> None:
         paused = _paused()
         tps = [tp for tp in app.consumer.assignment() if tp.topic in watched]
@@ -101,7 +120,7 @@ def liveness_check(app: Any, rt: Runtime, watched: set[str]) -> Callable[[float]
         known_tps.update(current)
         rt.stalled = stalled_partitions(
             statuses, now=now, stall_seconds=rt.settings.stall_seconds, paused=paused
-        )
+        ) + await _recovery_stalled(now, tps)
         rt.live = not rt.stalled
         rt.metrics.live.set(1 if rt.live else 0)
 

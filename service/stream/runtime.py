@@ -4,7 +4,7 @@ authenticates to Kafka."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,14 @@ from service.config import KafkaSecurity, Settings
 from service.metrics import Metrics
 from service.stream.snapshots import ModelBook
 
-__all__ = ["PartitionStatus", "Progress", "Runtime", "broker_credentials", "stalled_partitions"]
+__all__ = [
+    "PartitionStatus",
+    "Progress",
+    "RecoveryWatch",
+    "Runtime",
+    "broker_credentials",
+    "stalled_partitions",
+]
 
 
 def broker_credentials(security: KafkaSecurity) -> Any:
@@ -103,6 +110,41 @@ def stalled_partitions(
 
 
 @dataclass
+class RecoveryWatch:
+    """Table recovery that stops reading its changelogs while records remain (faust can
+    hang there, e.g. faust-streaming#74). Recovery that moves, however slowly, is fine.
+
+    >>> w = RecoveryWatch()
+    >>> w.check({"c0": 3}, remaining=7, now=0.0, stall_seconds=60.0) is None
+    True
+    >>> w.check({"c0": 3}, remaining=7, now=61.0, stall_seconds=60.0)
+    'table recovery: 7 changelog records left, none read for 61 s'
+    >>> w.check({"c0": 4}, remaining=6, now=62.0, stall_seconds=60.0) is None
+    True
+    """
+
+    last: tuple[tuple[str, int], ...] | None = None
+    since: float = 0.0
+
+    def check(
+        self, offsets: Mapping[Any, Any], *, remaining: int, now: float, stall_seconds: float
+    ) -> str | None:
+        """A reason to fail liveness, or None. ``offsets``: changelog offsets read so far
+        (faust's ``recovery.active_offsets``); ``remaining``: records still to read."""
+        snapshot = tuple(sorted((str(k), int(v or 0)) for k, v in offsets.items()))
+        if remaining <= 0 or snapshot != self.last:
+            self.last, self.since = snapshot, now
+            return None
+        if now - self.since > stall_seconds:
+            return (f"table recovery: {remaining} changelog records left, "
+                    f"none read for {now - self.since:.0f} s")  # fmt: skip
+        return None
+
+    def reset(self) -> None:
+        self.last = None
+
+
+@dataclass
 class Runtime:
     """Per-app objects shared by agents, timers and web pages."""
 
@@ -113,6 +155,7 @@ class Runtime:
     progress: Progress
     live: bool = True
     stalled: list[str] = field(default_factory=list)
+    recovery_watch: RecoveryWatch = field(default_factory=RecoveryWatch)
     recent_queries: dict[str, deque[bool]] = field(default_factory=dict)
     labels_seen: int = 0
 

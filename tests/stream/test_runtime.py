@@ -116,6 +116,54 @@ async def test_recovery_longer_than_stall_seconds_keeps_the_worker_live_then_a_p
     assert app.runtime.live
 
 
+async def test_a_table_recovery_that_reads_nothing_fails_liveness_one_that_reads_does_not(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    settings = Settings(app_id="live-rec", datadir=tmp_path, stall_seconds=10.0)
+    app: Any = create_app(settings, clock=lambda: clock[0])
+    changelog = TP("live-rec-pending-changelog", 0)
+    app.consumer = FakeConsumer({TP("abstain.features", 0)}, high=5)
+    recovery = app.tables.recovery
+    recovery.in_recovery = True
+    recovery.active_highwaters[changelog] = 100
+    recovery.active_offsets[changelog] = 40
+    await app.housekeeping()
+    for _ in range(3):  # slow but moving: 10 records every 6 s
+        clock[0] += 6.0
+        recovery.active_offsets[changelog] += 10
+        await app.housekeeping()
+        assert app.runtime.live
+    clock[0] += 6.0
+    await app.housekeeping()
+    assert app.runtime.live  # 6 s without a record: not yet
+    clock[0] += 6.0
+    await app.housekeeping()  # 12 s > stall_seconds with 30 records left
+    assert not app.runtime.live
+    assert app.runtime.stalled == ["table recovery: 30 changelog records left, none read for 12 s"]
+    recovery.active_offsets[changelog] += 1  # it moves again
+    clock[0] += 1.0
+    await app.housekeeping()
+    assert app.runtime.live
+
+
+async def test_a_stopped_recovery_during_a_broker_outage_is_not_the_workers_fault(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    settings = Settings(app_id="live-rec2", datadir=tmp_path, stall_seconds=10.0)
+    app: Any = create_app(settings, clock=lambda: clock[0])
+    changelog = TP("live-rec2-pending-changelog", 0)
+    app.consumer = UnreachableBroker({TP("abstain.features", 0)}, high=5)
+    recovery = app.tables.recovery
+    recovery.in_recovery = True
+    recovery.active_highwaters[changelog] = 100
+    recovery.active_offsets[changelog] = 40
+    await app.housekeeping()
+    clock[0] += 30.0
+    await app.housekeeping()
+    assert app.runtime.live
+    assert not app.runtime.broker_reachable
+
+
 async def test_committed_offset_counts_as_position_before_any_progress(
     tmp_path: Path, clock: list[float]
 ) -> None:
