@@ -5,6 +5,7 @@ make of it (offline replay through service.learning)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -116,7 +117,7 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
         ] + [
             Bad(json.dumps({"request_id": r, "model": "m", "label": y}).encode(),
                 "labels", "already_applied", b"m")
-            for r, y in list(answered.items())[:n_again]
+            for r, y in itertools.islice(itertools.cycle(answered.items()), n_again)  # some twice
         ]  # fmt: skip
         _, bad_at_l = _send_mixed(dep, t["labels"], [], bad_l + semantic, 3)
         good_at2, bad_at2 = _send_mixed(
