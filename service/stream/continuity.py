@@ -45,6 +45,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import TP, Message
 
 from service.stream.handlers import RawMessage
+from service.stream.snapshots import reader
 
 __all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "Tended", "acknowledge", "tend_quiet"]
 
@@ -200,15 +201,12 @@ class KafkaGaps:
 
     async def _ensure_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                client_id=f"{self.group_id}-gaps",
+            consumer = reader(
+                self.bootstrap,
+                f"{self.group_id}-gaps",
                 max_partition_fetch_bytes=self.max_fetch_bytes,
+                client_kwargs=self.client_kwargs,
                 fetch_max_wait_ms=50,  # the records exist: do not wait for more
-                **self.client_kwargs,
             )
             await consumer.start()
             self._consumer = consumer

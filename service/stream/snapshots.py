@@ -25,7 +25,7 @@ from service.config import Settings
 from service.stream.handlers import ServedModel
 from service.stream.records import BadMessage, decode_state
 
-__all__ = ["ModelBook", "follow_models", "topic_partitions"]
+__all__ = ["ModelBook", "follow_models", "reader", "topic_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +69,39 @@ class ModelBook:
         return self.models
 
 
+def reader(
+    bootstrap: list[str],
+    client_id: str,
+    *,
+    max_partition_fetch_bytes: int,
+    client_kwargs: Mapping[str, Any],
+    **options: Any,
+) -> AIOKafkaConsumer:
+    """A consumer outside any group (partitions are assigned, nothing is ever committed)
+    that starts from the earliest offset; not started yet."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id=client_id,
+        max_partition_fetch_bytes=max_partition_fetch_bytes,
+        **options,
+        **client_kwargs,
+    )
+
+
 async def follow_models(
     settings: Settings, book: ModelBook, *, poll_ms: int = 500, consumer_kwargs: Mapping[str, Any]
 ) -> None:
     """Follow the models topic forever (until cancelled), feeding ``book``."""
     topic = settings.topics.models
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        client_id=f"{settings.app_id}-model-follower",
+    consumer = reader(
+        settings.bootstrap_servers,
+        f"{settings.app_id}-model-follower",
         max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
+        client_kwargs=consumer_kwargs,
         fetch_max_bytes=max(52_428_800, settings.max_message_bytes * 4),
-        **consumer_kwargs,
     )
     await consumer.start()
     try:
