@@ -174,10 +174,10 @@ class WorkerProcess:
         self.proc.wait(30)
         return at
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM, then SIGKILL after ``timeout`` s; the exit code."""
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """``sig`` (SIGTERM), then SIGKILL after ``timeout`` s; the exit code."""
         if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
