@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from faust.types import TP, Message
 
 from service.stream.handlers import RawMessage
@@ -50,13 +50,29 @@ from service.stream.snapshots import reader
 __all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "Tended", "acknowledge", "tend_quiet"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: a partition whose agent has seen nothing for this long while the consumer has fetched
 #: past it has records stranded (fetched, never delivered): it is sought back to them
 QUIET_SECONDS = 5.0
 
+#: errors of a broker that is away or slow; anything else is a bug and propagates
+KAFKA_ERRORS = (KafkaError, OSError)  # TimeoutError is an OSError
+RETRY_DELAYS = (1.0, 2.0)  # seconds before the second and the third attempt
+
 Committed = Callable[[str, int], Awaitable[int | None]]
 Fetch = Callable[[str, int, int, int], Awaitable[list[RawMessage]]]
+
+
+async def _retried(call: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``await call(*args)``; on a Kafka error again after each of :data:`RETRY_DELAYS`."""
+    for delay in RETRY_DELAYS:
+        try:
+            return await call(*args)
+        except KAFKA_ERRORS as exc:
+            log.warning("retrying in %ss: %r", delay, exc)
+        await asyncio.sleep(delay)
+    return await call(*args)
 
 
 @dataclass(slots=True)
@@ -95,11 +111,17 @@ class Continuity:
         self, topic: str, partition: int, offset: int, *, generation: int
     ) -> list[RawMessage]:
         """Records the agent should have seen before the one at ``offset`` (oldest first),
-        and remember ``offset`` as seen."""
+        and remember ``offset`` as seen. Kafka errors are retried (:data:`RETRY_DELAYS`);
+        after that the gap is logged as an error and left, and the agent goes on."""
         key = (topic, partition)
         track = self._tracks.get(key)
         if track is None or track.generation != generation:
-            start = await self._committed(topic, partition)
+            try:
+                start = await _retried(self._committed, topic, partition)
+            except KAFKA_ERRORS as exc:
+                log.error("no committed offset for %s[%s] (%r): offsets before %s unchecked",
+                          topic, partition, exc, offset)  # fmt: skip
+                start = offset
             track = _Track(generation, 0 if start is None else start)
             self._tracks[key] = track
         expected = track.next
@@ -107,8 +129,13 @@ class Continuity:
         if offset <= expected:  # in order, or a redelivery (processed again: at least once)
             return []
         self.gaps += 1
-        records = [r for r in await self._fetch(topic, partition, expected, offset)
-                   if expected <= r.offset < offset]  # fmt: skip
+        try:
+            fetched = await _retried(self._fetch, topic, partition, expected, offset)
+        except KAFKA_ERRORS as exc:
+            log.error("consumer skipped %s[%s] offsets %s..%s and reading them failed: %r",
+                      topic, partition, expected, offset - 1, exc)  # fmt: skip
+            return []
+        records = [r for r in fetched if expected <= r.offset < offset]
         self.recovered += len(records)
         log.warning(
             "consumer skipped %s[%s] offsets %s..%s: %s records fetched and processed",
@@ -169,32 +196,18 @@ class KafkaGaps:
 
     async def fetch(self, topic: str, partition: int, start: int, end: int) -> list[RawMessage]:
         """Records with ``start <= offset < end`` (those that exist), oldest first. Stops at
-        the first record at or past ``end``, or after ``timeout`` seconds."""
+        the first record at or past ``end``, at the end of the partition, or after
+        ``timeout`` seconds (what was read by then, and an error in the log)."""
         tp = TopicPartition(topic, partition)
         out: list[RawMessage] = []
         async with self._lock:
             consumer = await self._ensure_consumer()
             consumer.assign([tp])
             consumer.seek(tp, start)
-            deadline = time.monotonic() + self.timeout
-            while time.monotonic() < deadline:
-                batch = await consumer.getmany(tp, timeout_ms=500)
-                records = batch.get(tp, [])
-                if not records:
-                    position = await consumer.position(tp)
-                    high = consumer.highwater(tp)
-                    if position >= end or (high is not None and position >= high):
-                        break  # the range is read, or nothing more exists
-                done = False
-                for r in records:
-                    if r.offset >= end:
-                        done = True
-                        break
-                    if r.value is not None:
-                        out.append(RawMessage(r.value, topic, partition, r.offset, r.key))
-                if done:
-                    break
-            else:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await _read_range(consumer, tp, end, out)
+            except TimeoutError:
                 log.error("fetching %s[%s] %s..%s timed out after %ss with %s records",
                           topic, partition, start, end - 1, self.timeout, len(out))  # fmt: skip
         return out
@@ -239,6 +252,23 @@ def acknowledge(consumer: Any, records: Iterable[RawMessage], upto: int) -> None
         message = Message(r.topic, r.partition, r.offset, 0.0, 0, None, r.key, r.value, None,
                           tp=tp)  # fmt: skip
         consumer.ack(message)
+
+
+async def _read_range(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, end: int, out: list[RawMessage]
+) -> None:
+    while True:
+        batch = await consumer.getmany(tp, timeout_ms=500)
+        records = batch.get(tp, [])
+        if not records:
+            position = await consumer.position(tp)
+            high = consumer.highwater(tp)
+            if position >= end or (high is not None and position >= high):
+                return  # the range is read, or nothing more exists
+        for r in records:
+            if r.offset >= end:
+                return
+            out.append(RawMessage(r.value or b"", tp.topic, tp.partition, r.offset, r.key))
 
 
 def _chop_gap(consumer: Any, tp: Any, start: int, end: int) -> None:
@@ -315,8 +345,8 @@ async def tend_quiet(
         mark = (generation, 0, expected)
         if continuity.sought.get(key) == mark:
             continue
+        have = await continuity.group_committed(tp.topic, tp.partition)  # may raise: retried
         continuity.sought[key] = mark
-        have = await continuity.group_committed(tp.topic, tp.partition)
         if have is not None and have >= expected:
             continue
         log.warning("%s[%s]: processed up to %s but the group's committed offset is %s; "

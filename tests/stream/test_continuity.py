@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 from faust.types import TP
 from hypothesis import given
 from hypothesis import strategies as st
 from intervaltree import IntervalTree
 
+from service.stream import continuity
 from service.stream.continuity import QUIET_SECONDS, Continuity, acknowledge, tend_quiet
 from service.stream.handlers import RawMessage
 
@@ -279,3 +281,64 @@ def test_nothing_is_committed_when_kafka_has_it_or_the_agent_is_not_done(
     consumer = FakeConsumer(assigned={tp}, positions={tp: 20})
     assert _tend(FakeApp(consumer), c, processed, 100.0 + QUIET_SECONDS).committed == {}
     assert consumer.committed == []
+
+
+class Flaky(Log):
+    """A log whose Kafka calls fail ``failures`` times first."""
+
+    def __init__(self, offsets: list[int], committed: int | None, failures: int) -> None:
+        super().__init__(offsets, committed)
+        self.failures = failures
+        self.calls = 0
+
+    def _maybe_fail(self) -> None:
+        self.calls += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise KafkaConnectionError("broker away")
+
+    async def committed(self, topic: str, partition: int) -> int | None:
+        self._maybe_fail()
+        return await super().committed(topic, partition)
+
+    async def fetch(self, topic: str, partition: int, start: int, end: int) -> list[RawMessage]:
+        self._maybe_fail()
+        return await super().fetch(topic, partition, start, end)
+
+
+@pytest.fixture
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(continuity, "RETRY_DELAYS", (0.0, 0.0))
+
+
+@pytest.mark.usefixtures("no_waiting")
+def test_kafka_errors_are_retried_then_the_gap_is_fetched() -> None:
+    log = Flaky(list(range(100)), committed=10, failures=2)
+    c = Continuity(log.committed, log.fetch)
+    assert see(c, 12) == [10, 11]  # committed: 2 failures, then fine; fetch fine
+    assert log.calls == 4
+
+
+@pytest.mark.usefixtures("no_waiting")
+def test_a_gap_kafka_will_not_give_is_left_and_the_agent_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = Flaky(list(range(100)), committed=10, failures=0)
+    c = Continuity(log.committed, log.fetch)
+    assert see(c, 10) == []
+    log.failures = 3  # every attempt at fetching 11..14 fails
+    assert see(c, 15) == []
+    assert "reading them failed" in caplog.text
+    assert see(c, 16) == []  # and the stream goes on from there
+    assert c.recovered == 0
+
+
+@pytest.mark.usefixtures("no_waiting")
+def test_without_a_committed_offset_from_kafka_the_first_record_is_taken_as_the_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = Flaky(list(range(100)), committed=10, failures=3)
+    c = Continuity(log.committed, log.fetch)
+    assert see(c, 15) == []
+    assert "unchecked" in caplog.text
+    assert c.expected("t", 0, generation=1) == 16
