@@ -116,18 +116,29 @@ async def test_recovery_longer_than_stall_seconds_keeps_the_worker_live_then_a_p
     assert app.runtime.live
 
 
-async def test_a_table_recovery_that_reads_nothing_fails_liveness_one_that_reads_does_not(
-    tmp_path: Path, clock: list[float]
-) -> None:
+async def _recovering(
+    tmp_path: Path, clock: list[float], consumer: FakeConsumer
+) -> tuple[Any, Any, TP]:
+    """An app recovering a changelog (40 of 100 records read; stall_seconds 10), after
+    one housekeeping round."""
     settings = Settings(app_id="live-rec", datadir=tmp_path, stall_seconds=10.0)
     app: Any = create_app(settings, clock=lambda: clock[0])
     changelog = TP("live-rec-pending-changelog", 0)
-    app.consumer = FakeConsumer({TP("abstain.features", 0)}, high=5)
+    app.consumer = consumer
     recovery = app.tables.recovery
     recovery.in_recovery = True
     recovery.active_highwaters[changelog] = 100
     recovery.active_offsets[changelog] = 40
     await app.housekeeping()
+    return app, recovery, changelog
+
+
+async def test_a_table_recovery_that_reads_nothing_fails_liveness_one_that_reads_does_not(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    app, recovery, changelog = await _recovering(
+        tmp_path, clock, FakeConsumer({TP("abstain.features", 0)}, high=5)
+    )
     for _ in range(3):  # slow but moving: 10 records every 6 s
         clock[0] += 6.0
         recovery.active_offsets[changelog] += 10
@@ -149,15 +160,9 @@ async def test_a_table_recovery_that_reads_nothing_fails_liveness_one_that_reads
 async def test_a_stopped_recovery_during_a_broker_outage_is_not_the_workers_fault(
     tmp_path: Path, clock: list[float]
 ) -> None:
-    settings = Settings(app_id="live-rec2", datadir=tmp_path, stall_seconds=10.0)
-    app: Any = create_app(settings, clock=lambda: clock[0])
-    changelog = TP("live-rec2-pending-changelog", 0)
-    app.consumer = UnreachableBroker({TP("abstain.features", 0)}, high=5)
-    recovery = app.tables.recovery
-    recovery.in_recovery = True
-    recovery.active_highwaters[changelog] = 100
-    recovery.active_offsets[changelog] = 40
-    await app.housekeeping()
+    app, _, _ = await _recovering(
+        tmp_path, clock, UnreachableBroker({TP("abstain.features", 0)}, high=5)
+    )
     clock[0] += 30.0
     await app.housekeeping()
     assert app.runtime.live
