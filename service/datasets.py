@@ -7,12 +7,20 @@ Two text formats are understood:
 * CSV with numeric columns; the label is the column named ``label`` (any case) when the
   first row is a header that has one, otherwise the last column.
 
+Either may be gzipped: a file whose name ends in ``.gz`` is decompressed while it is read
+(UTF-8 text, as for plain files).
+
+Dataset names resolve under :func:`data_dir` (``ABSTAIN_DATA_DIR``, else ``../shared/data``
+beside the repository); the demo dataset, Phishing, also ships gzipped inside the package
+(``service/data/phishing.gz``, attribution in ``service/data/README.md``) and is used when
+neither place has it.
+
 Labels are returned in ``{-1, +1}``: files may store ``{0, 1}`` (``0`` becomes ``-1``) or
 ``{-1, +1}``; anything else is an error naming the line.
 
 Exceptions::
 
-    ValueError
+    AbstainError (service.errors), ValueError
      +-- DatasetError          unreadable, malformed or empty dataset (message names the
                                file and, for malformed content, the 1-based line number)
 
@@ -30,21 +38,28 @@ A missing file is reported as a ``DatasetError`` too (wrapping the ``OSError``).
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import os
+import zlib
 from collections.abc import Iterator
+from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from service.errors import AbstainError
+
 __all__ = [
+    "PACKAGED",
     "DatasetError",
     "data_dir",
     "load_csv",
     "load_dataset",
     "load_libsvm",
+    "packaged_dataset_path",
     "resolve_dataset_path",
 ]
 
@@ -54,8 +69,14 @@ LabelArray = npt.NDArray[np.int64]
 
 _LABELS = {0.0: -1, -1.0: -1, 1.0: 1}
 
+# datasets shipped gzipped in ``service/data`` (package data), by name
+PACKAGED = frozenset({"phishing"})
 
-class DatasetError(ValueError):
+# what reading a damaged gzip raises besides OSError (gzip.BadGzipFile is an OSError)
+_READ_ERRORS = (OSError, UnicodeDecodeError, EOFError, zlib.error)
+
+
+class DatasetError(AbstainError, ValueError):
     """A dataset file is missing, unreadable, malformed or empty."""
 
 
@@ -63,7 +84,8 @@ def data_dir() -> Path:
     """Directory holding the shared datasets.
 
     ``ABSTAIN_DATA_DIR`` when set, else ``<repo>/../shared/data`` where ``<repo>`` is the
-    directory that contains the ``service`` package.
+    directory that contains the ``service`` package. The directory need not exist: see
+    :func:`resolve_dataset_path` for the packaged fallback.
     """
     env = os.environ.get("ABSTAIN_DATA_DIR")
     if env:
@@ -72,18 +94,34 @@ def data_dir() -> Path:
     return repo.parent / "shared" / "data"
 
 
+def packaged_dataset_path(name: str) -> Path | None:
+    """Path of the gzipped copy of dataset ``name`` shipped in ``service/data``, if any.
+
+    ``None`` for a name not in :data:`PACKAGED`, or when the package is not installed as
+    plain files (e.g. imported from a zip).
+    """
+    if name not in PACKAGED:
+        return None
+    packaged = files("service").joinpath("data", f"{name}.gz")
+    return packaged if isinstance(packaged, Path) else None
+
+
 def resolve_dataset_path(name_or_path: str | os.PathLike[str]) -> Path:
     """Path of a dataset given as a file path or as a name under :func:`data_dir`.
 
     An existing path wins; otherwise ``data_dir()/NAME/NAME`` then ``data_dir()/NAME`` are
-    tried (so ``"phishing"`` finds ``phishing/phishing``). Raises ``DatasetError`` naming
-    every place that was looked at.
+    tried (so ``"phishing"`` finds ``phishing/phishing``), then, for a name shipped with
+    the package (:data:`PACKAGED`), its gzipped copy ``service/data/NAME.gz``. Raises
+    ``DatasetError`` naming every place that was looked at.
     """
     path = Path(name_or_path)
     if path.is_file():
         return path
     root = data_dir()
     candidates = [root / path / path.name, root / path]
+    packaged = packaged_dataset_path(str(name_or_path))
+    if packaged is not None:
+        candidates.append(packaged)
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -112,13 +150,24 @@ def _finite(token: str, where: str, what: str) -> float:
     return value
 
 
+def _is_gzip(path: Path) -> bool:
+    return path.suffix.lower() == ".gz"
+
+
+def _open_text(path: Path, newline: str | None = None) -> IO[str]:
+    """``path`` opened for reading as UTF-8 text, decompressed on the fly if it is ``.gz``."""
+    if _is_gzip(path):
+        return gzip.open(path, "rt", encoding="utf-8", newline=newline)
+    return path.open("r", encoding="utf-8", newline=newline)
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
-        with path.open("r", encoding="utf-8") as handle:
+        with _open_text(path) as handle:
             yield from enumerate(handle, start=1)
     except FileNotFoundError as exc:
         raise DatasetError(f"{path}: no such file") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except _READ_ERRORS as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from exc
 
 
@@ -200,7 +249,7 @@ def load_csv(path: str | os.PathLike[str]) -> tuple[FloatArray, LabelArray]:
     label_col = -1
     width: int | None = None
     try:
-        with path.open("r", encoding="utf-8", newline="") as handle:
+        with _open_text(path, newline="") as handle:
             reader = csv.reader(handle)
             for raw_fields in reader:
                 where = f"{path}:{reader.line_num}"
@@ -228,7 +277,7 @@ def load_csv(path: str | os.PathLike[str]) -> tuple[FloatArray, LabelArray]:
                 )
     except FileNotFoundError as exc:
         raise DatasetError(f"{path}: no such file") from exc
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except (*_READ_ERRORS, csv.Error) as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from exc
     if not rows:
         raise DatasetError(f"{path}: no data rows")
@@ -236,7 +285,8 @@ def load_csv(path: str | os.PathLike[str]) -> tuple[FloatArray, LabelArray]:
 
 
 def _sniff(path: Path) -> Format:
-    if path.suffix.lower() == ".csv":
+    name = path.with_suffix("") if _is_gzip(path) else path
+    if name.suffix.lower() == ".csv":
         return "csv"
     for _, raw in _lines(path):
         line = raw.split("#", 1)[0].strip()
@@ -250,8 +300,9 @@ def load_dataset(
 ) -> tuple[FloatArray, LabelArray]:
     """Read a dataset in ``format`` (``"libsvm"`` or ``"csv"``), guessed when ``None``.
 
-    The guess: a ``.csv`` suffix means CSV; otherwise the first data line decides
-    (``index:value`` tokens or no commas mean LIBSVM, commas mean CSV).
+    The guess: a ``.csv`` (or ``.csv.gz``) suffix means CSV; otherwise the first data line
+    decides (``index:value`` tokens or no commas mean LIBSVM, commas mean CSV). A ``.gz``
+    file is decompressed while it is read.
     """
     path = Path(path)
     fmt = _sniff(path) if format is None else format

@@ -55,7 +55,11 @@ class Tally:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="abstain demo", description=__doc__.splitlines()[0])
     p.add_argument("--broker", help="use this Kafka (host:port) instead of starting one")
-    p.add_argument("--dataset", default="phishing", help="name under the data dir, or a path")
+    p.add_argument(
+        "--dataset",
+        default="phishing",
+        help="name under the data dir (phishing also ships with the package), or a path",
+    )
     p.add_argument("--format", choices=["libsvm", "csv"], default=None)
     p.add_argument("--rate", type=float, default=200.0, help="events per second")
     p.add_argument("--events", type=int, default=3000, help="how many (0 = until Ctrl-C)")

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import gzip
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from service import datasets
 from service.datasets import (
     DatasetError,
     data_dir,
     load_csv,
     load_dataset,
     load_libsvm,
+    packaged_dataset_path,
     resolve_dataset_path,
 )
+
+SHARED_PHISHING = Path(__file__).resolve().parent.parent.parent / "shared/data/phishing/phishing"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -224,3 +230,115 @@ def test_svmguide1_test_split_has_documented_counts() -> None:
     assert X.shape == (4000, 4)
     assert int((y == -1).sum()) == 2000
     assert int((y == 1).sum()) == 2000
+
+
+# --- gzip and the packaged demo dataset -------------------------------------------------
+
+
+@pytest.fixture
+def no_shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``ABSTAIN_DATA_DIR`` is an empty directory and ``../shared/data`` cannot be reached."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("ABSTAIN_DATA_DIR", str(empty))
+    assert data_dir() == empty
+    return empty
+
+
+def test_gzipped_libsvm_given_as_a_path_loads(tmp_path: Path) -> None:
+    path = tmp_path / "a.svm.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("1 1:0.5 3:-2\n0 2:1.5\n")
+    assert resolve_dataset_path(path) == path
+    X, y = load_dataset(path)
+    np.testing.assert_array_equal(X, [[0.5, 0.0, -2.0], [0.0, 1.5, 0.0]])
+    np.testing.assert_array_equal(y, [1, -1])
+
+
+def test_gzipped_csv_is_sniffed_by_its_inner_suffix(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("a,label\n1.5,0\n2.5,1\n")
+    X, y = load_dataset(path)
+    np.testing.assert_array_equal(X, [[1.5], [2.5]])
+    np.testing.assert_array_equal(y, [-1, 1])
+
+
+@pytest.mark.parametrize("content", [b"not gzip at all\n", b""])
+def test_damaged_gzip_is_a_dataset_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.svm.gz"
+    if content:
+        path.write_bytes(content)
+    else:  # a gzip stream cut short
+        path.write_bytes(gzip.compress(b"1 1:1\n" * 1000)[:40])
+    with pytest.raises(DatasetError, match=r"bad\.svm\.gz: cannot read"):
+        load_dataset(path, format="libsvm")
+
+
+def test_packaged_phishing_is_package_data() -> None:
+    packaged = packaged_dataset_path("phishing")
+    assert packaged is not None
+    assert packaged == files("service").joinpath("data", "phishing.gz")
+    assert packaged.is_file()
+    assert packaged.with_name("README.md").is_file()  # the attribution ships beside it
+    assert packaged_dataset_path("svmguide1") is None  # only the names shipped
+
+
+def test_without_shared_data_phishing_resolves_to_the_packaged_copy(
+    no_shared_data: Path,
+) -> None:
+    path = resolve_dataset_path("phishing")
+    assert path == packaged_dataset_path("phishing")
+    assert path.name == "phishing.gz"
+    X, y = load_dataset(path)
+    assert X.shape == (11055, 68)
+    assert set(np.unique(y).tolist()) == {-1, 1}
+    assert int((y == -1).sum()) == 4898
+    assert int((y == 1).sum()) == 6157
+
+
+def test_without_shared_data_the_default_location_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ABSTAIN_DATA_DIR and no ``../shared``: the packaged copy is found all the same."""
+    monkeypatch.delenv("ABSTAIN_DATA_DIR", raising=False)
+    missing = tmp_path / "no-such-shared" / "data"
+    monkeypatch.setattr(datasets, "data_dir", lambda: missing)
+    assert resolve_dataset_path("phishing") == packaged_dataset_path("phishing")
+
+
+def test_unshipped_name_without_shared_data_names_every_place(no_shared_data: Path) -> None:
+    with pytest.raises(DatasetError, match="not found") as info:
+        resolve_dataset_path("svmguide1")
+    message = str(info.value)
+    assert str(no_shared_data / "svmguide1" / "svmguide1") in message
+    assert str(no_shared_data / "svmguide1") in message
+    assert "svmguide1.gz" not in message
+
+
+def test_environment_data_dir_wins_over_the_packaged_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ABSTAIN_DATA_DIR", str(tmp_path))
+    (tmp_path / "phishing").mkdir()
+    own = write(tmp_path / "phishing", "phishing", "1 1:1\n")
+    assert resolve_dataset_path("phishing") == own
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    monkeypatch.setenv("ABSTAIN_DATA_DIR", str(flat))
+    flat_file = write(flat, "phishing", "0 1:1\n")
+    assert resolve_dataset_path("phishing") == flat_file
+
+
+@pytest.mark.skipif(not SHARED_PHISHING.is_file(), reason="no ../shared/data/phishing beside")
+def test_packaged_phishing_equals_the_shared_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABSTAIN_DATA_DIR", raising=False)
+    assert resolve_dataset_path("phishing") == SHARED_PHISHING  # the shared copy is preferred
+    packaged = packaged_dataset_path("phishing")
+    assert packaged is not None
+    with gzip.open(packaged, "rb") as handle:
+        assert handle.read() == SHARED_PHISHING.read_bytes()
+    X_packaged, y_packaged = load_dataset(packaged)
+    X_shared, y_shared = load_dataset(SHARED_PHISHING)
+    np.testing.assert_array_equal(X_packaged, X_shared)
+    np.testing.assert_array_equal(y_packaged, y_shared)
