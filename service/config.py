@@ -42,6 +42,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from service.errors import AbstainError
+from service.learning.registry import ALGORITHM_NAMES
+
 __all__ = [
     "ALGORITHMS",
     "ConfigError",
@@ -54,13 +57,12 @@ __all__ = [
     "load_settings",
 ]
 
-ALGORITHMS = ("dral", "dsal", "dsol", "kernel-dral", "kernel-dsal", "kernel-dsol")
-Algorithm = Literal["dral", "dsal", "dsol", "kernel-dral", "kernel-dsal", "kernel-dsol"]
+ALGORITHMS = ALGORITHM_NAMES  # the names live in service.learning
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-class ConfigError(ValueError):
+class ConfigError(AbstainError, ValueError):
     """The settings are invalid; the message names each offending field."""
 
 
@@ -73,7 +75,7 @@ class ModelConfig(BaseModel):
 
     model_config = _FROZEN
 
-    algorithm: Algorithm = "dsal"
+    algorithm: str = Field(default="dsal", description="one of service.learning.ALGORITHM_NAMES")
     cost: float = Field(default=0.25, gt=0.0, lt=0.5, description="reject cost d in (0, 0.5)")
     n_features: int | None = Field(None, ge=1)
     feature_names: tuple[str, ...] | None = None
@@ -84,6 +86,13 @@ class ModelConfig(BaseModel):
         default=0.01, ge=0.0, lt=1.0, description="extra uniform query probability (unbiased risk)"
     )
     seed: int = 0
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        if value not in ALGORITHM_NAMES:
+            raise ValueError(f"unknown algorithm {value!r}; one of {', '.join(ALGORITHM_NAMES)}")
+        return value
 
     @model_validator(mode="after")
     def _features_given(self) -> ModelConfig:
@@ -115,7 +124,7 @@ class ModelConfig(BaseModel):
 
 
 class Topics(BaseModel):
-    """Topic names (DESIGN.md section 2)."""
+    """Topic names (docs/architecture.md, "Topics")."""
 
     model_config = _FROZEN
 
@@ -338,6 +347,11 @@ class Settings(BaseSettings):
                 f"{sorted(self.models)}"
             )
         return self
+
+    @property
+    def fetch_bytes(self) -> int:
+        """Fetch and request size of every Kafka client: room for the largest message."""
+        return max(1_048_576, self.max_message_bytes * 2)
 
     @property
     def bootstrap_servers(self) -> list[str]:

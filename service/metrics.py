@@ -15,18 +15,16 @@ and partitions the worker consumes; never event or request ids.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from service.stream.records import DEAD_LETTER_REASONS, DEAD_LETTER_SOURCES
+from service.records import DEAD_LETTER_REASONS, IGNORED, REFUSED, Action, Source
 
-__all__ = ["ACTIONS", "IGNORED_REASONS", "REFUSED_REASONS", "Metrics"]
+__all__ = ["Metrics"]
 
-ACTIONS: Final = ("predict", "reject")
-IGNORED_REASONS: Final = ("redelivered", "already_applied", "expired", "unknown_request")
-REFUSED_REASONS: Final = ("non_finite",)
 _LATENCY_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
@@ -136,7 +134,7 @@ class Metrics:
         self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
         self.live = Gauge("abstain_live", "0 when a stalled consumer is detected", registry=r)
         self.live.set(1)
-        for source in DEAD_LETTER_SOURCES:
+        for source in Source:
             for reason in sorted(DEAD_LETTER_REASONS):
                 self.dead_letters.labels(source=source, reason=reason)
         for model in models:
@@ -161,12 +159,24 @@ class Metrics:
             self.decide_latency,
         ):
             metric.labels(model=model)
-        for action in ACTIONS:
+        for action in Action:
             self.decisions.labels(model=model, action=action)
-        for reason in IGNORED_REASONS:
+        for reason in IGNORED:
             self.labels_ignored.labels(model=model, reason=reason)
-        for reason in REFUSED_REASONS:
+        for reason in REFUSED:
             self.updates_refused.labels(model=model, reason=reason)
+
+    def set_model(
+        self, model: str, *, version: int, rho: float, weight_norm: float | None, risk: float
+    ) -> None:
+        """The gauges of the model version in use (``weight_norm`` None: no explicit w;
+        ``risk`` NaN: no label yet, the gauge keeps its last value)."""
+        self.model_version.labels(model=model).set(version)
+        self.model_rho.labels(model=model).set(rho)
+        if weight_norm is not None:
+            self.model_weight_norm.labels(model=model).set(weight_norm)
+        if not math.isnan(risk):
+            self.risk_estimate.labels(model=model).set(risk)
 
     def set_partition(self, topic: str, partition: int, *, lag: float, progress_ts: float) -> None:
         self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)

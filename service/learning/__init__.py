@@ -87,7 +87,15 @@ from .preprocessing import (
     default_pipeline,
     preprocessor_from_state,
 )
-from .registry import ALGORITHMS, Learner, learner_from_state, make_learner
+from .registry import (
+    ALGORITHM_NAMES,
+    ALGORITHMS,
+    KERNEL_ALGORITHMS,
+    LINEAR_ALGORITHMS,
+    Learner,
+    learner_from_state,
+    make_learner,
+)
 from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
 
 __all__ = [
@@ -119,6 +127,9 @@ __all__ = [
     "InverseTime",
     "LabelError",
     "Learner",
+    "ALGORITHM_NAMES",
+    "KERNEL_ALGORITHMS",
+    "LINEAR_ALGORITHMS",
     "LearningError",
     "LinearLearner",
     "NonFiniteError",

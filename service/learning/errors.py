@@ -6,6 +6,8 @@ still catch it; callers inside the product catch :class:`LearningError`.
 
 from __future__ import annotations
 
+from service.errors import AbstainError
+
 __all__ = [
     "DimensionError",
     "HyperparameterError",
@@ -17,7 +19,7 @@ __all__ = [
 ]
 
 
-class LearningError(ValueError):
+class LearningError(AbstainError, ValueError):
     """Base of every error raised on purpose by :mod:`service.learning`."""
 
 

@@ -18,7 +18,15 @@ from .dsal import DSAL, DSOL
 from .errors import HyperparameterError, StateError
 from .kernel_learners import KernelDRAL, KernelDSAL, KernelDSOL
 
-__all__ = ["ALGORITHMS", "Learner", "learner_from_state", "make_learner"]
+__all__ = [
+    "ALGORITHMS",
+    "ALGORITHM_NAMES",
+    "KERNEL_ALGORITHMS",
+    "LINEAR_ALGORITHMS",
+    "Learner",
+    "learner_from_state",
+    "make_learner",
+]
 
 
 class Learner(Protocol):
@@ -54,6 +62,11 @@ ALGORITHMS: dict[str, Any] = {
     "kernel-dsol": KernelDSOL,
 }
 """Algorithm name (as in state records) -> learner class."""
+
+#: the names, in one place: linear learners, their kernelized versions, all of them
+LINEAR_ALGORITHMS: tuple[str, ...] = ("dral", "dsal", "dsol")
+KERNEL_ALGORITHMS: tuple[str, ...] = tuple(f"kernel-{a}" for a in LINEAR_ALGORITHMS)
+ALGORITHM_NAMES: tuple[str, ...] = LINEAR_ALGORITHMS + KERNEL_ALGORITHMS
 
 
 def make_learner(name: str, **kwargs: Any) -> Any:

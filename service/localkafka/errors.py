@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from service.errors import AbstainError
+
 __all__ = ["FetchError", "LocalKafkaError", "StartError", "StateFileError"]
 
 
-class LocalKafkaError(RuntimeError):
+class LocalKafkaError(AbstainError, RuntimeError):
     """Base of every error raised by this package."""
 
 

@@ -32,7 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 from service.datasets import DatasetError, load_dataset, resolve_dataset_path
-from service.learning import OnlineStandardizer, learner_from_state, make_learner
+from service.learning import (
+    LINEAR_ALGORITHMS,
+    OnlineStandardizer,
+    learner_from_state,
+    make_learner,
+)
 from service.replay.errors import ReplayConfigError, ReplayError
 from service.replay.options import ReplayOptions
 from service.replay.runner import replay
@@ -40,7 +45,7 @@ from service.replay.runner import replay
 __all__ = ["main", "timed"]
 
 FloatArray = npt.NDArray[np.float64]
-LINEAR = ("dral", "dsal", "dsol")
+LINEAR = LINEAR_ALGORITHMS
 
 
 def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:

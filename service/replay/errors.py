@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from service.errors import AbstainError
+
 __all__ = ["ReplayConfigError", "ReplayError"]
 
 
-class ReplayError(ValueError):
+class ReplayError(AbstainError, ValueError):
     """Base of every error raised on purpose by :mod:`service.replay`."""
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from service.learning import KERNEL_ALGORITHMS, LINEAR_ALGORITHMS
 from service.learning.losses import zero_d_one_loss
 from service.replay.errors import ReplayConfigError
 from service.replay.results import ReplayResult, Series, time_grid
@@ -47,8 +48,7 @@ IntArray = npt.NDArray[np.int64]
 Sampling = Literal["replacement", "permutation"]
 Progress = Callable[[int], None]
 
-ALGORITHMS = ("dral", "dsal", "dsol")
-KERNEL_ALGORITHMS = tuple(f"kernel-{a}" for a in ALGORITHMS)
+ALGORITHMS = LINEAR_ALGORITHMS
 SAMPLINGS: tuple[Sampling, ...] = ("replacement", "permutation")
 
 

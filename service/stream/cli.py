@@ -23,12 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
 from service.config import ConfigError, Settings, load_settings
+from service.records import BadMessage, Label, decode_json, dumps
+from service.stream.kafka import produce_one, read_topic
 from service.stream.rebuild import LogRecord, Rebuilt, rebuild_model, summary
-from service.stream.records import BadMessage, Label, decode_json, dumps, encode_state
-from service.stream.snapshots import topic_partitions
 
 __all__ = ["main"]
 
@@ -142,8 +140,8 @@ def _rebuild(argv: list[str]) -> int:
     rebuilt = asyncio.run(rebuild_from_topics(settings, args.model))
     if args.publish:
         asyncio.run(
-            _produce(settings, settings.topics.models, args.model.encode(),
-                     encode_state(rebuilt.state))
+            produce_one(settings, settings.topics.models, args.model.encode(),
+                        rebuilt.model.to_json())
         )  # fmt: skip
     print(dumps({**summary(rebuilt), "published": bool(args.publish)}).decode())
     return 0
@@ -161,68 +159,9 @@ async def rebuild_from_topics(settings: Settings, model: str) -> Rebuilt:
     return rebuild_model(settings, model, requests, labels)
 
 
-async def _produce(settings: Settings, topic: str, key: bytes, value: bytes) -> None:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
-        max_request_size=max(1_048_576, settings.max_message_bytes * 2),
-        **settings.security.aiokafka_kwargs(),
-    )
-    await producer.start()
-    try:
-        await producer.send_and_wait(topic, value, key=key)
-    finally:
-        await producer.stop()
-
-
 async def submit_label(settings: Settings, label: Label) -> None:
-    """Produce ``label`` to the labels topic (key = model)."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, **settings.security.aiokafka_kwargs()
-    )
-    await producer.start()
-    try:
-        await producer.send_and_wait(
-            settings.topics.labels, label.to_json(), key=label.model.encode()
-        )
-    finally:
-        await producer.stop()
-
-
-async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -> list[Any]:
-    """Every record of ``topic`` up to its current end (assign, no consumer group)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        **settings.security.aiokafka_kwargs(),
-    )
-    await consumer.start()
-    try:
-        try:
-            tps = await topic_partitions(
-                settings.bootstrap_servers,
-                topic,
-                client_kwargs=settings.security.aiokafka_kwargs(),
-                attempts=1,
-            )
-        except RuntimeError:
-            return []
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            positions = [await consumer.position(tp) for tp in tps]
-            if all(pos >= end[tp] for pos, tp in zip(positions, tps, strict=True)):
-                break
-            batch = await consumer.getmany(timeout_ms=200)
-            for records in batch.values():
-                out.extend(records)
-        return out
-    finally:
-        await consumer.stop()
+    """Produce ``label`` to the labels topic (key = model) and wait until it is durable."""
+    await produce_one(settings, settings.topics.labels, label.model.encode(), label.to_json())
 
 
 async def pending_requests(settings: Settings, *, now: float) -> list[dict[str, Any]]:

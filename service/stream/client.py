@@ -14,8 +14,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from service.config import Settings
-from service.stream.records import dumps
-from service.stream.snapshots import topic_partitions
+from service.records import dumps
+from service.stream.kafka import topic_partitions
 
 __all__ = ["Client", "Received"]
 

@@ -12,10 +12,12 @@ offset and each later one must follow the one before. A record beyond that means
 between were skipped: they are fetched straight from Kafka (:class:`KafkaGaps`, outside the
 group, never committing) and handed to the agent first, in order. A record *before* the
 expected offset is a redelivery (at-least-once) and is processed again. When no later record
-comes to reveal the gap, :func:`tend_quiet` (run every second) finds partitions whose
+comes to reveal the gap, :class:`QuietTender` (run every second) finds partitions whose
 consumer has fetched past what the agent saw and that have been quiet for
 :data:`QUIET_SECONDS`, and seeks them back so the records are delivered again; and it
 commits what a quiet partition has processed when the group's committed offset is behind.
+Records fetched here are acknowledged to faust through ``ConsumerView.acknowledge``
+(:mod:`service.stream.internals`).
 
 >>> import asyncio
 >>> async def committed(topic, partition):
@@ -42,12 +44,12 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
-from faust.types import TP, Message
 
-from service.stream.handlers import RawMessage
-from service.stream.snapshots import reader
+from service.records import RawMessage
+from service.stream.kafka import reader
+from service.stream.partitions import TP, ConsumerView, Progress, partition_key
 
-__all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "Tended", "acknowledge", "tend_quiet"]
+__all__ = ["QUIET_SECONDS", "Continuity", "KafkaGaps", "QuietTender", "Tended"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,7 +96,7 @@ class Continuity:
         self._committed = committed
         self._fetch = fetch
         self._tracks: dict[tuple[str, int], _Track] = {}
-        self.sought: dict[tuple[str, int], tuple[int, int, int]] = {}  # by tend_quiet
+        self.sought: dict[tuple[str, int], tuple[int, int, int]] = {}  # by QuietTender
         self.recovered = 0  # records fetched because the consumer skipped them
         self.gaps = 0  # jumps seen (some hold no records)
 
@@ -236,24 +238,6 @@ class KafkaGaps:
                 self._admin = None
 
 
-def acknowledge(consumer: Any, records: Iterable[RawMessage], upto: int) -> None:
-    """Tell faust's ``consumer`` the fetched ``records`` are processed, so the committed
-    offset moves past them. ``upto`` is the offset of the record that revealed the gap.
-
-    faust may have recorded the jump as a "gap" (a range it treats as done); that range is
-    cut first, or its offsets would be counted twice and the commit would crawl.
-    """
-    rows = list(records)
-    if not rows:
-        return
-    tp = TP(rows[0].topic, rows[0].partition)
-    _chop_gap(consumer, tp, rows[0].offset, upto + 1)
-    for r in rows:
-        message = Message(r.topic, r.partition, r.offset, 0.0, 0, None, r.key, r.value, None,
-                          tp=tp)  # fmt: skip
-        consumer.ack(message)
-
-
 async def _read_range(
     consumer: AIOKafkaConsumer, tp: TopicPartition, end: int, out: list[RawMessage]
 ) -> None:
@@ -271,86 +255,112 @@ async def _read_range(
             out.append(RawMessage(r.value or b"", tp.topic, tp.partition, r.offset, r.key))
 
 
-def _chop_gap(consumer: Any, tp: Any, start: int, end: int) -> None:
-    gap = getattr(consumer, "_gap", {}).get(tp)
-    if gap:
-        gap.chop(start, end)
-
-
 @dataclass
 class Tended:
-    """What :func:`tend_quiet` did, per (topic, partition)."""
+    """What :meth:`QuietTender.tend` did, per (topic, partition)."""
 
     reread: dict[tuple[str, int], tuple[int, int]]  # sought back: [from, to)
     committed: dict[tuple[str, int], tuple[int | None, int]]  # (group had, committed)
 
 
-async def tend_quiet(
-    app: Any,
-    continuity: Continuity,
-    last_progress: Mapping[tuple[str, int], float],
-    processed: Mapping[tuple[str, int], int],
-    watched: Iterable[str],
-    now: float,
-    *,
-    since: float = 0.0,
-    quiet: float = QUIET_SECONDS,
-) -> Tended:
-    """Look after the partitions that have been quiet for ``quiet`` seconds (counted from
-    their last progress, and not from before ``since``, when the agents could start).
+class QuietTender:
+    """Looks after the partitions that have been quiet for ``quiet`` seconds (counted from
+    their last progress in ``progress``) among the ``watched`` topics.
 
-    - Stranded records: the consumer position is past the next offset the agent must see
-      (records fetched, never delivered): seek back to it.
-    - Offsets processed but not committed: the agent has processed every offset up to its
-      position (``processed``: last processed offset per partition) and the group's
-      committed offset (asked from Kafka) is behind: commit it. faust's own bookkeeping
-      can believe a commit happened that did not, or move backwards when a commit and a
-      seek race; the lag would then never drain.
+    - Stranded records (:meth:`_reread`): the consumer position is past the next offset the
+      agent must see (records fetched, never delivered): seek back to it.
+    - Offsets processed but not committed (:meth:`_commit`): the agent has processed every
+      offset up to its position and the group's committed offset (asked from Kafka) is
+      behind: commit it. faust's own bookkeeping can believe a commit happened that did
+      not, or move backwards when a commit and a seek race; the lag would then never drain.
 
     Each action is taken once for the same offsets (a range that holds no records, such as
-    a transaction marker at the end, is not retried forever)."""
-    consumer = app.consumer
-    generation = int(app.consumer_generation_id or 0)
-    topics = set(watched)
-    tended = Tended({}, {})
-    for tp in sorted(consumer.assignment()):
-        key = (tp.topic, tp.partition)
-        if tp.topic not in topics or now - max(since, last_progress.get(key, now)) < quiet:
-            continue
-        position = await consumer.position(tp)
-        if position is None:
-            continue
-        expected = continuity.expected(tp.topic, tp.partition, generation=generation)
-        start = expected
-        if start is None:  # the agent has seen nothing since the assignment
-            committed = consumer._committed_offset.get(tp)  # noqa: SLF001 - set on assignment
-            if committed is None:
-                committed = (await consumer.earliest_offsets(tp)).get(tp)
-            start = None if committed is None else int(committed)
-        if start is None:
-            continue
-        if position > start:
-            target = (generation, start, int(position))
-            if continuity.sought.get(key) == target:
+    a transaction marker at the end, is not retried forever): what was done is remembered
+    in ``continuity.sought``.
+    """
+
+    def __init__(
+        self,
+        view: ConsumerView,
+        continuity: Continuity,
+        progress: Progress,
+        *,
+        watched: Iterable[str],
+        quiet: float = QUIET_SECONDS,
+    ) -> None:
+        self.view = view
+        self.continuity = continuity
+        self.progress = progress
+        self.watched = frozenset(watched)
+        self.quiet = quiet
+
+    async def tend(self, now: float, *, since: float) -> Tended:
+        """Tend the partitions quiet at ``now``; quiet time does not count from before
+        ``since`` (when the agents could start). Kafka errors propagate: try next time."""
+        generation = self.view.generation
+        tended = Tended({}, {})
+        for tp in sorted(self.view.assignment(), key=partition_key):
+            key = partition_key(tp)
+            last = self.progress.times.get(key, now)
+            if tp.topic not in self.watched or now - max(since, last) < self.quiet:
                 continue
-            continuity.sought[key] = target
-            log.warning("%s[%s]: offsets %s..%s fetched but never processed; reading them again",
-                        tp.topic, tp.partition, start, position - 1)  # fmt: skip
-            _chop_gap(consumer, tp, start, int(position))
-            await consumer.seek(tp, start)
-            tended.reread[key] = (start, int(position))
-            continue
-        if expected is None or processed.get(key) != expected - 1:
-            continue  # nothing processed in this generation, or still at work
+            position = await self.view.position(tp)
+            if position is None:
+                continue
+            expected = self.continuity.expected(tp.topic, tp.partition, generation=generation)
+            start = expected if expected is not None else await self._assigned_at(tp)
+            if start is None:
+                continue
+            if position > start:
+                reread = await self._reread(tp, start, position, generation)
+                if reread is not None:
+                    tended.reread[key] = reread
+            elif expected is not None:
+                committed = await self._commit(tp, expected, generation)
+                if committed is not None:
+                    tended.committed[key] = committed
+        return tended
+
+    async def _assigned_at(self, tp: TP) -> int | None:
+        """Where the agent starts when it has seen nothing since the assignment: the
+        committed offset, else the earliest the broker has."""
+        committed = self.view.committed_next(tp)
+        return committed if committed is not None else await self.view.earliest(tp)
+
+    async def _reread(
+        self, tp: TP, start: int, position: int, generation: int
+    ) -> tuple[int, int] | None:
+        """Seek back to ``start``: offsets ``start..position - 1`` were fetched but never
+        delivered. The range sought back ``[start, position)``, or None if it was already
+        sought back in this generation."""
+        key = partition_key(tp)
+        target = (generation, start, position)
+        if self.continuity.sought.get(key) == target:
+            return None
+        self.continuity.sought[key] = target
+        log.warning("%s[%s]: offsets %s..%s fetched but never processed; reading them again",
+                    tp.topic, tp.partition, start, position - 1)  # fmt: skip
+        self.view.chop_gap(tp, start, position)
+        await self.view.seek(tp, start)
+        return (start, position)
+
+    async def _commit(
+        self, tp: TP, expected: int, generation: int
+    ) -> tuple[int | None, int] | None:
+        """Commit ``expected`` when every offset before it is processed and the group's
+        committed offset is behind. ``(what the group had, expected)``, or None when
+        nothing was committed: still at work, committed already, or asked before."""
+        key = partition_key(tp)
+        if self.progress.offsets.get(key) != expected - 1:
+            return None  # nothing processed in this generation, or still at work
         mark = (generation, 0, expected)
-        if continuity.sought.get(key) == mark:
-            continue
-        have = await continuity.group_committed(tp.topic, tp.partition)  # may raise: retried
-        continuity.sought[key] = mark
+        if self.continuity.sought.get(key) == mark:
+            return None
+        have = await self.continuity.group_committed(tp.topic, tp.partition)  # may raise
+        self.continuity.sought[key] = mark
         if have is not None and have >= expected:
-            continue
+            return None
         log.warning("%s[%s]: processed up to %s but the group's committed offset is %s; "
                     "committing", tp.topic, tp.partition, expected - 1, have)  # fmt: skip
-        await consumer.commit_processed(tp, expected)
-        tended.committed[key] = (have, expected)
-    return tended
+        await self.view.commit_processed(tp, expected)
+        return (have, expected)

@@ -8,120 +8,179 @@ the stream on purpose (rebalance, table recovery) nothing counts as stalled and 
 clock restarts, so a long recovery never makes Kubernetes restart every worker at once --
 unless the recovery itself stops: no changelog record read for ``stall_seconds`` while
 records remain and the broker answers (faust can hang there, faust-streaming#74).
+
+A broker that does not answer is not the worker's fault either: nothing counts as stalled
+then (a restart would not bring the broker back), and :attr:`LivenessReport.broker_reachable`
+says so, for readiness.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from aiokafka.errors import KafkaError
 
-from service.stream.runtime import PartitionStatus, Runtime, stalled_partitions
+from service.metrics import Metrics
+from service.stream.partitions import (
+    TP,
+    ConsumerView,
+    PartitionStatus,
+    Progress,
+    RecoveryState,
+    RecoveryWatch,
+    partition_key,
+    stalled_partitions,
+)
 
-__all__ = ["liveness_check"]
+__all__ = ["LivenessMonitor", "LivenessReport"]
 
 log = logging.getLogger(__name__)
 
 
-def liveness_check(app: Any, rt: Runtime, watched: set[str]) -> Callable[[float], Awaitable[None]]:
-    """The check the one-second timer runs: updates lag / progress gauges, ``rt.live``,
-    ``rt.stalled`` and ``abstain_live``; drops the series of revoked partitions."""
-    known_tps: set[tuple[str, int]] = set()
+@dataclass(frozen=True, slots=True)
+class LivenessReport:
+    """One liveness check.
 
-    def _paused() -> bool:
-        """True while faust pauses the stream on purpose: rebalance or table recovery."""
-        recovery: Any = app.tables.recovery
-        return (
-            bool(app.rebalancing)
-            or bool(getattr(recovery, "in_recovery", False))
-            or not recovery.completed.is_set()
+    ``live``: nothing stalled; ``stalled``: why not (a partition with its lag, or a table
+    recovery that reads nothing); ``broker_reachable``: the last end-offset request was
+    answered in time (readiness follows it); ``partitions``: the watched partitions."""
+
+    live: bool
+    stalled: tuple[str, ...]
+    broker_reachable: bool
+    partitions: tuple[PartitionStatus, ...]
+
+
+class LivenessMonitor:
+    """Decides liveness once a second (:meth:`check`) and keeps the lag, progress and
+    ``abstain_live`` gauges.
+
+    ``view``: the consumer; ``progress``: what the agents processed (a partition newly
+    assigned counts as progress, and a revoked one is forgotten); ``watched``: the topics
+    whose partitions must not stall; ``stall_seconds``: how long lag without progress is
+    tolerated; ``answer_timeout``: how long the broker has to give end offsets.
+    """
+
+    def __init__(
+        self,
+        view: ConsumerView,
+        progress: Progress,
+        metrics: Metrics,
+        *,
+        watched: Iterable[str],
+        stall_seconds: float,
+        answer_timeout: float = 5.0,
+    ) -> None:
+        self.view = view
+        self.progress = progress
+        self.metrics = metrics
+        self.watched = frozenset(watched)
+        self.stall_seconds = stall_seconds
+        self.answer_timeout = answer_timeout
+        self.broker_reachable = True  # the last end-offset request was answered in time
+        self.recovery_watch = RecoveryWatch()
+        self._known: set[tuple[str, int]] = set()  # partitions with gauge series
+
+    async def check(self, now: float) -> LivenessReport:
+        """Update the gauges and decide liveness at ``now``."""
+        paused = self.view.paused
+        recovery = self.view.recovery()
+        assigned = sorted(self.view.assignment(), key=partition_key)
+        tps = [tp for tp in assigned if tp.topic in self.watched]
+        probe = tps or assigned[:1]  # any partition will do to ask the broker
+        current = {partition_key(tp) for tp in tps}
+        for key in current - self.progress.times.keys():
+            self.progress.times[key] = now  # assignment counts as progress
+        highs: Mapping[tuple[str, int], int]
+        if paused:
+            highs = self._cached_highwaters(tps)
+        else:
+            highs = await self._highwaters(probe) if probe else {}
+            paused = not self.broker_reachable  # nothing can be consumed: not a stall
+        if paused:
+            self.progress.hold(current, now)
+        statuses = [await self._status(tp, highs.get(partition_key(tp))) for tp in tps]
+        self._forget_revoked(current)
+        stalled = stalled_partitions(
+            statuses, now=now, stall_seconds=self.stall_seconds, paused=paused
+        ) + await self._recovery_stalled(now, recovery, probe)
+        self.metrics.live.set(0 if stalled else 1)
+        return LivenessReport(
+            live=not stalled,
+            stalled=tuple(stalled),
+            broker_reachable=self.broker_reachable,
+            partitions=tuple(statuses),
         )
 
-    async def _highwaters(tps: list[Any]) -> dict[Any, int]:
+    def _cached_highwaters(self, tps: Iterable[TP]) -> dict[tuple[str, int], int]:
+        """The consumer's cached marks (no broker request while the stream is paused)."""
+        highs = {partition_key(tp): self.view.highwater(tp) for tp in tps}
+        return {key: high for key, high in highs.items() if high is not None}
+
+    async def _highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
         """Fresh end offsets (a paused partition is not fetched, so the cached high-water
-        mark would go stale); the cached ones if the broker does not answer in time."""
+        mark would go stale); the cached ones if the broker does not answer in time, which
+        also sets :attr:`broker_reachable`."""
         try:
-            highs = dict(await asyncio.wait_for(app.consumer.highwaters(*tps), timeout=5.0))
+            highs = await asyncio.wait_for(self.view.highwaters(tps), self.answer_timeout)
         except (KafkaError, OSError) as exc:  # TimeoutError is an OSError
-            if rt.broker_reachable:
+            if self.broker_reachable:
                 log.warning("broker unreachable (%r): not ready until it answers", exc)
-            rt.broker_reachable = False  # readiness follows the broker (liveness does not)
-            return {tp: app.consumer.highwater(tp) for tp in tps}
-        if not rt.broker_reachable:
+            self.broker_reachable = False
+            return self._cached_highwaters(tps)
+        if not self.broker_reachable:
             log.warning("broker reachable again")
-        rt.broker_reachable = True
+        self.broker_reachable = True
         return highs
 
-    async def _position(tp: Any) -> int | None:
+    async def _status(self, tp: TP, high: int | None) -> PartitionStatus:
+        """``tp`` now, also set as its lag and progress gauges."""
+        key = partition_key(tp)
+        status = PartitionStatus(
+            tp.topic,
+            tp.partition,
+            high=high,
+            position=await self._next_to_process(tp),
+            last_progress=self.progress.times[key],
+        )
+        self.metrics.set_partition(tp.topic, tp.partition, lag=status.lag,
+                                   progress_ts=status.last_progress)  # fmt: skip
+        return status
+
+    async def _next_to_process(self, tp: TP) -> int | None:
         """Next offset still to process: after the last processed one, else after the last
         committed one, else where the consumer stands."""
-        done = rt.progress.offsets.get((tp.topic, tp.partition))
+        done = self.progress.offsets.get(partition_key(tp))
         if done is not None:
             return done + 1
-        committed = app.consumer._committed_offset.get(tp)  # noqa: SLF001
-        if committed is not None:  # faust keeps the committed *next* offset
-            return int(committed)
-        position = await app.consumer.position(tp)
-        return None if position is None else int(position)
+        committed = self.view.committed_next(tp)
+        if committed is not None:
+            return committed
+        return await self.view.position(tp)
 
-    async def _recovery_stalled(now: float, tps: list[Any]) -> list[str]:
+    def _forget_revoked(self, current: set[tuple[str, int]]) -> None:
+        """Drop the gauge series and the progress of partitions no longer assigned."""
+        for topic, partition in sorted(self._known - current):
+            self.metrics.remove_partition(topic, partition)
+            self.progress.offsets.pop((topic, partition), None)
+            self.progress.times.pop((topic, partition), None)
+        self._known = set(current)
+
+    async def _recovery_stalled(
+        self, now: float, recovery: RecoveryState, probe: Sequence[TP]
+    ) -> list[str]:
         """Table recovery that has read nothing for ``stall_seconds`` while changelog
         records remain (and the broker answers: an outage is not the worker's fault)."""
-        recovery: Any = app.tables.recovery
-        if not getattr(recovery, "in_recovery", False) or recovery.completed.is_set():
-            rt.recovery_watch.reset()
+        if not recovery.reading:
+            self.recovery_watch.reset()
             return []
-        remaining = sum(max(0, int(v)) for v in recovery.active_remaining().values())
-        note = rt.recovery_watch.check(recovery.active_offsets, remaining=remaining, now=now,
-                                       stall_seconds=rt.settings.stall_seconds)  # fmt: skip
+        note = self.recovery_watch.check(recovery.offsets, remaining=recovery.remaining,
+                                         now=now, stall_seconds=self.stall_seconds)  # fmt: skip
         if note is None:
             return []
-        probe = tps or sorted(app.consumer.assignment())[:1]
         if probe:
-            await _highwaters(probe)  # sets rt.broker_reachable
-        return [note] if rt.broker_reachable else []
-
-    async def _liveness(now: float) -> None:
-        paused = _paused()
-        tps = [tp for tp in app.consumer.assignment() if tp.topic in watched]
-        current = {(tp.topic, tp.partition) for tp in tps}
-        for key in current - rt.progress.times.keys():
-            rt.progress.times[key] = now  # assignment counts as progress
-        if paused:
-            rt.progress.hold(current, now)
-            highs = {tp: app.consumer.highwater(tp) for tp in tps}
-        else:
-            probe = tps or sorted(app.consumer.assignment())[:1]  # any partition will do
-            highs = await _highwaters(probe) if probe else {}
-            if not rt.broker_reachable:  # nothing can be consumed: not a stalled consumer
-                paused = True  # (readiness reports the outage; a restart would not help)
-                rt.progress.hold(current, now)
-        statuses = []
-        for tp in tps:
-            high = highs.get(tp)
-            status = PartitionStatus(
-                tp.topic,
-                tp.partition,
-                high=None if high is None else int(high),
-                position=await _position(tp),
-                last_progress=rt.progress.times[(tp.topic, tp.partition)],
-            )
-            rt.metrics.set_partition(tp.topic, tp.partition, lag=status.lag,
-                                  progress_ts=status.last_progress)  # fmt: skip
-            statuses.append(status)
-        for topic, partition in known_tps - current:
-            rt.metrics.remove_partition(topic, partition)
-            rt.progress.offsets.pop((topic, partition), None)
-            rt.progress.times.pop((topic, partition), None)
-        known_tps.clear()
-        known_tps.update(current)
-        rt.stalled = stalled_partitions(
-            statuses, now=now, stall_seconds=rt.settings.stall_seconds, paused=paused
-        ) + await _recovery_stalled(now, tps)
-        rt.live = not rt.stalled
-        rt.metrics.live.set(1 if rt.live else 0)
-
-    return _liveness
+            await self._highwaters(probe)  # sets broker_reachable
+        return [note] if self.broker_reachable else []

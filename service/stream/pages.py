@@ -1,77 +1,73 @@
 """faust web pages for the worker: ``/metrics``, ``/healthz``, ``/readyz``, ``/labels``.
 
-The answers are computed by :mod:`service.web.views` (plain functions); this module only
-adapts them to faust's web server.
+The answers are computed by :mod:`service.web.views` (plain functions) from what the worker
+already holds (the last :class:`~service.stream.housekeeping.WorkerStatus`, the pending
+store); this module only adapts them to faust's web server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import faust
 
+from service.records import Label
+from service.stream.stores import PendingStore
 from service.web import views
 
 if TYPE_CHECKING:
-    from service.stream.runtime import Runtime
+    from service.stream.app import Parts
 
 __all__ = ["mount_web"]
 
 
-def mount_web(
-    app: Any,
-    rt: Runtime,
-    pending_entries: Callable[[], list[tuple[str, dict[str, Any]]]],
-    labels_topic: Any,
-) -> None:
-    """Register the pages on ``app``."""
-    s = rt.settings
-    token = s.label_token.get_secret_value() if s.label_token is not None else None
+def _reply(view: Any, r: views.Reply) -> Any:
+    return view.bytes(r.body, status=r.status, headers={"Content-Type": r.content_type})
 
-    def reply(view: Any, r: views.Reply) -> Any:
-        return view.bytes(r.body, status=r.status, headers={"Content-Type": r.content_type})
+
+def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) -> None:
+    """Register the pages on ``app``."""
+    s = parts.settings
+    token = s.label_token.get_secret_value() if s.label_token is not None else None
+    clock = parts.joiner.clock
 
     @app.page("/metrics")
     class MetricsView(faust.web.View):
         async def get(self, request: Any) -> Any:
-            return reply(self, views.metrics(rt.metrics.registry))
+            return _reply(self, views.metrics(parts.metrics.registry))
 
     @app.page("/healthz")
     class HealthView(faust.web.View):
         async def get(self, request: Any) -> Any:
-            return reply(self, views.health(rt.live, {"stalled": rt.stalled}))
+            status = parts.housekeeping.status
+            return _reply(self, views.health(status.live, {"stalled": list(status.stalled)}))
 
     @app.page("/readyz")
     class ReadyView(faust.web.View):
         async def get(self, request: Any) -> Any:
-            detail = {
-                "recovered": rt.recovered,
-                "models_loaded": rt.book.loaded.is_set(),
-                "models": {n: m.version for n, m in rt.book.models.items()},
-            }
-            return reply(self, views.ready(rt.ready, detail))
+            status = parts.housekeeping.status
+            detail = {"recovered": status.recovered, "models_loaded": status.models_loaded,
+                      "models": status.models}  # fmt: skip
+            return _reply(self, views.ready(status.ready, detail))
 
-    async def produce(label: Any) -> None:
+    async def produce(label: Label) -> None:
         await labels_topic.send(key=label.model.encode(), value=label.to_json())
 
     @app.page("/labels")
     class LabelsView(faust.web.View):
         async def get(self, request: Any) -> Any:
             as_html = "text/html" in request.headers.get("Accept", "")
-            entries = [entry for _, entry in pending_entries()]
-            return reply(self, views.labels_get(entries, now=rt.clock(), as_html=as_html))
+            return _reply(self, views.labels_get(pending.entries(), now=clock(), as_html=as_html))
 
         async def post(self, request: Any) -> Any:
-            body = await request.read()
             r = await views.labels_post(
-                body,
+                await request.read(),
                 request.headers.get("Authorization"),
                 token=token,
                 default_model=s.default_model,
                 produce=produce,
-                now=rt.clock(),
+                now=clock(),
             )
-            return reply(self, r)
+            return _reply(self, r)
 
     _ = (MetricsView, HealthView, ReadyView, LabelsView)

@@ -1,8 +1,8 @@
-"""Rebuild a model from its label log (DESIGN section 3).
+"""Rebuild a model from its label log (docs/architecture.md, "Exactly-once effects").
 
 ``abstain rebuild --model NAME`` reads the label-requests and labels topics from the
 beginning and replays the labels, in the labels topic's order, through the learner's own
-pure code path (:func:`service.stream.handlers.apply_label`), starting from the configured
+pure code path (:func:`service.stream.joins.apply_label`), starting from the configured
 initial model. What the learner skips is skipped here too: labels of other models, labels
 without a request (``unknown_request``), labels for an expired request (``expired``), second
 labels for an answered request (``already_applied``), and updates that would not be finite
@@ -24,8 +24,15 @@ from typing import Any
 import numpy as np
 
 from service.config import Settings
-from service.stream import handlers
-from service.stream.records import BadMessage, parse_label, parse_label_request
+from service.records import (
+    BadMessage,
+    ModelEnvelope,
+    PendingEntry,
+    parse_label,
+    parse_label_request,
+)
+from service.stream.joins import Outcome, apply_label
+from service.stream.model import initial_envelope
 
 __all__ = ["LogRecord", "Rebuilt", "rebuild_model", "summary"]
 
@@ -42,10 +49,27 @@ class LogRecord:
 
 @dataclass(slots=True)
 class Rebuilt:
-    """The rebuilt state and what was skipped, by reason."""
+    """The rebuilt model and what was skipped, by reason."""
 
-    state: dict[str, Any]
+    model: ModelEnvelope
     skipped: Counter[str] = field(default_factory=Counter)
+
+
+def _requests(
+    settings: Settings, name: str, records: Iterable[LogRecord]
+) -> dict[str, PendingEntry]:
+    """The first valid request per id of model ``name`` (a re-sent one changes nothing)."""
+    config = settings.models[name]
+    pending: dict[str, PendingEntry] = {}
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        try:
+            request = parse_label_request(rec.value, max_bytes=settings.max_message_bytes)
+        except BadMessage:
+            continue
+        if request.model != name or len(request.features) != config.n_inputs:
+            continue
+        pending.setdefault(request.request_id, PendingEntry(request, rec.partition))
+    return pending
 
 
 def rebuild_model(
@@ -56,18 +80,8 @@ def rebuild_model(
 ) -> Rebuilt:
     """Replay ``labels`` (sorted by partition, offset) against ``requests`` for model ``name``."""
     config = settings.models[name]
-    pending: dict[str, dict[str, Any]] = {}
-    for rec in sorted(requests, key=lambda r: (r.partition, r.offset)):
-        try:
-            request = parse_label_request(rec.value, max_bytes=settings.max_message_bytes)
-        except BadMessage:
-            continue
-        if request.model != name or len(request.features) != config.n_inputs:
-            continue
-        entry = handlers.store_request(pending.get(request.request_id), request, rec.partition)
-        if entry is not None:
-            pending[request.request_id] = entry
-    out = Rebuilt(handlers.initial_state(name, config))
+    pending = _requests(settings, name, requests)
+    out = Rebuilt(initial_envelope(name, config))
     for rec in sorted(labels, key=lambda r: (r.partition, r.offset)):
         try:
             label = parse_label(rec.value, max_bytes=settings.max_message_bytes)
@@ -76,34 +90,35 @@ def rebuild_model(
             continue
         if label.model != name:
             continue
-        outcome = handlers.apply_label(
+        outcome = apply_label(
             config,
-            out.state,
+            out.model,
             pending.get(label.request_id),
             label,
             rec.offset,
             now=rec.timestamp_ms / 1000.0,
             parked=True,  # every label is read exactly once here: no redelivery check
         )
-        if outcome.kind == "applied":
-            assert outcome.state is not None  # noqa: S101
+        if outcome.outcome is Outcome.APPLIED:
+            assert outcome.model is not None  # noqa: S101 - an applied outcome has both
             assert outcome.pending is not None  # noqa: S101
-            out.state = outcome.state
+            out.model = outcome.model
             pending[label.request_id] = outcome.pending
         else:
-            out.skipped[outcome.reason] += 1
+            out.skipped[str(outcome.reason)] += 1
     return out
 
 
 def summary(rebuilt: Rebuilt) -> dict[str, Any]:
     """What ``abstain rebuild`` prints: version, rho, ||w|| and the skipped labels."""
-    served_w = rebuilt.state["learner"]["learned"].get("w")
+    model = rebuilt.model
+    served_w = model.learner["learned"].get("w")
     return {
-        "model": rebuilt.state["model"],
-        "version": rebuilt.state["version"],
-        "labels_applied": rebuilt.state["labels_applied"],
-        "labels_offset": rebuilt.state["labels_offset"],
-        "rho": rebuilt.state["learner"]["learned"]["rho"],
+        "model": model.model,
+        "version": model.version,
+        "labels_applied": model.labels_applied,
+        "labels_offset": model.labels_offset,
+        "rho": model.learner["learned"]["rho"],
         "weight_norm": None if served_w is None else float(np.linalg.norm(served_w)),
         "skipped": dict(sorted(rebuilt.skipped.items())),
     }

@@ -17,15 +17,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
-
 from service.config import Settings
-from service.stream.handlers import ServedModel
-from service.stream.records import BadMessage, decode_state
+from service.records import BadMessage, parse_model_envelope
+from service.stream.kafka import reader, topic_partitions
+from service.stream.model import ServedModel
 
-__all__ = ["ModelBook", "follow_models", "reader", "topic_partitions"]
+__all__ = ["ModelBook", "follow_models"]
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +48,17 @@ class ModelBook:
         if self._on_swap is not None:
             self._on_swap(served)
 
-    def offer(self, name: str, state: Any) -> bool:
-        """Swap in ``state`` if it is a newer version of a configured model."""
+    def offer(self, name: str, raw: bytes) -> bool:
+        """Swap in the snapshot ``raw`` if it is a newer version of a configured model;
+        :class:`BadMessage` if it cannot be served."""
         config = self.settings.models.get(name)
         current = self.models.get(name)
         if config is None or current is None:
             return False
-        if not isinstance(state, dict) or int(state.get("version", -1)) <= current.version:
+        envelope = parse_model_envelope(raw, model=name, max_bytes=self.settings.fetch_bytes)
+        if envelope.version <= current.version:
             return False
-        served = ServedModel.from_state(name, config, state)
+        served = ServedModel.from_envelope(config, envelope)
         self.models = {**self.models, name: served}  # swap, never mutate in place
         self._notify(served)
         return True
@@ -67,28 +66,6 @@ class ModelBook:
     def snapshot(self) -> Mapping[str, ServedModel]:
         """The current mapping (replaced, never mutated, on each swap)."""
         return self.models
-
-
-def reader(
-    bootstrap: list[str],
-    client_id: str,
-    *,
-    max_partition_fetch_bytes: int,
-    client_kwargs: Mapping[str, Any],
-    **options: Any,
-) -> AIOKafkaConsumer:
-    """A consumer outside any group (partitions are assigned, nothing is ever committed)
-    that starts from the earliest offset; not started yet."""
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        client_id=client_id,
-        max_partition_fetch_bytes=max_partition_fetch_bytes,
-        **options,
-        **client_kwargs,
-    )
 
 
 async def follow_models(
@@ -99,9 +76,9 @@ async def follow_models(
     consumer = reader(
         settings.bootstrap_servers,
         f"{settings.app_id}-model-follower",
-        max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
+        max_partition_fetch_bytes=settings.fetch_bytes,
         client_kwargs=consumer_kwargs,
-        fetch_max_bytes=max(52_428_800, settings.max_message_bytes * 4),
+        fetch_max_bytes=max(52_428_800, settings.fetch_bytes * 2),
     )
     await consumer.start()
     try:
@@ -125,33 +102,11 @@ async def follow_models(
         await consumer.stop()
 
 
-async def topic_partitions(
-    bootstrap: list[str], topic: str, *, client_kwargs: Mapping[str, Any], attempts: int = 120
-) -> list[TopicPartition]:
-    """All partitions of ``topic``, waiting (up to ``attempts`` half-seconds) for it to exist."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs)
-    await admin.start()
-    try:
-        for _ in range(attempts):
-            try:
-                (meta,) = await admin.describe_topics([topic])
-            except KafkaError as exc:  # pragma: no cover - broker hiccup; retry
-                log.warning("describe %s failed: %r", topic, exc)
-            else:
-                if meta.get("error_code") == 0 and meta.get("partitions"):
-                    parts = sorted(p["partition"] for p in meta["partitions"])
-                    return [TopicPartition(topic, p) for p in parts]
-            await asyncio.sleep(0.5)
-    finally:
-        await admin.close()
-    raise RuntimeError(f"topic {topic!r} does not exist")
-
-
 def _apply(book: ModelBook, key: bytes | None, value: bytes | None) -> None:
     if key is None or value is None:
         return
     name = key.decode("utf-8", errors="replace")
     try:
-        book.offer(name, decode_state(value))
-    except (BadMessage, ValueError) as exc:
+        book.offer(name, value)
+    except BadMessage as exc:
         log.error("ignoring unreadable snapshot of model %r: %s", name, exc)

@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from service.stream.records import BadMessage, Label, decode_json, dumps, label_from_dict
+from service.records import BadMessage, Label, PendingEntry, decode_json, dumps, label_from_dict
 
 __all__ = ["Reply", "health", "labels_get", "labels_post", "metrics", "ready"]
 
@@ -55,12 +55,12 @@ def ready(is_ready: bool, detail: Mapping[str, Any]) -> Reply:
 
 
 def labels_get(
-    pending: Iterable[Mapping[str, Any]], *, now: float, as_html: bool = False, limit: int = 500
+    pending: Iterable[PendingEntry], *, now: float, as_html: bool = False, limit: int = 500
 ) -> Reply:
     """Unanswered, unexpired label requests held by this worker, highest priority first."""
-    open_ = [dict(p) for p in pending if not p.get("applied") and float(p["expires_at"]) >= now]
-    open_.sort(key=lambda p: (-float(p.get("priority", 0.0)), float(p["requested_at"])))
-    open_ = open_[:limit]
+    waiting = [p for p in pending if not p.applied and p.request.expires_at >= now]
+    waiting.sort(key=lambda p: (-p.request.priority, p.request.requested_at))
+    open_ = [p.to_dict() for p in waiting[:limit]]
     if not as_html:
         return _json(200, {"pending": open_, "count": len(open_)})
     rows = "".join(

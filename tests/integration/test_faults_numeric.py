@@ -29,7 +29,7 @@ from faults.sizes import SIZES, size_params
 from faults.workers import Deployment
 
 from service.config import ModelConfig
-from service.stream.handlers import coin
+from service.stream.model import coin
 
 MODELS = {
     "m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05},

@@ -8,8 +8,9 @@ from pathlib import Path
 import faust
 
 from service.config import KafkaSecurity, Settings
-from service.stream.app import broker_credentials, create_app
-from service.stream.consumer import Consumer
+from service.stream.app import create_app
+from service.stream.internals import Consumer
+from service.stream.kafka import broker_credentials
 
 WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
@@ -26,9 +27,9 @@ def test_app_wires_two_agents_and_co_partitioned_tables(tmp_path: Path) -> None:
         "models": 3, "pending": 3, "orphans": 3,
     }  # fmt: skip
     assert app.conf.store.scheme == "memory"
-    assert app.runtime.book.models["default"].version == 0
-    assert not app.runtime.ready
-    assert app.transport.Consumer is Consumer  # commits that do not crawl (stream/consumer)
+    assert app.parts.book.models["default"].version == 0
+    assert not app.parts.housekeeping.status.ready
+    assert app.transport.Consumer is Consumer  # commits that do not crawl (stream/internals)
 
 
 def test_security_settings_become_faust_credentials() -> None:

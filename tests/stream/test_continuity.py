@@ -1,23 +1,26 @@
-"""Continuity: which records an agent missed, how they are acknowledged to faust, and when
-a quiet partition is sought back. Kafka is faked here; tests/integration/test_faults_skip.py
-and test_service_continuity.py cover the same on a real broker."""
+"""Continuity: which records an agent missed, and when a quiet partition is sought back or
+committed. Kafka and the consumer are faked here (tests/stream/fakes.py);
+tests/integration/test_faults_skip.py and test_service_continuity.py cover the same on a real
+broker."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
-from faust.types import TP
 from hypothesis import given
 from hypothesis import strategies as st
 from intervaltree import IntervalTree
 
+from service.records import RawMessage
 from service.stream import continuity
-from service.stream.continuity import QUIET_SECONDS, Continuity, acknowledge, tend_quiet
-from service.stream.handlers import RawMessage
+from service.stream.continuity import QUIET_SECONDS, Continuity, QuietTender, Tended
+from service.stream.partitions import Progress
+
+from .fakes import FakeConsumerView
 
 
 class Log:
@@ -137,132 +140,105 @@ def test_every_offset_from_the_committed_one_is_handed_over_at_least_once(
     assert set(range(committed, top + 1)) <= set(handed)
 
 
-@dataclass
-class FakeConsumer:
-    """The parts of faust's consumer continuity touches."""
-
-    assigned: set[TP] = field(default_factory=set)
-    positions: dict[TP, int] = field(default_factory=dict)
-    _committed_offset: dict[TP, int | None] = field(default_factory=dict)
-    _gap: dict[TP, IntervalTree] = field(default_factory=dict)
-    acked: list[tuple[TP, int]] = field(default_factory=list)
-    sought: list[tuple[TP, int]] = field(default_factory=list)
-    committed: list[tuple[TP, int]] = field(default_factory=list)
-    earliest: int = 0
-
-    def assignment(self) -> set[TP]:
-        return set(self.assigned)
-
-    async def position(self, tp: TP) -> int | None:
-        return self.positions.get(tp)
-
-    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
-        return dict.fromkeys(tps, self.earliest)
-
-    async def seek(self, tp: TP, offset: int) -> None:
-        self.sought.append((tp, offset))
-
-    async def commit_processed(self, tp: TP, offset: int) -> bool:
-        self.committed.append((tp, offset))
-        return True
-
-    def ack(self, message: Any) -> bool:
-        self.acked.append((message.tp, message.offset))
-        return True
+TP0 = TopicPartition("t", 0)
 
 
-@dataclass
-class FakeApp:
-    consumer: FakeConsumer
-    consumer_generation_id: int = 1
+def _tender(view: FakeConsumerView, c: Continuity, progress: Progress) -> QuietTender:
+    return QuietTender(view, c, progress, watched=["t"])
 
 
-def test_acknowledging_fetched_records_acks_each_and_cuts_fausts_gap() -> None:
-    tp = TP("t", 0)
-    consumer = FakeConsumer(_gap={tp: IntervalTree.from_tuples([(11, 15), (20, 22)])})
-    records = [RawMessage(b"", "t", 0, o) for o in (10, 11, 12, 13)]
-    acknowledge(consumer, records, upto=14)
-    assert consumer.acked == [(tp, o) for o in (10, 11, 12, 13)]
-    # the range faust took for compacted (11..14) is gone; the unrelated one stays
-    assert sorted((i.begin, i.end) for i in consumer._gap[tp]) == [(20, 22)]
-    acknowledge(consumer, [], upto=30)  # nothing fetched: nothing to do
-    assert len(consumer.acked) == 4
+def _progress(last: float = 100.0, processed: int | None = None) -> Progress:
+    """Progress on ``t[0]``: last at ``last``, up to ``processed`` (if any)."""
+    progress = Progress(clock=lambda: last)
+    progress.times[("t", 0)] = last
+    if processed is not None:
+        progress.offsets[("t", 0)] = processed
+    return progress
 
 
-def _stranded(app: FakeApp, c: Continuity, quiet_for: float) -> dict[tuple[str, int], Any]:
-    return asyncio.run(tend_quiet(app, c, {("t", 0): 100.0}, {}, {"t"}, 100.0 + quiet_for)).reread
+def _stranded(view: FakeConsumerView, c: Continuity, quiet_for: float) -> dict[Any, Any]:
+    tender = _tender(view, c, _progress())
+    return asyncio.run(tender.tend(100.0 + quiet_for, since=0.0)).reread
 
 
 def test_a_quiet_partition_fetched_past_what_the_agent_saw_is_sought_back_once() -> None:
-    tp = TP("t", 0)
     log = Log(list(range(100)), committed=0)
     c = Continuity(log.committed, log.fetch)
     for o in range(10):
         see(c, o)
-    consumer = FakeConsumer(assigned={tp}, positions={tp: 25},
-                            _gap={tp: IntervalTree.from_tuples([(11, 25)])})  # fmt: skip
-    app = FakeApp(consumer)
-    assert _stranded(app, c, QUIET_SECONDS - 1) == {}  # not quiet long enough
-    assert _stranded(app, c, QUIET_SECONDS) == {("t", 0): (10, 25)}
-    assert consumer.sought == [(tp, 10)]
-    assert not consumer._gap[tp]
-    assert _stranded(app, c, QUIET_SECONDS + 5) == {}  # the same range: not again
-    assert consumer.sought == [(tp, 10)]
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 25},
+                            gaps={("t", 0): IntervalTree.from_tuples([(11, 25)])})  # fmt: skip
+    assert _stranded(view, c, QUIET_SECONDS - 1) == {}  # not quiet long enough
+    assert _stranded(view, c, QUIET_SECONDS) == {("t", 0): (10, 25)}
+    assert view.sought == [(("t", 0), 10)]
+    assert not view.gaps[("t", 0)]  # faust's idea that 11..24 were compacted is gone
+    assert _stranded(view, c, QUIET_SECONDS + 5) == {}  # the same range: not again
+    assert view.sought == [(("t", 0), 10)]
+
+
+def test_a_new_generation_seeks_the_same_range_back_again() -> None:
+    c = Continuity(Log([]).committed, Log([]).fetch)
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 12}, committed={("t", 0): 4})
+    assert _stranded(view, c, 60) == {("t", 0): (4, 12)}
+    view.generation = 2  # a rebalance in between: what was sought then no longer holds
+    assert _stranded(view, c, 60) == {("t", 0): (4, 12)}
+    assert view.sought == [(("t", 0), 4), (("t", 0), 4)]
 
 
 def test_a_partition_the_agent_has_seen_up_to_its_position_is_left_alone() -> None:
-    tp = TP("t", 0)
     log = Log(list(range(100)), committed=0)
     c = Continuity(log.committed, log.fetch)
     for o in range(10):
         see(c, o)
-    consumer = FakeConsumer(assigned={tp, TP("other", 0)}, positions={tp: 10, TP("other", 0): 9})
-    assert _stranded(FakeApp(consumer), c, 60) == {}
-    assert consumer.sought == []
+    other = TopicPartition("other", 0)
+    view = FakeConsumerView(assigned={TP0, other}, positions={("t", 0): 10, ("other", 0): 9})
+    assert _stranded(view, c, 60) == {}
+    assert view.sought == []
+
+
+def test_a_partition_without_a_position_is_left_alone() -> None:
+    c = Continuity(Log([]).committed, Log([]).fetch)
+    view = FakeConsumerView(assigned={TP0}, committed={("t", 0): 4}, default_position=None)
+    assert _stranded(view, c, 60) == {}
 
 
 @pytest.mark.parametrize(("committed", "expected"), [(7, 7), (None, 3)])
 def test_with_nothing_seen_since_the_assignment_the_start_is_the_committed_offset(
     committed: int | None, expected: int
 ) -> None:
-    tp = TP("t", 0)
     c = Continuity(Log([]).committed, Log([]).fetch)
-    consumer = FakeConsumer(assigned={tp}, positions={tp: 12}, _committed_offset={tp: committed},
-                            earliest=3)  # fmt: skip
-    assert _stranded(FakeApp(consumer), c, 60) == {("t", 0): (expected, 12)}
-    assert consumer.sought == [(tp, expected)]
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 12}, earliest_offset=3)
+    if committed is not None:
+        view.committed[("t", 0)] = committed
+    assert _stranded(view, c, 60) == {("t", 0): (expected, 12)}
+    assert view.sought == [(("t", 0), expected)]
 
 
 def test_quiet_time_counts_from_when_the_agents_could_start() -> None:
-    tp = TP("t", 0)
     c = Continuity(Log([]).committed, Log([]).fetch)
-    consumer = FakeConsumer(assigned={tp}, positions={tp: 12}, _committed_offset={tp: 4})
-    app = FakeApp(consumer)
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 12}, committed={("t", 0): 4})
+    tender = _tender(view, c, _progress(last=0.0))
     # last progress long ago, but the models loaded only just now: not quiet yet
-    got = asyncio.run(tend_quiet(app, c, {("t", 0): 0.0}, {}, {"t"}, 100.0, since=98.0))
-    assert got.reread == {}
-    got = asyncio.run(tend_quiet(app, c, {("t", 0): 0.0}, {}, {"t"}, 104.0, since=98.0))
-    assert got.reread == {("t", 0): (4, 12)}
+    assert asyncio.run(tender.tend(100.0, since=98.0)).reread == {}
+    assert asyncio.run(tender.tend(104.0, since=98.0)).reread == {("t", 0): (4, 12)}
 
 
-def _tend(app: FakeApp, c: Continuity, processed: int, now: float) -> Any:
-    return asyncio.run(tend_quiet(app, c, {("t", 0): 100.0}, {("t", 0): processed}, {"t"}, now))
+def _tend(view: FakeConsumerView, c: Continuity, processed: int, now: float) -> Any:
+    return asyncio.run(_tender(view, c, _progress(processed=processed)).tend(now, since=0.0))
 
 
 def test_a_quiet_partition_whose_processed_offsets_are_not_committed_is_committed_once() -> None:
-    tp = TP("t", 0)
     log = Log(list(range(100)), committed=0)
     c = Continuity(log.committed, log.fetch)
     for o in range(20):
         see(c, o)
-    consumer = FakeConsumer(assigned={tp}, positions={tp: 20})
-    app = FakeApp(consumer)
-    assert _tend(app, c, 19, 101.0).committed == {}  # not quiet yet
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 20})
+    assert _tend(view, c, 19, 101.0).committed == {}  # not quiet yet
     log.committed_offset = 12  # what Kafka has: faust's bookkeeping lost the rest
-    assert _tend(app, c, 19, 100.0 + QUIET_SECONDS).committed == {("t", 0): (12, 20)}
-    assert consumer.committed == [(tp, 20)]
-    assert _tend(app, c, 19, 200.0).committed == {}  # once for the same offsets
-    assert consumer.committed == [(tp, 20)]
+    assert _tend(view, c, 19, 100.0 + QUIET_SECONDS).committed == {("t", 0): (12, 20)}
+    assert view.commits == [(("t", 0), 20)]
+    assert _tend(view, c, 19, 200.0).committed == {}  # once for the same offsets
+    assert view.commits == [(("t", 0), 20)]
 
 
 @pytest.mark.parametrize(
@@ -272,15 +248,22 @@ def test_a_quiet_partition_whose_processed_offsets_are_not_committed_is_committe
 def test_nothing_is_committed_when_kafka_has_it_or_the_agent_is_not_done(
     group_has: int, processed: int
 ) -> None:
-    tp = TP("t", 0)
     log = Log(list(range(100)), committed=0)
     c = Continuity(log.committed, log.fetch)
     for o in range(20):
         see(c, o)
     log.committed_offset = group_has
-    consumer = FakeConsumer(assigned={tp}, positions={tp: 20})
-    assert _tend(FakeApp(consumer), c, processed, 100.0 + QUIET_SECONDS).committed == {}
-    assert consumer.committed == []
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 20})
+    assert _tend(view, c, processed, 100.0 + QUIET_SECONDS).committed == {}
+    assert view.commits == []
+
+
+def test_nothing_is_committed_for_a_partition_the_agent_has_seen_nothing_of() -> None:
+    log = Log(list(range(100)), committed=12)
+    c = Continuity(log.committed, log.fetch)
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 20}, committed={("t", 0): 20})
+    assert _tend(view, c, 19, 100.0 + QUIET_SECONDS) == Tended({}, {})
+    assert view.commits == []
 
 
 class Flaky(Log):
@@ -342,3 +325,16 @@ def test_without_a_committed_offset_from_kafka_the_first_record_is_taken_as_the_
     assert see(c, 15) == []
     assert "unchecked" in caplog.text
     assert c.expected("t", 0, generation=1) == 16
+
+
+@pytest.mark.usefixtures("no_waiting")
+def test_a_broker_error_while_asking_the_committed_offset_is_asked_again_next_time() -> None:
+    log = Flaky(list(range(100)), committed=0, failures=0)
+    c = Continuity(log.committed, log.fetch)
+    for o in range(20):
+        see(c, o)
+    log.committed_offset, log.failures = 12, 1
+    view = FakeConsumerView(assigned={TP0}, positions={("t", 0): 20})
+    with pytest.raises(KafkaConnectionError):
+        _tend(view, c, 19, 100.0 + QUIET_SECONDS)
+    assert _tend(view, c, 19, 100.0 + QUIET_SECONDS).committed == {("t", 0): (12, 20)}

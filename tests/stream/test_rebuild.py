@@ -7,9 +7,11 @@ import numpy as np
 import orjson
 
 from service.config import Settings
-from service.stream.handlers import RawMessage, ServedModel, apply_label, initial_state, score_batch
+from service.records import Label, PendingEntry, RawMessage, parse_label_request
+from service.stream.joins import apply_label
+from service.stream.model import ServedModel, initial_envelope
 from service.stream.rebuild import LogRecord, rebuild_model, summary
-from service.stream.records import Label
+from service.stream.scoring import Limits, score_batch
 
 SETTINGS = Settings(
     models={
@@ -29,8 +31,8 @@ def _requests(n: int) -> list[LogRecord]:
         )
         for i in range(n)
     ]
-    out = score_batch({"m": ServedModel.initial("m", cfg)}, msgs, default_model="m",
-                      request_ttl=100.0, now=1000.0)  # fmt: skip
+    limits = Limits(default_model="m", request_ttl=100.0)
+    out = score_batch({"m": ServedModel.initial("m", cfg)}, msgs, limits=limits, now=1000.0)
     return [LogRecord(0, i, 1_000_000, r.to_json()) for i, r in enumerate(out.label_requests)]
 
 
@@ -56,15 +58,15 @@ def test_rebuild_applies_labels_in_log_order_and_skips_what_the_learner_skips() 
     # shuffled input: the rebuild sorts by (partition, offset)
     rebuilt = rebuild_model(SETTINGS, "m", requests[::-1], labels[::-1])
     cfg = SETTINGS.models["m"]
-    state = initial_state("m", cfg)
-    pending = {orjson.loads(r.value)["request_id"]: orjson.loads(r.value) for r in requests}
+    state = initial_envelope("m", cfg)
+    pending = {orjson.loads(r.value)["request_id"]: parse_label_request(r.value) for r in requests}
     for offset, rid, y, now in [(0, ids[0], 1, 1010.0), (2, ids[1], -1, 1020.0),
                                 (6, ids[4], -1, 1050.0)]:  # fmt: skip
-        entry = {**pending[rid], "partition": 0, "applied": False}
+        entry = PendingEntry(pending[rid], 0)
         out = apply_label(cfg, state, entry, Label(rid, "m", y, "", None), offset, now=now)
-        assert out.state is not None
-        state = out.state
-    assert rebuilt.state == state
+        assert out.model is not None
+        state = out.model
+    assert rebuilt.model == state
     assert summary(rebuilt)["version"] == 3
     assert summary(rebuilt)["labels_offset"] == 6
     assert summary(rebuilt)["skipped"] == {
@@ -78,5 +80,5 @@ def test_a_resent_request_does_not_reset_an_answered_one() -> None:
     again = LogRecord(0, 99, 1_000_000, requests[0].value)  # re-scored after a crash
     labels = [_label(0, rid, 1, 1010.0), _label(1, rid, 1, 1011.0)]
     rebuilt = rebuild_model(SETTINGS, "m", [*requests, again], labels)
-    assert rebuilt.state["version"] == 1
+    assert rebuilt.model.version == 1
     assert dict(rebuilt.skipped) == {"already_applied": 1}

@@ -7,7 +7,7 @@ import base64
 import orjson
 import pytest
 
-from service.stream.records import (
+from service.records import (
     DEAD_LETTER_REASONS,
     BadMessage,
     DeadLetter,

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
-from service.stream.records import Label
+from service.records import Label, LabelRequest, PendingEntry
 from service.web.views import health, labels_get, labels_post, metrics, ready
 
 
@@ -54,16 +54,16 @@ async def test_invalid_labels_are_refused_with_400_and_not_produced(body: bytes)
 
 
 def test_label_queue_lists_open_requests_by_priority() -> None:
-    entries = [
-        {"request_id": "low", "priority": 0.1, "requested_at": 1.0, "expires_at": 99.0,
-         "features": [1.0], "model": "m"},
-        {"request_id": "high", "priority": 0.9, "requested_at": 2.0, "expires_at": 99.0,
-         "features": [1.0], "model": "m"},
-        {"request_id": "done", "priority": 1.0, "requested_at": 0.0, "expires_at": 99.0,
-         "applied": True, "features": [1.0], "model": "m"},
-        {"request_id": "old", "priority": 1.0, "requested_at": 0.0, "expires_at": 5.0,
-         "features": [1.0], "model": "m"},
-    ]  # fmt: skip
+    def entry(rid: str, priority: float, requested_at: float, expires_at: float
+              ) -> PendingEntry:  # fmt: skip
+        request = LabelRequest(rid, "e", "m", [1.0], 0.0, 1.0, 0, 0.5, 0, requested_at,
+                               expires_at, priority)  # fmt: skip
+        return PendingEntry(request, 0)
+
+    done = entry("done", 1.0, 0.0, 99.0).answered(Label("done", "m", 1, "", None), offset=0,
+                                                  version=1, now=1.0)  # fmt: skip
+    entries = [entry("low", 0.1, 1.0, 99.0), entry("high", 0.9, 2.0, 99.0), done,
+               entry("old", 1.0, 0.0, 5.0)]  # fmt: skip
     reply = labels_get(entries, now=10.0)
     body = orjson.loads(reply.body)
     assert [p["request_id"] for p in body["pending"]] == ["high", "low"]
@@ -73,7 +73,7 @@ def test_label_queue_lists_open_requests_by_priority() -> None:
     assert (
         b"<script"
         not in labels_get(
-            [{**entries[0], "request_id": "<script>x</script>"}], now=10.0, as_html=True
+            [entry("<script>x</script>", 0.5, 1.0, 99.0)], now=10.0, as_html=True
         ).body
     )
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import Pipeline, learner_from_state
-from service.stream.handlers import initial_state
+from service.stream.model import initial_envelope
 
 from .kafkaio import Rec, loads
 from .oracle import SeenDecision
@@ -115,7 +115,7 @@ def model_chain(
         by_version[int(state["version"])].append(state)
         copies += 1
     top = max(by_version, default=0)
-    states = [initial_state(name, config)]
+    states = [initial_envelope(name, config).to_dict()]
     gaps, forks = [], []
     for v in range(1, top + 1):
         got = by_version.get(v)
@@ -218,7 +218,7 @@ def replay(
 ) -> Replay:
     """Offline: ``labelled`` in order from version 0 through service.learning, compared
     with the ``final`` state the service wrote."""
-    start = initial_state(name, config)
+    start = initial_envelope(name, config).to_dict()
     pipeline = Pipeline.from_state(start["pipeline"])
     learner = learner_from_state(start["learner"])
     for x, y in labelled:

@@ -1,0 +1,86 @@
+"""Every record abstain reads or writes, typed, frozen, with one codec and one validator.
+
+This package is the one place that knows the wire and state formats. It imports the
+standard library, numpy and orjson only (never faust, aiokafka or the web layer), so
+``service.metrics``, ``service.web``, ``service.stream`` and every tool depend on it and it
+depends on none of them.
+
+- :mod:`.reasons`: the closed sets (:class:`Source`, :class:`Action`, :class:`Reason`);
+- :mod:`.codec`: orjson out, validated JSON in, :class:`BadMessage` with a reason;
+- :mod:`.wire`: topic records (feature event, decision, label request, label, dead letter);
+- :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label).
+
+Errors::
+
+    AbstainError
+     └── RecordError        (ValueError) a record cannot be used
+          └── BadMessage    one consumed message refused; .reason (a Reason), .detail
+"""
+
+from service.records.codec import (
+    DEAD_LETTER_REASONS,
+    BadMessage,
+    RecordError,
+    decode_json,
+    decode_object,
+    dumps,
+    encode_finite,
+)
+from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
+from service.records.state import (
+    MODEL_FORMAT,
+    MODEL_FORMAT_VERSION,
+    ModelEnvelope,
+    ParkedLabel,
+    PendingEntry,
+    parse_model_envelope,
+    parse_parked_label,
+    parse_pending_entry,
+)
+from service.records.wire import (
+    DeadLetter,
+    Decision,
+    FeatureEvent,
+    Label,
+    LabelRequest,
+    RawMessage,
+    label_from_dict,
+    label_request_from_dict,
+    parse_feature_event,
+    parse_label,
+    parse_label_request,
+)
+
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "IGNORED",
+    "MODEL_FORMAT",
+    "MODEL_FORMAT_VERSION",
+    "REFUSED",
+    "Action",
+    "BadMessage",
+    "Decision",
+    "DeadLetter",
+    "FeatureEvent",
+    "Label",
+    "LabelRequest",
+    "ModelEnvelope",
+    "ParkedLabel",
+    "PendingEntry",
+    "RawMessage",
+    "Reason",
+    "RecordError",
+    "Source",
+    "decode_json",
+    "decode_object",
+    "dumps",
+    "encode_finite",
+    "label_from_dict",
+    "label_request_from_dict",
+    "parse_feature_event",
+    "parse_label",
+    "parse_label_request",
+    "parse_model_envelope",
+    "parse_parked_label",
+    "parse_pending_entry",
+]

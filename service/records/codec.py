@@ -1,0 +1,216 @@
+"""One codec for every record: orjson out, validated JSON in, errors with a reason.
+
+Parsing never trusts its input: helpers here return typed values or raise
+:class:`BadMessage`, whose ``reason`` is a :class:`~service.records.reasons.Reason` from the
+closed set :data:`DEAD_LETTER_REASONS` (what the dead-letter topic and the
+``abstain_dead_letters_total`` counter record).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Final
+
+import numpy as np
+import orjson
+
+from service.errors import AbstainError
+from service.records.reasons import Reason
+
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "BadMessage",
+    "RecordError",
+    "decode_json",
+    "decode_object",
+    "dumps",
+    "encode_finite",
+    "feature_list",
+    "feature_value",
+    "field",
+    "finite",
+    "ident",
+    "integer",
+    "number",
+    "obj",
+    "text",
+]
+
+#: reasons a message can be dead-lettered for (every :class:`Reason` but ``redelivered``)
+DEAD_LETTER_REASONS: Final = frozenset(r for r in Reason if r is not Reason.REDELIVERED)
+
+
+class RecordError(AbstainError, ValueError):
+    """A record cannot be used (the root of this module's errors)."""
+
+
+class BadMessage(RecordError):
+    """One input message cannot be used; ``reason`` says why (closed set)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        if reason not in DEAD_LETTER_REASONS:
+            raise ValueError(f"unknown dead-letter reason {reason!r}")
+        super().__init__(f"{reason}: {detail}")
+        self.reason = Reason(reason)
+        self.detail = detail
+
+
+def dumps(value: Any) -> bytes:
+    """Serialise to compact JSON bytes (numpy arrays allowed)."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def encode_finite(state: Any) -> bytes:
+    """Serialise a model state (orjson). Non-finite numbers are refused (orjson would write
+    them as ``null``), and so are integers wider than 64 bits: the learning state format
+    writes the generator's 128-bit words as decimal strings.
+
+    >>> decode_object(encode_finite({"rho": 1.5, "rng": {"inc": str(2**100)}}))["rho"]
+    1.5
+    >>> encode_finite({"w": [1.0, float("nan")]})
+    Traceback (most recent call last):
+    ...
+    service.records.codec.RecordError: model state holds a non-finite number
+    """
+    try:
+        out = orjson.dumps(state, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError as exc:
+        raise RecordError(f"model state is not JSON-safe: {exc}") from exc
+    if b"null" in out and not _all_finite(state):  # a scan only when a null was written
+        raise RecordError("model state holds a non-finite number")
+    return out
+
+
+def _all_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_all_finite(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+    return True
+
+
+def decode_object(raw: bytes, *, max_bytes: int | None = None) -> dict[str, Any]:
+    """Parse JSON bytes that must hold an object (state records, written by this service).
+
+    >>> decode_object(b'[1]')
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: schema: expected a JSON object, got list
+    """
+    return obj(decode_json(raw, max_bytes=max_bytes))
+
+
+def decode_json(raw: bytes, *, max_bytes: int | None = None) -> Any:
+    """Parse JSON bytes; ``NaN``/``Infinity``/overflowing numbers parse (to be refused later as
+    ``non_finite``) rather than being confused with garbage.
+
+    >>> decode_json(b'[1e999]')
+    [inf]
+    >>> decode_json(b'{oops')
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: not_json: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)
+    """  # noqa: E501
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise BadMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # slow path only for messages orjson refused: accepts NaN / Infinity / 1e999
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadMessage("not_json", str(exc)) from exc
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object."""
+    if not isinstance(value, dict):
+        raise BadMessage("schema", f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def field(record: dict[str, Any], name: str) -> Any:
+    """``record[name]``, or a ``schema`` error naming the missing field."""
+    if name not in record:
+        raise BadMessage("schema", f"missing field {name!r}")
+    return record[name]
+
+
+def text(value: str, where: str) -> str:
+    """``value`` if it can be written back out as UTF-8 (no lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadMessage("schema", f"{where} is not valid Unicode text") from None
+    return value
+
+
+def ident(record: dict[str, Any], name: str, *, max_len: int = 256) -> str:
+    """An identifier: a non-empty string (or integer) of at most ``max_len`` characters."""
+    value = field(record, name)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise BadMessage("schema", f"field {name!r} must be a string or integer")
+    out = text(value, f"field {name!r}") if isinstance(value, str) else str(value)
+    if not out or len(out) > max_len:
+        raise BadMessage("schema", f"field {name!r} must have 1..{max_len} characters")
+    return out
+
+
+def number(record: dict[str, Any], name: str, *, default: float | None = None) -> float:
+    """A finite number (``default`` when the field is absent and a default is given)."""
+    if name not in record and default is not None:
+        return default
+    value = field(record, name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadMessage("schema", f"field {name!r} must be a number")
+    return finite(value, f"field {name!r}")
+
+
+def finite(value: int | float, where: str) -> float:
+    """``value`` as a finite float, or a ``non_finite`` error."""
+    try:
+        out = float(value)
+    except OverflowError:  # an integer literal beyond any float
+        raise BadMessage("non_finite", f"{where} overflows a float") from None
+    if not math.isfinite(out):
+        raise BadMessage("non_finite", f"{where} is {out}")
+    return out
+
+
+def integer(record: dict[str, Any], name: str) -> int:
+    """An integer field (not a bool, not a float)."""
+    value = field(record, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadMessage("schema", f"field {name!r} must be an integer")
+    return value
+
+
+_NUMBER_TYPES: Final = frozenset({float, int})
+
+
+def feature_list(feats: list[Any]) -> list[float]:
+    """A list of finite numbers as floats. Fast path: every item a plain int or float whose
+    float is finite (one vectorised check); otherwise item by item, for the exact error."""
+    if _NUMBER_TYPES.issuperset(map(type, feats)):
+        try:
+            arr = np.array(feats, dtype=np.float64)
+        except OverflowError:  # an integer beyond any float: let the slow path name it
+            pass
+        else:
+            if np.isfinite(arr).all():
+                out: list[float] = arr.tolist()
+                return out
+    return [feature_value(v, str(i)) for i, v in enumerate(feats)]
+
+
+def feature_value(value: Any, where: str) -> float:
+    """One feature: a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadMessage("schema", f"feature {where} must be a number")
+    return finite(value, f"feature {where}")

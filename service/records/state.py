@@ -1,0 +1,269 @@
+"""State records: what the learner keeps in its tables and publishes as model snapshots.
+
+- :class:`ModelEnvelope`: one model at one version (``models`` table, ``abstain.models``);
+- :class:`PendingEntry`: a label request waiting for its answer (``pending`` table);
+- :class:`ParkedLabel`: a label that arrived before its request (``orphans`` table).
+
+They are written by this service, but a table's changelog and the models topic are topics
+like any other: whoever can write them can put anything there, so ``parse_*`` checks every
+field as strictly as the wire records are checked.
+
+Model envelope (JSON)::
+
+    {"format": "abstain.model", "format_version": 1, "model": name, "version": int,
+     "pipeline": Pipeline.to_state(), "learner": learner.to_state(),
+     "labels_offset": int (-1 = none), "labels_applied": int,
+     "iw_loss": float, "iw_weight": float, "updated_at": float}
+
+Risk: a label for a served decision carries the effective query probability p. The sums
+``iw_loss = sum L_d / p`` and ``iw_weight = sum 1 / p`` estimate the total 0-d-1 loss and the
+number of decisions without bias; their ratio is the running risk (self-normalised).
+
+>>> env = ModelEnvelope("m", 3, {"steps": []}, {"kind": "dsal"}, iw_loss=1.0, iw_weight=4.0)
+>>> parse_model_envelope(env.to_json(), model="m") == env, env.risk
+(True, 0.25)
+>>> parse_model_envelope(b'{"format": "abstain.model", "format_version": 2}', model="m")
+Traceback (most recent call last):
+...
+service.records.codec.BadMessage: schema: model state for 'm' has format_version 2; this worker reads 1: upgrade the worker
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from service.records.codec import (
+    BadMessage,
+    decode_object,
+    dumps,
+    encode_finite,
+    field,
+    ident,
+    integer,
+    number,
+    text,
+)
+from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
+
+__all__ = [
+    "MODEL_FORMAT",
+    "MODEL_FORMAT_VERSION",
+    "ModelEnvelope",
+    "ParkedLabel",
+    "PendingEntry",
+    "parse_model_envelope",
+    "parse_parked_label",
+    "parse_pending_entry",
+]
+
+MODEL_FORMAT: Final = "abstain.model"
+MODEL_FORMAT_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEnvelope:
+    """A model at one version: preprocessing and learner state plus what it has absorbed.
+
+    ``pipeline`` and ``learner`` are the JSON-safe states of :mod:`service.learning` (checked
+    there when a model is built from them); ``labels_offset`` is the last applied offset of
+    the labels topic (a redelivered label at or below it is a no-op)."""
+
+    model: str
+    version: int
+    pipeline: Mapping[str, Any]
+    learner: Mapping[str, Any]
+    labels_offset: int = -1
+    labels_applied: int = 0
+    iw_loss: float = 0.0
+    iw_weight: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def risk(self) -> float:
+        """Importance-weighted running 0-d-1 risk (NaN before the first label)."""
+        return self.iw_loss / self.iw_weight if self.iw_weight > 0 else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-safe form, format header first."""
+        out: dict[str, Any] = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION}
+        out.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return out
+
+    def to_json(self) -> bytes:
+        """Encoded; raises :class:`~service.records.codec.RecordError` if any number in it is
+        not finite (a model that cannot be stored is never published)."""
+        return encode_finite(self.to_dict())
+
+    def replace(self, **changes: Any) -> ModelEnvelope:
+        """A copy with ``changes`` (the record itself never changes)."""
+        return dataclasses.replace(self, **changes)
+
+
+def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None) -> ModelEnvelope:
+    """Check and decode a model state read from a table or the models topic; ``model`` is
+    the name it is stored under (a record naming another model is refused)."""
+    record = decode_object(raw, max_bytes=max_bytes)
+    if record.get("format") != MODEL_FORMAT:
+        raise BadMessage("schema", f"model state for {model!r} has an unknown format")
+    if record.get("format_version") != MODEL_FORMAT_VERSION:
+        raise BadMessage(
+            "schema",
+            f"model state for {model!r} has format_version {record.get('format_version')!r}; "
+            f"this worker reads {MODEL_FORMAT_VERSION}: upgrade the worker",
+        )
+    if ident(record, "model") != model:
+        raise BadMessage("schema", f"model state stored as {model!r} names another model")
+    envelope = ModelEnvelope(
+        model=model,
+        version=integer(record, "version"),
+        pipeline=_mapping(record, "pipeline"),
+        learner=_mapping(record, "learner"),
+        labels_offset=integer(record, "labels_offset"),
+        labels_applied=integer(record, "labels_applied"),
+        iw_loss=number(record, "iw_loss"),
+        iw_weight=number(record, "iw_weight"),
+        updated_at=number(record, "updated_at"),
+    )
+    if envelope.version < 0 or envelope.labels_offset < -1 or envelope.labels_applied < 0:
+        raise BadMessage("schema", f"model state for {model!r} has a negative counter")
+    if envelope.iw_loss < 0 or envelope.iw_weight < 0:
+        raise BadMessage("schema", f"model state for {model!r} has a negative risk sum")
+    return envelope
+
+
+def _mapping(record: dict[str, Any], name: str) -> dict[str, Any]:
+    value = field(record, name)
+    if not isinstance(value, dict):
+        raise BadMessage("schema", f"field {name!r} must be an object")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """A label request the learner holds until it is answered or expires.
+
+    ``partition`` is the label-requests partition it came from (expiry sweeps go partition by
+    partition). Once a label is applied the entry stays, marked, until it expires: a second
+    answer is then recognised (``already_applied``), and after a crash between the mark and
+    the model write the same label is redone once (``applied_version``)."""
+
+    request: LabelRequest
+    partition: int
+    applied: bool = False
+    label: int | None = None
+    labelled_by: str = ""
+    applied_at: float | None = None
+    applied_offset: int | None = None
+    applied_version: int | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    def answered(self, label: Label, *, offset: int, version: int, now: float) -> PendingEntry:
+        """This entry with ``label`` applied at labels ``offset``, giving model ``version``."""
+        return dataclasses.replace(
+            self,
+            applied=True,
+            label=label.label,
+            labelled_by=label.labelled_by,
+            applied_at=now,
+            applied_offset=offset,
+            applied_version=version,
+        )
+
+    def to_json(self) -> bytes:
+        """Encoded :meth:`to_dict`."""
+        return dumps(self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The request's fields, flat, plus the entry's own (the answer's when applied)."""
+        out = self.request.to_dict()
+        out.update(partition=self.partition, applied=self.applied)
+        if self.applied:
+            out.update(
+                label=self.label,
+                labelled_by=self.labelled_by,
+                applied_at=self.applied_at,
+                applied_offset=self.applied_offset,
+                applied_version=self.applied_version,
+            )
+        return out
+
+
+def parse_pending_entry(raw: bytes) -> PendingEntry:
+    """Check and decode a ``pending`` table value."""
+    record = decode_object(raw)
+    entry = PendingEntry(label_request_from_dict(record), integer(record, "partition"))
+    applied = field(record, "applied")
+    if not isinstance(applied, bool):
+        raise BadMessage("schema", "field 'applied' must be true or false")
+    if not applied:
+        return entry
+    label = integer(record, "label")
+    if label not in (1, -1):
+        raise BadMessage("bad_label", f"applied label must be 1 or -1, got {label}")
+    by = record.get("labelled_by", "")
+    if not isinstance(by, str):
+        raise BadMessage("schema", "field 'labelled_by' must be a string")
+    return dataclasses.replace(
+        entry,
+        applied=True,
+        label=label,
+        labelled_by=text(by, "field 'labelled_by'"),
+        applied_at=number(record, "applied_at"),
+        applied_offset=integer(record, "applied_offset"),
+        applied_version=integer(record, "applied_version"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedLabel:
+    """A label consumed before its request (labels and requests travel on two topics, so a
+    fast answer can overtake its request). Kept, with its own offset and bytes, until the
+    request arrives or the wait runs out (then it is dead-lettered as ``unknown_request``)."""
+
+    label: Label
+    offset: int
+    partition: int
+    parked_at: float
+    raw: bytes = b""  # the label as consumed, for its dead letter
+
+    def to_json(self) -> bytes:
+        """The label's fields, flat, plus where it was consumed and when it was parked."""
+        return dumps(
+            {
+                "request_id": self.label.request_id,
+                "model": self.label.model,
+                "label": self.label.label,
+                "labelled_by": self.label.labelled_by,
+                "ts": self.label.ts,
+                "offset": self.offset,
+                "partition": self.partition,
+                "parked_at": self.parked_at,
+                "raw": self.raw.decode("utf-8", errors="replace"),
+            }
+        )
+
+
+def parse_parked_label(raw: bytes) -> ParkedLabel:
+    """Check and decode an ``orphans`` table value."""
+    record = decode_object(raw)
+    body = record.get("raw", "")
+    if not isinstance(body, str):
+        raise BadMessage("schema", "field 'raw' must be a string")
+    return ParkedLabel(
+        label=label_from_dict(record),
+        offset=integer(record, "offset"),
+        partition=integer(record, "partition"),
+        parked_at=number(record, "parked_at"),
+        raw=body.encode("utf-8", errors="replace"),
+    )

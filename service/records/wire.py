@@ -1,0 +1,260 @@
+"""Wire records: what travels on each topic, parsed into typed values or refused.
+
+Every topic carries plain JSON (orjson) with no framework metadata, so any producer can
+write it. ``parse_*`` never trusts its input (the service's own topics included): it
+returns a frozen record or raises :class:`~service.records.codec.BadMessage`.
+
+>>> ev = parse_feature_event(b'{"id": "e1", "features": [1, 2.5]}', default_model="m")
+>>> ev.id, ev.model, ev.features
+('e1', 'm', [1.0, 2.5])
+>>> parse_feature_event(b'{"id": "e1"}', default_model="m")
+Traceback (most recent call last):
+...
+service.records.codec.BadMessage: schema: missing field 'features'
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from service.records.codec import (
+    BadMessage,
+    decode_json,
+    dumps,
+    feature_list,
+    feature_value,
+    field,
+    ident,
+    integer,
+    number,
+    obj,
+    text,
+)
+from service.records.reasons import Action, Reason, Source
+
+__all__ = [
+    "Decision",
+    "DeadLetter",
+    "FeatureEvent",
+    "Label",
+    "LabelRequest",
+    "RawMessage",
+    "label_from_dict",
+    "label_request_from_dict",
+    "parse_feature_event",
+    "parse_label",
+    "parse_label_request",
+]
+
+_RAW_LIMIT: Final = 64 * 1024  # bytes of a refused message kept in its dead letter
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """A consumed message: its bytes and where it came from."""
+
+    value: bytes
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureEvent:
+    """An event to score. ``features`` is the raw vector, or a name -> value mapping when the
+    model declares ``feature_names`` (resolved by the handler, which knows the model)."""
+
+    id: str
+    model: str
+    features: list[float] | dict[str, float]
+    ts: float | None
+
+
+def parse_feature_event(
+    raw: bytes, *, default_model: str, max_bytes: int | None = None, max_features: int = 100_000
+) -> FeatureEvent:
+    """``{id, model?, features: [..] | {name: value}, ts?}`` -> :class:`FeatureEvent`."""
+    record = obj(decode_json(raw, max_bytes=max_bytes))
+    event_id = ident(record, "id")
+    model = ident(record, "model") if record.get("model") is not None else default_model
+    feats = field(record, "features")
+    if isinstance(feats, list):
+        if len(feats) > max_features:
+            raise BadMessage("feature_count", f"{len(feats)} features > limit {max_features}")
+        values: list[float] | dict[str, float] = feature_list(feats)
+    elif isinstance(feats, dict):
+        if len(feats) > max_features:
+            raise BadMessage("feature_count", f"{len(feats)} features > limit {max_features}")
+        values = {text(k, "a feature name"): feature_value(v, "named") for k, v in feats.items()}
+    else:
+        raise BadMessage("schema", "field 'features' must be a list or an object")
+    ts = number(record, "ts") if record.get("ts") is not None else None
+    return FeatureEvent(id=event_id, model=model, features=values, ts=ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the scorer decided for one event (``abstain.decisions``, key = event id)."""
+
+    id: str
+    model: str
+    action: Action
+    label: int | None  # +1 / -1, None when rejected
+    score: float
+    rho: float
+    model_version: int
+    queried: bool
+    query_probability: float
+    ts: float
+
+    def to_json(self) -> bytes:
+        """The record on the decisions topic."""
+        return orjson.dumps(self)  # dataclasses natively, in field order
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRequest:
+    """A request for the true label of one scored event (``abstain.label-requests``,
+    key = model). ``features`` are the raw features, before preprocessing."""
+
+    request_id: str
+    event_id: str
+    model: str
+    features: list[float]
+    score: float
+    rho: float
+    decided_label: int  # +1, -1, 0 = rejected
+    query_probability: float  # effective probability, audit included
+    model_version: int
+    requested_at: float
+    expires_at: float
+    priority: float
+
+    def to_json(self) -> bytes:
+        """The record on the label-requests topic."""
+        return orjson.dumps(self)  # dataclasses natively, in field order
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (a copy of the feature list)."""
+        out = {name: getattr(self, name) for name in self.__slots__}
+        out["features"] = list(self.features)
+        return out
+
+
+def parse_label_request(raw: bytes, *, max_bytes: int | None = None) -> LabelRequest:
+    """Parse a label request (written by scorers; still checked)."""
+    record = obj(decode_json(raw, max_bytes=max_bytes))
+    return label_request_from_dict(record)
+
+
+def label_request_from_dict(record: dict[str, Any]) -> LabelRequest:
+    """Validate a decoded label request."""
+    feats = field(record, "features")
+    if not isinstance(feats, list):
+        raise BadMessage("schema", "field 'features' must be a list")
+    decided = integer(record, "decided_label")
+    if decided not in (-1, 0, 1):
+        raise BadMessage("schema", f"decided_label must be -1, 0 or 1, got {decided}")
+    p = number(record, "query_probability")
+    if not 0.0 < p <= 1.0:
+        raise BadMessage("schema", f"query_probability must be in (0, 1], got {p}")
+    return LabelRequest(
+        request_id=ident(record, "request_id"),
+        event_id=ident(record, "event_id"),
+        model=ident(record, "model"),
+        features=feature_list(feats),
+        score=number(record, "score"),
+        rho=number(record, "rho"),
+        decided_label=decided,
+        query_probability=p,
+        model_version=integer(record, "model_version"),
+        requested_at=number(record, "requested_at"),
+        expires_at=number(record, "expires_at"),
+        priority=number(record, "priority", default=0.0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """A true label for a requested event (``abstain.labels``, key = model)."""
+
+    request_id: str
+    model: str
+    label: int  # +1 / -1
+    labelled_by: str
+    ts: float | None
+
+    def to_json(self) -> bytes:
+        """The record on the labels topic."""
+        return orjson.dumps(self)  # dataclasses natively, in field order
+
+
+def parse_label(raw: bytes, *, max_bytes: int | None = None) -> Label:
+    """``{request_id, model, label: 1|-1, labelled_by?, ts?}`` -> :class:`Label`.
+
+    >>> parse_label(b'{"request_id": "r", "model": "m", "label": 0}')
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: bad_label: label must be 1 or -1, got 0
+    """
+    record = obj(decode_json(raw, max_bytes=max_bytes))
+    return label_from_dict(record)
+
+
+def label_from_dict(record: dict[str, Any]) -> Label:
+    """Validate a decoded label."""
+    request_id = ident(record, "request_id")
+    model = ident(record, "model")
+    value = field(record, "label")
+    if isinstance(value, bool) or value not in (1, -1) or isinstance(value, float | str):
+        raise BadMessage("bad_label", f"label must be 1 or -1, got {value!r}")
+    by = record.get("labelled_by", "")
+    if not isinstance(by, str) or len(by) > 256:
+        raise BadMessage("schema", "field 'labelled_by' must be a short string")
+    text(by, "field 'labelled_by'")
+    ts = number(record, "ts") if record.get("ts") is not None else None
+    return Label(request_id=request_id, model=model, label=int(value), labelled_by=by, ts=ts)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A refused input and why (``abstain.dead-letters``)."""
+
+    source: Source
+    topic: str
+    partition: int
+    offset: int
+    reason: Reason
+    detail: str
+    raw: bytes
+
+    @classmethod
+    def of(cls, source: Source, message: RawMessage, reason: str, detail: str) -> DeadLetter:
+        """The dead letter of a consumed ``message``."""
+        return cls(Source(source), message.topic, message.partition, message.offset,
+                   Reason(reason), detail, message.value)  # fmt: skip
+
+    def to_json(self) -> bytes:
+        """The record on the dead-letters topic (raw input as text, or base64 if binary)."""
+        raw = self.raw[:_RAW_LIMIT]
+        try:
+            body, encoding = raw.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            body, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+        return dumps(
+            {
+                "topic": self.topic,
+                "partition": self.partition,
+                "offset": self.offset,
+                "reason": self.reason,
+                "detail": self.detail[:1000].encode("utf-8", "backslashreplace").decode(),
+                "raw": body,
+                "raw_encoding": encoding,
+                "truncated": len(self.raw) > _RAW_LIMIT,
+            }
+        )

@@ -1,0 +1,119 @@
+"""The worker's one-second check: readiness, liveness, gauges, quiet partitions.
+
+:meth:`Housekeeping.check` runs once a second (a faust timer) and returns a
+:class:`WorkerStatus`, which is also what ``/healthz`` and ``/readyz`` show:
+
+- ready = table recovery completed, every model snapshot read, and the broker answering;
+- the pending-request index follows the learner's assignment (rebuilt after a rebalance),
+  and the pending gauges and query rates are refreshed from it;
+- once ready, quiet partitions are tended (:class:`~service.stream.continuity.QuietTender`:
+  stranded records read again, processed offsets committed);
+- liveness (:class:`~service.stream.liveness.LivenessMonitor`) last.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from aiokafka.errors import KafkaError
+
+from service.config import Settings
+from service.metrics import Metrics
+from service.stream.continuity import QuietTender
+from service.stream.liveness import LivenessMonitor
+from service.stream.partitions import ConsumerView
+from service.stream.scorer import Scorer
+from service.stream.snapshots import ModelBook
+from service.stream.stores import PendingStore
+
+__all__ = ["Housekeeping", "WorkerStatus"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """The worker at one check (``/healthz``: ``live``; ``/readyz``: ``ready``)."""
+
+    ready: bool = False
+    recovered: bool = False
+    models_loaded: bool = False
+    broker_reachable: bool = True
+    live: bool = True
+    stalled: tuple[str, ...] = ()
+    models: dict[str, int] = field(default_factory=dict)  # version served, by model
+
+
+class Housekeeping:
+    """What the one-second timer runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        view: ConsumerView,
+        book: ModelBook,
+        pending: PendingStore,
+        scorer: Scorer,
+        liveness: LivenessMonitor,
+        tender: QuietTender,
+        metrics: Metrics,
+    ) -> None:
+        self.settings = settings
+        self.view = view
+        self.book = book
+        self.pending = pending
+        self.scorer = scorer
+        self.liveness = liveness
+        self.tender = tender
+        self.metrics = metrics
+        self.status = WorkerStatus()
+        self.ready_since: float | None = None  # until models load, records wait on purpose
+
+    async def check(self, now: float) -> WorkerStatus:
+        """One round; returns (and keeps in :attr:`status`) the worker's status."""
+        recovered = self.view.recovery().completed
+        if recovered:
+            labels = self.settings.topics.labels
+            self.pending.refresh(
+                frozenset(tp.partition for tp in self.view.assignment() if tp.topic == labels)
+            )
+        self._gauges(now)
+        if self.status.ready and self.ready_since is None:
+            self.ready_since = now
+        elif not self.status.ready:
+            self.ready_since = None
+        if self.ready_since is not None and not self.view.paused:
+            await self._tend(now, self.ready_since)
+        report = await self.liveness.check(now)
+        loaded = self.book.loaded.is_set()
+        ready = loaded and recovered and report.broker_reachable
+        self.metrics.ready.set(1 if ready else 0)
+        self.status = WorkerStatus(
+            ready=ready,
+            recovered=recovered,
+            models_loaded=loaded,
+            broker_reachable=report.broker_reachable,
+            live=report.live,
+            stalled=report.stalled,
+            models={name: m.version for name, m in self.book.snapshot().items()},
+        )
+        return self.status
+
+    def _gauges(self, now: float) -> None:
+        models = self.settings.models
+        for model, (count, age) in self.pending.open_requests(models, now).items():
+            self.metrics.pending_requests.labels(model=model).set(count)
+            self.metrics.oldest_pending_age.labels(model=model).set(age)
+        for model, rate in self.scorer.query_rates().items():
+            self.metrics.query_rate.labels(model=model).set(rate)
+
+    async def _tend(self, now: float, since: float) -> None:
+        try:
+            tended = await self.tender.tend(now, since=since)
+        except (KafkaError, OSError) as exc:  # the broker is away: try again next second
+            log.debug("quiet-partition check skipped: %r", exc)
+            return
+        for (topic, _), (start, end) in tended.reread.items():
+            self.metrics.skipped_recovered.labels(topic=topic).inc(end - start)

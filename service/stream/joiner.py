@@ -1,0 +1,207 @@
+"""The learn protocol: label requests and labels in, model versions out, safe to redo.
+
+One :class:`LabelJoiner` per worker consumes the label-requests AND labels topics (keyed by
+model, co-partitioned: one actor owns a model's pending requests and its (w, rho)):
+
+- a request is stored as a :class:`~service.records.PendingEntry` (a re-sent request never
+  resets an answered one);
+- a label joins its pending entry and updates the model (:func:`~service.stream.joins.apply_label`);
+- a label that overtook its request is *parked* and applied when the request arrives; one
+  whose request never comes is dead-lettered after ``orphan_label_seconds``;
+- every ``sweep_every`` records, expired entries and stale parked labels of the record's
+  partition are swept.
+
+Write order (what makes a redo after a crash safe): the pending entry's *applied* mark is
+written and flushed (durable) first, then the model table and the snapshot. The two tables
+are two changelog partitions: a crash between unordered writes could keep the model's
+update and lose the mark (the request is offered again, a second answer applied twice).
+With the mark first, a crash before the model write leaves a mark whose
+``applied_version`` is ahead of the model: the redelivered label is applied once more
+(see ``apply_label``), and then never again. A parked label is deleted only after its
+effect is stored: its own offset was committed long ago, so the parked copy is all there is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from service.config import Settings
+from service.metrics import Metrics
+from service.records import (
+    IGNORED,
+    BadMessage,
+    DeadLetter,
+    Label,
+    PendingEntry,
+    RawMessage,
+    Reason,
+    Source,
+    parse_label,
+    parse_label_request,
+)
+from service.stream.joins import LabelOutcome, Outcome, apply_label, park_label
+from service.stream.outputs import Outputs
+from service.stream.stores import ModelStore, ParkedStore, PendingStore
+
+__all__ = ["DATA_ERRORS", "LabelJoiner"]
+
+log = logging.getLogger(__name__)
+
+#: errors bad data could still provoke despite validation (a bug met by odd data): the
+#: record is dead-lettered and the stream goes on. Kafka errors are not among them: they
+#: stop the agent, and faust restarts it.
+DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, UnicodeError, ArithmeticError)
+
+
+class LabelJoiner:
+    """Joins labels with their requests and updates the models (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pending: PendingStore,
+        parked: ParkedStore,
+        models: ModelStore,
+        outputs: Outputs,
+        metrics: Metrics,
+        clock: Callable[[], float],
+    ) -> None:
+        self.settings = settings
+        self.pending = pending
+        self.parked = parked
+        self.models = models
+        self.outputs = outputs
+        self.metrics = metrics
+        self.clock = clock
+        self.seen = 0  # records handled: sweeps run every ``settings.sweep_every``
+
+    async def handle(self, message: RawMessage) -> None:
+        """Handle one consumed record of either topic; sweep its partition now and then."""
+        requests = message.topic == self.settings.topics.label_requests
+        source = Source.LABEL_REQUESTS if requests else Source.LABELS
+        try:
+            await (self.on_request(message) if requests else self.on_label(message))
+        except DATA_ERRORS as exc:  # a bug met by odd data: record it, keep learning
+            log.exception("%s message at %s[%s]@%s", source, message.topic, message.partition,
+                          message.offset)  # fmt: skip
+            await self.outputs.dead_letter(
+                DeadLetter.of(source, message, Reason.SCHEMA, f"internal error: {exc!r}")
+            )
+        self.seen += 1
+        if self.seen % self.settings.sweep_every == 0:
+            await self.sweep(message.partition)
+
+    async def on_request(self, message: RawMessage) -> None:
+        """Store a label request; apply the label that overtook it, if one is parked."""
+        try:
+            request = parse_label_request(message.value, max_bytes=self.settings.max_message_bytes)
+            config = self.settings.models.get(request.model)
+            if config is None:
+                raise BadMessage("unknown_model", f"no model named {request.model!r}")
+            if len(request.features) != config.n_inputs:
+                got, want = len(request.features), config.n_inputs
+                detail = f"model {request.model!r} takes {want} features, got {got}"
+                raise BadMessage("feature_count", detail)
+        except BadMessage as bad:
+            await self.outputs.dead_letter(
+                DeadLetter.of(Source.LABEL_REQUESTS, message, bad.reason, bad.detail)
+            )
+            return
+        if request.request_id not in self.pending:  # a re-sent request must not reset an answer
+            self.pending.put(PendingEntry(request, message.partition))
+        parked = self.parked.get(request.request_id)
+        if parked is not None:  # its label overtook it: apply that label now
+            origin = RawMessage(parked.raw, self.settings.topics.labels, message.partition,
+                                parked.offset)  # fmt: skip
+            await self._join(parked.label, origin, parked=True)
+            self.parked.delete(request.request_id)  # only once its effect is stored
+
+    async def on_label(self, message: RawMessage) -> None:
+        """Apply a label to its request's model (or park it until the request arrives)."""
+        try:
+            label = parse_label(message.value, max_bytes=self.settings.max_message_bytes)
+            if label.model not in self.settings.models:
+                raise BadMessage("unknown_model", f"no model named {label.model!r}")
+        except BadMessage as bad:
+            await self.outputs.dead_letter(
+                DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
+            )
+            return
+        await self._join(label, message, parked=False)
+
+    async def _join(self, label: Label, message: RawMessage, *, parked: bool) -> None:
+        model = self.models.get(label.model)
+        pending = self.pending.get(label.request_id)
+        now = self.clock()
+        if pending is None and not parked and message.offset > model.labels_offset:
+            self._park(label, message, now)
+            return
+        config = self.settings.models[label.model]
+        outcome = apply_label(config, model, pending, label, message.offset, now=now,
+                              parked=parked)  # fmt: skip
+        if outcome.outcome is Outcome.APPLIED:
+            await self._store(outcome)
+        else:
+            await self._not_applied(label.model, message, outcome)
+
+    def _park(self, label: Label, message: RawMessage, now: float) -> None:
+        """Wait (bounded) for the request: it may still be in flight."""
+        entry = park_label(self.parked.get(label.request_id), label, offset=message.offset,
+                           partition=message.partition, now=now, raw=message.value)  # fmt: skip
+        if entry is None:
+            self.metrics.labels_ignored.labels(model=label.model, reason=Reason.REDELIVERED).inc()
+        else:
+            self.parked.put(entry)
+
+    async def _store(self, outcome: LabelOutcome) -> None:
+        """The applied mark first, durably; then the model (module docstring)."""
+        model, pending, encoded = outcome.model, outcome.pending, outcome.encoded
+        assert model is not None  # noqa: S101 - an applied outcome carries all three
+        assert pending is not None  # noqa: S101
+        assert encoded is not None  # noqa: S101
+        self.pending.put(pending)
+        await self.outputs.durable()
+        self.models.put(model, encoded)
+        await self.outputs.model(model, encoded)
+        name = model.model
+        self.metrics.labels_applied.labels(model=name).inc()
+        self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
+        self.metrics.label_turnaround.labels(model=name).observe(outcome.turnaround)
+        log.debug("model %s -> version %s", name, model.version)
+
+    async def _not_applied(self, model: str, message: RawMessage, outcome: LabelOutcome) -> None:
+        reason = outcome.reason
+        assert reason is not None  # noqa: S101 - every outcome but APPLIED has a reason
+        if reason in IGNORED:
+            self.metrics.labels_ignored.labels(model=model, reason=reason).inc()
+        if outcome.outcome is Outcome.REFUSED:
+            self.metrics.updates_refused.labels(model=model, reason=reason).inc()
+        if outcome.outcome in (Outcome.DEAD, Outcome.REFUSED):
+            await self.outputs.dead_letter(
+                DeadLetter.of(Source.LABELS, message, reason, outcome.detail)
+            )
+
+    async def sweep(self, partition: int) -> None:
+        """Drop expired requests of ``partition`` (past expiry plus grace) and dead-letter
+        its labels whose request did not come within ``orphan_label_seconds``."""
+        now, s = self.clock(), self.settings
+        for key, summary in self.pending.due(partition, now=now, grace=s.expired_grace_seconds):
+            self.pending.delete(key)
+            if not summary.applied:
+                self.metrics.label_requests_expired.labels(model=summary.model).inc()
+        for key, parked in self.parked.entries():
+            if parked is None:  # unreadable: nothing could ever apply it
+                self.parked.delete(key)
+                continue
+            if parked.partition != partition or now - parked.parked_at <= s.orphan_label_seconds:
+                continue
+            self.parked.delete(key)
+            model = parked.label.model
+            self.metrics.labels_ignored.labels(model=model, reason=Reason.UNKNOWN_REQUEST).inc()
+            origin = RawMessage(parked.raw, s.topics.labels, partition, parked.offset)
+            detail = f"no request {key} within {s.orphan_label_seconds:g}s of its label"
+            await self.outputs.dead_letter(
+                DeadLetter.of(Source.LABELS, origin, Reason.UNKNOWN_REQUEST, detail)
+            )

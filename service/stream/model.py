@@ -1,0 +1,162 @@
+"""A model ready to serve, and the deterministic ids and coins that make replays repeatable.
+
+- ``request_id = blake2b(model, event id)``: re-scoring an event after a crash asks for the
+  same label again, never a second one.
+- DSAL's query coin and the audit coin are uniforms drawn from a hash of (model, event id,
+  model version): a replayed event makes the same choice.
+- Version 0 of every model (:func:`initial_envelope`) is built from the configuration alone,
+  so it is the same on every worker.
+
+The envelope format is :class:`service.records.ModelEnvelope`; this module turns one into a
+:class:`ServedModel` (preprocessing + learner objects from :mod:`service.learning`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.config import ModelConfig
+from service.learning import (
+    Intercept,
+    LearningError,
+    OnlineStandardizer,
+    Pipeline,
+    learner_from_state,
+    make_learner,
+)
+from service.records import BadMessage, FeatureEvent, ModelEnvelope
+
+__all__ = ["ServedModel", "build_pipeline", "coin", "initial_envelope", "request_id"]
+
+
+def request_id(model: str, event_id: str) -> str:
+    """Deterministic label-request id for (model, event id).
+
+    >>> request_id("m", "e1") == request_id("m", "e1") != request_id("m", "e2")
+    True
+    >>> len(request_id("m", "e1"))
+    32
+    """
+    return hashlib.blake2b(f"{model}\x1f{event_id}".encode(), digest_size=16).hexdigest()
+
+
+def coin(model: str, event_id: str, version: int, purpose: str = "query") -> float:
+    """A uniform number in [0, 1) drawn from a hash: the same inputs give the same coin.
+
+    >>> 0.0 <= coin("m", "e1", 0) < 1.0
+    True
+    >>> coin("m", "e1", 0) == coin("m", "e1", 0) != coin("m", "e1", 1)
+    True
+    """
+    digest = hashlib.blake2b(
+        f"{purpose}\x1f{model}\x1f{event_id}\x1f{version}".encode(), digest_size=8
+    ).digest()
+    return (int.from_bytes(digest, "big") >> 11) / float(1 << 53)
+
+
+def build_pipeline(config: ModelConfig) -> Pipeline:
+    """Preprocessing for a model: optional online standardiser, then optional intercept."""
+    steps: list[Any] = []
+    if config.standardize:
+        steps.append(OnlineStandardizer(config.n_inputs))
+    if config.intercept:
+        steps.append(Intercept())
+    return Pipeline(steps, n_features=config.n_inputs)
+
+
+def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
+    """Version 0 of a model, identical on every worker (seeded from the configuration)."""
+    learner = make_learner(
+        config.algorithm,
+        n_features=config.n_learner_features,
+        cost=config.cost,
+        **{"seed": config.seed, **config.hyperparameters},
+    )
+    return ModelEnvelope(
+        model=name,
+        version=0,
+        pipeline=build_pipeline(config).to_state(),
+        learner=learner.to_state(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """A model ready to score: configuration, preprocessing and learner at one version.
+
+    Never mutated: a newer version is a new object (scorers swap the reference)."""
+
+    name: str
+    config: ModelConfig
+    envelope: ModelEnvelope
+    pipeline: Pipeline
+    learner: Any
+
+    @property
+    def version(self) -> int:
+        return self.envelope.version
+
+    def gauges(self) -> dict[str, Any]:
+        """What the model gauges show: version, rho, ||w|| (None for kernel learners) and
+        the running risk estimate (NaN before the first label)."""
+        w = getattr(self.learner, "w", None)  # kernel learners have no explicit w
+        return {
+            "version": self.version,
+            "rho": float(self.learner.rho),
+            "weight_norm": None if w is None else float(np.linalg.norm(w)),
+            "risk": self.envelope.risk,
+        }
+
+    @classmethod
+    def from_envelope(cls, config: ModelConfig, envelope: ModelEnvelope) -> ServedModel:
+        """Build the objects of ``envelope``; a state that does not fit ``config`` (another
+        algorithm, another number of features, a state the learner refuses) is a
+        :class:`BadMessage`, so it is never served."""
+        name = envelope.model
+        try:
+            pipeline = Pipeline.from_state(dict(envelope.pipeline))
+            learner = learner_from_state(dict(envelope.learner))
+        except (LearningError, KeyError, TypeError) as exc:
+            raise BadMessage("schema", f"model state for {name!r}: {exc}") from exc
+        if getattr(learner, "algorithm", config.algorithm) != config.algorithm:
+            raise BadMessage("schema", f"model state for {name!r} is not {config.algorithm}")
+        if (pipeline.n_features_in, pipeline.n_features_out) != (
+            config.n_inputs,
+            config.n_learner_features,
+        ) or learner.n_features != config.n_learner_features:
+            raise BadMessage(
+                "feature_count",
+                f"model state for {name!r} does not take {config.n_inputs} features",
+            )
+        return cls(name, config, envelope, pipeline, learner)
+
+    @classmethod
+    def initial(cls, name: str, config: ModelConfig) -> ServedModel:
+        """Version 0 (:func:`initial_envelope`)."""
+        return cls.from_envelope(config, initial_envelope(name, config))
+
+    def raw_vector(self, event: FeatureEvent) -> np.ndarray:
+        """The raw feature vector of an event, in the model's feature order."""
+        feats = event.features
+        names = self.config.feature_names
+        if isinstance(feats, dict):
+            if names is None:
+                raise BadMessage("schema", f"model {self.name!r} has no feature_names; send a list")
+            missing = [n for n in names if n not in feats]
+            extra = len(feats) - (len(names) - len(missing))
+            if missing or extra:
+                raise BadMessage(
+                    "feature_count",
+                    f"model {self.name!r}: missing {missing[:5]}, {extra} unknown features",
+                )
+            return np.array([feats[n] for n in names], dtype=np.float64)
+        if len(feats) != self.config.n_inputs:
+            raise BadMessage(
+                "feature_count",
+                f"model {self.name!r} takes {self.config.n_inputs} features, got {len(feats)}",
+            )
+        return np.asarray(feats, dtype=np.float64)

@@ -1,0 +1,58 @@
+"""Where the stream's records go: one object that encodes each record, picks its topic and
+key, and counts what must be counted on the way out.
+
+:class:`Sink` is the Kafka side (faust's producer in a worker, a list in tests). ``send``
+hands a record to the producer's buffer without waiting for the broker; ``flush`` returns
+once everything sent so far is acknowledged (durable, acks=all). faust flushes the producer
+before it commits consumed offsets, so delivery is at-least-once without a wait per record;
+the learner flushes on purpose where the order of two writes matters
+(:class:`~service.stream.joiner.LabelJoiner`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from service.config import Topics
+from service.metrics import Metrics
+from service.records import DeadLetter, Decision, LabelRequest, ModelEnvelope
+
+__all__ = ["Outputs", "Sink"]
+
+
+class Sink(Protocol):
+    """Records out to Kafka."""
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue one record (not awaited to the broker)."""
+
+    async def flush(self) -> None:
+        """Wait until every queued record is acknowledged."""
+
+
+class Outputs:
+    """The stream's output topics, by record type."""
+
+    def __init__(self, sink: Sink, topics: Topics, metrics: Metrics) -> None:
+        self.sink = sink
+        self.topics = topics
+        self.metrics = metrics
+
+    async def decision(self, decision: Decision) -> None:
+        await self.sink.send(self.topics.decisions, decision.id.encode(), decision.to_json())
+
+    async def label_request(self, request: LabelRequest) -> None:
+        await self.sink.send(self.topics.label_requests, request.model.encode(), request.to_json())
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        """Count and publish a refused input (key: none; the record says where it was)."""
+        self.metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
+        await self.sink.send(self.topics.dead_letters, None, letter.to_json())
+
+    async def model(self, envelope: ModelEnvelope, encoded: bytes) -> None:
+        """Publish a model version to the compacted models topic (key: model name)."""
+        await self.sink.send(self.topics.models, envelope.model.encode(), encoded)
+
+    async def durable(self) -> None:
+        """Return once everything sent so far (table changelogs included) is acknowledged."""
+        await self.sink.flush()

@@ -1,0 +1,259 @@
+"""What the worker knows about the partitions it consumes, and the one view of the Kafka
+consumer that liveness and continuity need.
+
+- :class:`Progress`: the last offset processed per (topic, partition) and when;
+- :class:`PartitionStatus` and :func:`stalled_partitions`: lag without progress;
+- :class:`RecoveryWatch`: table recovery that stops reading its changelogs;
+- :class:`ConsumerView`: the consumer as liveness (:mod:`service.stream.liveness`) and
+  continuity (:mod:`service.stream.continuity`) see it. Over a running faust app it is
+  :class:`service.stream.internals.FaustConsumerView`; in tests an in-memory fake
+  (``tests/stream/fakes.py``), so neither needs Kafka nor faust to be tested.
+
+Nothing here imports faust.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from service.records import RawMessage
+
+__all__ = [
+    "TP",
+    "ConsumerView",
+    "PartitionStatus",
+    "Progress",
+    "RecoveryState",
+    "RecoveryWatch",
+    "partition_key",
+    "stalled_partitions",
+]
+
+
+class TP(Protocol):
+    """A topic partition: anything with ``.topic`` and ``.partition`` that can be hashed
+    (faust's ``TP``, aiokafka's ``TopicPartition``)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+def partition_key(tp: TP) -> tuple[str, int]:
+    """``(topic, partition)`` of ``tp``: the key :class:`Progress` and metrics use, and the
+    order partitions are visited in.
+
+    >>> from collections import namedtuple
+    >>> partition_key(namedtuple("TP", "topic partition")("t", 3))
+    ('t', 3)
+    """
+    return (tp.topic, tp.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryState:
+    """faust's table recovery at one moment.
+
+    ``in_recovery``: changelogs are being read; ``completed``: the first recovery after the
+    last assignment has finished (until then the stream waits); ``offsets``: changelog
+    offset read so far per (topic, partition); ``remaining``: changelog records still to
+    read (all partitions)."""
+
+    in_recovery: bool
+    completed: bool
+    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    remaining: int = 0
+
+    @property
+    def pauses_stream(self) -> bool:
+        """True while recovery holds the stream back on purpose.
+
+        >>> RecoveryState(in_recovery=False, completed=True).pauses_stream
+        False
+        >>> RecoveryState(in_recovery=False, completed=False).pauses_stream
+        True
+        """
+        return self.in_recovery or not self.completed
+
+    @property
+    def reading(self) -> bool:
+        """True while changelogs are being read (what :class:`RecoveryWatch` watches)."""
+        return self.in_recovery and not self.completed
+
+
+class ConsumerView(Protocol):
+    """The Kafka consumer of a running worker, as liveness and continuity use it.
+
+    Partitions (``tp``) are those :meth:`assignment` returned. Calls that ask the broker
+    (the ``async`` ones) may raise ``aiokafka.errors.KafkaError`` or ``OSError``.
+    """
+
+    @property
+    def generation(self) -> int:
+        """The consumer group generation (changes with every rebalance)."""
+        ...
+
+    @property
+    def paused(self) -> bool:
+        """True while the stream is held back on purpose: a rebalance, or table recovery
+        (:attr:`RecoveryState.pauses_stream`)."""
+        ...
+
+    def assignment(self) -> AbstractSet[TP]:
+        """The partitions assigned to this worker now."""
+        ...
+
+    def recovery(self) -> RecoveryState:
+        """Table recovery now."""
+        ...
+
+    def highwater(self, tp: TP) -> int | None:
+        """The cached high-water mark (stale while a partition is not fetched; None or
+        negative when unknown)."""
+        ...
+
+    async def highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
+        """Fresh high-water marks of ``tps`` from the broker, by (topic, partition)."""
+        ...
+
+    async def position(self, tp: TP) -> int | None:
+        """The next offset the consumer will fetch (None if unknown)."""
+        ...
+
+    def committed_next(self, tp: TP) -> int | None:
+        """The next offset to process according to the consumer's own commit bookkeeping
+        (set on assignment and on every commit; None before the first)."""
+        ...
+
+    async def earliest(self, tp: TP) -> int | None:
+        """The earliest offset the broker still has."""
+        ...
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        """Fetch ``tp`` from ``offset`` on (records already fetched are delivered again)."""
+        ...
+
+    def chop_gap(self, tp: TP, start: int, end: int) -> None:
+        """Forget that offsets ``start <= o < end`` were skipped as compacted: they will be
+        processed (and acknowledged) after all."""
+        ...
+
+    async def commit_processed(self, tp: TP, offset: int) -> bool:
+        """Commit ``offset`` (everything before it is processed); False if ``tp`` is no
+        longer assigned."""
+        ...
+
+    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
+        """The ``records`` the consumer skipped (fetched by continuity) are processed, as
+        is the record at ``upto`` that revealed them: let the committed offset move past."""
+        ...
+
+
+@dataclass
+class Progress:
+    """Last processed offset and when, per (topic, partition): liveness and lag."""
+
+    clock: Callable[[], float]
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    times: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def mark(self, topic: str, partition: int, offset: int) -> None:
+        key = (topic, partition)
+        self.offsets[key] = offset
+        self.times[key] = self.clock()
+
+    def hold(self, keys: Iterable[tuple[str, int]], now: float) -> None:
+        """Count ``now`` as progress for ``keys``: the stream is paused on purpose (table
+        recovery, rebalance), so the stall clock starts again when it resumes."""
+        for key in keys:
+            self.times[key] = now
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """One consumed partition as liveness sees it.
+
+    ``high``: the high-water mark (next offset to be written; None if unknown);
+    ``position``: the next offset this worker still has to process (None if unknown)."""
+
+    topic: str
+    partition: int
+    high: int | None
+    position: int | None
+    last_progress: float
+
+    @property
+    def lag(self) -> int:
+        """Messages written but not yet processed (0 when either end is unknown).
+
+        >>> PartitionStatus("t", 0, high=10, position=7, last_progress=0.0).lag
+        3
+        >>> PartitionStatus("t", 0, high=None, position=7, last_progress=0.0).lag
+        0
+        """
+        if self.high is None or self.high < 0 or self.position is None:
+            return 0
+        return max(0, self.high - self.position)
+
+
+def stalled_partitions(
+    statuses: Iterable[PartitionStatus], *, now: float, stall_seconds: float, paused: bool
+) -> list[str]:
+    """Partitions with lag and no progress for more than ``stall_seconds`` (faust consumers
+    that silently stop). None while ``paused``: table recovery and rebalances pause the
+    stream on purpose, and failing liveness then would restart every worker at once.
+
+    >>> s = PartitionStatus("t", 1, high=5, position=2, last_progress=0.0)
+    >>> stalled_partitions([s], now=61.0, stall_seconds=60.0, paused=False)
+    ['t[1] lag=3']
+    >>> stalled_partitions([s], now=61.0, stall_seconds=60.0, paused=True)
+    []
+    """
+    if paused:
+        return []
+    return [
+        f"{st.topic}[{st.partition}] lag={st.lag}"
+        for st in statuses
+        if st.lag > 0 and now - st.last_progress > stall_seconds
+    ]
+
+
+@dataclass
+class RecoveryWatch:
+    """Table recovery that stops reading its changelogs while records remain (faust can
+    hang there, e.g. faust-streaming#74). Recovery that moves, however slowly, is fine.
+
+    >>> w = RecoveryWatch()
+    >>> w.check({"c0": 3}, remaining=7, now=0.0, stall_seconds=60.0) is None
+    True
+    >>> w.check({"c0": 3}, remaining=7, now=61.0, stall_seconds=60.0)
+    'table recovery: 7 changelog records left, none read for 61 s'
+    >>> w.check({"c0": 4}, remaining=6, now=62.0, stall_seconds=60.0) is None
+    True
+    """
+
+    last: tuple[tuple[str, int], ...] | None = None
+    since: float = 0.0
+
+    def check(
+        self, offsets: Mapping[Any, Any], *, remaining: int, now: float, stall_seconds: float
+    ) -> str | None:
+        """A reason to fail liveness, or None. ``offsets``: changelog offsets read so far
+        (faust's ``recovery.active_offsets``); ``remaining``: records still to read."""
+        snapshot = tuple(sorted((str(k), int(v or 0)) for k, v in offsets.items()))
+        if remaining <= 0 or snapshot != self.last:
+            self.last, self.since = snapshot, now
+            return None
+        if now - self.since > stall_seconds:
+            return (f"table recovery: {remaining} changelog records left, "
+                    f"none read for {now - self.since:.0f} s")  # fmt: skip
+        return None
+
+    def reset(self) -> None:
+        self.last = None

@@ -1,0 +1,227 @@
+"""Scoring as a pure function: consumed messages in, decisions, label requests and dead
+letters out (no Kafka, no clock, no metrics).
+
+:func:`score_batch` parses every message into a :class:`ParsedEvent` (or a dead letter),
+decides each model's events together through the learner's ``decide_many`` and emits, in
+input order, one :class:`~service.records.Decision` per valid event and a
+:class:`~service.records.LabelRequest` per queried one. Every event keeps its own coin
+(:func:`~service.stream.model.coin`), so batching never changes a decision. A finite event
+that overflows once scaled is refused alone (``non_finite``), not with its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.learning import NonFiniteError
+from service.records import (
+    Action,
+    BadMessage,
+    DeadLetter,
+    Decision,
+    FeatureEvent,
+    LabelRequest,
+    RawMessage,
+    Source,
+    parse_feature_event,
+)
+from service.stream.model import ServedModel, coin, request_id
+
+__all__ = ["Limits", "ParsedEvent", "ScoreResult", "Verdict", "parse_event", "score_batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What scoring needs from the settings."""
+
+    default_model: str
+    request_ttl: float
+    max_bytes: int | None = None
+    max_features: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    """A valid event with the model that scores it and its raw feature vector."""
+
+    message: RawMessage
+    event: FeatureEvent
+    model: ServedModel
+    x: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the learner decided for one event; ``query_probability`` includes the audit."""
+
+    label: int  # +1, -1, 0 = reject
+    score: float
+    queried: bool
+    query_probability: float
+
+
+@dataclass(slots=True)
+class ScoreResult:
+    """Outputs of scoring one batch (decisions in input order)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    label_requests: list[LabelRequest] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+    def extend(self, other: ScoreResult) -> None:
+        """Append ``other``'s outputs to this result's."""
+        self.decisions += other.decisions
+        self.label_requests += other.label_requests
+        self.dead_letters += other.dead_letters
+
+
+def parse_event(
+    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits
+) -> ParsedEvent:
+    """Parse and resolve one message; :class:`BadMessage` says why it cannot be scored."""
+    event = parse_feature_event(
+        message.value,
+        default_model=limits.default_model,
+        max_bytes=limits.max_bytes,
+        max_features=limits.max_features,
+    )
+    served = models.get(event.model)
+    if served is None:
+        raise BadMessage("unknown_model", f"no model named {event.model!r}")
+    return ParsedEvent(message, event, served, served.raw_vector(event))
+
+
+def score_batch(
+    models: Mapping[str, ServedModel],
+    messages: Sequence[RawMessage],
+    *,
+    limits: Limits,
+    now: float,
+) -> ScoreResult:
+    """Score a batch with ``models`` (one mapping for the whole batch)."""
+    out = ScoreResult()
+    parsed: list[ParsedEvent] = []
+    for message in messages:
+        try:
+            parsed.append(parse_event(message, models, limits))
+        except BadMessage as bad:
+            out.dead_letters.append(DeadLetter.of(Source.FEATURES, message, bad.reason,
+                                                  bad.detail))  # fmt: skip
+    verdicts: dict[int, Verdict] = {}
+    for served, members in _by_model(parsed):
+        decided, refused = _decide(served, [parsed[i] for i in members])
+        verdicts.update((members[j], v) for j, v in decided.items())
+        out.dead_letters += refused
+    for i, item in enumerate(parsed):
+        verdict = verdicts.get(i)
+        if verdict is not None:
+            _emit(out, item, verdict, now=now, ttl=limits.request_ttl)
+    return out
+
+
+def _by_model(parsed: Sequence[ParsedEvent]) -> list[tuple[ServedModel, list[int]]]:
+    """Positions of ``parsed`` grouped by the model that scores them."""
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(parsed):
+        groups.setdefault(item.model.name, []).append(i)
+    return [(parsed[idx[0]].model, idx) for idx in groups.values()]
+
+
+def _decide(
+    served: ServedModel, items: Sequence[ParsedEvent]
+) -> tuple[dict[int, Verdict], list[DeadLetter]]:
+    """Verdicts by position in ``items``; dead letters for rows that overflow once scaled."""
+    name, version = served.name, served.version
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+        z = served.pipeline.transform_many(np.stack([it.x for it in items]))
+    coins = np.array([coin(name, it.event.id, version) for it in items])
+    try:
+        labels, scores, probs, queries = served.learner.decide_many(z, coins=coins)
+        rows = list(range(len(items)))
+    except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
+        rows, labels, scores, probs, queries = _decide_rows(served, z, coins)
+    refused = sorted(set(range(len(items))) - set(rows))
+    dead = [
+        DeadLetter.of(Source.FEATURES, items[j].message, "non_finite",
+                      f"model {name!r}: the scaled features or the score overflow")
+        for j in refused
+    ]  # fmt: skip
+    audit = served.config.audit_rate
+    verdicts = {}
+    for k, j in enumerate(rows):
+        p = float(probs[k])
+        audited = coin(name, items[j].event.id, version, "audit") < audit
+        verdicts[j] = Verdict(
+            label=int(labels[k]),
+            score=float(scores[k]),
+            queried=bool(queries[k]) or audited,
+            query_probability=p + audit - p * audit,
+        )
+    return verdicts, dead
+
+
+def _decide_rows(
+    served: ServedModel, z: np.ndarray, coins: np.ndarray
+) -> tuple[list[int], list[int], list[float], list[float], list[bool]]:
+    """Row-by-row decisions of the rows that stay finite: (kept rows, labels, scores,
+    probabilities, queries)."""
+    kept: list[int] = []
+    labels: list[int] = []
+    scores: list[float] = []
+    probs: list[float] = []
+    queries: list[bool] = []
+    for j in range(z.shape[0]):
+        try:
+            d = served.learner.decide(z[j], coin=float(coins[j]))
+        except NonFiniteError:
+            continue
+        kept.append(j)
+        labels.append(d.label)
+        scores.append(d.score)
+        probs.append(d.query_probability)
+        queries.append(d.query)
+    return kept, labels, scores, probs, queries
+
+
+def _priority(score: float, rho: float) -> float:
+    """Closer to either threshold (+-rho) -> higher priority, in (0, 1]."""
+    return 1.0 / (1.0 + min(abs(score - rho), abs(score + rho)))
+
+
+def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float) -> None:
+    served, event = item.model, item.event
+    rho = float(served.learner.rho)
+    out.decisions.append(
+        Decision(
+            id=event.id,
+            model=served.name,
+            action=Action.REJECT if v.label == 0 else Action.PREDICT,
+            label=None if v.label == 0 else v.label,
+            score=v.score,
+            rho=rho,
+            model_version=served.version,
+            queried=v.queried,
+            query_probability=v.query_probability,
+            ts=now,
+        )
+    )
+    if v.queried:
+        out.label_requests.append(
+            LabelRequest(
+                request_id=request_id(served.name, event.id),
+                event_id=event.id,
+                model=served.name,
+                features=[float(x) for x in item.x],
+                score=v.score,
+                rho=rho,
+                decided_label=v.label,
+                query_probability=v.query_probability,
+                model_version=served.version,
+                requested_at=now,
+                expires_at=now + ttl,
+                priority=_priority(v.score, rho),
+            )
+        )

@@ -1,0 +1,196 @@
+"""The learner's state, typed, over any key-value table of bytes.
+
+A :class:`Table` is what the learner needs of a faust ``Table`` (changelog-backed, one per
+concern, co-partitioned with the label topics); tests pass an in-memory one. Values are the
+records of :mod:`service.records.state`, encoded by them:
+
+- :class:`PendingStore`: label requests awaiting an answer, with a slim in-memory index
+  (no features) and per-partition expiry heaps, so sweeps pop what is due and the gauges
+  never decode the table;
+- :class:`ParkedStore`: labels that arrived before their request;
+- :class:`ModelStore`: the current :class:`~service.records.ModelEnvelope` of each model.
+
+A value that does not parse (a changelog is a topic anyone with access can write) is logged
+and skipped by scans; a single read raises :class:`~service.records.BadMessage`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from service.records import (
+    BadMessage,
+    ModelEnvelope,
+    ParkedLabel,
+    PendingEntry,
+    parse_model_envelope,
+    parse_parked_label,
+    parse_pending_entry,
+)
+
+__all__ = ["ModelStore", "ParkedStore", "PendingStore", "PendingSummary", "Table"]
+
+log = logging.getLogger(__name__)
+
+
+class Table(Protocol):
+    """A mutable mapping of bytes to bytes (a faust ``Table``, or a dict in tests)."""
+
+    def get(self, key: bytes, /) -> bytes | None: ...
+
+    def __setitem__(self, key: bytes, value: bytes, /) -> None: ...
+
+    def __delitem__(self, key: bytes, /) -> None: ...
+
+    def __contains__(self, key: object, /) -> bool: ...
+
+    def items(self) -> Iterable[tuple[bytes, bytes]]: ...
+
+
+def _scan(table: Table, what: str) -> Iterator[tuple[str, bytes]]:
+    for key, value in list(table.items()):
+        try:
+            yield key.decode("utf-8"), value
+        except UnicodeDecodeError:
+            log.error("skipping a %s entry with a key that is not UTF-8: %r", what, key[:64])
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSummary:
+    """What sweeps and gauges need of a pending entry (its features stay in the table)."""
+
+    model: str
+    partition: int
+    requested_at: float
+    expires_at: float
+    applied: bool
+
+    @classmethod
+    def of(cls, entry: PendingEntry) -> PendingSummary:
+        r = entry.request
+        return cls(r.model, entry.partition, r.requested_at, r.expires_at, entry.applied)
+
+
+class PendingStore:
+    """Pending label requests by request id, with an index for sweeps and gauges.
+
+    The index covers what this process wrote plus, after :meth:`refresh`, what the table
+    held when the learner's partitions were last assigned (recovery, rebalance)."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+        self._index: dict[str, PendingSummary] = {}
+        self._expiry: dict[int, list[tuple[float, str]]] = {}
+        self._indexed: frozenset[int] | None = None
+
+    def get(self, request_id: str) -> PendingEntry | None:
+        raw = self._table.get(request_id.encode())
+        return None if raw is None else parse_pending_entry(raw)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id.encode() in self._table
+
+    def put(self, entry: PendingEntry) -> None:
+        self._table[entry.request_id.encode()] = entry.to_json()
+        self._add(entry.request_id, PendingSummary.of(entry))
+
+    def delete(self, request_id: str) -> None:
+        del self._table[request_id.encode()]
+        self._index.pop(request_id, None)
+
+    def entries(self) -> list[PendingEntry]:
+        """Every readable entry (decoded: the web page, tools)."""
+        out = []
+        for key, raw in _scan(self._table, "pending"):
+            try:
+                out.append(parse_pending_entry(raw))
+            except BadMessage as bad:
+                log.error("skipping unreadable pending entry %r: %s", key, bad)
+        return out
+
+    def refresh(self, partitions: frozenset[int]) -> None:
+        """Rebuild the index from the table when the assigned ``partitions`` changed."""
+        if self._indexed == partitions:
+            return
+        self._index.clear()
+        self._expiry.clear()
+        for entry in self.entries():
+            self._add(entry.request_id, PendingSummary.of(entry))
+        self._indexed = partitions
+
+    def _add(self, key: str, summary: PendingSummary) -> None:
+        if key not in self._index:
+            heap = self._expiry.setdefault(summary.partition, [])
+            heapq.heappush(heap, (summary.expires_at, key))
+        self._index[key] = summary
+
+    def due(self, partition: int, *, now: float, grace: float) -> list[tuple[str, PendingSummary]]:
+        """Entries of ``partition`` more than ``grace`` seconds past expiry, taken off the
+        heap (each is returned once)."""
+        heap = self._expiry.get(partition, [])
+        out = []
+        while heap and now > heap[0][0] + grace:
+            _, key = heapq.heappop(heap)
+            summary = self._index.get(key)
+            if summary is not None:
+                out.append((key, summary))
+        return out
+
+    def open_requests(self, models: Iterable[str], now: float) -> dict[str, tuple[int, float]]:
+        """Per model: (unanswered requests, age in seconds of the oldest; 0 if none)."""
+        count = dict.fromkeys(models, 0)
+        oldest = dict.fromkeys(count, now)
+        for s in self._index.values():
+            if s.applied or s.model not in count:
+                continue
+            count[s.model] += 1
+            oldest[s.model] = min(oldest[s.model], s.requested_at)
+        return {m: (count[m], now - oldest[m]) for m in count}
+
+
+class ParkedStore:
+    """Labels waiting for their request, by request id."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    def get(self, request_id: str) -> ParkedLabel | None:
+        raw = self._table.get(request_id.encode())
+        return None if raw is None else parse_parked_label(raw)
+
+    def put(self, parked: ParkedLabel) -> None:
+        self._table[parked.label.request_id.encode()] = parked.to_json()
+
+    def delete(self, request_id: str) -> None:
+        del self._table[request_id.encode()]
+
+    def entries(self) -> list[tuple[str, ParkedLabel | None]]:
+        """Every entry; None for a value that does not parse (the sweep drops it)."""
+        out: list[tuple[str, ParkedLabel | None]] = []
+        for key, raw in _scan(self._table, "parked-label"):
+            try:
+                out.append((key, parse_parked_label(raw)))
+            except BadMessage as bad:
+                log.error("unreadable parked label %r: %s", key, bad)
+                out.append((key, None))
+        return out
+
+
+class ModelStore:
+    """The learner's current envelope of each model; ``initial`` for a model never stored."""
+
+    def __init__(self, table: Table, initial: Mapping[str, ModelEnvelope]) -> None:
+        self._table = table
+        self._initial = initial
+
+    def get(self, model: str) -> ModelEnvelope:
+        raw = self._table.get(model.encode())
+        return self._initial[model] if raw is None else parse_model_envelope(raw, model=model)
+
+    def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
+        """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`)."""
+        self._table[envelope.model.encode()] = encoded

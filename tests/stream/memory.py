@@ -1,0 +1,150 @@
+"""In-memory stand-ins for what the stream layer reaches through protocols, and builders.
+
+:class:`MemoryKafka` models the two things the learn protocol's safety rests on: a table
+write is a changelog record in the producer's buffer, and ``flush`` makes everything
+buffered durable. :meth:`MemoryKafka.crash` drops what was not flushed, and
+:meth:`MemoryKafka.table` rebuilt after a crash holds what a restarted worker would recover
+from the changelog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+from prometheus_client import CollectorRegistry
+
+from service.config import ModelConfig, Settings
+from service.metrics import Metrics
+from service.records import Label, LabelRequest, PendingEntry, RawMessage
+from service.stream.joins import apply_label
+from service.stream.model import ServedModel, initial_envelope, request_id
+from service.stream.outputs import Outputs
+
+CFG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, audit_rate=0.05)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    topic: str
+    key: bytes | None
+    value: bytes | None  # None: a table delete (tombstone)
+
+    def json(self) -> dict[str, object]:
+        assert self.value is not None
+        out: dict[str, object] = orjson.loads(self.value)
+        return out
+
+
+@dataclass
+class MemoryKafka:
+    """A producer with a buffer (``send``) and acknowledged records (``flush``)."""
+
+    durable: list[Sent] = field(default_factory=list)
+    buffered: list[Sent] = field(default_factory=list)
+    flushes: int = 0
+    fail_flush: bool = False
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.buffered.append(Sent(topic, key, value))
+
+    async def flush(self) -> None:
+        if self.fail_flush:
+            raise ConnectionError("broker away")
+        self.flushes += 1
+        self.durable += self.buffered
+        self.buffered = []
+
+    def crash(self) -> None:
+        """The process dies: what was not acknowledged is gone."""
+        self.buffered = []
+
+    def sent(self, topic: str) -> list[Sent]:
+        """Records of ``topic``, durable first, then buffered."""
+        return [r for r in self.durable + self.buffered if r.topic == topic]
+
+    def table(self, name: str) -> MemoryTable:
+        """A table recovered from the durable part of its changelog."""
+        table = MemoryTable(self, name)
+        for record in self.durable:
+            if record.topic == table.changelog and record.key is not None:
+                if record.value is None:
+                    table.data.pop(record.key, None)
+                else:
+                    table.data[record.key] = record.value
+        return table
+
+
+class MemoryTable:
+    """A changelog-backed table: each write also buffers a changelog record."""
+
+    def __init__(self, kafka: MemoryKafka, name: str) -> None:
+        self.kafka = kafka
+        self.changelog = f"{name}-changelog"
+        self.data: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes, /) -> bytes | None:
+        return self.data.get(key)
+
+    def __setitem__(self, key: bytes, value: bytes, /) -> None:
+        self.data[key] = value
+        self.kafka.buffered.append(Sent(self.changelog, key, value))
+
+    def __delitem__(self, key: bytes, /) -> None:
+        del self.data[key]
+        self.kafka.buffered.append(Sent(self.changelog, key, None))
+
+    def __contains__(self, key: object, /) -> bool:
+        return key in self.data
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(list(self.data.items()))
+
+
+def settings(**kw: object) -> Settings:
+    """Settings with one model ``m`` (``CFG``) unless ``models`` is given."""
+    kw.setdefault("models", {"m": CFG})
+    kw.setdefault("default_model", "m")
+    return Settings(**kw)  # type: ignore[arg-type]
+
+
+def outputs(kafka: MemoryKafka, s: Settings, registry: CollectorRegistry) -> Outputs:
+    return Outputs(kafka, s.topics, Metrics(registry, models=s.models))
+
+
+def msg(value: object, offset: int = 0, topic: str = "abstain.features", partition: int = 0
+        ) -> RawMessage:  # fmt: skip
+    raw = value if isinstance(value, bytes) else orjson.dumps(value)
+    return RawMessage(raw, topic, partition, offset)
+
+
+def request(features: Iterable[float], rid: str = "r1", **kw: object) -> LabelRequest:
+    fields: dict[str, object] = {
+        "request_id": rid, "event_id": "e", "model": "m", "features": list(features),
+        "score": 0.0, "rho": 1.0, "decided_label": 0, "query_probability": 0.5,
+        "model_version": 0, "requested_at": 0.0, "expires_at": 1e9, "priority": 0.5,
+    }  # fmt: skip
+    fields.update(kw)
+    return LabelRequest(**fields)  # type: ignore[arg-type]
+
+
+def pending(features: Iterable[float], rid: str = "r1", partition: int = 0, **kw: object
+            ) -> PendingEntry:  # fmt: skip
+    return PendingEntry(request(features, rid, **kw), partition)
+
+
+def trained(cfg: ModelConfig, n: int, seed: int = 1) -> ServedModel:
+    """A model moved away from w = 0 by ``n`` labels, so scores and p vary."""
+    rng = np.random.default_rng(seed)
+    model = initial_envelope("m", cfg)
+    for i in range(n):
+        x = rng.normal(size=cfg.n_inputs)
+        y = 1 if x[0] + 0.3 * x[1] > 0 else -1
+        entry = pending([float(v) for v in x], request_id("m", f"t{i}"))
+        out = apply_label(cfg, model, entry, Label(entry.request_id, "m", y, "t", None), i,
+                          now=1.0)  # fmt: skip
+        assert out.model is not None
+        model = out.model
+    return ServedModel.from_envelope(cfg, model)

@@ -1,0 +1,259 @@
+"""The learn protocol with in-memory tables and producer (no broker): joining, parking,
+redelivery, expiry, sweeps, refusals, and the write order that makes a redo after a crash
+apply a label exactly once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from service.config import ModelConfig, Settings
+from service.records import Label, ModelEnvelope, parse_model_envelope, parse_pending_entry
+from service.stream.joiner import LabelJoiner
+from service.stream.model import initial_envelope
+from service.stream.stores import ModelStore, ParkedStore, PendingStore
+
+from .memory import CFG, MemoryKafka, msg, outputs, request, settings
+
+REQUESTS, LABELS, MODELS, DEAD = (
+    "abstain.label-requests", "abstain.labels", "abstain.models", "abstain.dead-letters",
+)  # fmt: skip
+
+
+@dataclass
+class Clock:
+    now: float = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Crash(Exception):
+    """The process dies here (not a data error: nothing catches it)."""
+
+
+class CrashingModels(ModelStore):
+    def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
+        raise Crash
+
+
+@dataclass
+class Learner:
+    """A joiner over tables recovered from ``kafka`` (a restarted worker)."""
+
+    kafka: MemoryKafka
+    settings: Settings
+    clock: Clock
+    registry: CollectorRegistry
+    joiner: LabelJoiner
+
+    @classmethod
+    def start(cls, kafka: MemoryKafka | None = None, *, crash_on_model: bool = False,
+              clock: Clock | None = None, **kw: object) -> Learner:  # fmt: skip
+        kafka = kafka if kafka is not None else MemoryKafka()
+        s = settings(**kw)
+        clock = clock if clock is not None else Clock()
+        registry = CollectorRegistry()
+        initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
+        store = CrashingModels if crash_on_model else ModelStore
+        out = outputs(kafka, s, registry)
+        joiner = LabelJoiner(
+            s, pending=PendingStore(kafka.table("pending")),
+            parked=ParkedStore(kafka.table("orphans")),
+            models=store(kafka.table("models"), initial),
+            outputs=out, metrics=out.metrics, clock=clock,
+        )  # fmt: skip
+        return cls(kafka, s, clock, registry, joiner)
+
+    async def request(self, rid: str, offset: int, partition: int = 0, **kw: object) -> None:
+        req = request([1.0, 2.0, 3.0 + offset], rid, **kw)
+        await self.joiner.handle(msg(req.to_json(), offset, REQUESTS, partition))
+
+    async def label(self, rid: str, offset: int, y: int = 1, partition: int = 0) -> None:
+        body = Label(rid, "m", y, "ops", None).to_json()
+        await self.joiner.handle(msg(body, offset, LABELS, partition))
+
+    def versions(self) -> list[int]:
+        return [parse_model_envelope(r.value or b"", model="m").version
+                for r in self.kafka.sent(MODELS)]  # fmt: skip
+
+    def dead(self) -> list[tuple[str, int]]:
+        return [(str(r.json()["reason"]), int(r.json()["offset"])) for r in self.kafka.sent(DEAD)]
+
+    def count(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, {"model": "m", **labels}) or 0.0
+
+
+async def test_a_label_joins_its_request_and_publishes_a_new_version() -> None:
+    learner = Learner.start()
+    await learner.request("r1", 0)
+    await learner.label("r1", 0)
+    assert learner.versions() == [1]
+    model = learner.joiner.models.get("m")
+    assert (model.version, model.labels_offset, model.labels_applied) == (1, 0, 1)
+    entry = learner.joiner.pending.get("r1")
+    assert entry is not None
+    assert (entry.applied, entry.label, entry.labelled_by) == (True, 1, "ops")
+    assert learner.count("abstain_labels_applied_total") == 1
+    assert learner.dead() == []
+
+
+async def test_a_label_before_its_request_is_parked_then_applied_when_it_arrives() -> None:
+    learner = Learner.start()
+    await learner.label("r1", 0, y=-1)
+    assert learner.versions() == []
+    parked = learner.joiner.parked.get("r1")
+    assert parked is not None
+    assert parked.offset == 0
+    await learner.request("r1", 0)
+    assert learner.versions() == [1]
+    assert learner.joiner.parked.get("r1") is None  # forgotten once its effect is stored
+    assert learner.joiner.pending.get("r1").label == -1  # type: ignore[union-attr]
+
+
+async def test_a_duplicate_label_is_ignored_and_a_second_answer_dead_lettered() -> None:
+    learner = Learner.start()
+    await learner.request("r1", 0)
+    await learner.label("r1", 4)
+    await learner.label("r1", 4)  # redelivered (same offset)
+    await learner.label("r1", 5, y=-1)  # another person answered too
+    assert learner.versions() == [1]
+    assert learner.count("abstain_labels_ignored_total", reason="redelivered") == 1
+    assert learner.count("abstain_labels_ignored_total", reason="already_applied") == 1
+    assert learner.dead() == [("already_applied", 5)]
+
+
+async def test_a_re_sent_request_does_not_reset_its_answer() -> None:
+    learner = Learner.start()
+    await learner.request("r1", 0)
+    await learner.label("r1", 0)
+    await learner.request("r1", 1)  # the scorer re-scored the event after a crash
+    entry = learner.joiner.pending.get("r1")
+    assert entry is not None
+    assert entry.applied
+
+
+async def test_a_label_for_an_expired_request_is_dead_lettered_and_changes_nothing() -> None:
+    learner = Learner.start()
+    await learner.request("r1", 0, expires_at=150.0)
+    learner.clock.now = 151.0
+    await learner.label("r1", 0)
+    assert learner.versions() == []
+    assert learner.dead() == [("expired", 0)]
+    assert learner.joiner.models.get("m").version == 0
+
+
+async def test_crash_between_the_applied_mark_and_the_model_write_redoes_the_label_once() -> None:
+    kafka = MemoryKafka()
+    crashing = Learner.start(kafka, crash_on_model=True)
+    await crashing.request("r1", 0)
+    with pytest.raises(Crash):
+        await crashing.label("r1", 3)
+    # the mark was flushed before the model write was attempted: it survives the crash
+    kafka.crash()
+    marks = [parse_pending_entry(r.value) for r in kafka.durable
+             if r.topic == "pending-changelog" and r.value is not None]  # fmt: skip
+    assert [m.applied for m in marks] == [False, True]
+    assert marks[-1].applied_version == 1
+    restarted = Learner.start(kafka)
+    assert restarted.joiner.models.get("m").version == 0  # the model lacks the label
+    await restarted.request("r1", 0)  # redelivered: the committed offsets were behind
+    await restarted.label("r1", 3)  # redelivered: applied once more (redo)
+    await restarted.label("r1", 3)  # and again: now a no-op
+    assert restarted.versions() == [1]
+    clean = Learner.start()
+    await clean.request("r1", 0)
+    await clean.label("r1", 3)
+    redone, once = restarted.joiner.models.get("m"), clean.joiner.models.get("m")
+    assert redone.replace(updated_at=0.0) == once.replace(updated_at=0.0)
+
+
+async def test_a_crash_after_the_model_write_does_not_apply_the_label_twice() -> None:
+    kafka = MemoryKafka()
+    learner = Learner.start(kafka)
+    await learner.request("r1", 0)
+    await learner.label("r1", 3)
+    await kafka.flush()  # faust flushes before committing; then the worker dies
+    restarted = Learner.start(kafka)
+    await restarted.label("r1", 3)
+    assert restarted.joiner.models.get("m").version == 1
+    assert restarted.versions() == [1]
+
+
+async def test_sweeps_drop_what_is_due_on_the_swept_partition_in_expiry_order() -> None:
+    learner = Learner.start(sweep_every=1_000_000, expired_grace_seconds=5.0)
+    await learner.request("late", 0, expires_at=130.0)
+    await learner.request("early", 1, expires_at=110.0)
+    await learner.request("answered", 2, expires_at=109.0)
+    await learner.request("other", 3, partition=1, expires_at=110.0)
+    await learner.label("answered", 0)
+    pending = learner.joiner.pending
+    learner.clock.now = 114.0  # past expiry, within the grace: a late label is recognised
+    await learner.joiner.sweep(0)
+    assert {"early", "answered", "late"} <= {e.request_id for e in pending.entries()}
+    await learner.label("early", 1)
+    assert learner.dead() == [("expired", 1)]
+    learner.clock.now = 116.0
+    await learner.joiner.sweep(0)
+    assert {e.request_id for e in pending.entries()} == {"late", "other"}
+    assert learner.count("abstain_label_requests_expired_total") == 1  # "answered" was
+    learner.clock.now = 200.0
+    await learner.joiner.sweep(0)
+    await learner.joiner.sweep(1)
+    assert pending.entries() == []
+    assert learner.count("abstain_label_requests_expired_total") == 3
+
+
+async def test_a_parked_label_whose_request_never_comes_is_dead_lettered_after_the_wait() -> None:
+    learner = Learner.start(sweep_every=1_000_000, orphan_label_seconds=30.0)
+    await learner.label("ghost", 7)
+    learner.clock.now = 120.0
+    await learner.joiner.sweep(0)
+    assert learner.dead() == []
+    learner.clock.now = 131.0
+    await learner.joiner.sweep(1)  # another partition's sweep leaves it
+    assert learner.dead() == []
+    await learner.joiner.sweep(0)
+    assert learner.dead() == [("unknown_request", 7)]
+    assert learner.joiner.parked.get("ghost") is None
+    assert learner.count("abstain_labels_ignored_total", reason="unknown_request") == 1
+
+
+async def test_a_non_finite_update_is_refused_and_the_model_keeps_its_version() -> None:
+    cfg = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, standardize=False,
+                      hyperparameters={"eta": 1e300})  # fmt: skip
+    learner = Learner.start(models={"m": cfg})
+    req = request([1e308, 1e308, 1.0], "r1")
+    await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS))
+    await learner.label("r1", 0)
+    assert learner.versions() == []
+    assert learner.dead() == [("non_finite", 0)]
+    assert learner.count("abstain_updates_refused_total", reason="non_finite") == 1
+    assert learner.joiner.models.get("m") == initial_envelope("m", cfg)
+
+
+@pytest.mark.parametrize(
+    ("topic", "value", "reason"),
+    [
+        (LABELS, b"", "not_json"),  # a tombstone
+        (LABELS, b'{"request_id": "r", "model": "m", "label": 2}', "bad_label"),
+        (LABELS, b'{"request_id": "r", "model": "zzz", "label": 1}', "unknown_model"),
+        (REQUESTS, b"[]", "schema"),
+        (REQUESTS, request([1.0], "r").to_json(), "feature_count"),
+    ],
+)
+async def test_bad_records_are_dead_lettered_and_change_nothing(
+    topic: str, value: bytes, reason: str
+) -> None:
+    learner = Learner.start()
+    await learner.joiner.handle(msg(value, 9, topic))
+    assert learner.dead() == [(reason, 9)]
+    assert learner.versions() == []
+    assert learner.joiner.pending.entries() == []
+
+
+def test_the_default_model_config_serves_the_demo_width() -> None:
+    assert CFG.n_inputs == 3
+    assert Settings().models["default"].n_inputs == 68

@@ -1,0 +1,106 @@
+"""The scoring path with an in-memory producer (no broker): what goes to which topic with
+which key, what is counted, a model swapped mid-batch, an internal error in one event."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from service.records import RawMessage
+from service.stream import scorer as scorer_module
+from service.stream.model import ServedModel, request_id
+from service.stream.scorer import Scorer
+
+from .memory import CFG, MemoryKafka, msg, outputs, settings, trained
+
+DECISIONS, REQUESTS, DEAD = "abstain.decisions", "abstain.label-requests", "abstain.dead-letters"
+
+
+class Book:
+    """The models a scorer reads, swappable by a test."""
+
+    def __init__(self, served: ServedModel) -> None:
+        self.models = {"m": served}
+
+    def snapshot(self) -> Mapping[str, ServedModel]:
+        return self.models
+
+
+def make(served: ServedModel) -> tuple[Scorer, MemoryKafka, Book, CollectorRegistry]:
+    kafka, registry, book = MemoryKafka(), CollectorRegistry(), Book(served)
+    s = settings()
+    out = outputs(kafka, s, registry)
+    return Scorer(s, book.snapshot, out, out.metrics, clock=lambda: 50.0), kafka, book, registry
+
+
+def batch() -> list[RawMessage]:
+    good = [msg({"id": f"e{i}", "features": [i - 3.0, 1.0, -0.5 * i]}, i) for i in range(8)]
+    bad = [msg(b"{", 8), msg({"id": "short", "features": [1, 2]}, 9), msg(b"", 10)]
+    return [good[0], bad[0], *good[1:4], bad[1], *good[4:], bad[2]]
+
+
+async def test_a_batch_with_bad_events_writes_each_output_to_its_topic_and_counts_it() -> None:
+    scorer, kafka, _, registry = make(trained(CFG, 30))
+    result = await scorer.score(batch())
+    decisions = [orjson.loads(r.value or b"") for r in kafka.sent(DECISIONS)]
+    assert [d["id"] for d in decisions] == [f"e{i}" for i in range(8)]  # input order
+    assert [r.key for r in kafka.sent(DECISIONS)] == [f"e{i}".encode() for i in range(8)]
+    requests = kafka.sent(REQUESTS)
+    assert {r.key for r in requests} <= {b"m"}
+    assert [orjson.loads(r.value or b"")["request_id"] for r in requests] == [
+        request_id("m", d["id"]) for d in decisions if d["queried"]
+    ]
+    dead = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
+    assert [(d["offset"], d["reason"]) for d in dead] == [
+        (8, "not_json"), (9, "feature_count"), (10, "not_json"),
+    ]  # fmt: skip
+    sample = registry.get_sample_value
+    predicted = sum(d["action"] == "predict" for d in decisions)
+    assert sample("abstain_events_total", {"model": "m"}) == 8
+    assert sample("abstain_decisions_total", {"model": "m", "action": "predict"}) == predicted
+    assert sample("abstain_label_requests_total", {"model": "m"}) == len(requests)
+    assert sample("abstain_decide_latency_seconds_count", {"model": "m"}) == 8
+    assert sample("abstain_dead_letters_total", {"source": "features", "reason": "not_json"}) == 2
+    assert len(result.decisions) == 8
+    assert scorer.query_rates()["m"] == pytest.approx(len(requests) / 8)
+
+
+async def test_a_model_swapped_while_a_batch_is_written_serves_from_the_next_batch() -> None:
+    old, new = trained(CFG, 5), trained(CFG, 40)
+    scorer, kafka, book, _ = make(old)
+    sends = kafka.send
+
+    async def swap_on_first_send(topic: str, key: bytes | None, value: bytes) -> None:
+        book.models = {"m": new}  # the follower swaps while outputs are being written
+        await sends(topic, key, value)
+
+    kafka.send = swap_on_first_send  # type: ignore[method-assign]
+    await scorer.score(batch())
+    kafka.send = sends  # type: ignore[method-assign]
+    await scorer.score(batch())
+    versions = [orjson.loads(r.value or b"")["model_version"] for r in kafka.sent(DECISIONS)]
+    assert versions == [old.version] * 8 + [new.version] * 8
+
+
+async def test_an_internal_error_on_one_event_dead_letters_it_and_scores_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scorer, kafka, _, _ = make(trained(CFG, 10))
+    real = scorer_module.score_batch
+
+    def fragile(models, messages, **kw):  # type: ignore[no-untyped-def]
+        if any(m.offset == 2 for m in messages):
+            raise ZeroDivisionError("a bug met by odd data")
+        return real(models, messages, **kw)
+
+    monkeypatch.setattr(scorer_module, "score_batch", fragile)
+    await scorer.score([msg({"id": f"e{i}", "features": [1.0, 2.0, i]}, i) for i in range(4)])
+    assert [orjson.loads(r.value or b"")["id"] for r in kafka.sent(DECISIONS)] == [
+        "e0", "e1", "e3",
+    ]  # fmt: skip
+    (dead,) = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
+    assert (dead["offset"], dead["reason"]) == (2, "schema")
+    assert "ZeroDivisionError" in dead["detail"]

@@ -1,0 +1,194 @@
+"""Scoring as a pure function: determinism, dead letters, batching, equality with the
+learner event by event (no Kafka)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.config import ModelConfig, Settings
+from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.records import (
+    Label,
+    PendingEntry,
+    RawMessage,
+    parse_label_request,
+    parse_model_envelope,
+)
+from service.stream.joins import apply_label
+from service.stream.model import ServedModel, coin, initial_envelope, request_id
+from service.stream.scoring import Limits, ScoreResult, score_batch
+
+from .memory import CFG, msg, trained
+
+
+def models_(**configs: ModelConfig) -> dict[str, ServedModel]:
+    return {name: ServedModel.initial(name, cfg) for name, cfg in configs.items()}
+
+
+def score(models: dict[str, ServedModel], msgs: list[RawMessage], now: float = 100.0
+          ) -> ScoreResult:  # fmt: skip
+    return score_batch(models, msgs, limits=Limits(default_model="m", request_ttl=60.0), now=now)
+
+
+def test_request_id_and_coins_are_deterministic_hashes() -> None:
+    assert request_id("m", "e1") == request_id("m", "e1")
+    assert request_id("m", "e1") != request_id("n", "e1")
+    coins = np.array([coin("m", str(i), 0) for i in range(4000)])
+    assert ((coins >= 0) & (coins < 1)).all()
+    assert abs(coins.mean() - 0.5) < 0.02  # uniform: mean 1/2, sd of mean ~0.0046
+    assert abs((coins < 0.3).mean() - 0.3) < 0.03
+    assert coin("m", "1", 0) != coin("m", "1", 1)  # a new version draws a new coin
+    assert coin("m", "1", 0) != coin("m", "1", 0, "audit")  # independent audit coin
+
+
+def test_one_decision_per_valid_event_in_order_with_dead_letters_for_the_rest() -> None:
+    models = models_(m=CFG)
+    msgs = [
+        msg({"id": "a", "features": [1, 2, 3]}, 0),
+        msg(b"{", 1),
+        msg({"id": "b", "features": [1, 2]}, 2),
+        msg({"id": "c", "model": "zzz", "features": [1, 2, 3]}, 3),
+        msg(b'{"id": "d", "features": [1, NaN, 3]}', 4),
+        msg({"id": "e", "features": [0, 0, 1]}, 5),
+        msg({"features": [0, 0, 1]}, 6),
+    ]
+    out = score(models, msgs)
+    assert [d.id for d in out.decisions] == ["a", "e"]
+    assert [(d.offset, d.reason) for d in out.dead_letters] == [
+        (1, "not_json"),
+        (2, "feature_count"),
+        (3, "unknown_model"),
+        (4, "non_finite"),
+        (6, "schema"),
+    ]
+    assert all(d.source == "features" for d in out.dead_letters)
+
+
+def test_decisions_match_the_learner_and_coins_event_by_event() -> None:
+    served = trained(CFG, 40)
+    events = [{"id": f"e{i}", "features": [float(i % 7) - 3, 1.5, -0.5 * i]} for i in range(60)]
+    out = score({"m": served}, [msg(e, i) for i, e in enumerate(events)])
+    assert len(out.decisions) == 60
+    requested = {r.event_id: r for r in out.label_requests}
+    for ev, d in zip(events, out.decisions, strict=True):
+        z = served.pipeline.transform(np.array(ev["features"], dtype=float))
+        ref = served.learner.decide(z, coin=coin("m", ev["id"], served.version))
+        audited = coin("m", ev["id"], served.version, "audit") < CFG.audit_rate
+        assert d.score == pytest.approx(ref.score)
+        assert d.label == (None if ref.label == 0 else ref.label)
+        assert d.action == ("reject" if ref.label == 0 else "predict")
+        assert d.queried == (ref.query or audited)
+        p, a = ref.query_probability, CFG.audit_rate
+        assert d.query_probability == pytest.approx(1 - (1 - p) * (1 - a))
+        assert d.model_version == served.version == 40
+        assert (ev["id"] in requested) == d.queried
+    assert 0 < len(out.label_requests) < 60
+
+
+def test_batching_never_changes_a_decision() -> None:
+    served = {"m": trained(CFG, 25)}
+    msgs = [msg({"id": f"e{i}", "features": [i * 0.3, -1.0, 2.0 - i * 0.1]}, i) for i in range(30)]
+    whole = score(served, msgs)
+    single = [d for m in msgs for d in score(served, [m]).decisions]
+    assert len(whole.decisions) == len(single) == 30
+    for a, b in zip(whole.decisions, single, strict=True):
+        # same choice; the score may differ in the last bit (matrix product vs dot product)
+        assert (a.id, a.action, a.label, a.queried, a.model_version) == (
+            b.id,
+            b.action,
+            b.label,
+            b.queried,
+            b.model_version,
+        )
+        assert a.score == pytest.approx(b.score, rel=1e-12, abs=1e-12)
+        assert a.query_probability == pytest.approx(b.query_probability, rel=1e-12)
+
+
+def test_label_request_carries_raw_features_and_round_trips() -> None:
+    served = {
+        "m": trained(ModelConfig(algorithm="dral", cost=0.2, n_features=3, audit_rate=0.99), 10)
+    }
+    out = score(served, [msg({"id": "x", "features": [5, -2, 0.5]})], now=50.0)
+    (req,) = out.label_requests
+    assert req.features == [5.0, -2.0, 0.5]
+    assert req.request_id == request_id("m", "x")
+    assert (req.requested_at, req.expires_at) == (50.0, 110.0)
+    assert req.decided_label in (-1, 0, 1)
+    assert 0 < req.priority <= 1
+    assert parse_label_request(req.to_json()) == req
+
+
+def test_named_features_are_put_in_configured_order() -> None:
+    cfg = ModelConfig(algorithm="dsal", cost=0.25, feature_names=["a", "b", "c"], audit_rate=0)
+    models = {"m": trained(cfg, 10)}
+    named = score(models, [msg({"id": "1", "features": {"c": 3, "a": 1, "b": 2}})])
+    listed = score(models, [msg({"id": "1", "features": [1, 2, 3]})])
+    assert named.decisions[0].score == listed.decisions[0].score
+    missing = score(models, [msg({"id": "1", "features": {"a": 1, "b": 2}})])
+    assert missing.dead_letters[0].reason == "feature_count"
+
+
+def test_every_algorithm_scores_and_learns_from_its_initial_state() -> None:
+    settings = Settings()
+    for algo in ("dral", "dsal", "dsol"):
+        cfg = ModelConfig(algorithm=algo, cost=0.2, n_features=3)
+        served = ServedModel.initial("m", cfg)
+        assert served.version == 0
+        out = score({"m": served}, [msg({"id": "a", "features": [1, 2, 3]})])
+        assert len(out.decisions) == 1
+    assert settings.models["default"].n_inputs == 68
+
+
+@pytest.mark.parametrize("algo", ["kernel-dral", "kernel-dsal", "kernel-dsol"])
+def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
+    algo: str,
+) -> None:
+    cfg = ModelConfig(algorithm=algo, cost=0.25, n_features=3, audit_rate=0.2)
+    state = initial_envelope("m", cfg)
+    rng = np.random.default_rng(4)
+    events = [{"id": f"k{i}", "features": rng.normal(size=3).round(3).tolist()} for i in range(40)]
+    out = score({"m": ServedModel.from_envelope(cfg, state)}, [msg(e) for e in events])
+    assert len(out.decisions) == 40
+    assert {d.action for d in out.decisions} == {"reject"}  # f = 0 at the start: inside rho
+    assert out.label_requests, "an untrained model must ask for labels"
+    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
+    offline = make_learner(algo, n_features=4, cost=0.25, seed=0)
+    for offset, req in enumerate(out.label_requests):
+        y = 1 if req.features[0] - req.features[1] > 0 else -1
+        entry = PendingEntry(req, 0)
+        outcome = apply_label(
+            cfg, state, entry, Label(req.request_id, "m", y, "t", None), offset, now=101.0
+        )
+        assert outcome.outcome == "applied", outcome
+        assert outcome.model is not None
+        assert outcome.encoded is not None
+        # the wire form is the state itself, 128-bit generator words included
+        assert parse_model_envelope(outcome.encoded, model="m") == outcome.model
+        state = parse_model_envelope(outcome.encoded, model="m")
+        x = np.array(req.features)
+        pipe.learn(x)
+        offline.update(pipe.transform(x), y)
+    assert state.version == len(out.label_requests)
+    served = ServedModel.from_envelope(cfg, state)
+    assert served.learner.steps == offline.steps > 0
+    probe = rng.normal(size=(10, 3))
+    z = pipe.transform_many(probe)
+    assert served.learner.decide_many(z)[1].tolist() == offline.decide_many(z)[1].tolist()
+    rescored = score({"m": served}, [msg(e) for e in events])
+    assert [d.model_version for d in rescored.decisions] == [state.version] * 40
+
+
+def test_finite_event_whose_score_overflows_is_refused_as_non_finite_alone() -> None:
+    cfg = ModelConfig(
+        algorithm="dsal", cost=0.25, n_features=3, standardize=False,
+        hyperparameters={"w": [1.0, 1.0, 1.0, 0.0]},
+    )  # fmt: skip
+    models = models_(m=cfg)
+    good = {"id": "ok", "features": [0.5, -0.2, 0.1]}
+    huge = {"id": "big", "features": [1.7e308, 1.7e308, 1.7e308]}  # w.x = 5.1e308 = inf
+    out = score(models, [msg(good, 0), msg(huge, 1), msg(good | {"id": "ok2"}, 2)])
+    assert [d.id for d in out.decisions] == ["ok", "ok2"]
+    assert [(d.offset, d.reason) for d in out.dead_letters] == [(1, "non_finite")]
+    alone = score(models, [msg(good, 0)])
+    assert alone.decisions[0].score == out.decisions[0].score == pytest.approx(0.4)
