@@ -29,12 +29,15 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from service.config import Settings, load_settings
 from service.datasets import load_dataset, resolve_dataset_path
+
+if TYPE_CHECKING:
+    from service.stream.client import Client
 
 __all__ = ["main"]
 
@@ -106,7 +109,7 @@ def main(argv: list[str]) -> int:
               f"{args.dataset}: {len(y)} rows x {X.shape[1]} features; oracle answers after "
               f"{args.label_delay:g}s (a stand-in for operations staff)")  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_stream(settings, args, X, y, run))
+            asyncio.run(DemoStream(settings, args, X, y, run).run())
         return 0
     finally:
         if worker is not None and worker.poll() is None:
@@ -181,107 +184,147 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
-async def _stream(
-    settings: Settings, args: argparse.Namespace, X: np.ndarray, y: np.ndarray, run: str
-) -> None:
-    from service.stream.client import Client  # noqa: PLC0415 - keeps --help fast
+def live_line(tally: Tally, now: float, rate: float, metrics: dict[str, float]) -> str:
+    """The once-a-second status line, from the tally, the worker's metrics and the send rate.
 
-    t = settings.topics
-    tally = Tally()
-    cost = args.cost
-    total = args.events if args.events > 0 else None
-
-    def row(event_id: str) -> int:
-        return int(event_id.rsplit("-", 1)[1]) % len(y)
-
-    async with Client(settings) as client:
-        ready = [asyncio.Event(), asyncio.Event()]
-
-        async def watch_decisions() -> None:
-            async for rec in client.follow([t.decisions], positioned=ready[0]):
-                d = json.loads(rec.value)
-                truth = int(y[row(d["id"])])
-                if d["action"] == "reject":
-                    tally.reject += 1
-                    tally.loss += cost
-                else:
-                    tally.predict += 1
-                    tally.loss += 0.0 if d["label"] == truth else 1.0
-
-        async def oracle() -> None:
-            async for rec in client.follow([t.label_requests], positioned=ready[1]):
-                req = json.loads(rec.value)
-                tally.asked += 1
-                asyncio.get_running_loop().call_later(args.label_delay, schedule, req)
-
-        pending: set[asyncio.Task[None]] = set()
-
-        def schedule(req: dict[str, Any]) -> None:
-            task = asyncio.ensure_future(answer(req))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-
-        async def answer(req: dict[str, Any]) -> None:
-            label = int(y[row(req["event_id"])])
-            await client.send(t.labels, req["model"], {
-                "request_id": req["request_id"], "model": req["model"], "label": label,
-                "labelled_by": "oracle", "ts": time.time(),
-            })  # fmt: skip
-            tally.answered += 1
-
-        async def feed() -> None:
-            await asyncio.gather(*(e.wait() for e in ready))
-            interval = 1.0 / args.rate
-            next_at = time.monotonic()
-            i = 0
-            while total is None or i < total:
-                event_id = f"{run}-{i}"
-                await client.send(t.features, event_id, {
-                    "id": event_id, "features": X[i % len(y)].tolist(), "ts": time.time(),
-                })  # fmt: skip
-                tally.sent += 1
-                i += 1
-                next_at += interval
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await client.flush()
-
-        async def report() -> None:
-            last, last_t = 0, time.monotonic()
-            while True:
-                await asyncio.sleep(1.0)
-                now = time.monotonic()
-                rate = (tally.sent - last) / (now - last_t)
-                last, last_t = tally.sent, now
-                m = _metrics(args.web_port)
-                decided = tally.predict + tally.reject
-                applied = m.get("abstain_labels_applied_total", 0.0)
-                est = m.get("abstain_risk_estimate", float("nan")) if applied else float("nan")
-                true_risk = tally.loss / decided if decided else float("nan")
-                print(
-                    f"[{now - tally.started:6.0f}s] {rate:6.0f} ev/s  sent {tally.sent:6d}  "
-                    f"decided {tally.predict:6d} predict / {tally.reject:6d} reject  "
-                    f"labels asked {tally.asked:5d} applied "
-                    f"{applied:5.0f}  "
-                    f"model v{m.get('abstain_model_version', 0):.0f}  "
-                    f"risk est {est:.3f} "
-                    f"(true {true_risk:.3f})",
-                    flush=True,
-                )
-
-        tasks = [asyncio.create_task(c()) for c in (watch_decisions, oracle, report)]
-        try:
-            await feed()
-            deadline = time.monotonic() + 30 + 2 * args.label_delay
-            while tally.predict + tally.reject < tally.sent and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(args.label_delay + 1.5)  # let the last labels land
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+    The risk estimate shows ``nan`` until the worker has applied a label; the true risk shows
+    ``nan`` until a decision has been seen.
+    """
     decided = tally.predict + tally.reject
-    print(f"done: {tally.sent} events, {decided} decisions "
-          f"({tally.reject} rejected), {tally.answered} labels given; true 0-d-1 risk "
-          f"{tally.loss / max(1, decided):.3f}")  # fmt: skip
+    applied = metrics.get("abstain_labels_applied_total", 0.0)
+    est = metrics.get("abstain_risk_estimate", float("nan")) if applied else float("nan")
+    true_risk = tally.loss / decided if decided else float("nan")
+    return (
+        f"[{now - tally.started:6.0f}s] {rate:6.0f} ev/s  sent {tally.sent:6d}  "
+        f"decided {tally.predict:6d} predict / {tally.reject:6d} reject  "
+        f"labels asked {tally.asked:5d} applied "
+        f"{applied:5.0f}  "
+        f"model v{metrics.get('abstain_model_version', 0):.0f}  "
+        f"risk est {est:.3f} "
+        f"(true {true_risk:.3f})"
+    )
+
+
+def done_line(tally: Tally) -> str:
+    """The summary printed once the stream has ended."""
+    decided = tally.predict + tally.reject
+    return (f"done: {tally.sent} events, {decided} decisions "
+            f"({tally.reject} rejected), {tally.answered} labels given; true 0-d-1 risk "
+            f"{tally.loss / max(1, decided):.3f}")  # fmt: skip
+
+
+class DemoStream:
+    """Streams ``X`` as feature events, scores the decisions against ``y``, answers the label
+    requests as the oracle, and reports once a second; :meth:`run` drives it all."""
+
+    def __init__(
+        self, settings: Settings, args: argparse.Namespace, X: np.ndarray, y: np.ndarray, run: str
+    ) -> None:
+        self.settings = settings
+        self.args = args
+        self.X = X
+        self.y = y
+        self.run_id = run
+        self.tally = Tally()
+        self.ready = [asyncio.Event(), asyncio.Event()]  # decisions / label requests followed
+        self.pending: set[asyncio.Task[None]] = set()  # oracle answers being sent
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("DemoStream.client is only available inside run()")
+        return self._client
+
+    def row(self, event_id: str) -> int:
+        """The dataset row behind ``event_id`` (``<run>-<i>``)."""
+        return int(event_id.rsplit("-", 1)[1]) % len(self.y)
+
+    def record_decision(self, decision: dict[str, Any]) -> None:
+        """Count one served decision and its true 0-d-1 loss."""
+        truth = int(self.y[self.row(decision["id"])])
+        if decision["action"] == "reject":
+            self.tally.reject += 1
+            self.tally.loss += self.args.cost
+        else:
+            self.tally.predict += 1
+            self.tally.loss += 0.0 if decision["label"] == truth else 1.0
+
+    async def watch_decisions(self) -> None:
+        topic = self.settings.topics.decisions
+        async for rec in self.client.follow([topic], positioned=self.ready[0]):
+            self.record_decision(json.loads(rec.value))
+
+    async def oracle(self) -> None:
+        topic = self.settings.topics.label_requests
+        async for rec in self.client.follow([topic], positioned=self.ready[1]):
+            req = json.loads(rec.value)
+            self.tally.asked += 1
+            asyncio.get_running_loop().call_later(self.args.label_delay, self.schedule, req)
+
+    def schedule(self, req: dict[str, Any]) -> None:
+        task = asyncio.ensure_future(self.answer(req))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def answer(self, req: dict[str, Any]) -> None:
+        label = int(self.y[self.row(req["event_id"])])
+        await self.client.send(self.settings.topics.labels, req["model"], {
+            "request_id": req["request_id"], "model": req["model"], "label": label,
+            "labelled_by": "oracle", "ts": time.time(),
+        })  # fmt: skip
+        self.tally.answered += 1
+
+    async def feed(self) -> None:
+        await asyncio.gather(*(e.wait() for e in self.ready))
+        total = self.args.events if self.args.events > 0 else None
+        interval = 1.0 / self.args.rate
+        next_at = time.monotonic()
+        i = 0
+        while total is None or i < total:
+            event_id = f"{self.run_id}-{i}"
+            await self.client.send(self.settings.topics.features, event_id, {
+                "id": event_id, "features": self.X[i % len(self.y)].tolist(), "ts": time.time(),
+            })  # fmt: skip
+            self.tally.sent += 1
+            i += 1
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await self.client.flush()
+
+    async def report(self) -> None:
+        last, last_t = 0, time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            rate = (self.tally.sent - last) / (now - last_t)
+            last, last_t = self.tally.sent, now
+            print(live_line(self.tally, now, rate, _metrics(self.args.web_port)), flush=True)
+
+    async def drain(self) -> None:
+        """Wait for the decisions on everything sent, then for the last labels to land."""
+        tally = self.tally
+        deadline = time.monotonic() + 30 + 2 * self.args.label_delay
+        while tally.predict + tally.reject < tally.sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(self.args.label_delay + 1.5)  # let the last labels land
+
+    async def run(self) -> None:
+        from service.stream.client import Client  # noqa: PLC0415 - keeps --help fast
+
+        async with Client(self.settings) as client:
+            self._client = client
+            tasks = [
+                asyncio.create_task(c()) for c in (self.watch_decisions, self.oracle, self.report)
+            ]
+            try:
+                await self.feed()
+                await self.drain()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self._client = None
+        print(done_line(self.tally))
