@@ -3,32 +3,39 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from service.replay import bench
 
-TINY = [
-    "--dataset",
-    "svmguide1",
-    "--repeat",
-    "1",
-    "--events",
-    "50",
-    "--batches",
-    "100",
-    "--budgets",
-    "4,8",
-    "--kernel-events",
-    "20",
-    "--skip-protocol",
-]
+
+def tiny(dataset: Path) -> list[str]:
+    """Arguments of a bench run that takes a fraction of a second on ``dataset``."""
+    return [
+        "--dataset",
+        str(dataset),
+        "--repeat",
+        "1",
+        "--events",
+        "50",
+        "--batches",
+        "100",
+        "--budgets",
+        "4,8",
+        "--kernel-events",
+        "20",
+        "--skip-protocol",
+    ]
 
 
-def test_bench_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(TINY) == 0
+def test_bench_prints_every_section(
+    guide_like_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.main(tiny(guide_like_path)) == 0
     out = capsys.readouterr().out
+    assert f"dataset {guide_like_path}: 600 rows x 4 features" in out
     assert "single events, 4 features" in out
     assert "decide_many throughput" in out
     assert "kernel-dsal, polynomial kernel (degree 2)" in out
@@ -44,7 +51,7 @@ def test_bench_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bench_without_river_says_so_and_goes_on(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    guide_like_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     real = importlib.import_module
 
@@ -54,7 +61,7 @@ def test_bench_without_river_says_so_and_goes_on(
         return real(name, package)
 
     monkeypatch.setattr(bench.importlib, "import_module", no_river)
-    assert bench.main(TINY) == 0
+    assert bench.main(tiny(guide_like_path)) == 0
     out = capsys.readouterr().out
     assert "river not installed" in out
     assert "kernel-dsal" in out

@@ -16,14 +16,19 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_replay_writes_summary_curves_and_figure(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    guide_like_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # the dataset given by name, as with the shared ones: DIR/NAME/NAME under ABSTAIN_DATA_DIR
+    monkeypatch.setenv("ABSTAIN_DATA_DIR", str(guide_like_path.parent.parent))
     out = tmp_path / "out"
-    code = main(["svmguide1", "--runs", "3", "--trials", "500", "--seed", "1", "--out", str(out)])
+    code = main(["guide-like", "--runs", "3", "--trials", "500", "--seed", "1", "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) >= {"dataset", "runs", "trials", "results"}
-    assert (summary["dataset"], summary["runs"], summary["trials"]) == ("svmguide1", 3, 500)
+    assert (summary["dataset"], summary["runs"], summary["trials"]) == ("guide-like", 3, 500)
     assert len(summary["results"]) == 9
     for entry in summary["results"]:
         for key in ("risk_mean", "asked", "misclassified", "rejected"):
@@ -38,17 +43,17 @@ def test_replay_writes_summary_curves_and_figure(
     assert {r["algorithm"] for r in rows} == {"dral", "dsal", "dsol"}
     assert {float(r["cost"]) for r in rows} == {0.1, 0.25, 0.4}
     assert max(int(r["t"]) for r in rows) == 500
-    png = (out / "svmguide1.png").read_bytes()
+    png = (out / "guide-like.png").read_bytes()
     assert png.startswith(PNG_MAGIC)
     assert len(png) < 600_000
     printed = capsys.readouterr()
     assert str(out / "summary.json") in printed.out
 
 
-def test_subset_of_algorithms_and_costs_without_plot(tmp_path: Path) -> None:
+def test_subset_of_algorithms_and_costs_without_plot(guide_like_path: Path, tmp_path: Path) -> None:
     code = main(
         [
-            "svmguide1",
+            str(guide_like_path),
             "--algorithms",
             "dsal",
             "--costs",
@@ -83,10 +88,10 @@ def test_csv_dataset_is_accepted(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["dataset"] == "toy"
 
 
-def test_kernel_budget_study_writes_table_and_figure(tmp_path: Path) -> None:
+def test_kernel_budget_study_writes_table_and_figure(guide_like_path: Path, tmp_path: Path) -> None:
     code = main(
         [
-            "svmguide1",
+            str(guide_like_path),
             "--kernel",
             "poly",
             "--algorithms",
@@ -120,20 +125,26 @@ def test_kernel_budget_study_writes_table_and_figure(tmp_path: Path) -> None:
     ("args", "fragment"),
     [
         (["no-such-dataset"], "not found"),
-        (["svmguide1", "--algorithms", "dral,svm"], "unknown algorithm"),
-        (["svmguide1", "--costs", "0.1,0.5"], "(0, 0.5)"),
-        (["svmguide1", "--costs", "0"], "(0, 0.5)"),
-        (["svmguide1", "--costs", "abc"], "numbers"),
-        (["svmguide1", "--runs", "0"], ">= 1"),
-        (["svmguide1", "--runs", "many"], "invalid int"),
-        (["svmguide1", "--param", "etaa=1"], "etaa"),
-        (["svmguide1", "--budgets", "10"], "kernel"),
-        (["svmguide1", "--format", "arff"], "invalid choice"),
+        (["DATA", "--algorithms", "dral,svm"], "unknown algorithm"),
+        (["DATA", "--costs", "0.1,0.5"], "(0, 0.5)"),
+        (["DATA", "--costs", "0"], "(0, 0.5)"),
+        (["DATA", "--costs", "abc"], "numbers"),
+        (["DATA", "--runs", "0"], ">= 1"),
+        (["DATA", "--runs", "many"], "invalid int"),
+        (["DATA", "--param", "etaa=1"], "etaa"),
+        (["DATA", "--budgets", "10"], "kernel"),
+        (["DATA", "--format", "arff"], "invalid choice"),
     ],
 )
 def test_errors_exit_2_with_a_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+    guide_like_path: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    fragment: str,
 ) -> None:
+    """Each bad argument is refused on its own: ``DATA`` is a dataset that loads."""
+    args = [str(guide_like_path) if a == "DATA" else a for a in args]
     code = main([*args, "--trials", "20", "--no-progress", "--out", str(tmp_path / "o")])
     assert code == 2
     err = capsys.readouterr().err
@@ -151,8 +162,10 @@ def test_malformed_dataset_exits_2_naming_the_line(
     assert "bad.svm:2" in capsys.readouterr().err
 
 
-def test_missing_out_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["svmguide1"]) == 2
+def test_missing_out_is_a_usage_error(
+    guide_like_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(guide_like_path)]) == 2
     assert "--out" in capsys.readouterr().err
 
 
@@ -161,7 +174,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--algorithms" in capsys.readouterr().out
 
 
-def test_module_entry_point_dispatches_to_replay(tmp_path: Path) -> None:
+def test_module_entry_point_dispatches_to_replay(guide_like_path: Path, tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [
@@ -169,7 +182,7 @@ def test_module_entry_point_dispatches_to_replay(tmp_path: Path) -> None:
             "-m",
             "service",
             "replay",
-            "svmguide1",
+            str(guide_like_path),
             "--costs",
             "0.7",
             "--out",
@@ -185,9 +198,13 @@ def test_module_entry_point_dispatches_to_replay(tmp_path: Path) -> None:
     assert "cost must be in (0, 0.5)" in proc.stderr
 
 
-def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_output_exits_2(
+    guide_like_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    args = ["svmguide1", "--runs", "1", "--trials", "20", "--no-plot", "--no-progress"]
+    args = [str(guide_like_path), "--runs", "1", "--trials", "20", "--no-plot", "--no-progress"]
     assert main([*args, "--out", str(blocker / "sub")]) == 2
-    assert "error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error" in err
+    assert str(blocker) in err  # the output directory is what failed, not the dataset
