@@ -11,7 +11,7 @@ Secrets (the label API token, the Kafka password) are ``SecretStr``: they never 
 
 Errors::
 
-    ValueError
+    AbstainError, ValueError
      └── ConfigError          invalid settings; the message names the offending field
 
 >>> s = Settings()

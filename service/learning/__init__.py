@@ -21,9 +21,10 @@ the replay command and notebooks share one implementation.
   with :class:`BatchStandardizer` for per-run online standardisation.
 * State: versioned JSON-safe records (:mod:`.state`), :func:`learner_from_state`.
 
-Exception tree (every class is a ``ValueError``)::
+Exception tree (every class is a ``ValueError`` and an ``AbstainError``, the root of the
+package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 
-    ValueError
+    AbstainError, ValueError
      └── LearningError             anything raised on purpose by service.learning
           ├── HyperparameterError  a constructor/config argument outside its declared bounds
           ├── InputError           an example the model cannot take (the model is unchanged)

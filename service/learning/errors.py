@@ -1,7 +1,8 @@
 """Errors raised by :mod:`service.learning` (the tree is drawn in the package docstring).
 
 Every error is a :class:`ValueError`, so callers that only know the standard library
-still catch it; callers inside the product catch :class:`LearningError`.
+still catch it, and a :class:`service.errors.AbstainError` (the package-wide root, a
+standard-library-only module); callers inside the product catch :class:`LearningError`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Command line (``python -m service kafka ...``)::
 
 Exceptions::
 
-    LocalKafkaError (RuntimeError)
+    LocalKafkaError (AbstainError, RuntimeError)
      ├── FetchError       the jars could not be fetched (no mvn, or mvn failed)
      ├── StartError       the broker did not start, or did not answer in time
      └── StateFileError   the state file exists but cannot be read

@@ -11,9 +11,10 @@ experimental protocol), its figures, and the learners' micro-benchmarks.
 * :mod:`.cli` — ``abstain replay``; :mod:`.bench` — ``abstain bench``.
 
 Exception tree (dataset errors come from :class:`service.datasets.DatasetError`, learner
-errors from :class:`service.learning.LearningError`; both are ``ValueError`` too)::
+errors from :class:`service.learning.LearningError`; all three derive from
+:class:`service.errors.AbstainError` and ``ValueError``)::
 
-    ValueError
+    AbstainError, ValueError
      └── ReplayError             anything raised on purpose by service.replay
           └── ReplayConfigError  an invalid option (algorithm, cost, runs, --param, ...)
 

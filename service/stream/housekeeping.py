@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiokafka.errors import KafkaError
 
@@ -42,7 +42,6 @@ class WorkerStatus:
     broker_reachable: bool = True
     live: bool = True
     stalled: tuple[str, ...] = ()
-    models: dict[str, int] = field(default_factory=dict)  # version served, by model
 
 
 class Housekeeping:
@@ -97,7 +96,6 @@ class Housekeeping:
             broker_reachable=report.broker_reachable,
             live=report.live,
             stalled=report.stalled,
-            models={name: m.version for name, m in self.book.snapshot().items()},
         )
         return self.status
 

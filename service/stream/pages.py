@@ -46,8 +46,9 @@ def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) 
     class ReadyView(faust.web.View):
         async def get(self, request: Any) -> Any:
             status = parts.housekeeping.status
+            models = {name: m.version for name, m in parts.book.snapshot().items()}  # live
             detail = {"recovered": status.recovered, "models_loaded": status.models_loaded,
-                      "models": status.models}  # fmt: skip
+                      "models": models}  # fmt: skip
             return _reply(self, views.ready(status.ready, detail))
 
     async def produce(label: Label) -> None:
