@@ -17,9 +17,15 @@ Errors::
 >>> s = Settings()
 >>> s.topics.features, s.web.port, sorted(s.models)
 ('abstain.features', 6066, ['default'])
->>> "secret" in repr(Settings(label_token="secret"))
+>>> "secret" in repr(Settings(label_token="a-secret-of-16-chars"))
 False
-"""
+>>> try:
+...     load_settings(label_token="")
+... except ConfigError as exc:
+...     print(exc)
+invalid settings:
+  label_token: label_token is empty: unset it to turn HTTP labelling off, or give at least 16 characters
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -60,6 +67,37 @@ __all__ = [
 ALGORITHMS = ALGORITHM_NAMES  # the names live in service.learning
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+#: shortest accepted label token and snapshot key (characters)
+MIN_TOKEN: Final = 16
+MIN_KEY: Final = 32
+
+
+def check_secret(value: SecretStr | None, name: str, minimum: int) -> SecretStr | None:
+    """``value`` if it is a usable secret: not empty, no surrounding white space (a newline
+    read from a file would otherwise silently change it), at least ``minimum`` characters.
+
+    >>> check_secret(SecretStr("x" * 16), "t", 16) is not None
+    True
+    >>> check_secret(SecretStr("x" * 16 + chr(10)), "t", 16)
+    Traceback (most recent call last):
+    ...
+    ValueError: t has white space at its start or end (a newline read from a file?): remove it
+    """
+    if value is None:
+        return None
+    text = value.get_secret_value()
+    if not text.strip():
+        off = "turn HTTP labelling off" if name == "label_token" else "turn signing off"
+        raise ValueError(f"{name} is empty: unset it to {off}, or give at least {minimum} "
+                         "characters")  # fmt: skip
+    if text != text.strip():
+        raise ValueError(
+            f"{name} has white space at its start or end (a newline read from a file?): remove it"
+        )
+    if len(text) < minimum:
+        raise ValueError(f"{name} is {len(text)} characters; give at least {minimum}")
+    return value
 
 
 class ConfigError(AbstainError, ValueError):
@@ -221,7 +259,7 @@ class KafkaSecurity(BaseModel):
         if self.uses_sasl:
             if self.sasl_mechanism is None:
                 raise ValueError(f"security protocol {self.protocol} needs sasl_mechanism")
-            if self.username is None or self.password is None:
+            if self.username is None or self.password is None or not _given(self.password):
                 raise ValueError(f"security protocol {self.protocol} needs username and password")
         elif self.sasl_mechanism is not None:
             raise ValueError(f"sasl_mechanism given but protocol is {self.protocol}")
@@ -258,6 +296,10 @@ class KafkaSecurity(BaseModel):
         return kwargs
 
 
+def _given(secret: SecretStr) -> bool:
+    return bool(secret.get_secret_value().strip())
+
+
 def _default_models() -> dict[str, ModelConfig]:
     return {"default": ModelConfig(algorithm="dsal", cost=0.25, n_features=68)}
 
@@ -279,7 +321,31 @@ class Settings(BaseSettings):
     partitions: Partitions = Partitions()
     web: Web = Web()
     security: KafkaSecurity = KafkaSecurity()
-    label_token: SecretStr | None = None
+    label_token: SecretStr | None = Field(
+        default=None, description=f"bearer token for the label API (>= {MIN_TOKEN} characters)"
+    )
+    snapshot_key: SecretStr | None = Field(
+        default=None,
+        description=f"HMAC key that signs model snapshots (>= {MIN_KEY} characters); when set, "
+        "unsigned or mis-signed snapshots are refused",
+    )
+    snapshot_key_previous: SecretStr | None = Field(
+        default=None, description="the key being rotated out: still accepted, never used to sign"
+    )
+    max_importance_weight: float = Field(
+        default=100.0,
+        ge=1.0,
+        description="cap of 1/p for a label's importance weight (p is floored at its inverse)",
+    )
+    republish_seconds: float = Field(
+        default=300.0,
+        gt=0.0,
+        description="how often the learner publishes its models' newest snapshots again (so a "
+        "bad or deleted record on the models topic is replaced, and a new key re-signs them)",
+    )
+    label_ack_timeout_seconds: float = Field(
+        default=5.0, gt=0.0, le=60.0, description="longest wait for Kafka to acknowledge a label"
+    )
     request_ttl_seconds: float = Field(default=3600.0, gt=0.0)
     max_message_bytes: int = Field(default=1_000_000, ge=64)
     max_features: int = Field(default=100_000, ge=1)
@@ -314,6 +380,12 @@ class Settings(BaseSettings):
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     default_model: str = "default"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("label_token", "snapshot_key", "snapshot_key_previous")
+    @classmethod
+    def _secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        minimum = MIN_TOKEN if info.field_name == "label_token" else MIN_KEY
+        return check_secret(value, str(info.field_name), minimum)
 
     @field_validator("broker", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -104,6 +105,7 @@ def main(argv: list[str]) -> int:
         worker = _start_worker(workdir, broker, args.web_port)
         print(f"worker pid {worker.pid}, http://127.0.0.1:{args.web_port}/labels  "
               f"(logs: {workdir}/worker.log)")  # fmt: skip
+        print(f"label token for this run: {config['label_token']}")
         _wait_ready(worker, args.web_port, workdir)
         print(f"model {config['models']['default']['algorithm']} d={args.cost} on "
               f"{args.dataset}: {len(y)} rows x {X.shape[1]} features; oracle answers after "
@@ -133,7 +135,7 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) 
             for k in ("features", "decisions", "label_requests", "labels", "models", "dead_letters")
         },  # fmt: skip
         "partitions": {"features": 4, "decisions": 4, "labels": 1},
-        "label_token": "demo",
+        "label_token": secrets.token_urlsafe(24),  # a new one each run (printed at start)
         "request_ttl_seconds": max(60.0, 10 * args.label_delay),
         "session_timeout_seconds": 10,
         "models": {

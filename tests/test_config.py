@@ -118,7 +118,7 @@ def test_validation_errors_name_the_field(overrides: dict[str, object], field: s
 
 def test_secrets_never_show_in_repr_or_dump() -> None:
     s = load_settings(
-        label_token="tok-123",  # noqa: S106 - test secret
+        label_token="tok-123-long-enough",  # noqa: S106 - test secret
         security={
             "protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": "PLAIN",
@@ -127,10 +127,10 @@ def test_secrets_never_show_in_repr_or_dump() -> None:
         },
     )
     text = repr(s) + str(s) + str(s.model_dump())
-    assert "tok-123" not in text
+    assert "tok-123-long-enough" not in text
     assert "pw-456" not in text
     assert s.label_token is not None
-    assert s.label_token.get_secret_value() == "tok-123"
+    assert s.label_token.get_secret_value() == "tok-123-long-enough"
 
 
 def test_sasl_settings_become_aiokafka_arguments() -> None:

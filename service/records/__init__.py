@@ -8,7 +8,8 @@ depends on none of them.
 - :mod:`.reasons`: the closed sets (:class:`Source`, :class:`Action`, :class:`Reason`);
 - :mod:`.codec`: orjson out, validated JSON in, :class:`BadMessage` with a reason;
 - :mod:`.wire`: topic records (feature event, decision, label request, label, dead letter);
-- :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label).
+- :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label);
+- :mod:`.signing`: the HMAC signature of model snapshots.
 
 Errors::
 
@@ -27,6 +28,7 @@ from service.records.codec import (
     encode_finite,
 )
 from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
+from service.records.signing import SIGNATURE_HEADER, Signer
 from service.records.state import (
     MODEL_FORMAT,
     MODEL_FORMAT_VERSION,
@@ -70,6 +72,8 @@ __all__ = [
     "RawMessage",
     "Reason",
     "RecordError",
+    "SIGNATURE_HEADER",
+    "Signer",
     "Source",
     "decode_json",
     "decode_object",

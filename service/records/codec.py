@@ -95,14 +95,24 @@ def _all_finite(value: Any) -> bool:
 
 
 def decode_object(raw: bytes, *, max_bytes: int | None = None) -> dict[str, Any]:
-    """Parse JSON bytes that must hold an object (state records, written by this service).
+    """Parse JSON bytes that must hold an object: state records, which this service writes
+    with orjson, so anything orjson would not read (``NaN``, ``1e999``) is refused here.
 
     >>> decode_object(b'[1]')
     Traceback (most recent call last):
     ...
     service.records.codec.BadMessage: schema: expected a JSON object, got list
-    """
-    return obj(decode_json(raw, max_bytes=max_bytes))
+    >>> decode_object(b'{"w": [NaN]}')
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: not_json: unexpected character, expected a JSON value: line 1 column 8 (char 7)
+    """  # noqa: E501
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise BadMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
+    try:
+        return obj(orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        raise BadMessage("not_json", str(exc)) from None
 
 
 def decode_json(raw: bytes, *, max_bytes: int | None = None) -> Any:

@@ -23,6 +23,7 @@ class Source(StrEnum):
     FEATURES = "features"
     LABELS = "labels"
     LABEL_REQUESTS = "label-requests"
+    MODELS = "models"
 
 
 class Action(StrEnum):
@@ -45,6 +46,12 @@ class Reason(StrEnum):
     EXPIRED = "expired"
     ALREADY_APPLIED = "already_applied"
     OVERSIZE = "oversize"
+    BAD_KEY = "bad_key"  # the record's key is not what its content says (model name)
+    WRONG_PARTITION = "wrong_partition"  # not on the partition its model's key maps to
+    FORGED_ID = "forged_id"  # a request id the service would not derive from (model, event)
+    DUPLICATE_ID = "duplicate_id"  # an event id seen before with other features
+    UNSIGNED = "unsigned"  # a snapshot without a signature while a key is configured
+    BAD_SIGNATURE = "bad_signature"  # a snapshot whose signature does not verify
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 

@@ -13,7 +13,8 @@ Model envelope (JSON)::
     {"format": "abstain.model", "format_version": 1, "model": name, "version": int,
      "pipeline": Pipeline.to_state(), "learner": learner.to_state(),
      "labels_offset": int (-1 = none), "labels_applied": int,
-     "iw_loss": float, "iw_weight": float, "updated_at": float}
+     "iw_loss": float, "iw_weight": float, "updated_at": float,
+     "labels_partition": int (-1 = none; absent in records written before it existed)}
 
 Risk: a label for a served decision carries the effective query probability p. The sums
 ``iw_loss = sum L_d / p`` and ``iw_weight = sum 1 / p`` estimate the total 0-d-1 loss and the
@@ -62,6 +63,8 @@ __all__ = [
 
 MODEL_FORMAT: Final = "abstain.model"
 MODEL_FORMAT_VERSION: Final = 1
+#: versions, offsets and counts stay below 2**53 (exact in every JSON reader)
+MAX_COUNTER: Final = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,13 @@ class ModelEnvelope:
     iw_loss: float = 0.0
     iw_weight: float = 0.0
     updated_at: float = 0.0
+    labels_partition: int = -1  # the labels partition ``labels_offset`` counts in
+
+    def applied(self, partition: int, offset: int) -> bool:
+        """True if the label at ``offset`` of labels ``partition`` is already in the model
+        (offsets are compared only within one partition: a model whose key moved to another
+        partition, after the labels topic grew, starts counting again there)."""
+        return partition == self.labels_partition and offset <= self.labels_offset
 
     @property
     def risk(self) -> float:
@@ -127,9 +137,13 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         iw_loss=number(record, "iw_loss"),
         iw_weight=number(record, "iw_weight"),
         updated_at=number(record, "updated_at"),
-    )
-    if envelope.version < 0 or envelope.labels_offset < -1 or envelope.labels_applied < 0:
-        raise BadMessage("schema", f"model state for {model!r} has a negative counter")
+        labels_partition=integer(record, "labels_partition") if "labels_partition" in record
+        else -1,
+    )  # fmt: skip
+    counters = (envelope.version, envelope.labels_applied, envelope.labels_offset + 1,
+                envelope.labels_partition + 1)  # fmt: skip
+    if not all(0 <= c < MAX_COUNTER for c in counters):
+        raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:
         raise BadMessage("schema", f"model state for {model!r} has a negative risk sum")
     return envelope

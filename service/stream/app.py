@@ -31,11 +31,11 @@ from service.stream.joiner import LabelJoiner
 from service.stream.kafka import broker_credentials
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
-from service.stream.outputs import Outputs
+from service.stream.outputs import Headers, Outputs
 from service.stream.pages import mount_web
 from service.stream.partitions import Progress
 from service.stream.scorer import Scorer
-from service.stream.snapshots import ModelBook, follow_models
+from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
 __all__ = ["Parts", "create_app"]
@@ -59,9 +59,11 @@ class FaustSink:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None
+    ) -> None:
         await self.app.producer.send(topic, key, value, partition=None, timestamp=None,
-                                     headers=None)  # fmt: skip
+                                     headers=headers)  # fmt: skip
 
     async def flush(self) -> None:
         await self.app.producer.flush()
@@ -112,7 +114,8 @@ def create_app(
     """Build a faust app for ``settings`` (nothing is started)."""
     s, t, n = settings, settings.topics, settings.partitions
     metrics = Metrics(registry if registry is not None else CollectorRegistry(), models=s.models)
-    book = ModelBook(s, on_swap=lambda m: metrics.set_model(m.name, **m.gauges()))
+    signer = signer_for(s)
+    book = ModelBook(s, signer=signer, on_swap=lambda m: metrics.set_model(m.name, **m.gauges()))
     app = _faust_app(s)
     outputs_ = [_topic(app, t.decisions, partitions=n.decisions),
                 _topic(app, t.models, partitions=n.models, compacting=True),
@@ -127,7 +130,7 @@ def create_app(
                                 client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
     continuity = Continuity(gaps.committed, gaps.fetch)
     intake = Intake(continuity, view, progress, metrics)
-    outputs = Outputs(FaustSink(app), t, metrics)
+    outputs = Outputs(FaustSink(app), t, metrics, signer=signer)
     scorer = Scorer(s, book.snapshot, outputs, metrics, clock=clock)
     pending = PendingStore(_table(app, "pending", n.labels))
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
@@ -135,7 +138,7 @@ def create_app(
                          models=ModelStore(_table(app, "models", n.labels), initial),
                          outputs=outputs, metrics=metrics, clock=clock)  # fmt: skip
     housekeeping = Housekeeping(
-        s, view=view, book=book, pending=pending, scorer=scorer, metrics=metrics,
+        s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,
         liveness=LivenessMonitor(view, progress, metrics, watched=consumed,
                                  stall_seconds=s.stall_seconds),
         tender=QuietTender(view, continuity, progress, watched=consumed),
@@ -169,7 +172,8 @@ def create_app(
     @app.task  # type: ignore[untyped-decorator]
     async def follow() -> None:
         await declare_outputs()
-        await follow_models(s, book, consumer_kwargs=s.security.aiokafka_kwargs())
+        await follow_models(s, book, consumer_kwargs=s.security.aiokafka_kwargs(),
+                            refused=outputs.refused_snapshot)  # fmt: skip
 
     @app.timer(1.0)  # type: ignore[untyped-decorator]
     async def tick() -> None:

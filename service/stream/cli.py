@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from service.config import ConfigError, Settings, load_settings
-from service.records import BadMessage, Label, decode_json, dumps
+from service.records import SIGNATURE_HEADER, BadMessage, Label, decode_json, dumps
 from service.stream.kafka import produce_one, read_topic
 from service.stream.rebuild import LogRecord, Rebuilt, rebuild_model, summary
+from service.stream.snapshots import signer_for
 
 __all__ = ["main"]
 
@@ -139,10 +140,10 @@ def _rebuild(argv: list[str]) -> int:
         return 2
     rebuilt = asyncio.run(rebuild_from_topics(settings, args.model))
     if args.publish:
-        asyncio.run(
-            produce_one(settings, settings.topics.models, args.model.encode(),
-                        rebuilt.model.to_json())
-        )  # fmt: skip
+        key, value = args.model.encode(), rebuilt.model.to_json()
+        signer = signer_for(settings)
+        headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
+        asyncio.run(produce_one(settings, settings.topics.models, key, value, headers))
     print(dumps({**summary(rebuilt), "published": bool(args.publish)}).decode())
     return 0
 

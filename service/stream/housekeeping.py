@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from service.config import Settings
 from service.metrics import Metrics
 from service.stream.continuity import QuietTender
+from service.stream.joiner import LabelJoiner
 from service.stream.liveness import LivenessMonitor
 from service.stream.partitions import ConsumerView
 from service.stream.scorer import Scorer
@@ -55,6 +56,7 @@ class Housekeeping:
         book: ModelBook,
         pending: PendingStore,
         scorer: Scorer,
+        joiner: LabelJoiner,
         liveness: LivenessMonitor,
         tender: QuietTender,
         metrics: Metrics,
@@ -64,6 +66,8 @@ class Housekeeping:
         self.book = book
         self.pending = pending
         self.scorer = scorer
+        self.joiner = joiner
+        self.republished_at: float | None = None
         self.liveness = liveness
         self.tender = tender
         self.metrics = metrics
@@ -75,9 +79,10 @@ class Housekeeping:
         recovered = self.view.recovery().completed
         if recovered:
             labels = self.settings.topics.labels
-            self.pending.refresh(
+            moved = self.pending.refresh(
                 frozenset(tp.partition for tp in self.view.assignment() if tp.topic == labels)
             )
+            await self._republish(now, due=moved)
         self._gauges(now)
         if self.status.ready and self.ready_since is None:
             self.ready_since = now
@@ -106,6 +111,21 @@ class Housekeeping:
             self.metrics.oldest_pending_age.labels(model=model).set(age)
         for model, rate in self.scorer.query_rates().items():
             self.metrics.query_rate.labels(model=model).set(rate)
+
+    async def _republish(self, now: float, *, due: bool) -> None:
+        """The learner's models again on the models topic: after an assignment, and every
+        ``republish_seconds`` (a bad or deleted record there is replaced)."""
+        last = self.republished_at
+        if not due and last is not None and now - last < self.settings.republish_seconds:
+            return
+        self.republished_at = now
+        try:
+            published = await self.joiner.republish()
+        except (KafkaError, OSError) as exc:  # the broker is away: try again next time
+            log.warning("republishing models failed: %r", exc)
+            return
+        if published:
+            log.info("republished models %s", published)
 
     async def _tend(self, now: float, since: float) -> None:
         try:

@@ -23,6 +23,7 @@ effect is stored: its own offset was committed long ago, so the parked copy is a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -33,6 +34,7 @@ from service.records import (
     BadMessage,
     DeadLetter,
     Label,
+    LabelRequest,
     PendingEntry,
     RawMessage,
     Reason,
@@ -41,6 +43,8 @@ from service.records import (
     parse_label_request,
 )
 from service.stream.joins import LabelOutcome, Outcome, apply_label, park_label
+from service.stream.kafka import partition_for
+from service.stream.model import request_id
 from service.stream.outputs import Outputs
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
@@ -76,6 +80,19 @@ class LabelJoiner:
         self.metrics = metrics
         self.clock = clock
         self.seen = 0  # records handled: sweeps run every ``settings.sweep_every``
+        # a model write and its snapshot are one step: a republish never slips between them
+        self._publishing = asyncio.Lock()
+
+    async def republish(self) -> list[str]:
+        """Publish the newest stored snapshot of every model this learner holds again (signed
+        with the current key): a record on the models topic that was refused, forged or
+        deleted is replaced, and a rotated key re-signs what scorers read after a restart.
+        Returns the models published."""
+        async with self._publishing:
+            stored = self.models.stored()
+            for name, encoded in stored:
+                await self.outputs.model(name, encoded)
+        return [name for name, _ in stored]
 
     async def handle(self, message: RawMessage) -> None:
         """Handle one consumed record of either topic; sweep its partition now and then."""
@@ -104,6 +121,11 @@ class LabelJoiner:
                 got, want = len(request.features), config.n_inputs
                 detail = f"model {request.model!r} takes {want} features, got {got}"
                 raise BadMessage("feature_count", detail)
+            if request.request_id != request_id(request.model, request.event_id):
+                detail = f"{request.request_id} is not the id of event {request.event_id!r}"
+                raise BadMessage("forged_id", f"{detail} of model {request.model!r}")
+            self._check_placement(message, request.model)
+            self._check_duplicate(request)
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABEL_REQUESTS, message, bad.reason, bad.detail)
@@ -124,6 +146,7 @@ class LabelJoiner:
             label = parse_label(message.value, max_bytes=self.settings.max_message_bytes)
             if label.model not in self.settings.models:
                 raise BadMessage("unknown_model", f"no model named {label.model!r}")
+            self._check_placement(message, label.model)
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
@@ -131,16 +154,38 @@ class LabelJoiner:
             return
         await self._join(label, message, parked=False)
 
+    def _check_placement(self, message: RawMessage, model: str) -> None:
+        """Requests and labels are keyed by model, and a model's records all live on the
+        partition its key maps to: that is what makes one learner own a model. Anything
+        else is refused (a label on another partition would be compared with another
+        partition's offsets)."""
+        if message.key != model.encode():
+            raise BadMessage("bad_key", f"key {message.key!r} is not the model name {model!r}")
+        partitions = self.settings.partitions.labels
+        expected = partition_for(model.encode(), partitions)
+        if message.partition != expected:
+            where = f"partition {expected} of {partitions}, not {message.partition}"
+            raise BadMessage("wrong_partition", f"model {model!r} maps to {where}")
+
+    def _check_duplicate(self, request: LabelRequest) -> None:
+        """A request for an event id already asked about, with other features, is another
+        event reusing the id: it cannot share the first one's answer."""
+        known = self.pending.get(request.request_id)
+        if known is not None and known.request.features != request.features:
+            raise BadMessage("duplicate_id", f"event {request.event_id!r} of model "
+                             f"{request.model!r} was asked about with other features")  # fmt: skip
+
     async def _join(self, label: Label, message: RawMessage, *, parked: bool) -> None:
         model = self.models.get(label.model)
         pending = self.pending.get(label.request_id)
         now = self.clock()
-        if pending is None and not parked and message.offset > model.labels_offset:
+        if pending is None and not parked and not model.applied(message.partition, message.offset):
             self._park(label, message, now)
             return
         config = self.settings.models[label.model]
         outcome = apply_label(config, model, pending, label, message.offset, now=now,
-                              parked=parked)  # fmt: skip
+                              partition=message.partition, parked=parked,
+                              max_weight=self.settings.max_importance_weight)  # fmt: skip
         if outcome.outcome is Outcome.APPLIED:
             await self._store(outcome)
         else:
@@ -161,11 +206,12 @@ class LabelJoiner:
         assert model is not None  # noqa: S101 - an applied outcome carries all three
         assert pending is not None  # noqa: S101
         assert encoded is not None  # noqa: S101
-        self.pending.put(pending)
-        await self.outputs.durable()
-        self.models.put(model, encoded)
-        await self.outputs.model(model, encoded)
         name = model.model
+        async with self._publishing:
+            self.pending.put(pending)
+            await self.outputs.durable()
+            self.models.put(model, encoded)
+            await self.outputs.model(name, encoded)
         self.metrics.labels_applied.labels(model=name).inc()
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
         self.metrics.label_turnaround.labels(model=name).observe(outcome.turnaround)

@@ -70,11 +70,13 @@ def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
 
 
 def _check_join(
-    model: ModelEnvelope, pending: PendingEntry | None, label: Label, offset: int, *,
+    model: ModelEnvelope, pending: PendingEntry | None, label: Label, where: tuple[int, int], *,
     now: float, parked: bool,
 ) -> LabelOutcome | None:  # fmt: skip
-    """Why ``label`` cannot be applied (None: it can)."""
-    if not parked and offset <= model.labels_offset:
+    """Why ``label`` (at labels ``where`` = (partition, offset)) cannot be applied (None:
+    it can)."""
+    partition, offset = where
+    if not parked and model.applied(partition, offset):
         return _unapplied(Outcome.IGNORED, Reason.REDELIVERED, f"offset {offset} already applied")
     if pending is None or pending.model != label.model:
         return _unapplied(Outcome.DEAD, Reason.UNKNOWN_REQUEST,
@@ -104,17 +106,21 @@ def apply_label(
     offset: int,
     *,
     now: float,
+    partition: int = 0,
     parked: bool = False,
+    max_weight: float = 100.0,
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
     The standardiser learns from the labelled example first, then the learner updates on the
     transformed example. Inputs are never changed (records are frozen).
 
+    ``partition``, ``offset``: where the label was read on the labels topic.
     ``parked``: the label was consumed earlier (before its request, see :func:`park_label`)
     and is applied now that the request arrived, so its offset may lie below
-    ``labels_offset`` without being a redelivery."""
-    refusal = _check_join(model, pending, label, offset, now=now, parked=parked)
+    ``labels_offset`` without being a redelivery. ``max_weight`` caps the importance weight
+    1/p of the label in the risk estimate (p is floored at ``1 / max_weight``)."""
+    refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)
     if refusal is not None:
         return refusal
     assert pending is not None  # noqa: S101 - _check_join refuses a missing request
@@ -132,13 +138,16 @@ def apply_label(
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
                           "update gave non-finite parameters")  # fmt: skip
-    p = pending.request.query_probability
+    p = max(pending.request.query_probability, 1.0 / max_weight)
     loss = zero_one_d_loss(pending.request.decided_label, label.label, config.cost) / p
     new_model = model.replace(
         version=model.version + 1,
         pipeline=new_pipeline,
         learner=new_learner,
-        labels_offset=max(offset, model.labels_offset),
+        labels_offset=max(offset, model.labels_offset)
+        if partition == model.labels_partition
+        else offset,
+        labels_partition=partition,
         labels_applied=model.labels_applied + 1,
         iw_loss=model.iw_loss + loss,
         iw_weight=model.iw_weight + 1.0 / p,

@@ -17,12 +17,14 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import murmur2
 
 from service.config import KafkaSecurity, Settings
 from service.stream.errors import TopicError
 
 __all__ = [
     "broker_credentials",
+    "partition_for",
     "produce_one",
     "read_topic",
     "reader",
@@ -46,6 +48,16 @@ def broker_credentials(security: KafkaSecurity) -> Any:
     if security.uses_ssl:
         return faust.SSLCredentials(security.ssl_context())
     return None
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2, as faust and aiokafka producers
+    use) gives ``key`` among ``partitions``.
+
+    >>> partition_for(b"default", 1), 0 <= partition_for(b"fraud", 8) < 8
+    (0, True)
+    """
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def reader(
@@ -93,7 +105,13 @@ async def topic_partitions(
     raise TopicError(f"topic {topic!r} does not exist")
 
 
-async def produce_one(settings: Settings, topic: str, key: bytes | None, value: bytes) -> None:
+async def produce_one(
+    settings: Settings,
+    topic: str,
+    key: bytes | None,
+    value: bytes,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
     """Write one record and wait until the broker has it (acks=all)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
@@ -103,7 +121,7 @@ async def produce_one(settings: Settings, topic: str, key: bytes | None, value: 
     )
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, key=key)
+        await producer.send_and_wait(topic, value, key=key, headers=headers)
     finally:
         await producer.stop()
 

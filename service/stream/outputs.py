@@ -15,15 +15,29 @@ from typing import Protocol
 
 from service.config import Topics
 from service.metrics import Metrics
-from service.records import DeadLetter, Decision, LabelRequest, ModelEnvelope
+from service.records import (
+    SIGNATURE_HEADER,
+    BadMessage,
+    DeadLetter,
+    Decision,
+    LabelRequest,
+    RawMessage,
+    Signer,
+    Source,
+)
 
-__all__ = ["Outputs", "Sink"]
+__all__ = ["Headers", "Outputs", "Sink"]
+
+#: Kafka record headers, as aiokafka and faust take them
+Headers = list[tuple[str, bytes]]
 
 
 class Sink(Protocol):
     """Records out to Kafka."""
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None
+    ) -> None:
         """Queue one record (not awaited to the broker)."""
 
     async def flush(self) -> None:
@@ -33,10 +47,13 @@ class Sink(Protocol):
 class Outputs:
     """The stream's output topics, by record type."""
 
-    def __init__(self, sink: Sink, topics: Topics, metrics: Metrics) -> None:
+    def __init__(
+        self, sink: Sink, topics: Topics, metrics: Metrics, *, signer: Signer | None = None
+    ) -> None:
         self.sink = sink
         self.topics = topics
         self.metrics = metrics
+        self.signer = signer
 
     async def decision(self, decision: Decision) -> None:
         await self.sink.send(self.topics.decisions, decision.id.encode(), decision.to_json())
@@ -49,9 +66,18 @@ class Outputs:
         self.metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
         await self.sink.send(self.topics.dead_letters, None, letter.to_json())
 
-    async def model(self, envelope: ModelEnvelope, encoded: bytes) -> None:
-        """Publish a model version to the compacted models topic (key: model name)."""
-        await self.sink.send(self.topics.models, envelope.model.encode(), encoded)
+    async def refused_snapshot(self, message: RawMessage, bad: BadMessage) -> None:
+        """Dead-letter a record of the models topic that was not served."""
+        await self.dead_letter(DeadLetter.of(Source.MODELS, message, bad.reason, bad.detail))
+
+    async def model(self, name: str, encoded: bytes) -> None:
+        """Publish a model version (``encoded``: a checked :class:`ModelEnvelope`) to the
+        compacted models topic (key: model name), signed when a key is configured."""
+        key = name.encode()
+        headers = None
+        if self.signer is not None:
+            headers = [(SIGNATURE_HEADER, self.signer.sign(key, encoded))]
+        await self.sink.send(self.topics.models, key, encoded, headers)
 
     async def durable(self) -> None:
         """Return once everything sent so far (table changelogs included) is acknowledged."""

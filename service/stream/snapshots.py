@@ -1,5 +1,5 @@
 """Model snapshots: the learner publishes each new version to the compacted models topic;
-every worker follows that topic and scores with the newest version it has seen.
+every worker follows that topic and scores with the newest version it accepts.
 
 The follower is a plain aiokafka consumer that *assigns* every partition of the models
 topic and reads from the beginning (no consumer group, so each worker sees every model);
@@ -8,34 +8,70 @@ model arrives, scorers use the configured initial model (version 0, the same eve
 ``ModelBook.loaded`` is set once the topic has been read up to the end offsets taken at
 start-up: part of readiness, and scorers wait for it so a restarted worker never serves an
 old version it already knows to be superseded.
+
+The models topic is input like any other: whoever can write it could otherwise serve any
+model. :meth:`ModelBook.offer` refuses (``BadMessage`` with a reason; the follower
+dead-letters it and goes on) a record that is a tombstone, names no configured model, is
+not a well-formed envelope with finite numbers, does not fit the model's algorithm and
+width, or, when ``snapshot_key`` is set, is unsigned or mis-signed. Which accepted snapshot
+is served:
+
+- with a key, the highest version (a replayed older snapshot changes nothing);
+- without one, the newest record (a forged one, whatever version it claims, is replaced by
+  the learner's next publication; it republishes every ``republish_seconds``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from service.config import Settings
-from service.records import BadMessage, parse_model_envelope
+from service.records import (
+    SIGNATURE_HEADER,
+    BadMessage,
+    RawMessage,
+    Signer,
+    parse_model_envelope,
+)
 from service.stream.kafka import reader, topic_partitions
 from service.stream.model import ServedModel
 
-__all__ = ["ModelBook", "follow_models"]
+__all__ = ["ModelBook", "Refused", "follow_models", "signer_for"]
 
 log = logging.getLogger(__name__)
 
+#: what the follower calls with a refused record and why
+Refused = Callable[[RawMessage, BadMessage], Awaitable[None]]
+
+
+def signer_for(settings: Settings) -> Signer | None:
+    """The snapshot signer of ``settings`` (None without ``snapshot_key``)."""
+    if settings.snapshot_key is None:
+        return None
+    previous = settings.snapshot_key_previous
+    return Signer(
+        settings.snapshot_key.get_secret_value().encode(),
+        [] if previous is None else [previous.get_secret_value().encode()],
+    )
+
 
 class ModelBook:
-    """The models this worker scores with, newest version per model.
+    """The models this worker scores with, one version per model.
 
     ``on_swap(model)`` is called after a model is replaced (metrics hook)."""
 
     def __init__(
-        self, settings: Settings, *, on_swap: Callable[[ServedModel], None] | None = None
+        self,
+        settings: Settings,
+        *,
+        signer: Signer | None = None,
+        on_swap: Callable[[ServedModel], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.signer = signer
         self.models: dict[str, ServedModel] = {
             name: ServedModel.initial(name, cfg) for name, cfg in settings.models.items()
         }
@@ -48,30 +84,61 @@ class ModelBook:
         if self._on_swap is not None:
             self._on_swap(served)
 
-    def offer(self, name: str, raw: bytes) -> bool:
-        """Swap in the snapshot ``raw`` if it is a newer version of a configured model;
-        :class:`BadMessage` if it cannot be served."""
-        config = self.settings.models.get(name)
-        current = self.models.get(name)
-        if config is None or current is None:
-            return False
+    def offer(self, key: bytes | None, raw: bytes | None, *, signature: bytes | None = None
+              ) -> bool:  # fmt: skip
+        """Serve the snapshot ``raw`` of the model named by ``key`` if it is acceptable and
+        newer (module docstring); False if it changes nothing. :class:`BadMessage` says why
+        a record is refused."""
+        name = self._model_of(key)
+        if raw is None:
+            raise BadMessage("not_json", f"a tombstone for model {name!r}")
+        if self.signer is not None:
+            reason = self.signer.verify(name.encode(), raw, signature)
+            if reason is not None:
+                raise BadMessage(reason, f"snapshot of model {name!r} is {reason}")
         envelope = parse_model_envelope(raw, model=name, max_bytes=self.settings.fetch_bytes)
-        if envelope.version <= current.version:
+        served = ServedModel.from_envelope(self.settings.models[name], envelope)
+        current = self.models[name].version
+        if served.version == current or (self.signer is not None and served.version < current):
             return False
-        served = ServedModel.from_envelope(config, envelope)
+        if served.version < current:
+            log.warning("model %s goes from version %s back to %s (the newest record wins "
+                        "without a snapshot key)", name, current, served.version)  # fmt: skip
         self.models = {**self.models, name: served}  # swap, never mutate in place
         self._notify(served)
         return True
+
+    def _model_of(self, key: bytes | None) -> str:
+        try:
+            name = (key or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            name = ""
+        if name not in self.settings.models:
+            raise BadMessage("unknown_model", f"no configured model named by key {key!r:.80}")
+        return name
 
     def snapshot(self) -> Mapping[str, ServedModel]:
         """The current mapping (replaced, never mutated, on each swap)."""
         return self.models
 
 
+def _signature(headers: Sequence[tuple[str, bytes]] | None) -> bytes | None:
+    for name, value in headers or ():
+        if name == SIGNATURE_HEADER:
+            return value
+    return None
+
+
 async def follow_models(
-    settings: Settings, book: ModelBook, *, poll_ms: int = 500, consumer_kwargs: Mapping[str, Any]
+    settings: Settings,
+    book: ModelBook,
+    *,
+    consumer_kwargs: Mapping[str, Any],
+    refused: Refused | None = None,
+    poll_ms: int = 500,
 ) -> None:
-    """Follow the models topic forever (until cancelled), feeding ``book``."""
+    """Follow the models topic forever (until cancelled), feeding ``book``; each refused
+    record goes to ``refused`` (the worker dead-letters it) and is otherwise skipped."""
     topic = settings.topics.models
     consumer = reader(
         settings.bootstrap_servers,
@@ -97,16 +164,18 @@ async def follow_models(
             batch = await consumer.getmany(timeout_ms=poll_ms)
             for records in batch.values():
                 for record in records:
-                    _apply(book, record.key, record.value)
+                    await _offer(book, record, refused)
     finally:
         await consumer.stop()
 
 
-def _apply(book: ModelBook, key: bytes | None, value: bytes | None) -> None:
-    if key is None or value is None:
-        return
-    name = key.decode("utf-8", errors="replace")
+async def _offer(book: ModelBook, record: Any, refused: Refused | None) -> None:
     try:
-        book.offer(name, value)
-    except BadMessage as exc:
-        log.error("ignoring unreadable snapshot of model %r: %s", name, exc)
+        book.offer(record.key, record.value, signature=_signature(record.headers))
+    except BadMessage as bad:
+        log.error("refused a record of %s[%s]@%s: %s", record.topic, record.partition,
+                  record.offset, bad)  # fmt: skip
+        if refused is not None:
+            message = RawMessage(record.value or b"", record.topic, record.partition,
+                                 record.offset, record.key)  # fmt: skip
+            await refused(message, bad)

@@ -112,15 +112,17 @@ class PendingStore:
                 log.error("skipping unreadable pending entry %r: %s", key, bad)
         return out
 
-    def refresh(self, partitions: frozenset[int]) -> None:
-        """Rebuild the index from the table when the assigned ``partitions`` changed."""
+    def refresh(self, partitions: frozenset[int]) -> bool:
+        """Rebuild the index from the table when the assigned ``partitions`` changed; True
+        if they did."""
         if self._indexed == partitions:
-            return
+            return False
         self._index.clear()
         self._expiry.clear()
         for entry in self.entries():
             self._add(entry.request_id, PendingSummary.of(entry))
         self._indexed = partitions
+        return True
 
     def _add(self, key: str, summary: PendingSummary) -> None:
         if key not in self._index:
@@ -194,3 +196,17 @@ class ModelStore:
     def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
         """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`)."""
         self._table[envelope.model.encode()] = encoded
+
+    def stored(self) -> list[tuple[str, bytes]]:
+        """(model, encoded envelope) of every stored model that is configured and readable."""
+        out = []
+        for name, raw in _scan(self._table, "model"):
+            if name not in self._initial:
+                continue
+            try:
+                parse_model_envelope(raw, model=name)
+            except BadMessage as bad:
+                log.error("not republishing unreadable model state %r: %s", name, bad)
+                continue
+            out.append((name, raw))
+        return out

@@ -79,7 +79,7 @@ def make_config(tmp: Path, **overrides: Any) -> dict[str, Any]:
     expiry of parked labels, a sweep per message."""
     defaults: dict[str, Any] = {
         "partitions": {"features": 4, "decisions": 2, "labels": 2, "models": 1},
-        "label_token": "test-token",
+        "label_token": "test-token-0123456789",
         "request_ttl_seconds": 600,
         "stall_seconds": 30,
         "sweep_every": 1,

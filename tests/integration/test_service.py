@@ -274,7 +274,7 @@ def test_metrics_endpoint_exposes_every_series_with_sane_values(
     assert len(lags) == 4  # one per partition of the features topic
     assert min(lags) >= 0
     assert "label_token" not in text
-    assert "test-token" not in text
+    assert "test-token-0123456789" not in text
     assert worker.get("/healthz")[0] == 200
 
 
@@ -302,9 +302,9 @@ def test_label_queue_api_needs_the_token_and_feeds_the_learner(
     body = json.dumps({"request_id": rid, "model": "web", "label": 1}).encode()
     assert worker.post("/labels", body)[0] == 401
     assert worker.post("/labels", body, {"Authorization": "Bearer wrong"})[0] == 401
-    assert worker.post("/labels", b"{", {"Authorization": "Bearer test-token"})[0] == 400
+    assert worker.post("/labels", b"{", {"Authorization": "Bearer test-token-0123456789"})[0] == 400
     assert not any(rid in r.value.decode() for r in kafka_io.read(t["labels"]))
-    status, _ = worker.post("/labels", body, {"Authorization": "Bearer test-token"})
+    status, _ = worker.post("/labels", body, {"Authorization": "Bearer test-token-0123456789"})
     assert status == 202
     kafka_io.wait_for(t["models"], lambda rs: any(r.key == b"web" for r in rs))
     assert rid not in listed()

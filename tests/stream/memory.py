@@ -31,6 +31,7 @@ class Sent:
     topic: str
     key: bytes | None
     value: bytes | None  # None: a table delete (tombstone)
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     def json(self) -> dict[str, object]:
         assert self.value is not None
@@ -47,8 +48,9 @@ class MemoryKafka:
     flushes: int = 0
     fail_flush: bool = False
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        self.buffered.append(Sent(topic, key, value))
+    async def send(self, topic: str, key: bytes | None, value: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
+        self.buffered.append(Sent(topic, key, value, tuple(headers or ())))
 
     async def flush(self) -> None:
         if self.fail_flush:
@@ -114,15 +116,19 @@ def outputs(kafka: MemoryKafka, s: Settings, registry: CollectorRegistry) -> Out
     return Outputs(kafka, s.topics, Metrics(registry, models=s.models))
 
 
-def msg(value: object, offset: int = 0, topic: str = "abstain.features", partition: int = 0
-        ) -> RawMessage:  # fmt: skip
+def msg(value: object, offset: int = 0, topic: str = "abstain.features", partition: int = 0,
+        key: bytes | None = None) -> RawMessage:  # fmt: skip
     raw = value if isinstance(value, bytes) else orjson.dumps(value)
-    return RawMessage(raw, topic, partition, offset)
+    return RawMessage(raw, topic, partition, offset, key)
 
 
 def request(features: Iterable[float], rid: str = "r1", **kw: object) -> LabelRequest:
+    """A label request; its id is the one the service derives from (model, event id) unless
+    ``request_id`` is given (the event id is ``rid``)."""
+    model = str(kw.pop("model", "m"))
     fields: dict[str, object] = {
-        "request_id": rid, "event_id": "e", "model": "m", "features": list(features),
+        "request_id": request_id(model, rid), "event_id": rid, "model": model,
+        "features": list(features),
         "score": 0.0, "rho": 1.0, "decided_label": 0, "query_probability": 0.5,
         "model_version": 0, "requested_at": 0.0, "expires_at": 1e9, "priority": 0.5,
     }  # fmt: skip
@@ -132,6 +138,8 @@ def request(features: Iterable[float], rid: str = "r1", **kw: object) -> LabelRe
 
 def pending(features: Iterable[float], rid: str = "r1", partition: int = 0, **kw: object
             ) -> PendingEntry:  # fmt: skip
+    """A pending entry whose request id is ``rid`` itself (stores do not check ids)."""
+    kw.setdefault("request_id", rid)
     return PendingEntry(request(features, rid, **kw), partition)
 
 

@@ -4,7 +4,7 @@ apply a label exactly once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 from service.config import ModelConfig, Settings
 from service.records import Label, ModelEnvelope, parse_model_envelope, parse_pending_entry
 from service.stream.joiner import LabelJoiner
-from service.stream.model import initial_envelope
+from service.stream.kafka import partition_for
+from service.stream.model import initial_envelope, request_id
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
 from .memory import CFG, MemoryKafka, msg, outputs, request, settings
@@ -67,13 +68,20 @@ class Learner:
         )  # fmt: skip
         return cls(kafka, s, clock, registry, joiner)
 
-    async def request(self, rid: str, offset: int, partition: int = 0, **kw: object) -> None:
-        req = request([1.0, 2.0, 3.0 + offset], rid, **kw)
-        await self.joiner.handle(msg(req.to_json(), offset, REQUESTS, partition))
+    def partition(self, model: str) -> int:
+        return partition_for(model.encode(), self.settings.partitions.labels)
 
-    async def label(self, rid: str, offset: int, y: int = 1, partition: int = 0) -> None:
-        body = Label(rid, "m", y, "ops", None).to_json()
-        await self.joiner.handle(msg(body, offset, LABELS, partition))
+    async def request(self, rid: str, offset: int, model: str = "m", **kw: object) -> None:
+        """The request for event ``rid`` of ``model``, on the model's partition."""
+        req = request([1.0, 2.0, float(len(rid))], rid, model=model, **kw)
+        await self.joiner.handle(
+            msg(req.to_json(), offset, REQUESTS, self.partition(model), model.encode())
+        )
+
+    async def label(self, rid: str, offset: int, y: int = 1, model: str = "m") -> None:
+        """A label for event ``rid`` of ``model``, on the model's partition."""
+        body = Label(request_id(model, rid), model, y, "ops", None).to_json()
+        await self.joiner.handle(msg(body, offset, LABELS, self.partition(model), model.encode()))
 
     def versions(self) -> list[int]:
         return [parse_model_envelope(r.value or b"", model="m").version
@@ -93,7 +101,7 @@ async def test_a_label_joins_its_request_and_publishes_a_new_version() -> None:
     assert learner.versions() == [1]
     model = learner.joiner.models.get("m")
     assert (model.version, model.labels_offset, model.labels_applied) == (1, 0, 1)
-    entry = learner.joiner.pending.get("r1")
+    entry = learner.joiner.pending.get(request_id("m", "r1"))
     assert entry is not None
     assert (entry.applied, entry.label, entry.labelled_by) == (True, 1, "ops")
     assert learner.count("abstain_labels_applied_total") == 1
@@ -104,13 +112,15 @@ async def test_a_label_before_its_request_is_parked_then_applied_when_it_arrives
     learner = Learner.start()
     await learner.label("r1", 0, y=-1)
     assert learner.versions() == []
-    parked = learner.joiner.parked.get("r1")
+    parked = learner.joiner.parked.get(request_id("m", "r1"))
     assert parked is not None
     assert parked.offset == 0
     await learner.request("r1", 0)
     assert learner.versions() == [1]
-    assert learner.joiner.parked.get("r1") is None  # forgotten once its effect is stored
-    assert learner.joiner.pending.get("r1").label == -1  # type: ignore[union-attr]
+    assert (
+        learner.joiner.parked.get(request_id("m", "r1")) is None
+    )  # forgotten once its effect is stored
+    assert learner.joiner.pending.get(request_id("m", "r1")).label == -1  # type: ignore[union-attr]
 
 
 async def test_a_duplicate_label_is_ignored_and_a_second_answer_dead_lettered() -> None:
@@ -130,7 +140,7 @@ async def test_a_re_sent_request_does_not_reset_its_answer() -> None:
     await learner.request("r1", 0)
     await learner.label("r1", 0)
     await learner.request("r1", 1)  # the scorer re-scored the event after a crash
-    entry = learner.joiner.pending.get("r1")
+    entry = learner.joiner.pending.get(request_id("m", "r1"))
     assert entry is not None
     assert entry.applied
 
@@ -183,27 +193,33 @@ async def test_a_crash_after_the_model_write_does_not_apply_the_label_twice() ->
 
 
 async def test_sweeps_drop_what_is_due_on_the_swept_partition_in_expiry_order() -> None:
-    learner = Learner.start(sweep_every=1_000_000, expired_grace_seconds=5.0)
+    learner = Learner.start(sweep_every=1_000_000, expired_grace_seconds=5.0,
+                            models={"m": CFG, "n": CFG})  # fmt: skip
+    assert (learner.partition("m"), learner.partition("n")) == (0, 1)
     await learner.request("late", 0, expires_at=130.0)
     await learner.request("early", 1, expires_at=110.0)
     await learner.request("answered", 2, expires_at=109.0)
-    await learner.request("other", 3, partition=1, expires_at=110.0)
+    await learner.request("other", 3, model="n", expires_at=110.0)
     await learner.label("answered", 0)
     pending = learner.joiner.pending
     learner.clock.now = 114.0  # past expiry, within the grace: a late label is recognised
     await learner.joiner.sweep(0)
-    assert {"early", "answered", "late"} <= {e.request_id for e in pending.entries()}
+    assert {"early", "answered", "late"} <= {e.request.event_id for e in pending.entries()}
     await learner.label("early", 1)
     assert learner.dead() == [("expired", 1)]
     learner.clock.now = 116.0
     await learner.joiner.sweep(0)
-    assert {e.request_id for e in pending.entries()} == {"late", "other"}
+    assert {e.request.event_id for e in pending.entries()} == {"late", "other"}
     assert learner.count("abstain_label_requests_expired_total") == 1  # "answered" was
     learner.clock.now = 200.0
     await learner.joiner.sweep(0)
     await learner.joiner.sweep(1)
     assert pending.entries() == []
-    assert learner.count("abstain_label_requests_expired_total") == 3
+    assert learner.count("abstain_label_requests_expired_total") == 2  # early and late
+    assert (
+        learner.registry.get_sample_value("abstain_label_requests_expired_total", {"model": "n"})
+        == 1
+    )  # other
 
 
 async def test_a_parked_label_whose_request_never_comes_is_dead_lettered_after_the_wait() -> None:
@@ -217,7 +233,7 @@ async def test_a_parked_label_whose_request_never_comes_is_dead_lettered_after_t
     assert learner.dead() == []
     await learner.joiner.sweep(0)
     assert learner.dead() == [("unknown_request", 7)]
-    assert learner.joiner.parked.get("ghost") is None
+    assert learner.joiner.parked.get(request_id("m", "ghost")) is None
     assert learner.count("abstain_labels_ignored_total", reason="unknown_request") == 1
 
 
@@ -226,7 +242,7 @@ async def test_a_non_finite_update_is_refused_and_the_model_keeps_its_version() 
                       hyperparameters={"eta": 1e300})  # fmt: skip
     learner = Learner.start(models={"m": cfg})
     req = request([1e308, 1e308, 1.0], "r1")
-    await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS))
+    await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS, learner.partition("m"), b"m"))
     await learner.label("r1", 0)
     assert learner.versions() == []
     assert learner.dead() == [("non_finite", 0)]
@@ -234,24 +250,69 @@ async def test_a_non_finite_update_is_refused_and_the_model_keeps_its_version() 
     assert learner.joiner.models.get("m") == initial_envelope("m", cfg)
 
 
+GOOD_REQUEST = request([1.0, 2.0, 3.0], "e1")
+GOOD_LABEL = Label(request_id("m", "e1"), "m", 1, "ops", None).to_json()
+
+
 @pytest.mark.parametrize(
-    ("topic", "value", "reason"),
+    ("topic", "value", "key", "partition", "reason"),
     [
-        (LABELS, b"", "not_json"),  # a tombstone
-        (LABELS, b'{"request_id": "r", "model": "m", "label": 2}', "bad_label"),
-        (LABELS, b'{"request_id": "r", "model": "zzz", "label": 1}', "unknown_model"),
-        (REQUESTS, b"[]", "schema"),
-        (REQUESTS, request([1.0], "r").to_json(), "feature_count"),
+        (LABELS, b"", b"m", 0, "not_json"),  # a tombstone
+        (LABELS, b'{"request_id": "r", "model": "m", "label": 2}', b"m", 0, "bad_label"),
+        (LABELS, b'{"request_id": "r", "model": "zzz", "label": 1}', b"zzz", 0, "unknown_model"),
+        (LABELS, GOOD_LABEL, None, 0, "bad_key"),  # no key
+        (LABELS, GOOD_LABEL, b"n", 0, "bad_key"),  # another model's key
+        (LABELS, GOOD_LABEL, b"m", 1, "wrong_partition"),  # "m" maps to partition 0 of 2
+        (REQUESTS, b"", b"m", 0, "not_json"),  # a tombstone
+        (REQUESTS, b"[]", b"m", 0, "schema"),
+        (REQUESTS, request([1.0], "r").to_json(), b"m", 0, "feature_count"),
+        (REQUESTS, GOOD_REQUEST.to_json(), b"m", 1, "wrong_partition"),
+        (REQUESTS, GOOD_REQUEST.to_json(), None, 0, "bad_key"),
+        (REQUESTS, replace(GOOD_REQUEST, request_id="chosen-by-me").to_json(), b"m", 0,
+         "forged_id"),
+        (REQUESTS, replace(GOOD_REQUEST, event_id="e2").to_json(), b"m", 0, "forged_id"),
     ],
-)
+)  # fmt: skip
 async def test_bad_records_are_dead_lettered_and_change_nothing(
-    topic: str, value: bytes, reason: str
+    topic: str, value: bytes, key: bytes | None, partition: int, reason: str
 ) -> None:
-    learner = Learner.start()
-    await learner.joiner.handle(msg(value, 9, topic))
+    learner = Learner.start(models={"m": CFG, "n": CFG})
+    await learner.joiner.handle(msg(value, 9, topic, partition, key))
     assert learner.dead() == [(reason, 9)]
     assert learner.versions() == []
     assert learner.joiner.pending.entries() == []
+    assert learner.joiner.parked.entries() == []
+
+
+async def test_an_event_id_reused_with_other_features_is_dead_lettered_as_duplicate_id() -> None:
+    learner = Learner.start()
+    first = request([1.0, 2.0, 3.0], "e1")
+    second = replace(first, features=[9.0, 9.0, 9.0])
+    await learner.joiner.handle(msg(first.to_json(), 0, REQUESTS, 0, b"m"))
+    await learner.joiner.handle(msg(first.to_json(), 1, REQUESTS, 0, b"m"))  # re-scored: same
+    await learner.joiner.handle(msg(second.to_json(), 2, REQUESTS, 0, b"m"))
+    assert learner.dead() == [("duplicate_id", 2)]
+    entry = learner.joiner.pending.get(first.request_id)
+    assert entry is not None
+    assert entry.request.features == [1.0, 2.0, 3.0]  # the first event's, never replaced
+
+
+async def test_a_tiny_query_probability_is_capped_in_the_risk_weight() -> None:
+    learner = Learner.start(max_importance_weight=50.0)
+    await learner.request("e1", 0, query_probability=0.001, decided_label=-1)
+    await learner.label("e1", 0, y=1)  # wrong: loss 1
+    model = learner.joiner.models.get("m")
+    assert (model.iw_loss, model.iw_weight) == (50.0, 50.0)  # 1/p capped at 50, not 1000
+
+
+async def test_applied_offsets_count_per_partition() -> None:
+    learner = Learner.start()
+    await learner.request("e1", 0)
+    await learner.label("e1", 7)
+    model = learner.joiner.models.get("m")
+    assert (model.labels_partition, model.labels_offset) == (0, 7)
+    assert model.applied(0, 7)
+    assert not model.applied(1, 3)  # another partition's offsets are not comparable
 
 
 def test_the_default_model_config_serves_the_demo_width() -> None:

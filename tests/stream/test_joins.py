@@ -147,7 +147,7 @@ def test_a_label_that_overtook_its_request_is_parked_then_applied() -> None:
     assert parse_parked_label(entry.to_json()) == entry
     assert (entry.label, entry.offset, entry.partition, entry.parked_at) == (label, 7, 1, 10.0)
     # meanwhile a later label moved the watermark past 7: the parked one still applies
-    state = initial_envelope("m", CFG).replace(labels_offset=9)
+    state = initial_envelope("m", CFG).replace(labels_offset=9, labels_partition=0)
     out = apply_label(CFG, state, pending([1.0, 2.0, 3.0]), label, 7, now=12.0, parked=True)
     assert out.outcome == "applied"
     assert out.model is not None

@@ -1,0 +1,110 @@
+"""The models topic as untrusted input: what a worker refuses to serve, and which of the
+snapshots it accepts wins (no broker)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from service.records import BadMessage, Label, Signer
+from service.stream.joins import apply_label
+from service.stream.model import initial_envelope, request_id
+from service.stream.snapshots import ModelBook, signer_for
+
+from .memory import CFG, pending, settings
+
+KEY, OLD_KEY = b"k" * 32, b"o" * 32
+
+
+def learned(version: int) -> bytes:
+    """A snapshot the learner could have written: ``version`` labels applied."""
+    model = initial_envelope("m", CFG)
+    for i in range(version):
+        entry = pending([1.0, -2.0, 0.5 * i], f"r{i}")
+        out = apply_label(CFG, model, entry, _label(entry.request_id), i, now=1.0)
+        assert out.model is not None
+        model = out.model
+    return model.to_json()
+
+
+def _label(rid: str) -> Label:
+    return Label(rid, "m", 1, "t", None)
+
+
+def reason(book: ModelBook, key: bytes | None, raw: bytes | None, sig: bytes | None = None
+           ) -> str:  # fmt: skip
+    with pytest.raises(BadMessage) as info:
+        book.offer(key, raw, signature=sig)
+    return str(info.value.reason)
+
+
+def edited(raw: bytes, **changes: object) -> bytes:
+    record = orjson.loads(raw)
+    for path, value in changes.items():
+        target = record
+        *parents, leaf = path.split("__")
+        for p in parents:
+            target = target[p]
+        if value is None:
+            del target[leaf]
+        else:
+            target[leaf] = value
+    return orjson.dumps(record)
+
+
+def test_hostile_snapshots_are_refused_and_the_served_model_stays() -> None:
+    book = ModelBook(settings())
+    good = learned(2)
+    w = orjson.loads(good)["learner"]["learned"]["w"]
+    assert reason(book, b"m", edited(good, labels_applied=None)) == "schema"  # a field missing
+    assert reason(book, b"m", edited(good, learner__learned__w=w + [1.0])) == "schema"
+    wider = initial_envelope("m", CFG.model_copy(update={"n_features": 4})).to_json()
+    assert reason(book, b"m", edited(wider, version=7)) == "feature_count"
+    assert reason(book, b"m", edited(good, version=2**60)) == "schema"  # beyond any counter
+    assert reason(book, b"m", good.replace(b'"rho":', b'"rho":NaN,"x":', 1)) == "not_json"
+    assert reason(book, b"m", edited(good, model="n")) == "schema"  # stored under another name
+    assert reason(book, b"zzz", good) == "unknown_model"
+    assert reason(book, None, good) == "unknown_model"
+    assert reason(book, b"m", None) == "not_json"  # a tombstone
+    assert reason(book, b"m", b"garbage") == "not_json"
+    other = initial_envelope("m", CFG.model_copy(update={"algorithm": "dral"})).to_json()
+    assert reason(book, b"m", other) == "schema"  # another algorithm
+    assert book.models["m"].version == 0
+    assert book.offer(b"m", good)
+    assert book.models["m"].version == 2
+
+
+def test_without_a_key_the_newest_record_wins_so_a_forged_version_cannot_pin() -> None:
+    book = ModelBook(settings())
+    assert book.offer(b"m", learned(3))
+    forged = edited(learned(1), version=10**15)
+    assert book.offer(b"m", forged)
+    assert book.models["m"].version == 10**15
+    assert book.offer(b"m", learned(4))  # the learner's next publication replaces it
+    assert book.models["m"].version == 4
+    assert not book.offer(b"m", learned(4))  # a republished copy changes nothing
+
+
+def test_with_a_key_only_signed_snapshots_are_served_and_versions_only_grow() -> None:
+    signer = Signer(KEY, [OLD_KEY])
+    book = ModelBook(settings(), signer=signer)
+    v2, v3 = learned(2), learned(3)
+    assert reason(book, b"m", v2) == "unsigned"
+    assert reason(book, b"m", v2, Signer(b"x" * 32).sign(b"m", v2)) == "bad_signature"
+    assert reason(book, b"m", v2, signer.sign(b"n", v2)) == "bad_signature"  # another key's
+    assert reason(book, b"m", v3, signer.sign(b"m", v2)) == "bad_signature"  # another value
+    assert reason(book, b"m", v2, b"v1:zz") == "bad_signature"
+    assert book.offer(b"m", v3, signature=Signer(OLD_KEY).sign(b"m", v3))  # rotated out: ok
+    assert not book.offer(b"m", v2, signature=signer.sign(b"m", v2))  # an older one replayed
+    assert book.models["m"].version == 3
+
+
+def test_the_signer_comes_from_the_settings() -> None:
+    assert signer_for(settings()) is None
+    s = settings(snapshot_key="k" * 32, snapshot_key_previous="o" * 32)
+    signer = signer_for(s)
+    assert signer is not None
+    raw = learned(1)
+    assert Signer(OLD_KEY).verify(b"m", raw, signer.sign(b"m", raw)) == "bad_signature"
+    assert signer.verify(b"m", raw, Signer(OLD_KEY).sign(b"m", raw)) is None
+    assert request_id("m", "x") != request_id("n", "x")
