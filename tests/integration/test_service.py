@@ -176,20 +176,24 @@ def test_bad_inputs_are_dead_lettered_with_their_reason_and_change_nothing(
     ]  # fmt: skip
     kafka_io.produce(t["features"], features)
     stale = {  # a request that expired long ago, and one whose update overflows
-        "request_id": f"{mark}-stale", "event_id": "e", "model": "bad", "features": [1, 2, 3],
+        "request_id": request_id("bad", f"{mark}-stale"), "event_id": f"{mark}-stale",
+        "model": "bad", "features": [1, 2, 3],
         "score": 0.0, "rho": 1.0, "decided_label": 0, "query_probability": 0.5,
         "model_version": 0, "requested_at": now - 100, "expires_at": now - 50, "priority": 0.5,
     }  # fmt: skip
-    huge = {**stale, "request_id": f"{mark}-huge", "model": "boom",
-            "features": [1e308, 1e308, 1.0], "expires_at": 4.0e9}  # fmt: skip
+    huge = {**stale, "request_id": request_id("boom", f"{mark}-huge"), "model": "boom",
+            "event_id": f"{mark}-huge", "features": [1e308, 1e308, 1.0],
+            "expires_at": 4.0e9}  # fmt: skip
     kafka_io.produce_json(t["label_requests"], [("bad", stale), ("boom", huge)])
     labels: list[tuple[bytes | None, bytes]] = [
         (b"bad", f"{{{mark}".encode()),
         (b"bad", json.dumps({"request_id": f"{mark}-x", "model": "bad", "label": 0}).encode()),
         (b"bad", json.dumps({"request_id": f"{mark}-u", "model": "bad", "label": 1}).encode()),
-        (b"bad", json.dumps({"request_id": f"{mark}-stale", "model": "bad", "label": 1}).encode()),
+        (b"bad", json.dumps({"request_id": stale["request_id"], "model": "bad", "label": 1,
+                             "labelled_by": mark}).encode()),
         (b"bad", json.dumps({"request_id": f"{mark}-m", "model": "nope", "label": 1}).encode()),
-        (b"boom", json.dumps({"request_id": f"{mark}-huge", "model": "boom", "label": 1}).encode()),
+        (b"boom", json.dumps({"request_id": huge["request_id"], "model": "boom", "label": 1,
+                              "labelled_by": mark}).encode()),
     ]  # fmt: skip
     kafka_io.produce(t["labels"], labels)
     expected = Counter({
@@ -210,7 +214,8 @@ def test_bad_inputs_are_dead_lettered_with_their_reason_and_change_nothing(
     # a label whose request never comes waits orphan_label_seconds (2 s here), then is swept
     # on the learner's next event of that partition: send one
     time.sleep(2.5)
-    tick = {**stale, "request_id": f"tick-{mark}", "expires_at": 4.0e9, "features": [0, 0, 0]}
+    tick = {**stale, "request_id": request_id("bad", f"tick-{mark}"), "event_id": f"tick-{mark}",
+            "expires_at": 4.0e9, "features": [0, 0, 0]}
     kafka_io.produce_json(t["label_requests"], [("bad", tick)])
     recs = kafka_io.wait_for(t["dead_letters"], lambda rs: seen(rs) == expected)
     letter = next(r.json() for r in recs if r.json()["reason"] == "feature_count")
