@@ -7,6 +7,9 @@ the replay command and notebooks share one implementation.
 * Linear learners $f(x) = w \cdot x$: :class:`DRAL`, :class:`DSAL`, :class:`DSOL`.
 * Kernel learners with a bounded support set: :class:`KernelDRAL`, :class:`KernelDSAL`,
   :class:`KernelDSOL`.
+* Collapse: :class:`CollapseWatch` tells when a model rejects (nearly) everything while
+  $\rho$ keeps growing. The kernel learners' defaults avoid it: a data-scaled RBF width
+  (:class:`ScaledRBFKernel`) and a capped $\rho$ (``rho_cap``, :data:`DEFAULT_RHO_CAP`).
 * Step sizes: :class:`Constant`, :class:`InverseTime`, :class:`DSALTheory`. Without
   ``eta`` a learner builds its default from its width $n$ = ``n_features`` (intercept
   included; for standardised features $\|x\|^2 \approx n$):
@@ -41,6 +44,7 @@ package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 
 from .base import Decision
 from .batch import BatchLearner, BatchStandardizer
+from .collapse import CollapseStatus, CollapseWatch
 from .defaults import (
     DEFAULT_GAMMA,
     DEFAULT_TAU,
@@ -62,12 +66,20 @@ from .errors import (
 )
 from .kernel_learners import (
     DEFAULT_BUDGET,
+    DEFAULT_RHO_CAP,
     KernelDRAL,
     KernelDSAL,
     KernelDSOL,
     KernelLearner,
 )
-from .kernels import Kernel, LinearKernel, PolynomialKernel, RBFKernel, kernel_from_config
+from .kernels import (
+    Kernel,
+    LinearKernel,
+    PolynomialKernel,
+    RBFKernel,
+    ScaledRBFKernel,
+    kernel_from_config,
+)
 from .linear import LinearLearner
 from .losses import (
     double_ramp_gradient,
@@ -100,6 +112,10 @@ from .registry import (
 from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
 
 __all__ = [
+    "CollapseStatus",
+    "CollapseWatch",
+    "DEFAULT_RHO_CAP",
+    "ScaledRBFKernel",
     "DEFAULT_BUDGET",
     "DEFAULT_GAMMA",
     "DEFAULT_TAU",

@@ -95,6 +95,7 @@ BOUNDS: Final[dict[str, Interval]] = {
     "rho": Interval(0.0, 1e12),
     "kernel_gamma": Interval(0.0, 1e6, low_open=True),
     "coef0": Interval(-1e6, 1e6),
+    "rho_cap": Interval(0.0, 1e6),
 }
 """Declared bounds of the real-valued hyperparameters (name -> allowed interval)."""
 

@@ -22,6 +22,23 @@ dropping the oldest keeps memory and the per-event cost ($O(\text{budget} \cdot 
 bounded, always admits new information and lets the model follow a drifting stream.
 ``budget=None`` keeps every support example (the appendix algorithm; unbounded growth).
 
+Defaults that learn on non-linear data without tuning:
+
+* kernel: :class:`~service.learning.kernels.ScaledRBFKernel`, an RBF kernel of width
+  $\gamma_k = 1 / \sum_j \widehat{\operatorname{Var}}(x_j)$, the variances running over the
+  examples learnt from (a typical pair of examples has $K \approx e^{-2}$ at any scale of
+  the features; for standardised features this is the former fixed default $1/n$);
+* ``rho_cap`` (default 2): after each update
+  $\rho \leftarrow \min(\rho,\ 1 + c\,\bar m)$, with $\bar m$ the running mean of $|f|$ over
+  the last ~100 labelled examples. The paper's step, then a projection onto
+  $[0, 1 + c\,\bar m]$ instead of $[0, \infty)$. Without it, while $f$ is still near 0
+  every example sits in the reject band and the gradient keeps growing $\rho$; the
+  gradients (and DSAL's query probability) shrink like $e^{-\rho}$ long before $f$ can
+  catch up, and the model ends up rejecting everything and asking almost nothing.
+  With the cap, $\rho$ stays near 1 until $|f|$ grows, then follows it; a model that should
+  reject everything still can ($\rho$ may exceed the typical $|f|$ by $1 + (c - 1)\bar m$).
+  ``rho_cap=None`` is the appendix algorithm.
+
 Default step: the linear learners' rule with $\|x\|^2$ replaced by $K(x, x)$, held
 constant (:func:`~service.learning.defaults.default_kernel_ds_eta`,
 :func:`~service.learning.defaults.default_kernel_dral_eta`). A constant
@@ -54,13 +71,15 @@ from .base import (
 )
 from .defaults import DEFAULT_GAMMA, default_kernel_dral_eta, default_kernel_ds_eta
 from .errors import NonFiniteError, StateError
-from .kernels import Kernel, RBFKernel, kernel_from_config
+from .kernels import Kernel, ScaledRBFKernel, kernel_from_config
 from .losses import FloatArray, reject_decision
+from .preprocessing import OnlineStandardizer
 from .rules import DoubleRampRule, DoubleSigmoidRule, FullLabelRule
 from .schedules import Schedule, as_schedule
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_RHO_CAP",
     "KernelDRAL",
     "KernelDSAL",
     "KernelDSOL",
@@ -71,6 +90,10 @@ DEFAULT_BUDGET = 1000
 """Default maximum number of support examples (1000 x 68 features: ~0.5 MB, tens of us)."""
 
 
+DEFAULT_RHO_CAP = 2.0
+r"""Default ``rho_cap`` $c$ of the kernel learners: $\rho \le 1 + c\,\bar m$."""
+
+_SCORE_WINDOW = 100  # labelled examples in the running mean of |f| (the rho cap)
 _CHUNK = 1024
 _K = TypeVar("_K", bound="KernelLearner")
 
@@ -90,6 +113,7 @@ class KernelLearner:
         "kernel",
         "budget",
         "eta",
+        "rho_cap",
         "seed",
     )
     __slots__ = (
@@ -98,8 +122,10 @@ class KernelLearner:
         "eta",
         "kernel",
         "n_features",
+        "rho_cap",
         "seed",
         "_a",
+        "_abs_score",
         "_head",
         "_n",
         "_rho",
@@ -107,6 +133,8 @@ class KernelLearner:
         "_S",
         "_sq",
         "_steps",
+        "_variance",
+        "_width",
     )
 
     n_features: int
@@ -114,6 +142,7 @@ class KernelLearner:
     kernel: Kernel
     budget: int | None
     eta: Schedule
+    rho_cap: float | None
     seed: int | None
 
     def __init__(
@@ -125,16 +154,20 @@ class KernelLearner:
         kernel: Kernel | Mapping[str, Any] | str | None = None,
         budget: int | None = DEFAULT_BUDGET,
         rho: float = 1.0,
+        rho_cap: float | None = DEFAULT_RHO_CAP,
         seed: int | None = 0,
     ) -> None:
         self.n_features = check_int("n_features", n_features, 1)
         self.cost = check_param("cost", cost)
-        self.kernel = (
-            RBFKernel(gamma=1.0 / self.n_features) if kernel is None else kernel_from_config(kernel)
-        )
+        self.kernel = ScaledRBFKernel() if kernel is None else kernel_from_config(kernel)
         self.eta = self._default_eta() if eta is None else as_schedule(eta)
         self.budget = None if budget is None else check_int("budget", budget, 1)
+        self.rho_cap = None if rho_cap is None else check_param("rho_cap", rho_cap)
         self.seed = check_seed(seed)
+        scaled = isinstance(self.kernel, ScaledRBFKernel)
+        self._width = OnlineStandardizer(self.n_features) if scaled else None
+        self._variance = float(self.n_features)
+        self._abs_score = 0.0
         self._rho = check_param("rho", rho)
         capacity = self.budget if self.budget is not None else 64
         self._S: FloatArray = np.zeros((capacity, self.n_features))
@@ -167,6 +200,14 @@ class KernelLearner:
         order = self._age_order()
         return self._S[order].copy(), self._a[order].copy()
 
+    @property
+    def kernel_width(self) -> float | None:
+        r"""$\gamma_k$ in use with a :class:`~service.learning.kernels.ScaledRBFKernel`
+        (``None`` for the other kernels, whose width is fixed)."""
+        if isinstance(self.kernel, ScaledRBFKernel):
+            return self.kernel.gamma_at(self._variance)
+        return None
+
     def _age_order(self) -> npt.NDArray[np.intp]:
         return (np.arange(self._n) + self._head) % max(self._n, 1)
 
@@ -181,6 +222,13 @@ class KernelLearner:
         raise NotImplementedError
 
     # -- scoring -----------------------------------------------------------------------
+    def _kernel_values(
+        self, S: FloatArray, x: FloatArray, s_sq: FloatArray, x_sq: float | FloatArray
+    ) -> FloatArray:
+        if isinstance(self.kernel, ScaledRBFKernel):
+            return self.kernel.values_at(self._variance, S, x, s_sq, x_sq)
+        return self.kernel.values(S, x, s_sq, x_sq)
+
     def _checked(self, x: Any) -> FloatArray:
         arr = features(x, self.n_features)
         if not np.isfinite(arr).all():
@@ -192,7 +240,7 @@ class KernelLearner:
         if n == 0:
             return 0.0
         x_sq = float(x.dot(x))
-        k = self.kernel.values(self._S[:n], x, self._sq[:n], x_sq)
+        k = self._kernel_values(self._S[:n], x, self._sq[:n], x_sq)
         f = float(self._a[:n] @ k)
         if not math.isfinite(f):
             raise NonFiniteError("the kernel score overflowed; rescale the features")
@@ -222,7 +270,7 @@ class KernelLearner:
             for lo in range(0, m, _CHUNK):
                 block = X[lo : lo + _CHUNK]
                 block_sq = np.einsum("ij,ij->i", block, block)
-                kmat = self.kernel.values(S, block.T, sq, block_sq)
+                kmat = self._kernel_values(S, block.T, sq, block_sq)
                 scores[lo : lo + _CHUNK] = a @ kmat
             if not np.isfinite(scores).all():
                 raise NonFiniteError("the kernel score overflowed; rescale the features")
@@ -247,21 +295,43 @@ class KernelLearner:
         rho = self._rho
         dz, drho = self._gradient(yv * f, rho)
         steps = self._steps
-        if dz == 0.0 and drho == 0.0:
-            self._steps = steps + 1
-            return False
+        abs_score = self._abs_score + (abs(f) - self._abs_score) / min(steps + 1, _SCORE_WINDOW)
         eta = self.eta(steps)
         coef = -(eta * dz * yv)
-        rho_new = rho - eta * drho
-        if rho_new < 0.0:
-            rho_new = 0.0
+        rho_new = max(rho - eta * drho, 0.0)
+        if self.rho_cap is not None:
+            rho_new = min(rho_new, 1.0 + self.rho_cap * abs_score)
         if not (math.isfinite(coef) and math.isfinite(rho_new)):
             raise NonFiniteError(f"update refused: non-finite step (step {steps}, eta {eta})")
         if coef != 0.0:
             self._add(x, coef)
+        moved = bool(coef != 0.0 or rho_new != rho)
         self._rho = rho_new
         self._steps = steps + 1
-        return True
+        self._abs_score = abs_score
+        self._learn_width(x)
+        return moved
+
+    def _learn_width(self, x: FloatArray) -> None:
+        """Running variances of the labelled examples -> the scaled RBF width."""
+        if self._width is None:
+            return
+        self._width.learn(x)
+        self._refresh_width()
+
+    def _refresh_width(self) -> None:
+        """$V$ = the sum of the variances; while it is 0 (one example, or all equal) the
+        squared norm of their mean, which scales like $V$; else ``n_features``."""
+        width = self._width
+        if width is None or not width.count:
+            self._variance = float(self.n_features)
+            return
+        mean = width.mean
+        for candidate in (float((width.std**2).sum()), float(mean.dot(mean))):
+            if candidate > 0.0:
+                self._variance = candidate
+                return
+        self._variance = float(self.n_features)
 
     def _add(self, x: FloatArray, coef: float) -> None:
         n = self._n
@@ -294,7 +364,7 @@ class KernelLearner:
         if n == 0:
             return 0.0
         S, a = self._S[:n], self._a[:n]
-        gram = self.kernel.values(S, S.T, self._sq[:n], self._sq[:n])
+        gram = self._kernel_values(S, S.T, self._sq[:n], self._sq[:n])
         return math.sqrt(max(float(a @ gram @ a), 0.0))
 
     # -- state -------------------------------------------------------------------------
@@ -308,6 +378,13 @@ class KernelLearner:
             params[name] = value
         return params
 
+    @classmethod
+    def _from_params(cls: type[_K], **params: Any) -> _K:
+        """Rebuild from stored hyperparameters; a state written before ``rho_cap`` existed
+        was learnt without a cap and keeps learning without one."""
+        params.setdefault("rho_cap", None)
+        return cls(**params)
+
     def to_state(self) -> dict[str, Any]:
         """Versioned JSON-safe record; support examples are stored as lists, in buffer order."""
         n = self._n
@@ -317,6 +394,8 @@ class KernelLearner:
             "head": self._head,
             "rho": self._rho,
             "steps": self._steps,
+            "abs_score": self._abs_score,
+            "width": None if self._width is None else self._width.to_state(),
             "rng": st.rng_state(self._rng),
         }
         return st.learner_record(self.algorithm, self.get_params(), learned)
@@ -324,7 +403,9 @@ class KernelLearner:
     @classmethod
     def from_state(cls: type[_K], state: Any) -> _K:
         """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
-        learner, learned = st.open_learner_record(state, cls.algorithm, cls.param_names, cls)
+        learner, learned = st.open_learner_record(
+            state, cls.algorithm, cls.param_names, cls._from_params
+        )
         coef = learned.get("coef")
         n = len(coef) if isinstance(coef, list) else -1
         if n < 0 or (learner.budget is not None and n > learner.budget):
@@ -344,6 +425,13 @@ class KernelLearner:
         learner._head = head
         learner._rho = st.read_float(learned, "rho", minimum=0.0)
         learner._steps = st.read_int(learned, "steps")
+        learner._abs_score = st.read_optional_float(learned, "abs_score", minimum=0.0) or 0.0
+        width = learned.get("width")
+        if learner._width is not None and width is not None:
+            learner._width = OnlineStandardizer.from_state(width)
+            if learner._width.n_features_in != learner.n_features:
+                raise StateError("state field 'width' does not match n_features")
+            learner._refresh_width()
         learner._rng = st.rng_from_state(learned.get("rng"))
         return learner
 
@@ -359,11 +447,13 @@ class KernelDRAL(DoubleRampRule, KernelLearner):
     r"""Kernel DRAL (appendix): deterministic queries on $\rho - 1 \le |f| \le \rho + 1$.
 
     Parameters: ``n_features``, ``cost`` ($d$), ``kernel`` (a kernel, a name or a config;
-    default RBF with $\gamma_k = 1/\text{n\_features}$, suited to standardised features),
-    ``budget`` (default 1000, oldest removed first), ``eta`` (``None``, the default:
+    default :class:`~service.learning.kernels.ScaledRBFKernel`, an RBF kernel whose width
+    follows the variance of the examples learnt from), ``budget`` (default 1000, oldest
+    removed first), ``eta`` (``None``, the default:
     :func:`~service.learning.defaults.default_kernel_dral_eta` of the kernel and
     ``n_features``, the constant $1.5/(K(x, x) + 1)$ at $\|x\|^2 = n$; stored in the
-    state like a given step), ``rho`` (initial width 1), ``seed``.
+    state like a given step), ``rho`` (initial width 1), ``rho_cap`` ($c$ in
+    $\rho \le 1 + c\,\bar m$, default 2; ``None``: no cap), ``seed``.
 
     >>> KernelDRAL(n_features=5, cost=0.25, kernel="rbf").eta
     Constant(eta=0.75)
@@ -387,10 +477,18 @@ class KernelDRAL(DoubleRampRule, KernelLearner):
         budget: int | None = DEFAULT_BUDGET,
         eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
+        rho_cap: float | None = DEFAULT_RHO_CAP,
         seed: int | None = 0,
     ) -> None:
         super().__init__(
-            n_features, cost, eta=eta, kernel=kernel, budget=budget, rho=rho, seed=seed
+            n_features,
+            cost,
+            eta=eta,
+            kernel=kernel,
+            budget=budget,
+            rho=rho,
+            rho_cap=rho_cap,
+            seed=seed,
         )
 
     def _default_eta(self) -> Schedule:
@@ -421,6 +519,7 @@ class KernelDSAL(DoubleSigmoidRule, KernelLearner):
         "kernel",
         "budget",
         "eta",
+        "rho_cap",
         "seed",
     )
     __slots__ = ("gamma",)
@@ -437,11 +536,19 @@ class KernelDSAL(DoubleSigmoidRule, KernelLearner):
         budget: int | None = DEFAULT_BUDGET,
         eta: float | Schedule | Mapping[str, Any] | None = None,
         rho: float = 1.0,
+        rho_cap: float | None = DEFAULT_RHO_CAP,
         seed: int | None = 0,
     ) -> None:
         self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
         super().__init__(
-            n_features, cost, eta=eta, kernel=kernel, budget=budget, rho=rho, seed=seed
+            n_features,
+            cost,
+            eta=eta,
+            kernel=kernel,
+            budget=budget,
+            rho=rho,
+            rho_cap=rho_cap,
+            seed=seed,
         )
 
     def _default_eta(self) -> Schedule:

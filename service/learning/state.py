@@ -9,7 +9,12 @@ never a pickle. A learner's record::
      "learned": {...what the learner has learned: w, rho, steps, generator state...}}
 
 Preprocessing uses ``"format": "abstain.preprocessor"`` (one step, with ``"kind"``) and
-``"abstain.pipeline"`` (``"steps"``: a list of preprocessor records).
+``"abstain.pipeline"`` (``"steps"``: a list of preprocessor records). A query budget
+(:class:`~service.learning.budget.QueryBudget`) is an ``"abstain.budget"`` record with
+``params`` and ``learned`` like a learner's; a learner held to a budget
+(:class:`~service.learning.budgeted.Budgeted`) an ``"abstain.budgeted"`` record holding
+both (``"learner"``, ``"budget"``); a collapse detector
+(:class:`~service.learning.collapse.CollapseWatch`) an ``"abstain.collapse-watch"`` record.
 
 Floats are stored as Python floats: :mod:`json` (and orjson) write the shortest repr that
 reads back to the same double, so a JSON round trip is bit-exact. Integers wider than
@@ -42,6 +47,9 @@ import numpy.typing as npt
 from .errors import StateError
 
 __all__ = [
+    "BUDGETED_FORMAT",
+    "BUDGET_FORMAT",
+    "COLLAPSE_FORMAT",
     "LEARNER_FORMAT",
     "PIPELINE_FORMAT",
     "PREPROCESSOR_FORMAT",
@@ -50,11 +58,13 @@ __all__ = [
     "float_list",
     "learner_record",
     "loads",
+    "budget_record",
     "open_learner_record",
     "read_float",
     "read_floats",
     "read_int",
     "read_mapping",
+    "read_optional_float",
     "read_record",
     "rng_from_state",
     "rng_state",
@@ -63,6 +73,9 @@ __all__ = [
 LEARNER_FORMAT: Final = "abstain.learner"
 PREPROCESSOR_FORMAT: Final = "abstain.preprocessor"
 PIPELINE_FORMAT: Final = "abstain.pipeline"
+BUDGET_FORMAT: Final = "abstain.budget"
+BUDGETED_FORMAT: Final = "abstain.budgeted"
+COLLAPSE_FORMAT: Final = "abstain.collapse-watch"
 VERSION: Final = 1
 _WHAT_TO_DO: Final = "rebuild the model by replaying its label log"
 
@@ -75,6 +88,16 @@ def learner_record(
         "format": LEARNER_FORMAT,
         "version": VERSION,
         "algorithm": algorithm,
+        "params": dict(params),
+        "learned": dict(learned),
+    }
+
+
+def budget_record(params: Mapping[str, Any], learned: Mapping[str, Any]) -> dict[str, Any]:
+    """Assemble a versioned query-budget record."""
+    return {
+        "format": BUDGET_FORMAT,
+        "version": VERSION,
         "params": dict(params),
         "learned": dict(learned),
     }
@@ -147,6 +170,15 @@ def read_float(section: Mapping[str, Any], key: str, *, minimum: float | None = 
     if not math.isfinite(v) or (minimum is not None and v < minimum):
         raise StateError(f"state field {key!r} is out of range: {value!r}; {_WHAT_TO_DO}")
     return v
+
+
+def read_optional_float(
+    section: Mapping[str, Any], key: str, *, minimum: float | None = None
+) -> float | None:
+    """A finite float field, or ``None`` (JSON ``null``, or absent) for "not known yet"."""
+    if section.get(key) is None:
+        return None
+    return read_float(section, key, minimum=minimum)
 
 
 def read_int(section: Mapping[str, Any], key: str, *, minimum: int = 0) -> int:

@@ -165,6 +165,8 @@ def test_kernel_replay_with_linear_kernel_matches_the_linear_learner(guide_like:
     eta = {"kind": "inverse-time", "eta0": 0.2, "tau": 1000.0}
     common = {"runs": 1, "trials": 300, "costs": (0.25,), "seed": 9, "params": {"eta": eta}}
     linear = replay(X, y, ReplayOptions(algorithms=("dsal",), **common))  # type: ignore[arg-type]
+    # without the rho cap: the appendix algorithm, which is the linear one for a linear kernel
+    common["params"] = {"eta": eta, "kernel-dsal.rho_cap": None}
     kernel = replay(
         X,
         y,
