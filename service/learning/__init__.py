@@ -7,6 +7,10 @@ the replay command and notebooks share one implementation.
 * Linear learners $f(x) = w \cdot x$: :class:`DRAL`, :class:`DSAL`, :class:`DSOL`.
 * Kernel learners with a bounded support set: :class:`KernelDRAL`, :class:`KernelDSAL`,
   :class:`KernelDSOL`.
+* Query budgets: :class:`QueryBudget` (ask at a target rate, fraction of events or labels
+  per second, the most informative events first; every decision's ``query_probability``
+  is the true one) and :class:`Budgeted` (any learner held to a budget);
+  :class:`BudgetRows` does the same for the rows of a :class:`BatchLearner`.
 * Collapse: :class:`CollapseWatch` tells when a model rejects (nearly) everything while
   $\rho$ keeps growing. The kernel learners' defaults avoid it: a data-scaled RBF width
   (:class:`ScaledRBFKernel`) and a capped $\rho$ (``rho_cap``, :data:`DEFAULT_RHO_CAP`).
@@ -44,6 +48,8 @@ package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 
 from .base import Decision
 from .batch import BatchLearner, BatchStandardizer
+from .budget import BudgetReport, BudgetRows, QueryBudget
+from .budgeted import Budgeted
 from .collapse import CollapseStatus, CollapseWatch
 from .defaults import (
     DEFAULT_GAMMA,
@@ -85,6 +91,7 @@ from .losses import (
     double_ramp_gradient,
     double_ramp_loss,
     double_ramp_query,
+    double_ramp_query_utility,
     double_sigmoid_gradient,
     double_sigmoid_loss,
     double_sigmoid_query_probability,
@@ -112,10 +119,15 @@ from .registry import (
 from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
 
 __all__ = [
+    "BudgetReport",
+    "BudgetRows",
+    "Budgeted",
     "CollapseStatus",
     "CollapseWatch",
     "DEFAULT_RHO_CAP",
+    "QueryBudget",
     "ScaledRBFKernel",
+    "double_ramp_query_utility",
     "DEFAULT_BUDGET",
     "DEFAULT_GAMMA",
     "DEFAULT_TAU",

@@ -15,6 +15,12 @@ A row's step size is exactly the single learner's: without ``eta`` each row take
 algorithm's default for ``n_features`` (and the row's $\gamma$), the same schedule
 :class:`~service.learning.dral.DRAL` / :class:`~service.learning.dsal.DSAL` build.
 
+Rows may be held to a query budget (``budgets``: one fresh per-event
+:class:`~service.learning.budget.QueryBudget` or ``None`` per row): such a row asks as
+:class:`~service.learning.budgeted.Budgeted` around the single learner does, with the
+budget's probability for the row's ``query_utility`` (through
+:class:`~service.learning.budget.BudgetRows`).
+
 Buffers are preallocated; a step on ``B = 900`` rows of 68 features is a few dozen numpy
 calls on arrays of length ``B`` plus two passes over ``B x d``.
 
@@ -41,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .base import check_int, check_param, check_seed, quiet, raise_non_finite
+from .budget import BudgetRows, QueryBudget
 from .defaults import DEFAULT_GAMMA, default_dral_eta, default_ds_eta
 from .dral import DRAL
 from .dsal import DSAL, DSOL
@@ -50,6 +57,7 @@ from .losses import (
     FloatArray,
     double_ramp_gradient,
     double_ramp_query,
+    double_ramp_query_utility,
     double_sigmoid_gradient,
     double_sigmoid_query_probability,
     reject_decision,
@@ -82,6 +90,15 @@ def _inverse_time_form(schedule: Schedule) -> tuple[float, float]:
     raise HyperparameterError(f"unsupported schedule {schedule!r}")  # pragma: no cover
 
 
+def _held_rows(
+    budgets: Sequence[QueryBudget | None] | None,
+) -> tuple[npt.NDArray[np.intp], BudgetRows | None]:
+    """The rows held to a budget, and their budgets in lockstep (``None`` if there are none)."""
+    chosen = [(i, q) for i, q in enumerate(budgets or ()) if q is not None]
+    rows = np.array([i for i, _ in chosen], dtype=np.intp)
+    return rows, BudgetRows([q for _, q in chosen]) if chosen else None
+
+
 def _per_row(name: str, value: Any, n_rows: int) -> npt.NDArray[Any]:
     arr = np.asarray(value)
     if arr.ndim == 0:
@@ -111,6 +128,9 @@ class BatchLearner:
         row's ``gamma`` for DSAL/DSOL.
     W:
         Initial weights, shape ``(B, n_features)`` (default zeros).
+    budgets:
+        ``None``, or one entry per row: ``None`` (the row asks by its own rule) or a fresh
+        per-event :class:`~service.learning.budget.QueryBudget` the row is held to.
     n_rows:
         ``B``, when no argument is given per row.
     seed:
@@ -118,6 +138,8 @@ class BatchLearner:
     """
 
     __slots__ = (
+        "_budget",
+        "_budget_rows",
         "_codes",
         "_cost",
         "_eta0",
@@ -147,6 +169,7 @@ class BatchLearner:
         W: Any = None,
         n_rows: int | None = None,
         seed: int | None = 0,
+        budgets: Sequence[QueryBudget | None] | None = None,
     ) -> None:
         self.n_features = check_int("n_features", n_features, 1)
         sizes = {
@@ -156,6 +179,8 @@ class BatchLearner:
         }
         if W is not None:
             sizes.add(len(np.asarray(W)))
+        if budgets is not None:
+            sizes.add(len(budgets))
         if n_rows is not None:
             sizes.add(check_int("n_rows", n_rows, 1))
         if len(sizes) != 1:
@@ -206,6 +231,7 @@ class BatchLearner:
                     f"W must be a finite array of shape {(b, self.n_features)}"
                 )
         self._steps = np.zeros(b, dtype=np.int64)
+        self._budget_rows, self._budget = _held_rows(budgets)
         self._next = np.empty_like(self._W)
         self._tmp = np.empty_like(self._W)
         self._rng = np.random.default_rng(check_seed(seed))
@@ -328,6 +354,14 @@ class BatchLearner:
                 g = self._gamma[rows]
                 probs[rows] = 1.0 if name == "dsol" else double_sigmoid_query_probability(f, r, g)
                 dz[rows], drho[rows] = double_sigmoid_gradient(zz, r, c, g)
+        budget = self._budget
+        if budget is not None:
+            rows = self._budget_rows
+            utility = probs[rows].copy()
+            dral = self._codes[rows] == 0
+            utility[dral] = double_ramp_query_utility(scores[rows][dral], rho[rows][dral])
+            utility[self._codes[rows] == 2] = 1.0
+            probs[rows], _ = budget.ask(utility, u[rows])
         queried = u < probs
 
         eta = self._eta0 / (1.0 + self._steps / self._tau)
@@ -347,6 +381,8 @@ class BatchLearner:
         self._W, self._next = self._next, W
         self._rho = rho_new
         self._steps += queried
+        if budget is not None:
+            budget.commit()
         return labels, scores, probs, queried
 
     def __repr__(self) -> str:

@@ -36,6 +36,7 @@ __all__ = [
     "double_ramp_gradient",
     "double_ramp_loss",
     "double_ramp_query",
+    "double_ramp_query_utility",
     "double_sigmoid_gradient",
     "double_sigmoid_loss",
     "double_sigmoid_query_probability",
@@ -208,6 +209,36 @@ def double_ramp_query(f: Real, rho: Real) -> bool | npt.NDArray[np.bool_]:
         out: npt.NDArray[np.bool_] = (a >= rho - 1.0) & (a <= rho + 1.0)
         return out
     return bool(rho - 1.0 <= abs(f) <= rho + 1.0)
+
+
+DRAL_UTILITY_GAMMA = 2.0
+r"""Slope of the smooth stand-in for DRAL's query band (:func:`double_ramp_query_utility`)."""
+
+
+@overload
+def double_ramp_query_utility(f: float, rho: float) -> float: ...
+@overload
+def double_ramp_query_utility(f: FloatArray, rho: Real) -> FloatArray: ...
+def double_ramp_query_utility(f: Real, rho: Real) -> Real:
+    r"""A smooth, randomisable version of DRAL's query band, for query budgets:
+    $u = 4\,\sigma_2(|f| - \rho)\,(1 - \sigma_2(|f| - \rho))$ with slope $\gamma = 2$.
+
+    DRAL asks iff $\rho - 1 \le |f| \le \rho + 1$ (probability 1 or 0), which a budget
+    cannot scale down without losing the order of the events. This bump has its peak
+    $u = 1$ at the centre of the band ($|f| = \rho$), stays $\ge 0.42$ inside it and
+    falls below $0.071$ beyond distance 2, so scaling it keeps the events inside the ramps
+    the most likely to be asked. It is DSAL's query probability with $\gamma = 2$.
+
+    >>> double_ramp_query_utility(1.0, 1.0)
+    1.0
+    >>> [round(double_ramp_query_utility(f, 1.0), 3) for f in (0.0, 2.0, 3.0, 4.0)]
+    [0.42, 0.42, 0.071, 0.01]
+    """
+    if isinstance(f, np.ndarray) or isinstance(rho, np.ndarray):
+        return double_sigmoid_query_probability(
+            np.asarray(f, dtype=np.float64), rho, DRAL_UTILITY_GAMMA
+        )
+    return double_sigmoid_query_probability(f, rho, DRAL_UTILITY_GAMMA)
 
 
 @overload

@@ -1,8 +1,11 @@
-"""The contract every learner keeps (run over all six algorithms).
+"""The contract every learner keeps (run over all six algorithms), alone and held to a
+query budget (:class:`~service.learning.Budgeted`).
 
 Stream and replay code rely on it: decisions never change the model or the input, a seed
 fixes every choice, a JSON round trip of the state changes nothing now or later, and bad
-input is refused with a ValueError while the model stays as it was.
+input is refused with a ValueError while the model stays as it was. A budgeted learner's
+decisions move its budget (that is the point) but never its learner, and its
+``query_probability`` is the probability the query was really drawn with.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import numpy as np
 import pytest
 
 from service.learning import (
+    Budgeted,
     DimensionError,
     HyperparameterError,
     InputError,
     LabelError,
     LearningError,
     NonFiniteError,
+    QueryBudget,
     learner_from_state,
     make_learner,
 )
@@ -273,3 +278,96 @@ def test_make_learner_rejects_unknown_names_and_keywords() -> None:
         make_learner("perceptron", n_features=3, cost=0.1)
     with pytest.raises(HyperparameterError, match="bad hyperparameters"):
         make_learner("dral", n_features=3, cost=0.1, gamma=2.0)
+
+
+# -- the same contract, held to a budget --------------------------------------------------
+
+
+def build_budgeted(name: str, seed: int = 0) -> Budgeted:
+    return Budgeted(build(name, seed=seed), QueryBudget(0.2, horizon=20, seed=seed))
+
+
+def test_budgeted_decisions_leave_the_input_and_the_learner_untouched(
+    name: str, stream: Any
+) -> None:
+    X, y = stream
+    model = build_budgeted(name)
+    train(model, X[:30], y[:30])
+    learner_before = json.dumps(model.learner.to_state(), sort_keys=True)
+    X_before = X.copy()
+    for x in X[30:]:
+        model.decide(x)
+    model.decide_many(X[30:])
+    assert np.array_equal(X, X_before)
+    assert json.dumps(model.learner.to_state(), sort_keys=True) == learner_before
+    assert model.budget.report().events == 30 + 30 + 30
+
+
+def test_budgeted_same_seed_gives_the_same_decisions(name: str, stream: Any) -> None:
+    X, y = stream
+    a, b = build_budgeted(name, seed=3), build_budgeted(name, seed=3)
+    assert train(a, X, y) == train(b, X, y)
+    assert snapshot(a) == snapshot(b)
+
+
+def test_budgeted_json_state_round_trip_gives_the_same_future(name: str, stream: Any) -> None:
+    X, y = stream
+    model = build_budgeted(name, seed=5)
+    train(model, X[:40], y[:40])
+    text = json.dumps(model.to_state())
+    clone = Budgeted.from_state(json.loads(text))
+    assert json.dumps(clone.to_state()) == text
+    assert train(clone, X[40:], y[40:]) == train(model, X[40:], y[40:])
+    assert snapshot(clone) == snapshot(model)
+
+
+@pytest.mark.parametrize("with_coins", [True, False])
+def test_budgeted_decide_many_matches_decide_row_by_row(
+    name: str, stream: Any, with_coins: bool
+) -> None:
+    X, y = stream
+    model = build_budgeted(name, seed=9)
+    train(model, X[:25], y[:25])
+    twin = Budgeted.from_state(model.to_state())
+    coins = np.random.default_rng(1).random(35) if with_coins else None
+    labels, scores, probs, queries = model.decide_many(X[25:], coins=coins)
+    singles = [
+        twin.decide(x, coin=None if coins is None else float(c))
+        for x, c in zip(X[25:], coins if coins is not None else [None] * 35, strict=True)
+    ]
+    # scores of a batch are summed in another order than one dot product: equal to rounding
+    assert labels.tolist() == [d.label for d in singles]
+    assert np.allclose(scores, [d.score for d in singles], rtol=1e-12, atol=1e-12)
+    assert np.allclose(probs, [d.query_probability for d in singles], rtol=1e-9, atol=1e-15)
+    assert queries.tolist() == [d.query for d in singles]
+    assert model.budget.report().asked == twin.budget.report().asked
+
+
+def test_budgeted_query_probability_is_the_one_the_coin_was_drawn_against(
+    name: str, stream: Any
+) -> None:
+    X, y = stream
+    model = build_budgeted(name)
+    coins = np.random.default_rng(4).random(60)
+    for x, label, coin in zip(X, y, coins.tolist(), strict=True):
+        d = model.decide(x, coin=coin)
+        assert 0.0 < d.query_probability <= 1.0
+        assert d.query is (coin < d.query_probability)
+        if d.query:
+            model.update(x, label)
+    assert model.steps == model.budget.report().asked
+
+
+@pytest.mark.parametrize(("x", "error"), BAD_X)
+def test_budgeted_bad_x_is_refused_and_nothing_changes(
+    name: str, stream: Any, x: Any, error: type[Exception]
+) -> None:
+    X, y = stream
+    model = build_budgeted(name)
+    train(model, X[:20], y[:20])
+    before = snapshot(model)
+    with pytest.raises(error):
+        model.decide(x)
+    with pytest.raises(InputError):
+        model.decide(X[0], coin=1.5)
+    assert snapshot(model) == before

@@ -14,6 +14,7 @@ from service.learning.losses import (
     double_ramp_gradient,
     double_ramp_loss,
     double_ramp_query,
+    double_ramp_query_utility,
     double_sigmoid_gradient,
     double_sigmoid_loss,
     double_sigmoid_query_probability,
@@ -212,3 +213,16 @@ def test_array_and_scalar_paths_agree(z: np.ndarray, rho: float, d: float, gamma
         vector = np.asarray(fn(z), dtype=np.float64)
         scalars = np.array([float(fn(float(v))) for v in z])
         assert np.allclose(vector, scalars, rtol=1e-13, atol=1e-15)
+
+
+@FAST
+@given(f=margins, rho=rhos)
+def test_dral_query_utility_is_a_smooth_bump_over_the_query_band(f: float, rho: float) -> None:
+    u = double_ramp_query_utility(f, rho)
+    assert 0.0 <= u <= 1.0
+    assert double_ramp_query_utility(rho, rho) == 1.0  # the peak, at the centre |f| = rho
+    if double_ramp_query(f, rho):  # inside the band: at least 4 s (1 - s) at distance 1
+        assert u >= 0.4199
+    if abs(abs(f) - rho) >= 2.0:
+        assert u <= 0.0707
+    assert double_ramp_query_utility(-f, rho) == u
