@@ -70,9 +70,13 @@ class FaustSink:
 
 
 def _faust_app(s: Settings) -> App:
+    """The faust app of ``s``. Every faust setting comes from here: faust reads no
+    environment variable (``env={}``), so ``PRODUCER_ACKS`` or ``APP_WEB_TABLES_ENABLED`` in
+    a pod's environment cannot weaken the acknowledgements or expose faust's pages."""
     s.datadir.mkdir(parents=True, exist_ok=True)
     return App(
         s.app_id,
+        env={},
         broker=list(s.broker),
         broker_credentials=broker_credentials(s.security),
         store="memory://",
@@ -82,6 +86,13 @@ def _faust_app(s: Settings) -> App:
         web_host=s.web.advertised,  # what faust advertises (links, other workers)
         web_port=s.web.port,
         web_bind=s.web.host,  # where it listens
+        # faust's own pages describe tables, topology and sensors: off (/ stays, "OK")
+        web_router_enabled=False,  # /router (only @table_route needs it: not used)
+        web_tables_enabled=False,  # /table: keys and values of the tables
+        web_graph_enabled=False,  # /graph
+        web_stats_enabled=False,  # sensor statistics at / and /assignment
+        web_metrics_enabled=False,  # /performance
+        producer_acks=-1,  # acks=all: a 202 to POST /labels means every in-sync replica has it
         topic_partitions=s.partitions.labels,
         topic_replication_factor=1,
         producer_max_request_size=s.fetch_bytes,

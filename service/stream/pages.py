@@ -2,27 +2,59 @@
 
 The answers are computed by :mod:`service.web.views` (plain functions) from what the worker
 already holds (the last :class:`~service.stream.housekeeping.WorkerStatus`, the pending
-store); this module only adapts them to faust's web server.
+store's queue); this module only adapts them to faust's web server, and sends labels
+(:class:`LabelSender`: a reply is given once Kafka has acknowledged the record).
+
+faust's own pages (``/router``, ``/table``, ``/graph``, statistics, ``/performance``) are
+switched off in :func:`service.stream.app.create_app`; ``/`` answers ``{"status": "OK"}``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import faust
+from aiokafka.errors import KafkaError
+from faust.exceptions import ProducerSendError
 
 from service.records import Label
+from service.stream.errors import StreamError
 from service.stream.stores import PendingStore
 from service.web import views
 
 if TYPE_CHECKING:
     from service.stream.app import Parts
 
-__all__ = ["mount_web"]
+__all__ = ["LabelSender", "mount_web"]
+
+log = logging.getLogger(__name__)
 
 
 def _reply(view: Any, r: views.Reply) -> Any:
-    return view.bytes(r.body, status=r.status, headers={"Content-Type": r.content_type})
+    headers = {"Content-Type": r.content_type, **dict(r.headers)}
+    return view.bytes(r.body, status=r.status, headers=headers)
+
+
+class LabelSender:
+    """Sends a label to the labels topic (keyed by model) and returns once Kafka has
+    acknowledged it (the producer's ``acks=all``: every in-sync replica has it).
+
+    The caller bounds the wait (``asyncio.wait_for``); cancelling it leaves the record in
+    the producer's buffer, from where it may still be written."""
+
+    def __init__(self, topic: Any) -> None:
+        self.topic = topic
+
+    async def __call__(self, label: Label) -> None:
+        try:
+            delivery = await self.topic.send(key=label.model.encode(), value=label.to_json(),
+                                             force=True)  # fmt: skip
+            await asyncio.shield(delivery)  # a timeout must not cancel the delivery itself
+        except (KafkaError, ProducerSendError) as exc:
+            log.warning("label for request %s not acknowledged: %r", label.request_id, exc)
+            raise StreamError(f"the labels topic did not take the label: {exc!r}") from exc
 
 
 def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) -> None:
@@ -30,6 +62,8 @@ def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) 
     s = parts.settings
     token = s.label_token.get_secret_value() if s.label_token is not None else None
     clock = parts.joiner.clock
+    send = LabelSender(labels_topic)
+    pacer = views.Pacer()
 
     @app.page("/metrics")
     class MetricsView(faust.web.View):
@@ -51,14 +85,19 @@ def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) 
                       "models": models}  # fmt: skip
             return _reply(self, views.ready(status.ready, detail))
 
-    async def produce(label: Label) -> None:
-        await labels_topic.send(key=label.model.encode(), value=label.to_json())
-
     @app.page("/labels")
     class LabelsView(faust.web.View):
         async def get(self, request: Any) -> Any:
-            as_html = "text/html" in request.headers.get("Accept", "")
-            return _reply(self, views.labels_get(pending.entries(), now=clock(), as_html=as_html))
+            r = await views.labels_get(
+                request.query,
+                request.headers.get("Authorization"),
+                token=token,
+                queue=pending,
+                clock=clock,
+                pacer=pacer,
+                as_html="text/html" in request.headers.get("Accept", ""),
+            )
+            return _reply(self, r)
 
         async def post(self, request: Any) -> Any:
             r = await views.labels_post(
@@ -66,8 +105,9 @@ def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) 
                 request.headers.get("Authorization"),
                 token=token,
                 default_model=s.default_model,
-                produce=produce,
+                produce=send,
                 now=clock(),
+                ack_timeout=s.label_ack_timeout_seconds,
             )
             return _reply(self, r)
 

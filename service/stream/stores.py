@@ -5,8 +5,9 @@ concern, co-partitioned with the label topics); tests pass an in-memory one. Val
 records of :mod:`service.records.state`, encoded by them:
 
 - :class:`PendingStore`: label requests awaiting an answer, with a slim in-memory index
-  (no features) and per-partition expiry heaps, so sweeps pop what is due and the gauges
-  never decode the table;
+  (no features), per-partition expiry heaps and the label queue in priority order, so sweeps
+  pop what is due, the gauges never decode the table and a page of the queue decodes only
+  the entries on it;
 - :class:`ParkedStore`: labels that arrived before their request;
 - :class:`ModelStore`: the current :class:`~service.records.ModelEnvelope` of each model.
 
@@ -16,8 +17,10 @@ and skipped by scans; a single read raises :class:`~service.records.BadMessage`.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,9 +35,13 @@ from service.records import (
     parse_pending_entry,
 )
 
-__all__ = ["ModelStore", "ParkedStore", "PendingStore", "PendingSummary", "Table"]
+__all__ = ["ModelStore", "ParkedStore", "PendingStore", "PendingSummary", "QueueKey", "Table"]
 
 log = logging.getLogger(__name__)
+
+#: where an open request stands in the label queue, ``(-priority, requested_at, request_id)``:
+#: the queue is sorted by it (highest priority first, then the oldest; the id breaks ties)
+QueueKey = tuple[float, float, str]
 
 
 class Table(Protocol):
@@ -61,31 +68,45 @@ def _scan(table: Table, what: str) -> Iterator[tuple[str, bytes]]:
 
 @dataclass(frozen=True, slots=True)
 class PendingSummary:
-    """What sweeps and gauges need of a pending entry (its features stay in the table)."""
+    """What sweeps, gauges and the label queue need of a pending entry (its features stay
+    in the table)."""
 
     model: str
     partition: int
     requested_at: float
     expires_at: float
     applied: bool
+    priority: float = 0.0
 
     @classmethod
     def of(cls, entry: PendingEntry) -> PendingSummary:
         r = entry.request
-        return cls(r.model, entry.partition, r.requested_at, r.expires_at, entry.applied)
+        return cls(r.model, entry.partition, r.requested_at, r.expires_at, entry.applied,
+                   r.priority)  # fmt: skip
+
+    def queue_key(self, request_id: str) -> QueueKey:
+        """The request's place in the label queue (a value that is not finite counts as 0,
+        so the order stays total)."""
+        return (-_finite(self.priority), _finite(self.requested_at), request_id)
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
 
 
 class PendingStore:
     """Pending label requests by request id, with an index for sweeps and gauges.
 
     The index covers what this process wrote plus, after :meth:`refresh`, what the table
-    held when the learner's partitions were last assigned (recovery, rebalance)."""
+    held when the learner's partitions were last assigned (recovery, rebalance). The queue
+    (:meth:`page`) holds the index's unanswered requests, sorted by :class:`QueueKey`."""
 
     def __init__(self, table: Table) -> None:
         self._table = table
         self._index: dict[str, PendingSummary] = {}
         self._expiry: dict[int, list[tuple[float, str]]] = {}
         self._indexed: frozenset[int] | None = None
+        self._queue: list[QueueKey] = []  # sorted; unanswered requests of the index
 
     def get(self, request_id: str) -> PendingEntry | None:
         raw = self._table.get(request_id.encode())
@@ -100,7 +121,9 @@ class PendingStore:
 
     def delete(self, request_id: str) -> None:
         del self._table[request_id.encode()]
-        self._index.pop(request_id, None)
+        old = self._index.pop(request_id, None)
+        if old is not None:
+            self._unqueue(request_id, old)
 
     def entries(self) -> list[PendingEntry]:
         """Every readable entry (decoded: the web page, tools)."""
@@ -120,15 +143,29 @@ class PendingStore:
         self._index.clear()
         self._expiry.clear()
         for entry in self.entries():
-            self._add(entry.request_id, PendingSummary.of(entry))
+            self._add(entry.request_id, PendingSummary.of(entry), queue=False)
+        self._queue = sorted(s.queue_key(k) for k, s in self._index.items() if not s.applied)
         self._indexed = partitions
         return True
 
-    def _add(self, key: str, summary: PendingSummary) -> None:
-        if key not in self._index:
+    def _add(self, key: str, summary: PendingSummary, *, queue: bool = True) -> None:
+        old = self._index.get(key)
+        if old is None:
             heap = self._expiry.setdefault(summary.partition, [])
             heapq.heappush(heap, (summary.expires_at, key))
+        elif queue:
+            self._unqueue(key, old)
         self._index[key] = summary
+        if queue and not summary.applied:
+            bisect.insort(self._queue, summary.queue_key(key))
+
+    def _unqueue(self, key: str, summary: PendingSummary) -> None:
+        if summary.applied:
+            return  # answered requests are not queued
+        place = summary.queue_key(key)
+        i = bisect.bisect_left(self._queue, place)
+        if i < len(self._queue) and self._queue[i] == place:
+            del self._queue[i]
 
     def due(self, partition: int, *, now: float, grace: float) -> list[tuple[str, PendingSummary]]:
         """Entries of ``partition`` more than ``grace`` seconds past expiry, taken off the
@@ -141,6 +178,38 @@ class PendingStore:
             if summary is not None:
                 out.append((key, summary))
         return out
+
+    def page(
+        self, *, after: QueueKey | None, limit: int, now: float, max_scan: int = 5_000
+    ) -> tuple[list[PendingEntry], QueueKey | None]:
+        """Up to ``limit`` open requests (unanswered, unexpired) of the queue that come after
+        ``after`` (from the start when None), and where the next page starts (None: no more).
+
+        Only the entries on the page are read from the table and decoded; at most
+        ``max_scan`` queue places are looked at (expired requests wait there for the sweep),
+        so a page costs O(log n + max_scan + limit) whatever the queue holds."""
+        queue = self._queue
+        start = 0 if after is None else bisect.bisect_right(queue, after)
+        end = min(len(queue), start + max_scan)
+        out: list[PendingEntry] = []
+        i = start
+        while i < end and len(out) < limit:
+            place = queue[i]
+            i += 1
+            summary = self._index.get(place[2])
+            if summary is None or summary.expires_at < now:
+                continue
+            entry = self._read(place[2])
+            if entry is not None and not entry.applied and entry.request.expires_at >= now:
+                out.append(entry)
+        return out, (queue[i - 1] if start < i < len(queue) else None)
+
+    def _read(self, request_id: str) -> PendingEntry | None:
+        try:
+            return self.get(request_id)
+        except BadMessage as bad:
+            log.error("skipping unreadable pending entry %r: %s", request_id, bad)
+            return None
 
     def open_requests(self, models: Iterable[str], now: float) -> dict[str, tuple[int, float]]:
         """Per model: (unanswered requests, age in seconds of the oldest; 0 if none)."""

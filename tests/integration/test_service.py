@@ -214,8 +214,13 @@ def test_bad_inputs_are_dead_lettered_with_their_reason_and_change_nothing(
     # a label whose request never comes waits orphan_label_seconds (2 s here), then is swept
     # on the learner's next event of that partition: send one
     time.sleep(2.5)
-    tick = {**stale, "request_id": request_id("bad", f"tick-{mark}"), "event_id": f"tick-{mark}",
-            "expires_at": 4.0e9, "features": [0, 0, 0]}
+    tick = {
+        **stale,
+        "request_id": request_id("bad", f"tick-{mark}"),
+        "event_id": f"tick-{mark}",
+        "expires_at": 4.0e9,
+        "features": [0, 0, 0],
+    }
     kafka_io.produce_json(t["label_requests"], [("bad", tick)])
     recs = kafka_io.wait_for(t["dead_letters"], lambda rs: seen(rs) == expected)
     letter = next(r.json() for r in recs if r.json()["reason"] == "feature_count")
@@ -295,8 +300,11 @@ def test_label_queue_api_needs_the_token_and_feeds_the_learner(
     reqs = kafka_io.wait_for(t["label_requests"], lambda rs: sum(map(_of("web"), rs)) >= queried)
     wanted = {r.json()["request_id"] for r in reqs if _of("web")(r)}
 
+    auth = {"Authorization": "Bearer test-token-0123456789"}
+    assert worker.get("/labels")[0] == 401  # reading the queue needs the token too
+
     def listed() -> set[str]:
-        body = json.loads(worker.get("/labels")[1])
+        body = json.loads(worker.get("/labels?limit=500", auth)[1])
         return {p["request_id"] for p in body["pending"] if p["model"] == "web"}
 
     deadline = time.monotonic() + 20

@@ -1,12 +1,27 @@
-"""Typed stores over a byte table: the pending index, expiry order, unreadable values."""
+"""Typed stores over a byte table: the pending index, expiry order, the label queue and its
+pages, unreadable values."""
 
 from __future__ import annotations
 
-from service.records import Label
-from service.stream.model import initial_envelope
-from service.stream.stores import ModelStore, ParkedStore, PendingStore
+import random
+from typing import Any
 
-from .memory import CFG, MemoryKafka, pending
+from service.records import Label, PendingEntry
+from service.stream.model import initial_envelope
+from service.stream.stores import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
+
+from .memory import CFG, MemoryKafka
+from .memory import pending as _pending
+
+
+def pending(features: list[float], rid: str, **kw: Any) -> PendingEntry:
+    """A pending entry whose request id is ``rid`` itself (readable assertions)."""
+    return _pending(features, rid, request_id=rid, **kw)
+
+
+def answer(entry: PendingEntry) -> PendingEntry:
+    label = Label(entry.request_id, entry.model, 1, "", None)
+    return entry.answered(label, offset=0, version=1, now=6.0)
 
 
 def test_due_pops_expired_entries_of_one_partition_in_expiry_order_once() -> None:
@@ -23,15 +38,16 @@ async def test_refresh_rebuilds_the_index_from_the_table_when_the_assignment_cha
     kafka = MemoryKafka()
     writer = PendingStore(kafka.table("pending"))
     writer.put(pending([1.0], "old", requested_at=5.0))
-    answer = Label("done", "m", 1, "", None)
-    writer.put(pending([1.0], "done", requested_at=1.0).answered(answer, offset=0, version=1,
-                                                                 now=6.0))  # fmt: skip
+    writer.put(answer(pending([1.0], "done", requested_at=1.0)))
     await kafka.flush()
     reader = PendingStore(kafka.table("pending"))  # recovered by a worker after a rebalance
     assert reader.open_requests(["m"], now=10.0) == {"m": (0, 0.0)}  # not indexed yet
-    reader.refresh(frozenset({0}))
+    assert reader.page(after=None, limit=10, now=10.0) == ([], None)
+    assert reader.refresh(frozenset({0}))
+    assert not reader.refresh(frozenset({0}))  # same assignment: nothing to do
     assert reader.open_requests(["m"], now=10.0) == {"m": (1, 5.0)}  # answered not counted
     assert [k for k, _ in reader.due(0, now=2e9, grace=0.0)] == ["done", "old"]
+    assert [e.request_id for e in reader.page(after=None, limit=10, now=10.0)[0]] == ["old"]
 
 
 def test_scans_skip_values_that_do_not_parse() -> None:
@@ -53,3 +69,126 @@ def test_model_store_serves_the_initial_envelope_until_one_is_stored() -> None:
     newer = initial["m"].replace(version=4)
     store.put(newer, newer.to_json())
     assert store.get("m") == newer
+
+
+# --------------------------------------------------------------------------- the queue
+
+
+def ids(store: PendingStore, *, limit: int = 100, now: float = 10.0) -> list[str]:
+    return [e.request_id for e in store.page(after=None, limit=limit, now=now)[0]]
+
+
+def all_pages(store: PendingStore, limit: int, now: float = 10.0) -> list[list[str]]:
+    pages, after = [], None
+    while True:
+        entries, after = store.page(after=after, limit=limit, now=now)
+        pages.append([e.request_id for e in entries])
+        if after is None:
+            return pages
+
+
+def test_the_queue_is_open_requests_by_priority_then_age_answered_and_expired_left_out() -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    store.put(pending([1.0], "low", priority=0.1))
+    store.put(pending([1.0], "young", priority=0.9, requested_at=2.0))
+    store.put(pending([1.0], "old", priority=0.9, requested_at=1.0))
+    store.put(pending([1.0], "expired", priority=1.0, expires_at=5.0))
+    store.put(pending([1.0], "done", priority=1.0))
+    assert ids(store) == ["done", "old", "young", "low"]
+    store.put(answer(store.get("done") or pending([], "?")))  # answered: leaves the queue
+    assert ids(store) == ["old", "young", "low"]
+    assert ids(store, now=1.0) == ["expired", "old", "young", "low"]
+    store.delete("old")
+    assert ids(store) == ["young", "low"]
+    assert store.open_requests(["m"], now=10.0)["m"][0] == 3  # the gauges are unchanged
+
+
+def test_pages_cover_the_queue_once_in_order_whatever_their_size() -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    rng = random.Random(3)
+    for i in range(40):
+        store.put(pending([float(i)], f"r{i:02}", priority=rng.choice([0.1, 0.5, 0.9]),
+                          requested_at=float(rng.randrange(5))))  # fmt: skip
+    whole = ids(store)
+    assert len(whole) == 40
+    for limit in (1, 7, 40, 100):
+        pages = all_pages(store, limit)
+        assert [rid for page in pages for rid in page] == whole
+        assert all(len(page) == limit for page in pages[:-1])
+
+
+def test_a_cursor_stays_valid_while_the_queue_changes() -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    for i, p in enumerate([0.9, 0.8, 0.7, 0.6]):
+        store.put(pending([1.0], f"r{i}", priority=p))
+    first, after = store.page(after=None, limit=2, now=10.0)
+    assert [e.request_id for e in first] == ["r0", "r1"]
+    store.delete("r1")  # the page's last request is answered and swept...
+    store.put(pending([1.0], "top", priority=1.0))  # ...and a more urgent one arrives
+    store.put(pending([1.0], "mid", priority=0.65))
+    rest, end = store.page(after=after, limit=10, now=10.0)
+    assert [e.request_id for e in rest] == ["r2", "mid", "r3"]
+    assert end is None
+
+
+def test_a_page_decodes_only_its_own_entries() -> None:
+    reads: list[bytes] = []
+
+    class Counting:
+        def __init__(self, table: Table) -> None:
+            self.table = table
+
+        def get(self, key: bytes, /) -> bytes | None:
+            reads.append(key)
+            return self.table.get(key)
+
+        def __setitem__(self, key: bytes, value: bytes, /) -> None:
+            self.table[key] = value
+
+        def __delitem__(self, key: bytes, /) -> None:
+            del self.table[key]
+
+        def __contains__(self, key: object, /) -> bool:
+            return key in self.table
+
+        def items(self) -> Any:
+            raise AssertionError("a page must not scan the table")
+
+    store = PendingStore(Counting(MemoryKafka().table("pending")))
+    for i in range(2000):
+        store.put(pending([1.0, 2.0], f"r{i:04}", priority=i / 2000))
+    entries, after = store.page(after=None, limit=5, now=10.0)
+    assert [e.request_id for e in entries] == [f"r{i:04}" for i in range(1999, 1994, -1)]
+    assert len(reads) == 5
+    assert after is not None
+
+
+def test_a_page_looks_at_a_bounded_stretch_of_expired_requests() -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    for i in range(30):
+        store.put(pending([1.0], f"gone{i:02}", priority=0.9, expires_at=1.0))
+    store.put(pending([1.0], "open", priority=0.1))
+    entries, after = store.page(after=None, limit=10, now=10.0, max_scan=20)
+    assert entries == []
+    assert after is not None  # a short page, and where to go on
+    entries, after = store.page(after=after, limit=10, now=10.0, max_scan=20)
+    assert [e.request_id for e in entries] == ["open"]
+    assert after is None
+
+
+def test_a_page_skips_a_value_that_no_longer_parses() -> None:
+    table = MemoryKafka().table("pending")
+    store = PendingStore(table)
+    store.put(pending([1.0], "a", priority=0.9))
+    store.put(pending([1.0], "b", priority=0.1))
+    table[b"a"] = b'{"request_id": "a"}'
+    assert ids(store) == ["b"]
+
+
+def test_the_summary_carries_the_priority_and_orders_non_finite_values_as_zero() -> None:
+    entry = pending([1.0], "r", priority=0.75, requested_at=3.0)
+    summary = PendingSummary.of(entry)
+    assert summary.priority == 0.75
+    assert summary.queue_key("r") == (-0.75, 3.0, "r")
+    odd = PendingSummary("m", 0, float("nan"), 9.0, False, float("inf"))
+    assert odd.queue_key("r") == (-0.0, 0.0, "r")

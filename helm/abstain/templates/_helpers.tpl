@@ -92,7 +92,8 @@ creates it (only when no existingSecret is named and some secret value is given)
 {{- end }}
 
 {{- define "abstain.createSecret" -}}
-{{- if and (not .Values.secrets.existingSecret) (or .Values.secrets.labelToken .Values.secrets.saslPassword) }}true{{ end }}
+{{- $s := .Values.secrets }}
+{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.snapshotKey $s.snapshotKeyPrevious) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -142,4 +143,20 @@ names the values to fix. Mirrors the worker's own start-up validation of these s
 {{- if not (has $default $names) }}
 {{- fail (printf "config.default_model %q is not one of the models (%s)" $default (join ", " $names)) }}
 {{- end }}
+{{- end }}
+
+{{/*
+A Kubernetes LabelSelector from values: its non-empty matchLabels / matchExpressions; `{}`
+(which selects everything) when both are empty. "abstain.selectorSet" is true when either is
+given.
+*/}}
+{{- define "abstain.labelSelector" -}}
+{{- $out := dict }}
+{{- with .matchLabels }}{{ $_ := set $out "matchLabels" . }}{{ end }}
+{{- with .matchExpressions }}{{ $_ := set $out "matchExpressions" . }}{{ end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{- define "abstain.selectorSet" -}}
+{{- if or .matchLabels .matchExpressions }}true{{ end }}
 {{- end }}
