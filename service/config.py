@@ -56,6 +56,7 @@ __all__ = [
     "ALGORITHMS",
     "ConfigError",
     "KafkaSecurity",
+    "LabelBudget",
     "ModelConfig",
     "Partitions",
     "Settings",
@@ -104,6 +105,40 @@ class ConfigError(AbstainError, ValueError):
     """The settings are invalid; the message names each offending field."""
 
 
+class LabelBudget(BaseModel):
+    """How many labels a model may ask for: ``per_hour`` (labels per hour, for the whole
+    model, shared by the workers in proportion to the feature partitions each scores) or
+    ``fraction`` (of the events), not both. The most informative events are the most likely
+    to be asked (:class:`service.learning.QueryBudget`); every decision's
+    ``query_probability`` stays the probability it was really asked with.
+
+    >>> LabelBudget(per_hour=600).per_hour
+    600.0
+    >>> try:
+    ...     LabelBudget(per_hour=600, fraction=0.1)
+    ... except ValueError as exc:
+    ...     print("give per_hour or fraction (one of them)" in str(exc))
+    True
+    """
+
+    model_config = _FROZEN
+
+    per_hour: float | None = Field(default=None, gt=0.0, le=1e9, description="labels per hour")
+    fraction: float | None = Field(default=None, gt=0.0, le=1.0, description="of the events")
+    explore: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="share of the budget asked uniformly at random"
+    )
+    sharpness: float = Field(
+        default=4.0, ge=0.0, le=64.0, description="how strongly informative events are favoured"
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> LabelBudget:
+        if (self.per_hour is None) == (self.fraction is None):
+            raise ValueError("give per_hour or fraction (one of them)")
+        return self
+
+
 class ModelConfig(BaseModel):
     """One served model: the learner, its reject cost and how features arrive.
 
@@ -122,6 +157,14 @@ class ModelConfig(BaseModel):
     intercept: bool = True
     audit_rate: float = Field(
         default=0.01, ge=0.0, lt=1.0, description="extra uniform query probability (unbiased risk)"
+    )
+    label_budget: LabelBudget | None = Field(
+        default=None, description="labels the model may ask for (none: as many as it wants)"
+    )
+    max_open_requests: int = Field(
+        default=50_000,
+        ge=1,
+        description="open label requests kept per model; beyond, the least urgent is dropped",
     )
     seed: int = 0
 

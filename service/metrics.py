@@ -131,6 +131,43 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.label_requests_suppressed = Counter(
+            "abstain_label_requests_suppressed_total",
+            "Events the learner would have asked about that its label budget did not",
+            ["model"],
+            registry=r,
+        )
+        self.label_requests_dropped = Counter(
+            "abstain_label_requests_dropped_total",
+            "Open label requests dropped, least urgent first, when a model's queue was full",
+            ["model"],
+            registry=r,
+        )
+        self.label_budget_target = Gauge(
+            "abstain_label_budget_labels_per_hour",
+            "Labels per hour this worker's share of the model's budget allows (per-hour "
+            "budgets; fraction budgets: the fraction times this worker's event rate)",
+            ["model"],
+            registry=r,
+        )
+        self.label_budget_spent = Gauge(
+            "abstain_label_budget_spent_ratio",
+            "Labels asked over labels the budget allowed so far on this worker (1 = on target)",
+            ["model"],
+            registry=r,
+        )
+        self.model_collapsed = Gauge(
+            "abstain_model_collapsed",
+            "1 while the model rejects nearly every event and its rho keeps growing",
+            ["model"],
+            registry=r,
+        )
+        self.model_reject_fraction = Gauge(
+            "abstain_model_reject_fraction",
+            "Fraction of the last window of decisions that rejected",
+            ["model"],
+            registry=r,
+        )
         self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
         self.live = Gauge("abstain_live", "0 when a stalled consumer is detected", registry=r)
         self.live.set(1)
@@ -157,6 +194,9 @@ class Metrics:
             self.risk_estimate,
             self.iw_loss,
             self.decide_latency,
+            self.label_requests_suppressed,
+            self.label_requests_dropped,
+            self.model_collapsed,
         ):
             metric.labels(model=model)
         for action in Action:

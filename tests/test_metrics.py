@@ -28,6 +28,12 @@ CATALOGUE = {
     "abstain_consumer_lag": ("gauge", {"topic", "partition"}),
     "abstain_last_progress_timestamp_seconds": ("gauge", {"topic", "partition"}),
     "abstain_skipped_records_recovered_total": ("counter", {"topic"}),
+    "abstain_label_requests_suppressed_total": ("counter", {"model"}),
+    "abstain_label_requests_dropped_total": ("counter", {"model"}),
+    "abstain_label_budget_labels_per_hour": ("gauge", {"model"}),
+    "abstain_label_budget_spent_ratio": ("gauge", {"model"}),
+    "abstain_model_collapsed": ("gauge", {"model"}),
+    "abstain_model_reject_fraction": ("gauge", {"model"}),
     "abstain_ready": ("gauge", set()),
     "abstain_live": ("gauge", set()),
 }

@@ -111,6 +111,10 @@ class Housekeeping:
             self.metrics.oldest_pending_age.labels(model=model).set(age)
         for model, rate in self.scorer.query_rates().items():
             self.metrics.query_rate.labels(model=model).set(rate)
+        features = self.settings.topics.features
+        mine = sum(1 for tp in self.view.assignment() if tp.topic == features)
+        self.scorer.set_share(mine / self.settings.partitions.features)
+        self.scorer.budget_gauges()
 
     async def _republish(self, now: float, *, due: bool) -> None:
         """The learner's models again on the models topic: after an assignment, and every

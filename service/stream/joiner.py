@@ -133,6 +133,7 @@ class LabelJoiner:
             return
         if request.request_id not in self.pending:  # a re-sent request must not reset an answer
             self.pending.put(PendingEntry(request, message.partition))
+            self._cap(request.model)
         parked = self.parked.get(request.request_id)
         if parked is not None:  # its label overtook it: apply that label now
             origin = RawMessage(parked.raw, self.settings.topics.labels, message.partition,
@@ -153,6 +154,17 @@ class LabelJoiner:
             )
             return
         await self._join(label, message, parked=False)
+
+    def _cap(self, model: str) -> None:
+        """Keep at most ``max_open_requests`` open requests of ``model``: beyond, the least
+        urgent is dropped (and counted), so memory and recovery time stay bounded."""
+        cap = self.settings.models[model].max_open_requests
+        while self.pending.open_count(model) > cap:
+            victim = self.pending.least_urgent(model)
+            if victim is None:
+                return
+            self.pending.delete(victim)
+            self.metrics.label_requests_dropped.labels(model=model).inc()
 
     def _check_placement(self, message: RawMessage, model: str) -> None:
         """Requests and labels are keyed by model, and a model's records all live on the

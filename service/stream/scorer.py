@@ -10,11 +10,13 @@ event at a time and the culprit is dead-lettered (reason ``schema``; the detail 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from service.config import Settings
+from service.config import LabelBudget, Settings
+from service.learning import CollapseWatch, QueryBudget
 from service.metrics import Metrics
 from service.records import Action, DeadLetter, RawMessage, Reason, Source
 from service.stream.joiner import DATA_ERRORS
@@ -28,6 +30,16 @@ log = logging.getLogger(__name__)
 
 #: decisions per model over which the recent query rate is measured
 RECENT = 1000
+
+
+def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
+    """The learner-side budget for a model's ``config`` on a worker that scores ``share``
+    of its events (per-hour budgets are paced by this worker's clock)."""
+    k, v = config.sharpness, config.explore
+    if config.per_hour is not None:
+        return QueryBudget(config.per_hour / 3600.0 * share, per="second", sharpness=k, explore=v)
+    assert config.fraction is not None  # noqa: S101 - LabelBudget holds one of them
+    return QueryBudget(config.fraction, per="event", sharpness=k, explore=v)
 
 
 class Scorer:
@@ -50,8 +62,14 @@ class Scorer:
         )
         self.models = models
         self.outputs = outputs
+        self.metrics = metrics
         self.clock = clock
         self.recent: dict[str, deque[bool]] = {m: deque(maxlen=RECENT) for m in settings.models}
+        self.budgets = {m: make_budget(c.label_budget, share=1.0)
+                        for m, c in settings.models.items() if c.label_budget is not None}  # fmt: skip
+        self.configs = settings.models
+        self.collapse = {m: CollapseWatch() for m in settings.models}
+        self.started = clock()
         # per-model metric children, bound once (a labels() lookup per event costs more
         # than the decision itself)
         self._bound = {
@@ -70,6 +88,7 @@ class Scorer:
         models = self.models()  # one mapping for the whole batch
         started = time.perf_counter()
         result = self._score_guarded(models, messages, self.clock())
+        self._watch(models, result)
         per_event = (time.perf_counter() - started) / max(1, len(messages))
         for decision in result.decisions:
             await self.outputs.decision(decision)
@@ -80,6 +99,41 @@ class Scorer:
         self._count(result, per_event)
         return result
 
+    def set_share(self, share: float) -> None:
+        """This worker scores ``share`` of the model's events (its feature partitions over
+        all of them): each per-hour budget allows that share of its labels here."""
+        for model, budget in self.budgets.items():
+            config = self.configs[model].label_budget
+            if config is not None and config.per_hour is not None and share > 0:
+                budget.rate = config.per_hour / 3600.0 * share
+
+    def budget_gauges(self) -> None:
+        """Budget gauges: this worker's labels per hour and what it spent of its allowance."""
+        for model, budget in self.budgets.items():
+            report = budget.report()
+            config = self.configs[model].label_budget
+            per_hour = budget.rate * 3600.0 if report.per == "second" else math.nan
+            if config is not None and config.fraction is not None and report.allowance > 0:
+                seconds = max(1e-9, self.clock() - self.started)
+                per_hour = report.allowance / seconds * 3600.0
+            self.metrics.label_budget_target.labels(model=model).set(per_hour)
+            self.metrics.label_budget_spent.labels(model=model).set(report.spent_ratio)
+
+    def _watch(self, models: Mapping[str, ServedModel], result: ScoreResult) -> None:
+        """Collapse watch over the decisions, and the suppressed-request counter."""
+        labels: dict[str, list[int]] = {}
+        for d in result.decisions:
+            labels.setdefault(d.model, []).append(0 if d.label is None else d.label)
+        for model, seen in labels.items():
+            watch = self.collapse[model]
+            watch.observe_many(seen, float(models[model].learner.rho))
+            status = watch.status()
+            if status.windows:
+                self.metrics.model_collapsed.labels(model=model).set(int(status.collapsed))
+                self.metrics.model_reject_fraction.labels(model=model).set(status.reject_fraction)
+        for model, n in result.suppressed.items():
+            self.metrics.label_requests_suppressed.labels(model=model).inc(n)
+
     def query_rates(self) -> dict[str, float]:
         """Fraction of each model's recent decisions that asked for a label (models that
         have decided nothing yet are left out)."""
@@ -89,13 +143,15 @@ class Scorer:
         self, models: Mapping[str, ServedModel], messages: Sequence[RawMessage], now: float
     ) -> ScoreResult:
         try:
-            return score_batch(models, messages, limits=self.limits, now=now)
+            return score_batch(models, messages, limits=self.limits, now=now,
+                               budgets=self.budgets)  # fmt: skip
         except DATA_ERRORS:
             log.exception("batch scoring failed; retrying one event at a time")
         result = ScoreResult()
         for message in messages:
             try:
-                result.extend(score_batch(models, [message], limits=self.limits, now=now))
+                result.extend(score_batch(models, [message], limits=self.limits, now=now,
+                                          budgets=self.budgets))  # fmt: skip
             except DATA_ERRORS as exc:
                 result.dead_letters.append(
                     DeadLetter.of(Source.FEATURES, message, Reason.SCHEMA,

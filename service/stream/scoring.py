@@ -11,12 +11,14 @@ that overflows once scaled is refused alone (``non_finite``), not with its batch
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from service.learning import NonFiniteError
+from service.learning import NonFiniteError, QueryBudget
 from service.records import (
     Action,
     BadMessage,
@@ -61,6 +63,7 @@ class Verdict:
     score: float
     queried: bool
     query_probability: float
+    suppressed: bool = False  # the learner would have asked; its budget did not
 
 
 @dataclass(slots=True)
@@ -70,12 +73,14 @@ class ScoreResult:
     decisions: list[Decision] = field(default_factory=list)
     label_requests: list[LabelRequest] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    suppressed: Counter[str] = field(default_factory=Counter)  # by model
 
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
         self.decisions += other.decisions
         self.label_requests += other.label_requests
         self.dead_letters += other.dead_letters
+        self.suppressed += other.suppressed
 
 
 def parse_event(
@@ -100,8 +105,11 @@ def score_batch(
     *,
     limits: Limits,
     now: float,
+    budgets: Mapping[str, QueryBudget] | None = None,
 ) -> ScoreResult:
-    """Score a batch with ``models`` (one mapping for the whole batch)."""
+    """Score a batch with ``models`` (one mapping for the whole batch). A model with a
+    budget in ``budgets`` asks through it (the budget's state moves on: it is the one
+    stateful input)."""
     out = ScoreResult()
     parsed: list[ParsedEvent] = []
     for message in messages:
@@ -112,7 +120,8 @@ def score_batch(
                                                   bad.detail))  # fmt: skip
     verdicts: dict[int, Verdict] = {}
     for served, members in _by_model(parsed):
-        decided, refused = _decide(served, [parsed[i] for i in members])
+        budget = None if budgets is None else budgets.get(served.name)
+        decided, refused = _decide(served, [parsed[i] for i in members], budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
     for i, item in enumerate(parsed):
@@ -131,7 +140,7 @@ def _by_model(parsed: Sequence[ParsedEvent]) -> list[tuple[ServedModel, list[int
 
 
 def _decide(
-    served: ServedModel, items: Sequence[ParsedEvent]
+    served: ServedModel, items: Sequence[ParsedEvent], budget: QueryBudget | None, now: float
 ) -> tuple[dict[int, Verdict], list[DeadLetter]]:
     """Verdicts by position in ``items``; dead letters for rows that overflow once scaled."""
     name, version = served.name, served.version
@@ -149,18 +158,40 @@ def _decide(
                       f"model {name!r}: the scaled features or the score overflow")
         for j in refused
     ]  # fmt: skip
-    audit = served.config.audit_rate
-    verdicts = {}
-    for k, j in enumerate(rows):
-        p = float(probs[k])
-        audited = coin(name, items[j].event.id, version, "audit") < audit
-        verdicts[j] = Verdict(
-            label=int(labels[k]),
-            score=float(scores[k]),
-            queried=bool(queries[k]) or audited,
-            query_probability=p + audit - p * audit,
-        )
+    ids = [items[j].event.id for j in rows]
+    if budget is None:
+        asks = _audited(served, ids, probs, queries)
+    else:
+        asks = _budgeted(served, budget, scores, coins[rows], queries, now)
+    verdicts = {j: Verdict(int(labels[k]), float(scores[k]), *asks[k]) for k, j in enumerate(rows)}
     return verdicts, dead
+
+
+def _audited(
+    served: ServedModel, ids: Sequence[str], probs: Sequence[float], queries: Sequence[bool]
+) -> list[tuple[bool, float, bool]]:
+    """(queried, probability, suppressed) with the model's uniform audit on top of the
+    learner's own rule: asked if either coin says so."""
+    audit, name, version = served.config.audit_rate, served.name, served.version
+    out = []
+    for event_id, p, q in zip(ids, probs, queries, strict=True):
+        audited = coin(name, event_id, version, "audit") < audit
+        out.append((bool(q) or audited, float(p) + audit - float(p) * audit, False))
+    return out
+
+
+def _budgeted(
+    served: ServedModel, budget: QueryBudget, scores: Any, coins: np.ndarray,
+    queries: Sequence[bool], now: float,
+) -> list[tuple[bool, float, bool]]:  # fmt: skip
+    """(queried, probability, suppressed) through the model's budget: the learner's utility
+    of each score, scaled to the budget's rate (its explore share replaces the audit);
+    suppressed: the learner alone would have asked, the budget did not."""
+    scores = np.asarray(scores, dtype=np.float64)
+    utilities = np.clip(served.learner.query_utility(scores), 0.0, 1.0)
+    probs, asked = budget.ask_many(utilities, coins=coins, ts=np.full(len(scores), now))
+    return [(bool(a), float(p), bool(q) and not bool(a))
+            for a, p, q in zip(asked, probs, queries, strict=True)]  # fmt: skip
 
 
 def _decide_rows(
@@ -193,6 +224,8 @@ def _priority(score: float, rho: float) -> float:
 
 def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float) -> None:
     served, event = item.model, item.event
+    if v.suppressed:
+        out.suppressed[served.name] += 1
     rho = float(served.learner.rho)
     out.decisions.append(
         Decision(

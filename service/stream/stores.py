@@ -21,6 +21,7 @@ import bisect
 import heapq
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -107,6 +108,7 @@ class PendingStore:
         self._expiry: dict[int, list[tuple[float, str]]] = {}
         self._indexed: frozenset[int] | None = None
         self._queue: list[QueueKey] = []  # sorted; unanswered requests of the index
+        self._open: Counter[str] = Counter()  # queued requests, by model
 
     def get(self, request_id: str) -> PendingEntry | None:
         raw = self._table.get(request_id.encode())
@@ -145,6 +147,7 @@ class PendingStore:
         for entry in self.entries():
             self._add(entry.request_id, PendingSummary.of(entry), queue=False)
         self._queue = sorted(s.queue_key(k) for k, s in self._index.items() if not s.applied)
+        self._open = Counter(s.model for s in self._index.values() if not s.applied)
         self._indexed = partitions
         return True
 
@@ -158,6 +161,7 @@ class PendingStore:
         self._index[key] = summary
         if queue and not summary.applied:
             bisect.insort(self._queue, summary.queue_key(key))
+            self._open[summary.model] += 1
 
     def _unqueue(self, key: str, summary: PendingSummary) -> None:
         if summary.applied:
@@ -166,6 +170,7 @@ class PendingStore:
         i = bisect.bisect_left(self._queue, place)
         if i < len(self._queue) and self._queue[i] == place:
             del self._queue[i]
+            self._open[summary.model] -= 1
 
     def due(self, partition: int, *, now: float, grace: float) -> list[tuple[str, PendingSummary]]:
         """Entries of ``partition`` more than ``grace`` seconds past expiry, taken off the
@@ -178,6 +183,18 @@ class PendingStore:
             if summary is not None:
                 out.append((key, summary))
         return out
+
+    def least_urgent(self, model: str) -> str | None:
+        """The open request of ``model`` that comes last in the queue (None: no open one)."""
+        for place in reversed(self._queue):
+            summary = self._index.get(place[2])
+            if summary is not None and summary.model == model:
+                return place[2]
+        return None
+
+    def open_count(self, model: str) -> int:
+        """Unanswered requests of ``model`` held (expired ones until the sweep drops them)."""
+        return self._open.get(model, 0)
 
     def page(
         self, *, after: QueueKey | None, limit: int, now: float, max_scan: int = 5_000

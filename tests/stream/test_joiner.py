@@ -318,3 +318,15 @@ async def test_applied_offsets_count_per_partition() -> None:
 def test_the_default_model_config_serves_the_demo_width() -> None:
     assert CFG.n_inputs == 3
     assert Settings().models["default"].n_inputs == 68
+
+
+async def test_a_full_queue_drops_its_least_urgent_request_and_counts_it() -> None:
+    learner = Learner.start(models={"m": CFG.model_copy(update={"max_open_requests": 3})})
+    for i, priority in enumerate([0.5, 0.9, 0.1, 0.7, 0.3]):
+        await learner.request(f"e{i}", i, priority=priority)
+    kept = {e.request.event_id for e in learner.joiner.pending.entries()}
+    assert kept == {"e0", "e1", "e3"}  # 0.1 went when the 4th came, 0.3 was itself the least
+    assert learner.joiner.pending.open_count("m") == 3
+    assert learner.count("abstain_label_requests_dropped_total") == 2
+    await learner.label("e2", 0)  # an answer to a dropped request joins nothing
+    assert learner.versions() == []

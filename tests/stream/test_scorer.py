@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from service.config import LabelBudget
 from service.records import RawMessage
 from service.stream import scorer as scorer_module
 from service.stream.model import ServedModel, request_id
@@ -104,3 +106,65 @@ async def test_an_internal_error_on_one_event_dead_letters_it_and_scores_the_res
     (dead,) = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
     assert (dead["offset"], dead["reason"]) == (2, "schema")
     assert "ZeroDivisionError" in dead["detail"]
+
+
+def budgeted(budget: dict[str, float], **kw: object) -> tuple[Scorer, MemoryKafka, Book]:
+    cfg = CFG.model_copy(update={"label_budget": LabelBudget(**budget), **kw})
+    kafka, registry = MemoryKafka(), CollectorRegistry()
+    s = settings(models={"m": cfg})
+    out = outputs(kafka, s, registry)
+    book = Book(ServedModel.initial("m", cfg))  # w = 0: the learner alone would ask a lot
+    clock = iter(range(10**9))
+    return Scorer(s, book.snapshot, out, out.metrics, clock=lambda: float(next(clock))), kafka, book
+
+
+async def test_a_fraction_budget_asks_that_share_of_events_with_the_true_probability() -> None:
+    scorer, kafka, _ = budgeted({"fraction": 0.05})
+    rng = np.random.default_rng(5)
+    for b in range(40):
+        batch = [msg({"id": f"b{b}-{i}", "features": rng.normal(size=3).tolist()}, i)
+                 for i in range(100)]  # fmt: skip
+        await scorer.score(batch)
+    decisions = [orjson.loads(r.value or b"") for r in kafka.sent(DECISIONS)]
+    requests = kafka.sent(REQUESTS)
+    assert len(decisions) == 4000
+    assert 0.04 * 4000 <= len(requests) <= 0.06 * 4000  # the budget, not the learner's ~100 %
+    asked = {d["id"]: d["query_probability"] for d in decisions if d["queried"]}
+    for r in requests:
+        req = orjson.loads(r.value or b"")
+        assert req["query_probability"] == asked[req["event_id"]]  # the p it was asked with
+    # the expected number of asks is the sum of the probabilities used: they are honest
+    total_p = sum(d["query_probability"] for d in decisions)
+    assert abs(total_p - len(requests)) < 4 * np.sqrt(len(requests))
+    suppressed = scorer.metrics.registry.get_sample_value(
+        "abstain_label_requests_suppressed_total", {"model": "m"}
+    )
+    assert suppressed is not None
+    assert suppressed > 2500  # the fresh model (p = 0.79 at w = 0) would have asked more
+
+
+async def test_a_per_hour_budget_is_shared_by_the_workers_partitions() -> None:
+    scorer, _, _ = budgeted({"per_hour": 3600.0})
+    assert scorer.budgets["m"].rate == pytest.approx(1.0)  # a label a second on one worker
+    scorer.set_share(0.25)  # this worker scores a quarter of the feature partitions
+    assert scorer.budgets["m"].rate == pytest.approx(0.25)
+    scorer.budget_gauges()
+    gauge = scorer.metrics.registry.get_sample_value(
+        "abstain_label_budget_labels_per_hour", {"model": "m"}
+    )
+    assert gauge == pytest.approx(900.0)
+
+
+async def test_a_model_that_rejects_everything_while_rho_grows_raises_the_collapse_gauge() -> None:
+    scorer, _, book, _ = make(ServedModel.initial("m", CFG))
+    rng = np.random.default_rng(2)
+    for step in range(12):  # every event rejected (w = 0), rho growing version by version
+        served = book.models["m"]
+        learner = served.learner
+        learner._rho = 1.0 + step  # noqa: SLF001 - a collapsing learner, built by hand
+        batch = [msg({"id": f"{step}-{i}", "features": rng.normal(size=3).tolist()}, i)
+                 for i in range(100)]  # fmt: skip
+        await scorer.score(batch)
+    sample = scorer.metrics.registry.get_sample_value
+    assert sample("abstain_model_collapsed", {"model": "m"}) == 1.0
+    assert sample("abstain_model_reject_fraction", {"model": "m"}) == 1.0
