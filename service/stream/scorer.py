@@ -65,8 +65,11 @@ class Scorer:
         self.metrics = metrics
         self.clock = clock
         self.recent: dict[str, deque[bool]] = {m: deque(maxlen=RECENT) for m in settings.models}
-        self.budgets = {m: make_budget(c.label_budget, share=1.0)
-                        for m, c in settings.models.items() if c.label_budget is not None}  # fmt: skip
+        self.budgets = {
+            m: make_budget(c.label_budget, share=1.0)
+            for m, c in settings.models.items()
+            if c.label_budget is not None
+        }
         self.configs = settings.models
         self.collapse = {m: CollapseWatch() for m in settings.models}
         self.started = clock()
