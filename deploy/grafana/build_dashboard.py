@@ -88,10 +88,15 @@ def stat(
     width: int = 4,
     height: int = 4,
     red_below: float | None = None,
+    red_from: float | None = None,
 ) -> Panel:
+    """A stat panel, green unless ``red_below`` (red under it) or ``red_from`` (red at and
+    above it) says otherwise."""
     steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
     if red_below is not None:
         steps = [{"color": "red", "value": None}, {"color": "green", "value": red_below}]
+    elif red_from is not None:
+        steps = [{"color": "green", "value": None}, {"color": "red", "value": red_from}]
     return {
         "type": "stat",
         "title": title,
@@ -281,6 +286,67 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Label budget",
+        [
+            timeseries(
+                "Labels per hour: allowed vs asked",
+                "What the models' label_budget allows (abstain_label_budget_labels_per_hour, "
+                "summed over the workers' shares) and what they asked for "
+                "(rate(abstain_label_requests_total[5m]) * 3600). Models without a budget "
+                "show only the asked line.",
+                [
+                    (
+                        f"sum by (model) (abstain_label_budget_labels_per_hour{{{M}}})",
+                        "{{model}} allowed",
+                    ),
+                    (
+                        f"sum by (model) (rate(abstain_label_requests_total{{{M}}}[5m])) * 3600",
+                        "{{model}} asked",
+                    ),
+                ],
+                width=12,
+            ),
+            timeseries(
+                "Budget spent ratio",
+                "Labels asked over labels the budget allowed so far, per worker "
+                "(abstain_label_budget_spent_ratio): 1 is on target. It settles near 1 after a "
+                "start; above 1.1 for 30 minutes fires AbstainLabelBudgetOverspent.",
+                [(f"abstain_label_budget_spent_ratio{{{M}}}", "{{model}} {{instance}}")],
+                width=12,
+            ),
+            timeseries(
+                "Requests suppressed by the budget / s",
+                "Events the learner would have asked about that its label budget did not "
+                "(abstain_label_requests_suppressed_total). Expected under a tight budget: "
+                "the budget keeps the most informative of them.",
+                [
+                    (
+                        "sum by (model) "
+                        f"(rate(abstain_label_requests_suppressed_total{{{M}}}[{RATE}]))",
+                        "{{model}}",
+                    )
+                ],
+                unit="ops",
+                width=12,
+            ),
+            timeseries(
+                "Requests dropped, queue full / s",
+                "Open label requests dropped, least urgent first, because the model's queue "
+                "reached max_open_requests (abstain_label_requests_dropped_total). Above 0: "
+                "requests arrive faster than they are answered (AbstainLabelQueueFull).",
+                [
+                    (
+                        "sum by (model) "
+                        f"(rate(abstain_label_requests_dropped_total{{{M}}}[{RATE}]))",
+                        "{{model}}",
+                    )
+                ],
+                unit="ops",
+                width=12,
+            ),
+        ],
+    ),
+    (
         "Model",
         [
             timeseries(
@@ -314,6 +380,45 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     ),
                 ],
                 width=24,
+            ),
+        ],
+    ),
+    (
+        "Model health",
+        [
+            stat(
+                "Collapsed",
+                "1 while a model rejects at least 95 % of a window of decisions and its rho "
+                "keeps growing, on any worker (max of abstain_model_collapsed); "
+                "AbstainModelCollapsed fires after 5 minutes.",
+                [(f"max by (model) (abstain_model_collapsed{{{M}}})", "{{model}}")],
+                width=6,
+                height=8,
+                red_from=1,
+            ),
+            timeseries(
+                "Reject fraction",
+                "Fraction of the last window of decisions that rejected, per worker "
+                "(abstain_model_reject_fraction).",
+                [(f"abstain_model_reject_fraction{{{M}}}", "{{model}} {{instance}}")],
+                unit="percentunit",
+                width=9,
+            ),
+            timeseries(
+                "Refused model snapshots / s by reason",
+                "Records on the models topic the workers refused to serve "
+                '(abstain_dead_letters_total{source="models"}), by reason: unsigned, '
+                "bad_signature, schema, not_json, unknown_model, feature_count, ... Any at all "
+                "fires AbstainSnapshotsRefused.",
+                [
+                    (
+                        "sum by (reason) "
+                        f'(rate(abstain_dead_letters_total{{source="models"}}[{RATE}]))',
+                        "{{reason}}",
+                    )
+                ],
+                unit="ops",
+                width=9,
             ),
         ],
     ),
@@ -404,7 +509,8 @@ def dashboard() -> dict[str, Any]:
         "title": "abstain",
         "uid": "abstain-overview",
         "description": "Stream workers with online active learning of reject-option "
-        "classifiers: traffic, decisions, labelling, model state and Kafka consumers.",
+        "classifiers: traffic, decisions, labelling, label budgets, model state and health, "
+        "Kafka consumers.",
         "tags": ["abstain", "kafka", "active-learning"],
         "editable": True,
         "graphTooltip": 1,

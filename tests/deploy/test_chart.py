@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from service.config import (
     KafkaSecurity,
+    LabelBudget,
     ModelConfig,
     Partitions,
     Settings,
@@ -190,8 +191,45 @@ def test_config_schema_names_only_real_settings(schema: dict[str, Any]) -> None:
     assert set(config["properties"]) == model_fields(Settings) - set_by_chart - secrets
     model = config["properties"]["models"]["additionalProperties"]
     assert set(model["properties"]) == model_fields(ModelConfig)
+    assert set(model["properties"]["label_budget"]["properties"]) == model_fields(LabelBudget)
     assert set(config["properties"]["topics"]["properties"]) == model_fields(Topics)
     assert set(config["properties"]["partitions"]["properties"]) == model_fields(Partitions)
+
+
+_BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
+
+
+def bounds(model: type[BaseModel], name: str) -> dict[str, float]:
+    """A field's numeric bounds as JSON-schema keywords (``gt`` -> ``exclusiveMinimum``, ...)."""
+    return {
+        keyword: getattr(item, attr)
+        for item in model.model_fields[name].metadata
+        for attr, keyword in _BOUNDS.items()
+        if getattr(item, attr, None) is not None
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "path"),
+    [(ModelConfig, []), (LabelBudget, ["label_budget"])],
+    ids=["ModelConfig", "LabelBudget"],
+)
+def test_model_schema_bounds_are_the_worker_bounds(
+    schema: dict[str, Any], model: type[BaseModel], path: list[str]
+) -> None:
+    node = schema_at(schema, ["config", "models", "*", *path])
+    assert node is not None
+    found = {
+        name: {k: v for k, v in node["properties"][name].items() if k in _BOUNDS.values()}
+        for name in model.model_fields
+    }
+    assert found == {name: bounds(model, name) for name in model.model_fields}
+
+
+def test_the_label_budget_schema_wants_exactly_one_kind(schema: dict[str, Any]) -> None:
+    budget = schema_at(schema, ["config", "models", "*", "label_budget"])
+    assert budget is not None
+    assert budget["oneOf"] == [{"required": ["per_hour"]}, {"required": ["fraction"]}]
 
 
 def env_names(text: str) -> set[str]:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
 from service.metrics import Metrics
 
@@ -46,9 +47,11 @@ def exported_metrics() -> dict[str, tuple[str, set[str]]]:
     """Families the service exports: contract-style name -> (type, label names)."""
     registry = CollectorRegistry()
     metrics = Metrics(registry, models=["m"])
-    # Children for the metrics that have no per-model default, so their labels show.
-    metrics.set_partition("abstain.features", 0, lag=0.0, progress_ts=0.0)
-    metrics.dead_letters.labels(source="features", reason="schema").inc()
+    # A child of every labelled metric, so the labels of those that have no default child
+    # (per partition, or set only once there is something to report) show too.
+    for metric in vars(metrics).values():
+        if isinstance(metric, MetricWrapperBase) and metric._labelnames:
+            metric.labels(*("x" for _ in metric._labelnames))
     families: dict[str, tuple[str, set[str]]] = {}
     for family in registry.collect():
         labels = {k for s in family.samples for k in s.labels if k not in {"le", "quantile"}}
@@ -276,4 +279,39 @@ def test_alert_rules_cover_the_operational_failure_modes() -> None:
         "abstain_oldest_pending_age_seconds",
         "abstain_iw_loss_total",
         "abstain_updates_refused_total",
+        "abstain_model_collapsed",
+        "abstain_label_requests_dropped_total",
+        "abstain_label_budget_spent_ratio",
     } <= used
+
+
+def alert_rules() -> dict[str, dict[str, Any]]:
+    rules = yaml.safe_load(ALERTS.read_text())
+    return {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+
+
+def test_every_alert_has_a_unit_test_that_fires_it() -> None:
+    tests = yaml.safe_load((ALERTS.parent / "alerts_test.yml").read_text())["tests"]
+    fired = {
+        case["alertname"]
+        for test in tests
+        for case in test.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert set(alert_rules()) - fired == set()
+
+
+@pytest.mark.parametrize(
+    "alert",
+    [
+        "AbstainModelCollapsed",
+        "AbstainSnapshotsRefused",
+        "AbstainLabelQueueFull",
+        "AbstainLabelBudgetOverspent",
+    ],
+)
+def test_newer_alerts_say_what_to_do_first_in_one_line(alert: str) -> None:
+    annotations = alert_rules()[alert]["annotations"]
+    assert {"summary", "description", "runbook"} <= set(annotations)
+    assert annotations["runbook"].strip()
+    assert "\n" not in annotations["runbook"]
