@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rebuild": ("service.stream.cli", "rebuild a model by replaying its label log"),
     "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
+    "desk": ("service.desk.cli", "the label desk: a web work queue for the people who label"),
     "kafka": ("service.localkafka", "start / stop / status of a local single-node Kafka"),
 }
 

@@ -55,6 +55,7 @@ from service.learning.registry import ALGORITHM_NAMES
 __all__ = [
     "ALGORITHMS",
     "ConfigError",
+    "Desk",
     "KafkaSecurity",
     "LabelBudget",
     "ModelConfig",
@@ -339,6 +340,65 @@ class KafkaSecurity(BaseModel):
         return kwargs
 
 
+class Desk(BaseModel):
+    """The label desk (``abstain desk``, docs/desk.md): a web work queue for the people who
+    answer label requests. It binds ``host:port`` and identifies people by ``auth``:
+
+    - ``users``: built-in accounts from ``users_file`` (JSON or TOML, user -> scrypt hash made
+      by ``abstain desk hash-password``), a login page and a session cookie;
+    - ``proxy``: the name in ``proxy_header``, set by an authenticating reverse proxy (the
+      desk must then be reachable through that proxy only).
+
+    >>> Desk().port, Desk().lease_seconds, Desk().leases_topic
+    (6070, 120.0, 'abstain.desk-leases')
+    >>> try:
+    ...     Desk(auth="proxy", proxy_header="")
+    ... except ValueError as exc:
+    ...     print("proxy_header" in str(exc))
+    True
+    """
+
+    model_config = _FROZEN
+
+    host: str = Field(default="127.0.0.1", description="bind address")
+    port: int = Field(default=6070, ge=0, le=65535)
+    auth: Literal["users", "proxy"] = "users"
+    users_file: Path | None = Field(default=None, description="accounts (auth = users)")
+    proxy_header: str = Field(
+        default="X-Forwarded-User", description="who the proxy says it is (auth = proxy)"
+    )
+    session_key: SecretStr | None = Field(
+        default=None,
+        description=f"HMAC key of session cookies (>= {MIN_KEY} characters), the same on every "
+        "replica; unset: a random key per process (sessions end with a restart)",
+    )
+    session_seconds: float = Field(default=8 * 3600.0, gt=0.0, le=7 * 86400.0)
+    secure_cookie: bool = Field(
+        default=False, description="mark the cookie Secure (always when served over TLS)"
+    )
+    lease_seconds: float = Field(
+        default=120.0, ge=5.0, le=3600.0, description="how long a claim lasts unless renewed"
+    )
+    leases_topic: str = Field(default="abstain.desk-leases", min_length=1)
+    ack_timeout_seconds: float = Field(
+        default=5.0, gt=0.0, le=60.0, description="longest wait for Kafka to acknowledge"
+    )
+    min_time_left_seconds: float = Field(
+        default=15.0, ge=0.0, description="a request closer to expiry is not handed out"
+    )
+    answer_names: dict[str, tuple[str, str]] = Field(
+        default_factory=dict, description="model -> display names of its +1 and -1 answers"
+    )
+    replica: str | None = Field(default=None, description="name of this replica (host name)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Desk:
+        if self.auth == "proxy" and not self.proxy_header.strip():
+            raise ValueError("auth = proxy needs a proxy_header")
+        check_secret(self.session_key, "session_key", MIN_KEY)
+        return self
+
+
 def _given(secret: SecretStr) -> bool:
     return bool(secret.get_secret_value().strip())
 
@@ -363,6 +423,7 @@ class Settings(BaseSettings):
     topics: Topics = Topics()
     partitions: Partitions = Partitions()
     web: Web = Web()
+    desk: Desk = Desk()
     security: KafkaSecurity = KafkaSecurity()
     label_token: SecretStr | None = Field(
         default=None, description=f"bearer token for the label API (>= {MIN_TOKEN} characters)"

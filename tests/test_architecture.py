@@ -103,7 +103,7 @@ def test_units_of_the_package_import_each_other_without_cycles() -> None:
 
 
 def test_only_the_stream_layer_and_the_tools_on_top_import_kafka_clients() -> None:
-    allowed = ("service.stream", "service.demo", "service.localkafka")
+    allowed = ("service.stream", "service.demo", "service.localkafka", "service.desk")
     for module, tree in _modules().items():
         kafka = {t for t in _imports(module, tree) if t.split(".")[0] in {"faust", "aiokafka"}}
         assert not kafka or module.startswith(allowed), (module, kafka)

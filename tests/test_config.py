@@ -187,3 +187,32 @@ def test_advertised_host_can_be_set_and_a_concrete_bind_is_advertised_as_is(
     monkeypatch.delenv("ABSTAIN_WEB__ADVERTISED_HOST")
     monkeypatch.setenv("ABSTAIN_WEB__HOST", "10.1.2.3")
     assert load_settings().web.advertised == "10.1.2.3"
+
+
+def test_desk_defaults_to_its_own_port_and_built_in_accounts() -> None:
+    desk = load_settings().desk
+    assert (desk.port, desk.auth, desk.lease_seconds) == (6070, "users", 120.0)
+    assert desk.leases_topic == "abstain.desk-leases"
+    assert desk.session_key is None
+
+
+def test_desk_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABSTAIN_DESK__PORT", "7070")
+    monkeypatch.setenv("ABSTAIN_DESK__AUTH", "proxy")
+    desk = load_settings().desk
+    assert (desk.port, desk.auth, desk.proxy_header) == (7070, "proxy", "X-Forwarded-User")
+
+
+def test_desk_refuses_a_short_session_key_and_a_proxy_without_header() -> None:
+    with pytest.raises(ConfigError, match="session_key is 5 characters"):
+        load_settings(desk={"session_key": "short"})
+    with pytest.raises(ConfigError, match="proxy_header"):
+        load_settings(desk={"auth": "proxy", "proxy_header": " "})
+    with pytest.raises(ConfigError, match="desk.lease_seconds"):
+        load_settings(desk={"lease_seconds": 1})
+
+
+def test_desk_session_key_is_never_printed() -> None:
+    s = load_settings(desk={"session_key": "k" * 40})
+    assert "kkkk" not in repr(s)
+    assert s.desk.session_key is not None

@@ -1,0 +1,149 @@
+"""People: who may use the desk, and which models each may answer for.
+
+The users file (JSON or TOML) maps a user name to a password hash made by
+``abstain desk hash-password``, or to a table with the hash and an optional model scope::
+
+    # desk-users.toml
+    [users.alice]
+    password = "scrypt$16384$8$1$..."
+    [users.bob]
+    password = "scrypt$16384$8$1$..."
+    models = ["fraud"]          # bob answers for `fraud` only
+
+Behind an authenticating proxy (``desk.auth = "proxy"``) the file is optional: it then only
+gives scopes (``password`` may be left out), and a name it does not list may answer for
+every model.
+
+>>> book = Accounts.parse({"users": {"ann": {"password": "x", "models": ["m"]}}}, "f")
+Traceback (most recent call last):
+...
+service.desk.errors.AccountsError: f: users.ann.password is not a hash made by `abstain desk hash-password`
+>>> Person("ann", frozenset({"m"})).may_answer("m"), Person("ann", None).may_answer("z")
+(True, True)
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from service.desk.errors import AccountsError
+from service.desk.passwords import verify, well_formed
+
+__all__ = ["Account", "Accounts", "Person", "valid_name"]
+
+_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
+
+
+def valid_name(name: str) -> bool:
+    """A user name the desk accepts (it ends up in ``labelled_by``).
+
+    >>> valid_name("alice@example.org"), valid_name("<script>"), valid_name("")
+    (True, False, False)
+    """
+    return bool(_NAME.match(name))
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    """Who is at the desk: the name the server vouches for, and the models they may answer
+    for (``None``: every model)."""
+
+    name: str
+    models: frozenset[str] | None = None
+
+    def may_answer(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """One line of the users file."""
+
+    name: str
+    password_hash: str | None
+    models: frozenset[str] | None
+
+    @property
+    def person(self) -> Person:
+        return Person(self.name, self.models)
+
+
+class Accounts:
+    """The accounts of a users file."""
+
+    def __init__(self, accounts: Mapping[str, Account]) -> None:
+        self.accounts = dict(accounts)
+
+    def __len__(self) -> int:
+        return len(self.accounts)
+
+    @classmethod
+    def load(cls, path: Path, *, passwords: bool = True) -> Accounts:
+        """Read ``path`` (``.json`` or ``.toml``); :class:`AccountsError` says what is wrong."""
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise AccountsError(f"users file {str(path)!r}: {exc.strerror}") from exc
+        try:
+            if path.suffix == ".toml":
+                data: Any = tomllib.loads(raw.decode("utf-8"))
+            elif path.suffix == ".json":
+                data = orjson.loads(raw)
+            else:
+                raise AccountsError(f"users file {str(path)!r}: use a .json or .toml file")
+        except (ValueError, UnicodeDecodeError) as exc:
+            if isinstance(exc, AccountsError):
+                raise
+            raise AccountsError(f"users file {str(path)!r} is not valid: {exc}") from exc
+        return cls.parse(data, str(path), passwords=passwords)
+
+    @classmethod
+    def parse(cls, data: Any, where: str, *, passwords: bool = True) -> Accounts:
+        """Accounts from decoded file content (``{"users": {...}}`` or the mapping itself)."""
+        if isinstance(data, dict) and isinstance(data.get("users"), dict):
+            data = data["users"]
+        if not isinstance(data, dict):
+            raise AccountsError(f"{where}: expected a mapping of user name to password hash")
+        return cls({name: _account(name, value, where, passwords) for name, value in data.items()})
+
+    def check(self, name: str, password: str) -> Person | None:
+        """The person if ``password`` is theirs; None otherwise (same cost either way)."""
+        account = self.accounts.get(name)
+        stored = None if account is None else account.password_hash
+        if not verify(password, stored) or account is None:
+            return None
+        return account.person
+
+    def person(self, name: str) -> Person | None:
+        """The account's person (its scope), None if the file does not list ``name``."""
+        account = self.accounts.get(name)
+        return None if account is None else account.person
+
+
+def _account(name: Any, value: Any, where: str, passwords: bool) -> Account:
+    if not isinstance(name, str) or not valid_name(name):
+        raise AccountsError(f"{where}: bad user name {name!r} (letters, digits, . _ @ + -)")
+    if isinstance(value, str):
+        value = {"password": value}
+    if not isinstance(value, dict) or set(value) - {"password", "models"}:
+        raise AccountsError(f"{where}: users.{name} takes `password` and `models` only")
+    secret = value.get("password")
+    if secret is None and passwords:
+        raise AccountsError(f"{where}: users.{name} has no password")
+    if secret is not None and (not isinstance(secret, str) or not well_formed(secret)):
+        raise AccountsError(
+            f"{where}: users.{name}.password is not a hash made by `abstain desk hash-password`"
+        )
+    models = value.get("models")
+    if models is not None and (
+        not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)
+    ):
+        raise AccountsError(f"{where}: users.{name}.models must be a list of model names")
+    return Account(name, secret, None if models is None else frozenset(models))

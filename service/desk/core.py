@@ -1,0 +1,226 @@
+"""What a person can do at the desk: take the next request, keep it, answer it, give it
+back. Kafka is behind two small ports (:class:`LeaseLog`, :class:`LabelSink`), so this is
+tested without a broker.
+
+Rules (docs/desk.md):
+
+- a person holds at most the requests they were given; asking again returns the one they
+  hold (a reload or a second tab shows the same request);
+- a request is given to one person at a time: the lease is won on the leases topic
+  (:mod:`service.desk.leases`), renewed while the page is open, and returns to the queue
+  when it runs out or is given back;
+- an answer is saved only once Kafka acknowledged the label; the desk sends at most one
+  label per request: a second answer (double click, second tab, second person) is refused
+  with ``already_answered``; an answer to an expired request with ``expired``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from service.config import Settings
+from service.desk.accounts import Person
+from service.desk.backlog import DeskQueue
+from service.desk.errors import Refused, Unavailable
+from service.desk.leases import LeaseBook, LeaseRecord
+from service.desk.metrics import DeskMetrics
+from service.records import Label, LabelRequest
+
+__all__ = ["Claimed", "Desk", "LabelSink", "LeaseLog"]
+
+GiveBack = Literal["skip", "cant_tell"]
+_CLAIM_TRIES = 8  # claims lost to others before "next" gives up for now
+
+
+class LeaseLog(Protocol):
+    """The leases topic: write a record, wait until it is folded, say if it took effect."""
+
+    async def publish(self, record: LeaseRecord) -> bool: ...
+
+
+class LabelSink(Protocol):
+    """The labels topic: returns once Kafka acknowledged (acks=all), or raises
+    :class:`~service.desk.errors.Unavailable`."""
+
+    async def send(self, label: Label) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A request handed to a person, and until when it is theirs."""
+
+    request: LabelRequest
+    lease_expires_at: float
+
+
+class Desk:
+    """The desk's decisions (module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        queue: DeskQueue,
+        leases: LeaseBook,
+        log: LeaseLog,
+        sink: LabelSink,
+        metrics: DeskMetrics,
+        clock: Callable[[], float],
+        replica: str,
+    ) -> None:
+        self.settings, self.queue, self.leases = settings, queue, leases
+        self.log, self.sink, self.metrics = log, sink, metrics
+        self.clock, self.replica = clock, replica
+        self.ready = False  # the topics are read to the end they had at start
+        self.sent: dict[str, Label] = {}  # labels this replica sent (acknowledged)
+        self.skipped: dict[tuple[str, str], float] = {}  # (person, request) -> until
+        self._attempts: dict[tuple[str, str], str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.settings.desk.lease_seconds
+
+    def _record(self, rid: str, kind: str, person: Person, attempt: str | None = None
+                ) -> LeaseRecord:  # fmt: skip
+        now = self.clock()
+        return LeaseRecord(rid, kind, person.name, at=now,  # type: ignore[arg-type]
+                           expires_at=now + self.lease_seconds, attempt=attempt,
+                           replica=self.replica)  # fmt: skip
+
+    def _usable(self, request: LabelRequest, person: Person, model: str | None) -> bool:
+        rid = request.request_id
+        return (person.may_answer(request.model) and (model is None or request.model == model)
+                and rid not in self.sent
+                and self.skipped.get((person.name, rid), 0.0) <= self.clock())  # fmt: skip
+
+    async def next(self, person: Person, model: str | None = None) -> Claimed | None:
+        """The request ``person`` holds, else the most urgent free one they may answer (won
+        on the leases topic); None when there is none."""
+        if not self.ready:
+            raise Refused(503, "loading", "the desk is still reading the topics; try again")
+        now = self.clock()
+        for rid in self.leases.held_by(person.name, now=now):
+            request = self.queue.requests.get(rid)
+            if (
+                request is not None
+                and self.queue.is_open(rid, now=now)
+                and self._usable(request, person, model)
+            ):
+                return await self._claim(request, person) or None
+        lost = 0
+        for request in self.queue.ordered(
+            now=now, min_left=self.settings.desk.min_time_left_seconds
+        ):
+            if not self._usable(request, person, model):
+                continue
+            if self.leases.holder(request.request_id, now=now) is not None:
+                continue
+            claimed = await self._claim(request, person)
+            if claimed is not None:
+                return claimed
+            lost += 1
+            if lost >= _CLAIM_TRIES:
+                break
+        return None
+
+    async def _claim(self, request: LabelRequest, person: Person) -> Claimed | None:
+        record = self._record(request.request_id, "claim", person)
+        if not await self.log.publish(record):
+            self.metrics.claims.labels(outcome="lost").inc()
+            return None
+        self.metrics.claims.labels(outcome="won").inc()
+        return Claimed(request, record.expires_at)
+
+    async def renew(self, person: Person, rid: str) -> float:
+        """Extend ``person``'s lease on ``rid``; the new end."""
+        lease = self.leases.holder(rid, now=self.clock())
+        if lease is None or lease.holder != person.name:
+            raise Refused(409, "not_yours", "this request is no longer yours: take the next one")
+        self._open_request(rid, person)
+        record = self._record(rid, "claim", person)
+        if not await self.log.publish(record):
+            raise Refused(409, "not_yours", "this request is no longer yours: take the next one")
+        return record.expires_at
+
+    def _open_request(self, rid: str, person: Person) -> LabelRequest:
+        """The open request ``rid``, or the refusal that says why it cannot be answered."""
+        now = self.clock()
+        if rid in self.sent or rid in self.queue.answered_by:
+            raise Refused(409, "already_answered", "this request is already answered")
+        request = self.queue.requests.get(rid)
+        if request is None:
+            if rid in self.queue.closed:
+                raise Refused(410, "expired", "this request has expired or was withdrawn")
+            raise Refused(404, "unknown", "no such request")
+        if not person.may_answer(request.model):
+            raise Refused(403, "out_of_scope", f"you do not answer for model {request.model!r}")
+        if request.expires_at <= now:
+            raise Refused(410, "expired", "this request has expired")
+        lease = self.leases.holder(rid, now=now)
+        if lease is not None and lease.holder != person.name:
+            raise Refused(409, "not_yours", "someone else holds this request")
+        return request
+
+    async def answer(self, person: Person, rid: str, value: int) -> Label:
+        """Send ``person``'s label ``value`` (+1 / -1) for ``rid``; returns it once Kafka
+        acknowledged it. :class:`Refused` or :class:`Unavailable` otherwise (nothing saved)."""
+        if value not in (1, -1):
+            raise Refused(400, "bad_answer", "the answer must be +1 or -1")
+        lock = self._locks.setdefault(rid, asyncio.Lock())
+        async with lock:
+            return await self._answer(person, rid, value)
+
+    async def _answer(self, person: Person, rid: str, value: int) -> Label:
+        request = self._open_request(rid, person)
+        key = (person.name, rid)
+        attempt = self._attempts.setdefault(key, secrets.token_hex(8))
+        if not await self.log.publish(self._record(rid, "answer", person, attempt)):
+            self.metrics.refusals.labels(code="already_answered").inc()
+            raise Refused(409, "already_answered", "this request is being answered elsewhere")
+        now = self.clock()
+        label = Label(rid, request.model, value, person.name, now)
+        try:
+            await self.sink.send(label)
+        except Unavailable:
+            self.metrics.send_failures.inc()
+            # the lease stays; the failed try no longer blocks a retry (else it ends with
+            # the lease)
+            with contextlib.suppress(Unavailable):
+                await self.log.publish(self._record(rid, "release", person, attempt))
+            raise
+        self._attempts.pop(key, None)
+        self.sent[rid] = label
+        self.queue.close(rid, "answered", by=person.name)
+        self.metrics.answers.labels(model=request.model, answer=str(value)).inc()
+        timing = self.leases.answers.get(rid)
+        if timing is not None:
+            self.metrics.answer_seconds.labels(model=request.model).observe(timing.seconds)
+        return label
+
+    async def give_back(self, person: Person, rid: str, why: GiveBack) -> None:
+        """``person`` skips ``rid`` (or cannot tell): it returns to the queue for others and
+        is not offered to them again before it expires (skip: for ten minutes)."""
+        request = self._open_request(rid, person)
+        until = request.expires_at if why == "cant_tell" else self.clock() + 600.0
+        self.skipped[(person.name, rid)] = until
+        self.metrics.give_backs.labels(model=request.model, why=why).inc()
+        if self.leases.holder(rid, now=self.clock()) is not None:
+            await self.log.publish(self._record(rid, "release", person))
+
+    def tidy(self) -> None:
+        """Forget what no longer matters (called once a second)."""
+        now = self.clock()
+        self.skipped = {k: v for k, v in self.skipped.items() if v > now}
+        self._locks = {
+            k: v for k, v in self._locks.items() if v.locked() or k in self.queue.requests
+        }
+        keep = 2 * 3600.0 + self.settings.request_ttl_seconds
+        self.leases.forget(now, keep=max(keep, 3600.0))
+        if len(self.sent) > 100_000:
+            self.sent = {k: v for k, v in self.sent.items() if v.ts and v.ts > now - keep}

@@ -1,0 +1,175 @@
+"""Leases: who holds which request, decided by the order of the leases topic.
+
+Every desk replica writes its claims to one topic (one partition, so one order) and folds
+every record of it, its own included, through :meth:`LeaseBook.apply`. The fold is the same
+on every replica, so all agree on the holder of each request without talking to each other:
+a claim wins unless another person's lease on that request is still running at the claim's
+time; the first claim in offset order wins a race. A replica that wrote a claim waits until
+its follower has folded that offset and reads the outcome (:meth:`LeaseBook.outcome`).
+
+Kinds of record (JSON, key = request id): ``claim`` (take or renew, until ``expires_at``),
+``answer`` (the holder is sending a label: ``attempt`` names the try; a second try by anyone
+else is refused while the first runs) and ``release`` (give the request back; with
+``attempt``: that try failed, the lease stays).
+
+>>> book = LeaseBook()
+>>> book.apply(0, LeaseRecord("r1", "claim", "ann", at=0.0, expires_at=120.0))
+True
+>>> book.apply(1, LeaseRecord("r1", "claim", "bob", at=10.0, expires_at=130.0))
+False
+>>> book.holder("r1", now=50.0).holder, book.holder("r1", now=121.0)
+('ann', None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from service.records import BadMessage, decode_object, dumps
+from service.records.codec import ident, number
+
+__all__ = ["Lease", "LeaseBook", "LeaseRecord", "parse_lease_record"]
+
+Kind = Literal["claim", "answer", "release"]
+_KINDS: Final = ("claim", "answer", "release")
+_OUTCOMES_KEPT: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One record of the leases topic."""
+
+    request_id: str
+    kind: Kind
+    holder: str
+    at: float
+    expires_at: float = 0.0
+    attempt: str | None = None
+    replica: str = ""
+
+    def to_json(self) -> bytes:
+        return dumps(dataclasses.asdict(self))
+
+
+def parse_lease_record(raw: bytes) -> LeaseRecord:
+    """Check and decode a leases-topic value (anyone with access could write one)."""
+    record = decode_object(raw, max_bytes=4096)
+    kind = record.get("kind")
+    if kind not in _KINDS:
+        raise BadMessage("schema", f"kind must be one of {_KINDS}, got {kind!r}")
+    attempt = record.get("attempt")
+    if attempt is not None and not isinstance(attempt, str):
+        raise BadMessage("schema", "attempt must be a string")
+    replica = record.get("replica", "")
+    return LeaseRecord(
+        request_id=ident(record, "request_id"),
+        kind=kind,
+        holder=ident(record, "holder"),
+        at=number(record, "at"),
+        expires_at=number(record, "expires_at", default=0.0),
+        attempt=attempt,
+        replica=replica if isinstance(replica, str) else "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A running lease: ``since`` is when this holder's unbroken hold began; ``attempt`` the
+    answer being sent, if any."""
+
+    holder: str
+    expires_at: float
+    since: float
+    attempt: str | None = None
+
+    def live(self, now: float) -> bool:
+        return self.expires_at > now
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerTiming:
+    """How long a holder held a request before answering (for the team view)."""
+
+    holder: str
+    at: float
+    seconds: float
+
+
+class LeaseBook:
+    """The fold of the leases topic (module docstring)."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, Lease] = {}
+        self.answers: dict[str, AnswerTiming] = {}
+        self.position = 0  # next offset to fold
+        self._outcomes: dict[int, bool] = {}
+
+    def apply(self, offset: int, record: LeaseRecord | None) -> bool:
+        """Fold the record at ``offset`` (None: unreadable, skipped); True if it took effect.
+        An offset already folded is not folded again (a reader that re-reads changes nothing).
+        """
+        if offset < self.position:
+            return bool(self._outcomes.get(offset))
+        accepted = False if record is None else self._fold(record)
+        self.position = max(self.position, offset + 1)
+        self._outcomes[offset] = accepted
+        if len(self._outcomes) > _OUTCOMES_KEPT:
+            for old in sorted(self._outcomes)[: len(self._outcomes) - _OUTCOMES_KEPT]:
+                del self._outcomes[old]
+        return accepted
+
+    def outcome(self, offset: int) -> bool | None:
+        """Whether the record at ``offset`` took effect (None: not folded yet, or forgotten)."""
+        return self._outcomes.get(offset)
+
+    def _fold(self, r: LeaseRecord) -> bool:
+        current = self.leases.get(r.request_id)
+        live = current if current is not None and current.live(r.at) else None
+        mine = live is not None and live.holder == r.holder
+        if r.kind == "release":
+            if not mine or live is None:
+                return False
+            if r.attempt is None:
+                del self.leases[r.request_id]
+            elif live.attempt == r.attempt:
+                self.leases[r.request_id] = dataclasses.replace(live, attempt=None)
+            else:
+                return False
+            return True
+        if live is not None and not mine:
+            return False  # someone else's lease runs: the first claim holds
+        since = live.since if live is not None else r.at
+        attempt = live.attempt if live is not None else None
+        if r.kind == "answer":
+            if attempt is not None and attempt != r.attempt:
+                return False  # another try of this answer runs (a second tab, a double click)
+            attempt = r.attempt
+            self.answers[r.request_id] = AnswerTiming(r.holder, r.at, max(0.0, r.at - since))
+        expires = max(r.expires_at, live.expires_at if live is not None else 0.0)
+        self.leases[r.request_id] = Lease(r.holder, expires, since, attempt)
+        return True
+
+    def holder(self, request_id: str, *, now: float) -> Lease | None:
+        """The running lease on ``request_id``, if any."""
+        lease = self.leases.get(request_id)
+        return lease if lease is not None and lease.live(now) else None
+
+    def held_by(self, holder: str, *, now: float) -> list[str]:
+        """Requests ``holder`` has a running lease on, the longest held first."""
+        mine = [(lease.since, rid) for rid, lease in self.leases.items()
+                if lease.holder == holder and lease.live(now)]  # fmt: skip
+        return [rid for _, rid in sorted(mine)]
+
+    def forget(self, now: float, *, keep: float) -> None:
+        """Drop leases over for more than ``keep`` seconds and answer timings older than it."""
+        self.leases = {k: v for k, v in self.leases.items() if v.expires_at > now - keep}
+        self.answers = {k: v for k, v in self.answers.items() if v.at > now - keep}
+
+    def active(self, now: float) -> int:
+        return sum(1 for lease in self.leases.values() if lease.live(now))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counts, for logs and tests."""
+        return {"leases": len(self.leases), "position": self.position}

@@ -1,0 +1,133 @@
+"""Server-rendered pages of the desk. Every value is escaped; no inline script or style
+(the Content-Security-Policy allows the desk's own files only)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+
+from service.desk.team import TeamStats
+
+__all__ = ["labelling_page", "login_page", "team_page"]
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _frame(title: str, body: str, *, csrf: str = "", refresh: int | None = None) -> str:
+    meta = f'<meta name="csrf-token" content="{_e(csrf)}">' if csrf else ""
+    if refresh:
+        meta += f'<meta http-equiv="refresh" content="{refresh}">'
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)} · abstain label desk</title>{meta}
+<link rel="stylesheet" href="/static/desk.css"></head>
+<body>{body}</body></html>"""
+
+
+def _header(user: str, csrf: str, current: str) -> str:
+    links = [("/", "Label"), ("/team", "Team")]
+    nav = " ".join(
+        f'<a href="{href}"{" aria-current=page" if href == current else ""}>{name}</a>'
+        for href, name in links
+    )
+    return f"""<header class="bar"><span class="brand">abstain label desk</span>
+<nav aria-label="Desk">{nav}</nav>
+<form method="post" action="/logout" class="logout"><span class="who">Signed in as
+<strong id="who">{_e(user)}</strong></span>
+<input type="hidden" name="csrf" value="{_e(csrf)}">
+<button type="submit">Log out</button></form></header>"""
+
+
+def login_page(token: str, *, error: str = "", user: str = "") -> str:
+    """The login form (``token``: the pre-login CSRF token)."""
+    alert = f'<p class="error" role="alert">{_e(error)}</p>' if error else ""
+    body = f"""<main class="login"><h1>abstain label desk</h1>{alert}
+<form method="post" action="/login">
+<input type="hidden" name="token" value="{_e(token)}">
+<label for="user">User name</label>
+<input id="user" name="user" autocomplete="username" required value="{_e(user)}" autofocus>
+<label for="password">Password</label>
+<input id="password" name="password" type="password" autocomplete="current-password" required>
+<button type="submit">Log in</button></form></main>"""
+    return _frame("Log in", body)
+
+
+def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: float) -> str:
+    """The labelling view; ``desk.js`` fills it from the JSON API."""
+    options = "".join(f'<option value="{_e(m)}">{_e(m)}</option>' for m in models)
+    body = f"""{_header(user, csrf, "/")}
+<main id="desk" data-lease="{lease_seconds:g}">
+<div class="filter"><label for="model">Model</label>
+<select id="model"><option value="">all models</option>{options}</select></div>
+<p id="status" role="status" aria-live="polite">Loading…</p>
+<section id="card" hidden aria-labelledby="card-title">
+<h1 id="card-title">Request <code id="rid"></code></h1>
+<dl class="facts">
+<div><dt>Model</dt><dd id="f-model"></dd></div>
+<div><dt>Model's decision</dt><dd id="f-decision"></dd></div>
+<div><dt>Score f(x)</dt><dd id="f-score"></dd></div>
+<div><dt>Reject threshold ρ</dt><dd id="f-rho"></dd></div>
+<div><dt>Query probability</dt><dd id="f-qp"></dd></div>
+<div><dt>Time left</dt><dd id="f-left"></dd></div>
+</dl>
+<div class="columns">
+<table id="features"><caption>Features</caption>
+<thead><tr><th scope="col">Name</th><th scope="col">Value</th></tr></thead><tbody></tbody>
+</table>
+<table id="top" hidden><caption>Weighing most in the score (w·x)</caption>
+<thead><tr><th scope="col">Feature</th><th scope="col">Contribution</th></tr></thead>
+<tbody></tbody></table>
+</div>
+<div class="answers" role="group" aria-label="Answer">
+<button id="a-pos" class="pos" data-answer="1"><kbd>1</kbd> <span></span></button>
+<button id="a-neg" class="neg" data-answer="-1"><kbd>2</kbd> <span></span></button>
+<button id="a-skip" data-skip="skip"><kbd>S</kbd> Skip</button>
+<button id="a-cant" data-skip="cant_tell"><kbd>C</kbd> Can't tell</button>
+</div>
+<p class="keys" id="keys">Keyboard: <kbd>1</kbd> first answer · <kbd>2</kbd> second answer ·
+<kbd>S</kbd> skip · <kbd>C</kbd> can't tell · <kbd>R</kbd> reload the queue</p>
+</section></main>
+<script src="/static/desk.js"></script>"""
+    return _frame("Label", body, csrf=csrf)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def team_page(user: str, csrf: str, stats: TeamStats) -> str:
+    """Open requests per model, answers per hour, people (refreshes every 15 s)."""
+    models = "".join(
+        f"<tr><th scope=row>{_e(r.model)}</th><td>{r.open}</td><td>{r.held}</td>"
+        f"<td>{_age(r.oldest_age)}</td><td>{r.answers_last_hour}</td>"
+        f"<td>{r.expired_last_hour}</td></tr>"
+        for r in stats.models
+    )
+    people = (
+        "".join(
+            f"<tr><th scope=row>{_e(p.person)}</th><td>{p.answers_last_hour}</td>"
+            f"<td>{p.answers_last_day}</td><td>{_age(p.median_answer_seconds)}</td></tr>"
+            for p in stats.people
+        )
+        or '<tr><td colspan="4">No answers in the last day.</td></tr>'
+    )
+    body = f"""{_header(user, csrf, "/team")}
+<main class="team"><h1>Team</h1>
+<p class="summary"><strong id="answers-hour">{stats.answers_last_hour}</strong> answers in the
+last hour</p>
+<table id="models"><caption>Requests per model</caption>
+<thead><tr><th scope="col">Model</th><th scope="col">Open</th><th scope="col">Being answered</th>
+<th scope="col">Oldest open</th><th scope="col">Answers, last hour</th>
+<th scope="col">Expired, last hour</th></tr></thead><tbody>{models}</tbody></table>
+<table id="people"><caption>People</caption>
+<thead><tr><th scope="col">Person</th><th scope="col">Answers, last hour</th>
+<th scope="col">Answers, last day</th><th scope="col">Median time to answer</th></tr></thead>
+<tbody>{people}</tbody></table></main>"""
+    return _frame("Team", body, csrf=csrf, refresh=15)

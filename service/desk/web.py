@@ -1,0 +1,317 @@
+"""The desk's HTTP side (aiohttp): pages, the JSON API the page calls, /metrics.
+
+Every page but the login page, and every API call, needs a person: a session cookie
+(HttpOnly, SameSite=Strict, Secure over TLS or when configured) or, with
+``desk.auth = "proxy"``, the proxy's header bound to such a cookie. Every state-changing
+request carries the session's CSRF token (``X-CSRF-Token`` header or ``csrf`` form field)
+and, when the browser sends one, an ``Origin`` of this very host; anything else is refused
+before it reaches the desk. ``labelled_by`` is always the signed-in name.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.config import Settings
+from service.desk.accounts import Accounts, Person, valid_name
+from service.desk.core import Desk
+from service.desk.errors import Refused, Unavailable
+from service.desk.pages import labelling_page, login_page, team_page
+from service.desk.present import present
+from service.desk.sessions import Session, Sessions
+from service.desk.team import team_stats
+
+__all__ = ["DeskWeb", "SESSION_COOKIE"]
+
+SESSION_COOKIE: Final = "abstain_desk"
+LOGIN_COOKIE: Final = "abstain_desk_login"
+_CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+_STATIC: Final = {"desk.js": "text/javascript", "desk.css": "text/css"}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await handler(request)
+    response.headers.setdefault("Content-Security-Policy", _CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+class DeskWeb:
+    """Routes and handlers; ``book`` gives served models for the top features (or None)."""
+
+    def __init__(self, settings: Settings, desk: Desk, accounts: Accounts, sessions: Sessions,
+                 *, models: Callable[[], dict[str, Any]] | None = None) -> None:  # fmt: skip
+        self.settings, self.desk, self.accounts, self.sessions = settings, desk, accounts, sessions
+        self.models = models or dict
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_headers], client_max_size=64 * 1024)
+        r = app.router
+        r.add_get("/login", self.get_login)
+        r.add_post("/login", self.post_login)
+        r.add_post("/logout", self.post_logout)
+        r.add_get("/", self.get_desk)
+        r.add_get("/team", self.get_team)
+        r.add_get("/static/{name}", self.get_static)
+        r.add_post("/api/next", self.api_next)
+        r.add_post("/api/renew", self.api_renew)
+        r.add_post("/api/answer", self.api_answer)
+        r.add_post("/api/skip", self.api_skip)
+        r.add_get("/metrics", self.get_metrics)
+        r.add_get("/healthz", self.get_health)
+        r.add_get("/readyz", self.get_ready)
+        return app
+
+    # --- who is asking ------------------------------------------------------------------
+
+    def _cookie(self, response: web.StreamResponse, name: str, value: str, request: web.Request,
+                max_age: float) -> None:  # fmt: skip
+        secure = self.settings.desk.secure_cookie or request.secure
+        response.set_cookie(name, value, httponly=True, samesite="Strict", secure=secure,
+                            path="/", max_age=int(max_age))  # fmt: skip
+
+    def _identify(self, request: web.Request) -> tuple[Person, Session] | None:
+        session = self.sessions.read(request.cookies.get(SESSION_COOKIE))
+        if self.settings.desk.auth == "proxy":
+            name = request.headers.get(self.settings.desk.proxy_header, "").strip()
+            if not valid_name(name) or session is None or session.user != name:
+                return None
+            return self.accounts.person(name) or Person(name), session
+        if session is None:
+            return None
+        person = self.accounts.person(session.user)
+        return None if person is None else (person, session)
+
+    def _page_identity(self, request: web.Request) -> tuple[Person, Session, str | None]:
+        """The person of a page view; behind a proxy a session is started on the first view
+        (its cookie value returned). Raises a redirect to the login page otherwise."""
+        found = self._identify(request)
+        if found is not None:
+            return found[0], found[1], None
+        name = request.headers.get(self.settings.desk.proxy_header, "").strip()
+        if self.settings.desk.auth == "proxy" and valid_name(name):
+            cookie = self.sessions.issue(name)
+            session = self.sessions.read(cookie)
+            assert session is not None  # noqa: S101 - just issued
+            return self.accounts.person(name) or Person(name), session, cookie
+        if self.settings.desk.auth == "proxy":
+            raise web.HTTPUnauthorized(text="the proxy sent no user")
+        raise web.HTTPSeeOther("/login")
+
+    def _same_origin(self, request: web.Request) -> bool:
+        """No ``Origin`` (not a browser, or a same-origin GET) or this very host."""
+        origin = request.headers.get("Origin")
+        return origin is None or origin.split("://", 1)[-1] == request.host
+
+    async def _api_person(self, request: web.Request) -> tuple[Person, dict[str, Any]]:
+        """The person of an API call and its JSON body; 401/403/400 otherwise."""
+        found = self._identify(request)
+        if found is None:
+            raise _json_error(401, "login", "log in first")
+        person, session = found
+        token = request.headers.get("X-CSRF-Token")
+        if not self._same_origin(request) or not self.sessions.csrf_ok(session, token):
+            raise _json_error(403, "csrf", "missing or wrong CSRF token")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise _json_error(400, "bad_json", "the body must be a JSON object") from None
+        if not isinstance(body, dict):
+            raise _json_error(400, "bad_json", "the body must be a JSON object")
+        return person, body
+
+    # --- pages ----------------------------------------------------------------------------
+
+    async def get_login(self, request: web.Request) -> web.StreamResponse:
+        if self.settings.desk.auth == "proxy":
+            raise web.HTTPSeeOther("/")
+        nonce = secrets.token_urlsafe(16)
+        response = _html(login_page(self.sessions.login_token(nonce)))
+        self._cookie(response, LOGIN_COOKIE, nonce, request, 3600)
+        return response
+
+    async def post_login(self, request: web.Request) -> web.StreamResponse:
+        if self.settings.desk.auth == "proxy":
+            raise web.HTTPNotFound()
+        form = await request.post()
+        user, password = str(form.get("user", "")), str(form.get("password", ""))
+        nonce = request.cookies.get(LOGIN_COOKIE)
+        if not self._same_origin(request) or not self.sessions.login_ok(
+            nonce, str(form.get("token", ""))
+        ):
+            self.desk.metrics.logins.labels(outcome="failed").inc()
+            return await self._login_again(
+                request, "The form expired: please log in again.", user, 403
+            )
+        person = self.accounts.check(user, password) if valid_name(user) else None
+        if person is None:
+            self.desk.metrics.logins.labels(outcome="failed").inc()
+            return await self._login_again(request, "Wrong user name or password.", user, 401)
+        self.desk.metrics.logins.labels(outcome="ok").inc()
+        response = _redirect("/")
+        self._cookie(response, SESSION_COOKIE, self.sessions.issue(person.name), request,
+                     self.settings.desk.session_seconds)  # fmt: skip
+        response.del_cookie(LOGIN_COOKIE, path="/")
+        return response
+
+    async def _login_again(self, request: web.Request, error: str, user: str, status: int
+                           ) -> web.StreamResponse:  # fmt: skip
+        nonce = secrets.token_urlsafe(16)
+        response = _html(login_page(self.sessions.login_token(nonce), error=error, user=user),
+                         status=status)  # fmt: skip
+        self._cookie(response, LOGIN_COOKIE, nonce, request, 3600)
+        return response
+
+    async def post_logout(self, request: web.Request) -> web.StreamResponse:
+        found = self._identify(request)
+        form = await request.post()
+        if found is None:
+            raise web.HTTPSeeOther("/login")
+        if not self._same_origin(request) or not self.sessions.csrf_ok(
+            found[1], str(form.get("csrf", ""))
+        ):
+            raise web.HTTPForbidden(text="missing or wrong CSRF token")
+        self.sessions.revoke(found[1])
+        response = _redirect("/login")
+        response.del_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    async def get_desk(self, request: web.Request) -> web.StreamResponse:
+        person, session, cookie = self._page_identity(request)
+        models = [m for m in self.settings.models if person.may_answer(m)]
+        page = labelling_page(person.name, self.sessions.csrf(session), models,
+                              self.settings.desk.lease_seconds)  # fmt: skip
+        return self._with_session(_html(page), request, cookie)
+
+    async def get_team(self, request: web.Request) -> web.StreamResponse:
+        person, session, cookie = self._page_identity(request)
+        stats = team_stats(self.desk.queue, self.desk.leases, self.settings.models,
+                           now=time.time())  # fmt: skip
+        page = team_page(person.name, self.sessions.csrf(session), stats)
+        return self._with_session(_html(page), request, cookie)
+
+    def _with_session(self, response: web.StreamResponse, request: web.Request,
+                      cookie: str | None) -> web.StreamResponse:  # fmt: skip
+        if cookie is not None:
+            self._cookie(response, SESSION_COOKIE, cookie, request,
+                         self.settings.desk.session_seconds)  # fmt: skip
+        return response
+
+    async def get_static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name not in _STATIC:
+            raise web.HTTPNotFound()
+        body = resources.files("service.desk").joinpath("static", name).read_bytes()
+        response = web.Response(body=body, content_type=_STATIC[name])
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+    # --- the JSON API ---------------------------------------------------------------------
+
+    async def api_next(self, request: web.Request) -> web.StreamResponse:
+        person, body = await self._api_person(request)
+        model = body.get("model")
+        if model is not None and (not isinstance(model, str) or model not in self.settings.models):
+            raise _json_error(400, "bad_model", "no such model")
+        claimed = await self._refusing(self.desk.next(person, model))
+        if claimed is None:
+            return web.json_response({"request": None})
+        req = claimed.request
+        view = present(req, self.settings.models[req.model], self.models().get(req.model),
+                       now=time.time(), lease_expires_at=claimed.lease_expires_at,
+                       names=self.settings.desk.answer_names.get(req.model))  # fmt: skip
+        return web.json_response({"request": view})
+
+    async def api_renew(self, request: web.Request) -> web.StreamResponse:
+        person, body = await self._api_person(request)
+        until = await self._refusing(self.desk.renew(person, _request_id(body)))
+        return web.json_response({"lease_expires_at": until})
+
+    async def api_answer(self, request: web.Request) -> web.StreamResponse:
+        person, body = await self._api_person(request)
+        value = body.get("label")
+        if isinstance(value, bool) or value not in (1, -1):
+            raise _json_error(400, "bad_answer", "label must be 1 or -1")
+        label = await self._refusing(self.desk.answer(person, _request_id(body), int(value)))
+        saved = {"request_id": label.request_id, "label": label.label, "by": label.labelled_by}
+        return web.json_response({"saved": True, **saved})
+
+    async def api_skip(self, request: web.Request) -> web.StreamResponse:
+        person, body = await self._api_person(request)
+        why = body.get("why", "skip")
+        if why not in ("skip", "cant_tell"):
+            raise _json_error(400, "bad_reason", "why must be skip or cant_tell")
+        await self._refusing(self.desk.give_back(person, _request_id(body), why))
+        return web.json_response({"given_back": True})
+
+    async def _refusing(self, action: Awaitable[Any]) -> Any:
+        try:
+            return await action
+        except Refused as refused:
+            self.desk.metrics.refusals.labels(code=refused.code).inc()
+            raise _json_error(refused.status, refused.code, str(refused)) from None
+        except Unavailable:
+            raise _json_error(503, "unavailable", "Kafka did not acknowledge in time; "
+                              "nothing was saved.") from None  # fmt: skip
+
+    # --- operations -----------------------------------------------------------------------
+
+    async def get_metrics(self, request: web.Request) -> web.StreamResponse:
+        body = generate_latest(self.desk.metrics.registry)
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def get_health(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"live": True})
+
+    async def get_ready(self, request: web.Request) -> web.StreamResponse:
+        ready = self.desk.ready
+        return web.json_response({"ready": ready, "open": len(self.desk.queue.requests)},
+                                 status=200 if ready else 503)  # fmt: skip
+
+
+def _request_id(body: dict[str, Any]) -> str:
+    rid = body.get("request_id")
+    if not isinstance(rid, str) or not 0 < len(rid) <= 256:
+        raise _json_error(400, "bad_request_id", "request_id must be a short string")
+    return rid
+
+
+def _json_error(status: int, code: str, message: str) -> web.HTTPException:
+    classes: dict[int, type[web.HTTPException]] = {
+        400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
+        404: web.HTTPNotFound, 409: web.HTTPConflict, 410: web.HTTPGone,
+        503: web.HTTPServiceUnavailable,
+    }  # fmt: skip
+    cls = classes.get(status, web.HTTPBadRequest)
+    return cls(text=f'{{"error": "{code}", "message": {_quote(message)}}}',
+               content_type="application/json")  # fmt: skip
+
+
+def _quote(text: str) -> str:
+    return orjson.dumps(text).decode()
+
+
+def _redirect(location: str) -> web.Response:
+    return web.Response(status=303, headers={"Location": location})
+
+
+def _html(page: str, *, status: int = 200) -> web.Response:
+    return web.Response(text=page, content_type="text/html", charset="utf-8", status=status)
