@@ -97,6 +97,8 @@ def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: f
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "—"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min"

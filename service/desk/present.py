@@ -57,7 +57,7 @@ def top_features(served: Any, features: list[float], names: list[str]) -> list[d
     contrib = w * z
     order = np.argsort(-np.abs(contrib))[:TOP]
     return [{"name": labels[i], "contribution": round(float(contrib[i]), 4)} for i in order
-            if math.isfinite(float(contrib[i])) and i < len(labels)]  # fmt: skip
+            if math.isfinite(float(contrib[i])) and contrib[i] != 0.0]  # fmt: skip
 
 
 def present(
