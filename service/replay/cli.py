@@ -2,13 +2,22 @@
 
 Writes into ``--out``:
 
-* ``summary.json`` — ``{"dataset", "runs", "trials", "results": [{"algorithm", "cost",
-  "risk_mean", "risk_std", "asked", "misclassified", "rejected", "rho"}, ...],
-  "settings", "seconds"}``: each rate is the final running average over the ``T``
-  trials, averaged over runs (``risk_std``: std over runs; ``rho``: mean final width);
+* ``summary.json`` — ``{"dataset", "runs", "trials", "results": [{"algorithm",
+  "label_budget", "sampling", "cost", "risk_mean", "risk_std", "asked", "misclassified",
+  "rejected", "rho"}, ...], "settings", "seconds"}``: each rate is the final running
+  average over the ``T`` trials, averaged over runs (``risk_std``: std over runs; ``rho``:
+  mean final width); ``label_budget`` is ``null`` and ``sampling`` ``"own"`` for the
+  algorithms' own query rules;
 * ``curves.csv`` — the curves in long format on a grid of ``t``
   (see :meth:`service.replay.results.ReplayResult.write_curves`);
-* ``DATASET.png`` — the paper's five columns, one row per cost (unless ``--no-plot``).
+* ``DATASET.png`` — the paper's five columns, one row per cost (unless ``--no-plot``),
+  plus, with label budgets, a sixth: final risk against labels asked for every budget.
+
+With ``--label-budget 0.02,0.05,...`` every active algorithm (DRAL, DSAL, kernel versions)
+also runs held to each budget (a fraction of the events, through
+:class:`service.learning.QueryBudget`; ``--budget-param`` sets its other keywords, e.g.
+``sharpness=1``) and, as a baseline, asking uniformly chosen events at the same rate
+(``"sampling": "budget"`` and ``"random"`` in ``summary.json``).
 
 With ``--budgets 25,50,...`` (kernel algorithms only) it runs the protocol once per
 support-set budget and writes ``budget.json``, ``budget.csv`` and ``budget.png``
@@ -128,6 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--budgets", default=None, help="budget study: comma-separated budgets (kernels)"
     )
+    p.add_argument(
+        "--label-budget",
+        default=None,
+        metavar="B1,B2,...",
+        help="label budgets (fractions of the events in (0, 1]): each active algorithm also "
+        "runs held to each budget, and asking random events at the same rate",
+    )
+    p.add_argument(
+        "--budget-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="QueryBudget keyword for the budgeted runs: sharpness, horizon, explore, burst",
+    )
     p.add_argument("--grid-points", type=int, default=100, help="points per curve in the CSV")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no bar")
@@ -162,6 +185,8 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         kernel=kernel,
         budget=args.budget,
         grid_points=args.grid_points,
+        label_budgets=tuple(_floats(args.label_budget)) if args.label_budget else (),
+        budget_params=parse_params(args.budget_param),
     )
 
 
@@ -250,6 +275,10 @@ def main(argv: list[str]) -> int:
         budgets = _ints(args.budgets) if args.budgets else []
         if any(b < 1 for b in budgets):
             raise ReplayConfigError(f"budgets must be >= 1, got {budgets}")
+        if budgets and options.label_budgets:
+            raise ReplayConfigError(
+                "--budgets (support-set study) and --label-budget: run them separately"
+            )
         path = resolve_dataset_path(args.dataset)
         X, y = load_dataset(path, format=args.format)
         dataset = _dataset_name(path)

@@ -1,4 +1,14 @@
-"""Options of a replay and the routing of hyperparameters to the learners."""
+"""Options of a replay, the variants it runs, and the routing of hyperparameters.
+
+A replay runs one :class:`Variant` per algorithm as the paper does (``sampling="own"``: the
+learner asks by its own rule) and, for each label budget ``b`` of
+``ReplayOptions.label_budgets``, two more per *active* algorithm (DRAL, DSAL and their
+kernel versions): ``"budget"``, the learner held to a
+:class:`~service.learning.QueryBudget` of ``b`` (its own utilities, scaled), and
+``"random"``, the same learner asking uniformly chosen events at the same rate (a budget
+with sharpness 0). DSOL asks every label; at a budget it would be random sampling with the
+DS update, which is exactly the DSAL ``"random"`` variant, so DSOL gets no budget variants.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +21,15 @@ from typing import Any, Literal
 from service.learning import ALGORITHMS as LEARNER_CLASSES
 from service.replay.errors import ReplayConfigError
 from service.replay.protocol import ALGORITHMS, KERNEL_ALGORITHMS, Sampling, validate_costs
+from service.replay.results import BUDGET_PARAMS, FULL_LABEL_ALGORITHMS, SAMPLINGS, Variant
 
 __all__ = [
+    "FULL_LABEL_ALGORITHMS",
     "KERNEL_NAMES",
+    "SAMPLINGS",
     "SCALER_FITS",
     "ReplayOptions",
+    "Variant",
     "accepted_params",
     "check_params",
     "learner_kwargs",
@@ -30,7 +44,13 @@ ScalerFit = Literal["events", "labels"]
 SCALER_FITS: tuple[ScalerFit, ...] = ("events", "labels")
 
 #: command-line kernel names -> kernel kinds of :mod:`service.learning.kernels`.
-KERNEL_NAMES = {"linear": "linear", "poly": "polynomial", "polynomial": "polynomial", "rbf": "rbf"}
+KERNEL_NAMES = {
+    "linear": "linear",
+    "poly": "polynomial",
+    "polynomial": "polynomial",
+    "rbf": "rbf",
+    "rbf-scale": "rbf-scale",
+}
 
 
 @dataclass(frozen=True)
@@ -50,9 +70,12 @@ class ReplayOptions:
     budget: int | None = None
     grid_points: int = 100
     scaler_fit: ScalerFit = "events"
+    label_budgets: tuple[float, ...] = ()
+    budget_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_costs(self.costs)
+        _check_label_budgets(self.label_budgets, self.algorithms, self.budget_params)
         if self.runs < 1 or self.trials < 1:
             raise ReplayConfigError(
                 f"runs and trials must be >= 1, got {self.runs} and {self.trials}"
@@ -83,7 +106,38 @@ class ReplayOptions:
             "params": {k: _jsonable(v) for k, v in self.params.items()},
             "kernel": None if self.kernel is None else dict(self.kernel),
             "budget": self.budget,
+            "label_budgets": list(self.label_budgets),
+            "budget_params": dict(self.budget_params),
         }
+
+    def variants(self) -> list[Variant]:
+        """Every variant the replay runs, in report order: each algorithm on its own rule,
+        then, per label budget, each active algorithm held to it and at random."""
+        out = [Variant(a) for a in self.algorithms]
+        for b in self.label_budgets:
+            for a in self.algorithms:
+                if a not in FULL_LABEL_ALGORITHMS:
+                    out += [Variant(a, b, "budget"), Variant(a, b, "random")]
+        return out
+
+
+def _check_label_budgets(
+    budgets: Sequence[float], algorithms: Sequence[str], params: Mapping[str, Any]
+) -> None:
+    for b in budgets:
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0.0 < b <= 1.0:
+            raise ReplayConfigError(f"a label budget must be a fraction in (0, 1], got {b!r}")
+    if len(set(budgets)) != len(budgets):
+        raise ReplayConfigError(f"duplicate label budgets in {list(budgets)}")
+    if budgets and all(a in FULL_LABEL_ALGORITHMS for a in algorithms):
+        raise ReplayConfigError(
+            "label budgets apply to active learners (dral, dsal); add one to --algorithms"
+        )
+    unknown = set(params) - set(BUDGET_PARAMS)
+    if unknown:
+        raise ReplayConfigError(
+            f"unknown --budget-param {sorted(unknown)}; expected some of {list(BUDGET_PARAMS)}"
+        )
 
 
 def _jsonable(value: Any) -> Any:

@@ -3,7 +3,10 @@
 :func:`plot_replay` draws the paper's five columns, one row per rejection cost ``d``:
 risk vs number of labels asked, average risk vs ``t``, fraction of labels asked vs ``t``,
 fraction misclassified vs ``t`` and fraction rejected vs ``t``; one line per algorithm
-(mean over runs) with a band of plus/minus one standard deviation over runs.
+(mean over runs) with a band of plus/minus one standard deviation over runs. These show
+the algorithms on their own query rules. When the replay ran label budgets a sixth column
+shows final risk against labels asked: one line per algorithm held to the budgets (solid)
+and per random-sampling baseline (dotted), one marker per algorithm on its own rule.
 
 :func:`plot_budget` draws risk and fraction asked against the support-set budget of the
 kernel learners.
@@ -44,6 +47,26 @@ def _style(algorithm: str) -> dict[str, Any]:
     }
 
 
+def _draw_budgets(ax: Any, chosen: Sequence[Series]) -> None:
+    """Final risk (+/- 1 std) against final labels asked, one line per (algorithm, sampling)."""
+    groups: dict[tuple[str, str], list[Series]] = {}
+    for s in chosen:
+        groups.setdefault((s.algorithm, s.sampling), []).append(s)
+    for (algorithm, sampling), members in groups.items():
+        members.sort(key=lambda s: s.label_budget or 2.0)
+        x = [float(s.mean("labels")[-1]) for s in members]
+        y = [float(s.mean("loss")[-1]) for s in members]
+        err = [float(s.std("loss")[-1]) for s in members]
+        style = _style(algorithm)
+        if sampling == "own":
+            style.update(marker="*", markersize=10, linestyle="none")
+        else:
+            style.update(marker="o" if sampling == "budget" else "x", markersize=4)
+            style["linestyle"] = "-" if sampling == "budget" else ":"
+            style["label"] = f"{style['label']} {sampling}"
+        ax.errorbar(x, y, yerr=err, capsize=2, linewidth=1.2, **style)
+
+
 def _draw(ax: Any, series: Series, column: int, skip: int) -> None:
     key = _COLUMNS[column][0]
     x = series.mean("labels") if column == 0 else series.grid.astype(float)
@@ -57,15 +80,28 @@ def _draw(ax: Any, series: Series, column: int, skip: int) -> None:
 def plot_replay(result: ReplayResult, path: Path, *, title: str | None = None) -> None:
     """Write the five-column figure of ``result`` to ``path`` (PNG)."""
     costs = sorted({s.cost for s in result.series})
+    budgets = any(s.sampling != "own" for s in result.series)
+    n_cols = len(_COLUMNS) + int(budgets)
     fig, axes = plt.subplots(
         len(costs),
-        len(_COLUMNS),
-        figsize=(4.0 * len(_COLUMNS), 3.0 * len(costs) + 0.8),
+        n_cols,
+        figsize=(4.0 * n_cols, 3.0 * len(costs) + 0.8),
         squeeze=False,
         layout="constrained",
     )
     for row, cost in enumerate(costs):
-        chosen = [s for s in result.series if s.cost == cost]
+        chosen = [s for s in result.series if s.cost == cost and s.sampling == "own"]
+        if budgets:
+            ax = axes[row][-1]
+            _draw_budgets(ax, [s for s in result.series if s.cost == cost])
+            ax.set_title(f"final risk vs labels (budgets), d = {cost:g}", fontsize=10)
+            ax.set_xlabel("labels asked (mean)", fontsize=9)
+            ax.set_ylabel("final average risk", fontsize=9)
+            ax.set_xscale("log")
+            ax.set_ylim(bottom=0.0)
+            ax.grid(True, alpha=0.3)
+            ax.tick_params(labelsize=8)
+            ax.legend(fontsize=7, loc="upper right")
         for col, (_, name, xlabel, ylabel) in enumerate(_COLUMNS):
             ax = axes[row][col]
             for series in chosen:

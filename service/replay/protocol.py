@@ -15,7 +15,8 @@ every (algorithm, cost) pair of a run sees the same trials and the same query co
 
 The linear learners run in lockstep through one batched engine of
 :mod:`service.learning` (:class:`~service.learning.batch.BatchLearner`): one row per
-(algorithm, cost, run).
+(variant, cost, run), a variant being an algorithm with its own query rule or held to a
+label budget (:class:`~service.replay.results.Variant`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy.typing as npt
 from service.learning import KERNEL_ALGORITHMS, LINEAR_ALGORITHMS
 from service.learning.losses import zero_d_one_loss
 from service.replay.errors import ReplayConfigError
-from service.replay.results import ReplayResult, Series, time_grid
+from service.replay.results import ReplayResult, Series, Variant, time_grid
 
 __all__ = [
     "ALGORITHMS",
@@ -153,7 +154,7 @@ class _Tally:
 
 
 def _series(
-    algorithms: Sequence[str],
+    variants: Sequence[Variant],
     tally: _Tally,
     costs: Sequence[float],
     runs: int,
@@ -162,7 +163,7 @@ def _series(
 ) -> list[Series]:
     out = []
     n_costs = len(costs)
-    for i, algorithm in enumerate(algorithms):
+    for i, variant in enumerate(variants):
         for c, cost in enumerate(costs):
             start = (i * n_costs + c) * runs
             rows = slice(start, start + runs)
@@ -171,7 +172,16 @@ def _series(
                 for k, name in enumerate(("loss", "asked", "misclassified", "rejected"))
             }
             out.append(
-                Series(algorithm, cost, grid, counts, rho[rows].copy(), seconds=tally.seconds)
+                Series(
+                    variant.algorithm,
+                    cost,
+                    grid,
+                    counts,
+                    rho[rows].copy(),
+                    seconds=tally.seconds,
+                    label_budget=variant.label_budget,
+                    sampling=variant.sampling,
+                )
             )
     return out
 
@@ -180,32 +190,32 @@ def replay_linear(
     y: npt.NDArray[np.int64],
     plan: TrialPlan,
     *,
-    algorithms: Sequence[str],
+    variants: Sequence[Variant],
     costs: Sequence[float],
     features: Callable[[int], FloatArray],
-    make_engine: Callable[[Sequence[str], FloatArray], Any],
+    make_engine: Callable[[Sequence[Variant], FloatArray], Any],
     dataset: str = "",
     grid_points: int = 100,
     progress: Progress | None = None,
 ) -> ReplayResult:
-    """Run every (algorithm, cost, run) learner of ``plan`` in lockstep.
+    """Run every (variant, cost, run) learner of ``plan`` in lockstep.
 
     ``features(t)`` returns the learner inputs of trial ``t`` for every run, shape
     ``(R, d)``, and is called once per ``t`` in increasing order.
-    ``make_engine(algorithms, row_costs)`` builds one batched learner whose rows are the
-    algorithms in order, ``len(row_costs) / len(algorithms)`` rows each, row
-    ``(a * C + c) * R + r`` for algorithm ``a``, cost ``c``, run ``r``; it must offer
+    ``make_engine(variants, row_costs)`` builds one batched learner whose rows are the
+    variants in order, ``len(row_costs) / len(variants)`` rows each, row
+    ``(v * C + c) * R + r`` for variant ``v``, cost ``c``, run ``r``; it must offer
     ``step(X, y, coins) -> (labels, scores, probabilities, queried)`` and ``rho``.
     ``progress`` is called with the number of trials just completed.
     """
     costs = validate_costs(costs)
-    if not algorithms:
+    if not variants:
         raise ReplayConfigError("at least one algorithm is needed")
     runs, trials = plan.runs, plan.trials
     grid = time_grid(trials, grid_points)
-    copies = len(algorithms) * len(costs)
-    row_costs = np.tile(np.repeat(np.asarray(costs, dtype=np.float64), runs), len(algorithms))
-    engine = make_engine(list(algorithms), row_costs)
+    copies = len(variants) * len(costs)
+    row_costs = np.tile(np.repeat(np.asarray(costs, dtype=np.float64), runs), len(variants))
+    engine = make_engine(list(variants), row_costs)
     tally = _Tally(row_costs, grid)
     labels_all = np.ascontiguousarray(y[plan.indices].T, dtype=np.float64)
     coins_all = np.ascontiguousarray(plan.coins.T)
@@ -233,6 +243,6 @@ def replay_linear(
         dataset=dataset,
         runs=runs,
         trials=trials,
-        series=_series(algorithms, tally, costs, runs, grid, rho_final),
+        series=_series(variants, tally, costs, runs, grid, rho_final),
         seconds=time.perf_counter() - started,
     )

@@ -8,26 +8,85 @@ at the points of a time grid; every rate shown anywhere is derived from them:
 * labels at ``t``: the number of labels asked up to ``t`` (the x axis of "risk vs labels").
 
 Means and standard deviations are over runs (population std, ``ddof=0``).
+
+A series belongs to one :class:`Variant`: the algorithm, and, under a label budget, the
+budget and whether the learner chose its queries (``"budget"``) or asked uniformly chosen
+events (``"random"``); ``"own"`` is the algorithm's own rule, as in the paper.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["COUNTS", "ReplayResult", "Series", "time_grid"]
+from service.learning import QueryBudget
+from service.replay.errors import ReplayConfigError
+
+__all__ = [
+    "BUDGET_PARAMS",
+    "COUNTS",
+    "FULL_LABEL_ALGORITHMS",
+    "SAMPLINGS",
+    "ReplayResult",
+    "Series",
+    "Variant",
+    "time_grid",
+]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 #: names of the cumulative quantities a series carries (``loss`` is a float sum).
 COUNTS = ("loss", "asked", "misclassified", "rejected")
+
+
+QuerySampling = Literal["own", "budget", "random"]
+#: how a variant chooses the events it asks: its own rule, its rule under a label budget,
+#: or uniformly at random under the same budget.
+SAMPLINGS: tuple[QuerySampling, ...] = ("own", "budget", "random")
+#: algorithms that ask every label (no budget variants: see the module docstring)
+FULL_LABEL_ALGORITHMS = ("dsol", "kernel-dsol")
+#: QueryBudget keywords a replay may set (``--budget-param``); rate and seed are its own
+BUDGET_PARAMS = ("sharpness", "horizon", "explore", "burst")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One learner configuration of a replay: an algorithm, and how it chooses its queries.
+
+    >>> Variant("dsal", 0.1, "random").name
+    'dsal random@0.1'
+    """
+
+    algorithm: str
+    label_budget: float | None = None
+    sampling: QuerySampling = "own"
+
+    @property
+    def name(self) -> str:
+        """``"dsal"``, ``"dsal budget@0.1"``, ``"dral random@0.05"``."""
+        if self.label_budget is None:
+            return self.algorithm
+        return f"{self.algorithm} {self.sampling}@{self.label_budget:g}"
+
+    def query_budget(self, params: Mapping[str, Any], seed: int) -> QueryBudget | None:
+        """A fresh :class:`~service.learning.QueryBudget` for one learner (``None``: own rule)."""
+        if self.label_budget is None:
+            return None
+        kwargs = dict(params)
+        if self.sampling == "random":
+            kwargs["sharpness"] = 0.0
+        try:
+            return QueryBudget(self.label_budget, seed=seed, **kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ReplayConfigError(f"bad --budget-param: {exc}") from exc
 
 
 def time_grid(trials: int, points: int = 100) -> IntArray:
@@ -56,7 +115,8 @@ class Series:
 
     ``counts[name]`` has shape ``(len(grid), R)``: the value of the cumulative count
     ``name`` (one of :data:`COUNTS`) after ``grid[g]`` trials in run ``r``.
-    ``rho`` is the final rejection width of each run, shape ``(R,)``.
+    ``rho`` is the final rejection width of each run, shape ``(R,)``. ``label_budget`` and
+    ``sampling`` say which :class:`Variant` of the algorithm it is.
     """
 
     algorithm: str
@@ -65,6 +125,12 @@ class Series:
     counts: dict[str, FloatArray]
     rho: FloatArray
     seconds: float = 0.0
+    label_budget: float | None = None
+    sampling: QuerySampling = "own"
+
+    @property
+    def variant(self) -> Variant:
+        return Variant(self.algorithm, self.label_budget, self.sampling)
 
     def rate(self, name: str) -> FloatArray:
         """Running average ``count / t`` on the grid, shape ``(len(grid), R)``."""
@@ -92,6 +158,8 @@ class Series:
         """The ``results`` entry of ``summary.json`` for this series."""
         return {
             "algorithm": self.algorithm,
+            "label_budget": self.label_budget,
+            "sampling": self.sampling,
             "cost": self.cost,
             "risk_mean": float(self.final("loss").mean()),
             "risk_std": float(self.final("loss").std()),
@@ -131,12 +199,13 @@ class ReplayResult:
     def write_curves(self, path: Path) -> None:
         """Write the curves in long format, one row per (algorithm, cost, t).
 
-        Columns: ``algorithm, cost, t, labels_mean, labels_std`` then ``NAME_mean,
-        NAME_std`` for risk, asked, misclassified and rejected; 6 significant digits.
+        Columns: ``algorithm, label_budget, sampling, cost, t, labels_mean, labels_std``
+        then ``NAME_mean, NAME_std`` for risk, asked, misclassified and rejected; 6
+        significant digits (``label_budget`` is empty for the algorithms' own rules).
         """
         names = {"labels": "labels", "risk": "loss", "asked": "asked"}
         names |= {"misclassified": "misclassified", "rejected": "rejected"}
-        header = ["algorithm", "cost", "t"]
+        header = ["algorithm", "label_budget", "sampling", "cost", "t"]
         header += [f"{col}_{stat}" for col in names for stat in ("mean", "std")]
         with path.open("w", encoding="utf-8", newline="") as handle:
             writer = csv.writer(handle)
@@ -146,6 +215,7 @@ class ReplayResult:
                 for key in names.values():
                     columns += [s.mean(key), s.std(key)]
                 for g, t in enumerate(s.grid.tolist()):
-                    row = [s.algorithm, f"{s.cost:g}", str(t)]
+                    budget = "" if s.label_budget is None else f"{s.label_budget:g}"
+                    row = [s.algorithm, budget, s.sampling, f"{s.cost:g}", str(t)]
                     row += [f"{col[g]:.6g}" for col in columns]
                     writer.writerow(row)

@@ -2,10 +2,13 @@
 labelled-only standardiser) one learner at a time.
 
 * Linear algorithms (``dral``, ``dsal``, ``dsol``) run batched: one
-  :class:`service.learning.BatchLearner` row per (algorithm, cost, run), all in lockstep.
+  :class:`service.learning.BatchLearner` row per (variant, cost, run), all in lockstep; a
+  variant under a label budget is a row held to its own
+  :class:`~service.learning.QueryBudget`.
 * Kernel algorithms (``kernel-dral``, ...), and every algorithm when the standardiser is
   fitted on labelled examples only (``scaler_fit="labels"``), run through
-  :mod:`service.replay.sequential` (slower).
+  :mod:`service.replay.sequential` (slower), budgets through
+  :class:`~service.learning.Budgeted`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from service.replay.protocol import (
     plan_trials,
     replay_linear,
 )
-from service.replay.results import ReplayResult, Series
+from service.replay.results import ReplayResult, Series, Variant
 from service.replay.sequential import replay_sequential
 
 __all__ = ["per_event_microseconds", "replay", "total_work"]
@@ -37,11 +40,13 @@ FloatArray = npt.NDArray[np.float64]
 
 def _engine_factory(
     options: ReplayOptions, n_features: int
-) -> Callable[[Sequence[str], FloatArray], BatchLearner]:
-    def make(algorithms: Sequence[str], row_costs: FloatArray) -> BatchLearner:
+) -> Callable[[Sequence[Variant], FloatArray], BatchLearner]:
+    def make(variants: Sequence[Variant], row_costs: FloatArray) -> BatchLearner:
+        algorithms = {v.algorithm for v in variants}
         per_algo = {a: params_for(a, options.params) for a in algorithms}
-        rows_per_algo = row_costs.shape[0] // len(algorithms)
-        names = [a for a in algorithms for _ in range(rows_per_algo)]
+        rows_per_variant = row_costs.shape[0] // len(variants)
+        rows = [v for v in variants for _ in range(rows_per_variant)]
+        names = [v.algorithm for v in rows]
         defaults = {a: accepted_params(a) for a in algorithms}
 
         def column(key: str, fallback: Any) -> list[Any]:
@@ -63,16 +68,17 @@ def _engine_factory(
             eta=column("eta", 1.0),
             rho=column("rho", 1.0),
             seed=options.seed,
+            budgets=[v.query_budget(options.budget_params, options.seed) for v in rows],
         )
 
     return make
 
 
-def _batched(options: ReplayOptions) -> list[str]:
-    """Algorithms that run in the batched engine (the rest run sequentially)."""
+def _batched(options: ReplayOptions) -> list[Variant]:
+    """Variants that run in the batched engine (the rest run sequentially)."""
     if options.standardize and options.scaler_fit == "labels":
         return []
-    return [a for a in options.algorithms if a in ALGORITHMS]
+    return [v for v in options.variants() if v.algorithm in ALGORITHMS]
 
 
 def replay(
@@ -92,14 +98,15 @@ def replay(
     started = time.perf_counter()
     plan = plan_trials(X.shape[0], options.runs, options.trials, options.seed, options.sampling)
     features = RunFeatures(X, plan, standardize=options.standardize, intercept=options.intercept)
+    variants = options.variants()
     batched = _batched(options)
-    one_by_one = [a for a in options.algorithms if a not in batched]
+    one_by_one = [v for v in variants if v not in batched]
     series: list[Series] = []
     if batched:
         result = replay_linear(
             y,
             plan,
-            algorithms=batched,
+            variants=batched,
             costs=options.costs,
             features=features,
             make_engine=_engine_factory(options, features.n_features),
@@ -109,8 +116,8 @@ def replay(
         series += result.series
     if one_by_one:
         series += replay_sequential(y, plan, features, options, one_by_one, progress)
-    order = {a: i for i, a in enumerate(options.algorithms)}
-    series.sort(key=lambda s: (order[s.algorithm], s.cost))
+    order = {v: i for i, v in enumerate(variants)}
+    series.sort(key=lambda s: (order[s.variant], s.cost))
     return ReplayResult(
         dataset=dataset,
         runs=options.runs,
@@ -124,7 +131,7 @@ def replay(
 def total_work(options: ReplayOptions) -> int:
     """Sum of what ``replay`` reports to ``progress``."""
     batched = _batched(options)
-    n_seq = len(options.algorithms) - len(batched)
+    n_seq = len(options.variants()) - len(batched)
     return (options.trials if batched else 0) + n_seq * len(options.costs) * options.runs * (
         options.trials
     )

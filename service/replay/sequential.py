@@ -1,8 +1,10 @@
 """Replay one learner at a time: kernel learners, and the stream service's preprocessing.
 
-Every (algorithm, cost, run) gets its own learner from
-:func:`service.learning.make_learner`; its decisions, queries and updates follow the
-protocol of :mod:`service.replay.protocol` with the run's trials and coins.
+Every (variant, cost, run) gets its own learner from
+:func:`service.learning.make_learner` (held to its label budget by
+:class:`service.learning.Budgeted` when the variant has one); its decisions, queries and
+updates follow the protocol of :mod:`service.replay.protocol` with the run's trials and
+coins.
 
 Inputs:
 
@@ -20,15 +22,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import make_learner, zero_d_one_loss
+from service.learning import Budgeted, make_learner, zero_d_one_loss
 from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions, learner_kwargs
 from service.replay.protocol import Progress, TrialPlan
-from service.replay.results import COUNTS, Series, time_grid
+from service.replay.results import COUNTS, Series, Variant, time_grid
 
 __all__ = ["replay_sequential"]
 
@@ -38,16 +41,16 @@ def replay_sequential(
     plan: TrialPlan,
     features: RunFeatures,
     options: ReplayOptions,
-    algorithms: Sequence[str],
+    variants: Sequence[Variant],
     progress: Progress | None = None,
 ) -> list[Series]:
-    """One :class:`Series` per (algorithm, cost); ``Series.seconds`` is the time spent in
+    """One :class:`Series` per (variant, cost); ``Series.seconds`` is the time spent in
     preprocessing, ``decide`` and ``update``."""
     runs, trials = plan.runs, plan.trials
     grid = time_grid(trials, options.grid_points)
     slot = np.full(trials + 1, -1, dtype=np.int64)
     slot[grid] = np.arange(grid.shape[0])
-    keys = [(a, c) for a in algorithms for c in options.costs]
+    keys = [(v, c) for v in variants for c in options.costs]
     counts = {k: {name: np.zeros((grid.shape[0], runs)) for name in COUNTS} for k in keys}
     rho = {k: np.zeros(runs) for k in keys}
     seconds = dict.fromkeys(keys, 0.0)
@@ -58,17 +61,11 @@ def replay_sequential(
         raw = features.X[plan.indices[r]]
         z = raw if per_label else features.run(r)
         ys, coins = labels_all[r].tolist(), plan.coins[r].tolist()
-        for a, c in keys:
-            learner = make_learner(
-                a,
-                n_features=features.n_features,
-                cost=c,
-                seed=options.seed,
-                **learner_kwargs(a, options),
-            )
+        for v, c in keys:
+            learner = _learner(v, c, features.n_features, options)
             pipe = features.pipeline() if per_label else None
             loss = asked = wrong = rejected = 0.0
-            out = counts[(a, c)]
+            out = counts[(v, c)]
             tic = time.perf_counter()
             for t in range(trials):
                 yt = ys[t]
@@ -91,10 +88,32 @@ def replay_sequential(
                     out["asked"][g, r] = asked
                     out["misclassified"][g, r] = wrong
                     out["rejected"][g, r] = rejected
-            seconds[(a, c)] += time.perf_counter() - tic
-            rho[(a, c)][r] = float(learner.rho)
+            seconds[(v, c)] += time.perf_counter() - tic
+            rho[(v, c)][r] = float(learner.rho)
             if progress is not None:
                 progress(trials)
     return [
-        Series(a, c, grid, counts[(a, c)], rho[(a, c)], seconds=seconds[(a, c)]) for a, c in keys
+        Series(
+            v.algorithm,
+            c,
+            grid,
+            counts[(v, c)],
+            rho[(v, c)],
+            seconds=seconds[(v, c)],
+            label_budget=v.label_budget,
+            sampling=v.sampling,
+        )
+        for v, c in keys
     ]
+
+
+def _learner(variant: Variant, cost: float, n_features: int, options: ReplayOptions) -> Any:
+    learner = make_learner(
+        variant.algorithm,
+        n_features=n_features,
+        cost=cost,
+        seed=options.seed,
+        **learner_kwargs(variant.algorithm, options),
+    )
+    budget = variant.query_budget(options.budget_params, options.seed)
+    return learner if budget is None else Budgeted(learner, budget)

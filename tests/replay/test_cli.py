@@ -118,7 +118,7 @@ def test_kernel_budget_study_writes_table_and_figure(guide_like_path: Path, tmp_
     assert all(r["us_per_event"] > 0 for r in rows)
     assert table["settings"]["kernel"]["kind"] == "polynomial"
     assert (tmp_path / "budget.png").read_bytes().startswith(PNG_MAGIC)
-    assert (tmp_path / "budget.csv").read_text().startswith("budget,algorithm,cost")
+    assert (tmp_path / "budget.csv").read_text().startswith("budget,algorithm,label_budget,")
 
 
 @pytest.mark.parametrize(
@@ -133,6 +133,13 @@ def test_kernel_budget_study_writes_table_and_figure(guide_like_path: Path, tmp_
         (["DATA", "--runs", "many"], "invalid int"),
         (["DATA", "--param", "etaa=1"], "etaa"),
         (["DATA", "--budgets", "10"], "kernel"),
+        (["DATA", "--label-budget", "0.1,1.5"], "(0, 1]"),
+        (["DATA", "--label-budget", "0.1,0.1"], "duplicate"),
+        (["DATA", "--label-budget", "abc"], "numbers"),
+        (["DATA", "--label-budget", "0.1", "--algorithms", "dsol"], "active learners"),
+        (["DATA", "--label-budget", "0.1", "--budget-param", "speed=2"], "speed"),
+        (["DATA", "--label-budget", "0.1", "--budget-param", "sharpness=-1"], "sharpness"),
+        (["DATA", "--kernel", "poly", "--budgets", "5", "--label-budget", "0.1"], "separately"),
         (["DATA", "--format", "arff"], "invalid choice"),
     ],
 )

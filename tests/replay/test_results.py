@@ -47,6 +47,8 @@ def test_summary_entry_has_the_documented_fields() -> None:
     entry = two_run_series().summary()
     assert set(entry) == {
         "algorithm",
+        "label_budget",
+        "sampling",
         "cost",
         "risk_mean",
         "risk_std",
@@ -55,6 +57,7 @@ def test_summary_entry_has_the_documented_fields() -> None:
         "rejected",
         "rho",
     }
+    assert (entry["label_budget"], entry["sampling"]) == (None, "own")
     assert entry["risk_mean"] == pytest.approx((1.25 + 1.5) / 8)
     assert entry["asked"] == pytest.approx((0.5 + 0.25) / 2)
     assert entry["rho"] == pytest.approx(1.0)
