@@ -33,9 +33,12 @@ and asks iff the event's coin is below $p_t$:
   keeps a positive probability, ordered by its utility, as in Vowpal Wabbit's ``--active``
   where mellowness scales a query probability).
 * $D_t$ — the credit: labels the target has allowed so far ($\beta$ per event, or $r$ per
-  second of event time) minus labels asked, capped above at ``burst`` (default $\beta_t H$).
-  The exponential feedback pays a deficit back over about $H$ events, so the number of labels
-  asked stays within a bounded distance of the allowance: the long-run rate is the target.
+  second of event time) minus labels asked, capped above at ``burst`` (default
+  $\max(1, \beta_t H)$). The exponential feedback pays a deficit back over about $H$
+  events, so the number of labels asked stays within a bounded distance of the allowance:
+  the long-run rate is the target. A budget is a ceiling, not a quota: the feedback can
+  raise $\lambda$ by at most $e$ over the feed-forward, so a learner whose utilities are
+  nearly all 0 (sure of every event) asks less, never less than $v\beta$.
 
 At a fixed state $p$ increases with $u$ (for $k > 0$): the most informative events are the
 most likely to be asked. The state (counts, credit,
