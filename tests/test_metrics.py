@@ -56,6 +56,9 @@ def test_every_series_of_the_catalogue_is_declared_with_its_type_and_labels() ->
     m.set_partition("abstain.features", 0, lag=3, progress_ts=1.0)
     m.dead_letters.labels(source="features", reason="not_json").inc()
     m.skipped_recovered.labels(topic="abstain.features")
+    # shown only for models that have them (a budget) or once known (a full window)
+    for gauge in (m.label_budget_target, m.label_budget_spent, m.model_reject_fraction):
+        gauge.labels(model="a").set(0.5)
     assert _families(registry) == CATALOGUE
 
 
