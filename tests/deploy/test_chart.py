@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel
 
 from service.config import (
+    MIN_KEY,
+    Desk,
     KafkaSecurity,
     LabelBudget,
     ModelConfig,
@@ -40,6 +42,10 @@ FREE_OBJECTS = {
     "affinity.podAffinity": "Kubernetes type, checked by kubernetes-validate --strict",
     "affinity.podAntiAffinity": "Kubernetes type, checked by kubernetes-validate --strict",
     "networkPolicy.extraIngress[]": "Kubernetes type, checked by kubernetes-validate --strict",
+    "desk.affinity.nodeAffinity": "Kubernetes type, checked by kubernetes-validate --strict",
+    "desk.affinity.podAffinity": "Kubernetes type, checked by kubernetes-validate --strict",
+    "desk.affinity.podAntiAffinity": "Kubernetes type, checked by kubernetes-validate --strict",
+    "desk.networkPolicy.from[]": "Kubernetes type, checked by kubernetes-validate --strict",
 }
 
 
@@ -116,7 +122,7 @@ def test_every_schema_property_has_a_default_in_values(
 ) -> None:
     # Blocks that mirror a worker or Kubernetes type accept optional keys beyond the
     # defaults; every other value of the chart has its default written in values.yaml.
-    mirrors = ("config", "resources", "podSecurityContext", "securityContext")
+    mirrors = ("config", "resources", "podSecurityContext", "securityContext", "desk.resources")
 
     def walk(node: dict[str, Any], data: Any, path: str) -> list[str]:
         out = []
@@ -194,6 +200,49 @@ def test_config_schema_names_only_real_settings(schema: dict[str, Any]) -> None:
     assert set(model["properties"]["label_budget"]["properties"]) == model_fields(LabelBudget)
     assert set(config["properties"]["topics"]["properties"]) == model_fields(Topics)
     assert set(config["properties"]["partitions"]["properties"]) == model_fields(Partitions)
+
+
+# Desk settings the chart sets from the `desk` values (environment variables of the desk
+# pods), and the desk's secret: the schema refuses them under config.desk.
+DESK_SET_BY_CHART = {"host", "port", "auth", "users_file", "replica"}
+DESK_SECRETS = {"session_key"}
+
+
+def test_config_desk_schema_is_every_other_desk_setting(schema: dict[str, Any]) -> None:
+    desk = schema_at(schema, ["config", "desk"])
+    assert desk is not None
+    assert desk["additionalProperties"] is False
+    assert set(desk["properties"]) == model_fields(Desk) - DESK_SET_BY_CHART - DESK_SECRETS
+
+
+def test_config_desk_schema_bounds_are_the_desk_bounds(schema: dict[str, Any]) -> None:
+    desk = schema_at(schema, ["config", "desk"])
+    assert desk is not None
+    found = {
+        name: {k: v for k, v in node.items() if k in _BOUNDS.values()}
+        for name, node in desk["properties"].items()
+    }
+    assert found == {name: bounds(Desk, name) for name in desk["properties"]}
+    assert desk["properties"]["leases_topic"]["pattern"].startswith("^[A-Za-z0-9._-]{1,")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "x" * 31, "x" * 32, " " + "x" * 32, "x" * 32 + "\n", "x" * 16 + " " + "x" * 16, "\t" * 32],
+)
+def test_the_schema_takes_the_desk_session_keys_the_desk_takes(
+    schema: dict[str, Any], key: str
+) -> None:
+    pattern = schema["properties"]["secrets"]["properties"]["deskSessionKey"]["pattern"]
+    assert pattern.endswith("$")  # Go (helm): end of text; Python's $ also matches before "\n"
+    chart = re.search(pattern[:-1] + r"\Z", key) is not None
+    try:
+        Desk(session_key=key)
+        desk = True
+    except ValueError:
+        desk = False
+    assert chart == (desk or key == ""), repr(key)  # empty: the chart refuses to render
+    assert MIN_KEY == 32
 
 
 _BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}

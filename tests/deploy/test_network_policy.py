@@ -44,7 +44,13 @@ def policies(*args: str) -> list[dict[str, Any]]:
     out = subprocess.run([HELM, "template", "rel", str(CHART), "--namespace", "ml", *args],
                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    return [d for d in docs if d["kind"] == "NetworkPolicy"]
+    # the workers' policy (the desk's own is tested in test_desk_chart.py)
+    return [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    ]
 
 
 @needs_helm

@@ -84,8 +84,9 @@ Whether the Kafka protocol uses SASL / TLS.
 {{- end }}
 
 {{/*
-Name of the Secret holding the label token and the SASL password, and whether the chart
-creates it (only when no existingSecret is named and some secret value is given).
+Name of the Secret holding the label token, the SASL password, the snapshot keys and the
+desk's session key and users file, and whether the chart creates it (only when no
+existingSecret is named and some secret value is given).
 */}}
 {{- define "abstain.secretName" -}}
 {{- default (include "abstain.fullname" .) .Values.secrets.existingSecret }}
@@ -93,7 +94,7 @@ creates it (only when no existingSecret is named and some secret value is given)
 
 {{- define "abstain.createSecret" -}}
 {{- $s := .Values.secrets }}
-{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.snapshotKey $s.snapshotKeyPrevious) }}true{{ end }}
+{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.snapshotKey $s.snapshotKeyPrevious $s.deskSessionKey $s.deskUsers) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -159,4 +160,172 @@ given.
 
 {{- define "abstain.selectorSet" -}}
 {{- if or .matchLabels .matchExpressions }}true{{ end }}
+{{- end }}
+
+{{/*
+The Kafka settings every container of the release needs (worker and desk): brokers, security
+protocol, SASL user and password (Secret), TLS files (mounted at $tlsDir).
+*/}}
+{{- define "abstain.kafkaEnv" -}}
+{{- $tlsDir := "/etc/abstain/kafka-tls" }}
+- name: ABSTAIN_BROKER
+  value: {{ join "," .Values.kafka.brokers | quote }}
+- name: ABSTAIN_SECURITY__PROTOCOL
+  value: {{ .Values.kafka.securityProtocol | quote }}
+{{- if include "abstain.kafkaSasl" . }}
+- name: ABSTAIN_SECURITY__SASL_MECHANISM
+  value: {{ .Values.kafka.sasl.mechanism | quote }}
+- name: ABSTAIN_SECURITY__USERNAME
+  value: {{ .Values.kafka.sasl.username | quote }}
+- name: ABSTAIN_SECURITY__PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "abstain.secretName" . }}
+      key: {{ .Values.secrets.saslPasswordKey }}
+{{- end }}
+{{- with .Values.kafka.tls }}
+{{- if .existingSecret }}
+{{- if .caKey }}
+- name: ABSTAIN_SECURITY__CA_FILE
+  value: {{ printf "%s/%s" $tlsDir .caKey | quote }}
+{{- end }}
+{{- if .certKey }}
+- name: ABSTAIN_SECURITY__CERT_FILE
+  value: {{ printf "%s/%s" $tlsDir .certKey | quote }}
+- name: ABSTAIN_SECURITY__KEY_FILE
+  value: {{ printf "%s/%s" $tlsDir .keyKey | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The snapshot signing keys (optional in an existing Secret): the workers sign and check model
+snapshots with them, the desk checks the snapshots it reads for "weighing most in the score".
+*/}}
+{{- define "abstain.snapshotKeyEnv" -}}
+{{- with .Values.secrets }}
+{{- if or .existingSecret .snapshotKey }}
+- name: ABSTAIN_SNAPSHOT_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "abstain.secretName" $ }}
+      key: {{ .snapshotKeyKey }}
+      {{- if .existingSecret }}
+      optional: true
+      {{- end }}
+{{- end }}
+{{- if or .existingSecret .snapshotKeyPrevious }}
+- name: ABSTAIN_SNAPSHOT_KEY_PREVIOUS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "abstain.secretName" $ }}
+      key: {{ .snapshotKeyPreviousKey }}
+      {{- if .existingSecret }}
+      optional: true
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The label desk (templates/desk-*.yaml). Its pods carry their own app.kubernetes.io/name
+("<name>-desk") so that no selector of the workers (Deployment, Service, PodDisruptionBudget,
+NetworkPolicy, ServiceMonitor: all on name + instance, the Deployment's immutable) ever
+matches a desk pod; app.kubernetes.io/component=desk is what the workers' NetworkPolicy lets
+in. The ServiceMonitor's job is that name: job="abstain-desk".
+*/}}
+{{- define "abstain.desk.name" -}}
+{{- printf "%s-desk" (include "abstain.name" . | trunc 58 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "abstain.desk.fullname" -}}
+{{- printf "%s-desk" (include "abstain.fullname" . | trunc 58 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "abstain.desk.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "abstain.desk.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: desk
+{{- end }}
+
+{{- define "abstain.desk.labels" -}}
+helm.sh/chart: {{ include "abstain.chart" . }}
+{{ include "abstain.desk.selectorLabels" . }}
+app.kubernetes.io/part-of: {{ include "abstain.name" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Name of the Secret holding the desk's users file, empty when the desk gets none:
+desk.usersSecret if set; else the release's Secret (secrets.existingSecret, which must then
+hold the key with auth=users, or the chart-made one when secrets.deskUsers is given).
+*/}}
+{{- define "abstain.desk.usersSecret" -}}
+{{- $s := .Values.secrets }}
+{{- if .Values.desk.usersSecret }}
+{{- .Values.desk.usersSecret }}
+{{- else if and $s.existingSecret (eq .Values.desk.auth "users") }}
+{{- $s.existingSecret }}
+{{- else if and (not $s.existingSecret) $s.deskUsers }}
+{{- include "abstain.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks of the desk's values the schema cannot express (mirroring `abstain desk`'s start-up
+checks): a session key shared by every replica, a users file with auth=users, and with
+auth=proxy a NetworkPolicy that lets only the proxy in (the desk believes the proxy's
+header, so whoever else reaches it could claim any name).
+*/}}
+{{- define "abstain.desk.validate" -}}
+{{- $d := .Values.desk }}
+{{- $s := .Values.secrets }}
+{{- if not (or $s.existingSecret $s.deskSessionKey) }}
+{{- fail (printf "desk.enabled needs a session key, the same on every replica: set secrets.deskSessionKey (at least 32 characters) or secrets.existingSecret (key %s)" $s.deskSessionKeyKey) }}
+{{- end }}
+{{- if and (eq $d.auth "users") (not (include "abstain.desk.usersSecret" .)) }}
+{{- fail (printf "desk.auth=users needs a users file (abstain desk hash-password): set secrets.deskUsers (e.g. --set-file secrets.deskUsers=desk-users.toml), secrets.existingSecret or desk.usersSecret (key %s)" $s.deskUsersKey) }}
+{{- end }}
+{{- if and (eq $d.auth "proxy") (not (and .Values.networkPolicy.enabled $d.networkPolicy.from)) }}
+{{- fail "desk.auth=proxy: the desk believes the proxy's header, so only the proxy may reach it: set networkPolicy.enabled=true and desk.networkPolicy.from to the proxy's pods" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checksums of the secret values each Deployment reads, so that a change rolls only the pods
+that use it (a new desk user must not rebalance the workers). A Secret managed outside the
+chart is not seen: restart the pods after changing it.
+*/}}
+{{- define "abstain.workerSecretChecksum" -}}
+{{- $s := .Values.secrets }}
+{{- list $s.existingSecret $s.labelTokenKey $s.labelToken $s.saslPasswordKey $s.saslPassword $s.snapshotKeyKey $s.snapshotKey $s.snapshotKeyPreviousKey $s.snapshotKeyPrevious | toJson | sha256sum }}
+{{- end }}
+
+{{- define "abstain.deskSecretChecksum" -}}
+{{- $s := .Values.secrets }}
+{{- list $s.existingSecret $s.saslPasswordKey $s.saslPassword $s.snapshotKeyKey $s.snapshotKey $s.snapshotKeyPreviousKey $s.snapshotKeyPrevious $s.deskSessionKeyKey $s.deskSessionKey $s.deskUsersKey $s.deskUsers .Values.desk.usersSecret | toJson | sha256sum }}
+{{- end }}
+
+{{/*
+config.json from a `config` map (see templates/configmap.yaml): empty values left out.
+The workers' checksum leaves out the `desk` section, which only the desk reads.
+*/}}
+{{- define "abstain.configJson" -}}
+{{- $cfg := dict }}
+{{- range $key, $value := .config }}
+{{- if not (empty $value) }}
+{{- $_ := set $cfg $key $value }}
+{{- end }}
+{{- end }}
+{{- toPrettyJson $cfg }}
+{{- end }}
+
+{{- define "abstain.workerConfigChecksum" -}}
+{{- include "abstain.configJson" (dict "config" (omit .Values.config "desk")) | sha256sum }}
+{{- end }}
+
+{{- define "abstain.deskConfigChecksum" -}}
+{{- include "abstain.configJson" (dict "config" .Values.config) | sha256sum }}
 {{- end }}
