@@ -9,8 +9,11 @@ Edit the panels here, then regenerate::
 
 Every query filters on the ``$model`` template variable where the series has a ``model``
 label, and every panel reads from the ``$datasource`` variable (a Prometheus data source).
-Metric names are the ones the worker exports (service/metrics.py); tests/deploy checks that
-each name used here exists.
+Metric names are the ones the worker (service/metrics.py) and the label desk
+(service/desk/metrics.py) export; tests/deploy checks that each name used here exists and
+that every exported one is shown. The desk's queue gauges are the same on every desk replica
+(each reads the whole queue from the topics), so they are taken as a max over replicas; its
+counters count what each replica did, so they are summed.
 """
 
 from __future__ import annotations
@@ -347,6 +350,156 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Label desk",
+        [
+            stat(
+                "Desk replicas ready",
+                "Desk replicas that have read the topics and hand out requests "
+                "(abstain_desk_ready); AbstainDeskDown fires after 10 minutes at 0.",
+                [("sum(abstain_desk_ready)", "ready")],
+                red_below=1,
+            ),
+            stat(
+                "Open at the desk",
+                "Label requests people can still answer, all selected models "
+                "(abstain_desk_open_requests: every replica reports the whole queue, so the "
+                "max over replicas).",
+                [(f"sum(max by (model) (abstain_desk_open_requests{{{M}}}))", "open")],
+            ),
+            stat(
+                "Being answered now",
+                "Requests someone holds a lease on right now (abstain_desk_active_leases, "
+                "max over replicas).",
+                [("max(abstain_desk_active_leases)", "held")],
+            ),
+            stat(
+                "Expired unanswered, last hour",
+                "Requests that expired at the desk without an answer in the last hour, all "
+                "selected models (abstain_desk_expired_last_hour).",
+                [(f"sum(max by (model) (abstain_desk_expired_last_hour{{{M}}}))", "expired")],
+                red_from=1,
+            ),
+            stat(
+                "Labels not saved, last hour",
+                "Answers Kafka did not acknowledge in time: the person saw 'Not saved' and the "
+                "request stayed open (abstain_desk_send_failures_total).",
+                [("sum(increase(abstain_desk_send_failures_total[1h]))", "not saved")],
+                red_from=1,
+            ),
+            stat(
+                "Logins, last hour",
+                "Successful and failed logins on the desk's login page "
+                "(abstain_desk_logins_total).",
+                [
+                    (
+                        "sum by (outcome) (increase(abstain_desk_logins_total[1h]))",
+                        "{{outcome}}",
+                    )
+                ],
+            ),
+            timeseries(
+                "Open requests per model",
+                "Requests waiting at the desk, per model (abstain_desk_open_requests, max over "
+                "the replicas, which all read the same topics).",
+                [(f"max by (model) (abstain_desk_open_requests{{{M}}})", "{{model}}")],
+            ),
+            timeseries(
+                "Arrivals vs answers per hour",
+                "Label requests the workers ask for (abstain_label_requests_total), answers "
+                "sent from the desk (abstain_desk_answers_total) and labels applied from every "
+                "source (abstain_labels_applied_total: the desk, /labels, the CLI), per hour. "
+                "Arrivals above answers for long: AbstainDeskQueueGrowing.",
+                [
+                    (
+                        f"sum by (model) (rate(abstain_label_requests_total{{{M}}}[5m])) * 3600",
+                        "{{model}} asked",
+                    ),
+                    (
+                        f"sum by (model) (rate(abstain_desk_answers_total{{{M}}}[5m])) * 3600",
+                        "{{model}} answered at the desk",
+                    ),
+                    (
+                        f"sum by (model) (rate(abstain_labels_applied_total{{{M}}}[5m])) * 3600",
+                        "{{model}} applied (all sources)",
+                    ),
+                ],
+            ),
+            timeseries(
+                "Oldest open request",
+                "Age of the oldest request still open at the desk, per model "
+                "(abstain_desk_oldest_open_age_seconds); requests expire at "
+                "request_ttl_seconds.",
+                [(f"max by (model) (abstain_desk_oldest_open_age_seconds{{{M}}})", "{{model}}")],
+                unit="s",
+            ),
+            timeseries(
+                "Expired in the last hour",
+                "Requests that expired unanswered in the last hour, per model "
+                "(abstain_desk_expired_last_hour). Above 0 while people answer that model: "
+                "AbstainDeskRequestsExpiring.",
+                [(f"max by (model) (abstain_desk_expired_last_hour{{{M}}})", "{{model}}")],
+            ),
+            timeseries(
+                "Answers per hour by answer",
+                "Labels sent from the desk and acknowledged by Kafka, per model and answer "
+                "(abstain_desk_answers_total, summed over replicas). Per person (answers, "
+                "median time to answer): the desk's /team page; people are never metric "
+                "labels.",
+                [
+                    (
+                        "sum by (model, answer) "
+                        f"(rate(abstain_desk_answers_total{{{M}}}[5m])) * 3600",
+                        "{{model}} {{answer}}",
+                    )
+                ],
+            ),
+            timeseries(
+                "Time from claim to answer p50 / p90",
+                "How long people hold a request before answering it "
+                "(abstain_desk_answer_seconds histogram, all people).",
+                quantiles("abstain_desk_answer_seconds", (0.5, 0.9)),
+                unit="s",
+            ),
+            timeseries(
+                "Skipped / can't tell per hour",
+                "Requests given back (abstain_desk_give_backs_total): skip (offered to others, "
+                "not to that person for ten minutes) or can't tell.",
+                [
+                    (
+                        "sum by (model, why) "
+                        f"(rate(abstain_desk_give_backs_total{{{M}}}[5m])) * 3600",
+                        "{{model}} {{why}}",
+                    )
+                ],
+            ),
+            timeseries(
+                "Claims won / lost / s",
+                "Claims on the leases topic (abstain_desk_claims_total): lost ones went to "
+                "someone who claimed the same request first (another replica); many lost "
+                "claims mean people race for the same few requests.",
+                [
+                    (
+                        f"sum by (outcome) (rate(abstain_desk_claims_total[{RATE}]))",
+                        "{{outcome}}",
+                    )
+                ],
+                unit="ops",
+            ),
+            timeseries(
+                "Refusals / s by code",
+                "Actions the desk refused (abstain_desk_refusals_total): already_answered, "
+                "expired, not_yours, out_of_scope, loading, ...",
+                [
+                    (
+                        f"sum by (code) (rate(abstain_desk_refusals_total[{RATE}]))",
+                        "{{code}}",
+                    )
+                ],
+                unit="ops",
+            ),
+        ],
+    ),
+    (
         "Model",
         [
             timeseries(
@@ -509,8 +662,8 @@ def dashboard() -> dict[str, Any]:
         "title": "abstain",
         "uid": "abstain-overview",
         "description": "Stream workers with online active learning of reject-option "
-        "classifiers: traffic, decisions, labelling, label budgets, model state and health, "
-        "Kafka consumers.",
+        "classifiers: traffic, decisions, labelling, label budgets, the label desk, model state "
+        "and health, Kafka consumers.",
         "tags": ["abstain", "kafka", "active-learning"],
         "editable": True,
         "graphTooltip": 1,

@@ -1,6 +1,8 @@
-"""The Grafana dashboard and the alert rules query only series the worker really exports.
+"""The Grafana dashboard and the alert rules query only series the worker and the label desk
+really export, and the dashboard shows every one of them.
 
-Names come from ``service.metrics.Metrics`` built on a fresh registry; a counter ``x`` is
+Names come from ``service.metrics.Metrics`` and ``service.desk.metrics.DeskMetrics``, each
+built on a fresh registry; a counter ``x`` is
 scraped as ``x_total``, a histogram ``h`` as ``h_bucket`` / ``h_sum`` / ``h_count``. The
 metric table of the team brief is transcribed below as the contract both sides follow.
 """
@@ -19,6 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from service.desk.metrics import DeskMetrics
 from service.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,20 +47,31 @@ _KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ig
 
 
 def exported_metrics() -> dict[str, tuple[str, set[str]]]:
-    """Families the service exports: contract-style name -> (type, label names)."""
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, models=["m"])
-    # A child of every labelled metric, so the labels of those that have no default child
-    # (per partition, or set only once there is something to report) show too.
-    for metric in vars(metrics).values():
-        if isinstance(metric, MetricWrapperBase) and metric._labelnames:
-            metric.labels(*("x" for _ in metric._labelnames))
+    """Families the service exports (the worker's and the desk's registries):
+    contract-style name -> (type, label names)."""
     families: dict[str, tuple[str, set[str]]] = {}
-    for family in registry.collect():
-        labels = {k for s in family.samples for k in s.labels if k not in {"le", "quantile"}}
-        name = family.name + ("_total" if family.type == "counter" else "")
-        families[name] = (family.type, labels)
+    for make in (Metrics, DeskMetrics):
+        registry = CollectorRegistry()
+        metrics = make(registry, models=["m"])
+        # A child of every labelled metric, so the labels of those that have no default
+        # child (per partition, or set only once there is something to report) show too.
+        for metric in vars(metrics).values():
+            if isinstance(metric, MetricWrapperBase) and metric._labelnames:
+                metric.labels(*("x" for _ in metric._labelnames))
+        for family in registry.collect():
+            labels = {k for s in family.samples for k in s.labels if k not in {"le", "quantile"}}
+            name = family.name + ("_total" if family.type == "counter" else "")
+            assert name not in families, f"{name} exported by two registries"
+            families[name] = (family.type, labels)
     return families
+
+
+def test_the_desk_registry_is_collected() -> None:
+    exported = exported_metrics()
+    assert exported["abstain_desk_open_requests"] == ("gauge", {"model"})
+    assert exported["abstain_desk_answers_total"] == ("counter", {"model", "answer"})
+    assert exported["abstain_desk_answer_seconds"] == ("histogram", {"model"})
+    assert "abstain_events_total" in exported  # and the worker's
 
 
 def series_names(families: dict[str, tuple[str, set[str]]]) -> dict[str, set[str]]:
@@ -282,6 +296,10 @@ def test_alert_rules_cover_the_operational_failure_modes() -> None:
         "abstain_model_collapsed",
         "abstain_label_requests_dropped_total",
         "abstain_label_budget_spent_ratio",
+        "abstain_desk_ready",
+        "abstain_desk_open_requests",
+        "abstain_desk_answers_total",
+        "abstain_desk_expired_last_hour",
     } <= used
 
 
@@ -308,6 +326,9 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
         "AbstainSnapshotsRefused",
         "AbstainLabelQueueFull",
         "AbstainLabelBudgetOverspent",
+        "AbstainDeskDown",
+        "AbstainDeskQueueGrowing",
+        "AbstainDeskRequestsExpiring",
     ],
 )
 def test_newer_alerts_say_what_to_do_first_in_one_line(alert: str) -> None:
