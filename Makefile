@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install abstain with its dev tools
 
-run: $(STAMP) ## local Kafka + worker + demo stream (Phishing: ../shared/data, else the packaged copy) + simulated labeller (Ctrl-C stops all)
+run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; Ctrl-C stops all)
 	$(BIN)/python -m service demo $(ARGS)
 
 test: $(STAMP) ## unit, doctest and real-Kafka integration tests (starts its own broker)

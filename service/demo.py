@@ -2,11 +2,15 @@
 
 1. starts a local single-node Kafka (:mod:`service.localkafka`) unless ``--broker`` is given;
 2. starts a stream worker as a subprocess (``python -m service worker``) on fresh topics;
-3. streams a dataset (default: Phishing, LIBSVM, labels 0 -> -1) as feature events at
+3. starts the label desk (``python -m service desk``, docs/desk.md) on ``--desk-port`` with a
+   users file in the demo's directory: one user, ``demo``, whose random password is printed
+   once (``--no-desk``: no desk);
+4. streams a dataset (default: Phishing, LIBSVM, labels 0 -> -1) as feature events at
    ``--rate`` events/s, ``--events`` of them (0 = until Ctrl-C);
-4. runs a simulated labeller, the *oracle*: a stand-in for operations staff that answers each
-   label request with the dataset's true label after ``--label-delay`` seconds;
-5. prints one line per second: events/s, decisions (predict / reject), labels asked /
+5. runs a simulated labeller, the *oracle*: a stand-in for operations staff that answers each
+   label request with the dataset's true label after ``--label-delay`` seconds, except the
+   requests a person at the desk has claimed (see ``--help``);
+6. prints one line per second: events/s, decisions (predict / reject), labels asked /
    applied, model version, the worker's importance-weighted risk estimate and, because the
    demo knows every true label, the true 0-d-1 risk of the decisions served so far.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import os
 import secrets
@@ -36,11 +41,30 @@ import numpy as np
 
 from service.config import Settings, load_settings
 from service.datasets import load_dataset, resolve_dataset_path
+from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
+from service.records import BadMessage
 
 if TYPE_CHECKING:
     from service.stream.client import Client
 
 __all__ = ["main"]
+
+_EPILOG = """\
+the label desk and the simulated labeller:
+  The desk shows one open label request at a time to whoever logs in (user demo, the password
+  printed at start). The simulated labeller takes part in the desk's own protocol: before it
+  answers a request it claims it on the desk's leases topic, like a desk replica, and the
+  first claim in the topic's order wins. So a request a person has claimed is left to that
+  person (the labeller looks again every --label-delay seconds, and answers it only if the
+  person gives it back or leaves it), and a request the labeller has claimed is not handed
+  to a person. This was chosen over a head start (the labeller waiting longer) because a
+  head start still races: the desk hands out the most urgent request, often the very one the
+  labeller is about to answer, and the person would then read "already answered".
+  Your answers teach the model like the labeller's (the demo cannot tell if they are right;
+  the true risk it prints counts the decisions, not your labels). A bounded run ends soon
+  after its last event and the labeller answers whatever is open within --label-delay
+  seconds: to label at leisure run with --events 0 (until Ctrl-C) or a lower --rate.
+"""
 
 
 @dataclass
@@ -52,12 +76,22 @@ class Tally:
     reject: int = 0
     asked: int = 0
     answered: int = 0
+    people: int = 0  # requests answered by people at the desk
     loss: float = 0.0  # true 0-d-1 loss of served decisions
     started: float = field(default_factory=time.monotonic)
 
 
+ORACLE = "oracle"  # the simulated labeller's name: labelled_by, and its lease records
+ORACLE_LEASE_SECONDS = 30.0
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="abstain demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="abstain demo",
+        description=__doc__.splitlines()[0],
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--broker", help="use this Kafka (host:port) instead of starting one")
     p.add_argument(
         "--dataset",
@@ -71,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", default="dsal", help="dral, dsal, dsol, kernel-...")
     p.add_argument("--cost", type=float, default=0.25, help="reject cost d in (0, 0.5)")
     p.add_argument("--web-port", type=int, default=6066)
+    p.add_argument("--desk-port", type=int, default=6070, help="the label desk's HTTP port")
+    p.add_argument(
+        "--no-desk", dest="desk", action="store_false", help="do not start the label desk"
+    )
     p.add_argument("--seed", type=int, default=0, help="shuffles the dataset")
     p.add_argument("--workdir", type=Path, default=None, help="logs and scratch (default tmp)")
     return p
@@ -79,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run the demo; returns the exit code."""
     args = _parser().parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # the URLs and the login reach a pipe (`make run | tee`) or a file when printed
+        sys.stdout.reconfigure(line_buffering=True)
     X, y = load_dataset(resolve_dataset_path(args.dataset), format=args.format)
     order = np.random.default_rng(args.seed).permutation(len(y))
     X, y = X[order], y[order]
@@ -87,6 +128,7 @@ def main(argv: list[str]) -> int:
     run = uuid.uuid4().hex[:6]
     kafka: Any = None
     worker: subprocess.Popen[bytes] | None = None
+    desk: subprocess.Popen[bytes] | None = None
     try:
         broker = args.broker
         if broker is None:
@@ -106,24 +148,42 @@ def main(argv: list[str]) -> int:
         print(f"worker pid {worker.pid}, http://127.0.0.1:{args.web_port}/labels  "
               f"(logs: {workdir}/worker.log)")  # fmt: skip
         print(f"label token for this run: {config['label_token']}")
+        password = None
+        if args.desk:
+            password = secrets.token_urlsafe(12)
+            desk = _start_desk(workdir, broker, args.desk_port, password)
         _wait_ready(worker, args.web_port, workdir)
+        if desk is not None:
+            _wait_ready(desk, args.desk_port, workdir, name="desk")
+            print(f"label desk pid {desk.pid}, http://127.0.0.1:{args.desk_port}/  "
+                  f"(logs: {workdir}/desk.log)")  # fmt: skip
+            print(f"desk login for this run: user {DESK_USER}, password {password}")
         print(f"model {config['models']['default']['algorithm']} d={args.cost} on "
               f"{args.dataset}: {len(y)} rows x {X.shape[1]} features; oracle answers after "
-              f"{args.label_delay:g}s (a stand-in for operations staff)")  # fmt: skip
+              f"{args.label_delay:g}s (a stand-in for operations staff)"
+              + ("; it leaves requests claimed at the desk to whoever claimed them"
+                 if desk is not None else ""))  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(DemoStream(settings, args, X, y, run).run())
         return 0
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(10)
+        for proc, grace in ((desk, 15), (worker, 30)):
+            if proc is not None:
+                _stop(proc, grace)
         if kafka is not None:
             kafka.stop()
         print("stopped everything the demo started")
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM to ``proc`` (by its PID), SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) -> dict[str, Any]:
@@ -145,10 +205,37 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) 
                 "n_features": n_features,
             }
         },  # fmt: skip
+        "desk": {
+            "leases_topic": f"demo-{run}.desk-leases",
+            "session_key": secrets.token_urlsafe(32),  # this run only, like the label token
+        },
         "log_level": "warning",
     }
-    (workdir / "demo.json").write_text(json.dumps(config, indent=2))
+    path = workdir / "demo.json"
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
     return config
+
+
+DESK_USER = "demo"
+
+
+def write_users(path: Path, password: str) -> None:
+    """A desk users file with one account, ``demo``, holding ``password`` (scrypt-hashed)."""
+    from service.desk.passwords import hash_password  # noqa: PLC0415
+
+    path.write_text(f'[users.{DESK_USER}]\npassword = "{hash_password(password)}"\n')
+    path.chmod(0o600)
+
+
+def _start_desk(workdir: Path, broker: str, port: int, password: str) -> subprocess.Popen[bytes]:
+    users = workdir / "desk-users.toml"
+    write_users(users, password)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
+    cmd = [sys.executable, "-m", "service", "desk", "--config", str(workdir / "demo.json"),
+           "--broker", broker, "--port", str(port), "--users", str(users)]  # fmt: skip
+    with (workdir / "desk.log").open("wb") as log:
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
 
 
 def _start_worker(workdir: Path, broker: str, port: int) -> subprocess.Popen[bytes]:
@@ -164,16 +251,18 @@ def _get(url: str, timeout: float = 2.0) -> bytes:
         return bytes(resp.read())
 
 
-def _wait_ready(worker: subprocess.Popen[bytes], port: int, workdir: Path) -> None:
+def _wait_ready(
+    proc: subprocess.Popen[bytes], port: int, workdir: Path, name: str = "worker"
+) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise SystemExit(f"worker exited ({worker.returncode}); see {workdir}/worker.log")
-        with contextlib.suppress(OSError):
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited ({proc.returncode}); see {workdir}/{name}.log")
+        with contextlib.suppress(OSError, ValueError):
             if json.loads(_get(f"http://127.0.0.1:{port}/readyz")).get("ready"):
                 return
         time.sleep(0.3)
-    raise SystemExit(f"worker not ready after 120 s; see {workdir}/worker.log")
+    raise SystemExit(f"{name} not ready after 120 s; see {workdir}/{name}.log")
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -204,20 +293,27 @@ def live_line(tally: Tally, now: float, rate: float, metrics: dict[str, float]) 
         f"model v{metrics.get('abstain_model_version', 0):.0f}  "
         f"risk est {est:.3f} "
         f"(true {true_risk:.3f})"
+        + (f"  answered at the desk {tally.people}" if tally.people else "")
     )
 
 
 def done_line(tally: Tally) -> str:
     """The summary printed once the stream has ended."""
     decided = tally.predict + tally.reject
+    people = f" (and {tally.people} by people at the desk)" if tally.people else ""
     return (f"done: {tally.sent} events, {decided} decisions "
-            f"({tally.reject} rejected), {tally.answered} labels given; true 0-d-1 risk "
-            f"{tally.loss / max(1, decided):.3f}")  # fmt: skip
+            f"({tally.reject} rejected), {tally.answered} labels given{people}; true 0-d-1 "
+            f"risk {tally.loss / max(1, decided):.3f}")  # fmt: skip
 
 
 class DemoStream:
     """Streams ``X`` as feature events, scores the decisions against ``y``, answers the label
-    requests as the oracle, and reports once a second; :meth:`run` drives it all."""
+    requests as the oracle, and reports once a second; :meth:`run` drives it all.
+
+    With the desk (``args.desk``) the oracle follows the desk's leases topic through the
+    desk's own fold (:class:`~service.desk.leases.LeaseBook`) and claims each request there
+    before it answers: a request a person holds is left to them (looked at again every
+    ``label_delay`` seconds), one a person answered is counted as theirs."""
 
     def __init__(
         self, settings: Settings, args: argparse.Namespace, X: np.ndarray, y: np.ndarray, run: str
@@ -228,8 +324,13 @@ class DemoStream:
         self.y = y
         self.run_id = run
         self.tally = Tally()
-        self.ready = [asyncio.Event(), asyncio.Event()]  # decisions / label requests followed
+        self.desk = bool(getattr(args, "desk", False))
+        # decisions / label requests (/ the desk's leases) followed
+        self.ready = [asyncio.Event() for _ in range(3 if self.desk else 2)]
         self.pending: set[asyncio.Task[None]] = set()  # oracle answers being sent
+        self.leases = LeaseBook()  # the desk's leases topic, folded as the desk folds it
+        self.claims: dict[tuple[str, float], asyncio.Future[bool]] = {}  # the oracle's, unfolded
+        self.by_people: set[str] = set()
         self._client: Client | None = None
 
     @property
@@ -269,11 +370,64 @@ class DemoStream:
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
+    async def watch_leases(self) -> None:
+        topic = self.settings.desk.leases_topic
+        async for rec in self.client.follow([topic], from_beginning=True, positioned=self.ready[2]):
+            self.on_lease(rec.offset, rec.value)
+
+    def on_lease(self, offset: int, raw: bytes | None) -> None:
+        """Fold one record of the leases topic; settle the oracle's claim it may be."""
+        try:
+            record = None if raw is None else parse_lease_record(raw)
+        except BadMessage:
+            record = None
+        won = self.leases.apply(offset, record)
+        if record is not None and record.holder == ORACLE:
+            claim = self.claims.pop((record.request_id, record.at), None)
+            if claim is not None and not claim.done():
+                claim.set_result(won)
+
+    async def claim(self, rid: str) -> bool:
+        """Claim ``rid`` on the leases topic as the oracle; True once folded and won (the
+        first claim in the topic's order wins, so the desk will not hand it to a person)."""
+        now = time.time()
+        record = LeaseRecord(rid, "claim", ORACLE, at=now,
+                             expires_at=now + ORACLE_LEASE_SECONDS, replica="demo")  # fmt: skip
+        won = asyncio.get_running_loop().create_future()
+        self.claims[(rid, now)] = won
+        await self.client.send(self.settings.desk.leases_topic, rid, record.to_json())
+        await self.client.flush()
+        try:
+            return bool(await asyncio.wait_for(won, 10.0))
+        except TimeoutError:
+            self.claims.pop((rid, now), None)
+            return True  # the leases topic is not being read: answer as without a desk
+
+    async def leave_to_people(self, req: dict[str, Any]) -> bool:
+        """True if a person at the desk has ``req``: answered (counted), or held (looked at
+        again in ``label_delay`` seconds, until the request expires)."""
+        rid = req["request_id"]
+        if rid in self.leases.answers and self.leases.answers[rid].holder != ORACLE:
+            if rid not in self.by_people:
+                self.by_people.add(rid)
+                self.tally.people += 1
+            return True
+        if await self.claim(rid):
+            return False
+        if rid in self.leases.answers:  # answered while the claim was on its way
+            return await self.leave_to_people(req)
+        if float(req.get("expires_at", 0.0)) > time.time():
+            delay = max(0.5, self.args.label_delay)
+            asyncio.get_running_loop().call_later(delay, self.schedule, req)
+        return True
+
     async def answer(self, req: dict[str, Any]) -> None:
+        if self.desk and await self.leave_to_people(req):
+            return
         label = int(self.y[self.row(req["event_id"])])
         await self.client.send(self.settings.topics.labels, req["model"], {
             "request_id": req["request_id"], "model": req["model"], "label": label,
-            "labelled_by": "oracle", "ts": time.time(),
+            "labelled_by": ORACLE, "ts": time.time(),
         })  # fmt: skip
         self.tally.answered += 1
 
@@ -318,9 +472,10 @@ class DemoStream:
 
         async with Client(self.settings) as client:
             self._client = client
-            tasks = [
-                asyncio.create_task(c()) for c in (self.watch_decisions, self.oracle, self.report)
-            ]
+            followers = [self.watch_decisions, self.oracle, self.report]
+            if self.desk:
+                followers.append(self.watch_leases)
+            tasks = [asyncio.create_task(c()) for c in followers]
             try:
                 await self.feed()
                 await self.drain()

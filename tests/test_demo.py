@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from service.config import Settings
-from service.demo import DemoStream, Tally, done_line, live_line
+from service.demo import (
+    DESK_USER,
+    ORACLE,
+    DemoStream,
+    Tally,
+    _parser,
+    done_line,
+    live_line,
+    write_users,
+)
+from service.desk.accounts import Accounts
+from service.desk.leases import LeaseRecord
 
 
-def _stream(cost: float = 0.25, events: int = 3, label_delay: float = 0.0) -> DemoStream:
+def _stream(
+    cost: float = 0.25, events: int = 3, label_delay: float = 0.0, desk: bool = False
+) -> DemoStream:
     args = argparse.Namespace(
-        cost=cost, events=events, rate=1e6, label_delay=label_delay, web_port=1
+        cost=cost, events=events, rate=1e6, label_delay=label_delay, web_port=1, desk=desk
     )
     X = np.arange(12, dtype=float).reshape(4, 3)
     y = np.array([1, -1, 1, -1])
@@ -24,15 +40,40 @@ def _stream(cost: float = 0.25, events: int = 3, label_delay: float = 0.0) -> De
 
 
 class FakeClient:
-    def __init__(self) -> None:
+    """Records what is sent; with ``demo``, the leases topic is folded back into it at once,
+    in send order (as if the demo's follower read it), sharing one offset counter with the
+    people's records a test adds with :meth:`person`."""
+
+    def __init__(self, demo: DemoStream | None = None) -> None:
         self.sent: list[tuple[str, str | None, Any]] = []
         self.flushed = 0
+        self.demo = demo
+        self.offset = 0
 
     async def send(self, topic: str, key: str | None, value: Any) -> None:
         self.sent.append((topic, key, value))
+        if self.demo is not None and topic == self.demo.settings.desk.leases_topic:
+            self.demo.on_lease(self.offset, value)
+            self.offset += 1
 
     async def flush(self) -> None:
         self.flushed += 1
+
+    def person(self, kind: str, rid: str, who: str = "ann", attempt: str | None = None) -> None:
+        assert self.demo is not None
+        now = time.time()
+        record = LeaseRecord(rid, kind, who, at=now, expires_at=now + 120, attempt=attempt)  # type: ignore[arg-type]
+        self.demo.on_lease(self.offset, record.to_json())
+        self.offset += 1
+
+    def labels(self) -> list[dict[str, Any]]:
+        return [v for topic, _, v in self.sent if topic == Settings().topics.labels]
+
+    def claims(self) -> list[LeaseRecord]:
+        from service.desk.leases import parse_lease_record  # noqa: PLC0415
+
+        topic = Settings().desk.leases_topic
+        return [parse_lease_record(v) for t, _, v in self.sent if t == topic]
 
 
 def test_live_line_before_any_label_or_decision_shows_nan_risks() -> None:
@@ -63,6 +104,15 @@ def test_live_line_hides_the_estimate_until_a_label_is_applied() -> None:
     tally = Tally(predict=1, started=0.0)
     metrics = {"abstain_risk_estimate": 0.5, "abstain_labels_applied_total": 0.0}
     assert "risk est nan (true 0.000)" in live_line(tally, 1.0, 0.0, metrics)
+
+
+def test_lines_count_what_people_answered_at_the_desk() -> None:
+    tally = Tally(sent=400, predict=390, reject=10, answered=25, people=3, loss=22.5)
+    assert done_line(tally) == (
+        "done: 400 events, 400 decisions (10 rejected), 25 labels given (and 3 by people at "
+        "the desk); true 0-d-1 risk 0.056"
+    )
+    assert live_line(tally, 1.0, 0.0, {}).endswith("  answered at the desk 3")
 
 
 def test_done_line() -> None:
@@ -135,3 +185,100 @@ def test_importing_the_demo_does_not_import_the_kafka_client() -> None:
     code = "import sys, service.demo; print('service.stream.client' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------- with the desk
+
+
+def _desk_stream() -> tuple[DemoStream, FakeClient]:
+    demo = _stream(desk=True, label_delay=60.0)  # rechecks far in the future
+    fake = FakeClient(demo)
+    demo._client = fake  # type: ignore[assignment]
+    return demo, fake
+
+
+REQ = {"request_id": "r1", "model": "default", "event_id": "abc123-5", "expires_at": 1e12}
+
+
+async def test_with_the_desk_the_oracle_claims_a_request_before_it_answers() -> None:
+    demo, fake = _desk_stream()
+    assert len(demo.ready) == 3  # the leases topic is followed too
+    await demo.answer(REQ)
+    [claim] = fake.claims()
+    assert (claim.request_id, claim.kind, claim.holder) == ("r1", "claim", ORACLE)
+    assert claim.expires_at > claim.at
+    assert [lab["label"] for lab in fake.labels()] == [-1]
+    assert demo.leases.holder("r1", now=time.time()).holder == ORACLE  # type: ignore[union-attr]
+    assert (demo.tally.answered, demo.tally.people) == (1, 0)
+    assert demo.claims == {}
+
+
+async def test_a_request_a_person_holds_is_left_to_them_then_counted_as_theirs() -> None:
+    demo, fake = _desk_stream()
+    fake.person("claim", "r1")
+    await demo.answer(REQ)
+    assert fake.labels() == []  # the claim was lost: the oracle stays out
+    assert len(fake.claims()) == 1
+    assert demo.tally.answered == 0
+    fake.person("answer", "r1", attempt="a1")
+    await demo.answer(REQ)  # the recheck: the person answered it
+    await demo.answer(REQ)
+    assert fake.labels() == []
+    assert len(fake.claims()) == 1  # no more claims once a person answered
+    assert (demo.tally.answered, demo.tally.people) == (0, 1)
+
+
+async def test_a_request_a_person_gives_back_is_answered_by_the_oracle() -> None:
+    demo, fake = _desk_stream()
+    fake.person("claim", "r1")
+    await demo.answer(REQ)
+    assert fake.labels() == []
+    fake.person("release", "r1")  # skip / can't tell
+    await demo.answer(REQ)
+    assert [lab["labelled_by"] for lab in fake.labels()] == [ORACLE]
+    assert demo.tally.answered == 1
+
+
+async def test_a_held_request_is_looked_at_again_until_it_expires() -> None:
+    demo, fake = _desk_stream()
+    demo.args.label_delay = 0.01
+    fake.person("claim", "r1")
+    await demo.answer(REQ)
+    assert demo.pending == set()
+    await asyncio.sleep(0.7)  # at least 0.5 s between looks
+    assert len(fake.claims()) >= 2
+    expired = {**REQ, "request_id": "r2", "expires_at": time.time() - 1}
+    fake.person("claim", "r2")
+    before = len(fake.claims())
+    await demo.answer(expired)
+    await asyncio.sleep(0.7)
+    assert [c.request_id for c in fake.claims()[before:]].count("r2") == 1  # not again
+    for task in list(demo.pending):
+        task.cancel()
+
+
+def test_unreadable_lease_records_are_skipped() -> None:
+    demo = _stream(desk=True)
+    demo.on_lease(0, b"not json")
+    demo.on_lease(1, None)
+    assert demo.leases.position == 2
+    assert demo.leases.leases == {}
+
+
+def test_the_demo_users_file_lets_demo_log_in_with_the_printed_password(tmp_path: Path) -> None:
+    path = tmp_path / "desk-users.toml"
+    write_users(path, "a-printed-password")
+    accounts = Accounts.load(path)
+    assert accounts.check(DESK_USER, "a-printed-password") is not None
+    assert accounts.check(DESK_USER, "another-password") is None
+    assert path.stat().st_mode & 0o077 == 0
+
+
+def test_the_desk_is_on_unless_asked_off_and_the_help_explains_the_oracle() -> None:
+    parser = _parser()
+    assert parser.parse_args([]).desk is True
+    assert parser.parse_args(["--no-desk"]).desk is False
+    assert parser.parse_args([]).desk_port == 6070
+    text = " ".join(parser.format_help().split())
+    assert "claims it on the desk's leases topic" in text
+    assert "head start" in text
