@@ -199,6 +199,20 @@ class ModelConfig(BaseModel):
         assert self.n_features is not None  # noqa: S101 - guaranteed by the validator
         return self.n_features
 
+    def weight_cap(self, max_importance_weight: float) -> float:
+        """The cap of a label's importance weight 1/p for this model: the global
+        ``max_importance_weight``, raised for a fraction budget to what its exploration floor
+        (p >= explore x fraction) legitimately reaches, so honest weights are never clipped.
+
+        >>> m = ModelConfig(n_features=2, label_budget={"fraction": 0.05, "explore": 0.1})
+        >>> round(m.weight_cap(100.0))
+        200
+        """
+        budget = self.label_budget
+        if budget is None or budget.fraction is None or budget.explore == 0.0:
+            return max_importance_weight
+        return max(max_importance_weight, 1.0 / (budget.explore * budget.fraction))
+
     @property
     def n_learner_features(self) -> int:
         """Dimension the learner sees: raw features plus the intercept column."""

@@ -143,6 +143,13 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.weights_clipped = Counter(
+            "abstain_importance_weights_clipped_total",
+            "Applied labels whose importance weight 1/p was capped (max_importance_weight): "
+            "the risk estimate is biased upwards while this grows",
+            ["model"],
+            registry=r,
+        )
         self.label_budget_target = Gauge(
             "abstain_label_budget_labels_per_hour",
             "Labels per hour this worker's share of the model's budget allows (per-hour "
@@ -196,6 +203,7 @@ class Metrics:
             self.decide_latency,
             self.label_requests_suppressed,
             self.label_requests_dropped,
+            self.weights_clipped,
             self.model_collapsed,
         ):
             metric.labels(model=model)

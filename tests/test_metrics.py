@@ -30,6 +30,7 @@ CATALOGUE = {
     "abstain_skipped_records_recovered_total": ("counter", {"topic"}),
     "abstain_label_requests_suppressed_total": ("counter", {"model"}),
     "abstain_label_requests_dropped_total": ("counter", {"model"}),
+    "abstain_importance_weights_clipped_total": ("counter", {"model"}),
     "abstain_label_budget_labels_per_hour": ("gauge", {"model"}),
     "abstain_label_budget_spent_ratio": ("gauge", {"model"}),
     "abstain_model_collapsed": ("gauge", {"model"}),

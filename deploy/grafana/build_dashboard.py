@@ -347,6 +347,22 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 unit="ops",
                 width=12,
             ),
+            timeseries(
+                "Importance weights capped / s",
+                "Applied labels whose weight 1/p was capped at max_importance_weight "
+                "(abstain_importance_weights_clipped_total). Above 0 the risk estimate is "
+                "biased upwards: raise max_importance_weight to at least 1 / (explore x the "
+                "budget's share of events).",
+                [
+                    (
+                        "sum by (model) "
+                        f"(rate(abstain_importance_weights_clipped_total{{{M}}}[{RATE}]))",
+                        "{{model}}",
+                    )
+                ],
+                unit="ops",
+                width=12,
+            ),
         ],
     ),
     (

@@ -230,14 +230,19 @@ class QueryBudget:
             return self.rate, self.rate
         if ts is None:
             raise InputError("a budget per second needs the event timestamps (ts)")
-        if self._t_last is None:
+        if self._t_last is None:  # no gap yet: as if the last event was a second ago
             self._t_first = self._t_last = ts
-            return 0.0, 0.0
+            return 0.0, min(1.0, self.rate)
         gap = max(ts - self._t_last, 0.0)
         self._t_last = max(ts, self._t_last)
         alpha = 1.0 / min(self._events, self.horizon)  # events - 1 gaps seen, plus this one
-        self._gap = gap if self._gap is None else self._gap + alpha * (gap - self._gap)
-        return self.rate * gap, min(1.0, self.rate * self._gap)
+        # a pause (no events for a while) is not a slower stream: a gap counts at most as the
+        # whole window (H mean gaps) in the mean, so beta, the burst cap and the spend right
+        # after the pause stay near what they were before it
+        limit = self.horizon * self._gap if self._gap else math.inf
+        seen = min(gap, limit)
+        self._gap = seen if self._gap is None else self._gap + alpha * (seen - self._gap)
+        return self.rate * seen, min(1.0, self.rate * self._gap)
 
     def _step(
         self, u: float, coin: float | None, increment: float, beta: float

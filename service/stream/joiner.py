@@ -195,9 +195,10 @@ class LabelJoiner:
             self._park(label, message, now)
             return
         config = self.settings.models[label.model]
+        cap = config.weight_cap(self.settings.max_importance_weight)
         outcome = apply_label(config, model, pending, label, message.offset, now=now,
                               partition=message.partition, parked=parked,
-                              max_weight=self.settings.max_importance_weight)  # fmt: skip
+                              max_weight=cap)  # fmt: skip
         if outcome.outcome is Outcome.APPLIED:
             await self._store(outcome)
         else:
@@ -227,6 +228,8 @@ class LabelJoiner:
         self.metrics.labels_applied.labels(model=name).inc()
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
         self.metrics.label_turnaround.labels(model=name).observe(outcome.turnaround)
+        if outcome.clipped:
+            self.metrics.weights_clipped.labels(model=name).inc()
         log.debug("model %s -> version %s", name, model.version)
 
     async def _not_applied(self, model: str, message: RawMessage, outcome: LabelOutcome) -> None:

@@ -63,6 +63,7 @@ class LabelOutcome:
     pending: PendingEntry | None = None
     iw_loss: float = 0.0
     turnaround: float = 0.0
+    clipped: bool = False  # the weight 1/p was capped at max_weight
 
 
 def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
@@ -139,6 +140,7 @@ def apply_label(
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
                           "update gave non-finite parameters")  # fmt: skip
     p = max(pending.request.query_probability, 1.0 / max_weight)
+    clipped = p > pending.request.query_probability
     loss = zero_one_d_loss(pending.request.decided_label, label.label, config.cost) / p
     new_model = model.replace(
         version=model.version + 1,
@@ -165,6 +167,7 @@ def apply_label(
         pending=pending.answered(label, offset=offset, version=new_model.version, now=now),
         iw_loss=loss,
         turnaround=max(0.0, now - pending.request.requested_at),
+        clipped=clipped,
     )
 
 

@@ -99,7 +99,7 @@ def rebuild_model(
             now=rec.timestamp_ms / 1000.0,
             partition=rec.partition,
             parked=True,  # every label is read exactly once here: no redelivery check
-            max_weight=settings.max_importance_weight,
+            max_weight=config.weight_cap(settings.max_importance_weight),
         )
         if outcome.outcome is Outcome.APPLIED:
             assert outcome.model is not None  # noqa: S101 - an applied outcome has both

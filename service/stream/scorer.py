@@ -73,6 +73,7 @@ class Scorer:
         self.configs = settings.models
         self.collapse = {m: CollapseWatch() for m in settings.models}
         self.started = clock()
+        self.share = 1.0  # of the feature partitions this worker scores (housekeeping sets it)
         # per-model metric children, bound once (a labels() lookup per event costs more
         # than the decision itself)
         self._bound = {
@@ -104,7 +105,9 @@ class Scorer:
 
     def set_share(self, share: float) -> None:
         """This worker scores ``share`` of the model's events (its feature partitions over
-        all of them): each per-hour budget allows that share of its labels here."""
+        all of them): each per-hour budget allows that share of its labels here (a worker
+        with no feature partitions keeps its budgets' pace and shows 0 allowed)."""
+        self.share = share
         for model, budget in self.budgets.items():
             config = self.configs[model].label_budget
             if config is not None and config.per_hour is not None and share > 0:
@@ -115,7 +118,9 @@ class Scorer:
         for model, budget in self.budgets.items():
             report = budget.report()
             config = self.configs[model].label_budget
-            per_hour = budget.rate * 3600.0 if report.per == "second" else math.nan
+            per_hour = (
+                budget.rate * 3600.0 * (self.share > 0) if report.per == "second" else math.nan
+            )
             if config is not None and config.fraction is not None and report.allowance > 0:
                 seconds = max(1e-9, self.clock() - self.started)
                 per_hour = report.allowance / seconds * 3600.0

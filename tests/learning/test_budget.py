@@ -217,8 +217,11 @@ def test_a_budget_per_second_needs_timestamps() -> None:
     with pytest.raises(InputError, match="timestamps"):
         budget.ask_many([0.5])
     assert budget.report().events == 0
-    # the first event opens the clock: no time has passed, nothing is allowed yet
-    assert budget.ask(1.0, coin=0.0, ts=100.0) == (0.0, False)
+    # the first event opens the clock: nothing is allowed yet, but it is rated as if the
+    # last event was a second ago (never p = 0: every event must be askable)
+    p, _ = budget.ask(1.0, coin=0.0, ts=100.0)
+    assert p > 0.0
+    assert budget.report().allowance == 0.0
 
 
 @pytest.mark.parametrize(
@@ -324,3 +327,31 @@ def test_budgeted_refuses_what_is_not_a_learner_or_a_budget() -> None:
     del state["budget"]
     with pytest.raises(StateError, match="budget"):
         Budgeted.from_state(state)
+
+
+def test_a_pause_in_the_stream_does_not_release_a_burst_of_labels() -> None:
+    # 10 labels/s on 200 events/s in batches of 20 (one timestamp a batch), a 60 s pause,
+    # then the stream goes on: the first second after the pause asks about as many as any
+    budget = QueryBudget(10.0, per="second", seed=1)
+    rng = np.random.default_rng(0)
+    t = 1000.0
+
+    def second() -> int:
+        nonlocal t
+        asked = 0
+        for _ in range(10):
+            t += 0.1
+            _, q = budget.ask_many(rng.uniform(size=20), ts=np.full(20, t))
+            asked += int(q.sum())
+        return asked
+
+    before = [second() for _ in range(30)]
+    t += 60.0
+    after = second()
+    assert sum(before[10:]) == pytest.approx(200, rel=0.1)  # on target before the pause
+    assert after <= 2 * max(before[10:])  # was ~200 in one second when the gap set beta
+
+
+def test_the_first_event_of_a_budget_per_second_can_be_asked() -> None:
+    p, _ = QueryBudget(0.5, per="second", explore=0.2).ask(0.9, coin=0.5, ts=10.0)
+    assert p > 0.0
