@@ -458,8 +458,9 @@ class Settings(BaseSettings):
     republish_seconds: float = Field(
         default=300.0,
         gt=0.0,
-        description="how often the learner publishes its models' newest snapshots again (so a "
-        "bad or deleted record on the models topic is replaced, and a new key re-signs them)",
+        description="how often the learner publishes its models' newest snapshots again (a new "
+        "key re-signs them); a model whose served version differs from the learner's is "
+        "republished within seconds",
     )
     label_ack_timeout_seconds: float = Field(
         default=5.0, gt=0.0, le=60.0, description="longest wait for Kafka to acknowledge a label"

@@ -28,7 +28,11 @@ from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook
 from service.stream.stores import PendingStore
 
-__all__ = ["Housekeeping", "WorkerStatus"]
+__all__ = ["REPUBLISH_AFTER", "Housekeeping", "WorkerStatus"]
+
+#: seconds a model's served version may differ from the learner's before it is republished
+#: (longer than it takes the follower to read what the learner just published)
+REPUBLISH_AFTER = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,7 @@ class Housekeeping:
         self.scorer = scorer
         self.joiner = joiner
         self.republished_at: float | None = None
+        self.differs_since: dict[str, float] = {}  # served version != the learner's, since
         self.liveness = liveness
         self.tender = tender
         self.metrics = metrics
@@ -82,7 +87,10 @@ class Housekeeping:
             moved = self.pending.refresh(
                 frozenset(tp.partition for tp in self.view.assignment() if tp.topic == labels)
             )
-            await self._republish(now, due=moved)
+            if moved:
+                self.joiner.reload_versions()
+            if self.book.loaded.is_set():
+                await self._republish(now)
         self._gauges(now)
         if self.status.ready and self.ready_since is None:
             self.ready_since = now
@@ -116,18 +124,33 @@ class Housekeeping:
         self.scorer.set_share(mine / self.settings.partitions.features)
         self.scorer.budget_gauges()
 
-    async def _republish(self, now: float, *, due: bool) -> None:
-        """The learner's models again on the models topic: after an assignment, and every
-        ``republish_seconds`` (a bad or deleted record there is replaced)."""
-        last = self.republished_at
-        if not due and last is not None and now - last < self.settings.republish_seconds:
+    async def _republish(self, now: float) -> None:
+        """The learner's models again on the models topic: a model whose served version has
+        differed from the learner's for :data:`REPUBLISH_AFTER` seconds (a forged, refused or
+        deleted record won there), and every model every ``republish_seconds`` (so a rotated
+        key re-signs them)."""
+        if self.republished_at is None:
+            self.republished_at = now  # the first periodic round comes a period after start
+        served = self.book.snapshot()
+        differs = {m for m, v in self.joiner.versions().items() if served[m].version != v}
+        for model in set(self.differs_since) - differs:
+            del self.differs_since[model]
+        due: list[str] | None = [
+            m
+            for m in sorted(differs)
+            if now - self.differs_since.setdefault(m, now) >= REPUBLISH_AFTER
+        ]
+        if now - self.republished_at >= self.settings.republish_seconds:
+            self.republished_at, due = now, None  # every model
+        elif not due:
             return
-        self.republished_at = now
         try:
-            published = await self.joiner.republish()
+            published = await self.joiner.republish(due)
         except (KafkaError, OSError) as exc:  # the broker is away: try again next time
             log.warning("republishing models failed: %r", exc)
             return
+        for model in published:
+            self.differs_since.pop(model, None)
         if published:
             log.info("republished models %s", published)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from service.config import Settings
 from service.metrics import Metrics
@@ -82,17 +82,30 @@ class LabelJoiner:
         self.seen = 0  # records handled: sweeps run every ``settings.sweep_every``
         # a model write and its snapshot are one step: a republish never slips between them
         self._publishing = asyncio.Lock()
+        self._versions: dict[str, int] | None = None  # see versions()
 
-    async def republish(self) -> list[str]:
-        """Publish the newest stored snapshot of every model this learner holds again (signed
-        with the current key): a record on the models topic that was refused, forged or
-        deleted is replaced, and a rotated key re-signs what scorers read after a restart.
-        Returns the models published."""
+    def versions(self) -> dict[str, int]:
+        """The version of each model this learner holds (read from the table once, then
+        kept as it writes; :meth:`reload_versions` after its partitions change)."""
+        if self._versions is None:
+            self.reload_versions()
+        assert self._versions is not None  # noqa: S101 - just loaded
+        return dict(self._versions)
+
+    def reload_versions(self) -> None:
+        """Read the held versions from the models table again."""
+        self._versions = {name: version for name, version, _ in self.models.stored()}
+
+    async def republish(self, models: Collection[str] | None = None) -> list[str]:
+        """Publish the newest stored snapshot of ``models`` (all this learner holds when
+        None) again, signed with the current key: a record on the models topic that was
+        forged or deleted is replaced, and a rotated key re-signs what scorers read after a
+        restart. Returns the models published."""
         async with self._publishing:
-            stored = self.models.stored()
-            for name, encoded in stored:
+            stored = [s for s in self.models.stored() if models is None or s[0] in models]
+            for name, _, encoded in stored:
                 await self.outputs.model(name, encoded)
-        return [name for name, _ in stored]
+        return [name for name, _, _ in stored]
 
     async def handle(self, message: RawMessage) -> None:
         """Handle one consumed record of either topic; sweep its partition now and then."""
@@ -224,6 +237,8 @@ class LabelJoiner:
             self.pending.put(pending)
             await self.outputs.durable()
             self.models.put(model, encoded)
+            if self._versions is not None:
+                self._versions[name] = model.version
             await self.outputs.model(name, encoded)
         self.metrics.labels_applied.labels(model=name).inc()
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)

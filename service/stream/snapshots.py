@@ -18,7 +18,8 @@ is served:
 
 - with a key, the highest version (a replayed older snapshot changes nothing);
 - without one, the newest record (a forged one, whatever version it claims, is replaced by
-  the learner's next publication; it republishes every ``republish_seconds``).
+  the learner: a model served at another version than the learner holds is republished after
+  a few seconds, see :class:`~service.stream.housekeeping.Housekeeping`).
 """
 
 from __future__ import annotations

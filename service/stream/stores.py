@@ -283,16 +283,17 @@ class ModelStore:
         """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`)."""
         self._table[envelope.model.encode()] = encoded
 
-    def stored(self) -> list[tuple[str, bytes]]:
-        """(model, encoded envelope) of every stored model that is configured and readable."""
+    def stored(self) -> list[tuple[str, int, bytes]]:
+        """(model, version, encoded envelope) of every stored model that is configured and
+        readable."""
         out = []
         for name, raw in _scan(self._table, "model"):
             if name not in self._initial:
                 continue
             try:
-                parse_model_envelope(raw, model=name)
+                version = parse_model_envelope(raw, model=name).version
             except BadMessage as bad:
-                log.error("not republishing unreadable model state %r: %s", name, bad)
+                log.error("unreadable model state %r: %s", name, bad)
                 continue
-            out.append((name, raw))
+            out.append((name, version, raw))
         return out
