@@ -16,7 +16,7 @@ itself; everything on 127.0.0.1).
 
    - ``next``: every person loops ``POST /api/next`` (each call claims, or renews, that
      person's request on the leases topic and waits until the desk has folded the claim);
-   - ``team``: every person loops ``GET /team`` (counts over every open request);
+   - ``team``: every person loops ``GET /team`` (the team view of the desk's last tick);
    - ``answer``: every person loops next + ``POST /api/answer`` (a label with acks=all);
 
 5. label to model: ``--labels`` labels, one at a time on a quiet system: ``POST /api/answer``,
@@ -79,11 +79,16 @@ def _get(port: int, path: str, timeout: float = 10.0) -> bytes:
         return bytes(r.read())
 
 
-def _metric(port: int, name: str) -> float:
+def _metric(port: int, name: str, labels: str = f'model="{MODEL}"') -> float:
     for line in _get(port, "/metrics").decode().splitlines():
-        if line.startswith(f'{name}{{model="{MODEL}"}}'):
+        if line.startswith(f"{name}{{{labels}}}"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _lost(port: int) -> float:
+    """Claims the desk lost on the leases topic so far (to its own people or others)."""
+    return _metric(port, "abstain_desk_claims_total", 'outcome="lost"')
 
 
 def _wait(check: Any, timeout: float, what: str, proc: subprocess.Popen[bytes]) -> float:
@@ -310,23 +315,30 @@ async def label_to_model(person: Person, worker_port: int, n: int) -> dict[str, 
 
 
 async def measure(
-    args: argparse.Namespace, base: str, worker_port: int, desk: Usage, users: dict[str, str]
+    args: argparse.Namespace,
+    base: str,
+    worker_port: int,
+    desk: Usage,
+    users: dict[str, str],
+    desk_port: int,
 ) -> dict[str, Any]:
     began = time.monotonic()
     people = await asyncio.gather(*(login(base, u, p) for u, p in users.items()))
     out: dict[str, Any] = {"login_seconds": time.monotonic() - began}
     try:
         for kind in ("next", "team"):
-            cpu = desk.cpu()
+            cpu, lost = desk.cpu(), _lost(desk_port)
             out[kind] = await hammer(list(people), args.seconds, kind)
             out[kind]["cpu"] = (desk.cpu() - cpu) / args.seconds
+            out[kind]["lost"] = _lost(desk_port) - lost
             print(f"  {kind}: {sum(out[kind]['statuses'].values())} calls", flush=True)
         await asyncio.sleep(2.0)  # the claims of the next phase settle
         out["label"] = await label_to_model(people[0], worker_port, args.labels)
         print(f"  label -> model: {args.labels} labels", flush=True)
-        cpu = desk.cpu()
+        cpu, lost = desk.cpu(), _lost(desk_port)
         out["answer"] = await hammer(list(people), args.seconds, "answer")
         out["answer"]["cpu"] = (desk.cpu() - cpu) / args.seconds
+        out["answer"]["lost"] = _lost(desk_port) - lost
         print(f"  answer: {out['answer']['answered']} labels", flush=True)
     finally:
         for person in people:
@@ -370,7 +382,8 @@ def _report(args: argparse.Namespace, facts: dict[str, Any], out: dict[str, Any]
         r = out[kind]
         loops = sum(r["statuses"].values())
         print(f"{kind} phase: /api/next found no request for the person {r['empty']} times in "
-              f"{loops} loops, with {facts['open']} requests open")  # fmt: skip
+              f"{loops} loops, with {facts['open']} requests open; {r['lost']:.0f} claims "
+              "lost")  # fmt: skip
     lab = out["label"]
     print(
         f"label -> model ({len(lab['seen'])} labels, one at a time): submit -> Saved p50 "
@@ -446,7 +459,7 @@ def main() -> int:
         print(f"desk {desk.pid} ready with {facts['open']} open requests after {took:.1f} s; "
               f"measuring", flush=True)  # fmt: skip
         out = asyncio.run(measure(args, f"http://127.0.0.1:{desk_port}", worker_port, usage,
-                                  users))  # fmt: skip
+                                  users, desk_port))  # fmt: skip
         facts["rss_end"] = usage.rss_mib()
     finally:
         _stop(desk, 15)

@@ -44,7 +44,6 @@ from service.desk.leases import LeaseBook
 from service.desk.metrics import DeskMetrics
 from service.desk.passwords import hash_password
 from service.desk.sessions import Sessions
-from service.desk.team import team_stats
 from service.desk.web import DeskWeb
 
 __all__ = ["main", "serve"]
@@ -123,23 +122,12 @@ def _hash_password(argv: list[str]) -> int:
     return 0
 
 
-async def _tick(desk: Desk, settings: Settings) -> None:
-    """Once a second: expire, forget, and set the gauges."""
+async def _tick(desk: Desk) -> None:
+    """Once a second: expire, forget, compute the team view and set the gauges."""
     while True:
         await asyncio.sleep(1.0)
-        if not desk.ready:
-            continue
-        now = time.time()
-        desk.queue.sweep()
-        desk.tidy()
-        stats = team_stats(desk.queue, desk.leases, settings.models, now=now)
-        m = desk.metrics
-        for row in stats.models:
-            m.open.labels(model=row.model).set(row.open)
-            m.oldest.labels(model=row.model).set(row.oldest_age or 0.0)
-            m.expired.labels(model=row.model).set(row.expired_last_hour)
-        m.leases.set(desk.leases.active(now))
-        m.ready.set(1)
+        if desk.ready:
+            desk.tick()
 
 
 async def _models(settings: Settings) -> Any:
@@ -183,7 +171,7 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     await web.TCPSite(runner, settings.desk.host, settings.desk.port).start()
     log.info("desk on http://%s:%s", settings.desk.host, settings.desk.port)
     tasks = [asyncio.create_task(c) for c in (Feeds(settings, desk, folded).run(),
-                                              _tick(desk, settings), follow())]  # fmt: skip
+                                              _tick(desk), follow())]  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

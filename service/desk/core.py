@@ -12,13 +12,22 @@ Rules (docs/desk.md):
 - an answer is saved only once Kafka acknowledged the label; the desk sends at most one
   label per request: a second answer (double click, second tab, second person) is refused
   with ``already_answered``; an answer to an expired request with ``expired``.
+
+Many people asking at once: a replica skips the requests it is claiming right now (its
+claims in flight), so concurrent ``next`` calls on one replica go for distinct requests,
+the most urgent first. A claim lost to another replica (whose people went for the same
+requests) is retried at random among the few most urgent free requests, so the replicas
+spread out instead of racing for the same one again. The leases topic still decides who
+holds a request (:mod:`service.desk.leases`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import secrets
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -29,12 +38,14 @@ from service.desk.backlog import DeskQueue
 from service.desk.errors import Refused, Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord
 from service.desk.metrics import DeskMetrics
+from service.desk.team import TeamStats, team_stats
 from service.records import Label, LabelRequest
 
 __all__ = ["Claimed", "Desk", "LabelSink", "LeaseLog"]
 
 GiveBack = Literal["skip", "cant_tell"]
 _CLAIM_TRIES = 8  # claims lost to others before "next" gives up for now
+_SPREAD = 16  # after a lost claim, the next try is among this many most urgent free ones
 
 
 class LeaseLog(Protocol):
@@ -79,8 +90,15 @@ class Desk:
         self.ready = False  # the topics are read to the end they had at start
         self.sent: dict[str, Label] = {}  # labels this replica sent (acknowledged)
         self.skipped: dict[tuple[str, str], float] = {}  # (person, request) -> until
+        self._sent_order: deque[str] = deque()  # ids of ``sent``, oldest first
         self._attempts: dict[tuple[str, str], str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._asking: dict[str, asyncio.Lock] = {}  # person -> one "next" at a time (kept)
+        self._claiming: set[str] = set()  # requests this replica is claiming right now
+        self._random = random.Random()  # noqa: S311 - spreading claims, not a secret
+        self.team: TeamStats | None = None  # the team view as of the last tick
+        # the team view joins answers (labels topic) with their times (leases topic)
+        leases.on_answer = queue.on_timing
 
     @property
     def lease_seconds(self) -> float:
@@ -104,6 +122,11 @@ class Desk:
         on the leases topic); None when there is none."""
         if not self.ready:
             raise Refused(503, "loading", "the desk is still reading the topics; try again")
+        lock = self._asking.setdefault(person.name, asyncio.Lock())
+        async with lock:  # a second tab asking at the same moment gets the same request
+            return await self._next(person, model)
+
+    async def _next(self, person: Person, model: str | None) -> Claimed | None:
         now = self.clock()
         for rid in self.leases.held_by(person.name, now=now):
             request = self.queue.requests.get(rid)
@@ -113,25 +136,53 @@ class Desk:
                 and self._usable(request, person, model)
             ):
                 return await self._claim(request, person) or None
-        lost = 0
-        for request in self.queue.ordered(
-            now=now, min_left=self.settings.desk.min_time_left_seconds
-        ):
-            if not self._usable(request, person, model):
-                continue
-            if self.leases.holder(request.request_id, now=now) is not None:
-                continue
+        for lost in range(_CLAIM_TRIES):
+            # the first try takes the most urgent free request; after a loss (another
+            # replica's people went for it too) one of the few most urgent, at random
+            free = self._free(person, model, now=self.clock(), n=1 if lost == 0 else _SPREAD)
+            if not free:
+                return None
+            request = free[0] if lost == 0 else self._random.choice(free)
             claimed = await self._claim(request, person)
             if claimed is not None:
                 return claimed
-            lost += 1
-            if lost >= _CLAIM_TRIES:
-                break
         return None
 
+    def _free(self, person: Person, model: str | None, *, now: float, n: int
+              ) -> list[LabelRequest]:  # fmt: skip
+        """Up to ``n`` of the most urgent requests ``person`` may take: nobody holds them
+        and this replica is not claiming them. Reads only the front of the order."""
+        if model is not None:
+            models: list[str] | None = [model] if person.may_answer(model) else []
+        elif person.models is not None:
+            models = sorted(person.models)
+        else:
+            models = None
+        out: list[LabelRequest] = []
+        min_left = self.settings.desk.min_time_left_seconds
+        for request in self.queue.ordered(now=now, min_left=min_left, models=models):
+            rid = request.request_id
+            if (
+                rid not in self._claiming
+                and self._usable(request, person, model)
+                and self.leases.holder(rid, now=now) is None
+            ):
+                out.append(request)
+                if len(out) >= n:
+                    break
+        return out
+
     async def _claim(self, request: LabelRequest, person: Person) -> Claimed | None:
-        record = self._record(request.request_id, "claim", person)
-        if not await self.log.publish(record):
+        rid = request.request_id
+        record = self._record(rid, "claim", person)
+        theirs = rid in self._claiming  # (not for a fresh claim: those skip such requests)
+        self._claiming.add(rid)
+        try:
+            won = await self.log.publish(record)
+        finally:
+            if not theirs:
+                self._claiming.discard(rid)
+        if not won:
             self.metrics.claims.labels(outcome="lost").inc()
             return None
         self.metrics.claims.labels(outcome="won").inc()
@@ -196,6 +247,7 @@ class Desk:
             raise
         self._attempts.pop(key, None)
         self.sent[rid] = label
+        self._sent_order.append(rid)
         self.queue.close(rid, "answered", by=person.name)
         self.metrics.answers.labels(model=request.model, answer=str(value)).inc()
         timing = self.leases.answers.get(rid)
@@ -214,13 +266,39 @@ class Desk:
             await self.log.publish(self._record(rid, "release", person))
 
     def tidy(self) -> None:
-        """Forget what no longer matters (called once a second)."""
+        """Forget what no longer matters (called once a second). Walks only what is small
+        (skips, answers being sent); the rest leaves oldest first."""
         now = self.clock()
         self.skipped = {k: v for k, v in self.skipped.items() if v > now}
         self._locks = {
             k: v for k, v in self._locks.items() if v.locked() or k in self.queue.requests
         }
-        keep = 2 * 3600.0 + self.settings.request_ttl_seconds
-        self.leases.forget(now, keep=max(keep, 3600.0))
-        if len(self.sent) > 100_000:
-            self.sent = {k: v for k, v in self.sent.items() if v.ts and v.ts > now - keep}
+        keep = max(2 * 3600.0 + self.settings.request_ttl_seconds, 3600.0)
+        self.leases.forget(now, keep=keep)
+        while self._sent_order:
+            label = self.sent.get(self._sent_order[0])
+            if label is not None and (label.ts or now) > now - keep:
+                break
+            self.sent.pop(self._sent_order.popleft(), None)
+
+    def tick(self) -> TeamStats:
+        """Once a second, once ready: expire, forget, compute the team view (served to
+        every ``GET /team`` until the next tick) and set the gauges."""
+        now = self.clock()
+        self.queue.sweep()
+        self.tidy()
+        self.team = team_stats(self.queue, self.leases, self.settings.models, now=now)
+        m = self.metrics
+        for row in self.team.models:
+            m.open.labels(model=row.model).set(row.open)
+            m.oldest.labels(model=row.model).set(row.oldest_age or 0.0)
+            m.expired.labels(model=row.model).set(row.expired_last_hour)
+        m.leases.set(self.leases.active(now))
+        m.ready.set(1)
+        return self.team
+
+    def team_view(self) -> TeamStats:
+        """The team view as of the last tick (computed now only before the first one)."""
+        if self.team is None:
+            return team_stats(self.queue, self.leases, self.settings.models, now=self.clock())
+        return self.team

@@ -19,11 +19,19 @@ True
 False
 >>> book.holder("r1", now=50.0).holder, book.holder("r1", now=121.0)
 ('ann', None)
+
+Cost: folding a record, :meth:`LeaseBook.holder`, :meth:`LeaseBook.held_by` and
+:meth:`LeaseBook.live` do not walk the leases of the past (kept for hours): running leases
+are indexed by holder, and leases are retired from that index, and later forgotten, through
+heaps ordered by their end.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -98,13 +106,23 @@ class AnswerTiming:
 
 
 class LeaseBook:
-    """The fold of the leases topic (module docstring)."""
+    """The fold of the leases topic (module docstring).
+
+    ``on_answer`` (optional) is told of every ``answer`` record that took effect (the team
+    view joins these timings with the labels topic).
+    """
 
     def __init__(self) -> None:
         self.leases: dict[str, Lease] = {}
         self.answers: dict[str, AnswerTiming] = {}
         self.position = 0  # next offset to fold
+        self.on_answer: Callable[[str, AnswerTiming], None] | None = None
         self._outcomes: dict[int, bool] = {}
+        self._outcome_order: deque[int] = deque()
+        self._running: dict[str, set[str]] = {}  # holder -> requests with a running lease
+        self._ends: list[tuple[float, str]] = []  # heap: (lease end, request) to retire
+        self._over: list[tuple[float, str]] = []  # heap: (lease end, request) to forget
+        self._answer_ats: list[tuple[float, str]] = []  # heap: (answer at, request)
 
     def apply(self, offset: int, record: LeaseRecord | None) -> bool:
         """Fold the record at ``offset`` (None: unreadable, skipped); True if it took effect.
@@ -115,9 +133,9 @@ class LeaseBook:
         accepted = False if record is None else self._fold(record)
         self.position = max(self.position, offset + 1)
         self._outcomes[offset] = accepted
-        if len(self._outcomes) > _OUTCOMES_KEPT:
-            for old in sorted(self._outcomes)[: len(self._outcomes) - _OUTCOMES_KEPT]:
-                del self._outcomes[old]
+        self._outcome_order.append(offset)
+        while len(self._outcome_order) > _OUTCOMES_KEPT:
+            self._outcomes.pop(self._outcome_order.popleft(), None)
         return accepted
 
     def outcome(self, offset: int) -> bool | None:
@@ -133,6 +151,7 @@ class LeaseBook:
                 return False
             if r.attempt is None:
                 del self.leases[r.request_id]
+                self._unindex(r.request_id, live.holder)
             elif live.attempt == r.attempt:
                 self.leases[r.request_id] = dataclasses.replace(live, attempt=None)
             else:
@@ -142,33 +161,83 @@ class LeaseBook:
             return False  # someone else's lease runs: the first claim holds
         since = live.since if live is not None else r.at
         attempt = live.attempt if live is not None else None
+        timing = None
         if r.kind == "answer":
             if attempt is not None and attempt != r.attempt:
                 return False  # another try of this answer runs (a second tab, a double click)
             attempt = r.attempt
-            self.answers[r.request_id] = AnswerTiming(r.holder, r.at, max(0.0, r.at - since))
+            timing = AnswerTiming(r.holder, r.at, max(0.0, r.at - since))
+            self.answers[r.request_id] = timing
+            heapq.heappush(self._answer_ats, (r.at, r.request_id))
         expires = max(r.expires_at, live.expires_at if live is not None else 0.0)
+        if current is not None and current.holder != r.holder:
+            self._unindex(r.request_id, current.holder)
         self.leases[r.request_id] = Lease(r.holder, expires, since, attempt)
+        self._running.setdefault(r.holder, set()).add(r.request_id)
+        heapq.heappush(self._ends, (expires, r.request_id))
+        if timing is not None and self.on_answer is not None:
+            self.on_answer(r.request_id, timing)
         return True
+
+    def _unindex(self, request_id: str, holder: str) -> None:
+        held = self._running.get(holder)
+        if held is not None:
+            held.discard(request_id)
+            if not held:
+                del self._running[holder]
+
+    def _retire(self, now: float) -> None:
+        """Take leases over at ``now`` out of the running index (amortised: each lease end
+        is popped once)."""
+        while self._ends and self._ends[0][0] <= now:
+            end, rid = heapq.heappop(self._ends)
+            lease = self.leases.get(rid)
+            if lease is not None and lease.expires_at == end:
+                self._unindex(rid, lease.holder)
+                heapq.heappush(self._over, (end, rid))
 
     def holder(self, request_id: str, *, now: float) -> Lease | None:
         """The running lease on ``request_id``, if any."""
         lease = self.leases.get(request_id)
         return lease if lease is not None and lease.live(now) else None
 
+    def live(self, now: float) -> list[tuple[str, Lease]]:
+        """Every running lease (request id, lease): as many as requests held right now."""
+        self._retire(now)
+        out = []
+        for held in self._running.values():
+            for rid in held:
+                lease = self.leases.get(rid)
+                if lease is not None and lease.live(now):
+                    out.append((rid, lease))
+        return out
+
     def held_by(self, holder: str, *, now: float) -> list[str]:
         """Requests ``holder`` has a running lease on, the longest held first."""
-        mine = [(lease.since, rid) for rid, lease in self.leases.items()
-                if lease.holder == holder and lease.live(now)]  # fmt: skip
+        self._retire(now)
+        mine = []
+        for rid in self._running.get(holder, ()):
+            lease = self.leases.get(rid)
+            if lease is not None and lease.live(now):
+                mine.append((lease.since, rid))
         return [rid for _, rid in sorted(mine)]
 
     def forget(self, now: float, *, keep: float) -> None:
         """Drop leases over for more than ``keep`` seconds and answer timings older than it."""
-        self.leases = {k: v for k, v in self.leases.items() if v.expires_at > now - keep}
-        self.answers = {k: v for k, v in self.answers.items() if v.at > now - keep}
+        self._retire(now)
+        while self._over and self._over[0][0] <= now - keep:
+            end, rid = heapq.heappop(self._over)
+            lease = self.leases.get(rid)
+            if lease is not None and lease.expires_at == end:
+                del self.leases[rid]
+        while self._answer_ats and self._answer_ats[0][0] <= now - keep:
+            at, rid = heapq.heappop(self._answer_ats)
+            timing = self.answers.get(rid)
+            if timing is not None and timing.at == at:
+                del self.answers[rid]
 
     def active(self, now: float) -> int:
-        return sum(1 for lease in self.leases.values() if lease.live(now))
+        return len(self.live(now))
 
     def snapshot(self) -> dict[str, Any]:
         """Counts, for logs and tests."""

@@ -9,8 +9,7 @@
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,8 +17,6 @@ from service.desk.backlog import DeskQueue
 from service.desk.leases import LeaseBook
 
 __all__ = ["ModelRow", "PersonRow", "TeamStats", "team_stats"]
-
-HOUR = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,31 +46,21 @@ class TeamStats:
 
 def team_stats(queue: DeskQueue, leases: LeaseBook, models: Iterable[str], *, now: float
                ) -> TeamStats:  # fmt: skip
-    """Per model and per person (answers seen on the labels topic: the desk's and others')."""
+    """Per model and per person (answers seen on the labels topic: the desk's and others').
+
+    Reads counts the queue keeps as records arrive: the cost grows with the number of
+    models, people and requests held right now, never with the open requests or the
+    answers of the day (the desk still computes this once a second and serves that)."""
     open_, oldest = queue.open_counts(now=now), queue.oldest_age(now=now)
     expired = queue.expired_last_hour(now=now)
-    hour = [a for a in queue.answers if a.at > now - HOUR]
-    per_model_hour = Counter(a.model for a in hour)
+    answers = queue.answer_counts(now=now)
     held: Counter[str] = Counter()
-    for rid, lease in leases.leases.items():
+    for rid, _ in leases.live(now):
         request = queue.requests.get(rid)
-        if request is not None and lease.live(now):
+        if request is not None:
             held[request.model] += 1
-    rows = [ModelRow(m, open_[m], oldest.get(m), per_model_hour[m], expired[m], held[m])
+    rows = [ModelRow(m, open_[m], oldest.get(m), answers.hour_by_model[m], expired[m], held[m])
             for m in models]  # fmt: skip
-    day: dict[str, list[float]] = defaultdict(list)
-    last_hour: Counter[str] = Counter()
-    times: dict[str, list[float]] = defaultdict(list)
-    for a in queue.answers:
-        if not a.by:
-            continue
-        day[a.by].append(a.at)
-        if a.at > now - HOUR:
-            last_hour[a.by] += 1
-        timing = leases.answers.get(a.request_id)
-        if timing is not None and timing.holder == a.by:
-            times[a.by].append(timing.seconds)
-    people = [PersonRow(p, last_hour[p], len(day[p]),
-                        statistics.median(times[p]) if times[p] else None)
-              for p in sorted(day)]  # fmt: skip
-    return TeamStats(rows, people, len(hour))
+    people = [PersonRow(p, answers.hour_by_person[p], n, answers.median_seconds.get(p))
+              for p, n in sorted(answers.day_by_person.items())]  # fmt: skip
+    return TeamStats(rows, people, answers.hour_total)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from service.desk.errors import Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord
 from service.records import Label, LabelRequest
@@ -9,21 +11,34 @@ from service.stream.model import request_id
 
 
 class MemoryLeaseLog:
-    """Every replica's records in one order (one partition), folded into each book."""
+    """Every replica's records in one order (one partition), folded into each book.
 
-    def __init__(self, *books: LeaseBook) -> None:
+    With ``lag``, a record is folded only after the writer yields (as a write to Kafka and
+    its fold by the reader take a round trip): records written meanwhile by other calls
+    take their offsets in write order, so concurrent claims race as they do on the topic.
+    """
+
+    def __init__(self, *books: LeaseBook, lag: bool = False) -> None:
         self.books = list(books)
         self.records: list[LeaseRecord] = []
         self.down = False
+        self.lag = lag
+        self.folded = 0
 
     async def publish(self, record: LeaseRecord) -> bool:
         if self.down:
             raise Unavailable("broker down")
         offset = len(self.records)
         self.records.append(record)
-        outcomes = {book.apply(offset, record) for book in self.books}
-        assert len(outcomes) == 1  # every replica folds to the same outcome
-        return outcomes.pop()
+        if self.lag:
+            await asyncio.sleep(0)
+        while self.folded <= offset:
+            outcomes = {book.apply(self.folded, self.records[self.folded]) for book in self.books}
+            assert len(outcomes) == 1  # every replica folds to the same outcome
+            self.folded += 1
+        outcomes = {book.outcome(offset) for book in self.books}
+        assert len(outcomes) == 1
+        return bool(outcomes.pop())
 
 
 class MemorySink:

@@ -98,3 +98,74 @@ def test_lease_records_are_parsed_strictly() -> None:
         except BadMessage:
             continue
         raise AssertionError(bad)
+
+
+def _joined(n_before: int) -> tuple[DeskQueue, LeaseBook, list[float]]:
+    now = [1000.0]
+    q, book = DeskQueue(clock=lambda: now[0]), LeaseBook()
+    book.on_answer = q.on_timing
+    records = []
+    for i, (who, held) in enumerate([("ann", 10.0), ("ann", 30.0), ("bob", 5.0)]):
+        rid = f"r{i}"
+        records.append((LeaseRecord(rid, "claim", who, at=900.0, expires_at=1020.0), None))
+        answer = LeaseRecord(rid, "answer", who, at=900.0 + held, expires_at=1100.0,
+                             attempt="a")  # fmt: skip
+        records.append((answer, Label(rid, "m", 1, who, 900.0 + held)))
+    for i, (record, label) in enumerate(records):
+        if label is not None and i < n_before:  # the label is read before its answer record
+            q.on_label(label, at=label.ts or 0.0)
+        book.apply(i, record)
+        if label is not None and i >= n_before:
+            q.on_label(label, at=label.ts or 0.0)
+    return q, book, now
+
+
+def test_answer_times_join_their_labels_whichever_topic_is_read_first() -> None:
+    for n_before in (0, 3, 6):
+        q, _, now = _joined(n_before)
+        counts = q.answer_counts(now=now[0])
+        assert counts.day_by_person == {"ann": 2, "bob": 1}
+        assert counts.median_seconds == {"ann": 20.0, "bob": 5.0}
+        assert counts.hour_by_model == {"m": 3}
+        now[0] += 3600.0  # an hour later: gone from the hour, still in the day
+        q.sweep()
+        counts = q.answer_counts(now=now[0])
+        assert (counts.hour_total, counts.day_by_person["ann"]) == (0, 2)
+        now[0] += 86_400.0
+        q.sweep()
+        counts = q.answer_counts(now=now[0])
+        assert (counts.day_by_person, counts.median_seconds) == ({}, {})
+
+
+def test_expiry_and_oldest_follow_the_requests_without_walking_them() -> None:
+    now = [0.0]
+    q = DeskQueue(clock=lambda: now[0])
+    early, late = request("a", at=0.0, ttl=60.0), request("b", at=10.0, ttl=600.0)
+    q.offer(early)
+    q.offer(late)
+    assert q.oldest_age(now=30.0) == {"m": 30.0}
+    now[0] = 61.0
+    q.sweep()
+    assert (q.open_counts(now=61.0), q.oldest_age(now=61.0)) == ({"m": 1}, {"m": 51.0})
+    assert q.expired_last_hour(now=61.0) == {"m": 1}
+    assert q.expired_last_hour(now=61.0 + 3600.0) == {}
+    now[0] = 60.0 + 3601.0  # an hour after its end the expired id is forgotten
+    q.sweep()
+    assert early.request_id not in q.closed
+
+
+def test_running_leases_are_indexed_by_holder_and_forgotten_when_over() -> None:
+    book = LeaseBook()
+    book.apply(0, LeaseRecord("r", "claim", "ann", at=0.0, expires_at=100.0))
+    book.apply(1, LeaseRecord("s", "claim", "ann", at=5.0, expires_at=105.0))
+    assert book.held_by("ann", now=50.0) == ["r", "s"]
+    book.apply(2, LeaseRecord("s", "release", "ann", at=6.0))
+    assert book.held_by("ann", now=50.0) == ["r"]
+    assert book.apply(3, LeaseRecord("r", "claim", "bob", at=101.0, expires_at=201.0))
+    assert (book.held_by("ann", now=150.0), book.held_by("bob", now=150.0)) == ([], ["r"])
+    assert [rid for rid, _ in book.live(150.0)] == ["r"]
+    assert book.active(202.0) == 0
+    book.forget(202.0 + 50.0, keep=100.0)
+    assert "r" in book.leases
+    book.forget(202.0 + 101.0, keep=100.0)
+    assert book.leases == {}

@@ -34,11 +34,12 @@ def settings() -> Settings:
 
 
 def make_desks(
-    n: int = 1, clock: Clock | None = None
+    n: int = 1, clock: Clock | None = None, *, lag: bool = False
 ) -> tuple[list[Desk], MemoryLeaseLog, MemorySink, Clock]:
+    """``n`` replicas over one lease log (``lag``: claims race as on the topic)."""
     clock = clock or Clock()
     books = [LeaseBook() for _ in range(n)]
-    log, sink = MemoryLeaseLog(*books), MemorySink()
+    log, sink = MemoryLeaseLog(*books, lag=lag), MemorySink()
     desks = []
     for i, book in enumerate(books):
         desk = Desk(
