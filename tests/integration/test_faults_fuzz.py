@@ -29,6 +29,8 @@ from faults.scenario import deployment, learning_report
 from faults.sizes import SIZES, size_params
 from faults.workers import Deployment
 
+from service.stream.model import request_id
+
 MAX_BYTES = 4096
 ORPHAN_WAIT = 4.0
 
@@ -94,16 +96,19 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
         now = time.time()
         n_unknown, n_expired = n_sem // 3, n_sem // 3
         n_again = n_sem - n_unknown - n_expired
-        expired_ids = [f"expired-{uuid.uuid4().hex}" for _ in range(n_expired)]
+        expired_events = [f"expired-{uuid.uuid4().hex}" for _ in range(n_expired)]
+        expired_ids = [request_id("m", e) for e in expired_events]  # ids the service derives
         produce(
             dep.bootstrap,
             t["label_requests"],
             [
                 (
                     b"m",
-                    json.dumps(label_request(r, "m", [0.5, 0.5, 0.5], expires_at=now - 5)).encode(),
+                    json.dumps(
+                        label_request(r, "m", [0.5, 0.5, 0.5], expires_at=now - 5, event_id=e)
+                    ).encode(),
                 )
-                for r in expired_ids
+                for r, e in zip(expired_ids, expired_events, strict=True)
             ],
         )
         semantic = [

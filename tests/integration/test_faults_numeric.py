@@ -29,7 +29,7 @@ from faults.sizes import SIZES, size_params
 from faults.workers import Deployment
 
 from service.config import ModelConfig
-from service.stream.model import coin
+from service.stream.model import coin, request_id
 
 MODELS = {
     "m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05},
@@ -129,13 +129,18 @@ def test_updates_that_would_overflow_are_refused_and_nothing_non_finite_is_writt
         for i in range(max(n.bad, 10)):
             model = "m" if i % 2 == 0 else "boom"
             x = HOSTILE[i % len(HOSTILE)] if i % 3 else rng.normal(size=3).round(3).tolist()
-            plan.append((f"guard-{i}", model, x, 1 if i % 4 < 2 else -1))
+            plan.append((request_id(model, f"guard-{i}"), model, x, 1 if i % 4 < 2 else -1))
         produce(
             dep.bootstrap,
             t["label_requests"],
             [
-                (m.encode(), json.dumps(label_request(r, m, x, expires_at=far)).encode())
-                for r, m, x, _ in plan
+                (
+                    m.encode(),
+                    json.dumps(
+                        label_request(r, m, x, expires_at=far, event_id=f"guard-{i}")
+                    ).encode(),
+                )
+                for i, (r, m, x, _) in enumerate(plan)
             ],
         )
         _wait(lambda: _drained(dep), n.timeout, "the requests to be stored")
