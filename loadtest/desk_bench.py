@@ -55,6 +55,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness import features, stop  # noqa: E402
+
 from service.config import Settings, load_settings  # noqa: E402
 from service.desk.passwords import hash_password  # noqa: E402
 from service.records import LabelRequest  # noqa: E402
@@ -169,28 +171,14 @@ def _spawn(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    stop(proc, grace)
 
 
 # --------------------------------------------------------------------------- filling
 
 
 def _features() -> np.ndarray:
-    try:
-        from service.datasets import load_dataset, resolve_dataset_path  # noqa: PLC0415
-
-        X, _ = load_dataset(resolve_dataset_path("phishing"))
-        if X.shape[1] == N_FEATURES:
-            return X
-    except (ImportError, ValueError):
-        pass
-    return np.random.default_rng(0).normal(size=(5000, N_FEATURES))
+    return features(N_FEATURES)
 
 
 async def fill(settings: Settings, n: int, X: np.ndarray) -> None:

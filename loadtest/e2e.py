@@ -42,7 +42,6 @@ import asyncio
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -57,18 +56,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness import features, stop  # noqa: E402
+
 from service.config import load_settings  # noqa: E402
 from service.stream.client import Client  # noqa: E402
 
 
 def _features(n_features: int) -> np.ndarray:
-    try:
-        from service.datasets import load_dataset, resolve_dataset_path
-
-        X, _ = load_dataset(resolve_dataset_path("phishing"))
-        return X
-    except (ImportError, ValueError):
-        return np.random.default_rng(0).normal(size=(5000, n_features))
+    return features(n_features)
 
 
 def _ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -229,13 +224,7 @@ def _measure(
         run_args = argparse.Namespace(**{**vars(args), "web_port": port})
         return asyncio.run(_run(settings, X, run_args)), settings
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop(proc)
 
 
 def _table(title: str, results: dict[str, float]) -> None:

@@ -49,6 +49,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness import features, stop  # noqa: E402
+
 from service.config import Settings, load_settings  # noqa: E402
 from service.records import LabelRequest  # noqa: E402
 from service.stream.client import Client  # noqa: E402
@@ -153,15 +155,7 @@ def _collect(proc: subprocess.Popen[bytes], seconds: float) -> dict[str, Any]:
 
 
 def _features() -> np.ndarray:
-    try:
-        from service.datasets import load_dataset, resolve_dataset_path  # noqa: PLC0415
-
-        X, _ = load_dataset(resolve_dataset_path("phishing"))
-        if X.shape[1] == N_FEATURES:
-            return X
-    except (ImportError, ValueError):
-        pass
-    return np.random.default_rng(0).normal(size=(5000, N_FEATURES))
+    return features(N_FEATURES)
 
 
 def _get(port: int, path: str, timeout: float = 5.0) -> bytes:
@@ -453,13 +447,7 @@ def main() -> int:
                 _merge(runs["loaded" if loaded else "unloaded"], done)
                 time.sleep(2.0)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop(proc)
         if kafka is not None:
             kafka.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -572,23 +572,26 @@ class _FileSource(PydanticBaseSettingsSource):
         return read_config_file(Path(path)) if path else {}
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Parse a ``.json`` or ``.toml`` settings file into a plain dict."""
+def read_document(path: Path, *, what: str, error: type[AbstainError]) -> Any:
+    """Parse a ``.json`` or ``.toml`` file (``what`` names it in messages); every problem
+    (unreadable, another suffix, not valid) is an ``error`` that says which."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"config file {str(path)!r}: {exc.strerror}") from exc
+        raise error(f"{what} {str(path)!r}: {exc.strerror}") from exc
+    if path.suffix not in (".toml", ".json"):
+        raise error(f"{what} {str(path)!r}: use a .json or .toml file")
     try:
         if path.suffix == ".toml":
-            data = tomllib.loads(raw.decode("utf-8"))
-        elif path.suffix == ".json":
-            data = orjson.loads(raw)
-        else:
-            raise ConfigError(f"config file {str(path)!r}: use a .json or .toml file")
+            return tomllib.loads(raw.decode("utf-8"))
+        return orjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"config file {str(path)!r} is not valid: {exc}") from exc
+        raise error(f"{what} {str(path)!r} is not valid: {exc}") from exc
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a ``.json`` or ``.toml`` settings file into a plain dict."""
+    data = read_document(path, what="config file", error=ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a table / object")
     return data

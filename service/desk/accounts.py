@@ -25,14 +25,12 @@ service.desk.errors.AccountsError: f: users.ann.password is not a hash made by `
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
+from service.config import read_document
 from service.desk.errors import AccountsError
 from service.desk.passwords import verify, well_formed
 
@@ -87,21 +85,7 @@ class Accounts:
     @classmethod
     def load(cls, path: Path, *, passwords: bool = True) -> Accounts:
         """Read ``path`` (``.json`` or ``.toml``); :class:`AccountsError` says what is wrong."""
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise AccountsError(f"users file {str(path)!r}: {exc.strerror}") from exc
-        try:
-            if path.suffix == ".toml":
-                data: Any = tomllib.loads(raw.decode("utf-8"))
-            elif path.suffix == ".json":
-                data = orjson.loads(raw)
-            else:
-                raise AccountsError(f"users file {str(path)!r}: use a .json or .toml file")
-        except (ValueError, UnicodeDecodeError) as exc:
-            if isinstance(exc, AccountsError):
-                raise
-            raise AccountsError(f"users file {str(path)!r} is not valid: {exc}") from exc
+        data = read_document(path, what="users file", error=AccountsError)
         return cls.parse(data, str(path), passwords=passwords)
 
     @classmethod

@@ -1,0 +1,39 @@
+"""What the load tests share: the demo data as feature vectors, and stopping a process.
+
+Run the load tests as scripts (``python loadtest/NAME.py``): this directory is then first
+on ``sys.path`` and they import this module by name.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import numpy as np
+
+__all__ = ["features", "stop"]
+
+
+def features(n_features: int) -> np.ndarray:
+    """The Phishing rows (packaged with the service) if they have ``n_features`` columns,
+    else a fixed normal sample of that width."""
+    try:
+        from service.datasets import load_dataset, resolve_dataset_path  # noqa: PLC0415
+
+        X, _ = load_dataset(resolve_dataset_path("phishing"))
+        if X.shape[1] == n_features:
+            return X
+    except (ImportError, ValueError):
+        pass
+    return np.random.default_rng(0).normal(size=(5000, n_features))
+
+
+def stop(proc: subprocess.Popen[bytes] | None, grace: float = 30.0) -> None:
+    """SIGTERM ``proc`` (if it runs), wait ``grace`` seconds, then SIGKILL."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
