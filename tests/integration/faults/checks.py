@@ -11,6 +11,7 @@
   :mod:`service.learning` give the final (w, rho, version) the service wrote.
 - :func:`final_entries`: the last value per key of a changelog (pending requests).
 - :func:`non_finite_floats`: every float in a JSON document, checked.
+- :func:`foreign_served`: what a worker served that is none of the learner's versions.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from service.stream.model import initial_envelope
 
 from .kafkaio import Rec, loads
 from .oracle import SeenDecision
+from .workers import Served
 
 __all__ = [
     "Chain",
@@ -38,6 +40,7 @@ __all__ = [
     "expect_update",
     "explain_chain",
     "final_entries",
+    "foreign_served",
     "model_chain",
     "non_finite_floats",
     "replay",
@@ -290,3 +293,29 @@ def expect_decision(state: Mapping[str, Any], x: list[float], coin: float) -> An
         return learner.decide(z, coin=coin)
     except ValueError:
         return None
+
+
+def foreign_served(samples: Sequence[Served], chain: Chain) -> list[Served]:
+    """The samples (taken once the worker had read the models topic) whose served model is
+    none of the versions in ``chain`` (the learner's): ``/readyz`` names another version,
+    or the gauges (version, rho, ||w||, read together) are not those of that version."""
+    states = {}
+    for v, state in enumerate(chain.states):
+        w, rho, _ = _learned(state)
+        states[v] = (rho, float(np.linalg.norm(np.asarray(w, dtype=np.float64))))
+    out = []
+    for s in samples:
+        if not s.loaded:
+            continue
+        if s.ready_version is not None and s.ready_version not in states:
+            out.append(s)
+            continue
+        if s.version is None or s.rho is None:
+            continue
+        want = states.get(int(s.version))
+        norm_ok = s.weight_norm is None or (
+            want is not None and math.isclose(want[1], s.weight_norm, rel_tol=1e-12)
+        )
+        if want is None or s.version != int(s.version) or want[0] != s.rho or not norm_ok:
+            out.append(s)
+    return out

@@ -8,20 +8,39 @@ service's own code.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from aiokafka.partitioner import murmur2
+
+from service.config import ModelConfig
+from service.stream.model import initial_envelope, request_id
+
+from .kafkaio import Out
 
 __all__ = [
+    "HOSTILE_HEADER",
+    "SNAPSHOT_KINDS",
     "Bad",
     "EventSource",
+    "Genuine",
+    "Hostile",
+    "SnapshotSigner",
     "bad_feature_events",
     "bad_label_requests",
     "bad_labels",
+    "home_partition",
+    "hostile_labels",
+    "hostile_requests",
+    "hostile_snapshots",
+    "is_hostile",
     "label_request",
     "truth",
 ]
@@ -280,4 +299,313 @@ def bad_label_requests(n: int, *, model: str, max_bytes: int, seed: int = 3) -> 
     for i in range(n):
         reason, make = makers[i % len(makers)]
         out.append(Bad(make(i), "label-requests", reason, model.encode()))
+    return out
+
+
+# --- hostile records on the models, label-requests and labels topics ----------------------
+#
+# What someone who can write those topics could send: tombstones, records with a wrong or no
+# key, on the wrong partition, label requests whose id the service would not derive, an
+# event id reused with other features, snapshots that are malformed, of the wrong width, of a
+# forged huge version, unsigned or mis-signed. Each carries the dead-letter reason the
+# service must give it (None: a record that changes nothing and is not dead-lettered, such
+# as a replayed older snapshot). Every hostile record also carries the header
+# ``HOSTILE_HEADER`` so the harness can tell it from the good traffic when it reads the
+# topics back; the service ignores headers it does not know.
+
+HOSTILE_HEADER = "faults-hostile"
+_MARK = (HOSTILE_HEADER, b"1")
+
+
+def is_hostile(headers: Sequence[tuple[str, bytes]] | None) -> bool:
+    """True if a record's headers carry the harness's hostile mark."""
+    return any(name == HOSTILE_HEADER for name, _ in headers or ())
+
+
+def home_partition(model: str, partitions: int) -> int:
+    """The partition the producers' default partitioner (murmur2 of the key) gives a model's
+    records among ``partitions`` (computed here, not taken from the service)."""
+    return int(murmur2(model.encode()) & 0x7FFFFFFF) % partitions
+
+
+class SnapshotSigner:
+    """The snapshot signature as SECURITY.md documents it (written here independently of
+    ``service.records.signing``): header ``abstain-signature`` = ``v1:<key id>:<hex>``, the
+    key id the first 16 hex digits of SHA-256 of the key, the digest HMAC-SHA256(key, record
+    key + NUL + value)."""
+
+    HEADER = "abstain-signature"
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.key_id = hashlib.sha256(key).hexdigest()[:16]
+
+    def sign(self, record_key: bytes, value: bytes) -> tuple[str, bytes]:
+        digest = hmac.new(self.key, record_key + b"\x00" + value, hashlib.sha256).hexdigest()
+        return self.HEADER, f"v1:{self.key_id}:{digest}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Hostile:
+    """One hostile record: where it goes, what it is, the dead letter it must get."""
+
+    topic: str  # a deployment topic key: "models", "label_requests" or "labels"
+    kind: str
+    reason: str | None  # the dead-letter reason (None: no dead letter, it changes nothing)
+    key: bytes | None
+    value: bytes | None  # None: a tombstone
+    partition: int | None = None  # None: the producer's partitioner (by key)
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def out(self) -> Out:
+        """The record to produce (with the hostile mark)."""
+        return Out(self.key, self.value, self.partition, (*self.headers, _MARK))
+
+    @property
+    def source(self) -> str:
+        """The ``source`` label of its dead-letter counter."""
+        return {"label_requests": "label-requests"}.get(self.topic, self.topic)
+
+
+@dataclass
+class Genuine:
+    """What the hostile writer knows of one model's good traffic so far."""
+
+    model: str
+    config: ModelConfig
+    partitions: int  # of the label-requests and labels topics
+    snapshot_key: bytes | None = None  # the workers' snapshot key (None: unsigned)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # seen on the topic
+    labels: list[dict[str, Any]] = field(default_factory=list)  # sent by the oracle
+    snapshots: list[dict[str, Any]] = field(default_factory=list)  # the learner's, in order
+
+    @property
+    def home(self) -> int:
+        return home_partition(self.model, self.partitions)
+
+    @property
+    def away(self) -> int:
+        """A partition the model's records never belong on."""
+        return (self.home + 1) % self.partitions
+
+    @property
+    def latest(self) -> dict[str, Any]:
+        """The newest snapshot the learner wrote (version 0 before any)."""
+        if self.snapshots:
+            return self.snapshots[-1]
+        return initial_envelope(self.model, self.config).to_dict()
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def forged_envelope(g: Genuine, version: int, rng: np.random.Generator) -> dict[str, Any]:
+    """A well-formed snapshot of ``g.model`` with weights of the attacker's choosing."""
+    base = g.latest
+    learner = json.loads(json.dumps(base["learner"]))
+    w = learner["learned"]["w"]
+    learner["learned"]["w"] = (rng.normal(size=len(w)) * 50).tolist()
+    learner["learned"]["rho"] = 0.0  # never abstain
+    return {**base, "version": version, "learner": learner}
+
+
+def wrong_width_envelope(g: Genuine, version: int) -> dict[str, Any]:
+    """A well-formed snapshot of ``g.model`` for two more input features than it takes."""
+    cfg = g.config.model_copy(update={"n_features": g.config.n_inputs + 2})
+    return {**initial_envelope(g.model, cfg).to_dict(), "version": version}
+
+
+def _snapshot_kinds(g: Genuine, rng: np.random.Generator, i: int) -> list[tuple[str, Any]]:
+    """(kind, maker) pairs; a maker returns (key, value, content reason)."""
+    m = g.model.encode()
+    latest = g.latest
+    version = int(latest["version"])
+    missing = {k: v for k, v in latest.items() if k != "iw_weight"}
+    older = g.snapshots[-(1 + i % max(1, len(g.snapshots)))] if g.snapshots else latest
+    return [
+        ("tombstone", lambda: (m, None, "not_json")),
+        ("tombstone, empty key", lambda: (b"", None, "unknown_model")),
+        ("unknown key", lambda: (b"nope", _dumps({**latest, "model": "nope"}), "unknown_model")),
+        ("missing field", lambda: (m, _dumps(missing), "schema")),
+        ("wrong width", lambda: (m, _dumps(wrong_width_envelope(g, version + 1)), "feature_count")),
+        ("version 2**53", lambda: (m, _dumps({**latest, "version": 2**53}), "schema")),
+        ("negative counter", lambda: (m, _dumps({**latest, "labels_applied": -1}), "schema")),
+        ("NaN", lambda: (m, _dumps({**latest, "iw_loss": float("nan")}), "not_json")),
+        ("not JSON", lambda: (m, _dumps(latest)[:-7], "not_json")),
+        ("huge version", lambda: (m, _dumps(forged_envelope(g, 10**15 + i, rng)), None)),
+        ("replay of an older snapshot", lambda: (m, _dumps(older), None)),
+    ]
+
+
+SNAPSHOT_KINDS = (
+    "tombstone",
+    "tombstone, empty key",
+    "unknown key",
+    "missing field",
+    "wrong width",
+    "version 2**53",
+    "negative counter",
+    "NaN",
+    "not JSON",
+    "huge version",
+    "replay of an older snapshot",
+)
+_SIGNATURES = ("none", "attacker", "garbage", "other value", "other model", "real")
+
+
+def hostile_snapshots(
+    n: int,
+    g: Genuine,
+    *,
+    start: int = 0,
+    seed: int = 5,
+    kinds: Sequence[str] = SNAPSHOT_KINDS,
+) -> list[Hostile]:
+    """``n`` hostile records for the models topic, cycling ``kinds``.
+
+    Without a snapshot key they are unsigned and refused for their content; two kinds are
+    not refused: a well-formed snapshot of a huge version and a replayed older one are
+    served (the newest record wins) until the learner's next publication replaces them.
+    With a key (``g.snapshot_key``) each record is also, in turn, unsigned, signed by
+    another key, given a garbage signature, the real key's signature of another record or
+    of another model's key, or -- for the content checks behind the signature -- signed with
+    the real key. A well-formed newer snapshot is never signed with the real key (a holder
+    of the key can publish any model); a replayed older snapshot keeps its real signature
+    and changes nothing (the highest signed version is served)."""
+    rng = np.random.default_rng(seed + start)
+    real = SnapshotSigner(g.snapshot_key) if g.snapshot_key else None
+    attacker = SnapshotSigner(uuid.uuid4().hex.encode() * 2)
+    out = []
+    for j in range(n):
+        i = start + j
+        makers = dict(_snapshot_kinds(g, rng, i))
+        kind = kinds[i % len(kinds)]
+        key, value, reason = makers[kind]()
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if real is not None and value is not None:
+            signature = _SIGNATURES[(i // len(kinds)) % len(_SIGNATURES)]
+            if kind == "replay of an older snapshot":
+                signature = "real"
+            elif reason is None and signature == "real":
+                signature = "none"
+            headers = {
+                "none": (),
+                "attacker": (attacker.sign(key or b"", value),),
+                "garbage": ((SnapshotSigner.HEADER, b"v1:nonsense"),),
+                "other value": (real.sign(key or b"", value + b" "),),
+                "other model": (real.sign(b"other", value),),
+                "real": (real.sign(key or b"", value),),
+            }[signature]
+            if key == g.model.encode() and signature != "real":  # the key is checked first
+                reason = "unsigned" if signature == "none" else "bad_signature"
+            kind = f"{kind}, {'unsigned' if signature == 'none' else 'signed: ' + signature}"
+        out.append(Hostile("models", kind, reason, key, value, headers=headers))
+    return out
+
+
+def hostile_requests(n: int, g: Genuine, *, start: int = 0, seed: int = 6) -> list[Hostile]:
+    """``n`` hostile label requests for model ``g.model``. Copies of genuine requests (other
+    key, other partition, other features) need ``g.requests``; before there are any, made-up
+    requests with derived ids stand in for them."""
+    rng = np.random.default_rng(seed + start)
+    m, model = g.model.encode(), g.model
+    width = g.config.n_inputs
+    far = time.time() + 3600
+
+    def fresh(i: int, **kw: Any) -> dict[str, Any]:
+        eid = f"hostile-{i}-{uuid.uuid4().hex[:8]}"
+        x = rng.normal(size=width).round(4).tolist()
+        return label_request(request_id(model, eid), model, x, expires_at=far, event_id=eid,
+                             **kw)  # fmt: skip
+
+    def genuine(i: int) -> dict[str, Any] | None:
+        return dict(g.requests[i % len(g.requests)]) if g.requests else None
+
+    def copy(i: int) -> dict[str, Any]:
+        return genuine(i) or fresh(i)
+
+    def forged(i: int) -> dict[str, Any]:
+        x = (rng.normal(size=width) * 1000).round(2).tolist()  # the attacker's features
+        return {**fresh(i), "request_id": uuid.uuid4().hex, "features": x,
+                "query_probability": 0.001}  # fmt: skip
+
+    def forged_for_another(i: int) -> tuple[dict[str, Any], str]:
+        real = genuine(i)
+        if real is None:
+            return forged(i), "forged_id"
+        return {**real, "event_id": f"{real['event_id']}-other"}, "forged_id"
+
+    def duplicate(i: int) -> tuple[dict[str, Any], str]:
+        real = genuine(i)
+        if real is None:
+            return forged(i), "forged_id"
+        x = [v + 1.0 for v in real["features"]]
+        return {**real, "features": x}, "duplicate_id"
+
+    def wide(i: int) -> dict[str, Any]:
+        return {**fresh(i), "features": [0.5] * (width + 2)}
+
+    def nope(i: int) -> dict[str, Any]:
+        eid = f"nope-{i}"
+        return {**fresh(i), "model": "nope", "request_id": request_id("nope", eid),
+                "event_id": eid}  # fmt: skip
+
+    home, away = g.home, g.away
+    kinds: list[tuple[str, Callable[[int], tuple[bytes | None, bytes | None, int, str]]]] = [
+        ("tombstone", lambda i: (m, None, home, "not_json")),
+        ("tombstone, empty key", lambda i: (b"", None, away, "not_json")),
+        ("forged id", lambda i: (m, _dumps(forged(i)), home, "forged_id")),
+        ("id of another event", lambda i: (m, _dumps((r := forged_for_another(i))[0]), home,
+                                           r[1])),
+        ("wrong width", lambda i: (m, _dumps(wide(i)), home, "feature_count")),
+        ("unknown model", lambda i: (m, _dumps(nope(i)), home, "unknown_model")),
+        ("wrong key", lambda i: (b"x", _dumps(copy(i)), home, "bad_key")),
+        ("no key", lambda i: (None, _dumps(copy(i)), home, "bad_key")),
+        ("wrong partition", lambda i: (m, _dumps(copy(i)), away, "wrong_partition")),
+        ("reused event id", lambda i: (m, _dumps((r := duplicate(i))[0]), home, r[1])),
+    ]  # fmt: skip
+    out = []
+    for j in range(n):
+        i = start + j
+        kind, make = kinds[i % len(kinds)]
+        key, value, partition, reason = make(i)
+        out.append(Hostile("label_requests", kind, reason, key, value, partition))
+    return out
+
+
+def hostile_labels(n: int, g: Genuine, *, start: int = 0) -> list[Hostile]:
+    """``n`` hostile labels for model ``g.model``: copies of genuine labels (``g.labels``)
+    with another key or on another partition, labels of requests nobody issued, tombstones.
+    A label of an unknown request waits ``orphan_label_seconds`` for it, then is
+    dead-lettered at the learner's next sweep of its partition."""
+    m, model = g.model.encode(), g.model
+    home, away = g.home, g.away
+
+    def copy(i: int) -> dict[str, Any]:
+        if g.labels:
+            return dict(g.labels[i % len(g.labels)])
+        return {"request_id": request_id(model, f"never-{i}"), "model": model, "label": 1}
+
+    def forged(i: int) -> dict[str, Any]:
+        return {"request_id": uuid.uuid4().hex, "model": model, "label": 1 - 2 * (i % 2)}
+
+    kinds: list[tuple[str, Callable[[int], tuple[bytes | None, bytes | None, int, str]]]] = [
+        ("tombstone", lambda i: (m, None, home, "not_json")),
+        ("tombstone, empty key", lambda i: (b"", None, away, "not_json")),
+        ("wrong key", lambda i: (b"x", _dumps(copy(i)), home, "bad_key")),
+        ("no key", lambda i: (None, _dumps(copy(i)), home, "bad_key")),
+        ("wrong partition", lambda i: (m, _dumps(copy(i)), away, "wrong_partition")),
+        ("forged request id", lambda i: (m, _dumps(forged(i)), home, "unknown_request")),
+        ("forged id, wrong partition", lambda i: (m, _dumps(forged(i)), away,
+                                                  "wrong_partition")),
+        ("unknown model", lambda i: (m, _dumps({**copy(i), "model": "nope"}), home,
+                                     "unknown_model")),
+    ]  # fmt: skip
+    out = []
+    for j in range(n):
+        i = start + j
+        kind, make = kinds[i % len(kinds)]
+        key, value, partition, reason = make(i)
+        out.append(Hostile("labels", kind, reason, key, value, partition))
     return out

@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from . import HarnessError
 
 __all__ = [
+    "Out",
     "Rec",
     "create_topics",
     "end_offsets",
@@ -25,6 +26,7 @@ __all__ = [
     "loads",
     "partitions_of",
     "produce",
+    "produce_records",
     "read_topic",
 ]
 
@@ -45,9 +47,21 @@ class Rec:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     def json(self) -> Any:
         return loads(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    """One record to write: ``value`` None is a tombstone; ``partition`` None lets the
+    producer's partitioner choose (by key); ``headers`` as Kafka takes them."""
+
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def _policy(compacted: bool) -> dict[str, str]:
@@ -91,7 +105,14 @@ def produce(
 
     A chunk that fails (broker away) is sent again, up to ``attempts`` times one second
     apart: a retried chunk may land twice, which the fault tests tolerate by design."""
-    batch = list(items)
+    return produce_records(bootstrap, topic, [Out(k, v) for k, v in items], attempts=attempts)
+
+
+def produce_records(
+    bootstrap: str, topic: str, records: Iterable[Out], *, attempts: int = 30
+) -> list[tuple[int, int]]:
+    """:func:`produce` for :class:`Out` records: tombstones, chosen partitions, headers."""
+    batch = list(records)
 
     async def started() -> AIOKafkaProducer:
         for attempt in range(attempts):
@@ -112,6 +133,15 @@ def produce(
                 await asyncio.sleep(1.0)
         raise AssertionError("unreachable")
 
+    async def send(producer: AIOKafkaProducer, out: Out) -> Any:
+        return await producer.send(
+            topic,
+            out.value,
+            key=out.key,
+            partition=out.partition,
+            headers=list(out.headers) or None,
+        )
+
     async def run() -> list[tuple[int, int]]:
         producer = await started()
         where: list[tuple[int, int]] = []
@@ -120,7 +150,7 @@ def produce(
                 chunk = batch[start : start + 2000]
                 for attempt in range(attempts):
                     try:
-                        futures = [await producer.send(topic, v, key=k) for k, v in chunk]
+                        futures = [await send(producer, out) for out in chunk]
                         metas = await asyncio.gather(*futures)
                         where += [(m.partition, m.offset) for m in metas]
                         break
@@ -166,6 +196,10 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     return asyncio.run(run())
 
 
+def _headers(record: Any) -> tuple[tuple[str, bytes], ...]:
+    return tuple(record.headers or ())
+
+
 def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[Rec]:
     """Every record of ``topic`` up to its end offsets now, by (partition, offset)."""
 
@@ -196,7 +230,7 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[Re
                 batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
                 for recs in batch.values():
                     out += [
-                        Rec(r.topic, r.partition, r.offset, r.key, r.value)
+                        Rec(r.topic, r.partition, r.offset, r.key, r.value, _headers(r))
                         for r in recs
                         if r.offset < end[TopicPartition(r.topic, r.partition)]
                     ]

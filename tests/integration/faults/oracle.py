@@ -5,7 +5,9 @@ label-requests, dead-letters and models topics (from the beginning, no consumer 
 It records what it reads and, acting as the staff who label, answers each new label request
 whose event it knows with the true label, up to a budget, on the labels topic (key = model).
 Some answers are sent twice on purpose (``duplicate_every``): a resent label must not
-change the model a second time.
+change the model a second time. Records a test wrote to the label-requests or models topic
+as an attacker are left out when ``ignore`` says so (they are neither answered nor taken
+for the learner's snapshots).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class Observer(threading.Thread):
     budget: int = 0  # distinct requests to answer
     duplicate_every: int = 0  # every n-th answer is sent twice (0 = never)
     answer: Callable[[dict[str, Any]], bool] = lambda request: True  # answer this one?
+    # a consumed record of label-requests or models (aiokafka's) the test wrote itself
+    ignore: Callable[[Any], bool] | None = None
+    ignored: int = 0
     decisions: dict[str, list[SeenDecision]] = field(default_factory=lambda: defaultdict(list))
     decision_records: int = 0
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # request id -> first
@@ -110,6 +115,8 @@ class Observer(threading.Thread):
                 with self.lock:
                     for tp, recs in batch.items():
                         for rec in recs:
+                            if self._ignored(tp.topic, rec):
+                                continue
                             out += self._on_record(tp.topic, rec.key, rec.value)
                     if self._top_up.is_set():
                         self._top_up.clear()
@@ -121,6 +128,15 @@ class Observer(threading.Thread):
         finally:
             await producer.stop()
             await consumer.stop()
+
+    def _ignored(self, topic: str, record: Any) -> bool:
+        t = self.topics
+        if self.ignore is None or topic not in (t["label_requests"], t["models"]):
+            return False
+        if self.ignore(record):
+            self.ignored += 1
+            return True
+        return False
 
     async def _partitions(self, names: list[str]) -> list[Any]:
         deadline = time.monotonic() + 60

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +28,8 @@ from .checks import (
     model_chain,
     replay,
 )
-from .data import EventSource
-from .kafkaio import create_topics, group_lag, produce, read_topic
+from .data import EventSource, Hostile
+from .kafkaio import Rec, create_topics, group_lag, produce, produce_records, read_topic
 from .oracle import Observer
 from .report import Summary
 from .workers import Deployment, WorkerProcess, service_config
@@ -42,11 +42,15 @@ __all__ = [
     "Settled",
     "assert_learning",
     "assert_promise",
+    "await_dead_letters",
+    "dead_letters_at",
     "deployment",
     "learning_report",
     "max_version",
     "quiesce",
     "settle",
+    "tick_labels",
+    "write_hostile",
 ]
 
 
@@ -97,16 +101,23 @@ class LearningReport:
 
 
 def learning_report(
-    dep: Deployment, observer: Observer, model: str, *, answered: set[str] | None = None
+    dep: Deployment,
+    observer: Observer,
+    model: str,
+    *,
+    answered: set[str] | None = None,
+    keep: Callable[[Rec], bool] | None = None,
 ) -> LearningReport:
     """Read the model's versions, the labels and the pending table back and check them
-    against the oracle's answers (``answered`` overrides which labels count as valid)."""
+    against the oracle's answers (``answered`` overrides which labels count as valid).
+    ``keep``: which records of the models and labels topics count (default all; a test that
+    writes hostile records there itself leaves them out)."""
     b, t = dep.bootstrap, dep.topics
     config = ModelConfig(**dep.config["models"][model])
-    chain = model_chain(
-        model, config, read_topic(b, t["models"]), read_topic(b, dep.changelog("models"))
-    )
-    labels = [r for r in read_topic(b, t["labels"]) if r.key == model.encode()]
+    kept = keep if keep is not None else (lambda rec: True)
+    snapshots = [r for r in read_topic(b, t["models"]) if kept(r)]
+    chain = model_chain(model, config, snapshots, read_topic(b, dep.changelog("models")))
+    labels = [r for r in read_topic(b, t["labels"]) if r.key == model.encode() and kept(r)]
     with observer.lock:
         requests = {
             rid: r
@@ -157,6 +168,74 @@ def learning_report(
         offered_again=offered_again,
         dead_letters=dead,
     )
+
+
+def write_hostile(
+    dep: Deployment, hostile: Sequence[Hostile]
+) -> dict[tuple[str, int, int], Hostile]:
+    """Produce hostile records, each to its topic; (topic, partition, offset) -> record."""
+    out: dict[tuple[str, int, int], Hostile] = {}
+    for key in dict.fromkeys(h.topic for h in hostile):
+        batch = [h for h in hostile if h.topic == key]
+        topic = dep.topics[key]
+        where = produce_records(dep.bootstrap, topic, [h.out() for h in batch])
+        out.update({(topic, p, o): h for (p, o), h in zip(where, batch, strict=True)})
+    return out
+
+
+def tick_labels(
+    dep: Deployment, sent: dict[tuple[str, int, int], Hostile], model: str = "m"
+) -> None:
+    """Write one malformed label for ``model`` (dead-lettered ``not_json``; added to
+    ``sent``): the learner sweeps a partition when it handles a record of it (with
+    ``sweep_every`` 1), so labels waiting there for a request that never comes are let go."""
+    tick = Hostile("labels", "tick", "not_json", model.encode(), b"{tick")
+    sent.update(write_hostile(dep, [tick]))
+
+
+def dead_letters_at(observer: Observer) -> dict[tuple[str, int, int], list[str]]:
+    """(topic, partition, offset) -> the reasons of every dead letter seen for it."""
+    out: dict[tuple[str, int, int], list[str]] = {}
+    with observer.lock:
+        for d in observer.dead:
+            if isinstance(d, dict):
+                out.setdefault((d["topic"], d["partition"], d["offset"]), []).append(d["reason"])
+    return out
+
+
+def await_dead_letters(
+    observer: Observer,
+    where: Iterable[tuple[str, int, int]],
+    timeout: float,
+    *,
+    copies: int = 1,
+    nudge: Callable[[], None] | None = None,
+    every: float = 1.0,
+) -> float:
+    """Wait until each (topic, partition, offset) in ``where`` has ``copies`` dead letters or
+    more; ``nudge()`` every ``every`` s meanwhile (e.g. a malformed label, so the learner
+    sweeps labels that wait for a request). Seconds taken; HarnessError naming what is
+    missing after ``timeout``."""
+    want = list(where)
+    began = time.monotonic()
+    nudged = began
+    while True:
+        with observer.lock:
+            got = Counter((d["topic"], d["partition"], d["offset"]) for d in observer.dead
+                          if isinstance(d, dict))  # fmt: skip
+        missing = [w for w in want if got[w] < copies]
+        if not missing:
+            return time.monotonic() - began
+        now = time.monotonic()
+        if now - began > timeout:
+            raise HarnessError(
+                f"{len(missing)} of {len(want)} records not dead-lettered {copies}x after "
+                f"{timeout:.0f}s, e.g. {missing[:5]}"
+            )
+        if nudge is not None and now - nudged >= every:
+            nudge()
+            nudged = now
+        time.sleep(0.2)
 
 
 def max_version(observer: Observer, model: str) -> int:
@@ -254,6 +333,7 @@ def assert_promise(
     *,
     answered: set[str] | None = None,
     worker: WorkerProcess | None = None,
+    keep: Callable[[Rec], bool] | None = None,
 ) -> LearningReport:
     """Check the promise after a run and fill ``summary``:
 
@@ -261,7 +341,9 @@ def assert_promise(
     - every version step of the model is one answered label, none twice, none lost, and
       the final state equals the offline replay of the applied labels in order;
     - every label request is applied or still pending (nothing lost while pending);
-    - ``worker``'s gauges agree (version, pending requests)."""
+    - ``worker``'s gauges agree (version, pending requests).
+
+    ``keep``: as for :func:`learning_report`."""
     with observer.lock:
         decisions = dict(observer.decisions)
         summary.labels_sent = observer.labels_sent
@@ -269,7 +351,7 @@ def assert_promise(
         dead = Counter(str(d.get("reason")) for d in observer.dead)
     ids = list(events)
     dr = check_decisions(decisions, ids)
-    report = learning_report(dep, observer, model, answered=answered)
+    report = learning_report(dep, observer, model, answered=answered, keep=keep)
     summary.events_sent = dr.sent
     summary.decided = dr.decided
     summary.decision_records = dr.records

@@ -18,7 +18,7 @@ class Size:
 
     events: int  # good feature events
     labels: int  # labels the oracle answers (distinct requests)
-    bad: int = 0  # malformed messages (fuzz)
+    bad: int = 0  # malformed messages (fuzz; hostile: per topic)
     kills: int = 0  # SIGKILLs (kill -9)
     outage_seconds: float = 0.0  # broker down (outage)
     timeout: float = 120.0  # bound on the wait for the stream to drain
@@ -40,6 +40,10 @@ SIZES: dict[str, dict[str, Size]] = {
     "outage": {
         "ci": Size(events=2_000, labels=200, outage_seconds=20.0, timeout=180),
         "full": Size(events=20_000, labels=2_000, outage_seconds=20.0, timeout=900),
+    },
+    "hostile": {
+        "ci": Size(events=400, labels=60, bad=1_000, timeout=120),
+        "full": Size(events=2_000, labels=300, bad=10_000, timeout=600),
     },
     "numeric": {
         "ci": Size(events=200, labels=40, bad=20, timeout=90),

@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +35,8 @@ from . import HarnessError
 __all__ = [
     "WORKER_ENV",
     "Deployment",
+    "Served",
+    "ServedSampler",
     "WorkerProcess",
     "http",
     "service_config",
@@ -264,3 +267,76 @@ def wait_until(
             raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(every)
     return time.monotonic() - began
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What a worker served for one model at one moment: the version ``/readyz`` names and
+    the model gauges of ``/metrics`` (version, rho, ||w||), and whether ``/healthz`` was 200.
+    Scorers wait until the models topic is read (``loaded``): before that, what ``/readyz``
+    names is the follower reading the topic from the beginning, not yet served."""
+
+    at: float  # time.time() before the first request
+    until: float  # time.time() after the last one
+    pid: int
+    loaded: bool  # /readyz "models_loaded"
+    ready_version: int | None  # /readyz "models" (None: no answer)
+    version: float | None  # abstain_model_version
+    rho: float | None  # abstain_model_rho
+    weight_norm: float | None  # abstain_model_weight_norm
+    live: bool | None  # /healthz 200 (None: no answer)
+
+
+class ServedSampler(threading.Thread):
+    """Polls a worker (``worker()``: the current one, so a restart is followed) every
+    ``every`` s and keeps what it served for ``model``; ``samples`` under ``lock``."""
+
+    def __init__(
+        self, worker: Callable[[], WorkerProcess], model: str, *, every: float = 0.2
+    ) -> None:
+        super().__init__(name="faults-served", daemon=True)
+        self.worker, self.model, self.every = worker, model, every
+        self.samples: list[Served] = []
+        self.lock = threading.Lock()
+        self._stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_flag.wait(self.every):
+            sample = self.sample(self.worker())
+            if sample is not None:
+                with self.lock:
+                    self.samples.append(sample)
+
+    def sample(self, worker: WorkerProcess) -> Served | None:
+        """One sample of ``worker`` (None when it does not answer at all)."""
+        at = time.time()
+        try:
+            _, body = worker.get("/readyz")
+            detail = json.loads(body) if body else {}
+            ready = detail.get("models", {}).get(self.model)
+            gauges = {
+                name: value
+                for name, labels, value in worker.samples()
+                if labels.get("model") == self.model
+            }
+            live = worker.status("/healthz") == 200
+        except (OSError, ValueError):
+            return None
+        return Served(
+            at,
+            time.time(),
+            worker.pid,
+            bool(detail.get("models_loaded")),
+            None if ready is None else int(ready),
+            gauges.get("abstain_model_version"),
+            gauges.get("abstain_model_rho"),
+            gauges.get("abstain_model_weight_norm"),
+            live,
+        )
+
+    def halt(self) -> list[Served]:
+        """Stop sampling; every sample taken."""
+        self._stop_flag.set()
+        self.join(10)
+        with self.lock:
+            return list(self.samples)
