@@ -250,6 +250,7 @@ class ParkedLabel:
     partition: int
     parked_at: float
     raw: bytes = b""  # the label as consumed, for its dead letter
+    label_ts: float | None = None  # the label record's Kafka timestamp (None: unknown)
 
     def to_json(self) -> bytes:
         """The label's fields, flat, plus where it was consumed and when it was parked."""
@@ -264,6 +265,7 @@ class ParkedLabel:
                 "partition": self.partition,
                 "parked_at": self.parked_at,
                 "raw": self.raw.decode("utf-8", errors="replace"),
+                "label_ts": self.label_ts,
             }
         )
 
@@ -280,4 +282,5 @@ def parse_parked_label(raw: bytes) -> ParkedLabel:
         partition=integer(record, "partition"),
         parked_at=number(record, "parked_at"),
         raw=body.encode("utf-8", errors="replace"),
+        label_ts=number(record, "label_ts") if record.get("label_ts") is not None else None,
     )

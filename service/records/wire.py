@@ -62,6 +62,7 @@ class RawMessage:
     partition: int
     offset: int
     key: bytes | None = None
+    timestamp: float | None = None  # the record's Kafka timestamp, seconds (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)

@@ -252,7 +252,8 @@ async def _read_range(
         for r in records:
             if r.offset >= end:
                 return
-            out.append(RawMessage(r.value or b"", tp.topic, tp.partition, r.offset, r.key))
+            ts = r.timestamp / 1000.0 if r.timestamp and r.timestamp > 0 else None
+            out.append(RawMessage(r.value or b"", tp.topic, tp.partition, r.offset, r.key, ts))
 
 
 @dataclass

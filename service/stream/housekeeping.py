@@ -84,11 +84,9 @@ class Housekeeping:
         recovered = self.view.recovery().completed
         if recovered:
             labels = self.settings.topics.labels
-            moved = self.pending.refresh(
-                frozenset(tp.partition for tp in self.view.assignment() if tp.topic == labels)
-            )
-            if moved:
-                self.joiner.reload_versions()
+            mine = frozenset(tp.partition for tp in self.view.assignment() if tp.topic == labels)
+            if self.pending.refresh(mine):
+                self.joiner.own(mine)
             if self.book.loaded.is_set():
                 await self._republish(now)
         self._gauges(now)

@@ -25,7 +25,11 @@ def raw_message(message: Any, value: bytes | None) -> RawMessage:
     """A consumed faust ``message`` (topic, partition, offset, key) with its ``value``; a
     tombstone (no value) becomes an empty record, which parsing refuses (``not_json``)."""
     return RawMessage(value if value is not None else b"", message.topic, message.partition,
-                      message.offset, message.key)  # fmt: skip
+                      message.offset, message.key, _seconds(message.timestamp))  # fmt: skip
+
+
+def _seconds(timestamp: Any) -> float | None:
+    return float(timestamp) if isinstance(timestamp, int | float) and timestamp > 0 else None
 
 
 @dataclass(slots=True)

@@ -35,6 +35,7 @@ from service.records import (
     DeadLetter,
     Label,
     LabelRequest,
+    ParkedLabel,
     PendingEntry,
     RawMessage,
     Reason,
@@ -83,34 +84,49 @@ class LabelJoiner:
         # a model write and its snapshot are one step: a republish never slips between them
         self._publishing = asyncio.Lock()
         self._versions: dict[str, int] | None = None  # see versions()
+        self._partitions: frozenset[int] = frozenset()  # labels partitions assigned (own())
+        # per label-requests partition: the newest record timestamp read (how far along the
+        # learner is: a parked label waits for the requests written up to its own time)
+        self._requests_read: dict[int, float] = {}
 
     def versions(self) -> dict[str, int]:
-        """The version of each model this learner holds (read from the table once, then
-        kept as it writes; :meth:`reload_versions` after its partitions change)."""
+        """The version of each model this learner owns: those whose key maps to one of its
+        labels partitions (:meth:`own`), version 0 for one that has learned nothing yet.
+        Read from the table once, then kept as it writes."""
         if self._versions is None:
-            self.reload_versions()
-        assert self._versions is not None  # noqa: S101 - just loaded
+            stored = {name: version for name, version, _ in self.models.stored()}
+            self._versions = {m: stored.get(m, 0) for m in self._owned()}
         return dict(self._versions)
 
-    def reload_versions(self) -> None:
-        """Read the held versions from the models table again."""
-        self._versions = {name: version for name, version, _ in self.models.stored()}
+    def own(self, partitions: frozenset[int]) -> None:
+        """The labels partitions this learner is assigned now (after every rebalance)."""
+        self._partitions = partitions
+        self._versions = None
+
+    def _owned(self) -> list[str]:
+        n = self.settings.partitions.labels
+        return [m for m in self.settings.models if partition_for(m.encode(), n) in self._partitions]
 
     async def republish(self, models: Collection[str] | None = None) -> list[str]:
-        """Publish the newest stored snapshot of ``models`` (all this learner holds when
-        None) again, signed with the current key: a record on the models topic that was
-        forged or deleted is replaced, and a rotated key re-signs what scorers read after a
-        restart. Returns the models published."""
+        """Publish the newest snapshot of the owned ``models`` (all it owns when None) again,
+        signed with the current key, version 0 for a model that has learned nothing: a
+        record on the models topic that was forged or deleted is replaced, and a rotated key
+        re-signs what scorers read after a restart. Returns the models published."""
         async with self._publishing:
-            stored = [s for s in self.models.stored() if models is None or s[0] in models]
-            for name, _, encoded in stored:
+            stored = {name: encoded for name, _, encoded in self.models.stored()}
+            chosen = [m for m in self._owned() if models is None or m in models]
+            for name in chosen:
+                encoded = stored.get(name) or self.models.get(name).to_json()
                 await self.outputs.model(name, encoded)
-        return [name for name, _, _ in stored]
+        return chosen
 
     async def handle(self, message: RawMessage) -> None:
         """Handle one consumed record of either topic; sweep its partition now and then."""
         requests = message.topic == self.settings.topics.label_requests
         source = Source.LABEL_REQUESTS if requests else Source.LABELS
+        if requests and message.timestamp is not None:
+            seen = self._requests_read.get(message.partition, message.timestamp)
+            self._requests_read[message.partition] = max(seen, message.timestamp)
         try:
             await (self.on_request(message) if requests else self.on_label(message))
         except DATA_ERRORS as exc:  # a bug met by odd data: record it, keep learning
@@ -220,7 +236,8 @@ class LabelJoiner:
     def _park(self, label: Label, message: RawMessage, now: float) -> None:
         """Wait (bounded) for the request: it may still be in flight."""
         entry = park_label(self.parked.get(label.request_id), label, offset=message.offset,
-                           partition=message.partition, now=now, raw=message.value)  # fmt: skip
+                           partition=message.partition, now=now, raw=message.value,
+                           label_ts=message.timestamp)  # fmt: skip
         if entry is None:
             self.metrics.labels_ignored.labels(model=label.model, reason=Reason.REDELIVERED).inc()
         else:
@@ -259,6 +276,21 @@ class LabelJoiner:
                 DeadLetter.of(Source.LABELS, message, reason, outcome.detail)
             )
 
+    def _gave_up(self, parked: ParkedLabel, now: float) -> bool:
+        """True once a parked label's request cannot come any more: it has waited
+        ``orphan_label_seconds`` and the learner has read the label-requests written up to
+        that long after the label (a backlog of requests delays nothing but the verdict),
+        or it has waited a whole ``request_ttl_seconds`` (its request would be expired)."""
+        s = self.settings
+        waited = now - parked.parked_at
+        if waited > max(s.orphan_label_seconds, s.request_ttl_seconds):
+            return True
+        read = self._requests_read.get(parked.partition)
+        written = parked.label_ts if parked.label_ts is not None else parked.parked_at
+        return waited > s.orphan_label_seconds and (
+            read is not None and read - written > s.orphan_label_seconds
+        )
+
     async def sweep(self, partition: int) -> None:
         """Drop expired requests of ``partition`` (past expiry plus grace) and dead-letter
         its labels whose request did not come within ``orphan_label_seconds``."""
@@ -271,7 +303,7 @@ class LabelJoiner:
             if parked is None:  # unreadable: nothing could ever apply it
                 self.parked.delete(key)
                 continue
-            if parked.partition != partition or now - parked.parked_at <= s.orphan_label_seconds:
+            if parked.partition != partition or not self._gave_up(parked, now):
                 continue
             self.parked.delete(key)
             model = parked.label.model

@@ -173,10 +173,11 @@ def apply_label(
 
 def park_label(
     existing: ParkedLabel | None, label: Label, *, offset: int, partition: int, now: float,
-    raw: bytes = b"",
+    raw: bytes = b"", label_ts: float | None = None,
 ) -> ParkedLabel | None:  # fmt: skip
     """The parked record of a label whose request has not been consumed yet; None when
     ``existing`` already holds this very message (a redelivery)."""
     if existing is not None and existing.offset == offset:
         return None
-    return ParkedLabel(label, offset=offset, partition=partition, parked_at=now, raw=raw)
+    return ParkedLabel(label, offset=offset, partition=partition, parked_at=now, raw=raw,
+                       label_ts=label_ts)  # fmt: skip

@@ -291,12 +291,6 @@ def test_bad_snapshots_are_refused_and_only_the_learners_models_served(
         emit(summary, tmp_path, capsys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: the learner republishes only the models it has stored (ModelStore."
-    "stored); a model that has not learned yet is never republished, so without a snapshot "
-    "key a forged snapshot of it is served until its first label is applied",
-)
 def test_a_forged_snapshot_of_an_untrained_model_is_replaced(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -322,12 +316,6 @@ def test_a_forged_snapshot_of_an_untrained_model_is_replaced(
         assert replaced, f"version {served()} still served {wait:.0f}s later"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: a label parked for its request is dropped orphan_label_seconds after "
-    "it was parked (wall clock), even while its request waits behind a backlog on "
-    "label-requests: a flood of requests makes genuine labels unknown_request (lost)",
-)
 def test_a_flood_of_label_requests_loses_no_label(kafka_bootstrap: str, tmp_path: Path) -> None:
     with deployment(kafka_bootstrap, tmp_path, orphan_label_seconds=2, sweep_every=1) as dep:
         t = dep.topics

@@ -117,9 +117,9 @@ def outputs(kafka: MemoryKafka, s: Settings, registry: CollectorRegistry) -> Out
 
 
 def msg(value: object, offset: int = 0, topic: str = "abstain.features", partition: int = 0,
-        key: bytes | None = None) -> RawMessage:  # fmt: skip
+        key: bytes | None = None, timestamp: float | None = None) -> RawMessage:  # fmt: skip
     raw = value if isinstance(value, bytes) else orjson.dumps(value)
-    return RawMessage(raw, topic, partition, offset, key)
+    return RawMessage(raw, topic, partition, offset, key, timestamp)
 
 
 def request(features: Iterable[float], rid: str = "r1", **kw: object) -> LabelRequest:

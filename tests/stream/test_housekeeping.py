@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
@@ -21,7 +22,7 @@ from service.stream.snapshots import ModelBook
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
 from .fakes import FakeConsumerView
-from .memory import MemoryKafka, msg, request, settings
+from .memory import CFG, MemoryKafka, msg, request, settings
 
 MODELS = "abstain.models"
 
@@ -62,7 +63,11 @@ def world(**kw: object) -> World:
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(kafka.table("orphans")),
                          models=ModelStore(kafka.table("models"), initial), outputs=outputs,
                          metrics=metrics, clock=clock)  # fmt: skip
-    view, progress = FakeConsumerView(), Progress(clock)
+    # this worker owns the labels partition model "m" maps to (0 of 2)
+    view, progress = (
+        FakeConsumerView(assigned={TopicPartition(s.topics.labels, 0)}),
+        Progress(clock),
+    )
 
     async def nothing(*_: object) -> None:
         return None
@@ -115,6 +120,27 @@ async def test_a_served_version_that_is_not_the_learners_is_replaced_after_a_whi
     assert w.published() == [1, 1]
     w.book.offer(b"m", w.kafka.sent(MODELS)[-1].value)
     assert w.book.models["m"].version == 1
+
+
+async def test_a_forged_snapshot_of_a_model_that_learned_nothing_is_replaced_too() -> None:
+    w = world()
+    forged = initial_envelope("m", w.joiner.settings.models["m"]).replace(version=10**9)
+    assert w.book.offer(b"m", forged.to_json())
+    for _ in range(int(REPUBLISH_AFTER) + 2):
+        await w.tick()
+    assert w.published() == [0]  # the learner's version 0, so the newest record is its own
+    w.book.offer(b"m", w.kafka.sent(MODELS)[-1].value)
+    assert w.book.models["m"].version == 0
+
+
+async def test_a_worker_republishes_only_the_models_of_its_partitions() -> None:
+    w = world(models={"m": CFG, "n": CFG})  # "n" maps to labels partition 1: not this worker's
+    for name in ("m", "n"):
+        forged = initial_envelope(name, CFG).replace(version=10**9)
+        w.book.offer(name.encode(), forged.to_json())
+    for _ in range(int(REPUBLISH_AFTER) + 2):
+        await w.tick()
+    assert [r.key for r in w.kafka.sent(MODELS)] == [b"m"]
 
 
 async def test_every_model_is_republished_once_a_period() -> None:

@@ -224,17 +224,48 @@ async def test_sweeps_drop_what_is_due_on_the_swept_partition_in_expiry_order() 
 
 async def test_a_parked_label_whose_request_never_comes_is_dead_lettered_after_the_wait() -> None:
     learner = Learner.start(sweep_every=1_000_000, orphan_label_seconds=30.0)
-    await learner.label("ghost", 7)
-    learner.clock.now = 120.0
-    await learner.joiner.sweep(0)
-    assert learner.dead() == []
+    label = Label(request_id("m", "ghost"), "m", 1, "ops", None).to_json()
+    await learner.joiner.handle(msg(label, 7, LABELS, 0, b"m", timestamp=100.0))
+    await tick_request(learner, "r-early", offset=1, timestamp=125.0)  # written before
     learner.clock.now = 131.0
+    await learner.joiner.sweep(0)
+    assert learner.dead() == []  # its request could still be behind in label-requests
+    await tick_request(learner, "r-late", offset=2, timestamp=131.0)  # written 31 s after
     await learner.joiner.sweep(1)  # another partition's sweep leaves it
     assert learner.dead() == []
     await learner.joiner.sweep(0)
     assert learner.dead() == [("unknown_request", 7)]
     assert learner.joiner.parked.get(request_id("m", "ghost")) is None
     assert learner.count("abstain_labels_ignored_total", reason="unknown_request") == 1
+
+
+async def tick_request(learner: Learner, event: str, *, offset: int, timestamp: float) -> None:
+    req = request([1.0, 2.0, 3.0], event).to_json()
+    await learner.joiner.handle(msg(req, offset, REQUESTS, 0, b"m", timestamp=timestamp))
+
+
+async def test_a_backlog_of_requests_does_not_make_a_waiting_label_unknown() -> None:
+    learner = Learner.start(sweep_every=1, orphan_label_seconds=2.0)
+    label = Label(request_id("m", "late"), "m", -1, "ops", None).to_json()
+    await learner.joiner.handle(msg(label, 0, LABELS, 0, b"m", timestamp=100.0))
+    learner.clock.now = 160.0  # the learner is a minute behind on label-requests
+    for i in range(50):  # requests written before the label, read long after it was parked
+        await tick_request(learner, f"old-{i}", offset=i, timestamp=90.0 + i * 0.1)
+    await tick_request(learner, "late", offset=50, timestamp=99.0)
+    assert learner.dead() == []
+    assert learner.versions() == [1]  # applied when its request finally came
+
+
+async def test_a_parked_label_is_given_up_after_the_request_ttl_whatever_the_backlog() -> None:
+    learner = Learner.start(sweep_every=1_000_000, orphan_label_seconds=2.0,
+                            request_ttl_seconds=60.0)  # fmt: skip
+    await learner.label("ghost", 3)  # no timestamps: nothing tells how far along it is
+    learner.clock.now = 150.0
+    await learner.joiner.sweep(0)
+    assert learner.dead() == []
+    learner.clock.now = 161.0
+    await learner.joiner.sweep(0)
+    assert learner.dead() == [("unknown_request", 3)]
 
 
 async def test_a_non_finite_update_is_refused_and_the_model_keeps_its_version() -> None:
