@@ -97,6 +97,11 @@ class Housekeeping:
         if self.ready_since is not None and not self.view.paused:
             await self._tend(now, self.ready_since)
         report = await self.liveness.check(now)
+        requests = self.settings.topics.label_requests
+        for st in report.partitions:  # nothing left to read there: the learner is caught up
+            known = st.high is not None and st.position is not None
+            if st.topic == requests and known and st.lag == 0:
+                self.joiner.caught_up(st.partition, now)
         loaded = self.book.loaded.is_set()
         ready = loaded and recovered and report.broker_reachable
         self.metrics.ready.set(1 if ready else 0)

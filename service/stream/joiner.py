@@ -276,11 +276,17 @@ class LabelJoiner:
                 DeadLetter.of(Source.LABELS, message, reason, outcome.detail)
             )
 
+    def caught_up(self, partition: int, now: float) -> None:
+        """The learner has read everything written to label-requests ``partition`` (no lag)
+        at ``now``: a parked label there waits for nothing more than its time."""
+        self._requests_read[partition] = max(self._requests_read.get(partition, now), now)
+
     def _gave_up(self, parked: ParkedLabel, now: float) -> bool:
         """True once a parked label's request cannot come any more: it has waited
         ``orphan_label_seconds`` and the learner has read the label-requests written up to
-        that long after the label (a backlog of requests delays nothing but the verdict),
-        or it has waited a whole ``request_ttl_seconds`` (its request would be expired)."""
+        that long after the label (record timestamps, or the time it was last caught up: a
+        backlog of requests delays nothing but the verdict), or it has waited a whole
+        ``request_ttl_seconds`` (its request would be expired)."""
         s = self.settings
         waited = now - parked.parked_at
         if waited > max(s.orphan_label_seconds, s.request_ttl_seconds):

@@ -361,3 +361,15 @@ async def test_a_full_queue_drops_its_least_urgent_request_and_counts_it() -> No
     assert learner.count("abstain_label_requests_dropped_total") == 2
     await learner.label("e2", 0)  # an answer to a dropped request joins nothing
     assert learner.versions() == []
+
+
+async def test_a_learner_caught_up_on_requests_gives_up_a_label_after_the_wait() -> None:
+    learner = Learner.start(sweep_every=1_000_000, orphan_label_seconds=30.0)
+    await learner.label("ghost", 5)  # parked at 100 (no record timestamps)
+    learner.joiner.caught_up(0, 120.0)  # housekeeping: no lag on label-requests[0]
+    learner.clock.now = 131.0
+    await learner.joiner.sweep(0)
+    assert learner.dead() == []  # it has waited 31 s, but the learner read only up to 120
+    learner.joiner.caught_up(0, 131.0)
+    await learner.joiner.sweep(0)
+    assert learner.dead() == [("unknown_request", 5)]
