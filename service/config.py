@@ -61,6 +61,7 @@ __all__ = [
     "ModelConfig",
     "Partitions",
     "Settings",
+    "TopicPolicy",
     "Topics",
     "Web",
     "load_settings",
@@ -252,6 +253,59 @@ class Partitions(BaseModel):
     dead_letters: int = Field(default=1, ge=1)
 
 
+class TopicPolicy(BaseModel):
+    """How the worker's topics come to exist, and how many copies of them the cluster keeps.
+
+    ``creation``: ``create`` (the worker creates any topic and changelog that is missing) or
+    ``check`` (it creates none: at start-up it checks that each exists with the partitions,
+    compaction and replicas it needs, and refuses to start otherwise, one line per problem).
+    ``replication_factor`` and ``min_insync_replicas`` apply to every topic the worker
+    creates and are what ``check`` asks for at least; unset, the broker's
+    ``default.replication.factor`` and ``min.insync.replicas`` apply. Producers always wait
+    for every in-sync replica (acks=all).
+
+    >>> TopicPolicy().creation, TopicPolicy().replication_factor
+    ('create', None)
+    >>> try:
+    ...     load_settings(topic_policy={"replication_factor": 2, "min_insync_replicas": 3})
+    ... except ConfigError as exc:
+    ...     print(exc)
+    invalid settings:
+      topic_policy: min_insync_replicas 3 exceeds replication_factor 2: no write could ever succeed
+    """
+
+    model_config = _FROZEN
+
+    creation: Literal["create", "check"] = "create"
+    replication_factor: int | None = Field(
+        default=None, ge=1, le=32767, description="copies of each topic (None: broker default)"
+    )
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, le=32767, description="copies a write needs (None: broker default)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicPolicy:
+        factor, isr = self.replication_factor, self.min_insync_replicas
+        if factor is not None and isr is not None and isr > factor:
+            raise ValueError(
+                f"min_insync_replicas {isr} exceeds replication_factor {factor}: "
+                "no write could ever succeed"
+            )
+        return self
+
+    @property
+    def topic_configs(self) -> dict[str, str]:
+        """Configs every created topic gets (besides its own cleanup policy).
+
+        >>> TopicPolicy(min_insync_replicas=2).topic_configs
+        {'min.insync.replicas': '2'}
+        """
+        if self.min_insync_replicas is None:
+            return {}
+        return {"min.insync.replicas": str(self.min_insync_replicas)}
+
+
 _WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - names, not binds
 
 
@@ -436,6 +490,7 @@ class Settings(BaseSettings):
     datadir: Path = Path("/tmp/abstain")  # noqa: S108 - per-worker scratch, overridable
     topics: Topics = Topics()
     partitions: Partitions = Partitions()
+    topic_policy: TopicPolicy = TopicPolicy()
     web: Web = Web()
     desk: Desk = Desk()
     security: KafkaSecurity = KafkaSecurity()

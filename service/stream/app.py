@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from service.config import Settings
+from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
 from service.stream.continuity import Continuity, KafkaGaps, QuietTender
 from service.stream.housekeeping import Housekeeping
@@ -37,6 +37,7 @@ from service.stream.partitions import Progress
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
+from service.stream.topics import guard_topics
 
 __all__ = ["Parts", "create_app"]
 
@@ -94,7 +95,9 @@ def _faust_app(s: Settings) -> App:
         web_metrics_enabled=False,  # /performance
         producer_acks=-1,  # acks=all: a 202 to POST /labels means every in-sync replica has it
         topic_partitions=s.partitions.labels,
-        topic_replication_factor=1,
+        # unset: the brokers' default.replication.factor (topics.TopicGuard reads it)
+        topic_replication_factor=s.topic_policy.replication_factor or 1,
+        topic_allow_declare=s.topic_policy.creation == "create",
         producer_max_request_size=s.fetch_bytes,
         producer_max_batch_size=262_144,  # a batch of label requests in a few produce calls
         consumer_max_fetch_size=s.fetch_bytes,
@@ -105,15 +108,18 @@ def _faust_app(s: Settings) -> App:
     )
 
 
-def _topic(app: App, *names: str, partitions: int, compacting: bool = False) -> Any:
+def _topic(
+    app: App, *names: str, partitions: int, policy: TopicPolicy, compacting: bool = False
+) -> Any:
     """Raw bytes in and out: the records are ours to encode (service.records)."""
     return app.topic(*names, partitions=partitions, key_type=bytes, value_type=bytes,
                      key_serializer="raw", value_serializer="raw", internal=True,
-                     compacting=compacting or None)  # fmt: skip
+                     compacting=compacting or None, config=policy.topic_configs)  # fmt: skip
 
 
-def _table(app: App, name: str, partitions: int) -> Any:
-    return app.Table(name, partitions=partitions, key_type=bytes, value_type=bytes)
+def _table(app: App, name: str, partitions: int, policy: TopicPolicy) -> Any:
+    return app.Table(name, partitions=partitions, key_type=bytes, value_type=bytes,
+                     extra_topic_configs=policy.topic_configs)  # fmt: skip
 
 
 def create_app(
@@ -128,13 +134,15 @@ def create_app(
     signer = signer_for(s)
     book = ModelBook(s, signer=signer, on_swap=lambda m: metrics.set_model(m.name, **m.gauges()))
     app = _faust_app(s)
-    outputs_ = [_topic(app, t.decisions, partitions=n.decisions),
-                _topic(app, t.models, partitions=n.models, compacting=True),
-                _topic(app, t.dead_letters, partitions=n.dead_letters),
-                _topic(app, t.label_requests, partitions=n.labels),
-                _topic(app, t.labels, partitions=n.labels)]  # fmt: skip
-    features = _topic(app, t.features, partitions=n.features)
-    learn_channel = _topic(app, t.label_requests, t.labels, partitions=n.labels)
+    guard_topics(app, s)  # before the producer and consumer start
+    p = s.topic_policy
+    outputs_ = [_topic(app, t.decisions, partitions=n.decisions, policy=p),
+                _topic(app, t.models, partitions=n.models, policy=p, compacting=True),
+                _topic(app, t.dead_letters, partitions=n.dead_letters, policy=p),
+                _topic(app, t.label_requests, partitions=n.labels, policy=p),
+                _topic(app, t.labels, partitions=n.labels, policy=p)]  # fmt: skip
+    features = _topic(app, t.features, partitions=n.features, policy=p)
+    learn_channel = _topic(app, t.label_requests, t.labels, partitions=n.labels, policy=p)
     view, progress = FaustConsumerView(app), Progress(clock)
     consumed = (t.features, t.label_requests, t.labels)
     app.gaps = gaps = KafkaGaps(s.bootstrap_servers, s.app_id, max_fetch_bytes=s.fetch_bytes,
@@ -143,10 +151,11 @@ def create_app(
     intake = Intake(continuity, view, progress, metrics)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)
     scorer = Scorer(s, book.snapshot, outputs, metrics, clock=clock)
-    pending = PendingStore(_table(app, "pending", n.labels))
+    pending = PendingStore(_table(app, "pending", n.labels, p))
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
-    joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(_table(app, "orphans", n.labels)),
-                         models=ModelStore(_table(app, "models", n.labels), initial),
+    joiner = LabelJoiner(s, pending=pending,
+                         parked=ParkedStore(_table(app, "orphans", n.labels, p)),
+                         models=ModelStore(_table(app, "models", n.labels, p), initial),
                          outputs=outputs, metrics=metrics, clock=clock)  # fmt: skip
     housekeeping = Housekeeping(
         s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,

@@ -1,0 +1,115 @@
+"""Blocking admin helpers for the topic tests: create topics with partitions, replicas and
+configs, look at what a broker holds (topics, configs, end offsets, consumer groups), add
+partitions. Each call runs its own short event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from service.stream.topics import TopicFacts, describe_topics
+
+__all__ = [
+    "Wanted",
+    "add_partitions",
+    "create",
+    "end_offsets",
+    "facts",
+    "groups",
+    "topic_names",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """A topic to create."""
+
+    partitions: int
+    replicas: int = 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def _admin(bootstrap: str, use: Callable[[AIOKafkaAdminClient], Awaitable[T]]) -> T:
+    async def run() -> T:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return await use(admin)
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+def create(bootstrap: str, topics: Mapping[str, Wanted]) -> None:
+    """Create ``topics``; an existing one is an error (each test names its own)."""
+
+    async def use(admin: AIOKafkaAdminClient) -> None:
+        new = [
+            NewTopic(name, w.partitions, w.replicas, topic_configs=dict(w.configs))
+            for name, w in topics.items()
+        ]
+        response = await admin.create_topics(new, timeout_ms=30_000)
+        for name, code, *_ in response.topic_errors:
+            assert code in (0, TopicAlreadyExistsError.errno), (name, code)
+
+    _admin(bootstrap, use)
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    async def use(admin: AIOKafkaAdminClient) -> set[str]:
+        return set(await admin.list_topics())
+
+    return _admin(bootstrap, use)
+
+
+def facts(bootstrap: str, names: Iterable[str]) -> dict[str, TopicFacts]:
+    """What the broker holds for those of ``names`` that exist (nothing is auto-created)."""
+    wanted = list(names)
+
+    async def use(admin: AIOKafkaAdminClient) -> dict[str, TopicFacts]:
+        return await describe_topics(admin, wanted)
+
+    return _admin(bootstrap, use)
+
+
+def groups(bootstrap: str) -> set[str]:
+    async def use(admin: AIOKafkaAdminClient) -> set[str]:
+        return {str(g[0]) for g in await admin.list_consumer_groups()}
+
+    return _admin(bootstrap, use)
+
+
+def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    async def use(admin: AIOKafkaAdminClient) -> Any:
+        return await admin.create_partitions({topic: NewPartitions(total)})
+
+    _admin(bootstrap, use)
+
+
+def end_offsets(bootstrap: str, names: Iterable[str]) -> dict[str, int]:
+    """Records ever written to each of ``names`` (sum of end offsets); missing topics left out."""
+    present = facts(bootstrap, names)
+
+    async def run() -> dict[str, int]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+        await consumer.start()
+        try:
+            out = {}
+            for name, fact in present.items():
+                tps = [TopicPartition(name, p) for p in range(fact.partitions)]
+                ends = await consumer.end_offsets(tps)
+                out[name] = sum(ends.values())
+            return out
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
