@@ -26,6 +26,10 @@ the replay command and notebooks share one implementation.
 * Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`.
 * Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
   with :class:`BatchStandardizer` for per-run online standardisation.
+* Risk and shadows: :class:`RiskEstimate` (importance-weighted 0-d-1 risk with a score
+  interval, :func:`importance_weight` capped as the stream caps it); a shadow model learns
+  from a champion's labels with :func:`learn_from_champion` and is judged by a
+  :class:`Scorecard` (:class:`Comparison`: risk, interval, reject rate, labels).
 * State: versioned JSON-safe records (:mod:`.state`), :func:`learner_from_state`.
 
 Exception tree (every class is a ``ValueError`` and an ``AbstainError``, the root of the
@@ -116,9 +120,27 @@ from .registry import (
     learner_from_state,
     make_learner,
 )
+from .risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, RiskEstimate, RiskInterval, importance_weight
 from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
+from .shadow import (
+    WEIGHTINGS,
+    Comparison,
+    Scorecard,
+    decision_loss,
+    learn_from_champion,
+)
 
 __all__ = [
+    "Comparison",
+    "DEFAULT_LEVEL",
+    "DEFAULT_MAX_WEIGHT",
+    "RiskEstimate",
+    "RiskInterval",
+    "Scorecard",
+    "WEIGHTINGS",
+    "decision_loss",
+    "importance_weight",
+    "learn_from_champion",
     "BudgetReport",
     "BudgetRows",
     "Budgeted",

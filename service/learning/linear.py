@@ -44,7 +44,7 @@ from .base import (
     quiet,
     raise_non_finite,
 )
-from .errors import HyperparameterError, NonFiniteError
+from .errors import HyperparameterError, InputError, NonFiniteError
 from .losses import FloatArray, reject_decision
 from .schedules import Schedule, as_schedule
 
@@ -180,41 +180,58 @@ class LinearLearner:
 
     # -- learning ----------------------------------------------------------------------
     @quiet
-    def update(self, x: Any, y: Any) -> bool:
-        """Absorb the true label ``y`` of ``x``; return whether ``w`` or ``rho`` moved.
+    def update(self, x: Any, y: Any, *, weight: float = 1.0) -> bool:
+        r"""Absorb the true label ``y`` of ``x``; return whether ``w`` or ``rho`` moved.
+
+        ``weight`` $h \in (0, 10^6]$ is an importance weight (default 1: the plain update):
+        the label counts $h$ times. A weight above 1 is taken in $n = \lceil h \rceil$
+        sub-steps of $h/n \le 1$ each at the same step size, the gradient re-evaluated after
+        each: the discretised importance-weight-aware update of Karampatziakis & Langford
+        (2011). A heavy label then moves the model only as far as its loss keeps a slope
+        (DRAL stops at the edge of its ramp), where one step $h$ times as long would
+        overshoot. Either way the step clock advances by one.
 
         Raises a :class:`~service.learning.errors.InputError` (a ``ValueError``) on bad
         input or when the step would make the model non-finite; the model is then unchanged.
         """
         x = features(x, self.n_features)
         yv = check_label(y)
+        h = _weight(weight)
         w = self._w
-        f = float(w.dot(x))
-        if not math.isfinite(f):
-            raise_non_finite(x)
         rho = self._rho
-        dz, drho = self._gradient(yv * f, rho)
         steps = self._steps
-        if dz == 0.0 and drho == 0.0:
-            self._steps = steps + 1
-            return False
         eta = self.eta(steps)
-        c = eta * dz * yv
-        rho_new = rho - eta * drho
-        if rho_new < 0.0:
-            rho_new = 0.0
-        w_new = w - c * x
+        n = 1 if h <= 1.0 else math.ceil(h)
+        h = h / n
+        moved = False
+        for _ in range(n):
+            f = float(w.dot(x))
+            if not math.isfinite(f):
+                if moved:
+                    raise NonFiniteError(
+                        f"update refused: a sub-step of weight {weight} overflowed"
+                    )
+                raise_non_finite(x)
+            dz, drho = self._gradient(yv * f, rho)
+            if dz == 0.0 and drho == 0.0:
+                break
+            c = h * eta * dz * yv
+            rho = rho - h * eta * drho
+            if rho < 0.0:
+                rho = 0.0
+            w = w - c * x
+            moved = True
         # a finite squared norm proves every weight finite; if it is not finite, look closer
-        if not math.isfinite(rho_new) or (
-            not math.isfinite(float(w_new.dot(w_new))) and not np.isfinite(w_new).all()
+        if not math.isfinite(rho) or (
+            not math.isfinite(float(w.dot(w))) and not np.isfinite(w).all()
         ):
             raise NonFiniteError(
                 f"update refused: it would make w or rho non-finite (step {steps}, eta {eta})"
             )
-        self._w = w_new
-        self._rho = rho_new
+        self._w = w
+        self._rho = rho
         self._steps = steps + 1
-        return True
+        return moved
 
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
@@ -248,3 +265,13 @@ class LinearLearner:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params}, rho={self._rho!r}, steps={self._steps})"
+
+
+def _weight(value: Any) -> float:
+    """An importance weight: a finite number in ``(0, 1e6]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"weight must be a number, got {value!r}")
+    h = float(value)
+    if not (math.isfinite(h) and 0.0 < h <= 1e6):
+        raise InputError(f"weight must be in (0, 1e6], got {value!r}")
+    return h

@@ -14,7 +14,10 @@ Preprocessing uses ``"format": "abstain.preprocessor"`` (one step, with ``"kind"
 ``params`` and ``learned`` like a learner's; a learner held to a budget
 (:class:`~service.learning.budgeted.Budgeted`) an ``"abstain.budgeted"`` record holding
 both (``"learner"``, ``"budget"``); a collapse detector
-(:class:`~service.learning.collapse.CollapseWatch`) an ``"abstain.collapse-watch"`` record.
+(:class:`~service.learning.collapse.CollapseWatch`) an ``"abstain.collapse-watch"`` record;
+a risk estimate (:class:`~service.learning.risk.RiskEstimate`) an
+``"abstain.risk-estimate"`` record, and a model's scorecard
+(:class:`~service.learning.shadow.Scorecard`) an ``"abstain.scorecard"`` record holding one.
 
 Floats are stored as Python floats: :mod:`json` (and orjson) write the shortest repr that
 reads back to the same double, so a JSON round trip is bit-exact. Integers wider than
@@ -53,6 +56,8 @@ __all__ = [
     "LEARNER_FORMAT",
     "PIPELINE_FORMAT",
     "PREPROCESSOR_FORMAT",
+    "RISK_FORMAT",
+    "SCORECARD_FORMAT",
     "VERSION",
     "dumps",
     "float_list",
@@ -76,6 +81,8 @@ PIPELINE_FORMAT: Final = "abstain.pipeline"
 BUDGET_FORMAT: Final = "abstain.budget"
 BUDGETED_FORMAT: Final = "abstain.budgeted"
 COLLAPSE_FORMAT: Final = "abstain.collapse-watch"
+RISK_FORMAT: Final = "abstain.risk-estimate"
+SCORECARD_FORMAT: Final = "abstain.scorecard"
 VERSION: Final = 1
 _WHAT_TO_DO: Final = "rebuild the model by replaying its label log"
 
