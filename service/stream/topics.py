@@ -21,7 +21,7 @@ What is refused, and why:
   partitions, at least ``replication_factor`` replicas and ``min.insync.replicas`` at least
   as configured; a topic whose ``min.insync.replicas`` exceeds its replicas accepts no write.
 
->>> from service.config import Settings
+>>> from service.config import Settings, TopicPolicy
 >>> [(s.name, s.partitions, s.compacted) for s in topic_specs(Settings())][:2]
 [('abstain.features', 8, False), ('abstain.decisions', 8, False)]
 """
@@ -38,7 +38,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 from mode import Service
 
-from service.config import Settings
+from service.config import Settings, TopicPolicy
 from service.stream.errors import TopicError
 
 __all__ = [
@@ -109,7 +109,7 @@ def problems_of(
 ) -> list[str]:
     """One sentence per problem of ``facts`` (the existing topics) against ``specs``.
 
-    >>> from service.config import Settings
+    >>> from service.config import Settings, TopicPolicy
     >>> s = Settings()
     >>> specs = [x for x in topic_specs(s) if x.role in ("topics.labels", "topics.models")]
     >>> facts = {"abstain.labels": TopicFacts(3, 1, "delete", 1),
@@ -119,45 +119,56 @@ def problems_of(
     abstain.labels (topics.labels) has 3 partitions, the learner needs 2 (partitions.labels): the label topics and the learner's changelogs must all have the same count; see README, "Kafka", to change it
     abstain.models (topics.models) is not compacted (cleanup.policy=delete): it must be (cleanup.policy=compact)
     """  # noqa: E501
-    policy = settings.topic_policy
-    check = policy.creation == "check"
     problems = []
     for spec in specs:
-        fact = facts.get(spec.name)
-        where = f"{spec.name} ({spec.role})"
-        if fact is None:
-            if check:
-                compact = ", cleanup.policy=compact" if spec.compacted else ""
-                problems.append(f"{where} does not exist (topic_policy.creation=check: create "
-                                f"it with {spec.partitions} partitions{compact})")  # fmt: skip
-            continue
-        if fact.partitions != spec.partitions and (spec.copartitioned or check):
-            need = "the learner needs" if spec.copartitioned else "the settings say"
-            field = "partitions.labels" if spec.copartitioned else _field(spec)
-            line = f"{where} has {fact.partitions} partitions, {need} {spec.partitions} ({field})"
-            if spec.copartitioned:
-                line += (": the label topics and the learner's changelogs must all have the "
-                         "same count; see README, \"Kafka\", to change it")  # fmt: skip
-            problems.append(line)
-        compacted = "compact" in fact.cleanup_policy.split(",")
-        if spec.compacted and not compacted:
-            problems.append(f"{where} is not compacted (cleanup.policy={fact.cleanup_policy}): "
-                            "it must be (cleanup.policy=compact)")  # fmt: skip
-        if spec.keyed_by_model and compacted:
-            problems.append(f"{where} is compacted (cleanup.policy={fact.cleanup_policy}): its "
-                            "records are keyed by model, compaction would keep one per model; "
-                            "use cleanup.policy=delete")  # fmt: skip
-        if fact.min_insync_replicas > fact.replicas:
-            problems.append(f"{where} has min.insync.replicas={fact.min_insync_replicas} but "
-                            f"{fact.replicas} replicas: no write can succeed")  # fmt: skip
-        if check and policy.replication_factor and fact.replicas < policy.replication_factor:
-            problems.append(f"{where} has {fact.replicas} replicas, topic_policy."
-                            f"replication_factor asks for {policy.replication_factor}")  # fmt: skip
-        wanted_isr = policy.min_insync_replicas
-        if check and wanted_isr and fact.min_insync_replicas < wanted_isr:
-            problems.append(f"{where} has min.insync.replicas={fact.min_insync_replicas}, "
-                            f"topic_policy.min_insync_replicas asks for {wanted_isr}")  # fmt: skip
+        problems += _problems_of_one(spec, facts.get(spec.name), settings.topic_policy)
     return problems
+
+
+def _problems_of_one(spec: TopicSpec, fact: TopicFacts | None, policy: TopicPolicy) -> list[str]:
+    check = policy.creation == "check"
+    where = f"{spec.name} ({spec.role})"
+    if fact is None:
+        if not check:
+            return []
+        compact = ", cleanup.policy=compact" if spec.compacted else ""
+        made = _count(spec.partitions, "partition") + compact
+        return [f"{where} does not exist (topic_policy.creation=check: create it with {made})"]
+    problems = []
+    if fact.partitions != spec.partitions and (spec.copartitioned or check):
+        need = "the learner needs" if spec.copartitioned else "the settings say"
+        field = "partitions.labels" if spec.copartitioned else _field(spec)
+        has = _count(fact.partitions, "partition")
+        line = f"{where} has {has}, {need} {spec.partitions} ({field})"
+        if spec.copartitioned:
+            line += (": the label topics and the learner's changelogs must all have the same "
+                     'count; see README, "Kafka", to change it')  # fmt: skip
+        problems.append(line)
+    policy_text = f"cleanup.policy={fact.cleanup_policy}"
+    compacted = "compact" in fact.cleanup_policy.split(",")
+    if spec.compacted and not compacted:
+        problems.append(f"{where} is not compacted ({policy_text}): it must be "
+                        "(cleanup.policy=compact)")  # fmt: skip
+    if spec.keyed_by_model and compacted:
+        problems.append(f"{where} is compacted ({policy_text}): its records are keyed by "
+                        "model, compaction would keep one per model; use "
+                        "cleanup.policy=delete")  # fmt: skip
+    replicas, isr = _count(fact.replicas, "replica"), fact.min_insync_replicas
+    if isr > fact.replicas:
+        problems.append(f"{where} has min.insync.replicas={isr} but {replicas}: no write can "
+                        "succeed")  # fmt: skip
+    if check and policy.replication_factor and fact.replicas < policy.replication_factor:
+        problems.append(f"{where} has {replicas}, topic_policy.replication_factor asks for "
+                        f"{policy.replication_factor}")  # fmt: skip
+    wanted = policy.min_insync_replicas
+    if check and wanted and isr < wanted:
+        problems.append(f"{where} has min.insync.replicas={isr}, "
+                        f"topic_policy.min_insync_replicas asks for {wanted}")  # fmt: skip
+    return problems
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _field(spec: TopicSpec) -> str:

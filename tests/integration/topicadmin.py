@@ -23,6 +23,7 @@ __all__ = [
     "facts",
     "groups",
     "topic_names",
+    "topics_of",
 ]
 
 T = TypeVar("T")
@@ -60,6 +61,10 @@ def create(bootstrap: str, topics: Mapping[str, Wanted]) -> None:
         response = await admin.create_topics(new, timeout_ms=30_000)
         for name, code, *_ in response.topic_errors:
             assert code in (0, TopicAlreadyExistsError.errno), (name, code)
+        for _ in range(100):  # until the broker asked next knows them (metadata propagates)
+            if set(topics) <= set(await admin.list_topics()):
+                return
+            await asyncio.sleep(0.1)
 
     _admin(bootstrap, use)
 
@@ -69,6 +74,12 @@ def topic_names(bootstrap: str) -> set[str]:
         return set(await admin.list_topics())
 
     return _admin(bootstrap, use)
+
+
+def topics_of(bootstrap: str, app_id: str, names: Iterable[str]) -> set[str]:
+    """The topics that exist of a deployment: ``names`` and any named after its app id."""
+    wanted = set(names)
+    return {n for n in topic_names(bootstrap) if n in wanted or n.startswith(f"{app_id}-")}
 
 
 def facts(bootstrap: str, names: Iterable[str]) -> dict[str, TopicFacts]:

@@ -1,0 +1,162 @@
+"""service.stream.topics without a broker: the topic specs of a worker and every problem the
+start-up check names (the real-broker side: tests/integration/test_topics_check.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.config import ConfigError, Settings, TopicPolicy, load_settings
+from service.stream.topics import TopicFacts, TopicSpec, problems_of, topic_specs
+
+
+def settings(**policy: Any) -> Settings:
+    return Settings(app_id="app", topic_policy=TopicPolicy(**policy))
+
+
+def fitting(specs: list[TopicSpec], *, replicas: int = 3, isr: int = 2) -> dict[str, TopicFacts]:
+    return {
+        s.name: TopicFacts(s.partitions, replicas, "compact" if s.compacted else "delete", isr)
+        for s in specs
+    }
+
+
+def test_specs_name_every_topic_changelog_and_the_leader_topic() -> None:
+    s = settings()
+    specs = {spec.name: spec for spec in topic_specs(s)}
+    assert set(specs) == {
+        *s.topics.model_dump().values(),
+        "app-pending-changelog",
+        "app-orphans-changelog",
+        "app-models-changelog",
+        "app-__assignor-__leader",
+    }
+    labels = s.partitions.labels
+    fixed = {name for name, spec in specs.items() if spec.copartitioned}
+    assert fixed == {s.topics.label_requests, s.topics.labels} | {
+        f"app-{t}-changelog" for t in ("pending", "orphans", "models")
+    }
+    assert {specs[name].partitions for name in fixed} == {labels}
+    assert {n for n, spec in specs.items() if spec.compacted} == {s.topics.models} | {
+        f"app-{t}-changelog" for t in ("pending", "orphans", "models")
+    }
+
+
+@pytest.mark.parametrize("creation", ["create", "check"])
+def test_topics_that_fit_have_no_problem(creation: str) -> None:
+    s = settings(creation=creation, replication_factor=3, min_insync_replicas=2)
+    specs = topic_specs(s)
+    assert problems_of(specs, fitting(specs), s) == []
+
+
+def test_create_mode_accepts_missing_topics_check_mode_names_each() -> None:
+    specs = topic_specs(settings())
+    assert problems_of(specs, {}, settings()) == []
+    problems = problems_of(specs, {}, settings(creation="check"))
+    assert len(problems) == len(specs)
+    assert all("does not exist (topic_policy.creation=check" in p for p in problems)
+    assert problems[4] == (
+        "abstain.models (topics.models) does not exist (topic_policy.creation=check: create it "
+        "with 1 partition, cleanup.policy=compact)"
+    )
+
+
+@pytest.mark.parametrize("creation", ["create", "check"])
+@pytest.mark.parametrize("which", ["label_requests", "labels", "changelog"])
+def test_a_label_topic_with_another_partition_count_is_refused_in_both_modes(
+    creation: str, which: str
+) -> None:
+    s = settings(creation=creation)
+    specs = topic_specs(s)
+    facts = fitting(specs)
+    name = "app-pending-changelog" if which == "changelog" else getattr(s.topics, which)
+    facts[name] = TopicFacts(5, 3, facts[name].cleanup_policy, 2)
+    (problem,) = problems_of(specs, facts, s)
+    assert problem.startswith(f"{name} (")
+    assert "has 5 partitions, the learner needs 2 (partitions.labels)" in problem
+
+
+def test_other_partition_counts_matter_only_when_checking() -> None:
+    specs = topic_specs(settings())
+    facts = fitting(specs)
+    facts["abstain.features"] = TopicFacts(3, 3, "delete", 2)
+    assert problems_of(specs, facts, settings()) == []
+    (problem,) = problems_of(specs, facts, settings(creation="check"))
+    assert problem == (
+        "abstain.features (topics.features) has 3 partitions, the settings say 8 "
+        "(partitions.features)"
+    )
+
+
+def test_compaction_is_required_where_values_are_latest_and_refused_where_keyed_by_model() -> None:
+    s = settings()
+    specs = topic_specs(s)
+    facts = fitting(specs)
+    facts["app-models-changelog"] = TopicFacts(2, 3, "delete", 2)
+    facts["abstain.labels"] = TopicFacts(2, 3, "compact,delete", 2)
+    problems = problems_of(specs, facts, s)
+    assert problems == [
+        "abstain.labels (topics.labels) is compacted (cleanup.policy=compact,delete): its "
+        "records are keyed by model, compaction would keep one per model; use "
+        "cleanup.policy=delete",
+        "app-models-changelog (table models) is not compacted (cleanup.policy=delete): it "
+        "must be (cleanup.policy=compact)",
+    ]
+
+
+def test_replicas_are_checked_against_the_policy_only_when_checking() -> None:
+    specs = topic_specs(settings())
+    thin = fitting(specs, replicas=1, isr=1)
+    assert problems_of(specs, thin, settings(replication_factor=3, min_insync_replicas=2)) == []
+    problems = problems_of(
+        specs, thin, settings(creation="check", replication_factor=3, min_insync_replicas=2)
+    )
+    assert len(problems) == 2 * len(specs)
+    assert (
+        "abstain.decisions (topics.decisions) has 1 replica, topic_policy.replication_factor "
+        "asks for 3" in problems
+    )
+    assert (
+        "abstain.decisions (topics.decisions) has min.insync.replicas=1, "
+        "topic_policy.min_insync_replicas asks for 2" in problems
+    )
+
+
+def test_a_topic_that_can_take_no_write_is_refused_in_both_modes() -> None:
+    specs = topic_specs(settings())
+    facts = fitting(specs)
+    facts["abstain.decisions"] = TopicFacts(8, 1, "delete", 2)
+    (problem,) = problems_of(specs, facts, settings())
+    assert problem == (
+        "abstain.decisions (topics.decisions) has min.insync.replicas=2 but 1 replica: "
+        "no write can succeed"
+    )
+
+
+def test_policy_comes_from_the_environment_and_is_validated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ABSTAIN_TOPIC_POLICY__REPLICATION_FACTOR", "3")
+    monkeypatch.setenv("ABSTAIN_TOPIC_POLICY__MIN_INSYNC_REPLICAS", "2")
+    monkeypatch.setenv("ABSTAIN_TOPIC_POLICY__CREATION", "check")
+    policy = load_settings().topic_policy
+    assert (policy.creation, policy.replication_factor, policy.min_insync_replicas) == (
+        "check",
+        3,
+        2,
+    )
+    assert policy.topic_configs == {"min.insync.replicas": "2"}
+    monkeypatch.setenv("ABSTAIN_TOPIC_POLICY__CREATION", "auto")
+    with pytest.raises(ConfigError, match="topic_policy.creation"):
+        load_settings()
+
+
+def test_unset_policy_leaves_replication_to_the_broker() -> None:
+    policy = Settings().topic_policy
+    assert (policy.creation, policy.replication_factor, policy.min_insync_replicas) == (
+        "create",
+        None,
+        None,
+    )
+    assert policy.topic_configs == {}
