@@ -4,6 +4,7 @@
   With ``ABSTAIN_TEST_BOOTSTRAP=host:port`` set, that broker is used and none is started;
   otherwise a :class:`~service.localkafka.LocalKafka` starts on free ports in a temporary
   directory the first time a test asks for it, so unit-test-only runs never start Java.
+  ``ABSTAIN_TEST_KAFKA=4`` runs that broker on the Kafka 4 line (default 3: the pinned 3.9).
 - ``kafka_broker`` (function): the :class:`LocalKafka` object itself, for tests that stop,
   start, pause or resume it (broker outages). After each such test the broker is running
   and answering again. With ``ABSTAIN_TEST_BOOTSTRAP`` set these tests fail: they need a
@@ -28,6 +29,7 @@ import pytest
 from service.localkafka import LocalKafka, StartError, find_free_ports
 
 BOOTSTRAP_ENV = "ABSTAIN_TEST_BOOTSTRAP"
+KAFKA_LINE_ENV = "ABSTAIN_TEST_KAFKA"
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
 
@@ -48,7 +50,11 @@ def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
     for attempt in range(3):  # a free port can be taken by someone else before Kafka binds
         port, controller_port = find_free_ports(2)
         kafka = LocalKafka(
-            port=port, controller_port=controller_port, data_dir=data_dir, die_with_parent=True
+            port=port,
+            controller_port=controller_port,
+            data_dir=data_dir,
+            die_with_parent=True,
+            kafka=os.environ.get(KAFKA_LINE_ENV, "3"),
         )
         atexit.register(kafka.stop)  # an interrupted session skips fixture teardown
         try:

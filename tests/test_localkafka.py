@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from service.localkafka import (
+    KAFKA_LINES,
     BrokerConfig,
     BrokerState,
     FetchError,
+    LocalCluster,
     LocalKafka,
     LocalKafkaError,
     StartError,
@@ -369,3 +371,129 @@ def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
         client.recv(1)
         client.close()
     assert port_is_free(port)
+
+
+# clusters and Kafka lines ----------------------------------------------------------------
+def test_a_cluster_node_names_the_whole_quorum_and_the_cluster_replication() -> None:
+    voters = ((1, 19093), (2, 19095), (3, 19097))
+    config = BrokerConfig(
+        port=19094,
+        controller_port=19095,
+        node_id=2,
+        voters=voters,
+        replication_factor=3,
+        min_insync_replicas=2,
+    )
+    props = parse_properties(render_server_properties(config, Path("/data/node-2/kraft")))
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == (
+        "1@127.0.0.1:19093,2@127.0.0.1:19095,3@127.0.0.1:19097"
+    )
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19094,CONTROLLER://127.0.0.1:19095"
+    for key in (
+        "default.replication.factor",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+    ):
+        assert props[key] == "3", key
+    assert props["min.insync.replicas"] == props["transaction.state.log.min.isr"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"node_id": 4, "voters": ((1, 9093), (2, 9095))}, "not one of the voters"),
+        ({"node_id": 1, "controller_port": 9093, "voters": ((1, 9099),)}, "not one of"),
+        ({"replication_factor": 2, "min_insync_replicas": 3}, "min_insync_replicas"),
+        ({"min_insync_replicas": 0}, "min_insync_replicas"),
+    ],
+)
+def test_cluster_settings_that_cannot_work_are_refused(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        BrokerConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cluster_nodes_get_their_own_ports_data_dirs_and_one_quorum(tmp_path: Path) -> None:
+    cluster = LocalCluster(brokers=3, port=29200, data_dir=tmp_path)
+    assert cluster.bootstrap == "127.0.0.1:29200,127.0.0.1:29202,127.0.0.1:29204"
+    assert [n.data_dir for n in cluster.nodes] == [tmp_path / f"node-{i}" for i in (1, 2, 3)]
+    assert [(n.port, n.controller_port) for n in cluster.nodes] == [
+        (29200, 29201),
+        (29202, 29203),
+        (29204, 29205),
+    ]
+    assert {n.config.quorum_voters for n in cluster.nodes} == {
+        "1@127.0.0.1:29201,2@127.0.0.1:29203,3@127.0.0.1:29205"
+    }
+    # unset: every node keeps a copy, a write needs all but one
+    assert {(n.config.replication_factor, n.config.min_insync_replicas) for n in cluster.nodes} == {
+        (3, 2)
+    }
+    assert cluster.node(3) is cluster.nodes[2]
+    with pytest.raises(LocalKafkaError, match="no node 4"):
+        cluster.node(4)
+
+
+def test_a_cluster_keeps_one_id_across_starts(tmp_path: Path) -> None:
+    first = LocalCluster(brokers=3, port=29300, data_dir=tmp_path).cluster_id()
+    assert LocalCluster(brokers=3, port=29300, data_dir=tmp_path).cluster_id() == first
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", first)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"brokers": 0}, "brokers"), ({"brokers": 3, "ports": [(1, 2)]}, "3 port pairs")],
+)
+def test_bad_cluster_shapes_are_refused(
+    tmp_path: Path, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        LocalCluster(data_dir=tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+def test_each_kafka_line_pins_a_version_of_that_line(tmp_path: Path) -> None:
+    assert sorted(KAFKA_LINES) == ["3", "4"]
+    for line, pom in KAFKA_LINES.items():
+        version = pinned_kafka_version(pom)
+        assert re.fullmatch(rf"{line}\.\d+\.\d+", version), (line, version)
+        kafka = LocalKafka(data_dir=tmp_path, kafka=line)
+        assert kafka.kafka_version == version
+        assert kafka.jars_dir.name == version  # each version's jars in their own directory
+    with pytest.raises(ValueError, match="kafka must be one of"):
+        LocalKafka(data_dir=tmp_path, kafka="2")
+
+
+def test_both_logging_configs_send_the_broker_log_to_files() -> None:
+    log4j2 = (REPO / "deploy" / "kafka" / "log4j2.properties").read_text()
+    assert "${sys:kafka.logs.dir}/server.log" in log4j2
+    assert "Console" not in log4j2
+
+
+def test_kill_sigkills_the_recorded_process(
+    kafka: LocalKafka, impostor: subprocess.Popen[bytes]
+) -> None:
+    arm(impostor, kafka, stubborn=True)
+    assert kafka.kill() is True
+    assert impostor.wait(timeout=10) == -signal.SIGKILL
+    assert not kafka.state_path.exists()
+    assert kafka.kill() is False
+
+
+def test_a_cluster_in_the_foreground_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["start", "--brokers", "3", "--foreground", "--data-dir", str(tmp_path)]
+    assert main(argv) == 1
+    assert "--foreground runs one broker" in capsys.readouterr().err
+
+
+def test_status_and_stop_cover_every_node_of_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in (1, 2, 3):
+        (tmp_path / f"node-{i}").mkdir()
+    assert main(["status", "--data-dir", str(tmp_path)]) == 3
+    assert main(["stop", "--data-dir", str(tmp_path)]) == 0
+    assert "not running" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""A local single-node Apache Kafka broker (KRaft mode) for development and tests.
+"""A local Apache Kafka broker, or a cluster of them (KRaft mode), for development and tests.
 
 The broker's jars come from Maven Central through ``deploy/kafka/pom.xml`` (``mvn``
 caches them in the local Maven repository), storage is formatted once per data directory,
@@ -12,14 +12,19 @@ can ask for its status or stop it; the data survive a stop and a later start.
 ('127.0.0.1:19092', 19093)
 
 Modules: ``errors`` (the tree below), ``wire`` (free ports, state file, process
-liveness, Metadata probe), ``config`` (paths, pinned version, ``server.properties``),
-``broker`` (``LocalKafka``: jars, start, stop, status, pause, resume), ``cli`` (``main``).
+liveness, Metadata probe), ``config`` (paths, pinned versions, ``server.properties``),
+``broker`` (``LocalKafka``: jars, start, stop, kill, status, pause, resume), ``cluster``
+(``LocalCluster``: several nodes, one quorum), ``cli`` (``main``).
+
+Two Kafka lines are supported, each pinned in its own pom (``KAFKA_LINES``): ``3``
+(``deploy/kafka/pom.xml``, the default) and ``4`` (``deploy/kafka/kafka4/pom.xml``).
 
 Command line (``python -m service kafka ...``)::
 
     start [--port 9092] [--data-dir var/kafka] [--partitions 1] [--foreground]
-    stop | status [--data-dir var/kafka]
-    fetch                      fetch the jars only
+          [--brokers 1] [--kafka 3|4] [--heap 512m]
+    stop | status [--data-dir var/kafka]     (every node of a cluster in that directory)
+    fetch [--kafka 3|4]        fetch the jars only
 
 Exceptions::
 
@@ -35,6 +40,7 @@ from service.localkafka.broker import FETCH_TIMEOUT as FETCH_TIMEOUT
 from service.localkafka.broker import STORAGE_TOOL as STORAGE_TOOL
 from service.localkafka.broker import BrokerStatus, LocalKafka
 from service.localkafka.cli import main
+from service.localkafka.cluster import LocalCluster
 from service.localkafka.config import (
     DEFAULT_DATA_DIR,
     BrokerConfig,
@@ -43,6 +49,7 @@ from service.localkafka.config import (
     render_server_properties,
 )
 from service.localkafka.config import DEFAULT_JARS_ROOT as DEFAULT_JARS_ROOT
+from service.localkafka.config import KAFKA_LINES as KAFKA_LINES
 from service.localkafka.config import LOG4J_PATH as LOG4J_PATH
 from service.localkafka.config import POM_PATH as POM_PATH
 from service.localkafka.config import REPO_ROOT as REPO_ROOT
@@ -65,6 +72,7 @@ __all__ = [
     "BrokerState",
     "BrokerStatus",
     "FetchError",
+    "LocalCluster",
     "LocalKafka",
     "LocalKafkaError",
     "StartError",

@@ -22,8 +22,9 @@ from typing import IO, Self
 from service.localkafka.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_JARS_ROOT,
+    KAFKA_LINES,
+    LOG4J2_PATH,
     LOG4J_PATH,
-    POM_PATH,
     BrokerConfig,
     new_cluster_id,
     pinned_kafka_version,
@@ -91,6 +92,10 @@ class LocalKafka:
     ``die_with_parent=True`` makes the kernel kill the broker when the process that
     started it dies (Linux; only when ``start()`` runs on the main thread), for test
     sessions; the command line's ``start`` leaves the broker running on its own.
+
+    ``kafka`` picks the Kafka line (``"3"`` or ``"4"``, :data:`KAFKA_LINES`: each pins one
+    version in its pom). ``node_id``, ``voters``, ``cluster_id`` and the replication
+    settings make the broker one node of a cluster (:class:`~service.localkafka.LocalCluster`).
     """
 
     def __init__(
@@ -106,18 +111,32 @@ class LocalKafka:
         die_with_parent: bool = False,
         java: str = "java",
         mvn: str = "mvn",
+        kafka: str = "3",
+        node_id: int = 1,
+        voters: tuple[tuple[int, int], ...] = (),
+        replication_factor: int = 1,
+        min_insync_replicas: int = 1,
+        cluster_id: str | None = None,
     ) -> None:
         if not _HEAP_RE.fullmatch(heap):
             raise ValueError(f"heap must look like 512m or 1g, got {heap!r}")
         if ready_timeout <= 0:
             raise ValueError(f"ready_timeout must be > 0, got {ready_timeout}")
+        if kafka not in KAFKA_LINES:
+            raise ValueError(f"kafka must be one of {sorted(KAFKA_LINES)}, got {kafka!r}")
         self.config = BrokerConfig(
             port=port,
             controller_port=port + 1 if controller_port is None else controller_port,
             num_partitions=num_partitions,
+            node_id=node_id,
+            voters=voters,
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
         )
+        self.cluster_id = cluster_id
         self.data_dir = Path(data_dir).resolve()
-        self.kafka_version = pinned_kafka_version()
+        self.pom = KAFKA_LINES[kafka]
+        self.kafka_version = pinned_kafka_version(self.pom)
         self.jars_dir = Path(jars_dir or DEFAULT_JARS_ROOT / self.kafka_version).resolve()
         self.heap = heap
         self.ready_timeout = ready_timeout
@@ -170,7 +189,7 @@ class LocalKafka:
         shutil.rmtree(tmp, ignore_errors=True)
         _say(f"fetching Kafka {self.kafka_version} jars with mvn into {self.jars_dir} ...")
         began = time.monotonic()
-        cmd = [mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(POM_PATH)]
+        cmd = [mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(self.pom)]
         cmd += ["dependency:copy-dependencies", f"-DoutputDirectory={tmp}"]
         try:
             done = subprocess.run(  # noqa: S603 - fixed argv, no shell
@@ -211,6 +230,14 @@ class LocalKafka:
 
     def start(self) -> bool:
         """Start the broker and wait until it answers; False if it already ran."""
+        if not self.launch():
+            return False
+        self.wait_ready()
+        return True
+
+    def launch(self) -> bool:
+        """Start the broker's process without waiting for it to answer (the nodes of a
+        cluster answer only once a quorum of them runs); False if it already ran."""
         if self.running_state() is not None:
             return False
         self._reap()
@@ -240,7 +267,24 @@ class LocalKafka:
             started_at=time.time(),
         )
         write_state(self.state_path, state)
+        return True
+
+    def wait_ready(self) -> None:
+        """Wait until the launched broker answers and names itself (``ready_timeout``)."""
+        if self._proc is None:
+            raise StartError(f"no broker was launched for {self.data_dir}")
         self._wait_ready(self._proc)
+
+    def kill(self) -> bool:
+        """SIGKILL the broker by PID (a crash: no controlled shutdown); False if none ran."""
+        state = self.running_state()
+        if state is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state.pid, signal.SIGKILL)
+        self._wait_gone(state.pid, 10.0)
+        self._reap()
+        self.state_path.unlink(missing_ok=True)
         return True
 
     def stop(self, timeout: float = 30.0) -> bool:
@@ -315,7 +359,8 @@ class LocalKafka:
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dkafka.logs.dir={self.log_dir}",
-            f"-Dlog4j.configuration={LOG4J_PATH.as_uri()}",
+            f"-Dlog4j.configuration={LOG4J_PATH.as_uri()}",  # Kafka 3 (reload4j)
+            f"-Dlog4j2.configurationFile={LOG4J2_PATH.as_uri()}",  # Kafka 4 (log4j 2)
             "-cp",
             str(self.jars_dir / "*"),
         ]
@@ -329,7 +374,7 @@ class LocalKafka:
 
     def _format_storage(self) -> None:
         cmd = [*self._java_prefix("256m"), STORAGE_TOOL, "format", "--ignore-formatted"]
-        cmd += ["-t", new_cluster_id(), "-c", str(self.properties_path)]
+        cmd += ["-t", self.cluster_id or new_cluster_id(), "-c", str(self.properties_path)]
         done = subprocess.run(  # noqa: S603 - fixed argv, no shell
             cmd, capture_output=True, text=True, timeout=120, check=False
         )

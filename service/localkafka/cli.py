@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from service.localkafka.broker import LocalKafka, _say
-from service.localkafka.config import DEFAULT_DATA_DIR
+from service.localkafka.cluster import LocalCluster, stop_all
+from service.localkafka.config import DEFAULT_DATA_DIR, KAFKA_LINES
 from service.localkafka.errors import LocalKafkaError
 
 __all__ = ["main"]
 
-DESCRIPTION = "A local single-node Apache Kafka broker (KRaft mode) for development and tests."
+DESCRIPTION = (
+    "A local Apache Kafka broker, or a cluster of brokers (KRaft mode), for development and tests."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,7 +28,13 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--port", type=int, default=9092)
     start.add_argument("--controller-port", type=int, default=None, help="default: port + 1")
     start.add_argument("--partitions", type=int, default=1, help="num.partitions (default 1)")
-    start.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
+    start.add_argument("--heap", default="512m", help="JVM -Xmx of each broker (default 512m)")
+    start.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="nodes of a local cluster (ports count up from --port by 2; default 1)",
+    )
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for it")
     start.add_argument("--foreground", action="store_true", help="run until Ctrl-C")
     stop = sub.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
@@ -34,13 +43,27 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("fetch", help="fetch the jars only")
     for action in sub.choices.values():
         action.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+        action.add_argument(
+            "--kafka", choices=sorted(KAFKA_LINES), default="3", help="Kafka line (default 3)"
+        )
     return parser
+
+
+def _cluster_nodes(data_dir: Path, kafka: str) -> list[LocalKafka]:
+    """The nodes of a cluster started in ``data_dir`` (``node-<id>``), by their state files."""
+    return [
+        LocalKafka(data_dir=path, kafka=kafka)
+        for path in sorted(data_dir.glob("node-*"))
+        if path.is_dir()
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m service kafka start|stop|status|fetch``; returns the exit code."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        if args.action == "start" and args.brokers > 1:
+            return _start_cluster(args)
         if args.action == "start":
             kafka = LocalKafka(
                 port=args.port,
@@ -50,25 +73,53 @@ def main(argv: Sequence[str] | None = None) -> int:
                 heap=args.heap,
                 ready_timeout=args.timeout,
                 die_with_parent=args.foreground,
+                kafka=args.kafka,
             )
             return _start(kafka, foreground=args.foreground)
-        kafka = LocalKafka(data_dir=args.data_dir)
+        kafka = LocalKafka(data_dir=args.data_dir, kafka=args.kafka)
+        nodes = [kafka, *_cluster_nodes(kafka.data_dir, args.kafka)]
         if args.action == "stop":
             began = time.monotonic()
-            if kafka.stop(timeout=args.timeout):
+            if stop_all(nodes, args.timeout):
                 _say(f"stopped in {time.monotonic() - began:.1f} s")
             else:
                 _say(f"not running (data dir {kafka.data_dir})")
             return 0
         if args.action == "status":
-            status = kafka.status()
-            print(status.describe())
-            return 0 if status.running and status.answering else 3
+            statuses = [node.status() for node in nodes]
+            shown = [s for s in statuses if s.running] or statuses[:1]
+            for status in shown:
+                print(status.describe())
+            return 0 if all(s.running and s.answering for s in shown) else 3
         print(kafka.fetch())
         return 0
     except (LocalKafkaError, ValueError) as exc:
         _say(f"error: {exc}")
         return 1
+
+
+def _start_cluster(args: argparse.Namespace) -> int:
+    if args.foreground:
+        raise ValueError("--foreground runs one broker; start a cluster without it")
+    cluster = LocalCluster(
+        brokers=args.brokers,
+        port=args.port,
+        data_dir=args.data_dir,
+        heap=args.heap,
+        kafka=args.kafka,
+        num_partitions=args.partitions,
+        ready_timeout=args.timeout,
+    )
+    began = time.monotonic()
+    if not cluster.start():
+        _say(f"already running (data dir {cluster.data_dir})")
+        return 0
+    _say(
+        f"Kafka {cluster.kafka_version} cluster of {args.brokers} ready on {cluster.bootstrap} "
+        f"after {time.monotonic() - began:.1f} s (data dir {cluster.data_dir})"
+    )
+    print(cluster.bootstrap, flush=True)
+    return 0
 
 
 def _start(kafka: LocalKafka, *, foreground: bool) -> int:

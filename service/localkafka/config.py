@@ -14,6 +14,8 @@ from service.localkafka.wire import HOST
 __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_JARS_ROOT",
+    "KAFKA_LINES",
+    "LOG4J2_PATH",
     "LOG4J_PATH",
     "POM_PATH",
     "REPO_ROOT",
@@ -25,7 +27,10 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POM_PATH = REPO_ROOT / "deploy" / "kafka" / "pom.xml"
-LOG4J_PATH = REPO_ROOT / "deploy" / "kafka" / "log4j.properties"
+LOG4J_PATH = REPO_ROOT / "deploy" / "kafka" / "log4j.properties"  # Kafka 3 (reload4j)
+LOG4J2_PATH = REPO_ROOT / "deploy" / "kafka" / "log4j2.properties"  # Kafka 4 (log4j 2)
+#: the supported Kafka lines and the pom that pins each one's version
+KAFKA_LINES = {"3": POM_PATH, "4": REPO_ROOT / "deploy" / "kafka" / "kafka4" / "pom.xml"}
 DEFAULT_DATA_DIR = REPO_ROOT / "var" / "kafka"
 DEFAULT_JARS_ROOT = REPO_ROOT / "var" / "kafka-jars"
 
@@ -59,6 +64,11 @@ class BrokerConfig:
     controller_port: int = 9093
     num_partitions: int = 1
     host: str = HOST
+    node_id: int = 1
+    #: (node id, controller port) of every controller of the quorum; () = this node alone
+    voters: tuple[tuple[int, int], ...] = ()
+    replication_factor: int = 1  # default.replication.factor, internal topics too
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
         for name in ("port", "controller_port"):
@@ -69,19 +79,34 @@ class BrokerConfig:
             raise ValueError(f"port and controller_port must differ, both are {self.port}")
         if self.num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, got {self.num_partitions}")
+        if self.voters and (self.node_id, self.controller_port) not in self.voters:
+            raise ValueError(f"node {self.node_id} is not one of the voters {self.voters}")
+        if not 1 <= self.min_insync_replicas <= self.replication_factor:
+            raise ValueError(
+                f"need 1 <= min_insync_replicas <= replication_factor, got "
+                f"{self.min_insync_replicas} and {self.replication_factor}"
+            )
+
+    @property
+    def quorum_voters(self) -> str:
+        """``controller.quorum.voters``: ``id@host:port`` of every controller."""
+        voters = self.voters or ((self.node_id, self.controller_port),)
+        return ",".join(f"{node}@{self.host}:{port}" for node, port in voters)
 
 
 def render_server_properties(config: BrokerConfig, log_dir: Path) -> str:
-    """A KRaft ``server.properties`` for one combined broker+controller node.
+    """A KRaft ``server.properties`` for one combined broker+controller node (of a quorum
+    of one, or of ``config.voters``).
 
     >>> text = render_server_properties(BrokerConfig(port=9092), Path("/d/kraft"))
     >>> [line for line in text.splitlines() if line.startswith("listeners=")]
     ['listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093']
     """
+    rf, isr = str(config.replication_factor), str(config.min_insync_replicas)
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{config.host}:{config.controller_port}",
+        "node.id": str(config.node_id),
+        "controller.quorum.voters": config.quorum_voters,
         "listeners": (
             f"PLAINTEXT://{config.host}:{config.port},"
             f"CONTROLLER://{config.host}:{config.controller_port}"
@@ -92,12 +117,12 @@ def render_server_properties(config: BrokerConfig, log_dir: Path) -> str:
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(log_dir),
         "num.partitions": str(config.num_partitions),
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": rf,
+        "min.insync.replicas": isr,
+        "offsets.topic.replication.factor": rf,
         "offsets.topic.num.partitions": "4",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
         "transaction.state.log.num.partitions": "4",
         "auto.create.topics.enable": "true",
         "delete.topic.enable": "true",
