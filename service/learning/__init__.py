@@ -123,6 +123,7 @@ from .registry import (
 from .risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, RiskEstimate, RiskInterval, importance_weight
 from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
 from .shadow import (
+    ESTIMATORS,
     WEIGHTINGS,
     Comparison,
     Scorecard,
@@ -137,6 +138,7 @@ __all__ = [
     "RiskEstimate",
     "RiskInterval",
     "Scorecard",
+    "ESTIMATORS",
     "WEIGHTINGS",
     "decision_loss",
     "importance_weight",

@@ -18,7 +18,10 @@ the stream caps it):
   its 0-d-1 loss with the champion's $p_t$ in a
   :class:`~service.learning.risk.RiskEstimate`, which stays unbiased however the shadow
   learns, because the shadow decided before the coin was drawn. Reject rate and label count
-  come with it; :meth:`Scorecard.report` gives the :class:`Comparison` record.
+  come with it; :meth:`Scorecard.report` gives the :class:`Comparison` record, by default
+  with the Horvitz-Thompson estimate over the events counted (``estimator="ratio"``: the
+  stream envelope's ``iw_loss / iw_weight``, which overstates the risk of a model that is
+  sure of many events; :mod:`service.learning.risk`).
 
 The functions are pure (no clock, no I/O): a stream worker calls
 :meth:`Scorecard.decided` where it scores and :func:`learn_from_champion` and
@@ -34,8 +37,8 @@ The functions are pure (no clock, no I/O): a stream worker calls
 >>> if theirs.query:
 ...     _ = card.labelled(mine.label, y, theirs.query_probability)
 ...     _ = learn_from_champion(shadow, x, y, theirs.query_probability)
->>> r = card.report(); r.events, r.labels, r.reject_rate, round(r.risk, 2)
-(1, 1, 1.0, 0.25)
+>>> r = card.report(); r.events, r.labels, r.reject_rate, round(r.risk, 2)  # d / p
+(1, 1, 1.0, 0.32)
 >>> round(theirs.query_probability, 3), [round(v, 4) for v in shadow.w.tolist()]  # 2 sub-steps
 (0.786, [0.1589, 0.0795])
 """
@@ -53,7 +56,9 @@ from .linear import LinearLearner
 from .risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, RiskEstimate, importance_weight
 
 __all__ = [
+    "ESTIMATORS",
     "WEIGHTINGS",
+    "Estimator",
     "Comparison",
     "Scorecard",
     "Weighting",
@@ -64,6 +69,10 @@ __all__ = [
 Weighting = Literal["importance", "none"]
 #: how a shadow learns from a champion's label: with weight 1/p, or as one plain step
 WEIGHTINGS: Final[tuple[Weighting, ...]] = ("importance", "none")
+
+Estimator = Literal["horvitz-thompson", "ratio"]
+#: the risk estimates of a :class:`Comparison` (:meth:`RiskEstimate.interval`)
+ESTIMATORS: Final[tuple[Estimator, ...]] = ("horvitz-thompson", "ratio")
 
 
 def decision_loss(label: int, y: int, cost: float) -> float:
@@ -112,7 +121,9 @@ class Comparison:
     """One model's live comparison record (the champion's or a shadow's).
 
     ``risk`` in ``[low, high]`` at ``level`` (NaN before the first label), from ``labels``
-    labels; ``rejected`` of ``events`` decisions were rejections.
+    labels, by ``estimator``; ``rejected`` of ``events`` decisions were rejections. For the
+    Horvitz-Thompson estimate ``events`` must count the decisions whose questions could
+    have been answered by now (on a stream with delayed labels: not the newest ones).
     """
 
     events: int
@@ -122,6 +133,7 @@ class Comparison:
     low: float
     high: float
     level: float
+    estimator: Estimator = "horvitz-thompson"
 
     @property
     def reject_rate(self) -> float:
@@ -130,11 +142,20 @@ class Comparison:
 
     @classmethod
     def of(
-        cls, estimate: RiskEstimate, *, events: int, rejected: int, level: float = DEFAULT_LEVEL
+        cls,
+        estimate: RiskEstimate,
+        *,
+        events: int,
+        rejected: int,
+        level: float = DEFAULT_LEVEL,
+        estimator: Estimator = "horvitz-thompson",
     ) -> Comparison:
         """The record of ``estimate`` (learner side) and the decision counts (scorer side)."""
-        r = estimate.interval(level)
-        return cls(events, rejected, r.labels, r.risk, r.low, r.high, r.level)
+        if estimator not in ESTIMATORS:
+            raise HyperparameterError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        by_events = estimator == "horvitz-thompson"
+        r = estimate.interval(level, events=events if by_events else None)
+        return cls(events, rejected, r.labels, r.risk, r.low, r.high, r.level, estimator)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (NaN becomes ``None``), with ``reject_rate``."""
@@ -147,6 +168,7 @@ class Comparison:
             "low": self.low,
             "high": self.high,
             "level": self.level,
+            "estimator": self.estimator,
         }
         return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in out.items()}
 
@@ -178,10 +200,12 @@ class Scorecard:
         """Charge decision ``label`` for the true ``y``; return the weighted loss added."""
         return self.estimate.add(decision_loss(label, y, self.cost), query_probability)
 
-    def report(self, level: float = DEFAULT_LEVEL) -> Comparison:
+    def report(
+        self, level: float = DEFAULT_LEVEL, estimator: Estimator = "horvitz-thompson"
+    ) -> Comparison:
         """The :class:`Comparison` record now."""
         return Comparison.of(self.estimate, events=self.events, rejected=self.rejected,
-                             level=level)  # fmt: skip
+                             level=level, estimator=estimator)  # fmt: skip
 
     def to_state(self) -> dict[str, Any]:
         """A versioned, JSON-safe record (``"format": "abstain.scorecard"``)."""

@@ -135,19 +135,24 @@ def test_decision_loss_of_the_decision_equals_the_margin_loss(
 
 def test_scorecard_counts_decisions_and_charges_labels_with_the_champions_probability() -> None:
     card = Scorecard(cost=0.25, max_weight=10.0)
-    for label in (1, 0, -1, 0, 1):
+    for label in [1, 0, -1, 0, 1] * 4:
         card.decided(label)
     assert card.labelled(0, 1, 0.5) == 0.5  # a rejection costs d = 0.25, weight 2
     assert card.labelled(1, -1, 0.05) == 10.0  # wrong, weight capped at 10
     assert card.labelled(-1, -1, 1.0) == 0.0
     report = card.report(0.9)
-    assert (report.events, report.rejected, report.labels) == (5, 2, 3)
+    assert (report.events, report.rejected, report.labels) == (20, 8, 3)
     assert report.reject_rate == 0.4
-    assert report.risk == pytest.approx(10.5 / 13.0)
+    assert report.estimator == "horvitz-thompson"
+    assert report.risk == pytest.approx(10.5 / 20)  # weighted losses over the events
     assert report.low <= report.risk <= report.high
     assert report.level == 0.9
-    assert report.risk == card.estimate.risk
+    ratio = card.report(0.9, estimator="ratio")
+    assert ratio.risk == pytest.approx(10.5 / 13.0)  # over the weights: the envelope's risk
+    assert ratio.risk == card.estimate.risk
     assert importance_weight(0.05, 10.0) == 10.0
+    with pytest.raises(HyperparameterError, match="estimator"):
+        card.report(estimator="mean")  # type: ignore[arg-type]
 
 
 def test_scorecard_state_round_trips_and_a_fresh_record_is_json_safe() -> None:
