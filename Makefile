@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-unit test-integration test-long lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
+.PHONY: help venv run test test-unit test-integration test-long test-kafka4 lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -22,13 +22,21 @@ venv: $(STAMP) ## create .venv and install abstain with its dev tools
 run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; Ctrl-C stops all)
 	$(BIN)/python -m service demo $(ARGS)
 
-test: $(STAMP) ## unit, doctest and real-Kafka integration tests (starts its own broker)
+# the broker smoke tests, run again on the Kafka 4 line (make test runs them after the rest)
+KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.py \
+	tests/integration/test_topics_check.py tests/integration/test_service.py
+
+test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9, then the Kafka 4 smoke subset)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE)
+
+test-kafka4: $(STAMP) ## the broker smoke tests on a Kafka 4 broker only
+	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE) $(ARGS)
 
 test-unit: $(STAMP) ## tests that need no broker
 	$(BIN)/python -m pytest -m "not integration and not slow" $(ARGS)
 
-test-long: $(STAMP) ## the full-size fault-injection tests (tens of minutes)
+test-long: $(STAMP) ## the full-size fault-injection tests and the three-broker cluster faults (tens of minutes)
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
 lint: $(STAMP) ## ruff check + format check
@@ -47,11 +55,11 @@ replay: $(STAMP) ## paper protocol on both shared datasets into docs/replay/
 	$(BIN)/python -m service replay ../shared/data/phishing/phishing --out docs/replay/phishing $(ARGS)
 	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --out docs/replay/svmguide1 $(ARGS)
 
-kafka-start: $(STAMP) ## start the local single-node Kafka on 127.0.0.1:9092
-	$(BIN)/python -m service kafka start
+kafka-start: $(STAMP) ## start the local single-node Kafka on 127.0.0.1:9092 (ARGS="--brokers 3": a cluster; "--kafka 4": Kafka 4)
+	$(BIN)/python -m service kafka start $(ARGS)
 
-kafka-stop: $(STAMP) ## stop the local Kafka
-	$(BIN)/python -m service kafka stop
+kafka-stop: $(STAMP) ## stop the local Kafka (every node of a cluster)
+	$(BIN)/python -m service kafka stop $(ARGS)
 
 deploy-check: ## static checks: Dockerfile, Helm chart, alerts, dashboard
 	bash deploy/check.sh
