@@ -17,7 +17,18 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["DeskMetrics"]
+__all__ = ["REFUSAL_CODES", "DeskMetrics"]
+
+# the codes of service.desk.errors.Refused the desk answers with (its refusal series)
+REFUSAL_CODES = (
+    "already_answered",
+    "bad_answer",
+    "expired",
+    "loading",
+    "not_yours",
+    "out_of_scope",
+    "unknown",
+)
 
 
 class DeskMetrics:
@@ -60,6 +71,15 @@ class DeskMetrics:
         for model in models:
             for series in (self.open, self.oldest, self.expired):
                 series.labels(model=model).set(0)
+            # every child from the start, at 0: rate() misses the first increment of a
+            # series that appears with it
+            self.answer_seconds.labels(model=model)
+            for answer in ("1", "-1"):
+                self.answers.labels(model=model, answer=answer)
+            for why in ("skip", "cant_tell"):
+                self.give_backs.labels(model=model, why=why)
+        for code in REFUSAL_CODES:
+            self.refusals.labels(code=code)
         for outcome in ("ok", "failed"):
             self.logins.labels(outcome=outcome)
         for outcome in ("won", "lost"):
