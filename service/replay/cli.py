@@ -19,6 +19,16 @@ also runs held to each budget (a fraction of the events, through
 ``sharpness=1``) and, as a baseline, asking uniformly chosen events at the same rate
 (``"sampling": "budget"`` and ``"random"`` in ``summary.json``).
 
+With ``--shadow SPEC`` (repeatable) the one algorithm at the one cost of ``--algorithms``
+and ``--costs`` is the champion (held to the one ``--label-budget`` if given) and each SPEC
+a shadow model that decides the same events and learns only from the champion's labels,
+weighted by the champion's query probabilities (:mod:`service.replay.shadows`; SPEC is
+``ALGO[:KEY=VALUE,...]``, e.g. ``dral`` or ``dsal:cost=0.1,weighting=none``). It writes
+``shadow.json``, ``shadow.csv`` and ``shadow.png`` instead: every model's estimated risk
+with its interval (``--level``, weights capped at ``--max-weight``) against its true
+risk at ``--checkpoints`` evenly spaced points, and the coverage
+(:mod:`service.replay.shadow_results`).
+
 With ``--budgets 25,50,...`` (kernel algorithms only) it runs the protocol once per
 support-set budget and writes ``budget.json``, ``budget.csv`` and ``budget.png``
 instead (risk, fractions and time per event against the budget).
@@ -40,7 +50,7 @@ from typing import Any
 from tqdm import tqdm
 
 from service.datasets import DatasetError, load_dataset, resolve_dataset_path
-from service.learning import LearningError
+from service.learning import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, LearningError
 from service.replay.errors import ReplayConfigError, ReplayError
 from service.replay.options import (
     KERNEL_NAMES,
@@ -49,12 +59,13 @@ from service.replay.options import (
     parse_algorithms,
     parse_params,
 )
-from service.replay.plot import plot_budget, plot_replay
+from service.replay.plot import plot_budget, plot_replay, plot_shadow
 from service.replay.protocol import SAMPLINGS
 from service.replay.results import ReplayResult
 from service.replay.runner import per_event_microseconds, replay, total_work
+from service.replay.shadows import check_shadow_options, parse_shadow, replay_shadows
 
-__all__ = ["build_parser", "main", "run_budget_study"]
+__all__ = ["build_parser", "main", "run_budget_study", "run_shadow_command"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,10 +162,90 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="QueryBudget keyword for the budgeted runs: sharpness, horizon, explore, burst",
     )
+    _shadow_arguments(p)
     p.add_argument("--grid-points", type=int, default=100, help="points per curve in the CSV")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no bar")
     return p
+
+
+def _shadow_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--shadow",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a shadow model beside the champion (the one algorithm and cost given): "
+        "ALGO[:KEY=VALUE,...] with cost, weighting (importance|none) and hyperparameters, "
+        "e.g. dral or dsal:gamma=2; repeatable",
+    )
+    p.add_argument("--level", type=float, default=None, help="with --shadow: interval level (0.95)")
+    p.add_argument(
+        "--max-weight",
+        type=float,
+        default=None,
+        help="with --shadow: cap of the weights 1/p (100, the stream's max_importance_weight)",
+    )
+    p.add_argument(
+        "--min-labels",
+        type=int,
+        default=None,
+        help="with --shadow: checkpoints with fewer labels do not count for coverage (0)",
+    )
+    p.add_argument(
+        "--checkpoints", type=int, default=None, help="with --shadow: evenly spaced (100)"
+    )
+
+
+_SHADOW_ONLY = ("level", "max_weight", "min_labels", "checkpoints")
+
+
+def run_shadow_command(
+    args: argparse.Namespace, options: ReplayOptions, X: Any, y: Any, dataset: str
+) -> list[Path]:
+    """``replay --shadow``: run, print the coverage, write ``shadow.json``, ``shadow.csv``
+    and (unless ``--no-plot``) ``shadow.png`` into ``--out``."""
+    shadows = [parse_shadow(text) for text in args.shadow]
+    check_shadow_options(options, shadows)
+    with tqdm(total=options.runs * options.trials * (1 + len(shadows)),
+              desc=f"replay {dataset} (shadows)", unit="trial", disable=not args.progress,
+              file=sys.stderr, dynamic_ncols=True) as bar:  # fmt: skip
+
+        def advance(n: int) -> None:
+            bar.update(n)
+
+        result = replay_shadows(
+            X, y, options, shadows,
+            level=DEFAULT_LEVEL if args.level is None else args.level,
+            max_weight=DEFAULT_MAX_WEIGHT if args.max_weight is None else args.max_weight,
+            min_labels=args.min_labels or 0,
+            points=100 if args.checkpoints is None else args.checkpoints,
+            dataset=dataset, progress=advance,
+        )  # fmt: skip
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "shadow.json", out / "shadow.csv"]
+    result.write_summary(written[0])
+    result.write_curves(written[1])
+    if args.plot:
+        written.append(out / "shadow.png")
+        plot_shadow(result, written[-1])
+    for track in result.tracks:
+        print(f"{track.name} ({track.role}): true risk {track.true[-1].mean():.4f}, coverage "
+              f"{track.coverage(result.min_labels):.3f}", file=sys.stderr)  # fmt: skip
+    return written
+
+
+def _check_shadow_flags(args: argparse.Namespace) -> None:
+    given = [f"--{n.replace('_', '-')}" for n in _SHADOW_ONLY if getattr(args, n) is not None]
+    if given and not args.shadow:
+        raise ReplayConfigError(f"{', '.join(given)}: only with --shadow")
+    if args.shadow and args.budgets:
+        raise ReplayConfigError("--shadow and --budgets (support-set study): run them separately")
+    if args.checkpoints is not None and args.checkpoints < 1:
+        raise ReplayConfigError(f"--checkpoints must be >= 1, got {args.checkpoints}")
+    if args.min_labels is not None and args.min_labels < 0:
+        raise ReplayConfigError(f"--min-labels must be >= 0, got {args.min_labels}")
 
 
 def _options(args: argparse.Namespace) -> ReplayOptions:
@@ -271,7 +362,10 @@ def main(argv: list[str]) -> int:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     try:
+        _check_shadow_flags(args)
         options = _options(args)
+        if args.shadow:  # the specs are read before the dataset: a typo fails fast
+            check_shadow_options(options, [parse_shadow(text) for text in args.shadow])
         budgets = _ints(args.budgets) if args.budgets else []
         if any(b < 1 for b in budgets):
             raise ReplayConfigError(f"budgets must be >= 1, got {budgets}")
@@ -282,6 +376,11 @@ def main(argv: list[str]) -> int:
         path = resolve_dataset_path(args.dataset)
         X, y = load_dataset(path, format=args.format)
         dataset = _dataset_name(path)
+        if args.shadow:
+            written = run_shadow_command(args, options, X, y, dataset)
+            for out in written:
+                print(out)
+            return 0
         total = total_work(options) * max(len(budgets), 1)
         with tqdm(
             total=total,

@@ -9,7 +9,8 @@ shows final risk against labels asked: one line per algorithm held to the budget
 and per random-sampling baseline (dotted), one marker per algorithm on its own rule.
 
 :func:`plot_budget` draws risk and fraction asked against the support-set budget of the
-kernel learners.
+kernel learners; :func:`plot_shadow` a shadow replay's estimated against true risk and
+the coverage of the intervals.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from service.replay.results import ReplayResult, Series  # noqa: E402
+from service.replay.shadow_results import ShadowResult  # noqa: E402
 
-__all__ = ["plot_budget", "plot_replay"]
+__all__ = ["plot_budget", "plot_replay", "plot_shadow"]
 
 _COLOURS = {"dral": "tab:blue", "dsal": "tab:orange", "dsol": "tab:green"}
 _COLUMNS = (
@@ -169,5 +171,50 @@ def plot_budget(
             ax.set_ylim(bottom=0.0)
         axes[0][col].legend(fontsize=8)
     fig.suptitle(title + "  (mean over runs, bars = +/- 1 std)", fontsize=11)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_shadow(result: ShadowResult, path: Path, *, title: str | None = None) -> None:
+    """Write the shadow replay's figure: one column per model (champion first). Top: run 0,
+    the estimated risk with its interval against the true risk over time (and the ratio
+    estimate, dotted). Bottom: per checkpoint, the fraction of runs whose interval holds
+    the true risk, against the nominal level and 90 %."""
+    n = len(result.tracks)
+    fig, axes = plt.subplots(
+        2, n, figsize=(4.6 * n, 6.8), squeeze=False, layout="constrained", sharex=True
+    )
+    t = result.grid.astype(float)
+    pct = f"{result.level:.0%}"
+    for col, track in enumerate(result.tracks):
+        top, bottom = axes[0][col], axes[1][col]
+        colour = _COLOURS.get(track.algorithm.removeprefix("kernel-"), "tab:gray")
+        top.fill_between(t, track.low[:, 0], track.high[:, 0], color=colour, alpha=0.25,
+                         linewidth=0, label=f"{pct} interval")  # fmt: skip
+        top.plot(t, track.estimate[:, 0], color=colour, linewidth=1.4, label="estimated")
+        top.plot(t, track.ratio[:, 0], color=colour, linewidth=1.0, linestyle=":",
+                 label="ratio estimate (envelope)")  # fmt: skip
+        top.plot(t, track.true[:, 0], color="black", linewidth=1.2, label="true")
+        top.set_title(f"{track.name} ({track.role}), d = {track.cost:g}: run 0", fontsize=10)
+        top.set_ylabel("running risk", fontsize=9)
+        top.set_ylim(0.0, max(0.2, float(track.true[:, 0].max()) * 2.0))
+        top.legend(fontsize=7, loc="upper right")
+        cover = track.coverage_by_checkpoint(result.min_labels)
+        bottom.plot(t, cover, color=colour, linewidth=1.4, label="interval holds the true risk")
+        bottom.axhline(result.level, color="gray", linestyle="--", linewidth=1.0,
+                       label=f"nominal {pct}")  # fmt: skip
+        bottom.axhline(0.9, color="tab:red", linestyle=":", linewidth=1.0, label="90 %")
+        overall = track.coverage(result.min_labels)
+        bottom.set_title(f"fraction of {result.runs} runs covered (overall {overall:.3f})",
+                         fontsize=10)  # fmt: skip
+        bottom.set_xlabel("t (events)", fontsize=9)
+        bottom.set_ylim(0.5, 1.02)
+        bottom.legend(fontsize=7, loc="lower right")
+        for ax in (top, bottom):
+            ax.grid(True, alpha=0.3)
+            ax.tick_params(labelsize=8)
+    heading = title or (f"{result.dataset}: champion and shadows, {result.runs} runs x "
+                        f"{result.trials} events")  # fmt: skip
+    fig.suptitle(heading, fontsize=12)
     fig.savefig(path, dpi=80)
     plt.close(fig)

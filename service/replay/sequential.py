@@ -33,7 +33,7 @@ from service.replay.options import ReplayOptions, learner_kwargs
 from service.replay.protocol import Progress, TrialPlan
 from service.replay.results import COUNTS, Series, Variant, time_grid
 
-__all__ = ["replay_sequential"]
+__all__ = ["replay_sequential", "variant_learner"]
 
 
 def replay_sequential(
@@ -62,7 +62,7 @@ def replay_sequential(
         z = raw if per_label else features.run(r)
         ys, coins = labels_all[r].tolist(), plan.coins[r].tolist()
         for v, c in keys:
-            learner = _learner(v, c, features.n_features, options)
+            learner = variant_learner(v, c, features.n_features, options)
             pipe = features.pipeline() if per_label else None
             loss = asked = wrong = rejected = 0.0
             out = counts[(v, c)]
@@ -107,7 +107,8 @@ def replay_sequential(
     ]
 
 
-def _learner(variant: Variant, cost: float, n_features: int, options: ReplayOptions) -> Any:
+def variant_learner(variant: Variant, cost: float, n_features: int, options: ReplayOptions) -> Any:
+    """A fresh learner of ``variant`` at ``cost``, held to its label budget if it has one."""
     learner = make_learner(
         variant.algorithm,
         n_features=n_features,
