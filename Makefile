@@ -24,7 +24,7 @@ run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + d
 
 # the broker smoke tests, run again on the Kafka 4 line (make test runs them after the rest)
 KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.py \
-	tests/integration/test_topics_check.py tests/integration/test_service.py
+	tests/integration/test_service.py
 
 test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9, then the Kafka 4 smoke subset)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
