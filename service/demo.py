@@ -12,7 +12,10 @@
    requests a person at the desk has claimed (see ``--help``);
 6. prints one line per second: events/s, decisions (predict / reject), labels asked /
    applied, model version, the worker's importance-weighted risk estimate and, because the
-   demo knows every true label, the true 0-d-1 risk of the decisions served so far.
+   demo knows every true label, the true 0-d-1 risk of the decisions served so far;
+7. with ``--prometheus``, starts Debian's ``prometheus`` on 127.0.0.1 (a free port) scraping
+   the worker and the desk with the project's alert rules, and prints its URL, so the
+   dashboard's queries can be tried on the graph page (:mod:`service.localprom`).
 
 Ctrl-C, or the end of a bounded run, stops every process the demo started, by PID.
 """
@@ -42,6 +45,7 @@ import numpy as np
 from service.config import Settings, load_settings
 from service.datasets import load_dataset, resolve_dataset_path
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
+from service.localprom import LocalPrometheus, PrometheusError
 from service.records import BadMessage
 
 if TYPE_CHECKING:
@@ -109,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-desk", dest="desk", action="store_false", help="do not start the label desk"
     )
+    p.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also start Debian's prometheus on 127.0.0.1 (a free port, printed) scraping the "
+        "worker and the desk every 5 s with the project's alert rules",
+    )
     p.add_argument("--seed", type=int, default=0, help="shuffles the dataset")
     p.add_argument("--workdir", type=Path, default=None, help="logs and scratch (default tmp)")
     return p
@@ -129,6 +139,7 @@ def main(argv: list[str]) -> int:
     kafka: Any = None
     worker: subprocess.Popen[bytes] | None = None
     desk: subprocess.Popen[bytes] | None = None
+    prom: LocalPrometheus | None = None
     try:
         broker = args.broker
         if broker is None:
@@ -158,6 +169,8 @@ def main(argv: list[str]) -> int:
             print(f"label desk pid {desk.pid}, http://127.0.0.1:{args.desk_port}/  "
                   f"(logs: {workdir}/desk.log)")  # fmt: skip
             print(f"desk login for this run: user {DESK_USER}, password {password}")
+        if args.prometheus:
+            prom = start_prometheus(workdir, args.web_port, args.desk_port if desk else None)
         print(f"model {config['models']['default']['algorithm']} d={args.cost} on "
               f"{args.dataset}: {len(y)} rows x {X.shape[1]} features; oracle answers after "
               f"{args.label_delay:g}s (a stand-in for operations staff)"
@@ -167,12 +180,38 @@ def main(argv: list[str]) -> int:
             asyncio.run(DemoStream(settings, args, X, y, run).run())
         return 0
     finally:
+        if prom is not None:
+            prom.stop()
         for proc, grace in ((desk, 15), (worker, 30)):
             if proc is not None:
                 _stop(proc, grace)
         if kafka is not None:
             kafka.stop()
         print("stopped everything the demo started")
+
+
+RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "alerts.yml"
+PROMETHEUS_INTERVAL = 5.0  # s, scrape and rule evaluation
+
+
+def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> LocalPrometheus:
+    """A local Prometheus scraping the worker (job ``abstain``) and the desk (job
+    ``abstain-desk``) with the alert rules of a source checkout; its URL printed."""
+    rules = [RULES] if RULES.exists() else []
+    prom = LocalPrometheus(workdir / "prometheus", scrape_interval=PROMETHEUS_INTERVAL,
+                           rule_files=rules)  # fmt: skip
+    prom.set_targets("abstain", {"worker-0": f"127.0.0.1:{web_port}"})
+    if desk_port is not None:
+        prom.set_targets("abstain-desk", {"desk-0": f"127.0.0.1:{desk_port}"})
+    try:
+        url = prom.start()
+    except PrometheusError as exc:
+        raise SystemExit(f"--prometheus: {exc}") from exc
+    assert prom.proc is not None  # noqa: S101 - started
+    print(f"prometheus pid {prom.proc.pid}, {url}/graph  (every {PROMETHEUS_INTERVAL:g} s; "
+          f"alerts: {url}/alerts; logs: {prom.log}); try "
+          "sum by (model) (rate(abstain_events_total[1m]))")  # fmt: skip
+    return prom
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:

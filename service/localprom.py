@@ -102,7 +102,7 @@ class LocalPrometheus:
                 "scrape_timeout": duration(min(self.scrape_interval, 10.0)),
                 "evaluation_interval": duration(self.evaluation_interval),
             },
-            "rule_files": [str(p.resolve()) for p in self.rule_files],
+            "rule_files": [str(p.absolute()) for p in self.rule_files],
             "scrape_configs": [
                 {
                     "job_name": job,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import subprocess
 import sys
 import time
@@ -282,3 +283,39 @@ def test_the_desk_is_on_unless_asked_off_and_the_help_explains_the_oracle() -> N
     text = " ".join(parser.format_help().split())
     assert "claims it on the desk's leases topic" in text
     assert "head start" in text
+
+
+# --------------------------------------------------------------------------- --prometheus
+
+
+def test_prometheus_is_off_unless_asked() -> None:
+    parser = _parser()
+    assert parser.parse_args([]).prometheus is False
+    assert parser.parse_args(["--prometheus"]).prometheus is True
+
+
+def test_the_demo_prometheus_scrapes_the_worker_and_the_desk_with_the_alert_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real prometheus (Debian's package) on a free port: it loads the project's rules,
+    finds both targets by their instance names, prints its URL and stops by PID."""
+    from service.demo import RULES, start_prometheus  # noqa: PLC0415
+
+    assert shutil.which("prometheus"), "install Debian's prometheus package (.ci/run does)"
+    prom = start_prometheus(tmp_path, web_port=1, desk_port=2)
+    try:
+        assert prom.url in capsys.readouterr().out
+        groups = prom.api("rules")["groups"]
+        assert {g["file"] for g in groups} == {str(RULES)}
+        assert sum(len(g["rules"]) for g in groups) == RULES.read_text().count("- alert:")
+        deadline = time.monotonic() + 30  # target discovery is batched every 5 s
+        found: set[tuple[str, str]] = set()
+        while time.monotonic() < deadline and len(found) < 2:
+            active = prom.api("targets")["activeTargets"]
+            found = {(t["labels"]["job"], t["labels"]["instance"]) for t in active}
+            time.sleep(0.5)
+        assert found == {("abstain", "worker-0"), ("abstain-desk", "desk-0")}
+    finally:
+        prom.stop()
+    assert prom.proc is not None
+    assert prom.proc.returncode is not None
