@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install abstain with its dev tools
 
-run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; Ctrl-C stops all)
+run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; ARGS=--prometheus: also a Prometheus with the alert rules, URL printed; Ctrl-C stops all)
 	$(BIN)/python -m service demo $(ARGS)
 
 # the broker smoke tests, run again on the Kafka 4 line (make test runs them after the rest)

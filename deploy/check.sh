@@ -123,8 +123,8 @@ install_node_tools() {
 }
 
 install_promtool() {
-    command -v promtool >/dev/null && return 0
-    say "installing promtool (Debian package prometheus)"
+    command -v promtool >/dev/null && command -v prometheus >/dev/null && return 0
+    say "installing promtool and prometheus (Debian package prometheus)"
     local sudo=()
     [[ $(id -u) != 0 ]] && sudo=(sudo)
     "${sudo[@]}" apt-get update -qq &&
