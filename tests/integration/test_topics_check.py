@@ -5,20 +5,32 @@ learner refuses label topics whose partition counts differ, at start-up and whil
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import topicadmin as ka
+from faults.checks import explain_chain, replay
+from faults.data import EventSource
+from faults.kafkaio import Out, produce, produce_records, read_topic
+from faults.oracle import Observer
+from faults.scenario import max_version
 from faults.workers import Deployment, service_config
 
-from service.config import Settings
+from service.config import ModelConfig, Settings
+from service.stream.kafka import partition_for
+from service.stream.model import initial_envelope
 from service.stream.topics import TopicSpec, topic_specs
 
 
-def _deployment(bootstrap: str, tmp: Path, **overrides: Any) -> Deployment:
+def _deployment(
+    bootstrap: str, tmp: Path, *, partitions: dict[str, int] | None = None, **overrides: Any
+) -> Deployment:
     counts = {"features": 2, "decisions": 1, "labels": 2, "models": 1, "dead_letters": 1}
-    config = service_config(tmp, partitions=counts, **overrides)
+    config = service_config(tmp, partitions={**counts, **(partitions or {})}, **overrides)
     tmp.mkdir(parents=True, exist_ok=True)
     return Deployment(bootstrap, tmp, config)
 
@@ -125,3 +137,82 @@ def test_running_worker_stops_when_label_partitions_are_added(
     assert f"{dep.topics['labels']} (topics.labels) has 3 partitions, the learner needs 2" in err
     assert worker.proc.returncode != 0, worker.tail()
     assert stopped_after < 30, stopped_after
+
+
+def _chain(bootstrap: str, topics: list[str], model: str = "m") -> dict[int, dict[str, Any]]:
+    """version -> state of ``model`` in ``topics`` (the models topic, changelogs)."""
+    states: dict[int, dict[str, Any]] = {}
+    for topic in topics:
+        for rec in read_topic(bootstrap, topic):
+            if rec.key == model.encode() and rec.value is not None:
+                state = rec.json()
+                states.setdefault(int(state["version"]), state)
+    return states
+
+
+def _teach(dep: Deployment, src: EventSource, labels: int, events: int, target: int) -> Observer:
+    """Feed ``events`` and answer ``labels`` requests; wait for model version ``target``."""
+    observer = Observer(dep.bootstrap, dep.topics, src.truth, budget=labels).begin()
+    produce(dep.bootstrap, dep.topics["features"], src.make(events))
+    observer.wait(lambda o: max_version(o, "m") >= target, 90, f"model version {target}")
+    observer.halt()
+    return observer
+
+
+@pytest.mark.slow  # 20 s: make test-long
+def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_model(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """README, "Kafka": the procedure to change the label topics' partition count."""
+    b = kafka_bootstrap
+    old = _deployment(b, tmp_path / "old", partitions={"features": 2, "labels": 1})
+    src = EventSource("repartition", seed=5)
+    try:
+        old.start().wait_ready(timeout=120)
+        taught = _teach(old, src, labels=6, events=120, target=6)
+    finally:
+        old.close()  # 1. stop every worker
+    before = _chain(b, [old.topics["models"], old.changelog("models")])
+    assert max(before) == 6
+
+    # 2. new label topics with the new count, a new app id (new changelogs, new group)
+    new_topics = {**old.topics, "label_requests": old.topics["label_requests"] + "-2",
+                  "labels": old.topics["labels"] + "-2"}  # fmt: skip
+    new = _deployment(b, tmp_path / "new", partitions={"features": 2, "labels": 2},
+                      topics=new_topics)  # fmt: skip
+    compact = {"cleanup.policy": "compact"}
+    ka.create(b, {new_topics["label_requests"]: ka.Wanted(2), new_topics["labels"]: ka.Wanted(2),
+                  new.changelog("models"): ka.Wanted(2, 1, compact)})  # fmt: skip
+    # 3. seed the new models changelog with each model's last state, its label position reset
+    seed = {**before[6], "labels_offset": -1, "labels_partition": -1}
+    home = partition_for(b"m", 2)
+    produce_records(b, new.changelog("models"), [Out(b"m", json.dumps(seed).encode(), home)])
+    # 4. the new group starts on the features topic where the old one stopped
+    offsets = ka.copy_group_offsets(b, old.app_id, new.app_id, old.topics["features"])
+    assert sum(offsets.values()) == 120
+    try:
+        worker = new.start()
+        worker.wait_ready(timeout=120)
+        assert worker.metric("abstain_model_version", {"model": "m"}) == 6
+        taught_again = _teach(new, src, labels=4, events=80, target=10)
+    finally:
+        new.close()
+
+    after = _chain(b, [new.topics["models"], new.changelog("models")])
+    assert max(after) == 10
+    # every step is one label, old ones then new ones, and the end is the offline replay
+    features = {rid: r["features"] for o in (taught, taught_again) for rid, r in o.requests.items()}
+    labelled = []
+    config = ModelConfig(**old.config["models"]["m"])
+    initial = initial_envelope("m", config).to_dict()
+    for dep, first in ((old, 1), (new, 7)):
+        labels = {str(r.json()["request_id"]): int(r.json()["label"])
+                  for r in read_topic(b, dep.topics["labels"])}  # fmt: skip
+        states = {0: initial, **before} if dep is old else {6: seed, **after}
+        chain = SimpleNamespace(states=[states[v] for v in range(first - 1, first + len(labels))])
+        explained = explain_chain(chain, read_topic(b, dep.topics["labels"]), features)  # type: ignore[arg-type]
+        assert explained.unexplained == []
+        assert explained.twice == []
+        labelled += [(features[rid], labels[rid]) for rid in explained.order]
+    assert len(labelled) == 10
+    assert replay("m", config, labelled, after[10]).equal

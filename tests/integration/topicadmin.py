@@ -12,12 +12,14 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.structs import OffsetAndMetadata
 
 from service.stream.topics import TopicFacts, describe_topics
 
 __all__ = [
     "Wanted",
     "add_partitions",
+    "copy_group_offsets",
     "create",
     "end_offsets",
     "facts",
@@ -122,5 +124,30 @@ def end_offsets(bootstrap: str, names: Iterable[str]) -> dict[str, int]:
             return out
         finally:
             await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def copy_group_offsets(bootstrap: str, source: str, target: str, topic: str) -> dict[int, int]:
+    """Commit for group ``target`` the offsets group ``source`` has committed on ``topic``
+    (as ``kafka-consumer-groups.sh --reset-offsets --from-file`` would); partition -> offset."""
+
+    async def run() -> dict[int, int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(source)
+        finally:
+            await admin.close()
+        offsets = {tp: meta.offset for tp, meta in committed.items() if tp.topic == topic}
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=target,
+                                    enable_auto_commit=False)  # fmt: skip
+        await consumer.start()
+        try:
+            consumer.assign(list(offsets))
+            await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+        finally:
+            await consumer.stop()
+        return {tp.partition: o for tp, o in offsets.items()}
 
     return asyncio.run(run())
