@@ -3,8 +3,10 @@
 Wiring only; each agent and the timer call one object (the flow and the rules of the house:
 ``docs/architecture.md``):
 
-- ``abstain.score`` consumes the features topic in batches and calls
-  :class:`~service.stream.scorer.Scorer` (it never writes a table);
+- scoring needs no table: :class:`~service.stream.scoreloop.ScoreLoop` consumes the
+  features topic with its own aiokafka consumer (group ``<app_id>-score``) in whole fetched
+  batches, calls :class:`~service.stream.scorer.Scorer` and writes with the batch produce
+  API, committing once the outputs are acknowledged (a faust app task runs it);
 - ``abstain.learn`` (concurrency 1) consumes label-requests AND labels, co-partitioned by
   model, and calls :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``,
   ``orphans`` and ``models`` tables (changelogs in Kafka, in-memory store);
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
 from service.config import Settings, TopicPolicy
@@ -33,7 +37,8 @@ from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
 from service.stream.outputs import Headers, Outputs
 from service.stream.pages import mount_web
-from service.stream.partitions import Progress
+from service.stream.partitions import Progress, RoutedView
+from service.stream.scoreloop import ScoreLoop, score_group
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
@@ -50,6 +55,7 @@ class Parts:
     metrics: Metrics
     book: ModelBook
     scorer: Scorer
+    scoring: ScoreLoop
     joiner: LabelJoiner
     housekeeping: Housekeeping
 
@@ -108,6 +114,38 @@ def _faust_app(s: Settings) -> App:
     )
 
 
+def _score_loop(s: Settings, scorer: Scorer, progress: Progress) -> ScoreLoop:
+    """The scoring path's loop and its aiokafka clients (made when it starts)."""
+    client = {"bootstrap_servers": s.bootstrap_servers, **s.security.aiokafka_kwargs()}
+
+    def consumer(listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
+        c = AIOKafkaConsumer(
+            group_id=score_group(s.app_id),
+            client_id=f"{s.app_id}-score",
+            enable_auto_commit=False,  # committed once the outputs are acknowledged
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=s.fetch_bytes,
+            fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
+            session_timeout_ms=int(s.session_timeout_seconds * 1000),
+            heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
+            **client,
+        )
+        c.subscribe([s.topics.features], listener=listener)
+        return c
+
+    def producer() -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            client_id=f"{s.app_id}-score",
+            acks="all",  # a committed offset means its outputs are on every in-sync replica
+            max_request_size=s.fetch_bytes,
+            max_batch_size=min(s.fetch_bytes, 1_048_576) - 1024,
+            **client,
+        )
+
+    return ScoreLoop(s, scorer, progress, consumer_factory=consumer, producer_factory=producer,
+                     admin_factory=lambda: AIOKafkaAdminClient(**client))  # fmt: skip
+
+
 def _topic(
     app: App, *names: str, partitions: int, policy: TopicPolicy, compacting: bool = False
 ) -> Any:
@@ -143,14 +181,17 @@ def create_app(
                 _topic(app, t.labels, partitions=n.labels, policy=p)]  # fmt: skip
     features = _topic(app, t.features, partitions=n.features, policy=p)
     learn_channel = _topic(app, t.label_requests, t.labels, partitions=n.labels, policy=p)
-    view, progress = FaustConsumerView(app), Progress(clock)
-    consumed = (t.features, t.label_requests, t.labels)
+    progress = Progress(clock)
+    learned = (t.label_requests, t.labels)
     app.gaps = gaps = KafkaGaps(s.bootstrap_servers, s.app_id, max_fetch_bytes=s.fetch_bytes,
                                 client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
     continuity = Continuity(gaps.committed, gaps.fetch)
-    intake = Intake(continuity, view, progress, metrics)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)
     scorer = Scorer(s, book.snapshot, outputs, metrics, clock=clock)
+    scoring = _score_loop(s, scorer, progress)
+    faust_view = FaustConsumerView(app)
+    view = RoutedView(faust_view, {t.features: scoring.view})
+    intake = Intake(continuity, faust_view, progress, metrics)
     pending = PendingStore(_table(app, "pending", n.labels, p))
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending,
@@ -159,26 +200,22 @@ def create_app(
                          outputs=outputs, metrics=metrics, clock=clock)  # fmt: skip
     housekeeping = Housekeeping(
         s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,
-        liveness=LivenessMonitor(view, progress, metrics, watched=consumed,
+        liveness=LivenessMonitor(view, progress, metrics, watched=(t.features, *learned),
                                  stall_seconds=s.stall_seconds),
-        tender=QuietTender(view, continuity, progress, watched=consumed),
+        tender=QuietTender(faust_view, continuity, progress, watched=learned),
     )  # fmt: skip
-    for topic in consumed:
+    for topic in learned:
         metrics.skipped_recovered.labels(topic=topic)  # the series shows from the start
-    app.parts = Parts(s, metrics, book, scorer, joiner, housekeeping)
+    app.parts = Parts(s, metrics, book, scorer, scoring, joiner, housekeeping)
 
     async def declare_outputs() -> None:
         for topic in (*outputs_, features):
             await topic.maybe_declare()
 
-    @app.agent(features, name="abstain.score")
-    async def score(stream: Any) -> None:
+    @app.task  # type: ignore[untyped-decorator]
+    async def score() -> None:
         await declare_outputs()
-        await book.loaded.wait()
-        async for batch in stream.take_events(s.batch_size, within=s.batch_window_seconds):
-            gathered = await intake.gather(batch)
-            await scorer.score(gathered.messages)
-            intake.done(gathered)
+        await scoring.run(book.loaded)
 
     @app.agent(learn_channel, name="abstain.learn", concurrency=1)
     async def learn(stream: Any) -> None:

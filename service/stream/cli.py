@@ -79,12 +79,11 @@ def _worker(argv: list[str]) -> int:
 
 def run_worker(settings: Settings, *, loglevel: str = "info") -> int:
     """Start a faust worker for ``settings`` in this process; returns when it stops."""
-    import faust  # noqa: PLC0415 - keep `abstain labels` light
-
-    from service.stream.app import create_app  # noqa: PLC0415
+    from service.stream.app import create_app  # noqa: PLC0415 - keep `abstain labels` light
+    from service.stream.internals import Worker  # noqa: PLC0415
 
     app = create_app(settings)
-    worker = faust.Worker(app, loglevel=loglevel, redirect_stdouts=False)
+    worker = Worker(app, loglevel=loglevel, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -34,6 +34,7 @@ offset; faust's own computation then finds no gap left to merge.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -48,7 +49,7 @@ from service.stream.partitions import TP, ConsumerView, RecoveryState
 if TYPE_CHECKING:
     from service.records import RawMessage
 
-__all__ = ["App", "Consumer", "FaustConsumerView", "Transport", "merge_gap"]
+__all__ = ["App", "Consumer", "FaustConsumerView", "Transport", "Worker", "merge_gap"]
 
 
 def merge_gap(acked: list[int], index: set[int], gap: Any) -> None:
@@ -234,3 +235,22 @@ class App(faust.App):
         await super().on_stop()
         if self.gaps is not None:
             await self.gaps.close()
+
+
+class Worker(faust.Worker):
+    """faust's worker, with the log level it was given once it has started.
+
+    faust-streaming 0.15.3: at ``warning`` or above, ``Worker._setup_spinner_handler`` sets
+    the root logger to DEBUG (so its start-up spinner turns on every record) and never sets
+    it back: every aiokafka send then builds a debug record that no handler prints (5 % of
+    a busy worker's time). Once started, the root logger gets the configured level back and
+    the spinner's handler goes."""
+
+    async def on_startup_finished(self) -> None:
+        await super().on_startup_finished()
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            if type(handler).__name__ == "SpinnerHandler":
+                root.removeHandler(handler)
+        level = self.loglevel
+        root.setLevel(level.upper() if isinstance(level, str) else level or logging.WARNING)

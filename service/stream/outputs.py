@@ -11,6 +11,8 @@ the learner flushes on purpose where the order of two writes matters
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from service.config import Topics
@@ -26,10 +28,22 @@ from service.records import (
     Source,
 )
 
-__all__ = ["Headers", "Outputs", "Sink"]
+__all__ = ["Headers", "OutRecord", "Outputs", "Sink"]
 
 #: Kafka record headers, as aiokafka and faust take them
 Headers = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """One record to write: ``partition`` None = by ``key`` (Kafka's default partitioner;
+    any partition when the key is None too)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
+    headers: Headers | None = None
 
 
 class Sink(Protocol):
@@ -55,16 +69,38 @@ class Outputs:
         self.metrics = metrics
         self.signer = signer
 
+    def decision_record(self, decision: Decision, partition: int | None = None) -> OutRecord:
+        """A decision (key: event id); ``partition``: the scoring path writes it to the
+        partition of its event's features partition (None: by key)."""
+        return OutRecord(self.topics.decisions, decision.id.encode(), decision.to_json(),
+                         partition)  # fmt: skip
+
+    def label_request_record(self, request: LabelRequest) -> OutRecord:
+        """A label request (key: model, so it lands where the model's labels do)."""
+        return OutRecord(self.topics.label_requests, request.model.encode(), request.to_json())
+
+    def dead_letter_record(self, letter: DeadLetter, partition: int | None = None) -> OutRecord:
+        """A refused input, counted (key: none; the record says where it was)."""
+        self.metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
+        return OutRecord(self.topics.dead_letters, None, letter.to_json(), partition)
+
+    async def write(self, records: Iterable[OutRecord]) -> None:
+        """Queue ``records`` on the sink (not awaited to the broker)."""
+        for r in records:
+            if r.headers is None:
+                await self.sink.send(r.topic, r.key, r.value)
+            else:
+                await self.sink.send(r.topic, r.key, r.value, r.headers)
+
     async def decision(self, decision: Decision) -> None:
-        await self.sink.send(self.topics.decisions, decision.id.encode(), decision.to_json())
+        await self.write([self.decision_record(decision)])
 
     async def label_request(self, request: LabelRequest) -> None:
-        await self.sink.send(self.topics.label_requests, request.model.encode(), request.to_json())
+        await self.write([self.label_request_record(request)])
 
     async def dead_letter(self, letter: DeadLetter) -> None:
         """Count and publish a refused input (key: none; the record says where it was)."""
-        self.metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
-        await self.sink.send(self.topics.dead_letters, None, letter.to_json())
+        await self.write([self.dead_letter_record(letter)])
 
     async def refused_snapshot(self, message: RawMessage, bad: BadMessage) -> None:
         """Dead-letter a record of the models topic that was not served."""

@@ -29,6 +29,7 @@ __all__ = [
     "Progress",
     "RecoveryState",
     "RecoveryWatch",
+    "RoutedView",
     "partition_key",
     "stalled_partitions",
 ]
@@ -257,3 +258,71 @@ class RecoveryWatch:
 
     def reset(self) -> None:
         self.last = None
+
+
+class RoutedView:
+    """One :class:`ConsumerView` over several consumers: calls about a partition go to the
+    consumer of its topic (``routes``), the rest to ``default``; the assignment is all of
+    theirs, and the stream counts as paused while any of them is."""
+
+    def __init__(self, default: ConsumerView, routes: Mapping[str, ConsumerView]) -> None:
+        self.default = default
+        self.routes = dict(routes)
+
+    def _of(self, tp: TP) -> ConsumerView:
+        return self.routes.get(tp.topic, self.default)
+
+    @property
+    def generation(self) -> int:
+        return self.default.generation
+
+    @property
+    def paused(self) -> bool:
+        return self.default.paused or any(v.paused for v in self.routes.values())
+
+    def assignment(self) -> AbstractSet[TP]:
+        out: set[TP] = set()
+        for topic, view in self.routes.items():
+            out |= {tp for tp in view.assignment() if tp.topic == topic}
+        out |= {tp for tp in self.default.assignment() if tp.topic not in self.routes}
+        return out
+
+    def recovery(self) -> RecoveryState:
+        return self.default.recovery()
+
+    def highwater(self, tp: TP) -> int | None:
+        return self._of(tp).highwater(tp)
+
+    async def highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
+        groups: dict[int, tuple[ConsumerView, list[TP]]] = {}
+        for tp in tps:
+            view = self._of(tp)
+            groups.setdefault(id(view), (view, []))[1].append(tp)
+        out: dict[tuple[str, int], int] = {}
+        for view, members in groups.values():
+            out.update(await view.highwaters(members))
+        return out
+
+    async def position(self, tp: TP) -> int | None:
+        return await self._of(tp).position(tp)
+
+    def committed_next(self, tp: TP) -> int | None:
+        return self._of(tp).committed_next(tp)
+
+    async def earliest(self, tp: TP) -> int | None:
+        return await self._of(tp).earliest(tp)
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        await self._of(tp).seek(tp, offset)
+
+    def chop_gap(self, tp: TP, start: int, end: int) -> None:
+        self._of(tp).chop_gap(tp, start, end)
+
+    async def commit_processed(self, tp: TP, offset: int) -> bool:
+        return await self._of(tp).commit_processed(tp, offset)
+
+    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
+        records = list(records)
+        if records:
+            routed = self.routes.get(records[0].topic, self.default)
+            routed.acknowledge(records, upto)

@@ -21,7 +21,7 @@ from service.metrics import Metrics
 from service.records import Action, DeadLetter, RawMessage, Reason, Source
 from service.stream.joiner import DATA_ERRORS
 from service.stream.model import ServedModel
-from service.stream.outputs import Outputs
+from service.stream.outputs import Outputs, OutRecord
 from service.stream.scoring import Limits, ScoreResult, score_batch
 
 __all__ = ["Scorer"]
@@ -87,20 +87,26 @@ class Scorer:
             for m in settings.models
         }
 
-    async def score(self, messages: Sequence[RawMessage]) -> ScoreResult:
-        """Score ``messages`` and write every output; returns what was written."""
+    def decide(self, messages: Sequence[RawMessage]) -> tuple[ScoreResult, list[OutRecord]]:
+        """Score ``messages``: what was decided, and the records to write for it (each
+        decision and dead letter to the partition of its event's features partition, label
+        requests by model). Counted in the metrics; nothing is written."""
         models = self.models()  # one mapping for the whole batch
         started = time.perf_counter()
         result = self._score_guarded(models, messages, self.clock())
         self._watch(models, result)
-        per_event = (time.perf_counter() - started) / max(1, len(messages))
-        for decision in result.decisions:
-            await self.outputs.decision(decision)
-        for request in result.label_requests:
-            await self.outputs.label_request(request)
-        for letter in result.dead_letters:
-            await self.outputs.dead_letter(letter)
-        self._count(result, per_event)
+        out = self.outputs
+        records = [out.decision_record(d, p)
+                   for d, p in zip(result.decisions, result.partitions, strict=True)]  # fmt: skip
+        records += [out.label_request_record(r) for r in result.label_requests]
+        records += [out.dead_letter_record(x, x.partition) for x in result.dead_letters]
+        self._count(result, (time.perf_counter() - started) / max(1, len(messages)))
+        return result, records
+
+    async def score(self, messages: Sequence[RawMessage]) -> ScoreResult:
+        """Score ``messages`` and queue every output on the sink; returns what was decided."""
+        result, records = self.decide(messages)
+        await self.outputs.write(records)
         return result
 
     def set_share(self, share: float) -> None:

@@ -71,6 +71,7 @@ class ScoreResult:
     """Outputs of scoring one batch (decisions in input order)."""
 
     decisions: list[Decision] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)  # of each decision's event
     label_requests: list[LabelRequest] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     suppressed: Counter[str] = field(default_factory=Counter)  # by model
@@ -78,6 +79,7 @@ class ScoreResult:
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
         self.decisions += other.decisions
+        self.partitions += other.partitions
         self.label_requests += other.label_requests
         self.dead_letters += other.dead_letters
         self.suppressed += other.suppressed
@@ -227,6 +229,7 @@ def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: f
     if v.suppressed:
         out.suppressed[served.name] += 1
     rho = float(served.learner.rho)
+    out.partitions.append(item.message.partition)
     out.decisions.append(
         Decision(
             id=event.id,
@@ -247,7 +250,7 @@ def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: f
                 request_id=request_id(served.name, event.id),
                 event_id=event.id,
                 model=served.name,
-                features=[float(x) for x in item.x],
+                features=item.x.tolist(),
                 score=v.score,
                 rho=rho,
                 decided_label=v.label,

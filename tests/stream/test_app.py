@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
+from typing import Any
 
 import faust
 
@@ -15,14 +17,27 @@ from service.stream.kafka import broker_credentials
 WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
 
-def test_app_wires_two_agents_and_co_partitioned_tables(tmp_path: Path) -> None:
+def test_app_wires_one_agent_a_scoring_loop_and_co_partitioned_tables(tmp_path: Path) -> None:
     settings = Settings(app_id="wiring", datadir=tmp_path, partitions={"labels": 3})
     app = create_app(settings)
-    assert sorted(app.agents) == ["abstain.learn", "abstain.score"]
+    assert sorted(app.agents) == ["abstain.learn"]  # scoring is not a faust agent
     learn = app.agents["abstain.learn"]
     assert set(learn.channel.topics) == {"abstain.label-requests", "abstain.labels"}
     assert learn.concurrency == 1
-    assert set(app.agents["abstain.score"].channel.topics) == {"abstain.features"}
+    scoring = app.parts.scoring
+
+    async def made() -> tuple[Any, ...]:  # aiokafka clients are made inside a running loop
+        consumer = scoring.consumer_factory(scoring.listener())
+        try:  # no public accessors for the group and the commit mode
+            return (consumer.subscription(), consumer._group_id, consumer._enable_auto_commit)  # noqa: SLF001
+        finally:
+            await consumer.stop()
+
+    # committed only once the outputs are acknowledged, in a group of its own
+    assert asyncio.run(made()) == ({"abstain.features"}, "wiring-score", False)
+    assert app.parts.housekeeping.liveness.watched == {
+        "abstain.features", "abstain.label-requests", "abstain.labels",
+    }  # fmt: skip
     assert {name: table.partitions for name, table in app.tables.items()} == {
         "models": 3, "pending": 3, "orphans": 3,
     }  # fmt: skip

@@ -1,8 +1,9 @@
 """A worker with fault switches: ``abstain worker`` plus three test-only pages.
 
-``POST /__faults/pause`` pauses every partition the consumer is assigned (faust stops
-handing their messages to the agents while the fetcher, the HTTP server and the timers go
-on): the consumer that silently stops making progress, which liveness must catch.
+``POST /__faults/pause`` pauses every partition the consumers are assigned (faust's, which
+then stops handing messages to the learner, and the scoring path's, which stops fetching,
+while the HTTP server and the timers go on): the consumer that silently stops making
+progress, which liveness must catch.
 ``POST /__faults/resume`` undoes it. ``POST /__faults/skip`` with ``{"topic": T, "count":
 N}``: the consumer fetches the next N records of topic T and drops them before they reach
 faust's stream (the position moves past them; nothing is acknowledged) -- what faust does
@@ -28,6 +29,7 @@ def main(argv: list[str]) -> int:
 
     from service.config import load_settings
     from service.stream.app import create_app
+    from service.stream.internals import Worker
 
     parser = argparse.ArgumentParser(prog="faultworker")
     parser.add_argument("--config", type=Path, required=True)
@@ -41,6 +43,8 @@ def main(argv: list[str]) -> int:
     def tps() -> list[Any]:
         return sorted(app.consumer.assignment())
 
+    scoring = app.parts.scoring
+
     def answer(view: Any, action: str, done: list[Any]) -> Any:
         body = json.dumps({action: [f"{tp.topic}[{tp.partition}]" for tp in done]})
         return view.bytes(body.encode(), content_type="application/json")
@@ -50,14 +54,14 @@ def main(argv: list[str]) -> int:
         async def post(self, request: Any) -> Any:
             done = tps()
             app.consumer.pause_partitions(done)
-            return answer(self, "paused", done)
+            return answer(self, "paused", done + scoring.pause())
 
     @app.page("/__faults/resume")
     class Resume(faust.web.View):  # type: ignore[misc]
         async def post(self, request: Any) -> Any:
             done = tps()
             app.consumer.resume_partitions(done)
-            return answer(self, "resumed", done)
+            return answer(self, "resumed", done + scoring.resume())
 
     @app.page("/__faults/skip")
     class Skip(faust.web.View):  # type: ignore[misc]
@@ -67,7 +71,7 @@ def main(argv: list[str]) -> int:
             return self.bytes(json.dumps({"skipping": skip}).encode(),
                               content_type="application/json")  # fmt: skip
 
-    worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False)
+    worker = Worker(app, loglevel=settings.log_level, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -15,6 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from service.stream.scoreloop import score_group
+
 from . import HarnessError
 
 __all__ = [
@@ -243,7 +245,10 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[Re
 
 def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[str, int]:
     """Per ``topic[partition]``: end offset minus the offset ``group`` has committed
-    (an uncommitted partition counts from 0)."""
+    (an uncommitted partition counts from 0). A worker's app id as ``group`` covers both
+    of its consumer groups: faust's (``<app_id>``: the learner's topics) and the scoring
+    path's (``<app_id>-score``: the features topic); a partition counts the higher of the
+    two commits (only one of them consumes it)."""
 
     async def run() -> dict[str, int]:
         tps = [tp for topic in topics for tp in await partitions_of(bootstrap, topic)]
@@ -253,6 +258,11 @@ def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[str, in
         await consumer.start()
         try:
             committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+            scoring = await admin.list_consumer_group_offsets(score_group(group), partitions=tps)
+            for tp, meta in scoring.items():
+                old = committed.get(tp)
+                if meta.offset >= 0 and (old is None or meta.offset > old.offset):
+                    committed[tp] = meta
             ends = await consumer.end_offsets(tps)
         finally:
             await consumer.stop()

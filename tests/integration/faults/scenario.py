@@ -305,7 +305,10 @@ def settle(
         if now_seen != seen:
             seen, still_since = now_seen, time.monotonic()
         elif time.monotonic() - still_since > stagnant:
-            why = f"nothing moved for {stagnant:.0f}s (done={done}, budget met={budget_met})"
+            why = (f"nothing moved for {stagnant:.0f}s (done={done}, budget met={budget_met}: "
+                   f"decided {observer.decided(ids)}/{len(ids)}, version "
+                   f"{max_version(observer, model)}/{want}, labels sent {observer.labels_sent}/"
+                   f"{observer.queued})")  # fmt: skip
             break
         time.sleep(0.5)
     health = {}

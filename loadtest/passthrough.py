@@ -1,0 +1,119 @@
+"""The floor a worker is measured against: a minimal raw-aiokafka scorer (no faust).
+
+    python loadtest/passthrough.py --broker HOST:PORT --topic IN --out OUT --group G
+                                   [--n-features 68] [--max-records 2000] [--idle-exit 0]
+
+Consumes ``IN`` from the group's committed offsets (earliest when it has none), one fetched
+batch at a time: orjson-parses every event (``{"id", "features": [...]}``), checks the
+feature vectors are finite with numpy, scores the batch with one matrix product, writes a
+ten-field decision per event to ``OUT`` (key = event id, acks=all), waits until the broker
+has acknowledged every one of them, then commits the batch's offsets. Events it cannot
+parse are skipped (the floor has no dead-letter topic). Stops on SIGTERM/SIGINT, or after
+``--idle-exit`` seconds without a record (0: never).
+
+What it does not do is what a worker adds: models that learn, label requests, dead letters,
+metrics, liveness, budgets. Run by ``loadtest/throughput.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+
+import numpy as np
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+
+async def _run(args: argparse.Namespace) -> None:
+    w = np.random.default_rng(0).normal(size=args.n_features)
+    rho = 0.5
+    consumer = AIOKafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.broker,
+        group_id=args.group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=32 * 1024 * 1024,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=args.broker, acks="all", max_batch_size=262_144)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await producer.start()
+    await consumer.start()
+    last = time.monotonic()
+    try:
+        while not stop.is_set():
+            fetched = await consumer.getmany(timeout_ms=100, max_records=args.max_records)
+            if not fetched:
+                if args.idle_exit and time.monotonic() - last > args.idle_exit:
+                    break
+                continue
+            last = time.monotonic()
+            futures = []
+            offsets: dict[TopicPartition, int] = {}
+            for tp, records in fetched.items():
+                ids, rows = [], []
+                for record in records:
+                    try:
+                        event = orjson.loads(record.value)
+                        ids.append(event["id"])
+                        rows.append(event["features"])
+                    except (orjson.JSONDecodeError, KeyError, TypeError):
+                        continue
+                offsets[tp] = records[-1].offset + 1
+                if not rows:
+                    continue
+                x = np.array(rows, dtype=np.float64)
+                ok = np.isfinite(x).all(axis=1)
+                scores = x @ w
+                now = time.time()
+                for event_id, score, good in zip(ids, scores.tolist(), ok.tolist(), strict=True):
+                    if not good:
+                        continue
+                    rejected = abs(score) <= rho
+                    decision = {
+                        "id": event_id,
+                        "model": "default",
+                        "action": "reject" if rejected else "predict",
+                        "label": None if rejected else (1 if score > 0 else -1),
+                        "score": score,
+                        "rho": rho,
+                        "model_version": 0,
+                        "queried": False,
+                        "query_probability": 0.0,
+                        "ts": now,
+                    }
+                    futures.append(
+                        await producer.send(
+                            args.out, orjson.dumps(decision), key=str(event_id).encode()
+                        )
+                    )
+            if futures:
+                await asyncio.gather(*futures)
+            await consumer.commit(offsets)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--broker", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--n-features", type=int, default=68)
+    p.add_argument("--max-records", type=int, default=2000)
+    p.add_argument("--idle-exit", type=float, default=0.0)
+    asyncio.run(_run(p.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

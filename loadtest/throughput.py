@@ -1,0 +1,426 @@
+"""One worker against the raw-aiokafka floor, side by side on the same broker and topic.
+
+    python loadtest/throughput.py [--broker HOST:PORT] [--events 40000] [--pairs 3]
+                                  [--rate 200] [--latency-seconds 10] [--workers 1]
+
+1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
+2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
+   ``--pairs`` times each, every run with its own consumer group and a fresh output topic
+   (created with ``message.timestamp.type=LogAppendTime``, so every output carries the
+   broker's time). A run is timed from the broker timestamp of its first output to that of
+   its last, and checks that every event id arrived. CPU per event is read from
+   ``/proc/PID/stat`` (user + system) between the first and the last output. For the
+   worker (a fresh DSAL model, which asks for most labels) it also reports when the learner
+   had stored the last label request in its pending table, after the last decision.
+3. Latency: the same pairs, each on a fresh topic with events at ``--rate`` for
+   ``--latency-seconds``; each event carries its send time, read back when its output
+   arrives (p50 / p99).
+4. With ``--workers 2``: one more run of the worker on the pre-loaded topic with two worker
+   processes in the same group (aggregate events/s, CPU of each).
+
+Prints one table with every run, the medians, and as its last line
+``worker/passthrough = R`` (median events/s of the worker runs over that of the passthrough
+runs). Starts its own Kafka (service.localkafka) unless ``--broker`` is given; every process
+it starts is stopped by PID. Bounded: every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from harness import features, stop  # noqa: E402
+
+from service.localkafka import LocalKafka, find_free_ports  # noqa: E402
+from service.stream.kafka import topic_partitions  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+PARTITIONS = 4
+RUN_TIMEOUT = 300.0
+PROFILE = os.environ.get("THROUGHPUT_PROFILE") == "1"  # py-spy every run (results in the work dir)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+@dataclass
+class Run:
+    """What one run measured."""
+
+    kind: str
+    events: int = 0
+    seconds: float = float("nan")
+    cpu_us: list[float] = field(default_factory=list)  # per event, one per process
+    learner_behind: float = float("nan")
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("nan")
+
+
+async def create_topics(broker: str, names: list[str], *, log_append: bool) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        configs = {"message.timestamp.type": "LogAppendTime"} if log_append else {}
+        await admin.create_topics(
+            [NewTopic(n, PARTITIONS, 1, topic_configs=configs) for n in names]
+        )
+    finally:
+        await admin.close()
+    await asyncio.sleep(0.5)  # leaders elected before anyone fetches
+
+
+async def preload(broker: str, topic: str, X: np.ndarray, n: int, prefix: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=20,
+                                max_batch_size=1 << 20)  # fmt: skip
+    await producer.start()
+    try:
+        futures = []
+        for i in range(n):
+            event_id = f"{prefix}{i}"
+            value = orjson.dumps({"id": event_id, "features": X[i % len(X)].tolist()})
+            futures.append(await producer.send(topic, value, key=event_id.encode()))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+class Tail:
+    """Follows output topics from their beginning: event ids and broker timestamps."""
+
+    def __init__(self, broker: str, topics: list[str]) -> None:
+        self.consumer = AIOKafkaConsumer(*topics, bootstrap_servers=broker,
+                                         auto_offset_reset="earliest", enable_auto_commit=False,
+                                         fetch_max_wait_ms=10, group_id=None)  # fmt: skip
+        self.seen: dict[str, int] = {}  # id -> broker timestamp (ms) of its first output
+        self.counts: dict[str, int] = {}  # records per topic
+        self.arrived: dict[str, float] = {}  # id -> local arrival time (s)
+
+    async def __aenter__(self) -> Tail:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    async def poll(self, key_field: str | None = "id") -> None:
+        fetched = await self.consumer.getmany(timeout_ms=50, max_records=20000)
+        now = time.time()
+        for tp, records in fetched.items():
+            self.counts[tp.topic] = self.counts.get(tp.topic, 0) + len(records)
+            if key_field is None:
+                continue
+            for r in records:
+                try:
+                    event_id = orjson.loads(r.value)[key_field]
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue
+                if event_id not in self.seen:
+                    self.seen[event_id] = r.timestamp
+                    self.arrived[event_id] = now
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def passthrough_cmd(broker: str, topic: str, out: str, work: Path) -> list[list[str]]:
+    group = f"pt-{uuid.uuid4().hex[:6]}"
+    return [[sys.executable, str(HERE / "passthrough.py"), "--broker", broker, "--topic", topic,
+             "--out", out, "--group", group]]  # fmt: skip
+
+
+def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) -> list[list[str]]:
+    """``count`` worker processes of one fresh deployment that read ``topic`` and decide
+    into ``out``."""
+    run = uuid.uuid4().hex[:6]
+    config = {
+        "app_id": f"tput-{run}",
+        "datadir": str(work / f"worker-{run}"),
+        "topics": {"features": topic, "decisions": out,
+                   **{k: f"tput-{run}.{k}" for k in ("label_requests", "labels", "models",
+                                                      "dead_letters")}},
+        "partitions": {"features": PARTITIONS, "decisions": PARTITIONS, "labels": 1},
+        "models": {"default": {"algorithm": "dsal", "cost": 0.25, "n_features": 68}},
+        "log_level": "warning",
+    }  # fmt: skip
+    path = work / f"tput-{run}.json"
+    path.write_text(json.dumps(config))
+    ports = find_free_ports(count)
+    return [[sys.executable, "-m", "service", "worker", "--config", str(path), "--broker",
+             broker, "--web-port", str(port)] for port in ports]  # fmt: skip
+
+
+def _app_id(cmd: list[str]) -> str | None:
+    if "--config" not in cmd:
+        return None
+    return str(json.loads(Path(cmd[cmd.index("--config") + 1]).read_text())["app_id"])
+
+
+async def throughput_run(
+    kind: str, broker: str, topic: str, n: int, work: Path, count: int = 1
+) -> Run:
+    out = f"out-{kind}-{uuid.uuid4().hex[:6]}"
+    await create_topics(broker, [out], log_append=True)
+    make = passthrough_cmd if kind == "passthrough" else worker_cmd
+    cmds = make(broker, topic, out, work) if kind == "passthrough" else worker_cmd(
+        broker, topic, out, work, count)  # fmt: skip
+    app_id = _app_id(cmds[0])
+    extra = [] if app_id is None else [f"tput-{app_id[5:]}.label_requests",
+                                       f"{app_id}-pending-changelog"]  # fmt: skip
+    procs = [_start(c, work / f"{kind}-{uuid.uuid4().hex[:6]}.log") for c in cmds]
+    spies = [_spy(p.pid, work / f"{kind}-{p.pid}.txt") for p in procs] if PROFILE else []
+    result = Run(kind=kind if count == 1 else f"{kind} x{count}", events=n)
+    try:
+        async with Tail(broker, [out]) as tail:
+            first: list[float] | None = None  # cpu per process at the first output
+            first_count = 0
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while len(tail.seen) < n and time.monotonic() < deadline:
+                await tail.poll()
+                if first is None and tail.seen:
+                    first, first_count = [cpu_seconds(p.pid) for p in procs], len(tail.seen)
+                if any(p.poll() is not None for p in procs):
+                    raise SystemExit(f"{kind} exited early; logs in {work}")
+            if len(tail.seen) < n:
+                raise SystemExit(f"{kind}: {len(tail.seen)} of {n} ids after {RUN_TIMEOUT} s")
+            last_cpu = [cpu_seconds(p.pid) for p in procs]
+            stamps = list(tail.seen.values())
+            result.seconds = (max(stamps) - min(stamps)) / 1000.0
+            done = n - first_count
+            assert first is not None  # noqa: S101 - set when the first id arrived
+            result.cpu_us = [(b - a) / max(1, done) * 1e6 for a, b in zip(first, last_cpu,
+                                                                         strict=True)]  # fmt: skip
+            last_decision = max(stamps) / 1000.0
+        if extra:
+            result.learner_behind = await learner_behind(broker, extra, last_decision)
+    finally:
+        for p in procs:
+            stop(p)
+        for spy in spies:
+            spy.wait(60)
+    return result
+
+
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy (not a dependency: ``pip install py-spy``) recording ``pid`` into ``out``."""
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "200", "--output",
+                             str(out), "--format", "raw" if out.suffix == ".txt" else "flamegraph"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+async def learner_behind(broker: str, topics: list[str], last_decision: float) -> float:
+    """Seconds from the last decision until the pending table's changelog holds as many
+    records as the label-requests topic (every request stored), by broker timestamps."""
+    requests, changelog = topics
+    deadline = time.monotonic() + RUN_TIMEOUT
+    await asyncio.sleep(1.0)  # the last batch's requests are written with its decisions
+    tps = await topic_partitions([broker], requests, client_kwargs={}, attempts=10)
+    probe = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None)
+    await probe.start()
+    try:
+        want = sum((await probe.end_offsets(tps)).values())
+    finally:
+        await probe.stop()
+    stamps: list[int] = []
+    consumer = AIOKafkaConsumer(changelog, bootstrap_servers=broker, group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=10)  # fmt: skip
+    await consumer.start()
+    try:
+        while len(stamps) < want and time.monotonic() < deadline:
+            fetched = await consumer.getmany(timeout_ms=200, max_records=20000)
+            for records in fetched.values():
+                stamps += [r.timestamp for r in records]
+    finally:
+        await consumer.stop()
+    print(f"    label requests {want}, stored {len(stamps)}", flush=True)
+    if len(stamps) < want:
+        return float("nan")
+    if not stamps:
+        return 0.0
+    return max(0.0, sorted(stamps)[want - 1] / 1000.0 - last_decision)
+
+
+async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, seconds: float,
+                      work: Path) -> Run:  # fmt: skip
+    topic = f"lat-{kind}-{uuid.uuid4().hex[:6]}"
+    out = f"{topic}-out"
+    await create_topics(broker, [topic], log_append=False)
+    await create_topics(broker, [out], log_append=True)
+    cmd = (passthrough_cmd if kind == "passthrough" else worker_cmd)(broker, topic, out, work)[0]
+    proc = _start(cmd, work / f"lat-{kind}-{uuid.uuid4().hex[:6]}.log")
+    result = Run(kind=kind)
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=0)
+    await producer.start()
+    try:
+        async with Tail(broker, [out]) as tail:
+            deadline = time.monotonic() + 180
+            i = 0
+            while not tail.seen and time.monotonic() < deadline:  # warm up: until it answers
+                await producer.send_and_wait(topic, orjson.dumps(
+                    {"id": f"warm-{i}", "features": X[i % len(X)].tolist()}))  # fmt: skip
+                i += 1
+                for _ in range(10):
+                    await tail.poll()
+                if proc.poll() is not None:
+                    raise SystemExit(f"{kind} exited; logs in {work}")
+            await asyncio.sleep(2.0)
+            for _ in range(40):
+                await tail.poll()
+            sent: dict[str, float] = {}
+            total = int(rate * seconds)
+            interval, next_at = 1.0 / rate, time.monotonic()
+            poller = asyncio.create_task(_poll_forever(tail))
+            for j in range(total):
+                event_id = f"lat-{j}"
+                sent[event_id] = time.time()
+                await producer.send(topic, orjson.dumps(
+                    {"id": event_id, "features": X[j % len(X)].tolist()}),
+                    key=event_id.encode())  # fmt: skip
+                next_at += interval
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            end = time.monotonic() + 60
+            while not all(k in tail.arrived for k in sent) and time.monotonic() < end:
+                await asyncio.sleep(0.1)
+            poller.cancel()
+            lat = np.array([tail.arrived[k] - sent[k] for k in sent if k in tail.arrived]) * 1e3
+            if len(lat) < total:
+                raise SystemExit(f"{kind}: {len(lat)} of {total} latency events answered")
+            result.events = total
+            result.p50_ms = float(np.percentile(lat, 50))
+            result.p99_ms = float(np.percentile(lat, 99))
+    finally:
+        await producer.stop()
+        stop(proc)
+    return result
+
+
+async def _poll_forever(tail: Tail) -> None:
+    while True:
+        await tail.poll()
+
+
+def _median(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
+    print(f"\n{'run':<16}{'events':>8}{'seconds':>9}{'events/s':>10}{'CPU us/event':>14}"
+          f"{'learner behind s':>18}")  # fmt: skip
+    print("-" * 75)
+    for r in runs + ([scale] if scale else []):
+        cpu = " + ".join(f"{c:.0f}" for c in r.cpu_us)
+        print(f"{r.kind:<16}{r.events:>8}{r.seconds:>9.2f}{r.rate:>10,.0f}{cpu:>14}"
+              f"{r.learner_behind:>18.1f}")  # fmt: skip
+    if latency:
+        print(f"\n{'latency run':<16}{'events':>8}{'p50 ms':>9}{'p99 ms':>10}")
+        print("-" * 43)
+        for r in latency:
+            print(f"{r.kind:<16}{r.events:>8}{r.p50_ms:>9.1f}{r.p99_ms:>10.1f}")
+    by = {k: [r for r in runs if r.kind == k] for k in ("passthrough", "worker")}
+    pt_rate = _median([r.rate for r in by["passthrough"]])
+    wk_rate = _median([r.rate for r in by["worker"]])
+    pt_cpu = _median([r.cpu_us[0] for r in by["passthrough"]])
+    wk_cpu = _median([r.cpu_us[0] for r in by["worker"]])
+    print("\nmedians: passthrough {:,.0f} events/s, {:.0f} us CPU/event; worker {:,.0f} events/s,"
+          " {:.0f} us CPU/event; learner behind {:.1f} s".format(
+              pt_rate, pt_cpu, wk_rate, wk_cpu,
+              _median([r.learner_behind for r in by["worker"]])))  # fmt: skip
+    if latency:
+        lat = {k: [r for r in latency if r.kind == k] for k in ("passthrough", "worker")}
+        pt99 = _median([r.p99_ms for r in lat["passthrough"]])
+        wk99 = _median([r.p99_ms for r in lat["worker"]])
+        print(f"latency at the moderate rate: p99 worker {wk99:.1f} ms / passthrough "
+              f"{pt99:.1f} ms = {wk99 / pt99:.2f}x; p50 worker "
+              f"{_median([r.p50_ms for r in lat['worker']]):.1f} ms / passthrough "
+              f"{_median([r.p50_ms for r in lat['passthrough']]):.1f} ms")  # fmt: skip
+    if scale is not None:
+        print(f"two workers: {scale.rate:,.0f} events/s together "
+              f"({scale.rate / wk_rate:.2f}x one worker), CPU us/event "
+              + " + ".join(f"{c:.0f}" for c in scale.cpu_us))  # fmt: skip
+    print(f"worker/passthrough = {wk_rate / pt_rate:.2f}")
+
+
+async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
+    X = features(68)
+    topic = f"tput-{uuid.uuid4().hex[:6]}"
+    await create_topics(broker, [topic], log_append=False)
+    await preload(broker, topic, X, args.events, "e-")
+    runs: list[Run] = []
+    for i in range(args.pairs):
+        for kind in ("passthrough", "worker") if i % 2 == 0 else ("worker", "passthrough"):
+            run = await throughput_run(kind, broker, topic, args.events, work)
+            print(f"  {kind:<12} {run.rate:>8,.0f} events/s  {run.cpu_us[0]:.0f} us CPU/event",
+                  flush=True)  # fmt: skip
+            runs.append(run)
+    latency: list[Run] = []
+    for i in range(args.latency_pairs):
+        for kind in ("passthrough", "worker") if i % 2 == 0 else ("worker", "passthrough"):
+            run = await latency_run(kind, broker, X, args.rate, args.latency_seconds, work)
+            print(f"  {kind:<12} p50 {run.p50_ms:.1f} ms  p99 {run.p99_ms:.1f} ms", flush=True)
+            latency.append(run)
+    scale = None
+    if args.workers > 1:
+        scale = await throughput_run("worker", broker, topic, args.events, work, args.workers)
+    report(runs, latency, scale)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--broker")
+    p.add_argument("--events", type=int, default=40000)
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--latency-pairs", type=int, default=3)
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--latency-seconds", type=float, default=10.0)
+    p.add_argument("--workers", type=int, default=1, help="2: also a two-worker run")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="abstain-tput-"))
+    kafka: LocalKafka | None = None
+    try:
+        broker = args.broker
+        if broker is None:
+            port, ctl = find_free_ports(2)
+            kafka = LocalKafka(port=port, controller_port=ctl, data_dir=work / "kafka",
+                               die_with_parent=True, heap="1g")  # fmt: skip
+            kafka.start()
+            broker = kafka.bootstrap
+        asyncio.run(main_async(args, broker, work))
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,466 @@
+"""The scoring path on its own Kafka consumer: whole fetched batches in, batched produce
+out, offsets committed once every output of them is acknowledged.
+
+Scoring needs no table, so it runs on plain aiokafka rather than a faust agent: a consumer
+in the group ``<app_id>-score`` (:func:`score_group`) reads the features topic, each
+``getmany`` is scored as one batch by :meth:`~service.stream.scorer.Scorer.decide`, and
+:class:`BatchProducer` writes its records with one produce batch per topic partition
+(acks=all). Batches are pipelined: the next one is scored while the broker acknowledges the
+last, and a separate task commits, in order, the offsets of every batch whose records are
+all acknowledged. So a committed offset always means every output before it is durable;
+after a crash the uncommitted rest is scored again, with the same coins, so the same
+decisions (at-least-once, as before).
+
+- A produce that fails (broker away past the request timeout) commits nothing: the loop
+  waits for the batches in flight, seeks back to the last committed offsets and scores
+  from there again.
+- On a rebalance the revoked partitions' batches in flight are awaited and committed
+  before the partitions go (:class:`_Rebalance`), so the next owner starts where this
+  worker's acknowledged outputs end.
+- :class:`ScoreView` shows the consumer to liveness (:mod:`service.stream.liveness`).
+
+The first time the group is assigned a partition with no committed offset, it starts
+where the worker's faust group (``<app_id>``, which consumed the features topic before
+this path existed) committed, if it did; else from the earliest offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from service.config import Settings
+from service.records import RawMessage
+from service.stream.kafka import partition_for
+from service.stream.outputs import OutRecord
+from service.stream.partitions import TP, Progress, RecoveryState
+from service.stream.scorer import Scorer
+
+__all__ = ["BatchProducer", "ScoreLoop", "ScoreView", "score_group"]
+
+log = logging.getLogger(__name__)
+
+#: batches scored and sent but not yet acknowledged, at most (back-pressure)
+MAX_IN_FLIGHT = 8
+#: seconds between attempts after the broker failed a fetch or a produce
+RETRY_SECONDS = 1.0
+
+
+def score_group(app_id: str) -> str:
+    """The consumer group of the scoring path.
+
+    >>> score_group("abstain")
+    'abstain-score'
+    """
+    return f"{app_id}-score"
+
+
+class BatchProducer:
+    """Records out in one produce batch per topic partition (aiokafka's batch API: no
+    future, partitioner call or log record per record)."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+        self._partitions: dict[str, int] = {}
+        self._spread = itertools.count()  # where records without key or partition go
+
+    async def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has (asked once, then cached)."""
+        count = self._partitions.get(topic)
+        if count is None:
+            found = await self.producer.partitions_for(topic)
+            count = self._partitions[topic] = len(found)
+        return count
+
+    async def send_many(self, records: Sequence[OutRecord]) -> asyncio.Future[Any]:
+        """Queue ``records``; the returned future is done once the broker acknowledged all
+        of them (and fails if any one fails). A record's ``partition`` is taken modulo the
+        topic's partition count (the count the topic really has)."""
+        groups: dict[tuple[str, int], list[OutRecord]] = {}
+        for r in records:
+            count = await self.partitions(r.topic)
+            if r.partition is not None:
+                p = r.partition % count
+            elif r.key is not None:
+                p = partition_for(r.key, count)
+            else:
+                p = next(self._spread) % count
+            groups.setdefault((r.topic, p), []).append(r)
+        futures = []
+        for (topic, p), group in groups.items():
+            futures += await self._send(topic, p, group)
+        return asyncio.gather(*futures)
+
+    async def _send(self, topic: str, partition: int, records: list[OutRecord]) -> list[Any]:
+        futures: list[Any] = []
+        batch = self.producer.create_batch()
+        for r in records:
+            headers = r.headers or []
+            if batch.append(key=r.key, value=r.value, timestamp=None, headers=headers):
+                continue
+            if batch.record_count():  # full: send it, start the next
+                futures.append(await self.producer.send_batch(batch, topic, partition=partition))
+                batch = self.producer.create_batch()
+                if batch.append(key=r.key, value=r.value, timestamp=None, headers=headers):
+                    continue
+            # larger than a batch may be: the record alone (the producer checks its size)
+            alone = self.producer.send(topic, r.value, key=r.key, partition=partition,
+                                       headers=headers)  # fmt: skip
+            futures.append(await alone)
+        if batch.record_count():
+            futures.append(await self.producer.send_batch(batch, topic, partition=partition))
+        return futures
+
+
+@dataclass(slots=True)
+class _InFlight:
+    acked: asyncio.Future[Any]
+    offsets: dict[TopicPartition, int]  # next offset to consume, per partition
+
+
+@dataclass(slots=True)
+class _State:
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+    in_flight: deque[_InFlight] = field(default_factory=deque)
+    rewind: bool = False  # a produce failed: score again from the committed offsets
+    rebalancing: bool = False
+    generation: int = 0
+
+
+class ScoreLoop:
+    """Consume -> :meth:`Scorer.decide` -> :class:`BatchProducer` -> commit (see the module
+    docstring). :meth:`run` until cancelled; the consumer and producer are made by
+    ``consumer_factory`` / ``producer_factory`` when it starts."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        scorer: Scorer,
+        progress: Progress,
+        *,
+        consumer_factory: Callable[[ConsumerRebalanceListener], AIOKafkaConsumer],
+        producer_factory: Callable[[], AIOKafkaProducer],
+        admin_factory: Callable[[], AIOKafkaAdminClient] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.scorer = scorer
+        self.progress = progress
+        self.consumer_factory = consumer_factory
+        self.producer_factory = producer_factory
+        self.admin_factory = admin_factory
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: BatchProducer | None = None
+        self.state = _State()
+        self.lock = asyncio.Lock()  # one batch scored/sent at a time; rebalances wait for it
+        self.commit_lock = asyncio.Lock()  # one commit at a time, offsets never go back
+        self.sent = asyncio.Event()  # a batch joined the in-flight queue
+        self.view = ScoreView(self)
+
+    async def run(self, ready: asyncio.Event) -> None:
+        """Start the clients once ``ready`` (models read), then score until cancelled;
+        on the way out, wait for what is in flight and commit it."""
+        await ready.wait()
+        producer = self.producer_factory()
+        await producer.start()
+        self.producer = BatchProducer(producer)
+        consumer = self.consumer = self.consumer_factory(self.listener())
+        await consumer.start()
+        committer = asyncio.create_task(self._commit_forever())
+        try:
+            while True:
+                await self._round(consumer)
+        finally:
+            committer.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._drain(), 10.0)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await consumer.stop()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await producer.stop()
+
+    async def _round(self, consumer: AIOKafkaConsumer) -> None:
+        """One fetched batch: scored, sent, queued for the committer."""
+        if self.state.rewind:
+            await self._rewind(consumer)
+        try:
+            fetched = await consumer.getmany(timeout_ms=100, max_records=self.settings.batch_size)
+        except KafkaError as exc:
+            log.warning("fetching features failed: %r", exc)
+            await asyncio.sleep(RETRY_SECONDS)
+            return
+        if not fetched:
+            return
+        while len(self.state.in_flight) >= MAX_IN_FLIGHT:
+            await asyncio.wait([self.state.in_flight[0].acked])
+        async with self.lock:
+            assigned = consumer.assignment()
+            fetched = {tp: rs for tp, rs in fetched.items() if tp in assigned}
+            if not fetched or self.state.rewind:
+                return
+            messages = [
+                RawMessage(r.value if r.value is not None else b"", r.topic, r.partition,
+                           r.offset, r.key, r.timestamp / 1000.0 if r.timestamp > 0 else None)
+                for records in fetched.values() for r in records
+            ]  # fmt: skip
+            _, records = self.scorer.decide(messages)
+            assert self.producer is not None  # noqa: S101 - started in run()
+            try:
+                acked = await self.producer.send_many(records)
+            except KafkaError as exc:
+                log.warning("producing decisions failed: %r; scoring again", exc)
+                self.state.rewind = True
+                return
+            offsets = {tp: rs[-1].offset + 1 for tp, rs in fetched.items()}
+            self.state.in_flight.append(_InFlight(acked, offsets))
+            self.sent.set()
+            for tp, rs in fetched.items():
+                self.progress.mark(tp.topic, tp.partition, rs[-1].offset)
+
+    async def _commit_forever(self) -> None:
+        """Commit, oldest first, the offsets of every batch whose outputs are all
+        acknowledged (several at once when they are)."""
+        while True:
+            if not self.state.in_flight:
+                self.sent.clear()
+                await self.sent.wait()
+                continue
+            await asyncio.wait([self.state.in_flight[0].acked])
+            async with self.lock:
+                offsets = self._take_acknowledged()
+            await self._commit(offsets)
+
+    def _take_acknowledged(self) -> dict[TopicPartition, int]:
+        """The offsets of the acknowledged batches at the head of the in-flight queue,
+        taken off it (under :attr:`lock`). A failed batch stops there and sets
+        :attr:`_State.rewind`: it and every later batch are scored again."""
+        offsets: dict[TopicPartition, int] = {}
+        queue = self.state.in_flight
+        while queue and queue[0].acked.done():
+            item = queue.popleft()
+            if item.acked.cancelled() or item.acked.exception() is not None:
+                error = None if item.acked.cancelled() else item.acked.exception()
+                log.warning("producing decisions failed: %r; scoring again", error)
+                self.state.rewind = True
+                queue.clear()
+                break
+            offsets.update(item.offsets)
+        return offsets
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` of partitions still assigned, never below what was committed."""
+        assert self.consumer is not None  # noqa: S101 - started in run()
+        async with self.commit_lock:
+            mine, done = self.consumer.assignment(), self.state.committed
+            offsets = {tp: o for tp, o in offsets.items() if tp in mine and o > done.get(tp, -1)}
+            if not offsets:
+                return
+            try:
+                await self.consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:  # the group moved on
+                log.warning("commit of scored offsets refused (%r): the new owner scores them",
+                            exc)  # fmt: skip
+                return
+            except KafkaError as exc:
+                log.warning("commit of scored offsets failed (%r); the next one covers them", exc)
+                return
+            done.update(offsets)
+
+    async def _drain(self) -> None:
+        """Wait for every batch in flight, then commit what was acknowledged."""
+        async with self.lock:
+            pending = [item.acked for item in self.state.in_flight]
+            if pending:
+                await asyncio.wait(pending)
+            offsets = self._take_acknowledged()
+            await self._commit(offsets)
+
+    async def _rewind(self, consumer: AIOKafkaConsumer) -> None:
+        """After a failed produce: wait for what is in flight, then seek every assigned
+        partition back to its committed offset (the earliest when none) and go on."""
+        async with self.lock:
+            pending = [item.acked for item in self.state.in_flight]
+            if pending:
+                await asyncio.wait(pending)
+            self.state.in_flight.clear()
+            await asyncio.sleep(RETRY_SECONDS)
+            for tp in sorted(consumer.assignment()):
+                committed = self.state.committed.get(tp)
+                if committed is None:
+                    with contextlib.suppress(KafkaError):
+                        committed = await consumer.committed(tp)
+                if committed is None:
+                    await consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, committed)
+            self.state.rewind = False
+
+    def listener(self) -> ConsumerRebalanceListener:
+        """The rebalance listener the consumer must be subscribed with."""
+        return _Rebalance(self)
+
+    async def revoked(self, revoked: AbstractSet[TopicPartition]) -> None:
+        """Before partitions go: their batches in flight acknowledged and committed."""
+        self.state.rebalancing = True
+        self.state.generation += 1
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._drain(), self.settings.session_timeout_seconds / 2)
+        for tp in revoked:
+            self.state.committed.pop(tp, None)
+
+    async def assigned(self, assigned: AbstractSet[TopicPartition]) -> None:
+        """New partitions: those the score group never committed start where the worker's
+        faust group did (the features consumer of earlier versions), if it did."""
+        try:
+            await self._adopt_faust_offsets(assigned)
+        finally:
+            self.state.rebalancing = False
+
+    async def _adopt_faust_offsets(self, assigned: AbstractSet[TopicPartition]) -> None:
+        if self.admin_factory is None or not assigned or self.consumer is None:
+            return
+        consumer = self.consumer
+        fresh = []
+        for tp in sorted(assigned):
+            try:
+                committed = await consumer.committed(tp)
+            except KafkaError:
+                return
+            if committed is None:
+                fresh.append(tp)
+            else:
+                self.state.committed[tp] = committed
+        if not fresh:
+            return
+        admin = self.admin_factory()
+        try:
+            await admin.start()
+            earlier = await admin.list_consumer_group_offsets(self.settings.app_id,
+                                                              partitions=fresh)  # fmt: skip
+        except KafkaError as exc:
+            log.warning("could not read the faust group's offsets (%r): from the start", exc)
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+        for tp in fresh:
+            meta = earlier.get(tp)
+            if meta is not None and meta.offset >= 0:
+                log.info("%s[%s]: starting at %s, where %s left off", tp.topic, tp.partition,
+                         meta.offset, self.settings.app_id)  # fmt: skip
+                consumer.seek(tp, meta.offset)
+
+    def pause(self) -> list[TopicPartition]:
+        """Stop fetching every assigned partition (what a stalled consumer looks like)."""
+        assert self.consumer is not None  # noqa: S101
+        tps = sorted(self.consumer.assignment())
+        self.consumer.pause(*tps)
+        return tps
+
+    def resume(self) -> list[TopicPartition]:
+        assert self.consumer is not None  # noqa: S101
+        tps = sorted(self.consumer.assignment())
+        self.consumer.resume(*tps)
+        return tps
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, loop: ScoreLoop) -> None:
+        self.loop = loop
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.loop.revoked(frozenset(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.loop.assigned(frozenset(assigned))
+
+
+class ScoreView:
+    """:class:`~service.stream.partitions.ConsumerView` of the scoring consumer (no tables:
+    never in recovery; nothing is ever skipped, so no gap is chopped or acknowledged)."""
+
+    def __init__(self, loop: ScoreLoop) -> None:
+        self._loop = loop
+
+    @property
+    def generation(self) -> int:
+        return self._loop.state.generation
+
+    @property
+    def paused(self) -> bool:
+        return self._loop.state.rebalancing
+
+    def assignment(self) -> AbstractSet[TP]:
+        consumer = self._loop.consumer
+        if consumer is None:
+            return frozenset()
+        assigned: AbstractSet[TP] = consumer.assignment()
+        return assigned
+
+    def recovery(self) -> RecoveryState:
+        return RecoveryState(in_recovery=False, completed=True)
+
+    def highwater(self, tp: TP) -> int | None:
+        consumer = self._loop.consumer
+        if consumer is None:
+            return None
+        try:
+            high = consumer.highwater(_tp(tp))
+        except IllegalStateError:
+            return None
+        return None if high is None else int(high)
+
+    async def highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
+        consumer = self._loop.consumer
+        if consumer is None or not tps:
+            return {}
+        ends = await consumer.end_offsets([_tp(tp) for tp in tps])
+        return {(tp.topic, tp.partition): int(h) for tp, h in ends.items() if h is not None}
+
+    async def position(self, tp: TP) -> int | None:
+        consumer = self._loop.consumer
+        if consumer is None:
+            return None
+        try:
+            return int(await asyncio.wait_for(consumer.position(_tp(tp)), 1.0))
+        except (IllegalStateError, KafkaError, TimeoutError):
+            return None
+
+    def committed_next(self, tp: TP) -> int | None:
+        return self._loop.state.committed.get(_tp(tp))
+
+    async def earliest(self, tp: TP) -> int | None:
+        consumer = self._loop.consumer
+        if consumer is None:
+            return None
+        found = await consumer.beginning_offsets([_tp(tp)])
+        earliest = found.get(_tp(tp))
+        return None if earliest is None else int(earliest)
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        if self._loop.consumer is not None:
+            self._loop.consumer.seek(_tp(tp), offset)
+
+    def chop_gap(self, tp: TP, start: int, end: int) -> None:
+        """Nothing is skipped on this consumer: no gap to forget."""
+
+    async def commit_processed(self, tp: TP, offset: int) -> bool:
+        """Commits follow acknowledgements (:class:`ScoreLoop`); nothing to do here."""
+        return tp in self.assignment()
+
+    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
+        """Nothing is skipped on this consumer: nothing to acknowledge."""
+
+
+def _tp(tp: TP) -> TopicPartition:
+    return tp if isinstance(tp, TopicPartition) else TopicPartition(tp.topic, tp.partition)
