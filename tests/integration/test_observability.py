@@ -4,10 +4,10 @@ sends events at known rates, an oracle answers some label requests, a person wor
 desk and the faults are injected. One deployment serves the module:
 
 - model ``m``: the oracle answers half of its requests (the queue grows; unanswered ones
-  expire after ``TTL``); ``c``: answered with coin flips at cost 0.4 (it never learns, rejects
-  everything: collapse, high risk); ``boom``: a step size that overflows on features of
-  1e300 (updates refused);
-  ``q``: a label budget and a queue of 3, never answered (requests dropped);
+  expire after ``TTL``) and a person at the desk some of the rest; ``c``: answered with coin
+  flips at cost 0.4 (it never learns and rejects everything: collapse, high risk); ``boom``:
+  a step size that overflows on features of 1e300 (updates refused); ``q``: a label budget
+  and a queue of 3, never answered (requests dropped);
 - 120 events that are not JSON (dead letters) and one record on the models topic that is not
   a snapshot (refused);
 - a second Prometheus scrapes the same targets at the chart's default interval (30 s) all
