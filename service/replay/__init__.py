@@ -7,7 +7,11 @@ experimental protocol), its figures, and the learners' micro-benchmarks.
 * :mod:`.runner` — :func:`replay`: linear learners batched, the rest through
   :mod:`.sequential` (kernel learners, or the stream service's labelled-only standardiser);
 * :mod:`.results` — what a replay measured; ``summary.json`` and the curves CSV;
-* :mod:`.plot` — the five-column figure and the kernel budget figure (matplotlib, Agg);
+* :mod:`.shadows` — ``replay --shadow``: a champion and shadow models on the same
+  trials, the shadows learning from the champion's labels; :mod:`.shadow_results` — their
+  estimated and true risk, coverage, ``shadow.json`` and ``shadow.csv``;
+* :mod:`.plot` — the five-column figure, the kernel budget figure and the shadow figure
+  (matplotlib, Agg);
 * :mod:`.cli` — ``abstain replay``; :mod:`.bench` — ``abstain bench``.
 
 Exception tree (dataset errors come from :class:`service.datasets.DatasetError`, learner

@@ -87,6 +87,17 @@ class Track:
         ok = self.eligible(min_labels)
         return float(self.covered(estimator)[ok].mean()) if ok.any() else float("nan")
 
+    def coverage_se(self, min_labels: int = 0, estimator: Estimator = "horvitz-thompson") -> float:
+        """Standard error of :meth:`coverage` from the spread of the runs' own coverages (the
+        checkpoints of one run are strongly correlated; the runs are independent)."""
+        ok = self.eligible(min_labels)
+        counts = ok.sum(axis=0)
+        keep = counts > 0
+        if keep.sum() < 2:
+            return float("nan")
+        per_run = (self.covered(estimator) & ok).sum(axis=0)[keep] / counts[keep]
+        return float(per_run.std(ddof=1) / np.sqrt(keep.sum()))
+
     def coverage_by_checkpoint(
         self, min_labels: int = 0, estimator: Estimator = "horvitz-thompson"
     ) -> FloatArray:
@@ -112,11 +123,13 @@ class Track:
             "labels_mean": float(self.labels[-1].mean()),
             "reject_rate_mean": float(self.rejected[-1].mean()),
             "coverage": self.coverage(min_labels),
+            "coverage_se": self.coverage_se(min_labels),
             "coverage_all_checkpoints": self.coverage(0),
             "runs_covered_at_end": float(self.covered()[-1].mean()),
             "ratio_estimate_mean": _mean(self.ratio[-1]),
             "ratio_interval_width_mean": _mean(self.ratio_high[-1] - self.ratio_low[-1]),
             "ratio_coverage": self.coverage(min_labels, "ratio"),
+            "ratio_coverage_se": self.coverage_se(min_labels, "ratio"),
         }
 
 

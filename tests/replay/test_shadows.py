@@ -168,6 +168,9 @@ def test_coverage_counts_pairs_whose_interval_holds_the_true_risk() -> None:
     # pairs with a label: (0,1) yes, (1,0) yes, (1,1) no, (2,0) yes, (2,1) no
     assert track.coverage() == pytest.approx(3 / 5)
     assert track.coverage(min_labels=50) == pytest.approx(1 / 3)
+    # per run: run 0 covers 2 of 2 checkpoints with a label, run 1 one of 3
+    per_run = np.array([1.0, 1 / 3])
+    assert track.coverage_se() == pytest.approx(per_run.std(ddof=1) / np.sqrt(2))
     by_checkpoint = track.coverage_by_checkpoint()
     assert by_checkpoint.tolist() == [1.0, 0.5, 0.5]
     assert np.isnan(track.coverage_by_checkpoint(min_labels=10)[0])
