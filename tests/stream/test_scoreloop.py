@@ -263,3 +263,34 @@ async def test_pause_and_resume_cover_every_assigned_partition() -> None:
     loop.resume()
     assert consumer.paused == set()
     await stop(task)
+
+
+@dataclass
+class FakeAdmin:
+    offsets: dict[TopicPartition, int]
+    asked: list[str] = field(default_factory=list)
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def list_consumer_group_offsets(self, group: str, partitions: Any) -> Any:
+        self.asked.append(group)
+        return {tp: Meta(o) for tp, o in self.offsets.items() if tp in partitions}
+
+
+@dataclass
+class Meta:
+    offset: int
+
+
+async def test_partitions_the_score_group_never_committed_start_where_the_faust_group_did() -> None:
+    loop, consumer, _ = loop_with([])
+    admin = FakeAdmin({TP0: 42, TP1: 7})
+    loop.admin_factory = lambda: admin  # type: ignore[assignment,return-value]
+    consumer.stored = {TP1: 3}  # the score group has its own offset there: kept
+    loop.consumer = consumer  # type: ignore[assignment]
+    await loop.assigned(frozenset({TP0, TP1}))
+    assert admin.asked == ["abstain"]  # the worker's faust group (the app id)
+    assert consumer.seeks == [(TP0, 42)]
+    assert loop.view.committed_next(TP1) == 3
