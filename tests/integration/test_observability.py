@@ -59,10 +59,11 @@ from service.localprom import LocalPrometheus
 FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"
 SCRAPE = 1.0  # s, scrape and evaluation interval of the fast Prometheus
 HOLD = 2.0  # s, every `for:` of the fast rules
-TTL = 24.0  # s, request_ttl_seconds
+TTL = 16.0  # s, request_ttl_seconds
 STALL = 3.0  # s, stall_seconds
 CHART_INTERVAL = 30.0  # s, serviceMonitor.interval in helm/abstain/values.yaml
-RATES = {"m": 40.0, "c": 40.0, "boom": 2.0, "q": 4.0}  # events/s
+# events/s; c fills a collapse window (500 decisions) in about 6 s
+RATES = {"m": 40.0, "c": 80.0, "boom": 2.0, "q": 4.0}
 BAD_EVENTS = 120
 FAST = {
     # 80 % of request_ttl_seconds, as the rule's comment asks
