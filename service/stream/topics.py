@@ -43,6 +43,7 @@ from service.stream.errors import TopicError
 
 __all__ = [
     "RECHECK_SECONDS",
+    "START_ATTEMPTS",
     "TopicFacts",
     "TopicGuard",
     "TopicLayoutError",
@@ -57,6 +58,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RECHECK_SECONDS = 10.0  # how often a running worker looks at its topics' partition counts
+START_ATTEMPTS = 60  # a second apart: how long a starting worker waits for the brokers
 
 
 class TopicLayoutError(TopicError):
@@ -272,7 +274,15 @@ class TopicGuard(Service):
     async def on_start(self) -> None:
         policy = self.settings.topic_policy
         unset = policy.creation == "create" and policy.replication_factor is None
-        problems, default = await _survey(self.settings, with_default=unset)
+        for attempt in range(START_ATTEMPTS):  # a broker still starting: ask again
+            try:
+                problems, default = await _survey(self.settings, with_default=unset)
+                break
+            except TopicError as exc:
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                log.warning("topic check: %s; again in 1 s", exc)
+                await self.sleep(1.0)
         if problems:
             raise TopicLayoutError(_refusal(problems, self.settings))
         if default is not None:  # faust takes no "-1": the broker's default, read here

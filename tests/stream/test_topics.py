@@ -3,11 +3,14 @@ start-up check names (the real-broker side: tests/integration/test_topics_check.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from service.config import ConfigError, Settings, TopicPolicy, load_settings
+from service.stream import topics
+from service.stream.errors import TopicError
 from service.stream.topics import TopicFacts, TopicSpec, problems_of, topic_specs
 
 
@@ -160,3 +163,48 @@ def test_unset_policy_leaves_replication_to_the_broker() -> None:
         None,
     )
     assert policy.topic_configs == {}
+
+
+async def test_the_guard_waits_for_brokers_then_sets_their_replication_factor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers: list[Any] = [TopicError("no broker"), TopicError("no broker"), ([], 3)]
+
+    async def survey(settings: Settings, *, with_default: bool) -> Any:
+        assert with_default  # unset replication factor: the brokers' default is asked for
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    naps: list[float] = []
+
+    async def nap(seconds: float) -> None:
+        naps.append(seconds)
+
+    monkeypatch.setattr(topics, "_survey", survey)
+    owner = SimpleNamespace(conf=SimpleNamespace(topic_replication_factor=1))
+    guard = topics.TopicGuard(settings(), owner=owner)  # type: ignore[arg-type]
+    monkeypatch.setattr(guard, "sleep", nap)
+    await guard.on_start()
+    assert owner.conf.topic_replication_factor == 3
+    assert naps == [1.0, 1.0]
+
+
+async def test_the_guard_refuses_a_start_with_every_problem_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def survey(settings: Settings, *, with_default: bool) -> Any:
+        return ["a has 3 partitions", "b is not compacted"], None
+
+    monkeypatch.setattr(topics, "_survey", survey)
+    owner = SimpleNamespace(conf=SimpleNamespace(topic_replication_factor=1))
+    guard = topics.TopicGuard(settings(creation="check"), owner=owner)  # type: ignore[arg-type]
+    with pytest.raises(topics.TopicLayoutError) as caught:
+        await guard.on_start()
+    assert str(caught.value) == (
+        "the topics do not fit this worker (topic_policy.creation=check):\n"
+        "  - a has 3 partitions\n"
+        "  - b is not compacted"
+    )
+    assert owner.conf.topic_replication_factor == 1
