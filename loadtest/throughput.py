@@ -15,7 +15,11 @@
 3. Latency: the same pairs, each on a fresh topic with events at ``--rate`` for
    ``--latency-seconds``; each event carries its send time, read back when its output
    arrives (p50 / p99).
-4. With ``--workers 2``: one more run of the worker on the pre-loaded topic with two worker
+4. With ``--learner N``: the learner alone. ``N`` label requests (as a fresh model asks
+   them) are pre-loaded on a fresh deployment's label-requests topic, then a worker stores
+   them; requests/s (broker timestamps of the first and last pending-table write) and CPU
+   per request. Nothing else runs in that worker.
+5. With ``--workers 2``: one more run of the worker on the pre-loaded topic with two worker
    processes in the same group (aggregate events/s, CPU of each).
 
 Prints one table with every run, the medians, and as its last line
@@ -178,6 +182,75 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
              broker, "--web-port", str(port)] for port in ports]  # fmt: skip
 
 
+async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
+    """``n`` label requests stored by a worker that has nothing else to do."""
+    from service.records import LabelRequest  # noqa: PLC0415
+    from service.stream.model import request_id  # noqa: PLC0415
+
+    features_topic = f"learn-{uuid.uuid4().hex[:6]}"
+    await create_topics(broker, [features_topic], log_append=False)
+    cmd = worker_cmd(broker, features_topic, f"{features_topic}-out", work)[0]
+    config = json.loads(Path(cmd[cmd.index("--config") + 1]).read_text())
+    requests, app_id = config["topics"]["label_requests"], config["app_id"]
+    changelog = f"{app_id}-pending-changelog"
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(requests, 1, 1), NewTopic(changelog, 1, 1,
+                                   topic_configs={"message.timestamp.type": "LogAppendTime",
+                                                  "cleanup.policy": "compact"})])  # fmt: skip
+    finally:
+        await admin.close()
+    await asyncio.sleep(0.5)
+    now = time.time()
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=20,
+                                max_batch_size=1 << 20)  # fmt: skip
+    await producer.start()
+    try:
+        futures = []
+        for i in range(n):
+            event_id = f"r-{i}"
+            value = LabelRequest(
+                request_id=request_id("default", event_id), event_id=event_id, model="default",
+                features=X[i % len(X)].tolist(), score=0.0, rho=0.5, decided_label=0,
+                query_probability=0.9, model_version=0, requested_at=now,
+                expires_at=now + 3600, priority=0.5).to_json()  # fmt: skip
+            futures.append(await producer.send(requests, value, key=b"default"))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    proc = _start(cmd, work / f"learner-{uuid.uuid4().hex[:6]}.log")
+    spy = _spy(proc.pid, work / f"learner-{proc.pid}.txt") if PROFILE else None
+    result = Run(kind="learner alone", events=n)
+    try:
+        stamps: list[int] = []
+        first_cpu = None
+        consumer = AIOKafkaConsumer(changelog, bootstrap_servers=broker, group_id=None,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=10)  # fmt: skip
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while len(stamps) < n and time.monotonic() < deadline:
+                fetched = await consumer.getmany(timeout_ms=50, max_records=20000)
+                for records in fetched.values():
+                    stamps += [r.timestamp for r in records]
+                if first_cpu is None and stamps:
+                    first_cpu, first_count = cpu_seconds(proc.pid), len(stamps)
+                if proc.poll() is not None:
+                    raise SystemExit(f"worker exited; logs in {work}")
+        finally:
+            await consumer.stop()
+        if len(stamps) < n or first_cpu is None:
+            raise SystemExit(f"learner stored {len(stamps)} of {n} in {RUN_TIMEOUT} s")
+        result.cpu_us = [(cpu_seconds(proc.pid) - first_cpu) / max(1, n - first_count) * 1e6]
+        result.seconds = (max(stamps) - min(stamps)) / 1000.0
+    finally:
+        stop(proc)
+        if spy is not None:
+            spy.wait(60)
+    return result
+
+
 def _app_id(cmd: list[str]) -> str | None:
     if "--config" not in cmd:
         return None
@@ -231,7 +304,7 @@ async def throughput_run(
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy (not a dependency: ``pip install py-spy``) recording ``pid`` into ``out``."""
-    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "200", "--output",
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "200", "--idle", "--output",
                              str(out), "--format", "raw" if out.suffix == ".txt" else "flamegraph"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
@@ -260,7 +333,6 @@ async def learner_behind(broker: str, topics: list[str], last_decision: float) -
                 stamps += [r.timestamp for r in records]
     finally:
         await consumer.stop()
-    print(f"    label requests {want}, stored {len(stamps)}", flush=True)
     if len(stamps) < want:
         return float("nan")
     if not stamps:
@@ -389,6 +461,15 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
             run = await latency_run(kind, broker, X, args.rate, args.latency_seconds, work)
             print(f"  {kind:<12} p50 {run.p50_ms:.1f} ms  p99 {run.p99_ms:.1f} ms", flush=True)
             latency.append(run)
+    if args.learner:
+        for _ in range(args.pairs):
+            run = await learner_run(broker, X, args.learner, work)
+            cpu = run.cpu_us[0]
+            print(
+                f"  learner alone {run.rate:>8,.0f} requests/s  {cpu:.0f} us CPU/request",
+                flush=True,
+            )
+            runs.append(run)
     scale = None
     if args.workers > 1:
         scale = await throughput_run("worker", broker, topic, args.events, work, args.workers)
@@ -404,6 +485,7 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--workers", type=int, default=1, help="2: also a two-worker run")
+    p.add_argument("--learner", type=int, default=0, help="N: the learner alone on N requests")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="abstain-tput-"))
     kafka: LocalKafka | None = None

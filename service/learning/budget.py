@@ -309,6 +309,11 @@ class QueryBudget:
             probs[i], queries[i] = self._step(ui, None if c is None else c[i], *clock)
         return probs, queries
 
+    @property
+    def last_ts(self) -> float | None:
+        """The latest event timestamp seen (None before the first, and per-event budgets)."""
+        return self._t_last
+
     def report(self) -> BudgetReport:
         """Spent against target so far (pure: the budget is not changed)."""
         return BudgetReport(

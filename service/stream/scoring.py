@@ -164,7 +164,10 @@ def _decide(
     if budget is None:
         asks = _audited(served, ids, probs, queries)
     else:
-        asks = _budgeted(served, budget, scores, coins[rows], queries, now)
+        stamps = [items[j].message.timestamp for j in rows]
+        asks = _budgeted(
+            served, budget, scores, coins[rows], queries, _event_times(budget, stamps, now)
+        )
     verdicts = {j: Verdict(int(labels[k]), float(scores[k]), *asks[k]) for k, j in enumerate(rows)}
     return verdicts, dead
 
@@ -182,16 +185,33 @@ def _audited(
     return out
 
 
+def _event_times(budget: QueryBudget, stamps: Sequence[float | None], now: float) -> np.ndarray:
+    """The times a per-second budget counts for a batch: each event's Kafka timestamp,
+    held between the budget's last time and ``now`` and never going back (a record stamped
+    in the future or the past cannot buy labels beyond the wall clock). A batch's events
+    keep the spacing they arrived with, so its size does not change what the budget allows;
+    a pause stays one long gap (which the budget clips).
+
+    >>> b = QueryBudget(1.0, per="second")
+    >>> _event_times(b, [5.0, None, 9.5, 7.0, 99.0], now=10.0).tolist()
+    [5.0, 10.0, 10.0, 10.0, 10.0]
+    """
+    ts = np.array([now if t is None else t for t in stamps], dtype=np.float64)
+    low = budget.last_ts
+    np.clip(ts, -np.inf if low is None else low, now, out=ts)
+    return np.maximum.accumulate(ts) if len(ts) else ts
+
+
 def _budgeted(
     served: ServedModel, budget: QueryBudget, scores: Any, coins: np.ndarray,
-    queries: Sequence[bool], now: float,
+    queries: Sequence[bool], times: np.ndarray,
 ) -> list[tuple[bool, float, bool]]:  # fmt: skip
     """(queried, probability, suppressed) through the model's budget: the learner's utility
     of each score, scaled to the budget's rate (its explore share replaces the audit);
     suppressed: the learner alone would have asked, the budget did not."""
     scores = np.asarray(scores, dtype=np.float64)
     utilities = np.clip(served.learner.query_utility(scores), 0.0, 1.0)
-    probs, asked = budget.ask_many(utilities, coins=coins, ts=np.full(len(scores), now))
+    probs, asked = budget.ask_many(utilities, coins=coins, ts=times)
     return [(bool(a), float(p), bool(q) and not bool(a))
             for a, p, q in zip(asked, probs, queries, strict=True)]  # fmt: skip
 
