@@ -304,9 +304,10 @@ async def throughput_run(
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy (not a dependency: ``pip install py-spy``) recording ``pid`` into ``out``."""
-    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--rate", "200", "--idle", "--output",
-                             str(out), "--format", "raw" if out.suffix == ".txt" else "flamegraph"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    fmt = "raw" if out.suffix == ".txt" else "flamegraph"
+    cmd = ["py-spy", "record", "--pid", str(pid), "--rate", "200", "--idle", "--output", str(out),
+           "--format", fmt]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def learner_behind(broker: str, topics: list[str], last_decision: float) -> float:
