@@ -108,7 +108,10 @@ def test_a_budget_per_second_spends_its_rate_over_event_time(
     budget.ask_many(utilities, coins, ts=ts)
     report = budget.report()
     elapsed = float(ts[-1] - ts[0])
-    assert report.allowance == pytest.approx(labels_per_second * elapsed)
+    # every gap counts, except a rare long Poisson gap while the mean gap is still young,
+    # which the budget takes for a pause and clips: never more, at most 0.1 % less
+    assert report.allowance <= labels_per_second * elapsed * (1 + 1e-9)
+    assert report.allowance >= 0.999 * labels_per_second * elapsed
     assert abs(report.asked - report.allowance) <= 0.1 * report.allowance + 20
 
 
