@@ -40,6 +40,7 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import faust
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP as FaustTP
 from faust.types import Message
@@ -162,7 +163,12 @@ class FaustConsumerView:
         return {(tp.topic, tp.partition): int(h) for tp, h in highs.items() if h is not None}
 
     async def position(self, tp: TP) -> int | None:
-        position = await self._consumer.position(_faust_tp(tp))
+        """None also for a partition revoked since it was listed (a rebalance between the
+        assignment and this call: aiokafka raises IllegalStateError)."""
+        try:
+            position = await self._consumer.position(_faust_tp(tp))
+        except IllegalStateError:
+            return None
         return None if position is None else int(position)
 
     def committed_next(self, tp: TP) -> int | None:

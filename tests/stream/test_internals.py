@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from hypothesis import given
@@ -101,6 +102,11 @@ class FaustConsumerStandIn:
         self.commits.append(dict(offsets))
         return True
 
+    async def position(self, tp: TP) -> int:
+        if tp.partition != 0:
+            raise IllegalStateError(f"No current assignment for partition {tp}")
+        return 12
+
 
 def _view(consumer: FaustConsumerStandIn, **app: Any) -> FaustConsumerView:
     return FaustConsumerView(SimpleNamespace(consumer=consumer, **app))
@@ -126,6 +132,12 @@ def test_the_committed_offset_is_fausts_and_asking_adds_no_partition() -> None:
     assert view.committed_next(TP("t", 0)) == 7
     assert view.committed_next(TP("t", 1)) is None
     assert TP("t", 1) not in consumer._committed_offset
+
+
+def test_the_position_of_a_partition_revoked_meanwhile_is_unknown_not_a_crash() -> None:
+    view = _view(FaustConsumerStandIn())
+    assert asyncio.run(view.position(TP("t", 0))) == 12
+    assert asyncio.run(view.position(TP("t", 1))) is None
 
 
 def test_a_processed_offset_is_committed_through_fausts_own_commit() -> None:
