@@ -11,12 +11,14 @@ that overflows once scaled is refused alone (``non_finite``), not with its batch
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import orjson
 
 from service.learning import NonFiniteError, QueryBudget
 from service.records import (
@@ -113,13 +115,7 @@ def score_batch(
     budget in ``budgets`` asks through it (the budget's state moves on: it is the one
     stateful input)."""
     out = ScoreResult()
-    parsed: list[ParsedEvent] = []
-    for message in messages:
-        try:
-            parsed.append(parse_event(message, models, limits))
-        except BadMessage as bad:
-            out.dead_letters.append(DeadLetter.of(Source.FEATURES, message, bad.reason,
-                                                  bad.detail))  # fmt: skip
+    parsed = _parse_all(messages, models, limits, out.dead_letters)
     verdicts: dict[int, Verdict] = {}
     for served, members in _by_model(parsed):
         budget = None if budgets is None else budgets.get(served.name)
@@ -131,6 +127,84 @@ def score_batch(
         if verdict is not None:
             _emit(out, item, verdict, now=now, ttl=limits.request_ttl)
     return out
+
+
+_PLAIN: frozenset[type] = frozenset({float, int})
+
+
+def _parse_all(
+    messages: Sequence[RawMessage],
+    models: Mapping[str, ServedModel],
+    limits: Limits,
+    dead: list[DeadLetter],
+) -> list[ParsedEvent]:
+    """:func:`parse_event` for a batch, in input order; refusals go to ``dead``.
+
+    The common shape (``{"id": "...", "features": [numbers], "model"?, "ts"?}`` for a model
+    that takes a list) is checked for the whole batch at once: the types of each row in one
+    pass, then one array per model and one finiteness check. Anything else, and any row the
+    batch check doubts (a non-finite value, an integer beyond a float), goes through
+    :func:`parse_event` alone, which names the exact problem."""
+    slots: list[ParsedEvent | None] = [None] * len(messages)
+    rows: dict[str, list[tuple[int, str, list[Any], float | None]]] = {}
+    slow: list[int] = []
+    for i, message in enumerate(messages):
+        fast = _plain_row(message.value, models, limits)
+        if fast is None:
+            slow.append(i)
+        else:
+            rows.setdefault(fast[0], []).append((i, *fast[1:]))
+    for name, members in rows.items():
+        served = models[name]
+        try:
+            matrix = np.array([row[2] for row in members], dtype=np.float64)
+        except OverflowError:  # an integer beyond any float: row by row
+            slow += [row[0] for row in members]
+            continue
+        finite = cast("list[bool]", np.isfinite(matrix).all(axis=1).tolist())
+        for (i, event_id, feats, ts), x, ok in zip(members, matrix, finite, strict=True):
+            if ok:
+                event = FeatureEvent(id=event_id, model=name, features=feats, ts=ts)
+                slots[i] = ParsedEvent(messages[i], event, served, x)
+            else:
+                slow.append(i)
+    for i in sorted(slow):  # refusals in input order
+        try:
+            slots[i] = parse_event(messages[i], models, limits)
+        except BadMessage as bad:
+            dead.append(DeadLetter.of(Source.FEATURES, messages[i], bad.reason, bad.detail))
+    return [p for p in slots if p is not None]
+
+
+def _plain_row(
+    raw: bytes, models: Mapping[str, ServedModel], limits: Limits
+) -> tuple[str, str, list[Any], float | None] | None:
+    """``(model, id, features, ts)`` of an event in the common shape, None otherwise."""
+    if limits.max_bytes is not None and len(raw) > limits.max_bytes:
+        return None
+    try:
+        record = orjson.loads(raw)  # refuses lone surrogates: every str encodes as UTF-8
+    except orjson.JSONDecodeError:
+        return None
+    if type(record) is not dict:
+        return None
+    event_id, feats = record.get("id"), record.get("features")
+    model = record.get("model")
+    name = limits.default_model if model is None else model
+    served = models.get(name) if type(name) is str else None
+    ts = record.get("ts")
+    if (
+        served is None
+        or type(event_id) is not str
+        or not 0 < len(event_id) <= 256
+        or type(feats) is not list
+        or len(feats) != served.config.n_inputs
+        or len(feats) > limits.max_features
+        or not (ts is None or (type(ts) in _PLAIN and math.isfinite(ts)))
+        or not _PLAIN.issuperset(map(type, feats))
+    ):
+        return None
+    return name, event_id, feats, None if ts is None else float(ts)
 
 
 def _by_model(parsed: Sequence[ParsedEvent]) -> list[tuple[ServedModel, list[int]]]:

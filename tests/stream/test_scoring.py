@@ -3,12 +3,18 @@ learner event by event (no Kafka)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.config import ModelConfig, Settings
 from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
 from service.records import (
+    BadMessage,
+    DeadLetter,
     Label,
     PendingEntry,
     RawMessage,
@@ -17,7 +23,7 @@ from service.records import (
 )
 from service.stream.joins import apply_label
 from service.stream.model import ServedModel, coin, initial_envelope, request_id
-from service.stream.scoring import Limits, ScoreResult, score_batch
+from service.stream.scoring import Limits, ScoreResult, _parse_all, parse_event, score_batch
 
 from .memory import CFG, msg, trained
 
@@ -192,3 +198,53 @@ def test_finite_event_whose_score_overflows_is_refused_as_non_finite_alone() -> 
     assert [(d.offset, d.reason) for d in out.dead_letters] == [(1, "non_finite")]
     alone = score(models, [msg(good, 0)])
     assert alone.decisions[0].score == out.decisions[0].score == pytest.approx(0.4)
+
+
+# -- the batch parse is the per-event parse, faster -------------------------------------------
+
+_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**1100), max_value=2**1100),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+)
+
+
+def _event() -> st.SearchStrategy[bytes]:
+    good = st.lists(st.floats(-1e6, 1e6), min_size=3, max_size=3)
+    odd = st.lists(_VALUES, min_size=0, max_size=4)
+    record = st.fixed_dictionaries(
+        {"id": st.one_of(st.text(min_size=0, max_size=4), st.integers(0, 9), st.none())},
+        optional={
+            "features": st.one_of(good, good, odd, st.dictionaries(st.text(max_size=2), _VALUES)),
+            "model": st.sampled_from(["m", "w", "nope", 3]),
+            "ts": _VALUES,
+        },
+    )
+    raw = st.sampled_from([b"", b"{", b"[1, 2]", b'{"id": "x", "features": [1e999, 0, 0]}'])
+    return st.one_of(record.map(lambda r: json.dumps(r).encode()),
+                     raw)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_event(), max_size=12))
+def test_the_batch_parse_gives_what_parsing_each_event_alone_gives(raws: list[bytes]) -> None:
+    models = models_(m=CFG, w=ModelConfig(algorithm="dral", cost=0.2, n_features=2))
+    limits = Limits(default_model="m", request_ttl=60.0, max_bytes=120, max_features=3)
+    messages = [msg(raw, i, partition=i % 2) for i, raw in enumerate(raws)]
+    dead: list[DeadLetter] = []
+    batch = _parse_all(messages, models, limits, dead)
+    alone, refused = [], []
+    for m in messages:
+        try:
+            alone.append(parse_event(m, models, limits))
+        except BadMessage as bad:
+            refused.append((m.offset, bad.reason, bad.detail))
+    assert [(p.message.offset, p.event.id, p.event.model, p.model.name) for p in batch] == [
+        (p.message.offset, p.event.id, p.event.model, p.model.name) for p in alone
+    ]
+    for a, b in zip(batch, alone, strict=True):
+        np.testing.assert_array_equal(a.x, b.x)
+        assert a.event.ts == b.event.ts
+    assert [(d.offset, d.reason, d.detail) for d in dead] == refused
