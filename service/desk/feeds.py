@@ -29,6 +29,7 @@ from service.records import BadMessage, parse_label, parse_label_request, parse_
 from service.stream.errors import TopicError
 from service.stream.kafka import partition_for, reader, topic_partitions
 from service.stream.model import request_id
+from service.stream.topics import TopicLayoutError, default_replication_factor
 
 __all__ = ["Feeds", "KafkaLabelSink", "KafkaLeaseLog", "ensure_leases_topic", "make_producer"]
 
@@ -56,15 +57,30 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
 
 async def ensure_leases_topic(settings: Settings) -> None:
     """Create the leases topic if it is missing: one partition (one order for every claim),
-    time retention longer than any request lives (docs/desk.md: why not compacted)."""
+    time retention longer than any request lives (docs/desk.md: why not compacted), and the
+    replicas of ``topic_policy`` (the brokers' default when unset). With
+    ``topic_policy.creation: check`` nothing is created: a missing topic is refused
+    (:class:`~service.stream.topics.TopicLayoutError`, naming it)."""
+    policy, name = settings.topic_policy, settings.desk.leases_topic
     retention_ms = int(max(2 * 86400.0, 4 * settings.request_ttl_seconds) * 1000)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
                                 **settings.security.aiokafka_kwargs())  # fmt: skip
     await admin.start()
     try:
-        topic = NewTopic(settings.desk.leases_topic, num_partitions=1, replication_factor=1,
-                         topic_configs={"cleanup.policy": "delete",
-                                        "retention.ms": str(retention_ms)})  # fmt: skip
+        if name in await admin.list_topics():
+            return
+        if policy.creation == "check":
+            raise TopicLayoutError(
+                f"{name} (the desk's leases topic) does not exist; create it (1 partition, "
+                f"cleanup.policy=delete, retention.ms >= {retention_ms}) or set "
+                "topic_policy.creation: create"
+            )
+        replicas = policy.replication_factor or await default_replication_factor(admin)
+        configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+        if policy.min_insync_replicas is not None:
+            configs["min.insync.replicas"] = str(policy.min_insync_replicas)
+        topic = NewTopic(name, num_partitions=1, replication_factor=replicas,
+                         topic_configs=configs)  # fmt: skip
         await admin.create_topics([topic])
     except TopicAlreadyExistsError:
         pass

@@ -92,7 +92,13 @@ async def topic_partitions(
     try:
         for _ in range(attempts):
             try:
-                (meta,) = await admin.describe_topics([topic])
+                # listed first: naming a missing topic in a metadata request creates it on
+                # a broker with auto.create.topics.enable (Kafka's default), with the
+                # broker's defaults (not compacted, one replica) before the worker can
+                if topic in await admin.list_topics():
+                    (meta,) = await admin.describe_topics([topic])
+                else:
+                    meta = {}
             except KafkaError as exc:  # pragma: no cover - broker hiccup; retry
                 log.warning("describe %s failed: %r", topic, exc)
             else:

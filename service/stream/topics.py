@@ -234,7 +234,7 @@ async def _survey(settings: Settings, *, with_default: bool) -> tuple[list[str],
     try:
         await admin.start()
         facts = await describe_topics(admin, (spec.name for spec in specs))
-        default = await _default_replication_factor(admin) if with_default else None
+        default = await default_replication_factor(admin) if with_default else None
     except KafkaError as exc:
         raise TopicError(f"cannot describe the topics: {exc!r}") from exc
     finally:
@@ -242,7 +242,8 @@ async def _survey(settings: Settings, *, with_default: bool) -> tuple[list[str],
     return problems_of(specs, facts, settings), default
 
 
-async def _default_replication_factor(admin: AIOKafkaAdminClient) -> int:
+async def default_replication_factor(admin: AIOKafkaAdminClient) -> int:
+    """The brokers' ``default.replication.factor`` (1 when they do not say)."""
     brokers = (await admin.describe_cluster())["brokers"]
     node = min(int(b["node_id"]) for b in brokers)
     key = "default.replication.factor"
