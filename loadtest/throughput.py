@@ -60,6 +60,8 @@ from service.stream.kafka import topic_partitions  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 PARTITIONS = 4
 RUN_TIMEOUT = 300.0
+#: the worker's model: a fresh DSAL (it asks for about 80 % of the labels); --budget caps it
+MODEL: dict[str, Any] = {"algorithm": "dsal", "cost": 0.25, "n_features": 68}
 PROFILE = os.environ.get("THROUGHPUT_PROFILE") == "1"  # py-spy every run (results in the work dir)
 
 
@@ -172,7 +174,7 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
                    **{k: f"tput-{run}.{k}" for k in ("label_requests", "labels", "models",
                                                       "dead_letters")}},
         "partitions": {"features": PARTITIONS, "decisions": PARTITIONS, "labels": 1},
-        "models": {"default": {"algorithm": "dsal", "cost": 0.25, "n_features": 68}},
+        "models": {"default": MODEL},
         "log_level": "warning",
     }  # fmt: skip
     path = work / f"tput-{run}.json"
@@ -486,8 +488,12 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--workers", type=int, default=1, help="2: also a two-worker run")
+    p.add_argument("--budget", type=float, default=None,
+                   help="the model's label budget, a fraction of events (default: none)")
     p.add_argument("--learner", type=int, default=0, help="N: the learner alone on N requests")
     args = p.parse_args()
+    if args.budget is not None:
+        MODEL["label_budget"] = {"fraction": args.budget}
     work = Path(tempfile.mkdtemp(prefix="abstain-tput-"))
     kafka: LocalKafka | None = None
     try:
