@@ -310,21 +310,23 @@ class ScoreLoop:
         return _Rebalance(self)
 
     async def revoked(self, revoked: AbstractSet[TopicPartition]) -> None:
-        """Before partitions go: their batches in flight acknowledged and committed."""
+        """Before partitions go: their batches in flight acknowledged and committed. The
+        stream counts as paused only while that lasts: the group may then wait for a broker
+        that is away, and liveness must still see that (readiness follows the broker)."""
         self.state.rebalancing = True
         self.state.generation += 1
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._drain(), self.settings.session_timeout_seconds / 2)
-        for tp in revoked:
-            self.state.committed.pop(tp, None)
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._drain(), self.settings.session_timeout_seconds / 2)
+            for tp in revoked:
+                self.state.committed.pop(tp, None)
+        finally:
+            self.state.rebalancing = False
 
     async def assigned(self, assigned: AbstractSet[TopicPartition]) -> None:
         """New partitions: those the score group never committed start where the worker's
         faust group did (the features consumer of earlier versions), if it did."""
-        try:
-            await self._adopt_faust_offsets(assigned)
-        finally:
-            self.state.rebalancing = False
+        await self._adopt_faust_offsets(assigned)
 
     async def _adopt_faust_offsets(self, assigned: AbstractSet[TopicPartition]) -> None:
         if self.admin_factory is None or not assigned or self.consumer is None:
