@@ -1,7 +1,8 @@
 """One worker against the raw-aiokafka floor, side by side on the same broker and topic.
 
     python loadtest/throughput.py [--broker HOST:PORT] [--events 40000] [--pairs 3]
-                                  [--rate 200] [--latency-seconds 10] [--workers 1]
+                                  [--latency-pairs 3] [--rate 200] [--latency-seconds 10]
+                                  [--workers 2] [--learner 20000] [--budget 0.01]
 
 1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
 2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
@@ -10,17 +11,19 @@
    broker's time). A run is timed from the broker timestamp of its first output to that of
    its last, and checks that every event id arrived. CPU per event is read from
    ``/proc/PID/stat`` (user + system) between the first and the last output. For the
-   worker (a fresh DSAL model, which asks for most labels) it also reports when the learner
-   had stored the last label request in its pending table, after the last decision.
+   worker (a fresh DSAL model, which asks for most labels; ``--budget F`` gives it a label
+   budget of a fraction F of the events) it also reports how long after the last decision
+   the learner had stored the last label request in its pending table.
 3. Latency: the same pairs, each on a fresh topic with events at ``--rate`` for
    ``--latency-seconds``; each event carries its send time, read back when its output
    arrives (p50 / p99).
-4. With ``--learner N``: the learner alone. ``N`` label requests (as a fresh model asks
+4. With ``--workers 2``: two worker processes in one group on a fresh topic; once both
+   are assigned their partitions the events are written (aggregate events/s from the
+   outputs' broker timestamps, the CPU each used).
+5. With ``--learner N``: the learner alone. ``N`` label requests (as a fresh model asks
    them) are pre-loaded on a fresh deployment's label-requests topic, then a worker stores
    them; requests/s (broker timestamps of the first and last pending-table write) and CPU
    per request. Nothing else runs in that worker.
-5. With ``--workers 2``: one more run of the worker on the pre-loaded topic with two worker
-   processes in the same group (aggregate events/s, CPU of each).
 
 Prints one table with every run, the medians, and as its last line
 ``worker/passthrough = R`` (median events/s of the worker runs over that of the passthrough
@@ -39,9 +42,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -260,13 +265,17 @@ def _app_id(cmd: list[str]) -> str | None:
 
 
 async def throughput_run(
-    kind: str, broker: str, topic: str, n: int, work: Path, count: int = 1
+    kind: str, broker: str, topic: str, n: int, work: Path, count: int = 1, X: Any = None
 ) -> Run:
+    """One run on ``topic``. With ``count`` > 1 (workers), ``topic`` is fresh: the workers
+    start first, and once each is assigned its share of partitions the ``n`` events are
+    written (a late joiner would find nothing left to do on a pre-loaded topic)."""
     out = f"out-{kind}-{uuid.uuid4().hex[:6]}"
     await create_topics(broker, [out], log_append=True)
-    make = passthrough_cmd if kind == "passthrough" else worker_cmd
-    cmds = make(broker, topic, out, work) if kind == "passthrough" else worker_cmd(
-        broker, topic, out, work, count)  # fmt: skip
+    if kind == "passthrough":
+        cmds = passthrough_cmd(broker, topic, out, work)
+    else:
+        cmds = worker_cmd(broker, topic, out, work, count)
     app_id = _app_id(cmds[0])
     extra = [] if app_id is None else [f"tput-{app_id[5:]}.label_requests",
                                        f"{app_id}-pending-changelog"]  # fmt: skip
@@ -274,6 +283,9 @@ async def throughput_run(
     spies = [_spy(p.pid, work / f"{kind}-{p.pid}.txt") for p in procs] if PROFILE else []
     result = Run(kind=kind if count == 1 else f"{kind} x{count}", events=n)
     try:
+        if count > 1:
+            await _balanced([int(c[c.index("--web-port") + 1]) for c in cmds], topic, procs)
+            feeding = asyncio.create_task(preload(broker, topic, X, n, "e-"))
         async with Tail(broker, [out]) as tail:
             first: list[float] | None = None  # cpu per process at the first output
             first_count = 0
@@ -294,6 +306,8 @@ async def throughput_run(
             result.cpu_us = [(b - a) / max(1, done) * 1e6 for a, b in zip(first, last_cpu,
                                                                          strict=True)]  # fmt: skip
             last_decision = max(stamps) / 1000.0
+        if count > 1:
+            await feeding
         if extra:
             result.learner_behind = await learner_behind(broker, extra, last_decision)
     finally:
@@ -302,6 +316,30 @@ async def throughput_run(
         for spy in spies:
             spy.wait(60)
     return result
+
+
+async def _balanced(ports: list[int], topic: str, procs: list[Any]) -> None:
+    """Wait until every worker scores some partitions of ``topic`` and together all of
+    them (the lag gauge has a series per partition a worker is assigned)."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        mine = [_assigned(port, topic) for port in ports]
+        if all(mine) and len(set().union(*mine)) == PARTITIONS:
+            return
+        if any(p.poll() is not None for p in procs):
+            raise SystemExit("a worker exited while the group formed")
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"the workers never shared {topic}'s partitions")
+
+
+def _assigned(port: int, topic: str) -> set[str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            lines = r.read().decode().splitlines()
+    except OSError:
+        return set()
+    return {line.split("partition=\"", 1)[1].split("\"", 1)[0] for line in lines
+            if line.startswith("abstain_consumer_lag{") and f'topic="{topic}"' in line}  # fmt: skip
 
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -475,7 +513,9 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
             runs.append(run)
     scale = None
     if args.workers > 1:
-        scale = await throughput_run("worker", broker, topic, args.events, work, args.workers)
+        fresh = f"tput-{uuid.uuid4().hex[:6]}"
+        await create_topics(broker, [fresh], log_append=False)
+        scale = await throughput_run("worker", broker, fresh, args.events, work, args.workers, X)
     report(runs, latency, scale)
 
 
@@ -488,8 +528,12 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--workers", type=int, default=1, help="2: also a two-worker run")
-    p.add_argument("--budget", type=float, default=None,
-                   help="the model's label budget, a fraction of events (default: none)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="the model's label budget, a fraction of events (default: none)",
+    )
     p.add_argument("--learner", type=int, default=0, help="N: the learner alone on N requests")
     args = p.parse_args()
     if args.budget is not None:
