@@ -19,7 +19,9 @@ table per run and a comparison line are printed.
 Starts its own Kafka (service.localkafka) unless ``--broker`` is given, and one worker
 subprocess per run; all are stopped by PID at the end.
 
-Measured on a shared 2-core machine, defaults (68 features, batch 256, window 5 ms), median of
+The numbers below were measured before the scoring path left faust's per-record stream;
+``loadtest/throughput.py`` measures the current one against a raw-aiokafka floor (README,
+"Performance"). Measured on a shared 2-core machine, defaults (68 features, batch 256, window 5 ms), median of
 3 runs: 4,280 events/s decided (all label requests stored after 10.2 s for 20,000 events);
 at 200 events/s p50 11.4 ms, p99 21.6 ms. Before the scoring path was reworked (batch 64,
 window 20 ms, one awaited send per record, per-event metric lookups): 1,150 events/s,
