@@ -21,11 +21,11 @@ subprocess per run; all are stopped by PID at the end.
 
 The numbers below were measured before the scoring path left faust's per-record stream;
 ``loadtest/throughput.py`` measures the current one against a raw-aiokafka floor (README,
-"Performance"). Measured on a shared 2-core machine, defaults (68 features, batch 256, window 5 ms), median of
-3 runs: 4,280 events/s decided (all label requests stored after 10.2 s for 20,000 events);
-at 200 events/s p50 11.4 ms, p99 21.6 ms. Before the scoring path was reworked (batch 64,
-window 20 ms, one awaited send per record, per-event metric lookups): 1,150 events/s,
-22.7 s, p50 22.9 ms, p99 69.4 ms.
+"Performance"). Measured on a shared 2-core machine, defaults (68 features, batch 256,
+window 5 ms), median of 3 runs: 4,280 events/s decided (all label requests stored after
+10.2 s for 20,000 events); at 200 events/s p50 11.4 ms, p99 21.6 ms. Before the scoring
+path was first reworked (batch 64, window 20 ms, one awaited send per record, per-event
+metric lookups): 1,150 events/s, 22.7 s, p50 22.9 ms, p99 69.4 ms.
 
 With a label budget (2026-11, same machine shared with other test runs, so slower than the
 numbers above; median of 3 invocations). Nobody answers in this benchmark, so the model

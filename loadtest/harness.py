@@ -6,10 +6,11 @@ on ``sys.path`` and they import this module by name.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 
 import numpy as np
+
+from service.processes import stop_process
 
 __all__ = ["features", "stop"]
 
@@ -30,10 +31,4 @@ def features(n_features: int) -> np.ndarray:
 
 def stop(proc: subprocess.Popen[bytes] | None, grace: float = 30.0) -> None:
     """SIGTERM ``proc`` (if it runs), wait ``grace`` seconds, then SIGKILL."""
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    stop_process(proc, grace)

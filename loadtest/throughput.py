@@ -44,6 +44,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,15 +108,22 @@ async def create_topics(broker: str, names: list[str], *, log_append: bool) -> N
 
 
 async def preload(broker: str, topic: str, X: np.ndarray, n: int, prefix: str) -> None:
+    """``n`` feature events (ids ``prefix0``, ``prefix1``...) on ``topic``, keyed by id."""
+
+    def event(i: int) -> tuple[bytes, bytes]:
+        event_id = f"{prefix}{i}"
+        return event_id.encode(), orjson.dumps({"id": event_id, "features": X[i % len(X)].tolist()})
+
+    await write(broker, topic, (event(i) for i in range(n)))
+
+
+async def write(broker: str, topic: str, records: Iterable[tuple[bytes, bytes]]) -> None:
+    """``(key, value)`` records on ``topic``, as fast as the broker takes them (acks=all)."""
     producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=20,
                                 max_batch_size=1 << 20)  # fmt: skip
     await producer.start()
     try:
-        futures = []
-        for i in range(n):
-            event_id = f"{prefix}{i}"
-            value = orjson.dumps({"id": event_id, "features": X[i % len(X)].tolist()})
-            futures.append(await producer.send(topic, value, key=event_id.encode()))
+        futures = [await producer.send(topic, value, key=key) for key, value in records]
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
@@ -210,22 +218,16 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
         await admin.close()
     await asyncio.sleep(0.5)
     now = time.time()
-    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=20,
-                                max_batch_size=1 << 20)  # fmt: skip
-    await producer.start()
-    try:
-        futures = []
-        for i in range(n):
-            event_id = f"r-{i}"
-            value = LabelRequest(
-                request_id=request_id("default", event_id), event_id=event_id, model="default",
-                features=X[i % len(X)].tolist(), score=0.0, rho=0.5, decided_label=0,
-                query_probability=0.9, model_version=0, requested_at=now,
-                expires_at=now + 3600, priority=0.5).to_json()  # fmt: skip
-            futures.append(await producer.send(requests, value, key=b"default"))
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
+
+    def request(i: int) -> bytes:
+        event_id = f"r-{i}"
+        return LabelRequest(
+            request_id=request_id("default", event_id), event_id=event_id, model="default",
+            features=X[i % len(X)].tolist(), score=0.0, rho=0.5, decided_label=0,
+            query_probability=0.9, model_version=0, requested_at=now, expires_at=now + 3600,
+            priority=0.5).to_json()  # fmt: skip
+
+    await write(broker, requests, ((b"default", request(i)) for i in range(n)))
     proc = _start(cmd, work / f"learner-{uuid.uuid4().hex[:6]}.log")
     spy = _spy(proc.pid, work / f"learner-{proc.pid}.txt") if PROFILE else None
     result = Run(kind="learner alone", events=n)

@@ -29,7 +29,6 @@ import io
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from service.config import Settings, load_settings
 from service.datasets import load_dataset, resolve_dataset_path
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
 from service.localprom import LocalPrometheus, PrometheusError
+from service.processes import stop_process
 from service.records import BadMessage
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def main(argv: list[str]) -> int:
             prom.stop()
         for proc, grace in ((desk, 15), (worker, 30)):
             if proc is not None:
-                _stop(proc, grace)
+                stop_process(proc, grace)
         if kafka is not None:
             kafka.stop()
         print("stopped everything the demo started")
@@ -212,17 +212,6 @@ def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> Loc
           f"alerts: {url}/alerts; logs: {prom.log}); try "
           "sum by (model) (rate(abstain_events_total[1m]))")  # fmt: skip
     return prom
-
-
-def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM to ``proc`` (by its PID), SIGKILL after ``grace`` seconds."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from service.errors import AbstainError
 from service.localkafka import find_free_ports
+from service.processes import stop_process
 
 __all__ = ["LocalPrometheus", "PrometheusError", "duration"]
 
@@ -150,15 +151,7 @@ class LocalPrometheus:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM by PID, SIGKILL after ``grace`` seconds."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(self.proc, grace)
 
     def tail(self, lines: int = 20) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
