@@ -23,6 +23,7 @@ from faults.workers import Deployment, service_config
 from service.config import ModelConfig, Settings
 from service.stream.kafka import partition_for
 from service.stream.model import initial_envelope
+from service.stream.scoreloop import score_group
 from service.stream.topics import TopicSpec, topic_specs
 
 
@@ -187,8 +188,9 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
     seed = {**before[6], "labels_offset": -1, "labels_partition": -1}
     home = partition_for(b"m", 2)
     produce_records(b, new.changelog("models"), [Out(b"m", json.dumps(seed).encode(), home)])
-    # 4. the new group starts on the features topic where the old one stopped
-    offsets = ka.copy_group_offsets(b, old.app_id, new.app_id, old.topics["features"])
+    # 4. the new scoring group starts on the features topic where the old one stopped
+    offsets = ka.copy_group_offsets(b, score_group(old.app_id), score_group(new.app_id),
+                                    old.topics["features"])  # fmt: skip
     assert sum(offsets.values()) == 120
     try:
         worker = new.start()
