@@ -204,12 +204,12 @@ def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> Loc
     if desk_port is not None:
         prom.set_targets("abstain-desk", {"desk-0": f"127.0.0.1:{desk_port}"})
     try:
-        url = prom.start()
+        prom.start()
     except PrometheusError as exc:
         raise SystemExit(f"--prometheus: {exc}") from exc
     assert prom.proc is not None  # noqa: S101 - started
-    print(f"prometheus pid {prom.proc.pid}, {url}/graph  (every {PROMETHEUS_INTERVAL:g} s; "
-          f"alerts: {url}/alerts; logs: {prom.log}); try "
+    print(f"prometheus pid {prom.proc.pid}, {prom.page('graph')}  (every "
+          f"{PROMETHEUS_INTERVAL:g} s; alerts: {prom.page('alerts')}; logs: {prom.log}); try "
           "sum by (model) (rate(abstain_events_total[1m]))")  # fmt: skip
     return prom
 

@@ -182,3 +182,14 @@ class LocalPrometheus:
     def alerts(self) -> list[dict[str, Any]]:
         """Active alerts (pending and firing), each with ``labels`` and ``state``."""
         return list(self.api("alerts")["alerts"])
+
+    def page(self, name: str) -> str:
+        """The URL of the web UI's page ``name`` (``graph``, ``alerts``): Prometheus's own UI
+        serves it at ``/name``; a build without it (Debian's package) at ``/classic/name``."""
+        for path in (f"/{name}", f"/classic/{name}"):
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=2):  # noqa: S310 - local
+                    return self.url + path
+            except OSError:
+                continue
+        return f"{self.url}/{name}"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +306,14 @@ def test_the_demo_prometheus_scrapes_the_worker_and_the_desk_with_the_alert_rule
     assert shutil.which("prometheus"), "install Debian's prometheus package (.ci/run does)"
     prom = start_prometheus(tmp_path, web_port=1, desk_port=2)
     try:
-        assert prom.url in capsys.readouterr().out
+        printed = capsys.readouterr().out
+        assert prom.url in printed
+        # the printed pages open (Debian's build serves its UI under /classic)
+        pages = re.findall(r"http://127\.0\.0\.1:\d+/\S*(?:graph|alerts)", printed)
+        assert len(pages) == 2, printed
+        for page in pages:
+            with urllib.request.urlopen(page, timeout=5) as answer:  # noqa: S310 - local URL
+                assert answer.status == 200, page
         groups = prom.api("rules")["groups"]
         assert {g["file"] for g in groups} == {str(RULES)}
         assert sum(len(g["rules"]) for g in groups) == RULES.read_text().count("- alert:")
