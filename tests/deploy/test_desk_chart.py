@@ -9,14 +9,13 @@ Skipped without helm (``deploy/check.sh`` installs it under ``$ABSTAIN_TOOLS_DIR
 from __future__ import annotations
 
 import base64
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helmtool import HELM, needs_helm
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "abstain"
@@ -26,17 +25,7 @@ USERS = '[users.ann]\npassword = "scrypt$16384$8$1$c2FsdA$aGFzaA"\n'
 DESK = {"desk": {"enabled": True}, "secrets": {"deskSessionKey": KEY, "deskUsers": USERS}}
 
 
-def _helm() -> str | None:
-    if os.environ.get("ABSTAIN_HELM"):
-        return os.environ["ABSTAIN_HELM"]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    tools = Path(os.environ.get("ABSTAIN_TOOLS_DIR", cache / "abstain-tools"))
-    installed = tools / "helm" / "helm"
-    return str(installed) if installed.exists() else shutil.which("helm")
-
-
-HELM = _helm()
-pytestmark = pytest.mark.skipif(HELM is None, reason="no helm (run deploy/check.sh once)")
+pytestmark = needs_helm
 
 
 class Rendered:

@@ -8,15 +8,14 @@ Skipped without helm (``deploy/check.sh`` installs it under ``$ABSTAIN_TOOLS_DIR
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helmtool import HELM, needs_helm
 from pydantic import SecretStr
 
 from service.config import MIN_TOKEN, check_secret
@@ -24,19 +23,6 @@ from service.config import MIN_TOKEN, check_secret
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "abstain"
 CASES = ROOT / "tests" / "deploy" / "helm"
-
-
-def _helm() -> str | None:
-    if os.environ.get("ABSTAIN_HELM"):
-        return os.environ["ABSTAIN_HELM"]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    tools = Path(os.environ.get("ABSTAIN_TOOLS_DIR", cache / "abstain-tools"))
-    installed = tools / "helm" / "helm"
-    return str(installed) if installed.exists() else shutil.which("helm")
-
-
-HELM = _helm()
-needs_helm = pytest.mark.skipif(HELM is None, reason="no helm (run deploy/check.sh once)")
 
 
 def policies(*args: str) -> list[dict[str, Any]]:
