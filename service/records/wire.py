@@ -16,7 +16,9 @@ service.records.codec.BadMessage: schema: missing field 'features'
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as field_
 from typing import Any, Final
 
 import orjson
@@ -135,6 +137,9 @@ class LabelRequest:
     requested_at: float
     expires_at: float
     priority: float
+    # the decision each shadow of the model made on this event when it was scored (its
+    # loss is charged on it); absent in records written before shadows existed
+    shadow_labels: Mapping[str, int] = field_(default_factory=dict)
 
     def to_json(self) -> bytes:
         """The record on the label-requests topic."""
@@ -144,6 +149,7 @@ class LabelRequest:
         """The fields as a plain dict (a copy of the feature list)."""
         out = {name: getattr(self, name) for name in self.__slots__}
         out["features"] = list(self.features)
+        out["shadow_labels"] = dict(self.shadow_labels)
         return out
 
 
@@ -177,7 +183,24 @@ def label_request_from_dict(record: dict[str, Any]) -> LabelRequest:
         requested_at=number(record, "requested_at"),
         expires_at=number(record, "expires_at"),
         priority=number(record, "priority", default=0.0),
+        shadow_labels=_shadow_labels(record),
     )
+
+
+def _shadow_labels(record: dict[str, Any]) -> dict[str, int]:
+    """The optional ``shadow_labels`` map: model name -> +1, -1 or 0."""
+    value = record.get("shadow_labels")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 64:
+        raise BadMessage("schema", "field 'shadow_labels' must be an object of at most 64 models")
+    out = {}
+    for name, label in value.items():
+        text(name, "a shadow model name")
+        if isinstance(label, bool) or label not in (-1, 0, 1) or not isinstance(label, int):
+            raise BadMessage("schema", f"shadow_labels[{name!r}] must be -1, 0 or 1")
+        out[name] = int(label)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

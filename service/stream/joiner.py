@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import replace
 
-from service.config import Settings
+from service.config import ModelConfig, Settings
 from service.metrics import Metrics
 from service.records import (
     IGNORED,
@@ -43,7 +44,13 @@ from service.records import (
     parse_label,
     parse_label_request,
 )
-from service.stream.joins import LabelOutcome, Outcome, apply_label, park_label
+from service.stream.joins import (
+    LabelOutcome,
+    Outcome,
+    apply_label,
+    apply_shadow_label,
+    park_label,
+)
 from service.stream.kafka import partition_for
 from service.stream.model import request_id
 from service.stream.outputs import Outputs
@@ -105,7 +112,9 @@ class LabelJoiner:
 
     def _owned(self) -> list[str]:
         n = self.settings.partitions.labels
-        return [m for m in self.settings.models if partition_for(m.encode(), n) in self._partitions]
+        key = self.settings.learner_key  # a shadow's state lives with its champion's
+        return [m for m in self.settings.models
+                if partition_for(key(m).encode(), n) in self._partitions]  # fmt: skip
 
     async def republish(self, models: Collection[str] | None = None) -> list[str]:
         """Publish the newest snapshot of the owned ``models`` (all it owns when None) again,
@@ -143,9 +152,7 @@ class LabelJoiner:
         """Store a label request; apply the label that overtook it, if one is parked."""
         try:
             request = parse_label_request(message.value, max_bytes=self.settings.max_message_bytes)
-            config = self.settings.models.get(request.model)
-            if config is None:
-                raise BadMessage("unknown_model", f"no model named {request.model!r}")
+            config = self._deciding(request.model)
             if len(request.features) != config.n_inputs:
                 got, want = len(request.features), config.n_inputs
                 detail = f"model {request.model!r} takes {want} features, got {got}"
@@ -174,8 +181,7 @@ class LabelJoiner:
         """Apply a label to its request's model (or park it until the request arrives)."""
         try:
             label = parse_label(message.value, max_bytes=self.settings.max_message_bytes)
-            if label.model not in self.settings.models:
-                raise BadMessage("unknown_model", f"no model named {label.model!r}")
+            self._deciding(label.model)
             self._check_placement(message, label.model)
         except BadMessage as bad:
             await self.outputs.dead_letter(
@@ -183,6 +189,18 @@ class LabelJoiner:
             )
             return
         await self._join(label, message, parked=False)
+
+    def _deciding(self, model: str) -> ModelConfig:
+        """The configuration of ``model``, a model that decides (:class:`BadMessage`: no
+        such model, or a shadow, which asks nothing and takes its champion's labels)."""
+        config = self.settings.models.get(model)
+        if config is None:
+            raise BadMessage("unknown_model", f"no model named {model!r}")
+        if config.champion is not None:
+            champion = config.champion
+            detail = f"model {model!r} is a shadow of {champion!r}: it takes {champion!r}'s labels"
+            raise BadMessage("unknown_model", detail)
+        return config
 
     def _cap(self, model: str) -> None:
         """Keep at most ``max_open_requests`` open requests of ``model``: beyond, the least
@@ -228,10 +246,47 @@ class LabelJoiner:
         outcome = apply_label(config, model, pending, label, message.offset, now=now,
                               partition=message.partition, parked=parked,
                               max_weight=cap)  # fmt: skip
+        # a label already marked at this offset: a crash interrupted its writes; each model
+        # (champion, shadows) whose version is below its mark is redone, no other
+        redo = pending is not None and pending.applied and pending.applied_offset == message.offset
         if outcome.outcome is Outcome.APPLIED:
-            await self._store(outcome)
-        else:
-            await self._not_applied(label.model, message, outcome)
+            assert pending is not None  # noqa: S101 - an applied label had its request
+            shadows = self._shadows(pending, label, message, now=now, cap=cap, redo=redo)
+            mark = outcome.pending
+            assert mark is not None  # noqa: S101 - an applied outcome carries it
+            versions = pending.shadow_versions if redo else {
+                o.model.model: o.model.version for o in shadows if o.model is not None
+            }  # fmt: skip
+            await self._store(outcome, replace(mark, shadow_versions=dict(versions)), shadows)
+            return
+        if redo and outcome.reason is Reason.REDELIVERED:
+            assert pending is not None  # noqa: S101 - redo implies an entry
+            shadows = self._shadows(pending, label, message, now=now, cap=cap, redo=True)
+            if shadows:
+                await self._store_shadows(shadows)
+        await self._not_applied(label.model, message, outcome)
+
+    def _shadows(
+        self, pending: PendingEntry, label: Label, message: RawMessage, *, now: float,
+        cap: float, redo: bool,
+    ) -> list[LabelOutcome]:  # fmt: skip
+        """The champion's label applied to each of its shadows (``redo``: only to those
+        whose version is below the pending entry's mark); a refused update is counted and
+        dead-lettered by nobody (the champion's label is fine), the shadow stays."""
+        out = []
+        for name in self.settings.shadows_of(label.model):
+            shadow = self.models.get(name)
+            mark = pending.shadow_versions.get(name)
+            if redo and (mark is None or shadow.version >= mark):
+                continue
+            outcome = apply_shadow_label(self.settings.models[name], shadow, pending, label,
+                                         message.offset, now=now, partition=message.partition,
+                                         max_weight=cap)  # fmt: skip
+            if outcome.outcome is Outcome.APPLIED:
+                out.append(outcome)
+            elif outcome.reason is not None:
+                self.metrics.updates_refused.labels(model=name, reason=outcome.reason).inc()
+        return out
 
     def _park(self, label: Label, message: RawMessage, now: float) -> None:
         """Wait (bounded) for the request: it may still be in flight."""
@@ -243,23 +298,40 @@ class LabelJoiner:
         else:
             self.parked.put(entry)
 
-    async def _store(self, outcome: LabelOutcome) -> None:
-        """The applied mark first, durably; then the model (module docstring)."""
-        model, pending, encoded = outcome.model, outcome.pending, outcome.encoded
-        assert model is not None  # noqa: S101 - an applied outcome carries all three
-        assert pending is not None  # noqa: S101
+    async def _store(
+        self, outcome: LabelOutcome, mark: PendingEntry, shadows: list[LabelOutcome]
+    ) -> None:
+        """The applied ``mark`` first, durably; then the model and its shadows (module
+        docstring)."""
+        model = outcome.model
+        assert model is not None  # noqa: S101 - an applied outcome carries it
+        async with self._publishing:
+            self.pending.put(mark)
+            await self.outputs.durable()
+            await self._put(outcome)
+            for shadow in shadows:
+                await self._put(shadow)
+        self.metrics.label_turnaround.labels(model=model.model).observe(outcome.turnaround)
+
+    async def _store_shadows(self, shadows: list[LabelOutcome]) -> None:
+        """Redo the shadows' writes of a label whose mark is already durable."""
+        async with self._publishing:
+            for shadow in shadows:
+                await self._put(shadow)
+
+    async def _put(self, outcome: LabelOutcome) -> None:
+        """Write one model's new version to the table and the models topic (under the
+        publishing lock), and count it."""
+        model, encoded = outcome.model, outcome.encoded
+        assert model is not None  # noqa: S101 - an applied outcome carries both
         assert encoded is not None  # noqa: S101
         name = model.model
-        async with self._publishing:
-            self.pending.put(pending)
-            await self.outputs.durable()
-            self.models.put(model, encoded)
-            if self._versions is not None:
-                self._versions[name] = model.version
-            await self.outputs.model(name, encoded)
+        self.models.put(model, encoded)
+        if self._versions is not None:
+            self._versions[name] = model.version
+        await self.outputs.model(name, encoded)
         self.metrics.labels_applied.labels(model=name).inc()
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
-        self.metrics.label_turnaround.labels(model=name).observe(outcome.turnaround)
         if outcome.clipped:
             self.metrics.weights_clipped.labels(model=name).inc()
         log.debug("model %s -> version %s", name, model.version)

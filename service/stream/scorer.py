@@ -14,6 +14,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from service.config import LabelBudget, Settings
 from service.learning import CollapseWatch, QueryBudget
@@ -24,7 +25,7 @@ from service.stream.model import ServedModel
 from service.stream.outputs import Outputs, OutRecord
 from service.stream.scoring import Limits, ScoreResult, score_batch
 
-__all__ = ["Scorer"]
+__all__ = ["DecisionTally", "Scorer"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,18 @@ def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
         return QueryBudget(config.per_hour / 3600.0 * share, per="second", sharpness=k, explore=v)
     assert config.fraction is not None  # noqa: S101 - LabelBudget holds one of them
     return QueryBudget(config.fraction, per="event", sharpness=k, explore=v)
+
+
+@dataclass(slots=True)
+class DecisionTally:
+    """Decisions one model made on this worker (served, or counted for a shadow)."""
+
+    events: int = 0
+    rejected: int = 0
+
+    def add(self, events: int, *, rejected: int) -> None:
+        self.events += events
+        self.rejected += rejected
 
 
 class Scorer:
@@ -71,6 +84,11 @@ class Scorer:
             if c.label_budget is not None
         }
         self.configs = settings.models
+        self.shadows = {
+            m: settings.shadows_of(m) for m in settings.models if settings.shadows_of(m)
+        }
+        # this worker's decisions per model since it started, served or shadow (/models)
+        self.tally = {m: DecisionTally() for m in settings.models}
         self.collapse = {m: CollapseWatch() for m in settings.models}
         self.started = clock()
         self.share = 1.0  # of the feature partitions this worker scores (housekeeping sets it)
@@ -158,14 +176,15 @@ class Scorer:
     ) -> ScoreResult:
         try:
             return score_batch(models, messages, limits=self.limits, now=now,
-                               budgets=self.budgets)  # fmt: skip
+                               budgets=self.budgets, shadows=self.shadows)  # fmt: skip
         except DATA_ERRORS:
             log.exception("batch scoring failed; retrying one event at a time")
         result = ScoreResult()
         for message in messages:
             try:
                 result.extend(score_batch(models, [message], limits=self.limits, now=now,
-                                          budgets=self.budgets))  # fmt: skip
+                                          budgets=self.budgets,
+                                          shadows=self.shadows))  # fmt: skip
             except DATA_ERRORS as exc:
                 result.dead_letters.append(
                     DeadLetter.of(Source.FEATURES, message, Reason.SCHEMA,
@@ -180,7 +199,12 @@ class Scorer:
             self.recent[d.model].append(d.queried)
         for r in result.label_requests:
             counts.setdefault(r.model, [0, 0, 0])[2] += 1
+        for (shadow, label), n in result.shadow.items():
+            action = Action.REJECT if label == 0 else Action.PREDICT
+            self.metrics.shadow_decisions.labels(model=shadow, action=action).inc(n)
+            self.tally[shadow].add(n, rejected=n if label == 0 else 0)
         for model, (predicted, rejected, requested) in counts.items():
+            self.tally[model].add(predicted + rejected, rejected=rejected)
             predict, reject, events, latency, label_requests = self._bound[model]
             events.inc(predicted + rejected)
             predict.inc(predicted)

@@ -75,6 +75,8 @@ class ScoreResult:
     label_requests: list[LabelRequest] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     suppressed: Counter[str] = field(default_factory=Counter)  # by model
+    # shadow decisions, counted and never written: (shadow model, +1 / -1 / 0) -> count
+    shadow: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
@@ -83,6 +85,7 @@ class ScoreResult:
         self.label_requests += other.label_requests
         self.dead_letters += other.dead_letters
         self.suppressed += other.suppressed
+        self.shadow += other.shadow
 
 
 def parse_event(
@@ -98,6 +101,10 @@ def parse_event(
     served = models.get(event.model)
     if served is None:
         raise BadMessage("unknown_model", f"no model named {event.model!r}")
+    champion = served.config.champion
+    if champion is not None:
+        detail = f"model {event.model!r} is a shadow of {champion!r}: it scores {champion!r}'s"
+        raise BadMessage("unknown_model", f"{detail} events and decides none of its own")
     return ParsedEvent(message, event, served, served.raw_vector(event))
 
 
@@ -108,10 +115,14 @@ def score_batch(
     limits: Limits,
     now: float,
     budgets: Mapping[str, QueryBudget] | None = None,
+    shadows: Mapping[str, Sequence[str]] | None = None,
 ) -> ScoreResult:
     """Score a batch with ``models`` (one mapping for the whole batch). A model with a
     budget in ``budgets`` asks through it (the budget's state moves on: it is the one
-    stateful input)."""
+    stateful input). Each model in ``shadows`` (champion -> its shadows, all in
+    ``models``) has its events decided by its shadows too: those decisions are counted in
+    ``ScoreResult.shadow`` and travel with the champion's label requests, never as
+    decisions."""
     out = ScoreResult()
     parsed: list[ParsedEvent] = []
     for message in messages:
@@ -121,16 +132,38 @@ def score_batch(
             out.dead_letters.append(DeadLetter.of(Source.FEATURES, message, bad.reason,
                                                   bad.detail))  # fmt: skip
     verdicts: dict[int, Verdict] = {}
+    shadow_labels: dict[int, dict[str, int]] = {}
     for served, members in _by_model(parsed):
         budget = None if budgets is None else budgets.get(served.name)
-        decided, refused = _decide(served, [parsed[i] for i in members], budget, now)
+        items = [parsed[i] for i in members]
+        decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
+        for shadow in shadows.get(served.name, ()) if shadows else ():
+            for j, label in _shadow_decide(models[shadow], items).items():
+                if members[j] in verdicts:
+                    shadow_labels.setdefault(members[j], {})[shadow] = label
+                    out.shadow[(shadow, label)] += 1
     for i, item in enumerate(parsed):
         verdict = verdicts.get(i)
         if verdict is not None:
-            _emit(out, item, verdict, now=now, ttl=limits.request_ttl)
+            _emit(out, item, verdict, now=now, ttl=limits.request_ttl,
+                  shadow_labels=shadow_labels.get(i, {}))  # fmt: skip
     return out
+
+
+def _shadow_decide(shadow: ServedModel, items: Sequence[ParsedEvent]) -> dict[int, int]:
+    """A shadow's decision (+1, -1, 0) on each of its champion's ``items``, by position;
+    rows that overflow for the shadow are left out (the shadow decides nothing there)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = shadow.pipeline.transform_many(np.stack([it.x for it in items]))
+    coins = np.array([coin(shadow.name, it.event.id, shadow.version) for it in items])
+    try:
+        labels = shadow.learner.decide_many(z, coins=coins)[0]
+        return {j: int(label) for j, label in enumerate(labels)}
+    except NonFiniteError:
+        rows, labels = _decide_rows(shadow, z, coins)[:2]
+        return {j: int(label) for j, label in zip(rows, labels, strict=True)}
 
 
 def _by_model(parsed: Sequence[ParsedEvent]) -> list[tuple[ServedModel, list[int]]]:
@@ -244,7 +277,10 @@ def _priority(score: float, rho: float) -> float:
     return 1.0 / (1.0 + min(abs(score - rho), abs(score + rho)))
 
 
-def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float) -> None:
+def _emit(
+    out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float,
+    shadow_labels: Mapping[str, int],
+) -> None:  # fmt: skip
     served, event = item.model, item.event
     if v.suppressed:
         out.suppressed[served.name] += 1
@@ -279,5 +315,6 @@ def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: f
                 requested_at=now,
                 expires_at=now + ttl,
                 priority=_priority(v.score, rho),
+                shadow_labels=dict(shadow_labels),
             )
         )
