@@ -617,6 +617,9 @@ class Settings(BaseSettings):
         for name, model in self.models.items():
             if not name or not all(c.isalnum() or c in "._-" for c in name):
                 raise ValueError(f"models: bad model name {name!r} (letters, digits, . _ -)")
+            if name.startswith("__"):
+                raise ValueError(f"models: bad model name {name!r} (names starting with __ "
+                                 "are the service's own keys)")  # fmt: skip
             if model.n_inputs > self.max_features:
                 raise ValueError(
                     f"models.{name}: {model.n_inputs} features exceeds max_features "
@@ -636,6 +639,11 @@ class Settings(BaseSettings):
     def shadows_of(self, champion: str) -> tuple[str, ...]:
         """The models that run as shadows of ``champion`` (sorted by name)."""
         return tuple(sorted(n for n, m in self.models.items() if m.champion == champion))
+
+    def group(self, route: str) -> tuple[str, ...]:
+        """The models that can serve the events addressed to ``route``: itself, then its
+        shadows (any of them may be promoted to serve)."""
+        return (route, *self.shadows_of(route))
 
     def learner_key(self, model: str) -> str:
         """The model whose label topics' key carries ``model``'s labels: its champion for a

@@ -140,6 +140,13 @@ class LabelRequest:
     # the decision each shadow of the model made on this event when it was scored (its
     # loss is charged on it); absent in records written before shadows existed
     shadow_labels: Mapping[str, int] = field_(default_factory=dict)
+    # the member of the model's group that decided (a promoted shadow); None: the model
+    served_by: str | None = None
+
+    @property
+    def server(self) -> str:
+        """The model whose decision, probability and version this request carries."""
+        return self.served_by or self.model
 
     def to_json(self) -> bytes:
         """The record on the label-requests topic."""
@@ -184,6 +191,7 @@ def label_request_from_dict(record: dict[str, Any]) -> LabelRequest:
         expires_at=number(record, "expires_at"),
         priority=number(record, "priority", default=0.0),
         shadow_labels=_shadow_labels(record),
+        served_by=ident(record, "served_by") if record.get("served_by") is not None else None,
     )
 
 

@@ -162,6 +162,9 @@ class LabelJoiner:
                 raise BadMessage("forged_id", f"{detail} of model {request.model!r}")
             self._check_placement(message, request.model)
             self._check_duplicate(request)
+            if request.server not in self.settings.group(request.model):
+                detail = f"{request.server!r} cannot serve {request.model!r}"
+                raise BadMessage("unknown_model", f"{detail} (not in its group)")
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABEL_REQUESTS, message, bad.reason, bad.detail)
@@ -235,14 +238,18 @@ class LabelJoiner:
                              f"{request.model!r} was asked about with other features")  # fmt: skip
 
     async def _join(self, label: Label, message: RawMessage, *, parked: bool) -> None:
-        model = self.models.get(label.model)
         pending = self.pending.get(label.request_id)
+        # the member of the group that decided the event learns as the champion, the
+        # others as shadows (after a promotion the route's server is one of its shadows)
+        joined = pending is not None and pending.model == label.model
+        server = pending.request.server if pending is not None and joined else label.model
+        model = self.models.get(server)
         now = self.clock()
         if pending is None and not parked and not model.applied(message.partition, message.offset):
             self._park(label, message, now)
             return
-        config = self.settings.models[label.model]
-        cap = config.weight_cap(self.settings.max_importance_weight)
+        config = self.settings.models[server]
+        cap = self.settings.models[label.model].weight_cap(self.settings.max_importance_weight)
         outcome = apply_label(config, model, pending, label, message.offset, now=now,
                               partition=message.partition, parked=parked,
                               max_weight=cap)  # fmt: skip
@@ -251,7 +258,7 @@ class LabelJoiner:
         redo = pending is not None and pending.applied and pending.applied_offset == message.offset
         if outcome.outcome is Outcome.APPLIED:
             assert pending is not None  # noqa: S101 - an applied label had its request
-            shadows = self._shadows(pending, label, message, now=now, cap=cap, redo=redo)
+            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=redo)
             mark = outcome.pending
             assert mark is not None  # noqa: S101 - an applied outcome carries it
             versions = pending.shadow_versions if redo else {
@@ -261,20 +268,23 @@ class LabelJoiner:
             return
         if redo and outcome.reason is Reason.REDELIVERED:
             assert pending is not None  # noqa: S101 - redo implies an entry
-            shadows = self._shadows(pending, label, message, now=now, cap=cap, redo=True)
+            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=True)
             if shadows:
                 await self._store_shadows(shadows)
         await self._not_applied(label.model, message, outcome)
 
     def _shadows(
-        self, pending: PendingEntry, label: Label, message: RawMessage, *, now: float,
-        cap: float, redo: bool,
+        self, pending: PendingEntry, server: str, label: Label, message: RawMessage, *,
+        now: float, cap: float, redo: bool,
     ) -> list[LabelOutcome]:  # fmt: skip
-        """The champion's label applied to each of its shadows (``redo``: only to those
-        whose version is below the pending entry's mark); a refused update is counted and
-        dead-lettered by nobody (the champion's label is fine), the shadow stays."""
+        """The label applied to each member of the group but its ``server`` (``redo``:
+        only to those whose version is below the pending entry's mark); a refused update
+        is counted and dead-lettered by nobody (the server's label is fine), the shadow
+        stays."""
         out = []
-        for name in self.settings.shadows_of(label.model):
+        for name in self.settings.group(label.model):
+            if name == server:
+                continue
             shadow = self.models.get(name)
             mark = pending.shadow_versions.get(name)
             if redo and (mark is None or shadow.version >= mark):

@@ -15,11 +15,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from service.config import LabelBudget, Settings
 from service.learning import CollapseWatch, QueryBudget
 from service.metrics import Metrics
-from service.records import Action, DeadLetter, RawMessage, Reason, Source
+from service.records import Action, Champions, DeadLetter, RawMessage, Reason, Source
 from service.stream.joiner import DATA_ERRORS
 from service.stream.model import ServedModel
 from service.stream.outputs import Outputs, OutRecord
@@ -61,7 +62,7 @@ class Scorer:
     def __init__(
         self,
         settings: Settings,
-        models: Callable[[], Mapping[str, ServedModel]],
+        models: Callable[[], tuple[Mapping[str, ServedModel], Champions]],
         outputs: Outputs,
         metrics: Metrics,
         *,
@@ -84,9 +85,8 @@ class Scorer:
             if c.label_budget is not None
         }
         self.configs = settings.models
-        self.shadows = {
-            m: settings.shadows_of(m) for m in settings.models if settings.shadows_of(m)
-        }
+        # route -> its members (the model and its shadows), for models that have shadows
+        self.groups = {m: settings.group(m) for m in settings.models if settings.shadows_of(m)}
         # this worker's decisions per model since it started, served or shadow (/models)
         self.tally = {m: DecisionTally() for m in settings.models}
         self.collapse = {m: CollapseWatch() for m in settings.models}
@@ -109,9 +109,9 @@ class Scorer:
         """Score ``messages``: what was decided, and the records to write for it (each
         decision and dead letter to the partition of its event's features partition, label
         requests by model). Counted in the metrics; nothing is written."""
-        models = self.models()  # one mapping for the whole batch
+        models, champions = self.models()  # one mapping for the whole batch
         started = time.perf_counter()
-        result = self._score_guarded(models, messages, self.clock())
+        result = self._score_guarded(models, champions, messages, self.clock())
         self._watch(models, result)
         out = self.outputs
         records = [out.decision_record(d, p)
@@ -172,19 +172,19 @@ class Scorer:
         return {m: sum(r) / len(r) for m, r in self.recent.items() if r}
 
     def _score_guarded(
-        self, models: Mapping[str, ServedModel], messages: Sequence[RawMessage], now: float
-    ) -> ScoreResult:
+        self, models: Mapping[str, ServedModel], champions: Champions,
+        messages: Sequence[RawMessage], now: float,
+    ) -> ScoreResult:  # fmt: skip
+        score = partial(score_batch, limits=self.limits, now=now, budgets=self.budgets,
+                        groups=self.groups, champions=champions)  # fmt: skip
         try:
-            return score_batch(models, messages, limits=self.limits, now=now,
-                               budgets=self.budgets, shadows=self.shadows)  # fmt: skip
+            return score(models, messages)
         except DATA_ERRORS:
             log.exception("batch scoring failed; retrying one event at a time")
         result = ScoreResult()
         for message in messages:
             try:
-                result.extend(score_batch(models, [message], limits=self.limits, now=now,
-                                          budgets=self.budgets,
-                                          shadows=self.shadows))  # fmt: skip
+                result.extend(score(models, [message]))
             except DATA_ERRORS as exc:
                 result.dead_letters.append(
                     DeadLetter.of(Source.FEATURES, message, Reason.SCHEMA,

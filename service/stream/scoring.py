@@ -22,6 +22,7 @@ from service.learning import NonFiniteError, QueryBudget
 from service.records import (
     Action,
     BadMessage,
+    Champions,
     DeadLetter,
     Decision,
     FeatureEvent,
@@ -51,8 +52,13 @@ class ParsedEvent:
 
     message: RawMessage
     event: FeatureEvent
-    model: ServedModel
+    model: ServedModel  # the model that decides it (its route's server)
     x: np.ndarray
+
+    @property
+    def route(self) -> str:
+        """The model the event is addressed to (its group's name)."""
+        return self.event.model
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +95,11 @@ class ScoreResult:
 
 
 def parse_event(
-    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits
-) -> ParsedEvent:
-    """Parse and resolve one message; :class:`BadMessage` says why it cannot be scored."""
+    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits,
+    champions: Champions | None = None,
+) -> ParsedEvent:  # fmt: skip
+    """Parse and resolve one message (decided by the server ``champions`` names for its
+    model); :class:`BadMessage` says why it cannot be scored."""
     event = parse_feature_event(
         message.value,
         default_model=limits.default_model,
@@ -105,6 +113,8 @@ def parse_event(
     if champion is not None:
         detail = f"model {event.model!r} is a shadow of {champion!r}: it scores {champion!r}'s"
         raise BadMessage("unknown_model", f"{detail} events and decides none of its own")
+    if champions is not None:
+        served = models.get(champions.server(event.model), served)
     return ParsedEvent(message, event, served, served.raw_vector(event))
 
 
@@ -115,31 +125,34 @@ def score_batch(
     limits: Limits,
     now: float,
     budgets: Mapping[str, QueryBudget] | None = None,
-    shadows: Mapping[str, Sequence[str]] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    champions: Champions | None = None,
 ) -> ScoreResult:
-    """Score a batch with ``models`` (one mapping for the whole batch). A model with a
-    budget in ``budgets`` asks through it (the budget's state moves on: it is the one
-    stateful input). Each model in ``shadows`` (champion -> its shadows, all in
-    ``models``) has its events decided by its shadows too: those decisions are counted in
-    ``ScoreResult.shadow`` and travel with the champion's label requests, never as
-    decisions."""
+    """Score a batch with ``models`` and ``champions`` (one mapping for the whole batch).
+    A model with a budget in ``budgets`` asks through it (the budget's state moves on: it
+    is the one stateful input). The events addressed to a model of ``groups`` (route ->
+    members) are decided by the member ``champions`` names (the route itself by default)
+    and by every other member as a shadow: those decisions are counted in
+    ``ScoreResult.shadow`` and travel with the label requests, never as decisions."""
     out = ScoreResult()
     parsed: list[ParsedEvent] = []
     for message in messages:
         try:
-            parsed.append(parse_event(message, models, limits))
+            parsed.append(parse_event(message, models, limits, champions))
         except BadMessage as bad:
             out.dead_letters.append(DeadLetter.of(Source.FEATURES, message, bad.reason,
                                                   bad.detail))  # fmt: skip
     verdicts: dict[int, Verdict] = {}
     shadow_labels: dict[int, dict[str, int]] = {}
     for served, members in _by_model(parsed):
-        budget = None if budgets is None else budgets.get(served.name)
+        route = parsed[members[0]].route
+        budget = None if budgets is None else budgets.get(route)
         items = [parsed[i] for i in members]
         decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
-        for shadow in shadows.get(served.name, ()) if shadows else ():
+        group = () if groups is None else groups.get(route, ())
+        for shadow in [m for m in group if m != served.name]:
             for j, label in _shadow_decide(models[shadow], items).items():
                 if members[j] in verdicts:
                     shadow_labels.setdefault(members[j], {})[shadow] = label
@@ -301,11 +314,12 @@ def _emit(
         )
     )
     if v.queried:
+        route = item.route
         out.label_requests.append(
             LabelRequest(
-                request_id=request_id(served.name, event.id),
+                request_id=request_id(route, event.id),
                 event_id=event.id,
-                model=served.name,
+                model=route,
                 features=item.x.tolist(),
                 score=v.score,
                 rho=rho,
@@ -316,5 +330,6 @@ def _emit(
                 expires_at=now + ttl,
                 priority=_priority(v.score, rho),
                 shadow_labels=dict(shadow_labels),
+                served_by=None if served.name == route else served.name,
             )
         )

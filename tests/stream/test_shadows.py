@@ -15,7 +15,9 @@ from service.config import ConfigError, ModelConfig, Settings, load_settings
 from service.learning import RiskEstimate, learn_from_champion
 from service.metrics import Metrics
 from service.records import (
+    CHAMPIONS_KEY,
     BadMessage,
+    Champions,
     Label,
     ModelEnvelope,
     PendingEntry,
@@ -23,13 +25,16 @@ from service.records import (
     parse_model_envelope,
     parse_pending_entry,
 )
+from service.stream.champions import comparison, promoted
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka import partition_for
 from service.stream.model import ServedModel, coin, initial_envelope, request_id
 from service.stream.outputs import Outputs
-from service.stream.scorer import Scorer
+from service.stream.scorer import DecisionTally, Scorer
 from service.stream.scoring import Limits, score_batch
+from service.stream.snapshots import ModelBook, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
+from service.web import views
 
 from .memory import MemoryKafka, msg, request
 
@@ -126,7 +131,7 @@ def events(n: int, model: str = "c") -> list:  # type: ignore[type-arg]
 def test_a_shadow_decides_its_champions_events_but_only_the_champion_is_served() -> None:
     models = {name: ServedModel.initial(name, cfg) for name, cfg in MODELS.items()}
     limits = Limits(default_model="c", request_ttl=60.0)
-    out = score_batch(models, events(200), limits=limits, now=1.0, shadows={"c": ("s",)})
+    out = score_batch(models, events(200), limits=limits, now=1.0, groups={"c": ("c", "s")})
     assert {d.model for d in out.decisions} == {"c"}
     assert len(out.decisions) == 200
     assert sum(out.shadow.values()) == 200
@@ -144,7 +149,7 @@ def test_a_shadow_decides_its_champions_events_but_only_the_champion_is_served()
 def test_an_event_addressed_to_a_shadow_is_dead_lettered() -> None:
     models = {name: ServedModel.initial(name, cfg) for name, cfg in MODELS.items()}
     out = score_batch(models, events(2, model="s"), limits=Limits("c", 60.0), now=1.0,
-                      shadows={"c": ("s",)})  # fmt: skip
+                      groups={"c": ("c", "s")})  # fmt: skip
     assert out.decisions == []
     assert [(d.reason, "shadow of 'c'" in d.detail) for d in out.dead_letters] == [
         ("unknown_model", True)
@@ -156,8 +161,8 @@ def test_the_scorer_counts_shadow_decisions_and_writes_none() -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry, models=s.models)
     models = {name: ServedModel.initial(name, cfg) for name, cfg in s.models.items()}
-    scorer = Scorer(s, lambda: models, Outputs(MemoryKafka(), s.topics, metrics), metrics,
-                    clock=lambda: 1.0)  # fmt: skip
+    out = Outputs(MemoryKafka(), s.topics, metrics)
+    scorer = Scorer(s, lambda: (models, Champions()), out, metrics, clock=lambda: 1.0)
     result, records = scorer.decide(events(50))
     assert len([r for r in records if r.topic == "abstain.decisions"]) == 50
     counted = sum(
@@ -314,3 +319,112 @@ async def test_a_crash_between_the_writes_redoes_only_what_is_missing_once(crash
         redone, once = models.get(name), clean.joiner.models.get(name)
         assert redone.replace(updated_at=0.0) == once.replace(updated_at=0.0)
     assert restarted.published("s") == [1]
+
+
+# --------------------------------------------------------------------------- promotion
+
+
+def signed_book(key: str | None = None) -> ModelBook:
+    s = shadow_settings(snapshot_key=key) if key else shadow_settings()
+    return ModelBook(s, signer=signer_for(s))
+
+
+def champions_record(serial: int, servers: dict[str, str]) -> bytes:
+    return Champions(serial=serial, servers=servers, updated_at=1.0).to_json()
+
+
+def test_the_book_takes_a_champions_record_that_names_a_member_of_the_group() -> None:
+    book = signed_book()
+    assert book.serving()[1].server("c") == "c"
+    assert book.offer(CHAMPIONS_KEY.encode(), champions_record(1, {"c": "s"}))
+    models, champions = book.serving()
+    assert champions.server("c") == "s"
+    assert models["s"].name == "s"
+    for servers, words in [({"c": "x"}, "cannot serve"), ({"s": "c"}, "no model that decides")]:
+        with pytest.raises(BadMessage, match=words):
+            book.offer(CHAMPIONS_KEY.encode(), champions_record(2, servers))
+    assert book.champions.server("c") == "s"
+
+
+def test_with_a_key_the_champions_record_is_signed_and_only_a_higher_serial_counts() -> None:
+    key = "k" * 32
+    book = signed_book(key)
+    value = champions_record(3, {"c": "s"})
+    with pytest.raises(BadMessage, match="unsigned"):
+        book.offer(CHAMPIONS_KEY.encode(), value)
+    signer = signer_for(book.settings)
+    assert signer is not None
+    sign = signer.sign
+    assert book.offer(CHAMPIONS_KEY.encode(), value, signature=sign(CHAMPIONS_KEY.encode(), value))
+    older = champions_record(2, {})
+    assert not book.offer(CHAMPIONS_KEY.encode(), older,
+                          signature=sign(CHAMPIONS_KEY.encode(), older))  # fmt: skip
+    assert book.champions.server("c") == "s"
+
+
+def test_promoted_names_the_challenger_and_promoting_the_route_gives_it_back() -> None:
+    s = shadow_settings()
+    first = promoted(s, Champions(), "s", now=5.0)
+    assert (first.serial, dict(first.servers)) == (1, {"c": "s"})
+    back = promoted(s, first, "c", now=6.0)
+    assert (back.serial, dict(back.servers)) == (2, {})
+    with pytest.raises(ValueError, match="no model named"):
+        promoted(s, first, "x", now=7.0)
+
+
+def test_after_promotion_the_challenger_decides_and_the_champion_is_its_shadow() -> None:
+    models = {name: ServedModel.initial(name, cfg) for name, cfg in MODELS.items()}
+    limits = Limits(default_model="c", request_ttl=60.0)
+    champions = Champions(1, {"c": "s"})
+    before = score_batch(models, events(100), limits=limits, now=1.0, groups={"c": ("c", "s")})
+    after = score_batch(models, events(100), limits=limits, now=1.0, groups={"c": ("c", "s")},
+                        champions=champions)  # fmt: skip
+    assert {d.model for d in after.decisions} == {"s"}
+    assert [d.id for d in after.decisions] == [d.id for d in before.decisions]
+    assert {m for m, _ in after.shadow} == {"c"}
+    for r in after.label_requests:  # asked for the route, by the member that decided
+        assert (r.model, r.served_by, r.request_id) == ("c", "s", request_id("c", r.event_id))
+        assert set(r.shadow_labels) == {"c"}
+
+
+async def test_after_promotion_the_server_learns_as_champion_and_the_route_as_shadow() -> None:
+    learner = Learner.start()
+    x, p = [1.0, 0.5, -0.2], 0.25
+    req = request(x, "e0", model="c", query_probability=p, decided_label=1,
+                  shadow_labels={"c": 0}, served_by="s")  # fmt: skip
+    await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS, learner.part(), b"c"))
+    await learner.label("e0", 0, -1)
+    c, s = learner.joiner.models.get("c"), learner.joiner.models.get("s")
+    assert (c.version, s.version) == (1, 1)
+    mark = learner.joiner.pending.get(request_id("c", "e0"))
+    assert mark is not None
+    assert (mark.applied_version, dict(mark.shadow_versions)) == (1, {"c": 1})
+    assert s.iw_loss == pytest.approx(1.0 / p)  # decided +1, truth -1
+    assert c.iw_loss == pytest.approx(0.25 / p)  # rejected: d / p
+    shadow = ServedModel.initial("c", CHAMPION)
+    shadow.pipeline.learn(np.asarray(x))
+    learn_from_champion(shadow.learner, shadow.pipeline.transform(np.asarray(x)), -1, p)
+    np.testing.assert_allclose(ServedModel.from_envelope(CHAMPION, c).learner.w,
+                               shadow.learner.w, rtol=1e-12)  # fmt: skip
+
+
+async def test_a_request_served_by_a_model_outside_the_group_is_refused() -> None:
+    learner = Learner.start()
+    req = request([1.0, 2.0, 3.0], "e0", model="c", served_by="x")
+    await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS, learner.part(), b"c"))
+    assert [r.json()["reason"] for r in learner.kafka.sent("abstain.dead-letters")] == [
+        "unknown_model"
+    ]
+
+
+def test_the_comparison_lists_each_group_serving_member_first() -> None:
+    s = shadow_settings()
+    models = {name: ServedModel.initial(name, cfg) for name, cfg in s.models.items()}
+    tally = {"c": DecisionTally(10, 4), "s": DecisionTally(10, 1)}
+    rows = comparison(s, models, Champions(1, {"c": "s"}), tally)
+    assert [(r["model"], r["role"], r["route"]) for r in rows] == [
+        ("s", "champion", "c"),
+        ("c", "challenger", "c"),
+    ]
+    assert (rows[0]["reject_rate"], rows[1]["reject_rate"], rows[0]["risk"]) == (0.1, 0.4, None)
+    assert orjson.loads(views.models(rows).body)["models"] == rows
