@@ -48,11 +48,13 @@ from service.records.wire import (
     Label,
     LabelRequest,
     RawMessage,
+    Rollback,
     label_from_dict,
     label_request_from_dict,
     parse_feature_event,
     parse_label,
     parse_label_request,
+    parse_labels_record,
 )
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "RawMessage",
     "Reason",
     "RecordError",
+    "Rollback",
     "SIGNATURE_HEADER",
     "Signer",
     "Source",
@@ -89,6 +92,7 @@ __all__ = [
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
+    "parse_labels_record",
     "parse_model_envelope",
     "parse_parked_label",
     "parse_pending_entry",

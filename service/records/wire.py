@@ -45,11 +45,13 @@ __all__ = [
     "Label",
     "LabelRequest",
     "RawMessage",
+    "Rollback",
     "label_from_dict",
     "label_request_from_dict",
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
+    "parse_labels_record",
 ]
 
 _RAW_LIMIT: Final = 64 * 1024  # bytes of a refused message kept in its dead letter
@@ -251,6 +253,48 @@ def label_from_dict(record: dict[str, Any]) -> Label:
     text(by, "field 'labelled_by'")
     ts = number(record, "ts") if record.get("ts") is not None else None
     return Label(request_id=request_id, model=model, label=int(value), labelled_by=by, ts=ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """An order on the labels topic (key = the group's model, like its labels): serve
+    ``target``'s ``to_version`` again, as a new version (``abstain models rollback``)."""
+
+    model: str  # the group's name (the key), as a label's
+    target: str  # the member rolled back
+    to_version: int
+    by: str
+    ts: float | None
+
+    def to_json(self) -> bytes:
+        """The record on the labels topic."""
+        return dumps(
+            {
+                "kind": "rollback",
+                "model": self.model,
+                "target": self.target,
+                "to_version": self.to_version,
+                "labelled_by": self.by,
+                "ts": self.ts,
+            }
+        )
+
+
+def parse_labels_record(raw: bytes, *, max_bytes: int | None = None) -> Label | Rollback:
+    """A record of the labels topic: a :class:`Label`, or a :class:`Rollback` order
+    (``"kind": "rollback"``)."""
+    record = obj(decode_json(raw, max_bytes=max_bytes))
+    if record.get("kind") != "rollback":
+        return label_from_dict(record)
+    version = integer(record, "to_version")
+    if not 0 <= version < 2**53:
+        raise BadMessage("schema", f"to_version out of range: {version}")
+    by = record.get("labelled_by", "")
+    if not isinstance(by, str) or len(by) > 256:
+        raise BadMessage("schema", "field 'labelled_by' must be a short string")
+    ts = number(record, "ts") if record.get("ts") is not None else None
+    return Rollback(ident(record, "model"), ident(record, "target"), version,
+                    text(by, "field 'labelled_by'"), ts)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,9 +40,10 @@ from service.records import (
     PendingEntry,
     RawMessage,
     Reason,
+    Rollback,
     Source,
-    parse_label,
     parse_label_request,
+    parse_labels_record,
 )
 from service.stream.joins import (
     LabelOutcome,
@@ -54,7 +55,7 @@ from service.stream.joins import (
 from service.stream.kafka import partition_for
 from service.stream.model import request_id
 from service.stream.outputs import Outputs
-from service.stream.stores import ModelStore, ParkedStore, PendingStore
+from service.stream.stores import HISTORY, ModelStore, ParkedStore, PendingStore
 
 __all__ = ["DATA_ERRORS", "LabelJoiner"]
 
@@ -183,15 +184,47 @@ class LabelJoiner:
     async def on_label(self, message: RawMessage) -> None:
         """Apply a label to its request's model (or park it until the request arrives)."""
         try:
-            label = parse_label(message.value, max_bytes=self.settings.max_message_bytes)
+            label = parse_labels_record(message.value, max_bytes=self.settings.max_message_bytes)
             self._deciding(label.model)
             self._check_placement(message, label.model)
+            if isinstance(label, Rollback):
+                await self._rollback(label, message)
+                return
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
             )
             return
         await self._join(label, message, parked=False)
+
+    async def _rollback(self, order: Rollback, message: RawMessage) -> None:
+        """Serve version ``order.to_version`` of ``order.target`` again as its next version,
+        at this record's place in the labels log (the labels before it taught the line
+        rolled back, those after it teach the restored one). One write: a crash before it
+        is redone by the redelivered order, one after it leaves an offset that makes the
+        redelivery a no-op. :class:`BadMessage` when the version is not kept."""
+        target = order.target
+        if target not in self.settings.group(order.model):
+            raise BadMessage("unknown_model", f"{target!r} is not in the group of {order.model!r}")
+        current = self.models.get(target)
+        if current.applied(message.partition, message.offset):
+            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
+            return
+        old = self.models.version(target, order.to_version)
+        if old is None or order.to_version >= current.version:
+            detail = f"version {order.to_version} of {target!r} is not kept (now {current.version}"
+            raise BadMessage("unknown_version", f"{detail}; the last {HISTORY} are)")
+        offset = message.offset
+        if message.partition == current.labels_partition:
+            offset = max(offset, current.labels_offset)
+        restored = old.replace(version=current.version + 1, labels_offset=offset,
+                               labels_partition=message.partition,
+                               updated_at=self.clock())  # fmt: skip
+        async with self._publishing:
+            await self._put(LabelOutcome(Outcome.APPLIED, model=restored,
+                                         encoded=restored.to_json()), learned=False)  # fmt: skip
+        log.warning("model %s rolled back to version %s as version %s by %s", target,
+                    order.to_version, restored.version, order.by)  # fmt: skip
 
     def _deciding(self, model: str) -> ModelConfig:
         """The configuration of ``model``, a model that decides (:class:`BadMessage`: no
@@ -329,9 +362,9 @@ class LabelJoiner:
             for shadow in shadows:
                 await self._put(shadow)
 
-    async def _put(self, outcome: LabelOutcome) -> None:
+    async def _put(self, outcome: LabelOutcome, *, learned: bool = True) -> None:
         """Write one model's new version to the table and the models topic (under the
-        publishing lock), and count it."""
+        publishing lock), and count it when it ``learned`` a label."""
         model, encoded = outcome.model, outcome.encoded
         assert model is not None  # noqa: S101 - an applied outcome carries both
         assert encoded is not None  # noqa: S101
@@ -340,6 +373,8 @@ class LabelJoiner:
         if self._versions is not None:
             self._versions[name] = model.version
         await self.outputs.model(name, encoded)
+        if not learned:
+            return
         self.metrics.labels_applied.labels(model=name).inc()
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
         if outcome.clipped:

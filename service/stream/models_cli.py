@@ -1,9 +1,10 @@
-"""``abstain models``: compare a group's models, promote a challenger.
+"""``abstain models``: compare a group's models, promote a challenger, roll back.
 
 ::
 
     abstain models compare [--url URL] [--broker ...] [--config FILE]
     abstain models promote NAME [--broker ...] [--config FILE]
+    abstain models rollback NAME --to-version V [--broker ...] [--config FILE]
 
 ``compare`` prints one JSON line per model (:func:`~service.stream.champions.comparison`):
 from the models topic (what every worker serves: versions, labels, risk and interval), or
@@ -11,7 +12,11 @@ with ``--url`` from a worker's ``GET /models`` page, which adds the decisions th
 made with each model and the share it rejected. ``promote`` writes the models topic's
 champions record (signed with ``snapshot_key`` when one is set) that makes NAME serve its
 group from the first batch each worker scores after reading it; ``promote`` of a group's
-own name gives the route back to it.
+own name gives the route back to it. ``rollback`` writes an order on the labels topic (key:
+NAME's group, like its labels): the learner that owns the group serves version V of NAME
+again as its next version, at the order's place among the labels, and learns on from it;
+it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.stores`), an
+older one is refused (dead letter ``unknown_version``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ import urllib.request
 from typing import Any
 
 from service.config import ConfigError, Settings
-from service.records import CHAMPIONS_KEY, SIGNATURE_HEADER, BadMessage, decode_json, dumps
+from service.records import (
+    CHAMPIONS_KEY,
+    SIGNATURE_HEADER,
+    BadMessage,
+    Rollback,
+    decode_json,
+    dumps,
+)
 from service.stream.champions import comparison, promoted
 from service.stream.cli import _common, _settings
 from service.stream.kafka import produce_one, read_topic
@@ -43,6 +55,11 @@ def main(argv: list[str]) -> int:
     promote = sub.add_parser("promote", help="make a challenger serve its group")
     _common(promote)
     promote.add_argument("name", help="the model to serve")
+    rollback = sub.add_parser("rollback", help="serve an earlier version again")
+    _common(rollback)
+    rollback.add_argument("name", help="the model to roll back")
+    rollback.add_argument("--to-version", type=int, required=True, dest="to_version")
+    rollback.add_argument("--by", default="cli", help="who asks (kept on the record)")
     args = parser.parse_args(argv)
     try:
         settings = _settings(args)
@@ -51,6 +68,8 @@ def main(argv: list[str]) -> int:
             for row in rows:
                 print(dumps(row).decode())
             return 0
+        if args.action == "rollback":
+            return asyncio.run(_rollback(settings, args.name, args.to_version, args.by))
         return asyncio.run(_promote(settings, args.name))
     except (ConfigError, ValueError, OSError) as exc:
         print(f"abstain: {exc}", file=sys.stderr)
@@ -95,4 +114,16 @@ async def _promote(settings: Settings, name: str) -> int:
     headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
     await produce_one(settings, settings.topics.models, key, value, headers)
     print(dumps({"serial": record.serial, "servers": dict(record.servers)}).decode())
+    return 0
+
+
+async def _rollback(settings: Settings, name: str, version: int, by: str) -> int:
+    if name not in settings.models:
+        raise ValueError(f"no model named {name!r} (one of {sorted(settings.models)})")
+    if version < 0:
+        raise ValueError(f"--to-version must be 0 or more, got {version}")
+    route = settings.learner_key(name)
+    order = Rollback(route, name, version, by, time.time())
+    await produce_one(settings, settings.topics.labels, route.encode(), order.to_json())
+    print(dumps({"model": name, "to_version": version, "ordered": True}).decode())
     return 0

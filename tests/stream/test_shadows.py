@@ -21,7 +21,9 @@ from service.records import (
     Label,
     ModelEnvelope,
     PendingEntry,
+    Rollback,
     parse_label_request,
+    parse_labels_record,
     parse_model_envelope,
     parse_pending_entry,
 )
@@ -428,3 +430,64 @@ def test_the_comparison_lists_each_group_serving_member_first() -> None:
     ]
     assert (rows[0]["reject_rate"], rows[1]["reject_rate"], rows[0]["risk"]) == (0.1, 0.4, None)
     assert orjson.loads(views.models(rows).body)["models"] == rows
+
+
+# --------------------------------------------------------------------------- rollback
+
+
+async def rollback(learner: Learner, target: str, version: int, offset: int) -> None:
+    order = Rollback("c", target, version, "ops", None).to_json()
+    await learner.joiner.handle(msg(order, offset, LABELS, learner.part(), b"c"))
+
+
+async def test_a_rollback_serves_the_old_state_as_a_new_version_and_learning_goes_on() -> None:
+    learner = Learner.start()
+    for i, (rid, x, p, mine, y) in enumerate(STREAM[:3]):
+        await learner.request(rid, i, x, p, mine)
+        await learner.label(rid, 10 + i, y)
+    models = learner.joiner.models
+    v1 = models.version("c", 1)
+    assert v1 is not None
+    await rollback(learner, "c", 1, 20)
+    now = models.get("c")
+    assert (now.version, now.labels_offset) == (4, 20)
+    assert (now.learner, now.pipeline, now.labels_applied) == (v1.learner, v1.pipeline, 1)
+    assert learner.published("c")[-1] == 4
+    await rollback(learner, "c", 1, 20)  # redelivered: a no-op
+    assert models.get("c").version == 4
+    rid, x, p, mine, y = STREAM[3]
+    await learner.request(rid, 3, x, p, mine)
+    await learner.label(rid, 21, y)
+    after = models.get("c")
+    assert (after.version, after.labels_applied) == (5, 2)  # learned on from version 1
+    await rollback(learner, "s", 0, 22)  # a shadow too, to its initial state
+    assert models.get("s").learner == initial_envelope("s", SHADOW).learner
+    assert models.get("s").version == 5
+    assert learner.registry.get_sample_value("abstain_labels_applied_total", {"model": "c"}) == 4
+
+
+async def test_a_rollback_to_a_version_no_longer_kept_is_dead_lettered() -> None:
+    learner = Learner.start()
+    s = learner.settings
+    initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
+    learner.joiner.models = ModelStore(learner.kafka.table("models"), initial, history=2)
+    for i, (rid, x, p, mine, y) in enumerate(STREAM):
+        await learner.request(rid, i, x, p, mine)
+        await learner.label(rid, 10 + i, y)
+    assert learner.joiner.models.version("c", 2) is None  # versions 3 and 4 are kept
+    assert learner.joiner.models.version("c", 3) is not None
+    await rollback(learner, "c", 2, 20)
+    await rollback(learner, "c", 9, 21)
+    dead = [r.json() for r in learner.kafka.sent("abstain.dead-letters")]
+    assert [(d["reason"], d["offset"]) for d in dead] == [
+        ("unknown_version", 20),
+        ("unknown_version", 21),
+    ]
+    assert learner.joiner.models.get("c").version == 4
+
+
+def test_a_rollback_order_round_trips_and_labels_still_parse_on_the_labels_topic() -> None:
+    order = Rollback("c", "s", 3, "ops", 1.5)
+    assert parse_labels_record(order.to_json()) == order
+    label = Label("r", "c", 1, "ops", None)
+    assert parse_labels_record(label.to_json()) == label
