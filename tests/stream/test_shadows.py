@@ -5,6 +5,7 @@ with its weights, and a crash between the champion's and a shadow's writes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -27,6 +28,7 @@ from service.records import (
     parse_model_envelope,
     parse_pending_entry,
 )
+from service.stream import cli
 from service.stream.champions import comparison, promoted
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka import partition_for
@@ -43,6 +45,7 @@ from .memory import MemoryKafka, msg, request
 CHAMPION = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, audit_rate=0.05)
 SHADOW = ModelConfig(algorithm="dral", cost=0.25, n_features=3, champion="c", seed=1)
 MODELS = {"c": CHAMPION, "s": SHADOW}
+MODELS_JSON = {name: cfg.model_dump(exclude_none=True) for name, cfg in MODELS.items()}
 REQUESTS, LABELS, MODELS_TOPIC = "abstain.label-requests", "abstain.labels", "abstain.models"
 
 
@@ -491,3 +494,10 @@ def test_a_rollback_order_round_trips_and_labels_still_parse_on_the_labels_topic
     assert parse_labels_record(order.to_json()) == order
     label = Label("r", "c", 1, "ops", None)
     assert parse_labels_record(label.to_json()) == label
+
+
+def test_rebuild_refuses_a_shadow(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    config.write_text(orjson.dumps({"models": MODELS_JSON, "default_model": "c"}).decode())
+    assert cli.main(["rebuild", "--model", "s", "--config", str(config)]) == 2
+    assert "is a shadow of 'c'" in capsys.readouterr().err
