@@ -107,6 +107,8 @@ def _from_page(url: str) -> list[dict[str, Any]]:
 
 
 async def _promote(settings: Settings, name: str) -> int:
+    if name not in settings.models:
+        raise ValueError(f"no model named {name!r} (one of {sorted(settings.models)})")
     book = await read_book(settings)
     record = promoted(settings, book.champions, name, now=time.time())
     key, value = CHAMPIONS_KEY.encode(), record.to_json()

@@ -28,7 +28,7 @@ from service.records import (
     parse_model_envelope,
     parse_pending_entry,
 )
-from service.stream import cli
+from service.stream import cli, models_cli
 from service.stream.champions import comparison, promoted
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka import partition_for
@@ -501,3 +501,22 @@ def test_rebuild_refuses_a_shadow(capsys: pytest.CaptureFixture[str], tmp_path: 
     config.write_text(orjson.dumps({"models": MODELS_JSON, "default_model": "c"}).decode())
     assert cli.main(["rebuild", "--model", "s", "--config", str(config)]) == 2
     assert "is a shadow of 'c'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["promote", "x"], "no model named 'x'"),
+        (["rollback", "x", "--to-version", "1"], "no model named 'x'"),
+        (["rollback", "s", "--to-version", "-1"], "--to-version must be 0 or more"),
+        (["compare", "--url", "ftp://worker"], "--url must start with http"),
+    ],
+)
+def test_models_commands_refuse_what_they_cannot_do_before_touching_kafka(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "c.json"
+    config.write_text(orjson.dumps({"models": MODELS_JSON, "default_model": "c",
+                                    "broker": "127.0.0.1:1"}).decode())  # fmt: skip
+    assert models_cli.main([*argv, "--config", str(config)]) == 2
+    assert words in capsys.readouterr().err
