@@ -33,6 +33,7 @@ import os
 import socket
 import ssl
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -169,6 +170,11 @@ class ModelConfig(BaseModel):
         description="open label requests kept per model; beyond, the least urgent is dropped",
     )
     seed: int = 0
+    champion: str | None = Field(
+        default=None,
+        description="run as a shadow of this model: score its events, learn from its labels, "
+        "decide nothing that is served",
+    )
 
     @field_validator("algorithm")
     @classmethod
@@ -467,6 +473,35 @@ class Desk(BaseModel):
         return self
 
 
+def _check_shadow(name: str, model: ModelConfig, models: Mapping[str, ModelConfig]) -> None:
+    """A shadow's champion exists, is no shadow itself and takes the same features."""
+    champion = model.champion
+    if champion is None:
+        return
+    where = f"models.{name}.champion"
+    if champion == name:
+        raise ValueError(f"{where}: a model cannot be its own champion")
+    if champion not in models:
+        raise ValueError(f"{where}: no model named {champion!r} (one of {sorted(models)})")
+    if models[champion].champion is not None:
+        raise ValueError(
+            f"{where}: {champion!r} is itself a shadow of {models[champion].champion!r}; "
+            "name a model that decides"
+        )
+    theirs = models[champion]
+    if (model.n_inputs, model.feature_names) != (theirs.n_inputs, theirs.feature_names):
+        raise ValueError(
+            f"{where}: a shadow takes its champion's features; {name!r} takes "
+            f"{model.feature_names or model.n_inputs}, {champion!r} takes "
+            f"{theirs.feature_names or theirs.n_inputs}"
+        )
+    if model.label_budget is not None:
+        raise ValueError(
+            f"models.{name}.label_budget: a shadow asks for no labels of its own (it learns "
+            f"from {champion!r}'s); remove the budget"
+        )
+
+
 def _given(secret: SecretStr) -> bool:
     return bool(secret.get_secret_value().strip())
 
@@ -582,6 +617,9 @@ class Settings(BaseSettings):
         for name, model in self.models.items():
             if not name or not all(c.isalnum() or c in "._-" for c in name):
                 raise ValueError(f"models: bad model name {name!r} (letters, digits, . _ -)")
+            if name.startswith("__"):
+                raise ValueError(f"models: bad model name {name!r} (names starting with __ "
+                                 "are the service's own keys)")  # fmt: skip
             if model.n_inputs > self.max_features:
                 raise ValueError(
                     f"models.{name}: {model.n_inputs} features exceeds max_features "
@@ -592,7 +630,25 @@ class Settings(BaseSettings):
                 f"default_model {self.default_model!r} is not one of the models "
                 f"{sorted(self.models)}"
             )
+        for name, model in self.models.items():
+            _check_shadow(name, model, self.models)
+        if self.models[self.default_model].champion is not None:
+            raise ValueError(f"default_model {self.default_model!r} is a shadow; name a champion")
         return self
+
+    def shadows_of(self, champion: str) -> tuple[str, ...]:
+        """The models that run as shadows of ``champion`` (sorted by name)."""
+        return tuple(sorted(n for n, m in self.models.items() if m.champion == champion))
+
+    def group(self, route: str) -> tuple[str, ...]:
+        """The models that can serve the events addressed to ``route``: itself, then its
+        shadows (any of them may be promoted to serve)."""
+        return (route, *self.shadows_of(route))
+
+    def learner_key(self, model: str) -> str:
+        """The model whose label topics' key carries ``model``'s labels: its champion for a
+        shadow, itself otherwise (a shadow's state lives with its champion's)."""
+        return self.models[model].champion or model
 
     @property
     def fetch_bytes(self) -> int:

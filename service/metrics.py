@@ -44,6 +44,30 @@ class Metrics:
         self.decisions = Counter(
             "abstain_decisions_total", "Decisions served", ["model", "action"], registry=r
         )
+        self.shadow_decisions = Counter(
+            "abstain_shadow_decisions_total",
+            "Decisions of shadow models on their champion's events (counted, never served)",
+            ["model", "action"],
+            registry=r,
+        )
+        self.risk_low = Gauge(
+            "abstain_risk_estimate_low",
+            "Lower end of the risk estimate's 95 % interval (ratio, score interval)",
+            ["model"],
+            registry=r,
+        )
+        self.risk_high = Gauge(
+            "abstain_risk_estimate_high",
+            "Upper end of the risk estimate's 95 % interval (ratio, score interval)",
+            ["model"],
+            registry=r,
+        )
+        self.model_labels = Gauge(
+            "abstain_model_labels",
+            "Labels the model version in use has learned from (a shadow: its champion's)",
+            ["model"],
+            registry=r,
+        )
         self.label_requests = Counter(
             "abstain_label_requests_total", "Label requests emitted", ["model"], registry=r
         )
@@ -199,6 +223,9 @@ class Metrics:
             self.model_weight_norm,
             self.query_rate,
             self.risk_estimate,
+            self.risk_low,
+            self.risk_high,
+            self.model_labels,
             self.iw_loss,
             self.decide_latency,
             self.label_requests_suppressed,
@@ -209,16 +236,22 @@ class Metrics:
             metric.labels(model=model)
         for action in Action:
             self.decisions.labels(model=model, action=action)
+            self.shadow_decisions.labels(model=model, action=action)
         for reason in IGNORED:
             self.labels_ignored.labels(model=model, reason=reason)
         for reason in REFUSED:
             self.updates_refused.labels(model=model, reason=reason)
 
     def set_model(
-        self, model: str, *, version: int, rho: float, weight_norm: float | None, risk: float
-    ) -> None:
+        self, model: str, *, version: int, rho: float, weight_norm: float | None, risk: float,
+        low: float = math.nan, high: float = math.nan, labels: int = 0,
+    ) -> None:  # fmt: skip
         """The gauges of the model version in use (``weight_norm`` None: no explicit w;
-        ``risk`` NaN: no label yet, the gauge keeps its last value)."""
+        ``risk`` NaN: no label yet, the gauges keep their last values)."""
+        self.model_labels.labels(model=model).set(labels)
+        if not math.isnan(low):
+            self.risk_low.labels(model=model).set(low)
+            self.risk_high.labels(model=model).set(high)
         self.model_version.labels(model=model).set(version)
         self.model_rho.labels(model=model).set(rho)
         if weight_norm is not None:

@@ -553,6 +553,52 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Champion and challengers",
+        [
+            timeseries(
+                "Risk with its 95 % interval",
+                "Each model's importance-weighted 0-d-1 risk (abstain_risk_estimate) between "
+                "the ends of its 95 % score interval (abstain_risk_estimate_low / _high), from "
+                "the labels its version learned from; a shadow is judged on its champion's "
+                "labels with the champion's query probabilities, so the estimates compare.",
+                [
+                    (f"max by (model) (abstain_risk_estimate{{{M}}})", "{{model}}"),
+                    (f"max by (model) (abstain_risk_estimate_low{{{M}}})", "{{model}} low"),
+                    (f"max by (model) (abstain_risk_estimate_high{{{M}}})", "{{model}} high"),
+                ],
+                width=12,
+            ),
+            timeseries(
+                "Reject rate, served and shadow",
+                "Fraction of the decisions that rejected, fleet-wide over 5 minutes: served "
+                "decisions (abstain_decisions_total) and shadow decisions, counted and never "
+                "served (abstain_shadow_decisions_total).",
+                [
+                    (
+                        f'sum by (model) (rate(abstain_decisions_total{{action="reject",{M}}}'
+                        f"[5m])) / sum by (model) (rate(abstain_decisions_total{{{M}}}[5m]))",
+                        "{{model}} (served)",
+                    ),
+                    (
+                        "sum by (model) (rate(abstain_shadow_decisions_total"
+                        f'{{action="reject",{M}}}[5m])) / sum by (model) '
+                        f"(rate(abstain_shadow_decisions_total{{{M}}}[5m]))",
+                        "{{model}} (shadow)",
+                    ),
+                ],
+                unit="percentunit",
+                width=6,
+            ),
+            timeseries(
+                "Labels learned from",
+                "Labels each model's version in use has learned from (abstain_model_labels); "
+                "a shadow's are its champion's.",
+                [(f"max by (model) (abstain_model_labels{{{M}}})", "{{model}}")],
+                width=6,
+            ),
+        ],
+    ),
+    (
         "Model health",
         [
             stat(

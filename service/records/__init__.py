@@ -9,6 +9,7 @@ depends on none of them.
 - :mod:`.codec`: orjson out, validated JSON in, :class:`BadMessage` with a reason;
 - :mod:`.wire`: topic records (feature event, decision, label request, label, dead letter);
 - :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label);
+- :mod:`.champions`: which model of each group serves (the models topic's champions record);
 - :mod:`.signing`: the HMAC signature of model snapshots.
 
 Errors::
@@ -18,6 +19,7 @@ Errors::
           └── BadMessage    one consumed message refused; .reason (a Reason), .detail
 """
 
+from service.records.champions import CHAMPIONS_KEY, Champions, parse_champions
 from service.records.codec import (
     DEAD_LETTER_REASONS,
     BadMessage,
@@ -46,14 +48,17 @@ from service.records.wire import (
     Label,
     LabelRequest,
     RawMessage,
+    Rollback,
     label_from_dict,
     label_request_from_dict,
     parse_feature_event,
     parse_label,
     parse_label_request,
+    parse_labels_record,
 )
 
 __all__ = [
+    "CHAMPIONS_KEY",
     "DEAD_LETTER_REASONS",
     "IGNORED",
     "MODEL_FORMAT",
@@ -61,6 +66,7 @@ __all__ = [
     "REFUSED",
     "Action",
     "BadMessage",
+    "Champions",
     "Decision",
     "DeadLetter",
     "FeatureEvent",
@@ -72,6 +78,7 @@ __all__ = [
     "RawMessage",
     "Reason",
     "RecordError",
+    "Rollback",
     "SIGNATURE_HEADER",
     "Signer",
     "Source",
@@ -81,9 +88,11 @@ __all__ = [
     "encode_finite",
     "label_from_dict",
     "label_request_from_dict",
+    "parse_champions",
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
+    "parse_labels_record",
     "parse_model_envelope",
     "parse_parked_label",
     "parse_pending_entry",

@@ -52,6 +52,7 @@ class Reason(StrEnum):
     DUPLICATE_ID = "duplicate_id"  # an event id seen before with other features
     UNSIGNED = "unsigned"  # a snapshot without a signature while a key is configured
     BAD_SIGNATURE = "bad_signature"  # a snapshot whose signature does not verify
+    UNKNOWN_VERSION = "unknown_version"  # a rollback to a version the learner no longer keeps
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 

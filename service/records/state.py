@@ -85,6 +85,9 @@ class ModelEnvelope:
     iw_weight: float = 0.0
     updated_at: float = 0.0
     labels_partition: int = -1  # the labels partition ``labels_offset`` counts in
+    # the risk estimate's sums (``service.learning.RiskEstimate.to_state()``), for the
+    # interval; None in records written before it existed (then left out of the JSON)
+    estimate: Mapping[str, Any] | None = None
 
     def applied(self, partition: int, offset: int) -> bool:
         """True if the label at ``offset`` of labels ``partition`` is already in the model
@@ -101,6 +104,8 @@ class ModelEnvelope:
         """The JSON-safe form, format header first."""
         out: dict[str, Any] = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION}
         out.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        if out["estimate"] is None:
+            del out["estimate"]
         return out
 
     def to_json(self) -> bytes:
@@ -139,6 +144,7 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         updated_at=number(record, "updated_at"),
         labels_partition=integer(record, "labels_partition") if "labels_partition" in record
         else -1,
+        estimate=_mapping(record, "estimate") if record.get("estimate") is not None else None,
     )  # fmt: skip
     counters = (envelope.version, envelope.labels_applied, envelope.labels_offset + 1,
                 envelope.labels_partition + 1)  # fmt: skip
@@ -173,6 +179,9 @@ class PendingEntry:
     applied_at: float | None = None
     applied_offset: int | None = None
     applied_version: int | None = None
+    # the version each shadow of the model reaches with this label (the mark of its write,
+    # as ``applied_version`` is the champion's); empty before any shadow learned from it
+    shadow_versions: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def request_id(self) -> str:
@@ -182,8 +191,12 @@ class PendingEntry:
     def model(self) -> str:
         return self.request.model
 
-    def answered(self, label: Label, *, offset: int, version: int, now: float) -> PendingEntry:
-        """This entry with ``label`` applied at labels ``offset``, giving model ``version``."""
+    def answered(
+        self, label: Label, *, offset: int, version: int, now: float,
+        shadow_versions: Mapping[str, int] | None = None,
+    ) -> PendingEntry:  # fmt: skip
+        """This entry with ``label`` applied at labels ``offset``, giving model ``version``
+        (and each shadow the version in ``shadow_versions``)."""
         return dataclasses.replace(
             self,
             applied=True,
@@ -192,6 +205,7 @@ class PendingEntry:
             applied_at=now,
             applied_offset=offset,
             applied_version=version,
+            shadow_versions=dict(shadow_versions or {}),
         )
 
     def to_json(self) -> bytes:
@@ -210,6 +224,8 @@ class PendingEntry:
                 applied_offset=self.applied_offset,
                 applied_version=self.applied_version,
             )
+            if self.shadow_versions:
+                out["shadow_versions"] = dict(self.shadow_versions)
         return out
 
 
@@ -236,7 +252,21 @@ def parse_pending_entry(raw: bytes) -> PendingEntry:
         applied_at=number(record, "applied_at"),
         applied_offset=integer(record, "applied_offset"),
         applied_version=integer(record, "applied_version"),
+        shadow_versions=_versions(record),
     )
+
+
+def _versions(record: dict[str, Any]) -> dict[str, int]:
+    """The optional ``shadow_versions`` map of an applied pending entry."""
+    value = record.get("shadow_versions")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 64:
+        raise BadMessage("schema", "field 'shadow_versions' must be an object of at most 64")
+    out = {text(k, "a shadow model name"): integer(value, k) for k in value}
+    if not all(0 <= v < MAX_COUNTER for v in out.values()):
+        raise BadMessage("schema", "a shadow version is out of range")
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ service.records.codec.BadMessage: schema: missing field 'features'
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as field_
 from typing import Any, Final
 
 import orjson
@@ -43,11 +45,13 @@ __all__ = [
     "Label",
     "LabelRequest",
     "RawMessage",
+    "Rollback",
     "label_from_dict",
     "label_request_from_dict",
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
+    "parse_labels_record",
 ]
 
 _RAW_LIMIT: Final = 64 * 1024  # bytes of a refused message kept in its dead letter
@@ -135,6 +139,16 @@ class LabelRequest:
     requested_at: float
     expires_at: float
     priority: float
+    # the decision each shadow of the model made on this event when it was scored (its
+    # loss is charged on it); absent in records written before shadows existed
+    shadow_labels: Mapping[str, int] = field_(default_factory=dict)
+    # the member of the model's group that decided (a promoted shadow); None: the model
+    served_by: str | None = None
+
+    @property
+    def server(self) -> str:
+        """The model whose decision, probability and version this request carries."""
+        return self.served_by or self.model
 
     def to_json(self) -> bytes:
         """The record on the label-requests topic."""
@@ -144,6 +158,7 @@ class LabelRequest:
         """The fields as a plain dict (a copy of the feature list)."""
         out = {name: getattr(self, name) for name in self.__slots__}
         out["features"] = list(self.features)
+        out["shadow_labels"] = dict(self.shadow_labels)
         return out
 
 
@@ -177,7 +192,25 @@ def label_request_from_dict(record: dict[str, Any]) -> LabelRequest:
         requested_at=number(record, "requested_at"),
         expires_at=number(record, "expires_at"),
         priority=number(record, "priority", default=0.0),
+        shadow_labels=_shadow_labels(record),
+        served_by=ident(record, "served_by") if record.get("served_by") is not None else None,
     )
+
+
+def _shadow_labels(record: dict[str, Any]) -> dict[str, int]:
+    """The optional ``shadow_labels`` map: model name -> +1, -1 or 0."""
+    value = record.get("shadow_labels")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 64:
+        raise BadMessage("schema", "field 'shadow_labels' must be an object of at most 64 models")
+    out = {}
+    for name, label in value.items():
+        text(name, "a shadow model name")
+        if isinstance(label, bool) or label not in (-1, 0, 1) or not isinstance(label, int):
+            raise BadMessage("schema", f"shadow_labels[{name!r}] must be -1, 0 or 1")
+        out[name] = int(label)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +253,48 @@ def label_from_dict(record: dict[str, Any]) -> Label:
     text(by, "field 'labelled_by'")
     ts = number(record, "ts") if record.get("ts") is not None else None
     return Label(request_id=request_id, model=model, label=int(value), labelled_by=by, ts=ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """An order on the labels topic (key = the group's model, like its labels): serve
+    ``target``'s ``to_version`` again, as a new version (``abstain models rollback``)."""
+
+    model: str  # the group's name (the key), as a label's
+    target: str  # the member rolled back
+    to_version: int
+    by: str
+    ts: float | None
+
+    def to_json(self) -> bytes:
+        """The record on the labels topic."""
+        return dumps(
+            {
+                "kind": "rollback",
+                "model": self.model,
+                "target": self.target,
+                "to_version": self.to_version,
+                "labelled_by": self.by,
+                "ts": self.ts,
+            }
+        )
+
+
+def parse_labels_record(raw: bytes, *, max_bytes: int | None = None) -> Label | Rollback:
+    """A record of the labels topic: a :class:`Label`, or a :class:`Rollback` order
+    (``"kind": "rollback"``)."""
+    record = obj(decode_json(raw, max_bytes=max_bytes))
+    if record.get("kind") != "rollback":
+        return label_from_dict(record)
+    version = integer(record, "to_version")
+    if not 0 <= version < 2**53:
+        raise BadMessage("schema", f"to_version out of range: {version}")
+    by = record.get("labelled_by", "")
+    if not isinstance(by, str) or len(by) > 256:
+        raise BadMessage("schema", "field 'labelled_by' must be a short string")
+    ts = number(record, "ts") if record.get("ts") is not None else None
+    return Rollback(ident(record, "model"), ident(record, "target"), version,
+                    text(by, "field 'labelled_by'"), ts)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,7 +190,7 @@ def create_app(
                                 client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
     continuity = Continuity(gaps.committed, gaps.fetch)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)
-    scorer = Scorer(s, book.snapshot, outputs, metrics, clock=clock)
+    scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
     scoring = _score_loop(s, scorer, progress)
     faust_view = FaustConsumerView(app)
     view = RoutedView(faust_view, {t.features: scoring.view})

@@ -137,6 +137,11 @@ def _rebuild(argv: list[str]) -> int:
     if args.model not in settings.models:
         print(f"abstain: no model named {args.model!r} in the settings", file=sys.stderr)
         return 2
+    champion = settings.models[args.model].champion
+    if champion is not None:
+        print(f"abstain: {args.model!r} is a shadow of {champion!r}; rebuild replays a "
+              "champion's own labels alone", file=sys.stderr)  # fmt: skip
+        return 2
     rebuilt = asyncio.run(rebuild_from_topics(settings, args.model))
     if args.publish:
         key, value = args.model.encode(), rebuilt.model.to_json()

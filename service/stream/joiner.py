@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import replace
 
-from service.config import Settings
+from service.config import ModelConfig, Settings
 from service.metrics import Metrics
 from service.records import (
     IGNORED,
@@ -39,15 +40,22 @@ from service.records import (
     PendingEntry,
     RawMessage,
     Reason,
+    Rollback,
     Source,
-    parse_label,
     parse_label_request,
+    parse_labels_record,
 )
-from service.stream.joins import LabelOutcome, Outcome, apply_label, park_label
+from service.stream.joins import (
+    LabelOutcome,
+    Outcome,
+    apply_label,
+    apply_shadow_label,
+    park_label,
+)
 from service.stream.kafka import partition_for
 from service.stream.model import request_id
 from service.stream.outputs import Outputs
-from service.stream.stores import ModelStore, ParkedStore, PendingStore
+from service.stream.stores import HISTORY, ModelStore, ParkedStore, PendingStore
 
 __all__ = ["DATA_ERRORS", "LabelJoiner"]
 
@@ -105,7 +113,9 @@ class LabelJoiner:
 
     def _owned(self) -> list[str]:
         n = self.settings.partitions.labels
-        return [m for m in self.settings.models if partition_for(m.encode(), n) in self._partitions]
+        key = self.settings.learner_key  # a shadow's state lives with its champion's
+        return [m for m in self.settings.models
+                if partition_for(key(m).encode(), n) in self._partitions]  # fmt: skip
 
     async def republish(self, models: Collection[str] | None = None) -> list[str]:
         """Publish the newest snapshot of the owned ``models`` (all it owns when None) again,
@@ -143,9 +153,7 @@ class LabelJoiner:
         """Store a label request; apply the label that overtook it, if one is parked."""
         try:
             request = parse_label_request(message.value, max_bytes=self.settings.max_message_bytes)
-            config = self.settings.models.get(request.model)
-            if config is None:
-                raise BadMessage("unknown_model", f"no model named {request.model!r}")
+            config = self._deciding(request.model)
             if len(request.features) != config.n_inputs:
                 got, want = len(request.features), config.n_inputs
                 detail = f"model {request.model!r} takes {want} features, got {got}"
@@ -155,6 +163,9 @@ class LabelJoiner:
                 raise BadMessage("forged_id", f"{detail} of model {request.model!r}")
             self._check_placement(message, request.model)
             self._check_duplicate(request)
+            if request.server not in self.settings.group(request.model):
+                detail = f"{request.server!r} cannot serve {request.model!r}"
+                raise BadMessage("unknown_model", f"{detail} (not in its group)")
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABEL_REQUESTS, message, bad.reason, bad.detail)
@@ -173,16 +184,59 @@ class LabelJoiner:
     async def on_label(self, message: RawMessage) -> None:
         """Apply a label to its request's model (or park it until the request arrives)."""
         try:
-            label = parse_label(message.value, max_bytes=self.settings.max_message_bytes)
-            if label.model not in self.settings.models:
-                raise BadMessage("unknown_model", f"no model named {label.model!r}")
+            label = parse_labels_record(message.value, max_bytes=self.settings.max_message_bytes)
+            self._deciding(label.model)
             self._check_placement(message, label.model)
+            if isinstance(label, Rollback):
+                await self._rollback(label, message)
+                return
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
             )
             return
         await self._join(label, message, parked=False)
+
+    async def _rollback(self, order: Rollback, message: RawMessage) -> None:
+        """Serve version ``order.to_version`` of ``order.target`` again as its next version,
+        at this record's place in the labels log (the labels before it taught the line
+        rolled back, those after it teach the restored one). One write: a crash before it
+        is redone by the redelivered order, one after it leaves an offset that makes the
+        redelivery a no-op. :class:`BadMessage` when the version is not kept."""
+        target = order.target
+        if target not in self.settings.group(order.model):
+            raise BadMessage("unknown_model", f"{target!r} is not in the group of {order.model!r}")
+        current = self.models.get(target)
+        if current.applied(message.partition, message.offset):
+            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
+            return
+        old = self.models.version(target, order.to_version)
+        if old is None or order.to_version >= current.version:
+            detail = f"version {order.to_version} of {target!r} is not kept (now {current.version}"
+            raise BadMessage("unknown_version", f"{detail}; the last {HISTORY} are)")
+        offset = message.offset
+        if message.partition == current.labels_partition:
+            offset = max(offset, current.labels_offset)
+        restored = old.replace(version=current.version + 1, labels_offset=offset,
+                               labels_partition=message.partition,
+                               updated_at=self.clock())  # fmt: skip
+        async with self._publishing:
+            await self._put(LabelOutcome(Outcome.APPLIED, model=restored,
+                                         encoded=restored.to_json()), learned=False)  # fmt: skip
+        log.warning("model %s rolled back to version %s as version %s by %s", target,
+                    order.to_version, restored.version, order.by)  # fmt: skip
+
+    def _deciding(self, model: str) -> ModelConfig:
+        """The configuration of ``model``, a model that decides (:class:`BadMessage`: no
+        such model, or a shadow, which asks nothing and takes its champion's labels)."""
+        config = self.settings.models.get(model)
+        if config is None:
+            raise BadMessage("unknown_model", f"no model named {model!r}")
+        if config.champion is not None:
+            champion = config.champion
+            detail = f"model {model!r} is a shadow of {champion!r}: it takes {champion!r}'s labels"
+            raise BadMessage("unknown_model", detail)
+        return config
 
     def _cap(self, model: str) -> None:
         """Keep at most ``max_open_requests`` open requests of ``model``: beyond, the least
@@ -217,21 +271,65 @@ class LabelJoiner:
                              f"{request.model!r} was asked about with other features")  # fmt: skip
 
     async def _join(self, label: Label, message: RawMessage, *, parked: bool) -> None:
-        model = self.models.get(label.model)
         pending = self.pending.get(label.request_id)
+        # the member of the group that decided the event learns as the champion, the
+        # others as shadows (after a promotion the route's server is one of its shadows)
+        joined = pending is not None and pending.model == label.model
+        server = pending.request.server if pending is not None and joined else label.model
+        model = self.models.get(server)
         now = self.clock()
         if pending is None and not parked and not model.applied(message.partition, message.offset):
             self._park(label, message, now)
             return
-        config = self.settings.models[label.model]
-        cap = config.weight_cap(self.settings.max_importance_weight)
+        config = self.settings.models[server]
+        cap = self.settings.models[label.model].weight_cap(self.settings.max_importance_weight)
         outcome = apply_label(config, model, pending, label, message.offset, now=now,
                               partition=message.partition, parked=parked,
                               max_weight=cap)  # fmt: skip
+        # a label already marked at this offset: a crash interrupted its writes; each model
+        # (champion, shadows) whose version is below its mark is redone, no other
+        redo = pending is not None and pending.applied and pending.applied_offset == message.offset
         if outcome.outcome is Outcome.APPLIED:
-            await self._store(outcome)
-        else:
-            await self._not_applied(label.model, message, outcome)
+            assert pending is not None  # noqa: S101 - an applied label had its request
+            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=redo)
+            mark = outcome.pending
+            assert mark is not None  # noqa: S101 - an applied outcome carries it
+            versions = pending.shadow_versions if redo else {
+                o.model.model: o.model.version for o in shadows if o.model is not None
+            }  # fmt: skip
+            await self._store(outcome, replace(mark, shadow_versions=dict(versions)), shadows)
+            return
+        if redo and outcome.reason is Reason.REDELIVERED:
+            assert pending is not None  # noqa: S101 - redo implies an entry
+            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=True)
+            if shadows:
+                await self._store_shadows(shadows)
+        await self._not_applied(label.model, message, outcome)
+
+    def _shadows(
+        self, pending: PendingEntry, server: str, label: Label, message: RawMessage, *,
+        now: float, cap: float, redo: bool,
+    ) -> list[LabelOutcome]:  # fmt: skip
+        """The label applied to each member of the group but its ``server`` (``redo``:
+        only to those whose version is below the pending entry's mark); a refused update
+        is counted and dead-lettered by nobody (the server's label is fine), the shadow
+        stays."""
+        out = []
+        for name in self.settings.group(label.model):
+            if name == server:
+                continue
+            shadow = self.models.get(name)
+            mark = pending.shadow_versions.get(name)
+            if redo and (mark is None or shadow.version >= mark):
+                continue
+            outcome = apply_shadow_label(self.settings.models[name], shadow, pending, label,
+                                         message.offset, now=now, partition=message.partition,
+                                         max_weight=cap)  # fmt: skip
+            if outcome.outcome is Outcome.APPLIED:
+                out.append(outcome)
+            elif outcome.reason is not None:
+                self.metrics.updates_refused.labels(model=name, reason=outcome.reason).inc()
+        return out
 
     def _park(self, label: Label, message: RawMessage, now: float) -> None:
         """Wait (bounded) for the request: it may still be in flight."""
@@ -243,23 +341,42 @@ class LabelJoiner:
         else:
             self.parked.put(entry)
 
-    async def _store(self, outcome: LabelOutcome) -> None:
-        """The applied mark first, durably; then the model (module docstring)."""
-        model, pending, encoded = outcome.model, outcome.pending, outcome.encoded
-        assert model is not None  # noqa: S101 - an applied outcome carries all three
-        assert pending is not None  # noqa: S101
+    async def _store(
+        self, outcome: LabelOutcome, mark: PendingEntry, shadows: list[LabelOutcome]
+    ) -> None:
+        """The applied ``mark`` first, durably; then the model and its shadows (module
+        docstring)."""
+        model = outcome.model
+        assert model is not None  # noqa: S101 - an applied outcome carries it
+        async with self._publishing:
+            self.pending.put(mark)
+            await self.outputs.durable()
+            await self._put(outcome)
+            for shadow in shadows:
+                await self._put(shadow)
+        self.metrics.label_turnaround.labels(model=model.model).observe(outcome.turnaround)
+
+    async def _store_shadows(self, shadows: list[LabelOutcome]) -> None:
+        """Redo the shadows' writes of a label whose mark is already durable."""
+        async with self._publishing:
+            for shadow in shadows:
+                await self._put(shadow)
+
+    async def _put(self, outcome: LabelOutcome, *, learned: bool = True) -> None:
+        """Write one model's new version to the table and the models topic (under the
+        publishing lock), and count it when it ``learned`` a label."""
+        model, encoded = outcome.model, outcome.encoded
+        assert model is not None  # noqa: S101 - an applied outcome carries both
         assert encoded is not None  # noqa: S101
         name = model.model
-        async with self._publishing:
-            self.pending.put(pending)
-            await self.outputs.durable()
-            self.models.put(model, encoded)
-            if self._versions is not None:
-                self._versions[name] = model.version
-            await self.outputs.model(name, encoded)
+        self.models.put(model, encoded)
+        if self._versions is not None:
+            self._versions[name] = model.version
+        await self.outputs.model(name, encoded)
+        if not learned:
+            return
         self.metrics.labels_applied.labels(model=name).inc()
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
-        self.metrics.label_turnaround.labels(model=name).observe(outcome.turnaround)
         if outcome.clipped:
             self.metrics.weights_clipped.labels(model=name).inc()
         log.debug("model %s -> version %s", name, model.version)

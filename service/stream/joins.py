@@ -11,13 +11,23 @@ these same functions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
 from service.config import ModelConfig
-from service.learning import Pipeline, learner_from_state
+from service.learning import (
+    LearningError,
+    LinearLearner,
+    Pipeline,
+    RiskEstimate,
+    learn_from_champion,
+    learner_from_state,
+)
+from service.learning.shadow import Weighting
 from service.records import (
     Label,
     ModelEnvelope,
@@ -27,7 +37,14 @@ from service.records import (
     RecordError,
 )
 
-__all__ = ["LabelOutcome", "Outcome", "apply_label", "park_label", "zero_one_d_loss"]
+__all__ = [
+    "LabelOutcome",
+    "Outcome",
+    "apply_label",
+    "apply_shadow_label",
+    "park_label",
+    "zero_one_d_loss",
+]
 
 
 def zero_one_d_loss(decided: int, label: int, cost: float) -> float:
@@ -125,36 +142,20 @@ def apply_label(
     if refusal is not None:
         return refusal
     assert pending is not None  # noqa: S101 - _check_join refuses a missing request
-    x = np.asarray(pending.request.features, dtype=np.float64)
-    pipeline = Pipeline.from_state(dict(model.pipeline))
-    learner = learner_from_state(dict(model.learner))
-    try:
-        with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
-            pipeline.learn(x)
-            learner.update(pipeline.transform(x), label.label)
-        new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
-    except ValueError as exc:
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, f"update refused: {exc}")
-    w = getattr(learner, "w", None)  # kernel learners keep a support set instead
-    if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
-                          "update gave non-finite parameters")  # fmt: skip
-    p = max(pending.request.query_probability, 1.0 / max_weight)
-    clipped = p > pending.request.query_probability
-    loss = zero_one_d_loss(pending.request.decided_label, label.label, config.cost) / p
-    new_model = model.replace(
-        version=model.version + 1,
-        pipeline=new_pipeline,
-        learner=new_learner,
-        labels_offset=max(offset, model.labels_offset)
-        if partition == model.labels_partition
-        else offset,
-        labels_partition=partition,
-        labels_applied=model.labels_applied + 1,
-        iw_loss=model.iw_loss + loss,
-        iw_weight=model.iw_weight + 1.0 / p,
-        updated_at=now,
-    )
+    y = label.label
+
+    def step(learner: Any, z: np.ndarray) -> None:
+        learner.update(z, y)
+
+    learned = _learn(model, pending, step)
+    if isinstance(learned, LabelOutcome):
+        return learned
+    request = pending.request
+    p = max(request.query_probability, 1.0 / max_weight)
+    loss = zero_one_d_loss(request.decided_label, y, config.cost) / p
+    new_model = _next(model, learned, where=(partition, offset), now=now, loss=loss, p=p,
+                      estimate=_charged(model, max_weight, request.decided_label, y, config.cost,
+                                        request.query_probability))  # fmt: skip
     try:  # the standardiser's running sums can overflow without an error: check it all
         encoded = new_model.to_json()
     except RecordError:
@@ -166,9 +167,122 @@ def apply_label(
         encoded=encoded,
         pending=pending.answered(label, offset=offset, version=new_model.version, now=now),
         iw_loss=loss,
-        turnaround=max(0.0, now - pending.request.requested_at),
-        clipped=clipped,
+        turnaround=max(0.0, now - request.requested_at),
+        clipped=p > request.query_probability,
     )
+
+
+def apply_shadow_label(
+    config: ModelConfig,
+    model: ModelEnvelope,
+    pending: PendingEntry,
+    label: Label,
+    offset: int,
+    *,
+    now: float,
+    partition: int,
+    max_weight: float,
+) -> LabelOutcome:
+    r"""Update the shadow ``model`` with the label its champion's request ``pending``
+    received (at labels ``partition``, ``offset``): its own standardiser learns the example,
+    its learner takes it with the champion's query probability $p$ as importance weight
+    $1/\max(p, 1/h_{\max})$ (:func:`~service.learning.learn_from_champion`; a kernel
+    learner takes one plain step), and the shadow's decision on the event, made when it was
+    scored (``request.shadow_labels``), is charged its 0-d-1 loss with that $p$. A request
+    without the shadow's decision (scored before the shadow existed) teaches it and
+    charges nothing. The outcome's ``pending`` is None: the caller marks the entry."""
+    request, y, name = pending.request, label.label, model.model
+
+    def step(learner: Any, z: np.ndarray) -> None:
+        weighting: Weighting = "importance" if isinstance(learner, LinearLearner) else "none"
+        learn_from_champion(learner, z, y, request.query_probability, max_weight=max_weight,
+                            weighting=weighting)  # fmt: skip
+
+    learned = _learn(model, pending, step)
+    if isinstance(learned, LabelOutcome):
+        return learned
+    p = max(request.query_probability, 1.0 / max_weight)
+    decided = request.shadow_labels.get(name)
+    loss = 0.0 if decided is None else zero_one_d_loss(decided, y, config.cost) / p
+    estimate = (
+        _estimate(model, max_weight).to_state()
+        if decided is None
+        else _charged(model, max_weight, decided, y, config.cost, request.query_probability)
+    )
+    new_model = _next(model, learned, where=(partition, offset), now=now, loss=loss,
+                      p=p if decided is not None else math.inf, estimate=estimate)  # fmt: skip
+    try:
+        encoded = new_model.to_json()
+    except RecordError:
+        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
+                          "update gave a non-finite model state")  # fmt: skip
+    return LabelOutcome(Outcome.APPLIED, model=new_model, encoded=encoded, iw_loss=loss,
+                        clipped=p > request.query_probability)  # fmt: skip
+
+
+def _learn(
+    model: ModelEnvelope, pending: PendingEntry, step: Callable[[Any, np.ndarray], None]
+) -> tuple[dict[str, Any], dict[str, Any]] | LabelOutcome:
+    """(pipeline state, learner state) after the standardiser learns the request's features
+    and ``step(learner, transformed x)`` updates the learner; a refusal when not finite."""
+    x = np.asarray(pending.request.features, dtype=np.float64)
+    pipeline = Pipeline.from_state(dict(model.pipeline))
+    learner = learner_from_state(dict(model.learner))
+    try:
+        with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
+            pipeline.learn(x)
+            step(learner, pipeline.transform(x))
+        new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
+    except ValueError as exc:
+        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, f"update refused: {exc}")
+    w = getattr(learner, "w", None)  # kernel learners keep a support set instead
+    if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
+        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
+                          "update gave non-finite parameters")  # fmt: skip
+    return new_pipeline, new_learner
+
+
+def _next(
+    model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any]], *,
+    where: tuple[int, int], now: float, loss: float, p: float, estimate: dict[str, Any],
+) -> ModelEnvelope:  # fmt: skip
+    """The next version of ``model``: ``learned`` states, the label at labels ``where``
+    counted, ``loss`` (already divided by ``p``) and the weight ``1 / p`` added."""
+    partition, offset = where
+    return model.replace(
+        version=model.version + 1,
+        pipeline=learned[0],
+        learner=learned[1],
+        labels_offset=max(offset, model.labels_offset)
+        if partition == model.labels_partition
+        else offset,
+        labels_partition=partition,
+        labels_applied=model.labels_applied + 1,
+        iw_loss=model.iw_loss + loss,
+        iw_weight=model.iw_weight + 1.0 / p,
+        updated_at=now,
+        estimate=estimate,
+    )
+
+
+def _estimate(model: ModelEnvelope, max_weight: float) -> RiskEstimate:
+    """The envelope's risk estimate (a new one when it has none or it does not parse:
+    records written before it existed)."""
+    if model.estimate is not None:
+        try:
+            return RiskEstimate.from_state(dict(model.estimate))
+        except LearningError:
+            pass
+    return RiskEstimate(max_weight=max_weight)
+
+
+def _charged(
+    model: ModelEnvelope, max_weight: float, decided: int, y: int, cost: float, p: float
+) -> dict[str, Any]:
+    """The envelope's estimate state with the loss of ``decided`` for ``y`` added."""
+    estimate = _estimate(model, max_weight)
+    estimate.add(zero_one_d_loss(decided, y, cost), p)
+    return estimate.to_state()
 
 
 def park_label(

@@ -14,6 +14,7 @@ The envelope format is :class:`service.records.ModelEnvelope`; this module turns
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +22,13 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import (
+    DEFAULT_LEVEL,
     Intercept,
     LearningError,
     OnlineStandardizer,
     Pipeline,
+    RiskEstimate,
+    RiskInterval,
     learner_from_state,
     make_learner,
 )
@@ -95,20 +99,32 @@ class ServedModel:
     envelope: ModelEnvelope
     pipeline: Pipeline
     learner: Any
+    estimate: RiskEstimate | None = None  # the envelope's risk sums (None: not recorded)
 
     @property
     def version(self) -> int:
         return self.envelope.version
 
+    def interval(self) -> RiskInterval:
+        """The risk estimate with its 95 % score interval (the ratio ``iw_loss /
+        iw_weight``; NaN before the first label or when the envelope has no sums)."""
+        if self.estimate is None:
+            return RiskInterval(math.nan, math.nan, math.nan, DEFAULT_LEVEL, 0)
+        return self.estimate.interval(DEFAULT_LEVEL)
+
     def gauges(self) -> dict[str, Any]:
         """What the model gauges show: version, rho, ||w|| (None for kernel learners) and
         the running risk estimate (NaN before the first label)."""
         w = getattr(self.learner, "w", None)  # kernel learners have no explicit w
+        r = self.interval()
         return {
             "version": self.version,
             "rho": float(self.learner.rho),
             "weight_norm": None if w is None else float(np.linalg.norm(w)),
             "risk": self.envelope.risk,
+            "low": r.low,
+            "high": r.high,
+            "labels": self.envelope.labels_applied,
         }
 
     @classmethod
@@ -120,6 +136,8 @@ class ServedModel:
         try:
             pipeline = Pipeline.from_state(dict(envelope.pipeline))
             learner = learner_from_state(dict(envelope.learner))
+            sums = envelope.estimate
+            estimate = None if sums is None else RiskEstimate.from_state(dict(sums))
         except (LearningError, KeyError, TypeError) as exc:
             raise BadMessage("schema", f"model state for {name!r}: {exc}") from exc
         if getattr(learner, "algorithm", config.algorithm) != config.algorithm:
@@ -132,7 +150,7 @@ class ServedModel:
                 "feature_count",
                 f"model state for {name!r} does not take {config.n_inputs} features",
             )
-        return cls(name, config, envelope, pipeline, learner)
+        return cls(name, config, envelope, pipeline, learner, estimate)
 
     @classmethod
     def initial(cls, name: str, config: ModelConfig) -> ServedModel:

@@ -1,4 +1,5 @@
-"""faust web pages for the worker: ``/metrics``, ``/healthz``, ``/readyz``, ``/labels``.
+"""faust web pages for the worker: ``/metrics``, ``/healthz``, ``/readyz``, ``/models``,
+``/labels``.
 
 The answers are computed by :mod:`service.web.views` (plain functions) from what the worker
 already holds (the last :class:`~service.stream.housekeeping.WorkerStatus`, the pending
@@ -20,6 +21,7 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
 
 from service.records import Label
+from service.stream.champions import comparison
 from service.stream.errors import StreamError
 from service.stream.stores import PendingStore
 from service.web import views
@@ -85,6 +87,13 @@ def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) 
                       "models": models}  # fmt: skip
             return _reply(self, views.ready(status.ready, detail))
 
+    @app.page("/models")
+    class ModelsView(faust.web.View):
+        async def get(self, request: Any) -> Any:
+            models, champions = parts.book.serving()
+            rows = comparison(s, models, champions, parts.scorer.tally)
+            return _reply(self, views.models(rows))
+
     @app.page("/labels")
     class LabelsView(faust.web.View):
         async def get(self, request: Any) -> Any:
@@ -111,4 +120,4 @@ def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) 
             )
             return _reply(self, r)
 
-    _ = (MetricsView, HealthView, ReadyView, LabelsView)
+    _ = (MetricsView, HealthView, ReadyView, ModelsView, LabelsView)

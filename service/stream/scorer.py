@@ -14,17 +14,19 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 from service.config import LabelBudget, Settings
 from service.learning import CollapseWatch, QueryBudget
 from service.metrics import Metrics
-from service.records import Action, DeadLetter, RawMessage, Reason, Source
+from service.records import Action, Champions, DeadLetter, RawMessage, Reason, Source
 from service.stream.joiner import DATA_ERRORS
 from service.stream.model import ServedModel
 from service.stream.outputs import Outputs, OutRecord
 from service.stream.scoring import Limits, ScoreResult, score_batch
 
-__all__ = ["Scorer"]
+__all__ = ["DecisionTally", "Scorer"]
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +44,25 @@ def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
     return QueryBudget(config.fraction, per="event", sharpness=k, explore=v)
 
 
+@dataclass(slots=True)
+class DecisionTally:
+    """Decisions one model made on this worker (served, or counted for a shadow)."""
+
+    events: int = 0
+    rejected: int = 0
+
+    def add(self, events: int, *, rejected: int) -> None:
+        self.events += events
+        self.rejected += rejected
+
+
 class Scorer:
     """Parse -> decide -> emit, batch by batch (see the module docstring)."""
 
     def __init__(
         self,
         settings: Settings,
-        models: Callable[[], Mapping[str, ServedModel]],
+        models: Callable[[], tuple[Mapping[str, ServedModel], Champions]],
         outputs: Outputs,
         metrics: Metrics,
         *,
@@ -71,6 +85,10 @@ class Scorer:
             if c.label_budget is not None
         }
         self.configs = settings.models
+        # route -> its members (the model and its shadows), for models that have shadows
+        self.groups = {m: settings.group(m) for m in settings.models if settings.shadows_of(m)}
+        # this worker's decisions per model since it started, served or shadow (/models)
+        self.tally = {m: DecisionTally() for m in settings.models}
         self.collapse = {m: CollapseWatch() for m in settings.models}
         self.started = clock()
         self.share = 1.0  # of the feature partitions this worker scores (housekeeping sets it)
@@ -91,9 +109,9 @@ class Scorer:
         """Score ``messages``: what was decided, and the records to write for it (each
         decision and dead letter to the partition of its event's features partition, label
         requests by model). Counted in the metrics; nothing is written."""
-        models = self.models()  # one mapping for the whole batch
+        models, champions = self.models()  # one mapping for the whole batch
         started = time.perf_counter()
-        result = self._score_guarded(models, messages, self.clock())
+        result = self._score_guarded(models, champions, messages, self.clock())
         self._watch(models, result)
         out = self.outputs
         records = [out.decision_record(d, p)
@@ -154,18 +172,19 @@ class Scorer:
         return {m: sum(r) / len(r) for m, r in self.recent.items() if r}
 
     def _score_guarded(
-        self, models: Mapping[str, ServedModel], messages: Sequence[RawMessage], now: float
-    ) -> ScoreResult:
+        self, models: Mapping[str, ServedModel], champions: Champions,
+        messages: Sequence[RawMessage], now: float,
+    ) -> ScoreResult:  # fmt: skip
+        score = partial(score_batch, limits=self.limits, now=now, budgets=self.budgets,
+                        groups=self.groups, champions=champions)  # fmt: skip
         try:
-            return score_batch(models, messages, limits=self.limits, now=now,
-                               budgets=self.budgets)  # fmt: skip
+            return score(models, messages)
         except DATA_ERRORS:
             log.exception("batch scoring failed; retrying one event at a time")
         result = ScoreResult()
         for message in messages:
             try:
-                result.extend(score_batch(models, [message], limits=self.limits, now=now,
-                                          budgets=self.budgets))  # fmt: skip
+                result.extend(score(models, [message]))
             except DATA_ERRORS as exc:
                 result.dead_letters.append(
                     DeadLetter.of(Source.FEATURES, message, Reason.SCHEMA,
@@ -180,7 +199,12 @@ class Scorer:
             self.recent[d.model].append(d.queried)
         for r in result.label_requests:
             counts.setdefault(r.model, [0, 0, 0])[2] += 1
+        for (shadow, label), n in result.shadow.items():
+            action = Action.REJECT if label == 0 else Action.PREDICT
+            self.metrics.shadow_decisions.labels(model=shadow, action=action).inc(n)
+            self.tally[shadow].add(n, rejected=n if label == 0 else 0)
         for model, (predicted, rejected, requested) in counts.items():
+            self.tally[model].add(predicted + rejected, rejected=rejected)
             predict, reject, events, latency, label_requests = self._bound[model]
             events.inc(predicted + rejected)
             predict.inc(predicted)

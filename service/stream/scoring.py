@@ -24,6 +24,7 @@ from service.learning import NonFiniteError, QueryBudget
 from service.records import (
     Action,
     BadMessage,
+    Champions,
     DeadLetter,
     Decision,
     FeatureEvent,
@@ -53,8 +54,13 @@ class ParsedEvent:
 
     message: RawMessage
     event: FeatureEvent
-    model: ServedModel
+    model: ServedModel  # the model that decides it (its route's server)
     x: np.ndarray
+
+    @property
+    def route(self) -> str:
+        """The model the event is addressed to (its group's name)."""
+        return self.event.model
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,8 @@ class ScoreResult:
     label_requests: list[LabelRequest] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     suppressed: Counter[str] = field(default_factory=Counter)  # by model
+    # shadow decisions, counted and never written: (shadow model, +1 / -1 / 0) -> count
+    shadow: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
@@ -85,12 +93,15 @@ class ScoreResult:
         self.label_requests += other.label_requests
         self.dead_letters += other.dead_letters
         self.suppressed += other.suppressed
+        self.shadow += other.shadow
 
 
 def parse_event(
-    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits
-) -> ParsedEvent:
-    """Parse and resolve one message; :class:`BadMessage` says why it cannot be scored."""
+    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits,
+    champions: Champions | None = None,
+) -> ParsedEvent:  # fmt: skip
+    """Parse and resolve one message (decided by the server ``champions`` names for its
+    model); :class:`BadMessage` says why it cannot be scored."""
     event = parse_feature_event(
         message.value,
         default_model=limits.default_model,
@@ -100,6 +111,12 @@ def parse_event(
     served = models.get(event.model)
     if served is None:
         raise BadMessage("unknown_model", f"no model named {event.model!r}")
+    champion = served.config.champion
+    if champion is not None:
+        detail = f"model {event.model!r} is a shadow of {champion!r}: it scores {champion!r}'s"
+        raise BadMessage("unknown_model", f"{detail} events and decides none of its own")
+    if champions is not None:
+        served = models.get(champions.server(event.model), served)
     return ParsedEvent(message, event, served, served.raw_vector(event))
 
 
@@ -110,23 +127,52 @@ def score_batch(
     limits: Limits,
     now: float,
     budgets: Mapping[str, QueryBudget] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    champions: Champions | None = None,
 ) -> ScoreResult:
-    """Score a batch with ``models`` (one mapping for the whole batch). A model with a
-    budget in ``budgets`` asks through it (the budget's state moves on: it is the one
-    stateful input)."""
+    """Score a batch with ``models`` and ``champions`` (one mapping for the whole batch).
+    A model with a budget in ``budgets`` asks through it (the budget's state moves on: it
+    is the one stateful input). The events addressed to a model of ``groups`` (route ->
+    members) are decided by the member ``champions`` names (the route itself by default)
+    and by every other member as a shadow: those decisions are counted in
+    ``ScoreResult.shadow`` and travel with the label requests, never as decisions."""
     out = ScoreResult()
-    parsed = _parse_all(messages, models, limits, out.dead_letters)
+    parsed = _parse_all(messages, models, limits, out.dead_letters, champions)
     verdicts: dict[int, Verdict] = {}
+    shadow_labels: dict[int, dict[str, int]] = {}
     for served, members in _by_model(parsed):
-        budget = None if budgets is None else budgets.get(served.name)
-        decided, refused = _decide(served, [parsed[i] for i in members], budget, now)
+        route = parsed[members[0]].route
+        budget = None if budgets is None else budgets.get(route)
+        items = [parsed[i] for i in members]
+        decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
+        group = () if groups is None else groups.get(route, ())
+        for shadow in [m for m in group if m != served.name]:
+            for j, label in _shadow_decide(models[shadow], items).items():
+                if members[j] in verdicts:
+                    shadow_labels.setdefault(members[j], {})[shadow] = label
+                    out.shadow[(shadow, label)] += 1
     for i, item in enumerate(parsed):
         verdict = verdicts.get(i)
         if verdict is not None:
-            _emit(out, item, verdict, now=now, ttl=limits.request_ttl)
+            _emit(out, item, verdict, now=now, ttl=limits.request_ttl,
+                  shadow_labels=shadow_labels.get(i, {}))  # fmt: skip
     return out
+
+
+def _shadow_decide(shadow: ServedModel, items: Sequence[ParsedEvent]) -> dict[int, int]:
+    """A shadow's decision (+1, -1, 0) on each of its champion's ``items``, by position;
+    rows that overflow for the shadow are left out (the shadow decides nothing there)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = shadow.pipeline.transform_many(np.stack([it.x for it in items]))
+    coins = np.array([coin(shadow.name, it.event.id, shadow.version) for it in items])
+    try:
+        labels = shadow.learner.decide_many(z, coins=coins)[0]
+        return {j: int(label) for j, label in enumerate(labels)}
+    except NonFiniteError:
+        rows, labels = _decide_rows(shadow, z, coins)[:2]
+        return {j: int(label) for j, label in zip(rows, labels, strict=True)}
 
 
 _PLAIN: frozenset[type] = frozenset({float, int})
@@ -137,6 +183,7 @@ def _parse_all(
     models: Mapping[str, ServedModel],
     limits: Limits,
     dead: list[DeadLetter],
+    champions: Champions | None = None,
 ) -> list[ParsedEvent]:
     """:func:`parse_event` for a batch, in input order; refusals go to ``dead``.
 
@@ -156,6 +203,8 @@ def _parse_all(
             rows.setdefault(fast[0], []).append((i, *fast[1:]))
     for name, members in rows.items():
         served = models[name]
+        if champions is not None:  # the member that serves the group decides
+            served = models.get(champions.server(name), served)
         try:
             matrix = np.array([row[2] for row in members], dtype=np.float64)
         except OverflowError:  # an integer beyond any float: row by row
@@ -170,7 +219,7 @@ def _parse_all(
                 slow.append(i)
     for i in sorted(slow):  # refusals in input order
         try:
-            slots[i] = parse_event(messages[i], models, limits)
+            slots[i] = parse_event(messages[i], models, limits, champions)
         except BadMessage as bad:
             dead.append(DeadLetter.of(Source.FEATURES, messages[i], bad.reason, bad.detail))
     return [p for p in slots if p is not None]
@@ -195,6 +244,7 @@ def _plain_row(
     ts = record.get("ts")
     if (
         served is None
+        or served.config.champion is not None  # a shadow decides none of its own events
         or type(event_id) is not str
         or not 0 < len(event_id) <= 256
         or type(feats) is not list
@@ -318,7 +368,10 @@ def _priority(score: float, rho: float) -> float:
     return 1.0 / (1.0 + min(abs(score - rho), abs(score + rho)))
 
 
-def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float) -> None:
+def _emit(
+    out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float,
+    shadow_labels: Mapping[str, int],
+) -> None:  # fmt: skip
     served, event = item.model, item.event
     if v.suppressed:
         out.suppressed[served.name] += 1
@@ -339,11 +392,12 @@ def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: f
         )
     )
     if v.queried:
+        route = item.route
         out.label_requests.append(
             LabelRequest(
-                request_id=request_id(served.name, event.id),
+                request_id=request_id(route, event.id),
                 event_id=event.id,
-                model=served.name,
+                model=route,
                 features=item.x.tolist(),
                 score=v.score,
                 rho=rho,
@@ -353,5 +407,7 @@ def _emit(out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: f
                 requested_at=now,
                 expires_at=now + ttl,
                 priority=_priority(v.score, rho),
+                shadow_labels=dict(shadow_labels),
+                served_by=None if served.name == route else served.name,
             )
         )

@@ -20,6 +20,12 @@ is served:
 - without one, the newest record (a forged one, whatever version it claims, is replaced by
   the learner: a model served at another version than the learner holds is republished after
   a few seconds, see :class:`~service.stream.housekeeping.Housekeeping`).
+
+The record under key ``__champions__`` (:class:`~service.records.Champions`, written by
+``abstain models promote``) says which member of each group serves its route; it is
+checked the same way (signature, format; every route a model that decides, every server a
+member of its group) and, with a key, taken only with a higher ``serial``. The scorer reads
+the models and the champions together, once per batch (:meth:`ModelBook.serving`).
 """
 
 from __future__ import annotations
@@ -31,10 +37,13 @@ from typing import Any
 
 from service.config import Settings
 from service.records import (
+    CHAMPIONS_KEY,
     SIGNATURE_HEADER,
     BadMessage,
+    Champions,
     RawMessage,
     Signer,
+    parse_champions,
     parse_model_envelope,
 )
 from service.stream.kafka import reader, topic_partitions
@@ -76,6 +85,7 @@ class ModelBook:
         self.models: dict[str, ServedModel] = {
             name: ServedModel.initial(name, cfg) for name, cfg in settings.models.items()
         }
+        self.champions = Champions()
         self.loaded = asyncio.Event()
         self._on_swap = on_swap
         for served in self.models.values():
@@ -90,6 +100,8 @@ class ModelBook:
         """Serve the snapshot ``raw`` of the model named by ``key`` if it is acceptable and
         newer (module docstring); False if it changes nothing. :class:`BadMessage` says why
         a record is refused."""
+        if key == CHAMPIONS_KEY.encode():
+            return self._offer_champions(key, raw, signature)
         name = self._model_of(key)
         if raw is None:
             raise BadMessage("not_json", f"a tombstone for model {name!r}")
@@ -108,6 +120,33 @@ class ModelBook:
         self.models = {**self.models, name: served}  # swap, never mutate in place
         self._notify(served)
         return True
+
+    def _offer_champions(self, key: bytes, raw: bytes | None, signature: bytes | None) -> bool:
+        if raw is None:
+            raise BadMessage("not_json", "a tombstone for the champions record")
+        if self.signer is not None:
+            reason = self.signer.verify(key, raw, signature)
+            if reason is not None:
+                raise BadMessage(reason, f"the champions record is {reason}")
+        record = parse_champions(raw, max_bytes=self.settings.fetch_bytes)
+        s = self.settings
+        for route, server in record.servers.items():
+            if route not in s.models or s.models[route].champion is not None:
+                raise BadMessage("unknown_model", f"champions: {route!r} is no model that decides")
+            if server not in s.group(route):
+                raise BadMessage("unknown_model", f"champions: {server!r} cannot serve {route!r} "
+                                 f"(its group is {list(s.group(route))})")  # fmt: skip
+        if record == self.champions or (
+            self.signer is not None and record.serial <= self.champions.serial
+        ):
+            return False
+        log.info("champions (serial %s): %s", record.serial, dict(record.servers))
+        self.champions = record
+        return True
+
+    def serving(self) -> tuple[Mapping[str, ServedModel], Champions]:
+        """The models and the champions record, taken together (what one batch uses)."""
+        return self.models, self.champions
 
     def _model_of(self, key: bytes | None) -> str:
         try:

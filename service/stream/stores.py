@@ -268,20 +268,44 @@ class ParkedStore:
         return out
 
 
-class ModelStore:
-    """The learner's current envelope of each model; ``initial`` for a model never stored."""
+#: versions of each model kept besides the current one (``abstain models rollback``)
+HISTORY = 20
 
-    def __init__(self, table: Table, initial: Mapping[str, ModelEnvelope]) -> None:
+
+class ModelStore:
+    """The learner's current envelope of each model (``initial`` for a model never
+    stored), and its last :data:`HISTORY` versions under ``<model>@<version>`` (what a
+    rollback serves again)."""
+
+    def __init__(
+        self, table: Table, initial: Mapping[str, ModelEnvelope], *, history: int = HISTORY
+    ) -> None:
         self._table = table
         self._initial = initial
+        self._history = history
 
     def get(self, model: str) -> ModelEnvelope:
         raw = self._table.get(model.encode())
         return self._initial[model] if raw is None else parse_model_envelope(raw, model=model)
 
     def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
-        """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`)."""
-        self._table[envelope.model.encode()] = encoded
+        """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`),
+        as the current version and in the history (the version that falls out of it is
+        deleted)."""
+        name, version = envelope.model, envelope.version
+        self._table[name.encode()] = encoded
+        if self._history > 0:
+            self._table[f"{name}@{version}".encode()] = encoded
+            old = f"{name}@{version - self._history}".encode()
+            if old in self._table:
+                del self._table[old]
+
+    def version(self, model: str, version: int) -> ModelEnvelope | None:
+        """Version ``version`` of ``model`` if it is kept (version 0: the initial one)."""
+        if version == 0:
+            return self._initial[model]
+        raw = self._table.get(f"{model}@{version}".encode())
+        return None if raw is None else parse_model_envelope(raw, model=model)
 
     def stored(self) -> list[tuple[str, int, bytes]]:
         """(model, version, encoded envelope) of every stored model that is configured and

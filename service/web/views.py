@@ -55,6 +55,7 @@ __all__ = [
     "labels_get",
     "labels_post",
     "metrics",
+    "models",
     "ready",
 ]
 
@@ -103,6 +104,12 @@ def health(live: bool, detail: Mapping[str, Any]) -> Reply:
 def ready(is_ready: bool, detail: Mapping[str, Any]) -> Reply:
     """Readiness: 200 once tables are recovered and models are loaded."""
     return _json(200 if is_ready else 503, {"ready": is_ready, **detail})
+
+
+def models(rows: Sequence[Mapping[str, Any]]) -> Reply:
+    """``GET /models``: the live comparison of every group's models (no token: it shows what
+    ``/metrics`` already does, no event and no feature)."""
+    return _json(200, {"models": list(rows)})
 
 
 def authorize(authorization: str | None, token: str | None, *, what: str) -> Reply | None:

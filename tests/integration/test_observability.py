@@ -115,6 +115,8 @@ def _models() -> dict[str, Any]:
         "c": {**base, "cost": 0.4},
         "boom": {**base, "standardize": False, "hyperparameters": {"eta": 1e300}},
         "q": {**base, "max_open_requests": 3, "label_budget": {"per_hour": 3600}},
+        # a shadow: the champion-and-challengers panels chart its decisions and risk
+        "c-dral": {**base, "algorithm": "dral", "cost": 0.4, "champion": "c"},
     }
 
 

@@ -74,7 +74,7 @@ def world(**kw: object) -> World:
 
     house = Housekeeping(
         s, view=view, book=book, pending=pending, joiner=joiner, metrics=metrics,
-        scorer=Scorer(s, book.snapshot, outputs, metrics, clock=clock),
+        scorer=Scorer(s, book.serving, outputs, metrics, clock=clock),
         liveness=LivenessMonitor(view, progress, metrics, watched=(), stall_seconds=60.0),
         tender=QuietTender(view, Continuity(nothing, nothing), progress, watched=()),  # type: ignore[arg-type]
     )  # fmt: skip

@@ -49,7 +49,7 @@ def test_faust_pages_are_off_and_acks_all_whatever_the_environment(
     flags = ("router", "tables", "graph", "stats", "metrics")
     assert [f for f in flags if getattr(conf, f"web_{f}_enabled")] == []
     app.web.init_server()
-    assert sorted(app.web.views) == ["/", "/healthz", "/labels", "/metrics", "/readyz"]
+    assert sorted(app.web.views) == ["/", "/healthz", "/labels", "/metrics", "/models", "/readyz"]
 
 
 class Topic:

@@ -14,6 +14,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 from prometheus_client import CollectorRegistry
 
+from service.records import Champions
 from service.stream.kafka import partition_for
 from service.stream.model import ServedModel
 from service.stream.outputs import OutRecord
@@ -150,7 +151,7 @@ def loop_with(
     s = settings(partitions={"features": 2, "decisions": 4})
     out = outputs(MemoryKafka(), s, CollectorRegistry())
     model = {"m": served or trained(CFG, 30)}
-    scorer = Scorer(s, lambda: model, out, out.metrics, clock=lambda: 50.0)
+    scorer = Scorer(s, lambda: (model, Champions()), out, out.metrics, clock=lambda: 50.0)
     consumer, producer = FakeConsumer(fetches), FakeProducer()
     loop = ScoreLoop(s, scorer, Progress(lambda: 50.0), consumer_factory=lambda _: consumer,
                      producer_factory=lambda: producer)  # type: ignore[arg-type,return-value]  # fmt: skip

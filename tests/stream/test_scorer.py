@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
-from service.records import RawMessage
+from service.records import Champions, RawMessage
 from service.stream import scorer as scorer_module
 from service.stream.model import ServedModel, request_id
 from service.stream.scorer import Scorer
@@ -30,12 +30,15 @@ class Book:
     def snapshot(self) -> Mapping[str, ServedModel]:
         return self.models
 
+    def serving(self) -> tuple[Mapping[str, ServedModel], Champions]:
+        return self.models, Champions()
+
 
 def make(served: ServedModel) -> tuple[Scorer, MemoryKafka, Book, CollectorRegistry]:
     kafka, registry, book = MemoryKafka(), CollectorRegistry(), Book(served)
     s = settings()
     out = outputs(kafka, s, registry)
-    return Scorer(s, book.snapshot, out, out.metrics, clock=lambda: 50.0), kafka, book, registry
+    return Scorer(s, book.serving, out, out.metrics, clock=lambda: 50.0), kafka, book, registry
 
 
 def batch() -> list[RawMessage]:
@@ -115,7 +118,7 @@ def budgeted(budget: dict[str, float], **kw: object) -> tuple[Scorer, MemoryKafk
     out = outputs(kafka, s, registry)
     book = Book(ServedModel.initial("m", cfg))  # w = 0: the learner alone would ask a lot
     clock = iter(range(10**9))
-    return Scorer(s, book.snapshot, out, out.metrics, clock=lambda: float(next(clock))), kafka, book
+    return Scorer(s, book.serving, out, out.metrics, clock=lambda: float(next(clock))), kafka, book
 
 
 async def test_a_fraction_budget_asks_that_share_of_events_with_the_true_probability() -> None:

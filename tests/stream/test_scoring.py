@@ -218,7 +218,7 @@ def _event() -> st.SearchStrategy[bytes]:
         {"id": st.one_of(st.text(min_size=0, max_size=4), st.integers(0, 9), st.none())},
         optional={
             "features": st.one_of(good, good, odd, st.dictionaries(st.text(max_size=2), _VALUES)),
-            "model": st.sampled_from(["m", "w", "nope", 3]),
+            "model": st.sampled_from(["m", "w", "s", "nope", 3]),
             "ts": _VALUES,
         },
     )
@@ -230,7 +230,8 @@ def _event() -> st.SearchStrategy[bytes]:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_event(), max_size=12))
 def test_the_batch_parse_gives_what_parsing_each_event_alone_gives(raws: list[bytes]) -> None:
-    models = models_(m=CFG, w=ModelConfig(algorithm="dral", cost=0.2, n_features=2))
+    shadow = ModelConfig(algorithm="dral", cost=0.25, n_features=3, champion="m")
+    models = models_(m=CFG, w=ModelConfig(algorithm="dral", cost=0.2, n_features=2), s=shadow)
     limits = Limits(default_model="m", request_ttl=60.0, max_bytes=120, max_features=3)
     messages = [msg(raw, i, partition=i % 2) for i, raw in enumerate(raws)]
     dead: list[DeadLetter] = []
