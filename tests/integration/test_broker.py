@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -139,7 +140,7 @@ async def test_broker_restart_keeps_records_and_clients_reconnect(
 
 
 async def test_faust_agent_forwards_every_message_and_keeps_a_table(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     import faust
 
@@ -148,6 +149,7 @@ async def test_faust_agent_forwards_every_message_and_keeps_a_table(
         app_id,
         broker=f"kafka://{kafka_bootstrap}",
         store="memory://",
+        datadir=str(tmp_path / "faust"),  # not the working directory
         web_enabled=False,
         topic_partitions=2,
         autodiscover=False,
