@@ -505,7 +505,7 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
             print(f"  {kind:<12} p50 {run.p50_ms:.1f} ms  p99 {run.p99_ms:.1f} ms", flush=True)
             latency.append(run)
     if args.learner:
-        for _ in range(args.pairs):
+        for _ in range(max(1, args.pairs)):
             run = await learner_run(broker, X, args.learner, work)
             cpu = run.cpu_us[0]
             print(

@@ -7,9 +7,12 @@ Wiring only; each agent and the timer call one object (the flow and the rules of
   features topic with its own aiokafka consumer (group ``<app_id>-score``) in whole fetched
   batches, calls :class:`~service.stream.scorer.Scorer` and writes with the batch produce
   API, committing once the outputs are acknowledged (a faust app task runs it);
-- ``abstain.learn`` (concurrency 1) consumes label-requests AND labels, co-partitioned by
-  model, and calls :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``,
-  ``orphans`` and ``models`` tables (changelogs in Kafka, in-memory store);
+- learning needs tables but not faust's per-record stream either:
+  :class:`~service.stream.learnloop.LearnLoop` consumes label-requests AND labels,
+  co-partitioned by model (group ``<app_id>-learn``), in whole fetched batches, and calls
+  :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``, ``orphans`` and
+  ``models`` tables (:mod:`~service.stream.tables`: in memory, changelogs in Kafka, their
+  writes sent in batches and durable before the offsets that caused them are committed);
 - ``follow`` feeds :class:`~service.stream.snapshots.ModelBook` from the models topic;
 - a one-second timer runs :class:`~service.stream.housekeeping.Housekeeping`.
 """
@@ -27,12 +30,11 @@ from prometheus_client import CollectorRegistry
 
 from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
-from service.stream.continuity import Continuity, KafkaGaps, QuietTender
 from service.stream.housekeeping import Housekeeping
-from service.stream.intake import Intake
-from service.stream.internals import App, FaustConsumerView
+from service.stream.internals import App
 from service.stream.joiner import LabelJoiner
-from service.stream.kafka import broker_credentials
+from service.stream.kafka import broker_credentials, reader
+from service.stream.learnloop import LearnerSink, LearnLoop, learn_group
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
 from service.stream.outputs import Headers, Outputs
@@ -42,6 +44,7 @@ from service.stream.scoreloop import ScoreLoop, score_group
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
+from service.stream.tables import TABLES, ChangelogTable, Writes, changelog_topic
 from service.stream.topics import guard_topics
 
 __all__ = ["Parts", "create_app"]
@@ -56,6 +59,7 @@ class Parts:
     book: ModelBook
     scorer: Scorer
     scoring: ScoreLoop
+    learning: LearnLoop
     joiner: LabelJoiner
     housekeeping: Housekeeping
 
@@ -67,7 +71,7 @@ class FaustSink:
         self.app = app
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> None:
         await self.app.producer.send(topic, key, value, partition=None, timestamp=None,
                                      headers=headers)  # fmt: skip
@@ -149,6 +153,57 @@ def _score_loop(s: Settings, scorer: Scorer, progress: Progress) -> ScoreLoop:
                      admin_factory=lambda: AIOKafkaAdminClient(**client))  # fmt: skip
 
 
+def _learn_loop(
+    s: Settings,
+    joiner: LabelJoiner,
+    tables: dict[str, ChangelogTable],
+    sink: LearnerSink,
+    progress: Progress,
+    on_owned: Callable[[frozenset[int]], None],
+) -> LearnLoop:
+    """The learner's loop and its aiokafka clients (made when it starts)."""
+    client = {"bootstrap_servers": s.bootstrap_servers, **s.security.aiokafka_kwargs()}
+
+    def consumer(listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
+        c = AIOKafkaConsumer(
+            group_id=learn_group(s.app_id),
+            client_id=f"{s.app_id}-learn",
+            enable_auto_commit=False,  # committed once the table writes are acknowledged
+            auto_offset_reset="earliest",
+            # one fetch per broker at a time: a fetch for a quiet partition (labels) that
+            # the broker holds for the default 500 ms would hold back a busy one
+            fetch_max_wait_ms=50,
+            max_partition_fetch_bytes=s.fetch_bytes,
+            fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
+            session_timeout_ms=int(s.session_timeout_seconds * 1000),
+            heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
+            **client,
+        )
+        # range assignment: one member gets the same partition numbers of both topics
+        c.subscribe([s.topics.label_requests, s.topics.labels], listener=listener)
+        return c
+
+    def producer() -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            client_id=f"{s.app_id}-learn",
+            acks="all",  # a committed offset means its table writes are on every replica
+            max_request_size=s.fetch_bytes,
+            max_batch_size=min(s.fetch_bytes, 1_048_576) - 1024,
+            **client,
+        )
+
+    def changelogs() -> AIOKafkaConsumer:
+        return reader(s.bootstrap_servers, f"{s.app_id}-recovery",
+                      max_partition_fetch_bytes=s.fetch_bytes,
+                      client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
+
+    return LearnLoop(s, joiner, list(tables.values()), sink.writes, progress,
+                     consumer_factory=consumer, producer_factory=producer,
+                     reader_factory=changelogs, sink=sink,
+                     admin_factory=lambda: AIOKafkaAdminClient(**client),
+                     on_owned=on_owned)  # fmt: skip
+
+
 def _topic(
     app: App, *names: str, partitions: int, policy: TopicPolicy, compacting: bool = False
 ) -> Any:
@@ -156,11 +211,6 @@ def _topic(
     return app.topic(*names, partitions=partitions, key_type=bytes, value_type=bytes,
                      key_serializer="raw", value_serializer="raw", internal=True,
                      compacting=compacting or None, config=policy.topic_configs)  # fmt: skip
-
-
-def _table(app: App, name: str, partitions: int, policy: TopicPolicy) -> Any:
-    return app.Table(name, partitions=partitions, key_type=bytes, value_type=bytes,
-                     extra_topic_configs=policy.topic_configs)  # fmt: skip
 
 
 def create_app(
@@ -183,33 +233,37 @@ def create_app(
                 _topic(app, t.label_requests, partitions=n.labels, policy=p),
                 _topic(app, t.labels, partitions=n.labels, policy=p)]  # fmt: skip
     features = _topic(app, t.features, partitions=n.features, policy=p)
-    learn_channel = _topic(app, t.label_requests, t.labels, partitions=n.labels, policy=p)
+    outputs_ += [_topic(app, changelog_topic(s.app_id, name), partitions=n.labels, policy=p,
+                        compacting=True) for name in TABLES]  # fmt: skip
     progress = Progress(clock)
     learned = (t.label_requests, t.labels)
-    app.gaps = gaps = KafkaGaps(s.bootstrap_servers, s.app_id, max_fetch_bytes=s.fetch_bytes,
-                                client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
-    continuity = Continuity(gaps.committed, gaps.fetch)
-    outputs = Outputs(FaustSink(app), t, metrics, signer=signer)
+    writes = Writes()
+    tables = {name: ChangelogTable(changelog_topic(s.app_id, name), writes) for name in TABLES}
+    sink = LearnerSink(FaustSink(app), writes)
+    outputs = Outputs(sink, t, metrics, signer=signer)
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
     scoring = _score_loop(s, scorer, progress)
-    faust_view = FaustConsumerView(app)
-    view = RoutedView(faust_view, {t.features: scoring.view})
-    intake = Intake(continuity, faust_view, progress, metrics)
-    pending = PendingStore(_table(app, "pending", n.labels, p))
+    pending = PendingStore(tables["pending"])
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
-    joiner = LabelJoiner(s, pending=pending,
-                         parked=ParkedStore(_table(app, "orphans", n.labels, p)),
-                         models=ModelStore(_table(app, "models", n.labels, p), initial),
+    joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["orphans"]),
+                         models=ModelStore(tables["models"], initial),
                          outputs=outputs, metrics=metrics, clock=clock)  # fmt: skip
+
+    def owned(partitions: frozenset[int]) -> None:
+        if pending.refresh(partitions):
+            joiner.own(partitions)
+
+    learning = _learn_loop(s, joiner, tables, sink, progress, owned)
+    learning.defer = lambda: scoring.backlogged
+    view = RoutedView(learning.view, {t.features: scoring.view})
     housekeeping = Housekeeping(
         s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,
         liveness=LivenessMonitor(view, progress, metrics, watched=(t.features, *learned),
                                  stall_seconds=s.stall_seconds),
-        tender=QuietTender(faust_view, continuity, progress, watched=learned),
     )  # fmt: skip
     for topic in learned:
         metrics.skipped_recovered.labels(topic=topic)  # the series shows from the start
-    app.parts = Parts(s, metrics, book, scorer, scoring, joiner, housekeeping)
+    app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
 
     async def declare_outputs() -> None:
         for topic in (*outputs_, features):
@@ -220,14 +274,10 @@ def create_app(
         await declare_outputs()
         await scoring.run(book.loaded)
 
-    @app.agent(learn_channel, name="abstain.learn", concurrency=1)
-    async def learn(stream: Any) -> None:
+    @app.task  # type: ignore[untyped-decorator]
+    async def learn() -> None:
         await declare_outputs()
-        async for event in stream.events():
-            gathered = await intake.gather([event])
-            for message in gathered.messages:
-                await joiner.handle(message)
-            intake.done(gathered)
+        await learning.run()
 
     @app.task  # type: ignore[untyped-decorator]
     async def follow() -> None:
@@ -239,5 +289,6 @@ def create_app(
     async def tick() -> None:
         await housekeeping.check(clock())
 
-    mount_web(app, app.parts, outputs_[-1], pending)
+    labels = outputs_[4]  # POST /labels writes there
+    mount_web(app, app.parts, labels, pending)
     return app

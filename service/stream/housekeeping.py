@@ -6,8 +6,6 @@
 - ready = table recovery completed, every model snapshot read, and the broker answering;
 - the pending-request index follows the learner's assignment (rebuilt after a rebalance),
   and the pending gauges and query rates are refreshed from it;
-- once ready, quiet partitions are tended (:class:`~service.stream.continuity.QuietTender`:
-  stranded records read again, processed offsets committed);
 - liveness (:class:`~service.stream.liveness.LivenessMonitor`) last.
 """
 
@@ -20,7 +18,6 @@ from aiokafka.errors import KafkaError
 
 from service.config import Settings
 from service.metrics import Metrics
-from service.stream.continuity import QuietTender
 from service.stream.joiner import LabelJoiner
 from service.stream.liveness import LivenessMonitor
 from service.stream.partitions import ConsumerView
@@ -62,7 +59,6 @@ class Housekeeping:
         scorer: Scorer,
         joiner: LabelJoiner,
         liveness: LivenessMonitor,
-        tender: QuietTender,
         metrics: Metrics,
     ) -> None:
         self.settings = settings
@@ -74,7 +70,6 @@ class Housekeeping:
         self.republished_at: float | None = None
         self.differs_since: dict[str, float] = {}  # served version != the learner's, since
         self.liveness = liveness
-        self.tender = tender
         self.metrics = metrics
         self.status = WorkerStatus()
         self.ready_since: float | None = None  # until models load, records wait on purpose
@@ -94,8 +89,6 @@ class Housekeeping:
             self.ready_since = now
         elif not self.status.ready:
             self.ready_since = None
-        if self.ready_since is not None and not self.view.paused:
-            await self._tend(now, self.ready_since)
         report = await self.liveness.check(now)
         requests = self.settings.topics.label_requests
         for st in report.partitions:  # nothing left to read there: the learner is caught up
@@ -156,12 +149,3 @@ class Housekeeping:
             self.differs_since.pop(model, None)
         if published:
             log.info("republished models %s", published)
-
-    async def _tend(self, now: float, since: float) -> None:
-        try:
-            tended = await self.tender.tend(now, since=since)
-        except (KafkaError, OSError) as exc:  # the broker is away: try again next second
-            log.debug("quiet-partition check skipped: %r", exc)
-            return
-        for (topic, _), (start, end) in tended.reread.items():
-            self.metrics.skipped_recovered.labels(topic=topic).inc(end - start)

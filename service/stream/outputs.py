@@ -37,11 +37,12 @@ Headers = list[tuple[str, bytes]]
 @dataclass(frozen=True, slots=True)
 class OutRecord:
     """One record to write: ``partition`` None = by ``key`` (Kafka's default partitioner;
-    any partition when the key is None too)."""
+    any partition when the key is None too); ``value`` None: a tombstone (a changelog
+    deletion)."""
 
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
     partition: int | None = None
     headers: Headers | None = None
 
@@ -50,7 +51,7 @@ class Sink(Protocol):
     """Records out to Kafka."""
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> None:
         """Queue one record (not awaited to the broker)."""
 

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -47,7 +47,7 @@ from service.stream.outputs import OutRecord
 from service.stream.partitions import TP, Progress, RecoveryState
 from service.stream.scorer import Scorer
 
-__all__ = ["BatchProducer", "ScoreLoop", "ScoreView", "score_group"]
+__all__ = ["BatchProducer", "ScoreLoop", "ScoreView", "adopt_offsets", "score_group"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,8 @@ class ScoreLoop:
         self.commit_lock = asyncio.Lock()  # one commit at a time, offsets never go back
         self.sent = asyncio.Event()  # a batch joined the in-flight queue
         self.view = ScoreView(self)
+        #: the last fetch was full (more events are waiting): the learner defers to scoring
+        self.backlogged = False
 
     async def run(self, ready: asyncio.Event) -> None:
         """Start the clients once ``ready`` (models read), then score until cancelled;
@@ -197,8 +199,10 @@ class ScoreLoop:
             fetched = await consumer.getmany(timeout_ms=100, max_records=self.settings.batch_size)
         except KafkaError as exc:
             log.warning("fetching features failed: %r", exc)
+            self.backlogged = False
             await asyncio.sleep(RETRY_SECONDS)
             return
+        self.backlogged = sum(map(len, fetched.values())) >= self.settings.batch_size
         if not fetched:
             return
         while len(self.state.in_flight) >= MAX_IN_FLIGHT:
@@ -329,38 +333,9 @@ class ScoreLoop:
         await self._adopt_faust_offsets(assigned)
 
     async def _adopt_faust_offsets(self, assigned: AbstractSet[TopicPartition]) -> None:
-        if self.admin_factory is None or not assigned or self.consumer is None:
-            return
-        consumer = self.consumer
-        fresh = []
-        for tp in sorted(assigned):
-            try:
-                committed = await consumer.committed(tp)
-            except KafkaError:
-                return
-            if committed is None:
-                fresh.append(tp)
-            else:
-                self.state.committed[tp] = committed
-        if not fresh:
-            return
-        admin = self.admin_factory()
-        try:
-            await admin.start()
-            earlier = await admin.list_consumer_group_offsets(self.settings.app_id,
-                                                              partitions=fresh)  # fmt: skip
-        except KafkaError as exc:
-            log.warning("could not read the faust group's offsets (%r): from the start", exc)
-            return
-        finally:
-            with contextlib.suppress(Exception):
-                await admin.close()
-        for tp in fresh:
-            meta = earlier.get(tp)
-            if meta is not None and meta.offset >= 0:
-                log.info("%s[%s]: starting at %s, where %s left off", tp.topic, tp.partition,
-                         meta.offset, self.settings.app_id)  # fmt: skip
-                consumer.seek(tp, meta.offset)
+        if self.consumer is not None:
+            await adopt_offsets(self.consumer, self.admin_factory, self.settings.app_id,
+                                assigned, self.state.committed)  # fmt: skip
 
     def pause(self) -> list[TopicPartition]:
         """Stop fetching every assigned partition (what a stalled consumer looks like)."""
@@ -376,6 +351,48 @@ class ScoreLoop:
         return tps
 
 
+async def adopt_offsets(
+    consumer: AIOKafkaConsumer,
+    admin_factory: Callable[[], AIOKafkaAdminClient] | None,
+    group: str,
+    assigned: AbstractSet[TopicPartition],
+    committed: dict[TopicPartition, int],
+) -> None:
+    """Of the ``assigned`` partitions, those the consumer's group committed go into
+    ``committed``; those it never committed start where ``group`` (the worker's faust
+    group, which consumed them in earlier versions) committed, if it did."""
+    if admin_factory is None or not assigned:
+        return
+    fresh = []
+    for tp in sorted(assigned):
+        try:
+            offset = await consumer.committed(tp)
+        except KafkaError:
+            return
+        if offset is None:
+            fresh.append(tp)
+        else:
+            committed[tp] = offset
+    if not fresh:
+        return
+    admin = admin_factory()
+    try:
+        await admin.start()
+        earlier = await admin.list_consumer_group_offsets(group, partitions=fresh)
+    except KafkaError as exc:
+        log.warning("could not read the faust group's offsets (%r): from the start", exc)
+        return
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+    for tp in fresh:
+        meta = earlier.get(tp)
+        if meta is not None and meta.offset >= 0:
+            log.info("%s[%s]: starting at %s, where %s left off", tp.topic, tp.partition,
+                     meta.offset, group)  # fmt: skip
+            consumer.seek(tp, meta.offset)
+
+
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, loop: ScoreLoop) -> None:
         self.loop = loop
@@ -387,11 +404,25 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.loop.assigned(frozenset(assigned))
 
 
+class _LoopState(Protocol):
+    committed: dict[TopicPartition, int]
+    rebalancing: bool
+    generation: int
+
+
+class _Looping(Protocol):
+    @property
+    def consumer(self) -> AIOKafkaConsumer | None: ...
+
+    @property
+    def state(self) -> _LoopState: ...
+
+
 class ScoreView:
     """:class:`~service.stream.partitions.ConsumerView` of the scoring consumer (no tables:
     never in recovery; nothing is ever skipped, so no gap is chopped or acknowledged)."""
 
-    def __init__(self, loop: ScoreLoop) -> None:
+    def __init__(self, loop: _Looping) -> None:
         self._loop = loop
 
     @property

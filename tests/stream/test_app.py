@@ -11,40 +11,41 @@ import faust
 
 from service.config import KafkaSecurity, Settings
 from service.stream.app import create_app
-from service.stream.internals import Consumer
 from service.stream.kafka import broker_credentials
 
 WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
 
-def test_app_wires_one_agent_a_scoring_loop_and_co_partitioned_tables(tmp_path: Path) -> None:
+def test_app_wires_a_scoring_loop_a_learning_loop_and_co_partitioned_tables(
+    tmp_path: Path,
+) -> None:
     settings = Settings(app_id="wiring", datadir=tmp_path, partitions={"labels": 3})
     app = create_app(settings)
-    assert sorted(app.agents) == ["abstain.learn"]  # scoring is not a faust agent
-    learn = app.agents["abstain.learn"]
-    assert set(learn.channel.topics) == {"abstain.label-requests", "abstain.labels"}
-    assert learn.concurrency == 1
-    scoring = app.parts.scoring
+    assert not app.agents  # neither path goes through faust's per-record stream
+    assert not app.tables  # the learner's tables are its own (service.stream.tables)
+    scoring, learning = app.parts.scoring, app.parts.learning
 
-    async def made() -> tuple[Any, ...]:  # aiokafka clients are made inside a running loop
-        consumer = scoring.consumer_factory(scoring.listener())
+    async def made(factory: Any, listener: Any) -> tuple[Any, ...]:
+        consumer = factory(listener)  # aiokafka clients are made inside a running loop
         try:  # no public accessors for the group and the commit mode
             return (consumer.subscription(), consumer._group_id, consumer._enable_auto_commit)  # noqa: SLF001
         finally:
             await consumer.stop()
 
-    # committed only once the outputs are acknowledged, in a group of its own
-    assert asyncio.run(made()) == ({"abstain.features"}, "wiring-score", False)
+    # committed only once the outputs are acknowledged, each in a group of its own
+    assert asyncio.run(made(scoring.consumer_factory, scoring.listener())) == (
+        {"abstain.features"}, "wiring-score", False)  # fmt: skip
+    assert asyncio.run(made(learning.consumer_factory, None)) == (
+        {"abstain.label-requests", "abstain.labels"}, "wiring-learn", False)  # fmt: skip
     assert app.parts.housekeeping.liveness.watched == {
         "abstain.features", "abstain.label-requests", "abstain.labels",
     }  # fmt: skip
-    assert {name: table.partitions for name, table in app.tables.items()} == {
-        "models": 3, "pending": 3, "orphans": 3,
-    }  # fmt: skip
-    assert app.conf.store.scheme == "memory"
+    assert [t.topic for t in learning.tables] == [
+        "wiring-pending-changelog", "wiring-orphans-changelog", "wiring-models-changelog",
+    ]  # fmt: skip
     assert app.parts.book.models["default"].version == 0
     assert not app.parts.housekeeping.status.ready
-    assert app.transport.Consumer is Consumer  # commits that do not crawl (stream/internals)
+    assert not learning.view.recovery().completed  # not assigned yet
 
 
 def test_security_settings_become_faust_credentials() -> None:

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
 from service.records import Label
-from service.stream.continuity import Continuity, QuietTender
 from service.stream.housekeeping import REPUBLISH_AFTER, Housekeeping
 from service.stream.joiner import LabelJoiner
 from service.stream.liveness import LivenessMonitor
@@ -76,7 +75,6 @@ def world(**kw: object) -> World:
         s, view=view, book=book, pending=pending, joiner=joiner, metrics=metrics,
         scorer=Scorer(s, book.serving, outputs, metrics, clock=clock),
         liveness=LivenessMonitor(view, progress, metrics, watched=(), stall_seconds=60.0),
-        tender=QuietTender(view, Continuity(nothing, nothing), progress, watched=()),  # type: ignore[arg-type]
     )  # fmt: skip
     return World(kafka, book, joiner, house, clock)
 

@@ -1,0 +1,378 @@
+"""The learner on its own Kafka consumer: label requests and labels in whole fetched batches,
+table writes sent with the batch produce API, offsets committed once those are durable.
+
+A consumer in the group ``<app_id>-learn`` (:func:`learn_group`) reads the label-requests
+and labels topics. Both are keyed by model and have the same partition count, and the
+group's range assignment gives one member the same partition numbers of both: one learner
+owns a model's pending requests, its labels and its (w, rho), as before.
+
+- **Assigned:** the new partitions are paused, the three changelogs of each
+  (:mod:`service.stream.tables`) are read to their end into memory, then the partitions
+  resume. Not a record of a partition is handled before its tables are whole.
+- **A batch:** for each partition, its label requests, then its labels, go through
+  :meth:`~service.stream.joiner.LabelJoiner.handle` with table writes going to that
+  partition's changelogs. The writes collect in :class:`~service.stream.tables.Writes`;
+  at the end of the batch (and wherever the joiner asks for durability: the applied mark
+  before the model write) they are sent as one produce batch per changelog partition,
+  acks=all, together with a flush of the worker's other outputs. Only then are the
+  batch's offsets committed. A request costs a dictionary write and a record appended to
+  a batch, not a produce call of its own.
+- **A produce or fetch that fails:** nothing of the batch is committed; every owned
+  partition is read again from its changelogs and consumed again from its committed
+  offset. That is exactly a restart after kill -9, which the learn protocol is made for
+  (the mark → flush → model order; :mod:`service.stream.joiner`).
+- **Revoked:** the batch in hand is finished, flushed and committed first; then the
+  partitions' entries leave memory.
+
+The first time the group is assigned a partition with no committed offset, it starts
+where the worker's faust group (``<app_id>``, whose agent consumed these topics before
+this path existed) committed, if it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from service.config import Settings
+from service.records import RawMessage
+from service.stream.joiner import LabelJoiner
+from service.stream.outputs import Headers, Sink
+from service.stream.partitions import Progress, RecoveryState
+from service.stream.scoreloop import BatchProducer, ScoreView, adopt_offsets
+from service.stream.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
+
+__all__ = ["LearnLoop", "LearnView", "LearnerSink", "learn_group"]
+
+log = logging.getLogger(__name__)
+
+#: seconds between attempts after the broker failed a fetch or a produce
+RETRY_SECONDS = 1.0
+#: most records handled (and made durable) together
+MAX_RECORDS = 1000
+#: while the scoring path has a backlog (its last fetch was full), the learner's share of
+#: the worker's time: it sleeps (1 - share) / share times as long as its last batch took.
+#: Decisions wait for nobody; label requests are stored once the burst is decided.
+LEARN_SHARE = 0.1
+
+
+def learn_group(app_id: str) -> str:
+    """The consumer group of the learner.
+
+    >>> learn_group("abstain")
+    'abstain-learn'
+    """
+    return f"{app_id}-learn"
+
+
+@dataclass(slots=True)
+class _State:
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+    uncommitted: dict[TopicPartition, int] = field(default_factory=dict)  # durable, to commit
+    unrecovered: set[int] = field(default_factory=set)  # assigned, changelogs not read yet
+    owned: frozenset[int] = frozenset()  # partitions whose tables are in memory
+    assigned_once: bool = False
+    rebalancing: bool = False
+    generation: int = 0
+
+
+class LearnLoop:
+    """Consume -> recover -> :meth:`LabelJoiner.handle` -> durable -> commit (see the module
+    docstring). :meth:`run` until cancelled."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        joiner: LabelJoiner,
+        tables: Sequence[ChangelogTable],
+        writes: Writes,
+        progress: Progress,
+        *,
+        consumer_factory: Callable[[ConsumerRebalanceListener], AIOKafkaConsumer],
+        producer_factory: Callable[[], AIOKafkaProducer],
+        reader_factory: Callable[[], AIOKafkaConsumer],
+        sink: LearnerSink,
+        admin_factory: Callable[[], AIOKafkaAdminClient] | None = None,
+        on_owned: Callable[[frozenset[int]], None] = lambda _: None,
+        defer: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.settings = settings
+        self.joiner = joiner
+        self.tables = list(tables)
+        self.writes = writes
+        self.progress = progress
+        self.consumer_factory = consumer_factory
+        self.producer_factory = producer_factory
+        self.reader_factory = reader_factory
+        self.admin_factory = admin_factory
+        self.on_owned = on_owned
+        self.defer = defer
+        self._handled_for = 0.0  # seconds the last batch took to handle
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: BatchProducer | None = None
+        self.state = _State()
+        self.recovery = Recovery()
+        self.lock = asyncio.Lock()  # one batch (or recovery) at a time; revokes wait for it
+        self.commit_lock = asyncio.Lock()
+        self.view = LearnView(self)
+        self.sink = sink
+
+    async def run(self) -> None:
+        """Start the clients, then learn until cancelled; on the way out, make what was
+        handled durable and commit it."""
+        producer = self.producer_factory()
+        await producer.start()
+        self.producer = self.sink.producer = BatchProducer(producer)
+        consumer = self.consumer = self.consumer_factory(_Rebalance(self))
+        await consumer.start()
+        try:
+            while True:
+                await self._round(consumer)
+        finally:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._settle(), 10.0)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await consumer.stop()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await producer.stop()
+
+    async def _round(self, consumer: AIOKafkaConsumer) -> None:
+        """Recover what is new, then one fetched batch: handled, durable, committed."""
+        if self.state.unrecovered:
+            await self._recover(consumer)
+        if self.defer():  # decisions are waiting: the learner takes its share, no more
+            await asyncio.sleep(self._handled_for * (1.0 - LEARN_SHARE) / LEARN_SHARE)
+        try:
+            fetched = await consumer.getmany(timeout_ms=200, max_records=MAX_RECORDS)
+        except KafkaError as exc:
+            log.warning("fetching label topics failed: %r", exc)
+            await asyncio.sleep(RETRY_SECONDS)
+            return
+        if not fetched:
+            return
+        async with self.lock:
+            owned = self.state.owned
+            fetched = {tp: rs for tp, rs in fetched.items()
+                       if tp.partition in owned and tp in consumer.assignment()}  # fmt: skip
+            if not fetched:
+                return
+            try:
+                started = time.perf_counter()
+                await self._handle(fetched)
+                self._handled_for = time.perf_counter() - started
+                await self.durable()
+            except KafkaError as exc:
+                log.warning("storing the learner's state failed (%r): reading it again", exc)
+                await self._reset(consumer)
+                return
+            for tp, rs in fetched.items():
+                self.state.uncommitted[tp] = rs[-1].offset + 1
+                self.progress.mark(tp.topic, tp.partition, rs[-1].offset)
+        await self._commit()
+
+    async def _handle(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+        requests = self.settings.topics.label_requests
+        order = sorted(fetched, key=lambda tp: (tp.partition, tp.topic != requests))
+        for tp in order:
+            with self.writes.partition(tp.partition):
+                for r in fetched[tp]:
+                    ts = r.timestamp / 1000.0 if r.timestamp > 0 else None
+                    value = r.value if r.value is not None else b""
+                    message = RawMessage(value, r.topic, r.partition, r.offset, r.key, ts)
+                    await self.joiner.handle(message)
+
+    async def durable(self) -> None:
+        """Send the table writes made so far and wait until they, and everything else the
+        worker sent, are acknowledged (raises the broker's error if one failed)."""
+        await self.sink.flush()
+
+    async def _commit(self) -> None:
+        """Commit the offsets handled and made durable, of partitions still assigned."""
+        consumer = self.consumer
+        if consumer is None:
+            return
+        async with self.commit_lock:
+            offsets, self.state.uncommitted = self.state.uncommitted, {}
+            mine, done = consumer.assignment(), self.state.committed
+            offsets = {tp: o for tp, o in offsets.items() if tp in mine and o > done.get(tp, -1)}
+            if not offsets:
+                return
+            try:
+                await consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:  # the group moved on
+                log.warning("commit of learned offsets refused (%r): the new owner redoes them "
+                            "(each label's effect is stored once)", exc)  # fmt: skip
+                return
+            except KafkaError as exc:
+                log.warning("commit of learned offsets failed (%r); the next one covers them",
+                            exc)  # fmt: skip
+                self.state.uncommitted = {**offsets, **self.state.uncommitted}
+                return
+            done.update(offsets)
+
+    async def _settle(self) -> None:
+        async with self.lock:
+            await self.durable()
+        await self._commit()
+
+    async def _recover(self, consumer: AIOKafkaConsumer) -> None:
+        """Read the changelogs of the partitions assigned and not read yet, then resume
+        them."""
+        async with self.lock:
+            wanted = set(self.state.unrecovered)
+            if not wanted:
+                return
+            count = await recover(self.reader_factory, self.tables, wanted, self.recovery)
+            assigned = {tp.partition for tp in consumer.assignment()}
+            now = wanted & assigned
+            for table in self.tables:
+                table.drop(wanted - assigned)  # revoked while it was read
+            self.state.unrecovered -= wanted
+            self._own((self.state.owned | now) & assigned)
+            tps = [tp for tp in consumer.assignment() if tp.partition in now]
+            consumer.resume(*tps)
+            log.info("learner partitions %s: %d changelog records read", sorted(now), count)
+
+    def _own(self, partitions: frozenset[int] | set[int]) -> None:
+        self.state.owned = frozenset(partitions)
+        self.on_owned(self.state.owned)
+
+    async def _reset(self, consumer: AIOKafkaConsumer) -> None:
+        """After a failed produce or fetch: forget the batch and the memory, read every owned
+        partition's changelogs again and consume from the committed offsets (a restart)."""
+        self.writes.take()
+        with contextlib.suppress(Exception):
+            await self.sink.inner.flush()
+        await asyncio.sleep(RETRY_SECONDS)
+        self.state.uncommitted.clear()
+        owned = set(self.state.owned)
+        tps = sorted(tp for tp in consumer.assignment() if tp.partition in owned)
+        if tps:
+            consumer.pause(*tps)
+        for tp in tps:
+            committed = self.state.committed.get(tp)
+            if committed is None:
+                with contextlib.suppress(KafkaError):
+                    committed = await consumer.committed(tp)
+            if committed is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, committed)
+        self._own(frozenset())
+        self.state.unrecovered |= owned
+
+    async def revoked(self, revoked: AbstractSet[TopicPartition]) -> None:
+        """Before partitions go: the batch in hand durable and committed, then their
+        entries out of memory."""
+        self.state.rebalancing = True
+        self.state.generation += 1
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._settle(), self.settings.session_timeout_seconds / 2)
+            gone = {tp.partition for tp in revoked}
+            async with self.lock:
+                for tp in revoked:
+                    self.state.committed.pop(tp, None)
+                for table in self.tables:
+                    table.drop(gone)
+                self.state.unrecovered -= gone
+                self._own(self.state.owned - gone)
+        finally:
+            self.state.rebalancing = False
+
+    async def assigned(self, assigned: AbstractSet[TopicPartition]) -> None:
+        """New partitions: paused until their changelogs are read (the next round); those
+        the group never committed start where the faust group did, if it did."""
+        self.state.assigned_once = True
+        consumer = self.consumer
+        if consumer is None or not assigned:
+            return
+        consumer.pause(*assigned)
+        self.state.unrecovered |= {tp.partition for tp in assigned}
+        await adopt_offsets(consumer, self.admin_factory, self.settings.app_id, assigned,
+                            self.state.committed)  # fmt: skip
+
+    def pause(self) -> list[TopicPartition]:
+        """Stop fetching every assigned partition (what a stalled consumer looks like)."""
+        assert self.consumer is not None  # noqa: S101
+        tps = sorted(self.consumer.assignment())
+        self.consumer.pause(*tps)
+        return tps
+
+    def resume(self) -> list[TopicPartition]:
+        assert self.consumer is not None  # noqa: S101
+        tps = sorted(tp for tp in self.consumer.assignment()
+                     if tp.partition not in self.state.unrecovered)  # fmt: skip
+        self.consumer.resume(*tps)
+        return tps
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, loop: LearnLoop) -> None:
+        self.loop = loop
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.loop.revoked(frozenset(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.loop.assigned(frozenset(assigned))
+
+
+class LearnView(ScoreView):
+    """:class:`~service.stream.partitions.ConsumerView` of the learner's consumer: paused
+    during a rebalance and while changelogs are read; recovery is what :func:`recover`
+    reports."""
+
+    def __init__(self, loop: LearnLoop) -> None:
+        super().__init__(loop)
+        self._learn = loop
+
+    @property
+    def paused(self) -> bool:
+        return self._learn.state.rebalancing or self.recovery().pauses_stream
+
+    def recovery(self) -> RecoveryState:
+        state, progress = self._learn.state, self._learn.recovery
+        reading = bool(state.unrecovered)
+        return RecoveryState(
+            in_recovery=reading,
+            completed=state.assigned_once and not reading,
+            offsets=dict(progress.offsets) if reading else {},
+            remaining=sum(progress.remaining.values()) if reading else 0,
+        )
+
+
+class LearnerSink:
+    """The worker's :class:`~service.stream.outputs.Sink` (faust's producer) whose flush
+    also makes the learner's table writes durable: the joiner's ``outputs.durable()``
+    (the applied mark before the model write) covers both."""
+
+    def __init__(self, inner: Sink, writes: Writes) -> None:
+        self.inner = inner
+        self.writes = writes
+        self.producer: BatchProducer | None = None  # the learner's, once it runs
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+    ) -> None:
+        await self.inner.send(topic, key, value, headers)
+
+    async def flush(self) -> None:
+        """Send the table writes made so far, then wait until they and everything else
+        sent is acknowledged (raises the broker's error if a write failed)."""
+        records = self.writes.take()
+        if records:
+            if self.producer is None:
+                raise TableWriteError("table writes before the learner's producer started")
+            await (await self.producer.send_many(records))
+        await self.inner.flush()
