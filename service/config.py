@@ -576,7 +576,10 @@ class Settings(BaseSettings):
         description="how long an expired request is kept so a late label reads 'expired'",
     )
     commit_interval_seconds: float = Field(
-        default=2.8, gt=0.0, description="how often consumed offsets are committed"
+        default=2.8,
+        gt=0.0,
+        description="how often the learner commits the offsets it handled (the scoring path "
+        "commits each batch once its outputs are acknowledged)",
     )
     session_timeout_seconds: float = Field(
         default=60.0,

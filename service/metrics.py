@@ -149,12 +149,6 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
-        self.skipped_recovered = Counter(
-            "abstain_skipped_records_recovered_total",
-            "Records the Kafka consumer skipped that the worker fetched and processed itself",
-            ["topic"],
-            registry=r,
-        )
         self.label_requests_suppressed = Counter(
             "abstain_label_requests_suppressed_total",
             "Events the learner would have asked about that its label budget did not",

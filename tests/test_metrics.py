@@ -31,7 +31,6 @@ CATALOGUE = {
     "abstain_decide_latency_seconds": ("histogram", {"model"}),
     "abstain_consumer_lag": ("gauge", {"topic", "partition"}),
     "abstain_last_progress_timestamp_seconds": ("gauge", {"topic", "partition"}),
-    "abstain_skipped_records_recovered_total": ("counter", {"topic"}),
     "abstain_label_requests_suppressed_total": ("counter", {"model"}),
     "abstain_label_requests_dropped_total": ("counter", {"model"}),
     "abstain_importance_weights_clipped_total": ("counter", {"model"}),
@@ -60,7 +59,6 @@ def test_every_series_of_the_catalogue_is_declared_with_its_type_and_labels() ->
     m = Metrics(registry, models=["a", "b"])
     m.set_partition("abstain.features", 0, lag=3, progress_ts=1.0)
     m.dead_letters.labels(source="features", reason="not_json").inc()
-    m.skipped_recovered.labels(topic="abstain.features")
     # shown only for models that have them (a budget) or once known (a full window)
     for gauge in (m.label_budget_target, m.label_budget_spent, m.model_reject_fraction):
         gauge.labels(model="a").set(0.5)

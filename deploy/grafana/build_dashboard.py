@@ -665,21 +665,6 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 unit="s",
                 width=12,
             ),
-            timeseries(
-                "Skipped records recovered",
-                "Records the Kafka consumer fetched but never handed to an agent (after a "
-                "restart or a rebalance) that the worker then read and processed itself "
-                "(abstain_skipped_records_recovered_total, increase per interval). Spikes at "
-                "deploys are expected; a steady rate is worth a look.",
-                [
-                    (
-                        "sum by (topic) "
-                        f"(increase(abstain_skipped_records_recovered_total[{RATE}]))",
-                        "{{topic}}",
-                    )
-                ],
-                width=24,
-            ),
         ],
     ),
 ]

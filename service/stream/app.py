@@ -261,8 +261,6 @@ def create_app(
         liveness=LivenessMonitor(view, progress, metrics, watched=(t.features, *learned),
                                  stall_seconds=s.stall_seconds),
     )  # fmt: skip
-    for topic in learned:
-        metrics.skipped_recovered.labels(topic=topic)  # the series shows from the start
     app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
 
     async def declare_outputs() -> None:

@@ -14,9 +14,10 @@ owns a model's pending requests, its labels and its (w, rho), as before.
   partition's changelogs. The writes collect in :class:`~service.stream.tables.Writes`;
   at the end of the batch (and wherever the joiner asks for durability: the applied mark
   before the model write) they are sent as one produce batch per changelog partition,
-  acks=all, together with a flush of the worker's other outputs. Only then are the
-  batch's offsets committed. A request costs a dictionary write and a record appended to
-  a batch, not a produce call of its own.
+  acks=all, together with a flush of the worker's other outputs. Only then may the
+  batch's offsets be committed (every ``commit_interval_seconds``, and before partitions
+  go). A request costs a dictionary write and a record appended to a batch, not a produce
+  call of its own.
 - **A produce or fetch that fails:** nothing of the batch is committed; every owned
   partition is read again from its changelogs and consumed again from its committed
   offset. That is exactly a restart after kill -9, which the learn protocol is made for
@@ -118,6 +119,7 @@ class LearnLoop:
         self.on_owned = on_owned
         self.defer = defer
         self._handled_for = 0.0  # seconds the last batch took to handle
+        self._committed_at = time.monotonic()
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: BatchProducer | None = None
         self.state = _State()
@@ -159,6 +161,7 @@ class LearnLoop:
             await asyncio.sleep(RETRY_SECONDS)
             return
         if not fetched:
+            await self._commit()  # what the last batches made durable, once the interval is up
             return
         async with self.lock:
             owned = self.state.owned
@@ -196,12 +199,17 @@ class LearnLoop:
         worker sent, are acknowledged (raises the broker's error if one failed)."""
         await self.sink.flush()
 
-    async def _commit(self) -> None:
-        """Commit the offsets handled and made durable, of partitions still assigned."""
+    async def _commit(self, *, force: bool = False) -> None:
+        """Commit the offsets handled and made durable, of partitions still assigned, at
+        most every ``commit_interval_seconds`` unless ``force`` (a revoke, the way out)."""
         consumer = self.consumer
         if consumer is None:
             return
+        now = time.monotonic()
+        if not force and now - self._committed_at < self.settings.commit_interval_seconds:
+            return
         async with self.commit_lock:
+            self._committed_at = now
             offsets, self.state.uncommitted = self.state.uncommitted, {}
             mine, done = consumer.assignment(), self.state.committed
             offsets = {tp: o for tp, o in offsets.items() if tp in mine and o > done.get(tp, -1)}
@@ -223,7 +231,7 @@ class LearnLoop:
     async def _settle(self) -> None:
         async with self.lock:
             await self.durable()
-        await self._commit()
+        await self._commit(force=True)
 
     async def _recover(self, consumer: AIOKafkaConsumer) -> None:
         """Read the changelogs of the partitions assigned and not read yet, then resume

@@ -4,10 +4,11 @@ consumer that liveness and continuity need.
 - :class:`Progress`: the last offset processed per (topic, partition) and when;
 - :class:`PartitionStatus` and :func:`stalled_partitions`: lag without progress;
 - :class:`RecoveryWatch`: table recovery that stops reading its changelogs;
-- :class:`ConsumerView`: the consumer as liveness (:mod:`service.stream.liveness`) and
-  continuity (:mod:`service.stream.continuity`) see it. Over a running faust app it is
-  :class:`service.stream.internals.FaustConsumerView`; in tests an in-memory fake
-  (``tests/stream/fakes.py``), so neither needs Kafka nor faust to be tested.
+- :class:`ConsumerView`: the consumer as liveness (:mod:`service.stream.liveness`) sees
+  it. In a worker it is :class:`RoutedView` over the scoring path's
+  :class:`~service.stream.scoreloop.ScoreView` and the learner's
+  :class:`~service.stream.learnloop.LearnView`; in tests an in-memory fake
+  (``tests/stream/fakes.py``), so liveness needs neither Kafka nor faust to be tested.
 
 Nothing here imports faust.
 """
@@ -17,10 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from service.records import RawMessage
+from typing import Any, Protocol
 
 __all__ = [
     "TP",
@@ -130,29 +128,6 @@ class ConsumerView(Protocol):
     def committed_next(self, tp: TP) -> int | None:
         """The next offset to process according to the consumer's own commit bookkeeping
         (set on assignment and on every commit; None before the first)."""
-        ...
-
-    async def earliest(self, tp: TP) -> int | None:
-        """The earliest offset the broker still has."""
-        ...
-
-    async def seek(self, tp: TP, offset: int) -> None:
-        """Fetch ``tp`` from ``offset`` on (records already fetched are delivered again)."""
-        ...
-
-    def chop_gap(self, tp: TP, start: int, end: int) -> None:
-        """Forget that offsets ``start <= o < end`` were skipped as compacted: they will be
-        processed (and acknowledged) after all."""
-        ...
-
-    async def commit_processed(self, tp: TP, offset: int) -> bool:
-        """Commit ``offset`` (everything before it is processed); False if ``tp`` is no
-        longer assigned."""
-        ...
-
-    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
-        """The ``records`` the consumer skipped (fetched by continuity) are processed, as
-        is the record at ``upto`` that revealed them: let the committed offset move past."""
         ...
 
 
@@ -308,21 +283,3 @@ class RoutedView:
 
     def committed_next(self, tp: TP) -> int | None:
         return self._of(tp).committed_next(tp)
-
-    async def earliest(self, tp: TP) -> int | None:
-        return await self._of(tp).earliest(tp)
-
-    async def seek(self, tp: TP, offset: int) -> None:
-        await self._of(tp).seek(tp, offset)
-
-    def chop_gap(self, tp: TP, start: int, end: int) -> None:
-        self._of(tp).chop_gap(tp, start, end)
-
-    async def commit_processed(self, tp: TP, offset: int) -> bool:
-        return await self._of(tp).commit_processed(tp, offset)
-
-    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
-        records = list(records)
-        if records:
-            routed = self.routes.get(records[0].topic, self.default)
-            routed.acknowledge(records, upto)

@@ -31,7 +31,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -471,28 +471,6 @@ class ScoreView:
 
     def committed_next(self, tp: TP) -> int | None:
         return self._loop.state.committed.get(_tp(tp))
-
-    async def earliest(self, tp: TP) -> int | None:
-        consumer = self._loop.consumer
-        if consumer is None:
-            return None
-        found = await consumer.beginning_offsets([_tp(tp)])
-        earliest = found.get(_tp(tp))
-        return None if earliest is None else int(earliest)
-
-    async def seek(self, tp: TP, offset: int) -> None:
-        if self._loop.consumer is not None:
-            self._loop.consumer.seek(_tp(tp), offset)
-
-    def chop_gap(self, tp: TP, start: int, end: int) -> None:
-        """Nothing is skipped on this consumer: no gap to forget."""
-
-    async def commit_processed(self, tp: TP, offset: int) -> bool:
-        """Commits follow acknowledgements (:class:`ScoreLoop`); nothing to do here."""
-        return tp in self.assignment()
-
-    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
-        """Nothing is skipped on this consumer: nothing to acknowledge."""
 
 
 def _tp(tp: TP) -> TopicPartition:

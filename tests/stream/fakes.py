@@ -4,15 +4,13 @@ Kafka or faust. Each fake is a class named after what it fakes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from intervaltree import IntervalTree
 
-from service.records import RawMessage
 from service.stream.partitions import TP, ConsumerView, RecoveryState, partition_key
 
 __all__ = ["FakeConsumerView"]
@@ -74,30 +72,6 @@ class FakeConsumerView:
 
     def committed_next(self, tp: TP) -> int | None:
         return self.committed.get(partition_key(tp))
-
-    async def earliest(self, tp: TP) -> int | None:
-        return self.earliest_offset
-
-    async def seek(self, tp: TP, offset: int) -> None:
-        self.sought.append((partition_key(tp), offset))
-
-    def chop_gap(self, tp: TP, start: int, end: int) -> None:
-        gap = self.gaps.get(partition_key(tp))
-        if gap:
-            gap.chop(start, end)
-
-    async def commit_processed(self, tp: TP, offset: int) -> bool:
-        self.commits.append((partition_key(tp), offset))
-        self.committed[partition_key(tp)] = offset
-        return True
-
-    def acknowledge(self, records: Iterable[RawMessage], upto: int) -> None:
-        rows = list(records)
-        if rows:
-            self.chop_gap(
-                TopicPartition(rows[0].topic, rows[0].partition), rows[0].offset, upto + 1
-            )
-        self.acked += [((r.topic, r.partition), r.offset) for r in rows]
 
 
 _conforms: type[ConsumerView] = FakeConsumerView  # mypy checks the protocol here

@@ -1,13 +1,13 @@
 """A worker with fault switches: ``abstain worker`` plus three test-only pages.
 
-``POST /__faults/pause`` pauses every partition the consumers are assigned (faust's, which
-then stops handing messages to the learner, and the scoring path's, which stops fetching,
-while the HTTP server and the timers go on): the consumer that silently stops making
-progress, which liveness must catch.
+``POST /__faults/pause`` pauses every partition the consumers are assigned (the scoring
+path's and the learner's, which stop fetching, and faust's, while the HTTP server and the
+timers go on): the consumer that silently stops making progress, which liveness must catch.
 ``POST /__faults/resume`` undoes it. ``POST /__faults/skip`` with ``{"topic": T, "count":
-N}``: the consumer fetches the next N records of topic T and drops them before they reach
-faust's stream (the position moves past them; nothing is acknowledged) -- what faust does
-to records fetched while an assignment is being recovered. Run as a script with the
+N}``: faust's consumer drops the next N records it fetches of topic T before they reach a
+faust stream (the position moves past them; nothing is acknowledged) -- what faust does to
+records fetched while an assignment is being recovered. The worker's topics are read by
+its own consumers, so a drop there must find nothing to drop. Run as a script with the
 worker's own flags::
 
     python tests/integration/faults/faultworker.py --config C --broker B --web-port P
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     def tps() -> list[Any]:
         return sorted(app.consumer.assignment())
 
-    scoring = app.parts.scoring
+    scoring, learning = app.parts.scoring, app.parts.learning
 
     def answer(view: Any, action: str, done: list[Any]) -> Any:
         body = json.dumps({action: [f"{tp.topic}[{tp.partition}]" for tp in done]})
@@ -54,14 +54,14 @@ def main(argv: list[str]) -> int:
         async def post(self, request: Any) -> Any:
             done = tps()
             app.consumer.pause_partitions(done)
-            return answer(self, "paused", done + scoring.pause())
+            return answer(self, "paused", done + scoring.pause() + learning.pause())
 
     @app.page("/__faults/resume")
     class Resume(faust.web.View):  # type: ignore[misc]
         async def post(self, request: Any) -> Any:
             done = tps()
             app.consumer.resume_partitions(done)
-            return answer(self, "resumed", done + scoring.resume())
+            return answer(self, "resumed", done + scoring.resume() + learning.resume())
 
     @app.page("/__faults/skip")
     class Skip(faust.web.View):  # type: ignore[misc]

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from service.stream.learnloop import learn_group
 from service.stream.scoreloop import score_group
 
 from . import HarnessError
@@ -245,10 +246,11 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[Re
 
 def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[str, int]:
     """Per ``topic[partition]``: end offset minus the offset ``group`` has committed
-    (an uncommitted partition counts from 0). A worker's app id as ``group`` covers both
-    of its consumer groups: faust's (``<app_id>``: the learner's topics) and the scoring
-    path's (``<app_id>-score``: the features topic); a partition counts the higher of the
-    two commits (only one of them consumes it)."""
+    (an uncommitted partition counts from 0). A worker's app id as ``group`` covers its
+    consumer groups: the scoring path's (``<app_id>-score``: the features topic), the
+    learner's (``<app_id>-learn``: the label topics) and faust's (``<app_id>``, which read
+    both in earlier versions); a partition counts the highest commit (only one of them
+    consumes it)."""
 
     async def run() -> dict[str, int]:
         tps = [tp for topic in topics for tp in await partitions_of(bootstrap, topic)]
@@ -258,11 +260,12 @@ def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[str, in
         await consumer.start()
         try:
             committed = await admin.list_consumer_group_offsets(group, partitions=tps)
-            scoring = await admin.list_consumer_group_offsets(score_group(group), partitions=tps)
-            for tp, meta in scoring.items():
-                old = committed.get(tp)
-                if meta.offset >= 0 and (old is None or meta.offset > old.offset):
-                    committed[tp] = meta
+            for other in (score_group(group), learn_group(group)):
+                found = await admin.list_consumer_group_offsets(other, partitions=tps)
+                for tp, meta in found.items():
+                    old = committed.get(tp)
+                    if meta.offset >= 0 and (old is None or meta.offset > old.offset):
+                        committed[tp] = meta
             ends = await consumer.end_offsets(tps)
         finally:
             await consumer.stop()
