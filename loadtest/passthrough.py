@@ -2,6 +2,7 @@
 
     python loadtest/passthrough.py --broker HOST:PORT --topic IN --out OUT --group G
                                    [--n-features 68] [--max-records 2000] [--idle-exit 0]
+                                   [--requests-topic T --ask F]
 
 Consumes ``IN`` from the group's committed offsets (earliest when it has none), one fetched
 batch at a time: orjson-parses every event (``{"id", "features": [...]}``), checks the
@@ -11,16 +12,24 @@ has acknowledged every one of them, then commits the batch's offsets. Events it 
 parse are skipped (the floor has no dead-letter topic). Stops on SIGTERM/SIGINT, or after
 ``--idle-exit`` seconds without a record (0: never).
 
-What it does not do is what a worker adds: models that learn, label requests, dead letters,
-metrics, liveness, budgets. Run by ``loadtest/throughput.py``.
+With ``--requests-topic T --ask F`` it also writes the output a worker's label requests are:
+for every event whose coin (its id's CRC-32 mapped to [0, 1)) is below ``F``, a record with
+the fields of ``service.records.LabelRequest`` (the 68 features included; key ``default``)
+on ``T``, in the same produce batches as the decisions and acknowledged before the commit
+like them (a floor that writes what the worker writes; nothing learns from them).
+
+What it does not do is what a worker adds: models that learn, choosing what to ask, dead
+letters, metrics, liveness, budgets. Run by ``loadtest/throughput.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import signal
 import time
+import zlib
 
 import numpy as np
 import orjson
@@ -30,6 +39,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 async def _run(args: argparse.Namespace) -> None:
     w = np.random.default_rng(0).normal(size=args.n_features)
     rho = 0.5
+    requests = args.requests_topic if args.ask > 0 else None
+    ask_below = int(args.ask * 2**32)  # the coin: crc32(id) < ask * 2**32
+    query_probability = args.ask if requests else 0.0
     consumer = AIOKafkaConsumer(
         args.topic,
         bootstrap_servers=args.broker,
@@ -73,9 +85,13 @@ async def _run(args: argparse.Namespace) -> None:
                 ok = np.isfinite(x).all(axis=1)
                 scores = x @ w
                 now = time.time()
-                for event_id, score, good in zip(ids, scores.tolist(), ok.tolist(), strict=True):
+                for event_id, row, score, good in zip(
+                    ids, rows, scores.tolist(), ok.tolist(), strict=True
+                ):
                     if not good:
                         continue
+                    key = str(event_id).encode()
+                    asked = requests is not None and zlib.crc32(key) < ask_below
                     rejected = abs(score) <= rho
                     decision = {
                         "id": event_id,
@@ -85,15 +101,33 @@ async def _run(args: argparse.Namespace) -> None:
                         "score": score,
                         "rho": rho,
                         "model_version": 0,
-                        "queried": False,
-                        "query_probability": 0.0,
+                        "queried": asked,
+                        "query_probability": query_probability,
                         "ts": now,
                     }
-                    futures.append(
-                        await producer.send(
-                            args.out, orjson.dumps(decision), key=str(event_id).encode()
+                    futures.append(await producer.send(args.out, orjson.dumps(decision), key=key))
+                    if asked:
+                        request = {
+                            "request_id": hashlib.blake2b(
+                                b"default\x1f" + key, digest_size=16
+                            ).hexdigest(),
+                            "event_id": event_id,
+                            "model": "default",
+                            "features": row,
+                            "score": score,
+                            "rho": rho,
+                            "decided_label": decision["label"] or 0,
+                            "query_probability": query_probability,
+                            "model_version": 0,
+                            "requested_at": now,
+                            "expires_at": now + 3600.0,
+                            "priority": 1.0 / (1.0 + min(abs(score - rho), abs(score + rho))),
+                            "shadow_labels": {},
+                            "served_by": None,
+                        }
+                        futures.append(
+                            await producer.send(requests, orjson.dumps(request), key=b"default")
                         )
-                    )
             if futures:
                 await asyncio.gather(*futures)
             await consumer.commit(offsets)
@@ -111,6 +145,8 @@ def main() -> int:
     p.add_argument("--n-features", type=int, default=68)
     p.add_argument("--max-records", type=int, default=2000)
     p.add_argument("--idle-exit", type=float, default=0.0)
+    p.add_argument("--requests-topic", help="also write label requests here (with --ask)")
+    p.add_argument("--ask", type=float, default=0.0, help="the fraction of events asked about")
     asyncio.run(_run(p.parse_args()))
     return 0
 

@@ -3,6 +3,7 @@
     python loadtest/throughput.py [--broker HOST:PORT] [--events 40000] [--pairs 3]
                                   [--latency-pairs 3] [--rate 200] [--latency-seconds 10]
                                   [--workers 2] [--learner 20000] [--budget 0.01]
+                                  [--same-output]
 
 1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
 2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
@@ -14,6 +15,12 @@
    worker (a fresh DSAL model, which asks for most labels; ``--budget F`` gives it a label
    budget of a fraction F of the events) it also reports how long after the last decision
    the learner had stored the last label request in its pending table.
+   With ``--same-output`` every pair is a triple: passthrough, worker and
+   ``floor+requests``, the passthrough also writing label requests (the fields of the
+   worker's, on a fresh 1-partition topic, key ``default``) for a fraction of the events:
+   the fraction the worker asked about in the latest worker run before it (the records on
+   its label-requests topic over the events; 0.8 before the first). Timed like the
+   passthrough; it separates the cost of the worker's extra output from its machinery.
 3. Latency: the same pairs, each on a fresh topic with events at ``--rate`` for
    ``--latency-seconds``; each event carries its send time, read back when its output
    arrives (p50 / p99).
@@ -27,8 +34,9 @@
 
 Prints one table with every run, the medians, and as its last line
 ``worker/passthrough = R`` (median events/s of the worker runs over that of the passthrough
-runs). Starts its own Kafka (service.localkafka) unless ``--broker`` is given; every process
-it starts is stopped by PID. Bounded: every wait has a timeout.
+runs); with ``--same-output`` it is preceded by ``worker/floor+requests = R`` (the same
+over the floor+requests runs). Starts its own Kafka (service.localkafka) unless ``--broker``
+is given; every process it starts is stopped by PID. Bounded: every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -86,6 +94,7 @@ class Run:
     seconds: float = float("nan")
     cpu_us: list[float] = field(default_factory=list)  # per event, one per process
     learner_behind: float = float("nan")
+    asked: float = float("nan")  # label requests written per event (--same-output)
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
 
@@ -94,13 +103,15 @@ class Run:
         return self.events / self.seconds if self.seconds > 0 else float("nan")
 
 
-async def create_topics(broker: str, names: list[str], *, log_append: bool) -> None:
+async def create_topics(
+    broker: str, names: list[str], *, log_append: bool, partitions: int = PARTITIONS
+) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     try:
         configs = {"message.timestamp.type": "LogAppendTime"} if log_append else {}
         await admin.create_topics(
-            [NewTopic(n, PARTITIONS, 1, topic_configs=configs) for n in names]
+            [NewTopic(n, partitions, 1, topic_configs=configs) for n in names]
         )
     finally:
         await admin.close()
@@ -174,6 +185,17 @@ def passthrough_cmd(broker: str, topic: str, out: str, work: Path) -> list[list[
     group = f"pt-{uuid.uuid4().hex[:6]}"
     return [[sys.executable, str(HERE / "passthrough.py"), "--broker", broker, "--topic", topic,
              "--out", out, "--group", group]]  # fmt: skip
+
+
+async def records_on(broker: str, topic: str) -> int:
+    """How many records ``topic`` holds (the sum of its partitions' end offsets)."""
+    tps = await topic_partitions([broker], topic, client_kwargs={}, attempts=10)
+    probe = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None)
+    await probe.start()
+    try:
+        return sum((await probe.end_offsets(tps)).values())
+    finally:
+        await probe.stop()
 
 
 def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) -> list[list[str]]:
@@ -267,15 +289,25 @@ def _app_id(cmd: list[str]) -> str | None:
 
 
 async def throughput_run(
-    kind: str, broker: str, topic: str, n: int, work: Path, count: int = 1, X: Any = None
-) -> Run:
+    kind: str, broker: str, topic: str, n: int, work: Path, count: int = 1, X: Any = None,
+    ask: float | None = None,
+) -> Run:  # fmt: skip
     """One run on ``topic``. With ``count`` > 1 (workers), ``topic`` is fresh: the workers
     start first, and once each is assigned its share of partitions the ``n`` events are
-    written (a late joiner would find nothing left to do on a pre-loaded topic)."""
-    out = f"out-{kind}-{uuid.uuid4().hex[:6]}"
+    written (a late joiner would find nothing left to do on a pre-loaded topic).
+
+    ``ask`` (--same-output): kind ``floor+requests`` writes label requests for that fraction
+    of the events; a worker run counts the label requests it wrote (``Run.asked``)."""
+    out = f"out-{kind.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
     await create_topics(broker, [out], log_append=True)
+    requests = None
     if kind == "passthrough":
         cmds = passthrough_cmd(broker, topic, out, work)
+    elif kind == "floor+requests":
+        requests = f"{out}.label_requests"
+        await create_topics(broker, [requests], log_append=False, partitions=1)
+        cmds = passthrough_cmd(broker, topic, out, work)
+        cmds[0] += ["--requests-topic", requests, "--ask", repr(ask)]
     else:
         cmds = worker_cmd(broker, topic, out, work, count)
     app_id = _app_id(cmds[0])
@@ -317,6 +349,10 @@ async def throughput_run(
             stop(p)
         for spy in spies:
             spy.wait(60)
+    if requests is None and extra and ask is not None:
+        requests = extra[0]  # the worker's, complete: it has stopped (outputs flushed)
+    if requests is not None:
+        result.asked = await records_on(broker, requests) / n
     return result
 
 
@@ -471,6 +507,14 @@ def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
           " {:.0f} us CPU/event; learner behind {:.1f} s".format(
               pt_rate, pt_cpu, wk_rate, wk_cpu,
               _median([r.learner_behind for r in by["worker"]])))  # fmt: skip
+    floor = [r for r in runs if r.kind == "floor+requests"]
+    fr_rate = _median([r.rate for r in floor])
+    if floor:
+        print("medians: floor+requests {:,.0f} events/s, {:.0f} us CPU/event; label requests"
+              " per event: floor+requests {}, worker {}".format(
+                  fr_rate, _median([r.cpu_us[0] for r in floor]),
+                  " ".join(f"{r.asked:.3f}" for r in floor),
+                  " ".join(f"{r.asked:.3f}" for r in by["worker"])))  # fmt: skip
     if latency:
         lat = {k: [r for r in latency if r.kind == k] for k in ("passthrough", "worker")}
         pt99 = _median([r.p99_ms for r in lat["passthrough"]])
@@ -483,6 +527,8 @@ def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
         print(f"two workers: {scale.rate:,.0f} events/s together "
               f"({scale.rate / wk_rate:.2f}x one worker), CPU us/event "
               + " + ".join(f"{c:.0f}" for c in scale.cpu_us))  # fmt: skip
+    if floor:
+        print(f"worker/floor+requests = {wk_rate / fr_rate:.2f}")
     print(f"worker/passthrough = {wk_rate / pt_rate:.2f}")
 
 
@@ -492,11 +538,21 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
     await create_topics(broker, [topic], log_append=False)
     await preload(broker, topic, X, args.events, "e-")
     runs: list[Run] = []
+    kinds = ("passthrough", "worker", "floor+requests") if args.same_output else (
+        "passthrough", "worker")  # fmt: skip
+    ask = 0.8 if args.same_output else None  # the latest worker run's fraction (--same-output)
     for i in range(args.pairs):
-        for kind in ("passthrough", "worker") if i % 2 == 0 else ("worker", "passthrough"):
-            run = await throughput_run(kind, broker, topic, args.events, work)
-            print(f"  {kind:<12} {run.rate:>8,.0f} events/s  {run.cpu_us[0]:.0f} us CPU/event",
-                  flush=True)  # fmt: skip
+        for kind in kinds if i % 2 == 0 else kinds[::-1]:
+            run = await throughput_run(kind, broker, topic, args.events, work, ask=ask)
+            note = (
+                "" if kind == "passthrough" or ask is None else f"  requests/event {run.asked:.3f}"
+            )
+            if kind == "floor+requests":
+                note += f" (--ask {ask:.3f})"
+            print(f"  {kind:<12} {run.rate:>8,.0f} events/s  {run.cpu_us[0]:.0f} us CPU/event"
+                  f"{note}", flush=True)  # fmt: skip
+            if kind == "worker" and ask is not None and run.asked == run.asked:  # not nan
+                ask = run.asked
             runs.append(run)
     latency: list[Run] = []
     for i in range(args.latency_pairs):
@@ -537,6 +593,11 @@ def main() -> int:
         help="the model's label budget, a fraction of events (default: none)",
     )
     p.add_argument("--learner", type=int, default=0, help="N: the learner alone on N requests")
+    p.add_argument(
+        "--same-output",
+        action="store_true",
+        help="also a floor that writes the label requests the worker wrote (floor+requests)",
+    )
     args = p.parse_args()
     if args.budget is not None:
         MODEL["label_budget"] = {"fraction": args.budget}
