@@ -109,10 +109,8 @@ def _faust_app(s: Settings) -> App:
         topic_replication_factor=s.topic_policy.replication_factor or 1,
         topic_allow_declare=s.topic_policy.creation == "create",
         producer_max_request_size=s.fetch_bytes,
-        # the learner's table writes (a changelog record per label request) ride together:
-        # measured 2.5x the requests stored per second of linger 0 (one produce each)
-        producer_linger_ms=5,
-        producer_max_batch_size=262_144,  # a batch of label requests in a few produce calls
+        # faust's producer writes what is rare (snapshots, dead letters of the learner, POST
+        # /labels); the table writes go in batches through the learner's own producer
         consumer_max_fetch_size=s.fetch_bytes,
         processing_guarantee="at_least_once",
         broker_commit_interval=s.commit_interval_seconds,
@@ -239,15 +237,16 @@ def create_app(
     learned = (t.label_requests, t.labels)
     writes = Writes()
     tables = {name: ChangelogTable(changelog_topic(s.app_id, name), writes) for name in TABLES}
-    sink = LearnerSink(FaustSink(app), writes)
-    outputs = Outputs(sink, t, metrics, signer=signer)
+    sink = LearnerSink(writes)
+    outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
     scoring = _score_loop(s, scorer, progress)
     pending = PendingStore(tables["pending"])
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["orphans"]),
                          models=ModelStore(tables["models"], initial),
-                         outputs=outputs, metrics=metrics, clock=clock)  # fmt: skip
+                         outputs=Outputs(sink, t, metrics, signer=signer), metrics=metrics,
+                         clock=clock)  # fmt: skip
 
     def owned(partitions: frozenset[int]) -> None:
         if pending.refresh(partitions):

@@ -48,7 +48,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from service.config import Settings
 from service.records import RawMessage
 from service.stream.joiner import LabelJoiner
-from service.stream.outputs import Headers, Sink
+from service.stream.outputs import Headers
 from service.stream.partitions import Progress, RecoveryState
 from service.stream.scoreloop import BatchProducer, ScoreView, adopt_offsets
 from service.stream.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
@@ -259,8 +259,9 @@ class LearnLoop:
         """After a failed produce or fetch: forget the batch and the memory, read every owned
         partition's changelogs again and consume from the committed offsets (a restart)."""
         self.writes.take()
-        with contextlib.suppress(Exception):
-            await self.sink.inner.flush()
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                await self.producer.producer.flush()
         await asyncio.sleep(RETRY_SECONDS)
         self.state.uncommitted.clear()
         owned = set(self.state.owned)
@@ -361,26 +362,32 @@ class LearnView(ScoreView):
 
 
 class LearnerSink:
-    """The worker's :class:`~service.stream.outputs.Sink` (faust's producer) whose flush
-    also makes the learner's table writes durable: the joiner's ``outputs.durable()``
-    (the applied mark before the model write) covers both."""
+    """The learner's :class:`~service.stream.outputs.Sink`: its own producer (started and
+    stopped with the loop, so a worker that is stopping never hands the learner a stopped
+    producer). ``send`` (snapshots, the learner's dead letters) queues one record at once;
+    the table writes wait in :class:`Writes` and ``flush`` sends them as produce batches,
+    then waits until everything is acknowledged: the joiner's ``outputs.durable()`` (the
+    applied mark before the model write) covers both."""
 
-    def __init__(self, inner: Sink, writes: Writes) -> None:
-        self.inner = inner
+    def __init__(self, writes: Writes) -> None:
         self.writes = writes
         self.producer: BatchProducer | None = None  # the learner's, once it runs
+
+    def _started(self) -> BatchProducer:
+        if self.producer is None:
+            raise TableWriteError("the learner's producer has not started")
+        return self.producer
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> None:
-        await self.inner.send(topic, key, value, headers)
+        await self._started().producer.send(topic, value, key=key, headers=headers or [])
 
     async def flush(self) -> None:
         """Send the table writes made so far, then wait until they and everything else
         sent is acknowledged (raises the broker's error if a write failed)."""
+        producer = self._started()
         records = self.writes.take()
         if records:
-            if self.producer is None:
-                raise TableWriteError("table writes before the learner's producer started")
-            await (await self.producer.send_many(records))
-        await self.inner.flush()
+            await (await producer.send_many(records))
+        await producer.producer.flush()

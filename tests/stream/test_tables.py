@@ -97,12 +97,27 @@ def test_loading_skips_keyless_records_and_applies_tombstones() -> None:
     assert dict(table.items()) == {b"b": b"2"}
 
 
+class _Client:
+    """The aiokafka producer under a BatchProducer: records single sends and flushes."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
+        self.flushes = 0
+
+    async def send(self, topic: str, value: bytes | None, **_: object) -> None:
+        self.sent.append((topic, value))
+
+    async def flush(self) -> None:
+        self.flushes += 1
+
+
 class _Producer:
     """A BatchProducer stand-in: records what was sent, acknowledges (or fails) at once."""
 
     def __init__(self, fail: bool = False) -> None:
         self.sent: list[OutRecord] = []
         self.fail = fail
+        self.producer = _Client()
 
     async def send_many(self, records: list[OutRecord]) -> asyncio.Future[None]:
         self.sent += records
@@ -114,31 +129,25 @@ class _Producer:
         return done
 
 
-class _Inner:
-    def __init__(self) -> None:
-        self.flushes = 0
-
-    async def send(self, *_: object) -> None: ...
-
-    async def flush(self) -> None:
-        self.flushes += 1
-
-
-def test_durable_sends_the_table_writes_then_flushes_the_other_outputs() -> None:
+def test_durable_sends_the_table_writes_in_batches_and_waits_for_every_record() -> None:
     async def run() -> None:
-        writes, inner, producer = Writes(), _Inner(), _Producer()
-        sink = LearnerSink(inner, writes)
+        writes, producer = Writes(), _Producer()
+        sink = LearnerSink(writes)
         table = ChangelogTable(TOPIC, writes)
         with writes.partition(1):
             table[b"k"] = b"v"
         with pytest.raises(TableWriteError):  # no producer yet: never silently dropped
             await sink.flush()
+        with pytest.raises(TableWriteError):
+            await sink.send("abstain.models", b"m", b"{}")
         with writes.partition(1):
-            table[b"k"] = b"v"
+            table[b"k"] = b"w"  # the refused flush kept the first write
         sink.producer = producer  # type: ignore[assignment]
+        await sink.send("abstain.models", b"m", b"{}")  # a snapshot: queued at once
         await sink.flush()
-        assert producer.sent == [OutRecord(TOPIC, b"k", b"v", 1)]
-        assert inner.flushes == 1
+        assert producer.sent == [OutRecord(TOPIC, b"k", b"v", 1), OutRecord(TOPIC, b"k", b"w", 1)]
+        assert producer.producer.sent == [("abstain.models", b"{}")]
+        assert producer.producer.flushes == 1
         with writes.partition(1):
             table[b"j"] = b"w"
         producer.fail = True

@@ -1,0 +1,112 @@
+"""Upgrading a deployment whose learner ran as a faust agent over faust tables: the learner's
+own consumer group starts where the faust group (``<app_id>``) committed, and the pending
+entries faust's table wrote to ``<app_id>-pending-changelog`` are the learner's.
+
+What an earlier version leaves is written here by hand, record for record as faust wrote it
+(raw key and value, the same record types): a label request the agent handled, its pending
+entry in the changelog, the faust group's committed offsets, and one record on the labels
+topic that the agent had already handled and that would be dead-lettered if it were read
+again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faults.kafkaio import create_topics
+
+from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.records import LabelRequest, PendingEntry
+from service.stream.learnloop import learn_group
+from service.stream.model import request_id
+
+Service = KafkaIO = Any  # fixtures' types live in conftest.py
+MODEL = {"algorithm": "dsal", "cost": 0.25, "n_features": 3}
+FEATURES = [0.5, -0.2, 0.1]
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    async def run() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                    enable_auto_commit=False)  # fmt: skip
+        await consumer.start()
+        try:
+            consumer.assign(list(offsets))
+            await consumer.commit(offsets)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(run())
+
+
+def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
+    async def run() -> int | None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                    enable_auto_commit=False)  # fmt: skip
+        await consumer.start()
+        try:
+            offset: int | None = await consumer.committed(tp)
+            return offset
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def test_the_learner_goes_on_from_what_the_faust_agent_and_tables_left(
+    service_factory: Callable[..., Service], kafka_io: KafkaIO, kafka_bootstrap: str
+) -> None:
+    service = service_factory(
+        models={"m": MODEL},
+        default_model="m",
+        partitions={"features": 1, "decisions": 1, "labels": 1, "models": 1},
+    )
+    t, app = service.topics, service.app_id
+    create_topics(kafka_bootstrap, {t["label_requests"]: 1, t["labels"]: 1})
+    changelogs = [service.changelog(n) for n in ("pending", "orphans", "models")]
+    create_topics(kafka_bootstrap, dict.fromkeys(changelogs, 1), compacted=changelogs)
+    now = time.time()
+    rid = request_id("m", "old-1")
+    request = LabelRequest(
+        request_id=rid, event_id="old-1", model="m", features=FEATURES, score=0.1, rho=0.5,
+        decided_label=0, query_probability=0.9, model_version=0, requested_at=now,
+        expires_at=now + 600, priority=0.5)  # fmt: skip
+    kafka_io.produce(t["label_requests"], [(b"m", request.to_json())])
+    kafka_io.produce(t["labels"], [(b"m", b"handled long ago, not JSON")])
+    entry = PendingEntry(request, 0).to_json()  # what faust's table wrote for it
+    kafka_io.produce(service.changelog("pending"), [(rid.encode(), entry)])
+    handled = {TopicPartition(t["label_requests"], 0): 1, TopicPartition(t["labels"], 0): 1}
+    _commit(kafka_bootstrap, app, handled)
+
+    worker = service.start()
+    worker.wait_ready()
+    # the request the faust agent stored is pending here: its label applies at once
+    kafka_io.produce_json(t["labels"], [("m", {"request_id": rid, "model": "m", "label": 1})])
+    models = kafka_io.wait_for(t["models"], lambda rs: any(
+        r.key == b"m" and r.json()["version"] == 1 for r in rs))  # fmt: skip
+    final = [r.json() for r in models if r.key == b"m"][-1]
+    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
+    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
+    pipe.learn(np.array(FEATURES))
+    learner.update(pipe.transform(np.array(FEATURES)), 1)
+    np.testing.assert_allclose(final["learner"]["learned"]["w"], learner.w, rtol=1e-12)
+    assert final["learner"]["learned"]["rho"] == pytest.approx(learner.rho, rel=1e-12)
+    assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 1.0
+
+    # nothing the faust group had committed was read again: the garbage at labels@0 was
+    # never dead-lettered, and the learn group moved on from the faust group's offsets
+    deadline = time.monotonic() + 30
+    labels_tp = TopicPartition(t["labels"], 0)
+    while _committed(kafka_bootstrap, learn_group(app), labels_tp) != 2:
+        assert time.monotonic() < deadline, "the learn group never committed the label"
+        time.sleep(0.5)
+    requests_tp = TopicPartition(t["label_requests"], 0)
+    assert _committed(kafka_bootstrap, learn_group(app), requests_tp) in (None, 1)
+    letters = [r.json() for r in kafka_io.read(t["dead_letters"])]
+    assert not [d for d in letters if d.get("source") == "labels"], letters
+    assert worker.alive()
