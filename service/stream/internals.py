@@ -13,6 +13,7 @@ No aiokafka internals are used (aiokafka 0.14.0).
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -45,3 +46,8 @@ class Worker(faust.Worker):
                 root.removeHandler(handler)
         level = self.loglevel
         root.setLevel(level.upper() if isinstance(level, str) else level or logging.WARNING)
+        # what start-up made (modules, faust's services, aiokafka's clients: ~90,000 objects)
+        # lives as long as the process: out of the collector's sight, a full collection no
+        # longer walks it (measured ~50 ms each, a stall of every event in flight)
+        gc.collect()
+        gc.freeze()

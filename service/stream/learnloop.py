@@ -62,9 +62,12 @@ RETRY_SECONDS = 1.0
 #: most records handled (and made durable) together
 MAX_RECORDS = 1000
 #: while the scoring path has a backlog (its last fetch was full), the learner's share of
-#: the worker's time: it sleeps (1 - share) / share times as long as its last batch took.
+#: the worker's CPU: it sleeps (1 - share) / share times the CPU its last batch took.
 #: Decisions wait for nobody; label requests are stored once the burst is decided.
 LEARN_SHARE = 0.1
+#: the longest such pause: labels (each waits for its mark to be durable) still apply
+#: within about a second under a sustained backlog
+MAX_DEFER_SECONDS = 1.0
 
 
 def learn_group(app_id: str) -> str:
@@ -153,7 +156,8 @@ class LearnLoop:
         if self.state.unrecovered:
             await self._recover(consumer)
         if self.defer():  # decisions are waiting: the learner takes its share, no more
-            await asyncio.sleep(self._handled_for * (1.0 - LEARN_SHARE) / LEARN_SHARE)
+            pause = self._handled_for * (1.0 - LEARN_SHARE) / LEARN_SHARE
+            await asyncio.sleep(min(MAX_DEFER_SECONDS, pause))
         try:
             fetched = await consumer.getmany(timeout_ms=200, max_records=MAX_RECORDS)
         except KafkaError as exc:
@@ -170,9 +174,9 @@ class LearnLoop:
             if not fetched:
                 return
             try:
-                started = time.perf_counter()
+                started = time.thread_time()  # CPU: waits for the broker do not count
                 await self._handle(fetched)
-                self._handled_for = time.perf_counter() - started
+                self._handled_for = time.thread_time() - started
                 await self.durable()
             except KafkaError as exc:
                 log.warning("storing the learner's state failed (%r): reading it again", exc)
