@@ -87,13 +87,17 @@ class BatchProducer:
         """Queue ``records``; the returned future is done once the broker acknowledged all
         of them (and fails if any one fails). A record's ``partition`` is taken modulo the
         topic's partition count (the count the topic really has)."""
+        counts = {topic: await self.partitions(topic) for topic in {r.topic for r in records}}
+        keyed: dict[tuple[bytes, int], int] = {}  # label requests share a few keys (models)
         groups: dict[tuple[str, int], list[OutRecord]] = {}
         for r in records:
-            count = await self.partitions(r.topic)
+            count = counts[r.topic]
             if r.partition is not None:
                 p = r.partition % count
             elif r.key is not None:
-                p = partition_for(r.key, count)
+                p = keyed.get((r.key, count), -1)
+                if p < 0:
+                    p = keyed[(r.key, count)] = partition_for(r.key, count)
             else:
                 p = next(self._spread) % count
             groups.setdefault((r.topic, p), []).append(r)
