@@ -13,8 +13,11 @@
    is applied, ``abstain_risk_estimate`` (importance-weighted: sum L_d / p over sum 1 / p)
    is compared with the true 0-d-1 risk of the decisions served, which the test computes
    from the labels it knows. Its standard error at CI size (about 0.01) makes a bound of
-   0.02 a 2-sigma bound there: the CI size checks ``max(0.02, 4 SE)`` (SE estimated from
-   the labelled sample) and the full size, about four times the labels, checks 0.02.
+   0.02 a 2-sigma bound there: the CI size checks ``max(0.02, 4 SE)``, with SE the larger of
+   the one estimated from the labelled sample and the one over every decision served (the
+   test knows every label; the sample's alone is small exactly when a rare, heavily
+   weighted error went unasked and the estimate is low), and the full size, about four
+   times the labels, checks 0.02.
    The test also recomputes the estimate from the requests (the service's arithmetic, to
    1e-9) and checks that the decisions' ``query_probability`` is honest (sum p over the
    decisions matches the requests asked, within 4 sigma).
@@ -346,6 +349,22 @@ def standard_error(requests: list[dict[str, Any]], truth: dict[str, int], cap: f
     return float(math.sqrt(((1.0 - np.minimum(p, 1.0)) * w**2 * (lo - r) ** 2).sum()) / w.sum())
 
 
+def design_standard_error(
+    decisions: list[dict[str, Any]], truth: dict[str, int], cap: float
+) -> float:
+    """The estimate's standard error over every decision served, which the test can compute
+    because it knows every event's label: each is asked with its probability p and, if
+    asked, weighs w = 1 / max(p, 1 / cap); linearised, sum p (1 - p) w^2 (L - R)^2 over
+    (sum p w)^2. Unlike :func:`standard_error` it does not depend on which events happened
+    to be asked: a rare error with a large weight that was not asked makes the estimate low
+    and the sample's standard error small at once."""
+    p = np.array([min(1.0, float(d["query_probability"])) for d in decisions])
+    w = 1.0 / np.maximum(p, 1.0 / cap)
+    lo = np.array([loss(d["label"], truth[d["id"]]) for d in decisions])
+    r = float((p * w * lo).sum() / (p * w).sum())
+    return float(math.sqrt((p * (1.0 - p) * w**2 * (lo - r) ** 2).sum()) / (p * w).sum())
+
+
 def gauge_sum(workers: list[WorkerProcess], name: str) -> float:
     return sum(w.metric(name, {"model": MODEL}) for w in workers)
 
@@ -433,10 +452,12 @@ def test_budget_paces_requests_and_the_risk_estimate_is_unbiased(
     mine = estimate(requests, src.truth, pace.max_weight)
     at_100 = estimate(requests, src.truth, 100.0)
     se = standard_error(requests, src.truth, pace.max_weight)
-    tolerance = pace.risk_tolerance if pace.risk_tolerance is not None else max(0.02, 4 * se)
     first = {}
     for d in decisions:
         first.setdefault(d["id"], d)
+    design_se = design_standard_error(list(first.values()), src.truth, pace.max_weight)
+    tolerance = (pace.risk_tolerance if pace.risk_tolerance is not None
+                 else max(0.02, 4 * se, 4 * design_se))  # fmt: skip
     p_sum = sum(float(d["query_probability"]) for d in first.values())
     p_var = sum(float(d["query_probability"]) * (1 - float(d["query_probability"]))
                 for d in first.values())  # fmt: skip
@@ -468,6 +489,7 @@ def test_budget_paces_requests_and_the_risk_estimate_is_unbiased(
         "abstain_risk_estimate per worker": [round(g, 5) for g in gauges],
         "estimate - true": round(gauges[0] - true_risk, 5),
         "estimate SE (from the sample)": round(se, 5),
+        "estimate SE (over every decision)": round(design_se, 5),
         "tolerance": round(tolerance, 5),
         f"estimate recomputed (cap {pace.max_weight:g} / default cap 100)": (
             f"{mine:.5f} / {at_100:.5f}"
