@@ -119,36 +119,56 @@ def _faust_app(s: Settings) -> App:
     )
 
 
-def _score_loop(s: Settings, scorer: Scorer, progress: Progress) -> ScoreLoop:
-    """The scoring path's loop and its aiokafka clients (made when it starts)."""
-    client = {"bootstrap_servers": s.bootstrap_servers, **s.security.aiokafka_kwargs()}
+@dataclass(frozen=True, slots=True)
+class _Clients:
+    """The aiokafka clients of one loop (``group``: its consumer group, also the clients'
+    id), made when the loop starts. Offsets are committed by the loop, once what they caused is
+    acknowledged by every in-sync replica (acks=all)."""
 
-    def consumer(listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
+    s: Settings
+    group: str
+    topics: tuple[str, ...]
+    fetch_max_wait_ms: int = 500  # aiokafka's default
+
+    @property
+    def client(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self.s.bootstrap_servers, **self.s.security.aiokafka_kwargs()}
+
+    def consumer(self, listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
+        s = self.s
         c = AIOKafkaConsumer(
-            group_id=score_group(s.app_id),
-            client_id=f"{s.app_id}-score",
-            enable_auto_commit=False,  # committed once the outputs are acknowledged
+            group_id=self.group,
+            client_id=self.group,
+            enable_auto_commit=False,
             auto_offset_reset="earliest",
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
             max_partition_fetch_bytes=s.fetch_bytes,
             fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
             session_timeout_ms=int(s.session_timeout_seconds * 1000),
             heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
-            **client,
+            **self.client,
         )
-        c.subscribe([s.topics.features], listener=listener)
+        c.subscribe(list(self.topics), listener=listener)
         return c
 
-    def producer() -> AIOKafkaProducer:
+    def producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
-            client_id=f"{s.app_id}-score",
-            acks="all",  # a committed offset means its outputs are on every in-sync replica
-            max_request_size=s.fetch_bytes,
-            max_batch_size=min(s.fetch_bytes, 1_048_576) - 1024,
-            **client,
+            client_id=self.group,
+            acks="all",
+            max_request_size=self.s.fetch_bytes,
+            max_batch_size=min(self.s.fetch_bytes, 1_048_576) - 1024,
+            **self.client,
         )
 
-    return ScoreLoop(s, scorer, progress, consumer_factory=consumer, producer_factory=producer,
-                     admin_factory=lambda: AIOKafkaAdminClient(**client))  # fmt: skip
+    def admin(self) -> AIOKafkaAdminClient:
+        return AIOKafkaAdminClient(**self.client)
+
+
+def _score_loop(s: Settings, scorer: Scorer, progress: Progress) -> ScoreLoop:
+    """The scoring path's loop and its aiokafka clients."""
+    clients = _Clients(s, score_group(s.app_id), (s.topics.features,))
+    return ScoreLoop(s, scorer, progress, consumer_factory=clients.consumer,
+                     producer_factory=clients.producer, admin_factory=clients.admin)  # fmt: skip
 
 
 def _learn_loop(
@@ -159,36 +179,12 @@ def _learn_loop(
     progress: Progress,
     on_owned: Callable[[frozenset[int]], None],
 ) -> LearnLoop:
-    """The learner's loop and its aiokafka clients (made when it starts)."""
-    client = {"bootstrap_servers": s.bootstrap_servers, **s.security.aiokafka_kwargs()}
-
-    def consumer(listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
-        c = AIOKafkaConsumer(
-            group_id=learn_group(s.app_id),
-            client_id=f"{s.app_id}-learn",
-            enable_auto_commit=False,  # committed once the table writes are acknowledged
-            auto_offset_reset="earliest",
-            # one fetch per broker at a time: a fetch for a quiet partition (labels) that
-            # the broker holds for the default 500 ms would hold back a busy one
-            fetch_max_wait_ms=50,
-            max_partition_fetch_bytes=s.fetch_bytes,
-            fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
-            session_timeout_ms=int(s.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
-            **client,
-        )
-        # range assignment: one member gets the same partition numbers of both topics
-        c.subscribe([s.topics.label_requests, s.topics.labels], listener=listener)
-        return c
-
-    def producer() -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            client_id=f"{s.app_id}-learn",
-            acks="all",  # a committed offset means its table writes are on every replica
-            max_request_size=s.fetch_bytes,
-            max_batch_size=min(s.fetch_bytes, 1_048_576) - 1024,
-            **client,
-        )
+    """The learner's loop and its aiokafka clients. Range assignment gives one member the
+    same partition numbers of both label topics. aiokafka sends one fetch per broker at a
+    time: a fetch for a quiet partition (labels) that the broker holds for the default
+    500 ms would hold back a busy one, hence 50 ms."""
+    topics = (s.topics.label_requests, s.topics.labels)
+    clients = _Clients(s, learn_group(s.app_id), topics, fetch_max_wait_ms=50)
 
     def changelogs() -> AIOKafkaConsumer:
         return reader(s.bootstrap_servers, f"{s.app_id}-recovery",
@@ -196,9 +192,8 @@ def _learn_loop(
                       client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
 
     return LearnLoop(s, joiner, list(tables.values()), sink.writes, progress,
-                     consumer_factory=consumer, producer_factory=producer,
-                     reader_factory=changelogs, sink=sink,
-                     admin_factory=lambda: AIOKafkaAdminClient(**client),
+                     consumer_factory=clients.consumer, producer_factory=clients.producer,
+                     reader_factory=changelogs, sink=sink, admin_factory=clients.admin,
                      on_owned=on_owned)  # fmt: skip
 
 

@@ -43,14 +43,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.records import RawMessage
+from service.stream.groups import Rebalance, adopt_offsets, commit, raw_message, seek_committed
 from service.stream.joiner import LabelJoiner
 from service.stream.outputs import Headers
 from service.stream.partitions import Progress, RecoveryState
-from service.stream.scoreloop import BatchProducer, ScoreView, adopt_offsets
+from service.stream.scoreloop import BatchProducer, ScoreView
 from service.stream.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
 
 __all__ = ["LearnLoop", "LearnView", "LearnerSink", "learn_group"]
@@ -138,7 +138,7 @@ class LearnLoop:
         producer = self.producer_factory()
         await producer.start()
         self.producer = self.sink.producer = BatchProducer(producer)
-        consumer = self.consumer = self.consumer_factory(_Rebalance(self))
+        consumer = self.consumer = self.consumer_factory(Rebalance(self))
         await consumer.start()
         try:
             while True:
@@ -193,10 +193,7 @@ class LearnLoop:
         for tp in order:
             with self.writes.partition(tp.partition):
                 for r in fetched[tp]:
-                    ts = r.timestamp / 1000.0 if r.timestamp > 0 else None
-                    value = r.value if r.value is not None else b""
-                    message = RawMessage(value, r.topic, r.partition, r.offset, r.key, ts)
-                    await self.joiner.handle(message)
+                    await self.joiner.handle(raw_message(r))
 
     async def durable(self) -> None:
         """Send the table writes made so far and wait until they, and everything else the
@@ -215,22 +212,8 @@ class LearnLoop:
         async with self.commit_lock:
             self._committed_at = now
             offsets, self.state.uncommitted = self.state.uncommitted, {}
-            mine, done = consumer.assignment(), self.state.committed
-            offsets = {tp: o for tp, o in offsets.items() if tp in mine and o > done.get(tp, -1)}
-            if not offsets:
-                return
-            try:
-                await consumer.commit(offsets)
-            except (CommitFailedError, IllegalStateError) as exc:  # the group moved on
-                log.warning("commit of learned offsets refused (%r): the new owner redoes them "
-                            "(each label's effect is stored once)", exc)  # fmt: skip
-                return
-            except KafkaError as exc:
-                log.warning("commit of learned offsets failed (%r); the next one covers them",
-                            exc)  # fmt: skip
-                self.state.uncommitted = {**offsets, **self.state.uncommitted}
-                return
-            done.update(offsets)
+            if await commit(consumer, offsets, self.state.committed, "learned") is None:
+                self.state.uncommitted = {**offsets, **self.state.uncommitted}  # next time
 
     async def _settle(self) -> None:
         async with self.lock:
@@ -272,15 +255,7 @@ class LearnLoop:
         tps = sorted(tp for tp in consumer.assignment() if tp.partition in owned)
         if tps:
             consumer.pause(*tps)
-        for tp in tps:
-            committed = self.state.committed.get(tp)
-            if committed is None:
-                with contextlib.suppress(KafkaError):
-                    committed = await consumer.committed(tp)
-            if committed is None:
-                await consumer.seek_to_beginning(tp)
-            else:
-                consumer.seek(tp, committed)
+        await seek_committed(consumer, tps, self.state.committed)
         self._own(frozenset())
         self.state.unrecovered |= owned
 
@@ -328,17 +303,6 @@ class LearnLoop:
                      if tp.partition not in self.state.unrecovered)  # fmt: skip
         self.consumer.resume(*tps)
         return tps
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, loop: LearnLoop) -> None:
-        self.loop = loop
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.loop.revoked(frozenset(revoked))
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.loop.assigned(frozenset(assigned))
 
 
 class LearnView(ScoreView):

@@ -15,7 +15,7 @@ decisions (at-least-once, as before).
   waits for the batches in flight, seeks back to the last committed offsets and scores
   from there again.
 - On a rebalance the revoked partitions' batches in flight are awaited and committed
-  before the partitions go (:class:`_Rebalance`), so the next owner starts where this
+  before the partitions go (:meth:`ScoreLoop.revoked`), so the next owner starts where this
   worker's acknowledged outputs end.
 - :class:`ScoreView` shows the consumer to liveness (:mod:`service.stream.liveness`).
 
@@ -38,16 +38,16 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 
 from service.config import Settings
-from service.records import RawMessage
+from service.stream.groups import Rebalance, adopt_offsets, commit, raw_message, seek_committed
 from service.stream.kafka import partition_for
 from service.stream.outputs import OutRecord
 from service.stream.partitions import TP, Progress, RecoveryState
 from service.stream.scorer import Scorer
 
-__all__ = ["BatchProducer", "ScoreLoop", "ScoreView", "adopt_offsets", "score_group"]
+__all__ = ["BatchProducer", "ScoreLoop", "ScoreView", "score_group"]
 
 log = logging.getLogger(__name__)
 
@@ -216,11 +216,7 @@ class ScoreLoop:
             fetched = {tp: rs for tp, rs in fetched.items() if tp in assigned}
             if not fetched or self.state.rewind:
                 return
-            messages = [
-                RawMessage(r.value if r.value is not None else b"", r.topic, r.partition,
-                           r.offset, r.key, r.timestamp / 1000.0 if r.timestamp > 0 else None)
-                for records in fetched.values() for r in records
-            ]  # fmt: skip
+            messages = [raw_message(r) for records in fetched.values() for r in records]
             _, records = self.scorer.decide(messages)
             assert self.producer is not None  # noqa: S101 - started in run()
             try:
@@ -268,21 +264,8 @@ class ScoreLoop:
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` of partitions still assigned, never below what was committed."""
         assert self.consumer is not None  # noqa: S101 - started in run()
-        async with self.commit_lock:
-            mine, done = self.consumer.assignment(), self.state.committed
-            offsets = {tp: o for tp, o in offsets.items() if tp in mine and o > done.get(tp, -1)}
-            if not offsets:
-                return
-            try:
-                await self.consumer.commit(offsets)
-            except (CommitFailedError, IllegalStateError) as exc:  # the group moved on
-                log.warning("commit of scored offsets refused (%r): the new owner scores them",
-                            exc)  # fmt: skip
-                return
-            except KafkaError as exc:
-                log.warning("commit of scored offsets failed (%r); the next one covers them", exc)
-                return
-            done.update(offsets)
+        async with self.commit_lock:  # a failure is covered by the next commit
+            await commit(self.consumer, offsets, self.state.committed, "scored")
 
     async def _drain(self) -> None:
         """Wait for every batch in flight, then commit what was acknowledged."""
@@ -302,20 +285,12 @@ class ScoreLoop:
                 await asyncio.wait(pending)
             self.state.in_flight.clear()
             await asyncio.sleep(RETRY_SECONDS)
-            for tp in sorted(consumer.assignment()):
-                committed = self.state.committed.get(tp)
-                if committed is None:
-                    with contextlib.suppress(KafkaError):
-                        committed = await consumer.committed(tp)
-                if committed is None:
-                    await consumer.seek_to_beginning(tp)
-                else:
-                    consumer.seek(tp, committed)
+            await seek_committed(consumer, consumer.assignment(), self.state.committed)
             self.state.rewind = False
 
     def listener(self) -> ConsumerRebalanceListener:
         """The rebalance listener the consumer must be subscribed with."""
-        return _Rebalance(self)
+        return Rebalance(self)
 
     async def revoked(self, revoked: AbstractSet[TopicPartition]) -> None:
         """Before partitions go: their batches in flight acknowledged and committed. The
@@ -353,59 +328,6 @@ class ScoreLoop:
         tps = sorted(self.consumer.assignment())
         self.consumer.resume(*tps)
         return tps
-
-
-async def adopt_offsets(
-    consumer: AIOKafkaConsumer,
-    admin_factory: Callable[[], AIOKafkaAdminClient] | None,
-    group: str,
-    assigned: AbstractSet[TopicPartition],
-    committed: dict[TopicPartition, int],
-) -> None:
-    """Of the ``assigned`` partitions, those the consumer's group committed go into
-    ``committed``; those it never committed start where ``group`` (the worker's faust
-    group, which consumed them in earlier versions) committed, if it did."""
-    if admin_factory is None or not assigned:
-        return
-    fresh = []
-    for tp in sorted(assigned):
-        try:
-            offset = await consumer.committed(tp)
-        except KafkaError:
-            return
-        if offset is None:
-            fresh.append(tp)
-        else:
-            committed[tp] = offset
-    if not fresh:
-        return
-    admin = admin_factory()
-    try:
-        await admin.start()
-        earlier = await admin.list_consumer_group_offsets(group, partitions=fresh)
-    except KafkaError as exc:
-        log.warning("could not read the faust group's offsets (%r): from the start", exc)
-        return
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
-    for tp in fresh:
-        meta = earlier.get(tp)
-        if meta is not None and meta.offset >= 0:
-            log.info("%s[%s]: starting at %s, where %s left off", tp.topic, tp.partition,
-                     meta.offset, group)  # fmt: skip
-            consumer.seek(tp, meta.offset)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, loop: ScoreLoop) -> None:
-        self.loop = loop
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.loop.revoked(frozenset(revoked))
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.loop.assigned(frozenset(assigned))
 
 
 class _LoopState(Protocol):
