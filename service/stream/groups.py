@@ -102,7 +102,9 @@ async def adopt_offsets(
 ) -> None:
     """Of the ``assigned`` partitions, those the consumer's group committed go into
     ``committed``; those it never committed start where ``group`` (the worker's faust
-    group, which consumed them in earlier versions) committed, if it did."""
+    group, which consumed them in earlier versions) committed, if it did, and that offset
+    goes into ``committed`` too: a loop that seeks back to its commits before its group
+    ever committed (a failed produce) returns there, not to the topic's first record."""
     if admin_factory is None or not assigned:
         return
     fresh = []
@@ -133,3 +135,4 @@ async def adopt_offsets(
             log.info("%s[%s]: starting at %s, where %s left off", tp.topic, tp.partition,
                      meta.offset, group)  # fmt: skip
             consumer.seek(tp, meta.offset)
+            committed[tp] = meta.offset

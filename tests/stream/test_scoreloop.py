@@ -294,3 +294,8 @@ async def test_partitions_the_score_group_never_committed_start_where_the_faust_
     assert admin.asked == ["abstain"]  # the worker's faust group (the app id)
     assert consumer.seeks == [(TP0, 42)]
     assert loop.view.committed_next(TP1) == 3
+    # a rewind before the score group ever committed goes back to the adopted offset
+    consumer.seeks.clear()
+    loop.state.rewind = True
+    await loop._rewind(consumer)  # type: ignore[arg-type]
+    assert sorted(consumer.seeks) == [(TP0, 42), (TP1, 3)]
