@@ -1,5 +1,5 @@
 """What the worker knows about the partitions it consumes, and the one view of the Kafka
-consumer that liveness and continuity need.
+consumer that liveness needs.
 
 - :class:`Progress`: the last offset processed per (topic, partition) and when;
 - :class:`PartitionStatus` and :func:`stalled_partitions`: lag without progress;
@@ -87,7 +87,7 @@ class RecoveryState:
 
 
 class ConsumerView(Protocol):
-    """The Kafka consumer of a running worker, as liveness and continuity use it.
+    """The Kafka consumer of a running worker, as liveness uses it.
 
     Partitions (``tp``) are those :meth:`assignment` returned. Calls that ask the broker
     (the ``async`` ones) may raise ``aiokafka.errors.KafkaError`` or ``OSError``.
