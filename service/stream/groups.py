@@ -5,10 +5,12 @@ record as a :class:`~service.records.RawMessage`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -93,6 +95,27 @@ async def seek_committed(
             consumer.seek(tp, offset)
 
 
+_FAILED = object()
+#: attempts, a second apart, to read a group's offsets (a group coordinator that is still
+#: loading answers with a retriable error for a few seconds)
+ATTEMPTS = 10
+
+
+async def _retrying(call: Callable[[], Awaitable[Any]], what: str) -> Any:
+    """``await call()``, again after a Kafka error (up to :data:`ATTEMPTS`); ``_FAILED``
+    (logged) if it never answers."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return await call()
+        except KafkaError as exc:
+            if attempt == ATTEMPTS - 1:
+                log.warning("could not read %s (%r): starting from the committed offsets or "
+                            "the start", what, exc)  # fmt: skip
+                return _FAILED
+            await asyncio.sleep(1.0)
+    return _FAILED
+
+
 async def adopt_offsets(
     consumer: AIOKafkaConsumer,
     admin_factory: Callable[[], AIOKafkaAdminClient] | None,
@@ -109,26 +132,28 @@ async def adopt_offsets(
         return
     fresh = []
     for tp in sorted(assigned):
-        try:
-            offset = await consumer.committed(tp)
-        except KafkaError:
+        found = await _retrying(partial(consumer.committed, tp), f"the commit of {tp}")
+        if found is _FAILED:
             return
-        if offset is None:
+        if found is None:
             fresh.append(tp)
         else:
-            committed[tp] = offset
+            committed[tp] = found
     if not fresh:
         return
-    admin = admin_factory()
-    try:
-        await admin.start()
-        earlier = await admin.list_consumer_group_offsets(group, partitions=fresh)
-    except KafkaError as exc:
-        log.warning("could not read the faust group's offsets (%r): from the start", exc)
+
+    async def listed() -> Any:
+        admin = admin_factory()
+        try:
+            await admin.start()
+            return await admin.list_consumer_group_offsets(group, partitions=fresh)
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+
+    earlier = await _retrying(listed, f"the offsets of group {group}")
+    if earlier is _FAILED:
         return
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
     for tp in fresh:
         meta = earlier.get(tp)
         if meta is not None and meta.offset >= 0:
