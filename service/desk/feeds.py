@@ -27,6 +27,7 @@ from service.desk.errors import Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
 from service.records import BadMessage, parse_label, parse_label_request, parse_pending_entry
 from service.stream.errors import TopicError
+from service.stream.groups import START_TIMEOUT_SECONDS
 from service.stream.kafka import partition_for, reader, topic_partitions
 from service.stream.model import request_id
 from service.stream.topics import TopicLayoutError, default_replication_factor
@@ -142,6 +143,7 @@ class Feeds:
         self.assigned: list[TopicPartition] = []
         self.ends: dict[TopicPartition, int] = {}  # where "read up to the start" ends
         self.missing = set(self.topics)
+        self.unstarted: set[str] = set()  # they exist, but Kafka did not say their offsets
 
     @property
     def queue(self) -> DeskQueue:
@@ -182,18 +184,27 @@ class Feeds:
             self.missing.discard(topic)
         if not found:
             return
-        positions = {tp: await consumer.position(tp) for tp in self.assigned}
+        try:  # the ends readiness waits for, and where the partitions already read are
+            async with asyncio.timeout(START_TIMEOUT_SECONDS):
+                ends = {} if self.desk.ready else await consumer.end_offsets(found)
+                positions = {tp: await consumer.position(tp) for tp in self.assigned}
+        except (KafkaError, TimeoutError) as exc:
+            self.unstarted = {tp.topic for tp in found}  # looked for again; not ready meanwhile
+            self.missing |= self.unstarted
+            log.warning("desk cannot learn the offsets of %s (%r): not reading them yet",
+                        sorted({tp.topic for tp in found}), exc)  # fmt: skip
+            return
+        self.ends.update(ends)
+        self.unstarted = set()
         self.assigned += found
         consumer.assign(self.assigned)
         for tp, offset in positions.items():
             consumer.seek(tp, offset)
         await consumer.seek_to_beginning(*found)
-        if not self.desk.ready:
-            self.ends.update(await consumer.end_offsets(found))
         log.info("desk reads %s", sorted({tp.topic for tp in self.assigned}))
 
     async def _check_ready(self, consumer: Any) -> None:
-        if self.settings.desk.leases_topic in self.missing:
+        if self.settings.desk.leases_topic in self.missing or self.unstarted:
             return
         for tp, end in self.ends.items():
             if await consumer.position(tp) < end:

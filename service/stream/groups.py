@@ -1,16 +1,16 @@
 """What the worker's two consumer loops (:mod:`~service.stream.scoreloop`,
 :mod:`~service.stream.learnloop`) do alike with their consumer groups: the rebalance
-listener, where a partition starts, committing, seeking back to a commit, and a fetched
-record as a :class:`~service.records.RawMessage`."""
+listener, where a partition starts (:class:`Starts`), committing, seeking back to a commit,
+and a fetched record as a :class:`~service.records.RawMessage`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
-from functools import partial
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -19,7 +19,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from service.records import RawMessage
 
-__all__ = ["Rebalance", "adopt_offsets", "commit", "raw_message", "seek_committed"]
+__all__ = ["Rebalance", "Starts", "commit", "raw_message", "seek_committed"]
 
 log = logging.getLogger(__name__)
 
@@ -78,86 +78,157 @@ async def commit(
     return True
 
 
-async def seek_committed(
-    consumer: AIOKafkaConsumer, tps: Iterable[TopicPartition], committed: dict[TopicPartition, int]
+def seek_committed(
+    consumer: AIOKafkaConsumer,
+    tps: Iterable[TopicPartition],
+    committed: dict[TopicPartition, int],
+    starts: Starts,
 ) -> None:
     """Seek each of ``tps`` back to where its work starts: ``committed`` (the group's commit
-    or the offset it was adopted at), else the group's commit asked from Kafka, else the
-    earliest offset."""
+    or the offset it started at); a partition without one is paused until ``starts``
+    learns it again (never "from the first record" because an answer was missing)."""
+    unknown = []
     for tp in sorted(tps):
         offset = committed.get(tp)
         if offset is None:
-            with contextlib.suppress(KafkaError):
-                offset = await consumer.committed(tp)
-        if offset is None:
-            await consumer.seek_to_beginning(tp)
+            unknown.append(tp)
         else:
             consumer.seek(tp, offset)
+    starts.hold(consumer, frozenset(unknown))
 
 
-_FAILED = object()
-#: attempts, a second apart, to read a group's offsets (a group coordinator that is still
-#: loading answers with a retriable error for a few seconds)
-ATTEMPTS = 10
+#: seconds one attempt to learn where partitions start may take (a group coordinator that is
+#: still loading answers with a retriable error for a few seconds; aiokafka retries those)
+START_TIMEOUT_SECONDS = 10.0
+#: seconds between attempts once one failed
+RETRY_SECONDS = 1.0
+#: seconds between log lines while a start cannot be learned
+WARN_EVERY_SECONDS = 30.0
 
 
-async def _retrying(call: Callable[[], Awaitable[Any]], what: str) -> Any:
-    """``await call()``, again after a Kafka error (up to :data:`ATTEMPTS`); ``_FAILED``
-    (logged) if it never answers."""
-    for attempt in range(ATTEMPTS):
+class Starts:
+    """Where each newly assigned partition starts, learned before one record of it is
+    read: the loop's own group's commit, else where ``old_group`` (the worker's faust
+    group, which consumed these topics in earlier versions) committed, else the topic's
+    first record, and that last only when Kafka *said* neither group committed.
+
+    :meth:`hold` pauses the partitions the rebalance listener was given (it does not wait
+    for the broker: a slow coordinator must not stretch the rebalance). The loop calls
+    :meth:`learn` before each fetch; it asks Kafka (bounded by
+    :data:`START_TIMEOUT_SECONDS`), seeks every partition it got an answer for and returns
+    them to be resumed. A partition Kafka does not answer for stays paused and in
+    :attr:`unknown` (the worker is not ready; a warning names it), and is asked for again
+    a second later: a start that cannot be learned never becomes "from the beginning"."""
+
+    def __init__(
+        self,
+        old_group: str | None = None,
+        admin_factory: Callable[[], AIOKafkaAdminClient] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.old_group = old_group
+        self.admin_factory = admin_factory
+        self.clock = clock
+        self.unknown: set[TopicPartition] = set()
+        self.failing_since: float | None = None
+        self._tried = self._warned = -WARN_EVERY_SECONDS
+
+    def hold(self, consumer: AIOKafkaConsumer, assigned: Partitions) -> None:
+        """Pause ``assigned`` until their starts are learned."""
+        if assigned:
+            consumer.pause(*assigned)
+            self.unknown |= set(assigned)
+
+    def forget(self, revoked: Partitions) -> None:
+        self.unknown -= set(revoked)
+
+    async def learn(
+        self, consumer: AIOKafkaConsumer, committed: dict[TopicPartition, int]
+    ) -> set[TopicPartition]:
+        """Ask where the unknown partitions start; seek those Kafka answered for (their
+        offsets go into ``committed``: a loop that seeks back before its group commits
+        returns there, not to a later first record) and return them, still paused."""
+        self.unknown &= consumer.assignment()
+        tps = sorted(self.unknown)
+        if not tps:
+            self.failing_since = None
+            return set()
+        if self.failing_since is not None and self.clock() - self._tried < RETRY_SECONDS:
+            return set()  # Kafka did not answer a moment ago: the loop goes on meanwhile
+        self._tried = self.clock()
         try:
-            return await call()
-        except KafkaError as exc:
-            if attempt == ATTEMPTS - 1:
-                log.warning("could not read %s (%r): starting from the committed offsets or "
-                            "the start", what, exc)  # fmt: skip
-                return _FAILED
-            await asyncio.sleep(1.0)
-    return _FAILED
+            starts = await asyncio.wait_for(self._find(consumer, tps), START_TIMEOUT_SECONDS)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            self._failed(tps, exc)
+            return set()
+        started: set[TopicPartition] = set()
+        for tp, offset in starts.items():
+            if tp not in self.unknown or tp not in consumer.assignment():
+                continue  # revoked while Kafka was asked
+            consumer.seek(tp, offset)
+            committed[tp] = offset
+            self.unknown.discard(tp)
+            started.add(tp)
+        if not self.unknown:
+            if self.failing_since is not None:
+                log.warning("start offsets learned after %.0f s: consuming %s",
+                            self.clock() - self.failing_since, _names(started))  # fmt: skip
+            self.failing_since = None
+        return started
 
+    def _failed(self, tps: list[TopicPartition], exc: BaseException) -> None:
+        now = self.clock()
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self._warned >= WARN_EVERY_SECONDS:
+            self._warned = now
+            log.warning("cannot learn where %s start (%r): not consuming them and not ready "
+                        "until Kafka answers (asked again every round, for %.0f s now)",
+                        _names(tps), exc, now - self.failing_since)  # fmt: skip
 
-async def adopt_offsets(
-    consumer: AIOKafkaConsumer,
-    admin_factory: Callable[[], AIOKafkaAdminClient] | None,
-    group: str,
-    assigned: Partitions,
-    committed: dict[TopicPartition, int],
-) -> None:
-    """Of the ``assigned`` partitions, those the consumer's group committed go into
-    ``committed``; those it never committed start where ``group`` (the worker's faust
-    group, which consumed them in earlier versions) committed, if it did, and that offset
-    goes into ``committed`` too: a loop that seeks back to its commits before its group
-    ever committed (a failed produce) returns there, not to the topic's first record."""
-    if admin_factory is None or not assigned:
-        return
-    fresh = []
-    for tp in sorted(assigned):
-        found = await _retrying(partial(consumer.committed, tp), f"the commit of {tp}")
-        if found is _FAILED:
-            return
-        if found is None:
-            fresh.append(tp)
-        else:
-            committed[tp] = found
-    if not fresh:
-        return
+    async def _find(
+        self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Each of ``tps``: its start offset (raises when Kafka does not say)."""
+        out: dict[TopicPartition, int] = {}
+        for tp in tps:
+            offset = await consumer.committed(tp)  # aiokafka retries a loading coordinator
+            if offset is not None:
+                out[tp] = offset
+        fresh = [tp for tp in tps if tp not in out]
+        if fresh and self.admin_factory is not None and self.old_group is not None:
+            earlier = await self._listed(self.old_group, fresh)
+            for tp in fresh:
+                meta = earlier.get(tp)
+                if meta is not None and meta.offset >= 0:
+                    log.info("%s[%s]: starting at %s, where %s left off", tp.topic,
+                             tp.partition, meta.offset, self.old_group)  # fmt: skip
+                    out[tp] = meta.offset
+        fresh = [tp for tp in tps if tp not in out]
+        if fresh:  # neither group ever committed: the first record still kept
+            firsts = await consumer.beginning_offsets(fresh)
+            out.update({tp: int(firsts[tp]) for tp in fresh})
+        return out
 
-    async def listed() -> Any:
-        admin = admin_factory()
+    async def _listed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, Any]:
+        assert self.admin_factory is not None  # noqa: S101 - checked by the caller
+        admin = self.admin_factory()
         try:
             await admin.start()
-            return await admin.list_consumer_group_offsets(group, partitions=fresh)
+            while True:  # bounded by learn()'s timeout
+                try:
+                    found: dict[TopicPartition, Any] = await admin.list_consumer_group_offsets(
+                        group, partitions=tps)  # fmt: skip
+                    return found
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    await asyncio.sleep(0.2)
         finally:
             with contextlib.suppress(Exception):
                 await admin.close()
 
-    earlier = await _retrying(listed, f"the offsets of group {group}")
-    if earlier is _FAILED:
-        return
-    for tp in fresh:
-        meta = earlier.get(tp)
-        if meta is not None and meta.offset >= 0:
-            log.info("%s[%s]: starting at %s, where %s left off", tp.topic, tp.partition,
-                     meta.offset, group)  # fmt: skip
-            consumer.seek(tp, meta.offset)
-            committed[tp] = meta.offset
+
+def _names(tps: Iterable[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps))

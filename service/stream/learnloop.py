@@ -25,9 +25,11 @@ owns a model's pending requests, its labels and its (w, rho), as before.
 - **Revoked:** the batch in hand is finished, flushed and committed first; then the
   partitions' entries leave memory.
 
-The first time the group is assigned a partition with no committed offset, it starts
-where the worker's faust group (``<app_id>``, whose agent consumed these topics before
-this path existed) committed, if it did.
+An assigned partition is not consumed before Kafka says where it starts
+(:class:`~service.stream.groups.Starts`): the learn group's commit, else where the worker's
+faust group (``<app_id>``, whose agent consumed these topics before this path existed)
+committed, else (neither ever committed) the first record. While Kafka cannot say, the
+partition stays paused and the worker is not ready.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.stream.groups import Rebalance, adopt_offsets, commit, raw_message, seek_committed
+from service.stream.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.joiner import LabelJoiner
 from service.stream.outputs import Headers
 from service.stream.partitions import Progress, RecoveryState
@@ -129,6 +131,7 @@ class LearnLoop:
         self.recovery = Recovery()
         self.lock = asyncio.Lock()  # one batch (or recovery) at a time; revokes wait for it
         self.commit_lock = asyncio.Lock()
+        self.starts = Starts(settings.app_id, admin_factory)
         self.view = LearnView(self)
         self.sink = sink
 
@@ -153,6 +156,9 @@ class LearnLoop:
 
     async def _round(self, consumer: AIOKafkaConsumer) -> None:
         """Recover what is new, then one fetched batch: handled, durable, committed."""
+        if self.starts.unknown:
+            async with self.lock:
+                await self.starts.learn(consumer, self.state.committed)
         if self.state.unrecovered:
             await self._recover(consumer)
         if self.defer():  # decisions are waiting: the learner takes its share, no more
@@ -221,10 +227,10 @@ class LearnLoop:
         await self._commit(force=True)
 
     async def _recover(self, consumer: AIOKafkaConsumer) -> None:
-        """Read the changelogs of the partitions assigned and not read yet, then resume
-        them."""
+        """Read the changelogs of the partitions assigned and not read yet whose starts
+        are known, then resume them."""
         async with self.lock:
-            wanted = set(self.state.unrecovered)
+            wanted = self.state.unrecovered - {tp.partition for tp in self.starts.unknown}
             if not wanted:
                 return
             count = await recover(self.reader_factory, self.tables, wanted, self.recovery)
@@ -255,7 +261,7 @@ class LearnLoop:
         tps = sorted(tp for tp in consumer.assignment() if tp.partition in owned)
         if tps:
             consumer.pause(*tps)
-        await seek_committed(consumer, tps, self.state.committed)
+        seek_committed(consumer, tps, self.state.committed, self.starts)
         self._own(frozenset())
         self.state.unrecovered |= owned
 
@@ -271,6 +277,7 @@ class LearnLoop:
             async with self.lock:
                 for tp in revoked:
                     self.state.committed.pop(tp, None)
+                self.starts.forget(revoked)
                 for table in self.tables:
                     table.drop(gone)
                 self.state.unrecovered -= gone
@@ -279,16 +286,15 @@ class LearnLoop:
             self.state.rebalancing = False
 
     async def assigned(self, assigned: AbstractSet[TopicPartition]) -> None:
-        """New partitions: paused until their changelogs are read (the next round); those
-        the group never committed start where the faust group did, if it did."""
+        """New partitions: paused until Kafka says where they start (:class:`Starts`;
+        those the group never committed start where the faust group did, if it did) and
+        their changelogs are read (the next rounds)."""
         self.state.assigned_once = True
         consumer = self.consumer
         if consumer is None or not assigned:
             return
-        consumer.pause(*assigned)
+        self.starts.hold(consumer, assigned)
         self.state.unrecovered |= {tp.partition for tp in assigned}
-        await adopt_offsets(consumer, self.admin_factory, self.settings.app_id, assigned,
-                            self.state.committed)  # fmt: skip
 
     def pause(self) -> list[TopicPartition]:
         """Stop fetching every assigned partition (what a stalled consumer looks like)."""
@@ -299,7 +305,7 @@ class LearnLoop:
 
     def resume(self) -> list[TopicPartition]:
         assert self.consumer is not None  # noqa: S101
-        tps = sorted(tp for tp in self.consumer.assignment()
+        tps = sorted(tp for tp in self.consumer.assignment() - self.starts.unknown
                      if tp.partition not in self.state.unrecovered)  # fmt: skip
         self.consumer.resume(*tps)
         return tps

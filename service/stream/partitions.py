@@ -263,7 +263,17 @@ class RoutedView:
         return out
 
     def recovery(self) -> RecoveryState:
-        return self.default.recovery()
+        """Complete when every consumer's is; reading while any one reads."""
+        states = [self.default.recovery(), *(v.recovery() for v in self.routes.values())]
+        offsets: dict[tuple[str, int], int] = {}
+        for state in states:
+            offsets.update(state.offsets)
+        return RecoveryState(
+            in_recovery=any(st.in_recovery for st in states),
+            completed=all(st.completed for st in states),
+            offsets=offsets,
+            remaining=sum(st.remaining for st in states),
+        )
 
     def highwater(self, tp: TP) -> int | None:
         return self._of(tp).highwater(tp)

@@ -19,9 +19,11 @@ decisions (at-least-once, as before).
   worker's acknowledged outputs end.
 - :class:`ScoreView` shows the consumer to liveness (:mod:`service.stream.liveness`).
 
-The first time the group is assigned a partition with no committed offset, it starts
-where the worker's faust group (``<app_id>``, which consumed the features topic before
-this path existed) committed, if it did; else from the earliest offset.
+An assigned partition is paused until Kafka says where it starts
+(:class:`~service.stream.groups.Starts`): the score group's commit, else where the worker's
+faust group (``<app_id>``, which consumed the features topic before this path existed)
+committed, else (neither group ever committed) the earliest offset. While Kafka cannot
+say, the partition is not consumed and the worker is not ready.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from service.config import Settings
-from service.stream.groups import Rebalance, adopt_offsets, commit, raw_message, seek_committed
+from service.stream.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.kafka import partition_for
 from service.stream.outputs import OutRecord
 from service.stream.partitions import TP, Progress, RecoveryState
@@ -169,6 +171,7 @@ class ScoreLoop:
         self.lock = asyncio.Lock()  # one batch scored/sent at a time; rebalances wait for it
         self.commit_lock = asyncio.Lock()  # one commit at a time, offsets never go back
         self.sent = asyncio.Event()  # a batch joined the in-flight queue
+        self.starts = Starts(settings.app_id, admin_factory)
         self.view = ScoreView(self)
         #: the last fetch was full (more events are waiting): the learner defers to scoring
         self.backlogged = False
@@ -199,6 +202,8 @@ class ScoreLoop:
         """One fetched batch: scored, sent, queued for the committer."""
         if self.state.rewind:
             await self._rewind(consumer)
+        if self.starts.unknown:
+            await self._start(consumer)
         try:
             fetched = await consumer.getmany(timeout_ms=100, max_records=self.settings.batch_size)
         except KafkaError as exc:
@@ -230,6 +235,14 @@ class ScoreLoop:
             self.sent.set()
             for tp, rs in fetched.items():
                 self.progress.mark(tp.topic, tp.partition, rs[-1].offset)
+
+    async def _start(self, consumer: AIOKafkaConsumer) -> None:
+        """Resume the partitions whose start Kafka told (:class:`Starts`); the others stay
+        paused, and are asked about again a second later."""
+        async with self.lock:
+            started = await self.starts.learn(consumer, self.state.committed)
+            if started:
+                consumer.resume(*started)
 
     async def _commit_forever(self) -> None:
         """Commit, oldest first, the offsets of every batch whose outputs are all
@@ -285,7 +298,7 @@ class ScoreLoop:
                 await asyncio.wait(pending)
             self.state.in_flight.clear()
             await asyncio.sleep(RETRY_SECONDS)
-            await seek_committed(consumer, consumer.assignment(), self.state.committed)
+            seek_committed(consumer, consumer.assignment(), self.state.committed, self.starts)
             self.state.rewind = False
 
     def listener(self) -> ConsumerRebalanceListener:
@@ -303,18 +316,16 @@ class ScoreLoop:
                 await asyncio.wait_for(self._drain(), self.settings.session_timeout_seconds / 2)
             for tp in revoked:
                 self.state.committed.pop(tp, None)
+            self.starts.forget(revoked)
         finally:
             self.state.rebalancing = False
 
     async def assigned(self, assigned: AbstractSet[TopicPartition]) -> None:
-        """New partitions: those the score group never committed start where the worker's
-        faust group did (the features consumer of earlier versions), if it did."""
-        await self._adopt_faust_offsets(assigned)
-
-    async def _adopt_faust_offsets(self, assigned: AbstractSet[TopicPartition]) -> None:
+        """New partitions: paused until :class:`Starts` learns where they start (those the
+        score group never committed start where the worker's faust group, the features
+        consumer of earlier versions, did, if it did)."""
         if self.consumer is not None:
-            await adopt_offsets(self.consumer, self.admin_factory, self.settings.app_id,
-                                assigned, self.state.committed)  # fmt: skip
+            self.starts.hold(self.consumer, assigned)
 
     def pause(self) -> list[TopicPartition]:
         """Stop fetching every assigned partition (what a stalled consumer looks like)."""
@@ -325,7 +336,7 @@ class ScoreLoop:
 
     def resume(self) -> list[TopicPartition]:
         assert self.consumer is not None  # noqa: S101
-        tps = sorted(self.consumer.assignment())
+        tps = sorted(self.consumer.assignment() - self.starts.unknown)
         self.consumer.resume(*tps)
         return tps
 
@@ -341,12 +352,15 @@ class _Looping(Protocol):
     def consumer(self) -> AIOKafkaConsumer | None: ...
 
     @property
+    def starts(self) -> Starts: ...
+
+    @property
     def state(self) -> _LoopState: ...
 
 
 class ScoreView:
     """:class:`~service.stream.partitions.ConsumerView` of the scoring consumer (no tables:
-    never in recovery; nothing is ever skipped, so no gap is chopped or acknowledged)."""
+    never reading changelogs, but not complete while a partition's start is unknown)."""
 
     def __init__(self, loop: _Looping) -> None:
         self._loop = loop
@@ -357,7 +371,7 @@ class ScoreView:
 
     @property
     def paused(self) -> bool:
-        return self._loop.state.rebalancing
+        return self._loop.state.rebalancing or bool(self._loop.starts.unknown)
 
     def assignment(self) -> AbstractSet[TP]:
         consumer = self._loop.consumer
@@ -367,7 +381,8 @@ class ScoreView:
         return assigned
 
     def recovery(self) -> RecoveryState:
-        return RecoveryState(in_recovery=False, completed=True)
+        """Complete once every assigned partition's start is known (nothing to read)."""
+        return RecoveryState(in_recovery=False, completed=not self._loop.starts.unknown)
 
     def highwater(self, tp: TP) -> int | None:
         consumer = self._loop.consumer

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from service.stream.learnloop import learn_group
 from service.stream.model import request_id
 
 Service = KafkaIO = Any  # fixtures' types live in conftest.py
+FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"
 MODEL = {"algorithm": "dsal", "cost": 0.25, "n_features": 3}
 FEATURES = [0.5, -0.2, 0.1]
 
@@ -110,6 +113,56 @@ def test_the_learner_goes_on_from_what_the_faust_agent_and_tables_left(
     assert _committed(kafka_bootstrap, learn_group(app), requests_tp) in (None, 1)
     letters = [r.json() for r in kafka_io.read(t["dead_letters"])]
     assert not [d for d in letters if d["topic"] == t["labels"]], letters
+    assert worker.alive()
+
+
+def test_a_start_kafka_cannot_tell_is_waited_for_never_taken_from_the_first_record(
+    service_factory: Callable[..., Service], kafka_io: KafkaIO, kafka_bootstrap: str
+) -> None:
+    """The faust group committed past a garbage record on the features and labels topics.
+    While where it left off cannot be read, the worker consumes neither topic (the garbage
+    is not dead-lettered, a new event is not decided, a label not applied) and is not
+    ready, yet alive; once Kafka answers, both loops start where the faust group left off."""
+    service = service_factory(
+        models={"m": {**MODEL, "algorithm": "dsol"}},  # DSOL asks about every event
+        default_model="m",
+        partitions={"features": 1, "decisions": 1, "labels": 1, "models": 1},
+    )
+    service.env["FAULTS_OLD_GROUP_DOWN"] = "1"
+    t, app = service.topics, service.app_id
+    create_topics(kafka_bootstrap, {t["features"]: 1, t["label_requests"]: 1, t["labels"]: 1})
+    kafka_io.produce(t["features"], [(b"old", b"handled long ago, not JSON")])
+    kafka_io.produce(t["labels"], [(b"m", b"handled long ago, not JSON")])
+    _commit(kafka_bootstrap, app, {TopicPartition(t["features"], 0): 1,
+                                   TopicPartition(t["labels"], 0): 1})  # fmt: skip
+    kafka_io.produce_json(t["features"], [("new-1", {"id": "new-1", "features": FEATURES})])
+
+    worker = service.start(argv=[sys.executable, str(FAULT_WORKER)])
+    deadline = time.monotonic() + 60
+    while worker.status("/readyz") == 0:  # serving pages: the partitions are assigned soon
+        assert time.monotonic() < deadline, worker.tail()
+        time.sleep(0.25)
+    while "cannot learn where" not in worker.tail(200):  # attempts for START_TIMEOUT_SECONDS
+        assert time.monotonic() < deadline, worker.tail()
+        time.sleep(0.5)
+    time.sleep(3)  # and more attempts, a second apart
+    assert worker.alive()
+    assert worker.status("/readyz") == 503
+    assert kafka_io.read(t["decisions"]) == []
+    assert kafka_io.read(t["dead_letters"]) == []
+
+    status, _ = worker.post("/__faults/old-group", b'{"down": false}')
+    assert status == 200
+    worker.wait_ready(60)
+    decided = kafka_io.wait_for(t["decisions"], lambda rs: len(rs) >= 1)
+    assert [r.json()["id"] for r in decided] == ["new-1"]
+    (asked,) = kafka_io.wait_for(t["label_requests"], lambda rs: len(rs) >= 1)
+    rid = asked.json()["request_id"]
+    kafka_io.produce_json(t["labels"], [("m", {"request_id": rid, "model": "m", "label": 1})])
+    kafka_io.wait_for(t["models"], lambda rs: any(
+        r.key == b"m" and r.json()["version"] == 1 for r in rs))  # fmt: skip
+    assert kafka_io.read(t["dead_letters"]) == []  # neither garbage record was read
+    assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 1.0
     assert worker.alive()
 
 

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaTimeoutError
+from aiokafka.errors import KafkaTimeoutError, NodeNotReadyError
 from prometheus_client import CollectorRegistry
 
 from service.records import Champions
+from service.stream import groups
 from service.stream.kafka import partition_for
 from service.stream.model import ServedModel
 from service.stream.outputs import OutRecord
@@ -53,6 +55,7 @@ class FakeConsumer:
     seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
     stored: dict[TopicPartition, int] = field(default_factory=dict)
     paused: set[TopicPartition] = field(default_factory=set)
+    firsts: dict[TopicPartition, int] = field(default_factory=dict)
 
     async def start(self) -> None: ...
 
@@ -79,6 +82,9 @@ class FakeConsumer:
 
     async def seek_to_beginning(self, *tps: TopicPartition) -> None:
         self.seeks += [(tp, 0) for tp in tps]
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.firsts.get(tp, 0) for tp in tps}
 
     def pause(self, *tps: TopicPartition) -> None:
         self.paused |= set(tps)
@@ -267,8 +273,11 @@ async def test_pause_and_resume_cover_every_assigned_partition() -> None:
 
 @dataclass
 class FakeAdmin:
+    """The faust group's offsets; ``failures``: how many calls fail first (Kafka away)."""
+
     offsets: dict[TopicPartition, int]
     asked: list[str] = field(default_factory=list)
+    failures: int = 0
 
     async def start(self) -> None: ...
 
@@ -276,6 +285,9 @@ class FakeAdmin:
 
     async def list_consumer_group_offsets(self, group: str, partitions: Any) -> Any:
         self.asked.append(group)
+        if self.failures:
+            self.failures -= 1
+            raise NodeNotReadyError("the coordinator is away")
         return {tp: Meta(o) for tp, o in self.offsets.items() if tp in partitions}
 
 
@@ -284,18 +296,85 @@ class Meta:
     offset: int
 
 
-async def test_partitions_the_score_group_never_committed_start_where_the_faust_group_did() -> None:
+def with_admin(admin: FakeAdmin) -> tuple[ScoreLoop, FakeConsumer]:
     loop, consumer, _ = loop_with([])
-    admin = FakeAdmin({TP0: 42, TP1: 7})
-    loop.admin_factory = lambda: admin  # type: ignore[assignment,return-value]
-    consumer.stored = {TP1: 3}  # the score group has its own offset there: kept
+    loop.starts.admin_factory = lambda: admin  # type: ignore[assignment,return-value]
     loop.consumer = consumer  # type: ignore[assignment]
+    return loop, consumer
+
+
+async def test_partitions_the_score_group_never_committed_start_where_the_faust_group_did() -> None:
+    admin = FakeAdmin({TP0: 42, TP1: 7})
+    loop, consumer = with_admin(admin)
+    consumer.stored = {TP1: 3}  # the score group has its own offset there: kept
     await loop.assigned(frozenset({TP0, TP1}))
+    assert consumer.paused == {TP0, TP1}  # nothing read before the starts are known
+    assert not loop.view.recovery().completed
+    await loop._start(consumer)  # type: ignore[arg-type]
     assert admin.asked == ["abstain"]  # the worker's faust group (the app id)
-    assert consumer.seeks == [(TP0, 42)]
+    assert sorted(consumer.seeks) == [(TP0, 42), (TP1, 3)]
+    assert consumer.paused == set()
+    assert loop.view.recovery().completed
     assert loop.view.committed_next(TP1) == 3
     # a rewind before the score group ever committed goes back to the adopted offset
     consumer.seeks.clear()
     loop.state.rewind = True
     await loop._rewind(consumer)  # type: ignore[arg-type]
     assert sorted(consumer.seeks) == [(TP0, 42), (TP1, 3)]
+
+
+async def test_a_partition_no_group_ever_committed_starts_at_its_first_kept_record() -> None:
+    loop, consumer = with_admin(FakeAdmin({}))
+    consumer.firsts = {TP0: 5, TP1: 0}
+    await loop.assigned(frozenset({TP0, TP1}))
+    await loop._start(consumer)  # type: ignore[arg-type]
+    assert sorted(consumer.seeks) == [(TP0, 5), (TP1, 0)]
+    assert consumer.paused == set()
+
+
+async def test_a_start_kafka_cannot_tell_is_not_consumed_and_the_worker_is_not_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The faust group's offsets cannot be read (the coordinator is away): the partitions
+    stay paused, nobody seeks them to the first record, the view is not complete; the next
+    attempt (a second later) that Kafka answers starts them where the faust group was."""
+    monkeypatch.setattr(groups, "START_TIMEOUT_SECONDS", 0.3)  # retriable: asked until then
+    admin = FakeAdmin({TP0: 42, TP1: 7}, failures=10**6)
+    loop, consumer = with_admin(admin)
+    clock = [100.0]
+    loop.starts.clock = lambda: clock[0]
+    await loop.assigned(frozenset({TP0, TP1}))
+    await loop._start(consumer)  # type: ignore[arg-type]
+    assert consumer.seeks == []
+    assert consumer.paused == {TP0, TP1}
+    assert loop.resume() == []  # a stall test's resume does not release them either
+    assert consumer.paused == {TP0, TP1}
+    assert not loop.view.recovery().completed
+    assert loop.view.paused
+    asked = len(admin.asked)
+    await loop._start(consumer)  # type: ignore[arg-type]
+    assert len(admin.asked) == asked  # not again within the second: scoring goes on
+    admin.failures = 0
+    clock[0] += 1.5
+    await loop._start(consumer)  # type: ignore[arg-type]
+    assert sorted(consumer.seeks) == [(TP0, 42), (TP1, 7)]
+    assert consumer.paused == set()
+    assert loop.view.recovery().completed
+    assert not loop.view.paused
+
+
+async def test_a_rewind_with_no_known_start_asks_kafka_again_instead_of_the_first_record() -> None:
+    loop, consumer = with_admin(FakeAdmin({}))
+    loop.state.rewind = True
+    await loop._rewind(consumer)  # type: ignore[arg-type]
+    assert consumer.seeks == []  # TP0 and TP1 never started: no offset to go back to
+    assert loop.starts.unknown == {TP0, TP1}
+    assert consumer.paused == {TP0, TP1}
+
+
+async def test_a_revoked_partition_is_no_longer_waited_for() -> None:
+    loop, consumer = with_admin(FakeAdmin({}, failures=10**6))
+    await loop.assigned(frozenset({TP0, TP1}))
+    consumer.assigned = {TP0}
+    await loop.revoked(frozenset({TP1}))
+    assert loop.starts.unknown == {TP0}

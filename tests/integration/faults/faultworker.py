@@ -7,7 +7,11 @@ timers go on): the consumer that silently stops making progress, which liveness 
 N}``: faust's consumer drops the next N records it fetches of topic T before they reach a
 faust stream (the position moves past them; nothing is acknowledged) -- what faust does to
 records fetched while an assignment is being recovered. The worker's topics are read by
-its own consumers, so a drop there must find nothing to drop. Run as a script with the
+its own consumers, so a drop there must find nothing to drop.
+
+With ``FAULTS_OLD_GROUP_DOWN=1`` in its environment, the worker cannot read where its faust
+group (``<app_id>``) left off: every attempt fails as a broker that does not answer would,
+until ``POST /__faults/old-group`` with ``{"down": false}``. Run as a script with the
 worker's own flags::
 
     python tests/integration/faults/faultworker.py --config C --broker B --web-port P
@@ -38,6 +42,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     settings = load_settings(args.config, broker=args.broker, web={"port": args.web_port})
     skip = _install_skipper()
+    old_group = _install_old_group_switch()
     app = create_app(settings)
 
     def tps() -> list[Any]:
@@ -71,6 +76,12 @@ def main(argv: list[str]) -> int:
             return self.bytes(json.dumps({"skipping": skip}).encode(),
                               content_type="application/json")  # fmt: skip
 
+    @app.page("/__faults/old-group")
+    class OldGroup(faust.web.View):  # type: ignore[misc]
+        async def post(self, request: Any) -> Any:
+            old_group["down"] = bool(json.loads(await request.read())["down"])
+            return self.bytes(json.dumps(old_group).encode(), content_type="application/json")
+
     worker = Worker(app, loglevel=settings.log_level, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
@@ -96,6 +107,27 @@ def _install_skipper() -> dict[str, int]:
 
     Consumer.getmany = getmany  # type: ignore[method-assign]
     return budget
+
+
+def _install_old_group_switch() -> dict[str, bool]:
+    """Wrap aiokafka's admin ``list_consumer_group_offsets`` (how the worker reads where its
+    faust group left off) so that it fails while ``switch["down"]``, as a coordinator that
+    does not answer does."""
+    import os
+
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError
+
+    switch = {"down": os.environ.get("FAULTS_OLD_GROUP_DOWN") == "1"}
+    original = AIOKafkaAdminClient.list_consumer_group_offsets
+
+    async def listed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if switch["down"]:
+            raise KafkaConnectionError("fault: the group coordinator does not answer")
+        return await original(self, *args, **kwargs)
+
+    AIOKafkaAdminClient.list_consumer_group_offsets = listed  # type: ignore[method-assign]
+    return switch
 
 
 if __name__ == "__main__":
