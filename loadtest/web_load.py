@@ -52,9 +52,8 @@ sys.path.insert(0, str(REPO))
 from harness import features, stop  # noqa: E402
 
 from service.config import Settings, load_settings  # noqa: E402
-from service.records import LabelRequest  # noqa: E402
+from service.records import LabelRequest, request_id  # noqa: E402
 from service.stream.client import Client  # noqa: E402
-from service.stream.model import request_id  # noqa: E402
 
 MODEL = "default"
 N_FEATURES = 68

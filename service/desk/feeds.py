@@ -25,11 +25,16 @@ from service.desk.backlog import DeskQueue
 from service.desk.core import Desk
 from service.desk.errors import Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
-from service.records import BadMessage, parse_label, parse_label_request, parse_pending_entry
+from service.records import (
+    BadMessage,
+    parse_label,
+    parse_label_request,
+    parse_pending_entry,
+    request_id,
+)
 from service.stream.errors import TopicError
 from service.stream.groups import START_TIMEOUT_SECONDS
 from service.stream.kafka import partition_for, reader, topic_partitions
-from service.stream.model import request_id
 from service.stream.topics import TopicLayoutError, default_replication_factor
 
 __all__ = ["Feeds", "KafkaLabelSink", "KafkaLeaseLog", "ensure_leases_topic", "make_producer"]

@@ -10,7 +10,8 @@ depends on none of them.
 - :mod:`.wire`: topic records (feature event, decision, label request, label, dead letter);
 - :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label);
 - :mod:`.champions`: which model of each group serves (the models topic's champions record);
-- :mod:`.signing`: the HMAC signature of model snapshots.
+- :mod:`.signing`: the HMAC signature of model snapshots;
+- :mod:`.ids`: the label-request id and the query and audit coins (hashes: replays repeat).
 
 Errors::
 
@@ -29,6 +30,7 @@ from service.records.codec import (
     dumps,
     encode_finite,
 )
+from service.records.ids import coin, request_id
 from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
 from service.records.signing import SIGNATURE_HEADER, Signer
 from service.records.state import (
@@ -96,4 +98,6 @@ __all__ = [
     "parse_model_envelope",
     "parse_parked_label",
     "parse_pending_entry",
+    "coin",
+    "request_id",
 ]

@@ -44,6 +44,7 @@ from service.records import (
     Source,
     parse_label_request,
     parse_labels_record,
+    request_id,
 )
 from service.stream.joins import (
     LabelOutcome,
@@ -53,7 +54,6 @@ from service.stream.joins import (
     park_label,
 )
 from service.stream.kafka import partition_for
-from service.stream.model import request_id
 from service.stream.outputs import Outputs
 from service.stream.stores import HISTORY, ModelStore, ParkedStore, PendingStore
 

@@ -1,9 +1,5 @@
-"""A model ready to serve, and the deterministic ids and coins that make replays repeatable.
+"""A model ready to serve.
 
-- ``request_id = blake2b(model, event id)``: re-scoring an event after a crash asks for the
-  same label again, never a second one.
-- DSAL's query coin and the audit coin are uniforms drawn from a hash of (model, event id,
-  model version): a replayed event makes the same choice.
 - Version 0 of every model (:func:`initial_envelope`) is built from the configuration alone,
   so it is the same on every worker.
 
@@ -13,7 +9,6 @@ The envelope format is :class:`service.records.ModelEnvelope`; this module turns
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -34,32 +29,7 @@ from service.learning import (
 )
 from service.records import BadMessage, FeatureEvent, ModelEnvelope
 
-__all__ = ["ServedModel", "build_pipeline", "coin", "initial_envelope", "request_id"]
-
-
-def request_id(model: str, event_id: str) -> str:
-    """Deterministic label-request id for (model, event id).
-
-    >>> request_id("m", "e1") == request_id("m", "e1") != request_id("m", "e2")
-    True
-    >>> len(request_id("m", "e1"))
-    32
-    """
-    return hashlib.blake2b(f"{model}\x1f{event_id}".encode(), digest_size=16).hexdigest()
-
-
-def coin(model: str, event_id: str, version: int, purpose: str = "query") -> float:
-    """A uniform number in [0, 1) drawn from a hash: the same inputs give the same coin.
-
-    >>> 0.0 <= coin("m", "e1", 0) < 1.0
-    True
-    >>> coin("m", "e1", 0) == coin("m", "e1", 0) != coin("m", "e1", 1)
-    True
-    """
-    digest = hashlib.blake2b(
-        f"{purpose}\x1f{model}\x1f{event_id}\x1f{version}".encode(), digest_size=8
-    ).digest()
-    return (int.from_bytes(digest, "big") >> 11) / float(1 << 53)
+__all__ = ["ServedModel", "build_pipeline", "initial_envelope"]
 
 
 def build_pipeline(config: ModelConfig) -> Pipeline:

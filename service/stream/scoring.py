@@ -5,7 +5,7 @@ letters out (no Kafka, no clock, no metrics).
 decides each model's events together through the learner's ``decide_many`` and emits, in
 input order, one :class:`~service.records.Decision` per valid event and a
 :class:`~service.records.LabelRequest` per queried one. Every event keeps its own coin
-(:func:`~service.stream.model.coin`), so batching never changes a decision. A finite event
+(:func:`~service.records.coin`), so batching never changes a decision. A finite event
 that overflows once scaled is refused alone (``non_finite``), not with its batch.
 """
 
@@ -31,9 +31,11 @@ from service.records import (
     LabelRequest,
     RawMessage,
     Source,
+    coin,
     parse_feature_event,
+    request_id,
 )
-from service.stream.model import ServedModel, coin, request_id
+from service.stream.model import ServedModel
 
 __all__ = ["Limits", "ParsedEvent", "ScoreResult", "Verdict", "parse_event", "score_batch"]
 

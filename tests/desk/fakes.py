@@ -6,8 +6,7 @@ import asyncio
 
 from service.desk.errors import Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord
-from service.records import Label, LabelRequest
-from service.stream.model import request_id
+from service.records import Label, LabelRequest, request_id
 
 
 class MemoryLeaseLog:

@@ -51,7 +51,7 @@ from faults.workers import REPO, http
 
 from service.desk.passwords import hash_password
 from service.localkafka import LocalKafka, find_free_ports
-from service.stream.model import request_id
+from service.records import request_id
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 CHROMIUM = os.environ.get("ABSTAIN_CHROMIUM", "/usr/bin/chromium")

@@ -29,7 +29,7 @@ from faults.scenario import deployment, learning_report
 from faults.sizes import SIZES, size_params
 from faults.workers import Deployment
 
-from service.stream.model import request_id
+from service.records import request_id
 
 MAX_BYTES = 4096
 ORPHAN_WAIT = 4.0

@@ -57,8 +57,8 @@ from faults.sizes import SIZES, size_params
 from faults.workers import Deployment, Served, ServedSampler, WorkerProcess, wait_until
 
 from service.config import ModelConfig
+from service.records import request_id
 from service.stream.housekeeping import REPUBLISH_AFTER
-from service.stream.model import request_id
 
 KEY = "snapshot-key-for-tests-0123456789abcdef"  # noqa: S105 - >= 32 characters
 REPUBLISH = 2.0  # republish_seconds (short): every model is published again this often

@@ -29,7 +29,7 @@ from faults.sizes import SIZES, size_params
 from faults.workers import Deployment
 
 from service.config import ModelConfig
-from service.stream.model import coin, request_id
+from service.records import coin, request_id
 
 MODELS = {
     "m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05},

@@ -43,7 +43,7 @@ from faults.scenario import (
 from faults.workers import Deployment, WorkerProcess
 
 from service.config import ModelConfig
-from service.stream.model import request_id
+from service.records import request_id
 
 TOKEN = "token-0123456789abcdef"  # a valid one (>= 16 characters)  # noqa: S105
 

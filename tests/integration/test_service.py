@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
-from service.stream.model import request_id
+from service.records import request_id
 
 KafkaIO = Record = Service = Worker = Any  # fixtures' types live in conftest.py
 

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from service.localkafka import LocalKafka
-from service.records import LabelRequest
-from service.stream.model import request_id
+from service.records import LabelRequest, request_id
 
 KafkaIO = Service = Worker = Any  # fixtures' types live in conftest.py
 

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
 from service.metrics import Metrics
-from service.records import Label, LabelRequest, PendingEntry, RawMessage
+from service.records import Label, LabelRequest, PendingEntry, RawMessage, request_id
 from service.stream.joins import apply_label
-from service.stream.model import ServedModel, initial_envelope, request_id
+from service.stream.model import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 
 CFG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, audit_rate=0.05)

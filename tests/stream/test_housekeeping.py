@@ -9,11 +9,11 @@ from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
-from service.records import Label
+from service.records import Label, request_id
 from service.stream.housekeeping import REPUBLISH_AFTER, Housekeeping
 from service.stream.joiner import LabelJoiner
 from service.stream.liveness import LivenessMonitor
-from service.stream.model import initial_envelope, request_id
+from service.stream.model import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.partitions import Progress
 from service.stream.scorer import Scorer

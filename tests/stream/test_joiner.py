@@ -10,10 +10,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.records import Label, ModelEnvelope, parse_model_envelope, parse_pending_entry
+from service.records import (
+    Label,
+    ModelEnvelope,
+    parse_model_envelope,
+    parse_pending_entry,
+    request_id,
+)
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka import partition_for
-from service.stream.model import initial_envelope, request_id
+from service.stream.model import initial_envelope
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
 from .memory import CFG, MemoryKafka, msg, outputs, request, settings

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
-from service.records import Champions, RawMessage
+from service.records import Champions, RawMessage, request_id
 from service.stream import scorer as scorer_module
-from service.stream.model import ServedModel, request_id
+from service.stream.model import ServedModel
 from service.stream.scorer import Scorer
 
 from .memory import CFG, MemoryKafka, msg, outputs, settings, trained

@@ -18,11 +18,13 @@ from service.records import (
     Label,
     PendingEntry,
     RawMessage,
+    coin,
     parse_label_request,
     parse_model_envelope,
+    request_id,
 )
 from service.stream.joins import apply_label
-from service.stream.model import ServedModel, coin, initial_envelope, request_id
+from service.stream.model import ServedModel, initial_envelope
 from service.stream.scoring import Limits, ScoreResult, _parse_all, parse_event, score_batch
 
 from .memory import CFG, msg, trained

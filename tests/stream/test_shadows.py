@@ -23,16 +23,18 @@ from service.records import (
     ModelEnvelope,
     PendingEntry,
     Rollback,
+    coin,
     parse_label_request,
     parse_labels_record,
     parse_model_envelope,
     parse_pending_entry,
+    request_id,
 )
 from service.stream import cli, models_cli
 from service.stream.champions import comparison, promoted
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka import partition_for
-from service.stream.model import ServedModel, coin, initial_envelope, request_id
+from service.stream.model import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scorer import DecisionTally, Scorer
 from service.stream.scoring import Limits, score_batch

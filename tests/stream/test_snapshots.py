@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from service.records import BadMessage, Label, Signer
+from service.records import BadMessage, Label, Signer, request_id
 from service.stream.joins import apply_label
-from service.stream.model import initial_envelope, request_id
+from service.stream.model import initial_envelope
 from service.stream.snapshots import ModelBook, signer_for
 
 from .memory import CFG, pending, settings

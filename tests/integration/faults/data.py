@@ -21,7 +21,8 @@ import numpy as np
 from aiokafka.partitioner import murmur2
 
 from service.config import ModelConfig
-from service.stream.model import initial_envelope, request_id
+from service.records import request_id
+from service.stream.model import initial_envelope
 
 from .kafkaio import Out
 
