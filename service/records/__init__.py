@@ -57,6 +57,7 @@ from service.records.wire import (
     parse_label,
     parse_label_request,
     parse_labels_record,
+    plain_feature_row,
 )
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "parse_model_envelope",
     "parse_parked_label",
     "parse_pending_entry",
+    "plain_feature_row",
     "coin",
     "request_id",
 ]

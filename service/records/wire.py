@@ -16,6 +16,7 @@ service.records.codec.BadMessage: schema: missing field 'features'
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as field_
@@ -52,6 +53,7 @@ __all__ = [
     "parse_label",
     "parse_label_request",
     "parse_labels_record",
+    "plain_feature_row",
 ]
 
 _RAW_LIMIT: Final = 64 * 1024  # bytes of a refused message kept in its dead letter
@@ -100,6 +102,53 @@ def parse_feature_event(
         raise BadMessage("schema", "field 'features' must be a list or an object")
     ts = number(record, "ts") if record.get("ts") is not None else None
     return FeatureEvent(id=event_id, model=model, features=values, ts=ts)
+
+
+_PLAIN: Final[frozenset[type]] = frozenset({float, int})
+
+
+def plain_feature_row(
+    raw: bytes, inputs: Mapping[str, int], *, default_model: str, max_bytes: int | None = None,
+    max_features: int = 100_000,
+) -> tuple[str, str, list[Any], float | None] | None:  # fmt: skip
+    """``(model, id, features, ts)`` of an event in the common shape, None otherwise.
+
+    The common shape is ``{"id": "...", "features": [numbers], "model"?, "ts"?}`` for a model
+    of ``inputs`` (model -> number of features it takes) with a list of exactly that length;
+    a batch of such rows is checked together by its caller (one array, one finiteness
+    check). Anything else, and anything this check doubts, is None: :func:`parse_feature_event`
+    then parses the event alone and names the exact problem.
+
+    >>> plain_feature_row(b'{"id": "e1", "features": [1, 2.5]}', {"m": 2}, default_model="m")
+    ('m', 'e1', [1, 2.5], None)
+    >>> plain_feature_row(b'{"id": "e1", "features": [1]}', {"m": 2}, default_model="m") is None
+    True
+    """
+    if max_bytes is not None and len(raw) > max_bytes:
+        return None
+    try:
+        record = orjson.loads(raw)  # refuses lone surrogates: every str encodes as UTF-8
+    except orjson.JSONDecodeError:
+        return None
+    if type(record) is not dict:
+        return None
+    event_id, feats = record.get("id"), record.get("features")
+    model = record.get("model")
+    name = default_model if model is None else model
+    n_inputs = inputs.get(name) if type(name) is str else None
+    ts = record.get("ts")
+    if (
+        n_inputs is None
+        or type(event_id) is not str
+        or not 0 < len(event_id) <= 256
+        or type(feats) is not list
+        or len(feats) != n_inputs
+        or len(feats) > max_features
+        or not (ts is None or (type(ts) in _PLAIN and math.isfinite(ts)))
+        or not _PLAIN.issuperset(map(type, feats))
+    ):
+        return None
+    return name, event_id, feats, None if ts is None else float(ts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,12 @@ that overflows once scaled is refused alone (``non_finite``), not with its batch
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
-import orjson
 
 from service.learning import NonFiniteError, QueryBudget
 from service.records import (
@@ -33,6 +31,7 @@ from service.records import (
     Source,
     coin,
     parse_feature_event,
+    plain_feature_row,
     request_id,
 )
 from service.stream.model import ServedModel
@@ -177,9 +176,6 @@ def _shadow_decide(shadow: ServedModel, items: Sequence[ParsedEvent]) -> dict[in
         return {j: int(label) for j, label in zip(rows, labels, strict=True)}
 
 
-_PLAIN: frozenset[type] = frozenset({float, int})
-
-
 def _parse_all(
     messages: Sequence[RawMessage],
     models: Mapping[str, ServedModel],
@@ -190,15 +186,20 @@ def _parse_all(
     """:func:`parse_event` for a batch, in input order; refusals go to ``dead``.
 
     The common shape (``{"id": "...", "features": [numbers], "model"?, "ts"?}`` for a model
-    that takes a list) is checked for the whole batch at once: the types of each row in one
-    pass, then one array per model and one finiteness check. Anything else, and any row the
+    that takes a list: :func:`~service.records.plain_feature_row`) is checked for the whole
+    batch at once: the types of each row in one pass, then one array per model and one
+    finiteness check. Anything else, and any row the
     batch check doubts (a non-finite value, an integer beyond a float), goes through
     :func:`parse_event` alone, which names the exact problem."""
     slots: list[ParsedEvent | None] = [None] * len(messages)
     rows: dict[str, list[tuple[int, str, list[Any], float | None]]] = {}
     slow: list[int] = []
+    # the models that decide events (a shadow decides none of its own), by their width
+    inputs = {n: m.config.n_inputs for n, m in models.items() if m.config.champion is None}
     for i, message in enumerate(messages):
-        fast = _plain_row(message.value, models, limits)
+        fast = plain_feature_row(message.value, inputs, default_model=limits.default_model,
+                                 max_bytes=limits.max_bytes,
+                                 max_features=limits.max_features)  # fmt: skip
         if fast is None:
             slow.append(i)
         else:
@@ -225,38 +226,6 @@ def _parse_all(
         except BadMessage as bad:
             dead.append(DeadLetter.of(Source.FEATURES, messages[i], bad.reason, bad.detail))
     return [p for p in slots if p is not None]
-
-
-def _plain_row(
-    raw: bytes, models: Mapping[str, ServedModel], limits: Limits
-) -> tuple[str, str, list[Any], float | None] | None:
-    """``(model, id, features, ts)`` of an event in the common shape, None otherwise."""
-    if limits.max_bytes is not None and len(raw) > limits.max_bytes:
-        return None
-    try:
-        record = orjson.loads(raw)  # refuses lone surrogates: every str encodes as UTF-8
-    except orjson.JSONDecodeError:
-        return None
-    if type(record) is not dict:
-        return None
-    event_id, feats = record.get("id"), record.get("features")
-    model = record.get("model")
-    name = limits.default_model if model is None else model
-    served = models.get(name) if type(name) is str else None
-    ts = record.get("ts")
-    if (
-        served is None
-        or served.config.champion is not None  # a shadow decides none of its own events
-        or type(event_id) is not str
-        or not 0 < len(event_id) <= 256
-        or type(feats) is not list
-        or len(feats) != served.config.n_inputs
-        or len(feats) > limits.max_features
-        or not (ts is None or (type(ts) in _PLAIN and math.isfinite(ts)))
-        or not _PLAIN.issuperset(map(type, feats))
-    ):
-        return None
-    return name, event_id, feats, None if ts is None else float(ts)
 
 
 def _by_model(parsed: Sequence[ParsedEvent]) -> list[tuple[ServedModel, list[int]]]:
