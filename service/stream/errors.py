@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from service.errors import AbstainError
 
-__all__ = ["StreamError", "TopicError"]
+__all__ = ["DATA_ERRORS", "StreamError", "TopicError"]
+
+#: errors bad data could still provoke despite validation (a bug met by odd data): the
+#: scorer and the learner dead-letter the record (reason ``schema``, the error in the detail)
+#: and go on. Kafka errors are not among them: the loop that meets one starts again from its
+#: last commit (the learner after reading its tables again).
+DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, UnicodeError, ArithmeticError)
 
 
 class StreamError(AbstainError, RuntimeError):

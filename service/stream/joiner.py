@@ -46,6 +46,7 @@ from service.records import (
     parse_labels_record,
     request_id,
 )
+from service.stream.errors import DATA_ERRORS
 from service.stream.joins import (
     LabelOutcome,
     Outcome,
@@ -57,14 +58,9 @@ from service.stream.kafka import partition_for
 from service.stream.outputs import Outputs
 from service.stream.stores import HISTORY, ModelStore, ParkedStore, PendingStore
 
-__all__ = ["DATA_ERRORS", "LabelJoiner"]
+__all__ = ["LabelJoiner"]
 
 log = logging.getLogger(__name__)
-
-#: errors bad data could still provoke despite validation (a bug met by odd data): the
-#: record is dead-lettered and the stream goes on. Kafka errors are not among them: they
-#: stop the agent, and faust restarts it.
-DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, UnicodeError, ArithmeticError)
 
 
 class LabelJoiner:

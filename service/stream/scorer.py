@@ -21,7 +21,7 @@ from service.config import LabelBudget, Settings
 from service.learning import CollapseWatch, QueryBudget
 from service.metrics import Metrics
 from service.records import Action, Champions, DeadLetter, RawMessage, Reason, Source
-from service.stream.joiner import DATA_ERRORS
+from service.stream.errors import DATA_ERRORS
 from service.stream.model import ServedModel
 from service.stream.outputs import Outputs, OutRecord
 from service.stream.scoring import Limits, ScoreResult, score_batch
