@@ -76,7 +76,3 @@ class Signer:
             return "bad_signature"
         ok = hmac.compare_digest(digest, _digest(key, record_key, value))
         return None if ok else "bad_signature"
-
-    def signed_by_current(self, header: bytes | None) -> bool:
-        """True if ``header`` names the current key (a re-sign is not needed)."""
-        return header is not None and header.split(b":")[1:2] == [self.key_id.encode()]

@@ -11,7 +11,6 @@ the learner flushes on purpose where the order of two writes matters
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -85,23 +84,10 @@ class Outputs:
         self.metrics.dead_letters.labels(source=letter.source, reason=letter.reason).inc()
         return OutRecord(self.topics.dead_letters, None, letter.to_json(), partition)
 
-    async def write(self, records: Iterable[OutRecord]) -> None:
-        """Queue ``records`` on the sink (not awaited to the broker)."""
-        for r in records:
-            if r.headers is None:
-                await self.sink.send(r.topic, r.key, r.value)
-            else:
-                await self.sink.send(r.topic, r.key, r.value, r.headers)
-
-    async def decision(self, decision: Decision) -> None:
-        await self.write([self.decision_record(decision)])
-
-    async def label_request(self, request: LabelRequest) -> None:
-        await self.write([self.label_request_record(request)])
-
     async def dead_letter(self, letter: DeadLetter) -> None:
         """Count and publish a refused input (key: none; the record says where it was)."""
-        await self.write([self.dead_letter_record(letter)])
+        r = self.dead_letter_record(letter)
+        await self.sink.send(r.topic, r.key, r.value)
 
     async def refused_snapshot(self, message: RawMessage, bad: BadMessage) -> None:
         """Dead-letter a record of the models topic that was not served."""

@@ -121,12 +121,6 @@ class Scorer:
         self._count(result, (time.perf_counter() - started) / max(1, len(messages)))
         return result, records
 
-    async def score(self, messages: Sequence[RawMessage]) -> ScoreResult:
-        """Score ``messages`` and queue every output on the sink; returns what was decided."""
-        result, records = self.decide(messages)
-        await self.outputs.write(records)
-        return result
-
     def set_share(self, share: float) -> None:
         """This worker scores ``share`` of the model's events (its feature partitions over
         all of them): each per-hour budget allows that share of its labels here (a worker

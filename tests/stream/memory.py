@@ -9,7 +9,7 @@ from the changelog.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +22,8 @@ from service.records import Label, LabelRequest, PendingEntry, RawMessage, reque
 from service.stream.joins import apply_label
 from service.stream.model import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
+from service.stream.scorer import Scorer
+from service.stream.scoring import ScoreResult
 
 CFG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, audit_rate=0.05)
 
@@ -114,6 +116,18 @@ def settings(**kw: object) -> Settings:
 
 def outputs(kafka: MemoryKafka, s: Settings, registry: CollectorRegistry) -> Outputs:
     return Outputs(kafka, s.topics, Metrics(registry, models=s.models))
+
+
+async def score(scorer: Scorer, messages: Sequence[RawMessage]) -> ScoreResult:
+    """What the scoring loop does with a batch, on the scorer's in-memory sink: decide, then
+    send every record."""
+    result, records = scorer.decide(messages)
+    for r in records:
+        if r.headers is None:
+            await scorer.outputs.sink.send(r.topic, r.key, r.value)
+        else:
+            await scorer.outputs.sink.send(r.topic, r.key, r.value, r.headers)
+    return result
 
 
 def msg(value: object, offset: int = 0, topic: str = "abstain.features", partition: int = 0,

@@ -16,7 +16,7 @@ from service.stream import scorer as scorer_module
 from service.stream.model import ServedModel
 from service.stream.scorer import Scorer
 
-from .memory import CFG, MemoryKafka, msg, outputs, settings, trained
+from .memory import CFG, MemoryKafka, msg, outputs, score, settings, trained
 
 DECISIONS, REQUESTS, DEAD = "abstain.decisions", "abstain.label-requests", "abstain.dead-letters"
 
@@ -49,7 +49,7 @@ def batch() -> list[RawMessage]:
 
 async def test_a_batch_with_bad_events_writes_each_output_to_its_topic_and_counts_it() -> None:
     scorer, kafka, _, registry = make(trained(CFG, 30))
-    result = await scorer.score(batch())
+    result = await score(scorer, batch())
     decisions = [orjson.loads(r.value or b"") for r in kafka.sent(DECISIONS)]
     assert [d["id"] for d in decisions] == [f"e{i}" for i in range(8)]  # input order
     assert [r.key for r in kafka.sent(DECISIONS)] == [f"e{i}".encode() for i in range(8)]
@@ -83,9 +83,9 @@ async def test_a_model_swapped_while_a_batch_is_written_serves_from_the_next_bat
         await sends(topic, key, value)
 
     kafka.send = swap_on_first_send  # type: ignore[method-assign]
-    await scorer.score(batch())
+    await score(scorer, batch())
     kafka.send = sends  # type: ignore[method-assign]
-    await scorer.score(batch())
+    await score(scorer, batch())
     versions = [orjson.loads(r.value or b"")["model_version"] for r in kafka.sent(DECISIONS)]
     assert versions == [old.version] * 8 + [new.version] * 8
 
@@ -102,7 +102,7 @@ async def test_an_internal_error_on_one_event_dead_letters_it_and_scores_the_res
         return real(models, messages, **kw)
 
     monkeypatch.setattr(scorer_module, "score_batch", fragile)
-    await scorer.score([msg({"id": f"e{i}", "features": [1.0, 2.0, i]}, i) for i in range(4)])
+    await score(scorer, [msg({"id": f"e{i}", "features": [1.0, 2.0, i]}, i) for i in range(4)])
     assert [orjson.loads(r.value or b"")["id"] for r in kafka.sent(DECISIONS)] == [
         "e0", "e1", "e3",
     ]  # fmt: skip
@@ -127,7 +127,7 @@ async def test_a_fraction_budget_asks_that_share_of_events_with_the_true_probabi
     for b in range(40):
         batch = [msg({"id": f"b{b}-{i}", "features": rng.normal(size=3).tolist()}, i)
                  for i in range(100)]  # fmt: skip
-        await scorer.score(batch)
+        await score(scorer, batch)
     decisions = [orjson.loads(r.value or b"") for r in kafka.sent(DECISIONS)]
     requests = kafka.sent(REQUESTS)
     assert len(decisions) == 4000
@@ -167,7 +167,7 @@ async def test_a_model_that_rejects_everything_while_rho_grows_raises_the_collap
         learner._rho = 1.0 + step  # noqa: SLF001 - a collapsing learner, built by hand
         batch = [msg({"id": f"{step}-{i}", "features": rng.normal(size=3).tolist()}, i)
                  for i in range(100)]  # fmt: skip
-        await scorer.score(batch)
+        await score(scorer, batch)
     sample = scorer.metrics.registry.get_sample_value
     assert sample("abstain_model_collapsed", {"model": "m"}) == 1.0
     assert sample("abstain_model_reject_fraction", {"model": "m"}) == 1.0
