@@ -562,9 +562,6 @@ class Settings(BaseSettings):
     batch_size: int = Field(
         default=256, ge=1, description="most events scored together (one decide_many)"
     )
-    batch_window_seconds: float = Field(
-        default=0.005, gt=0.0, description="longest wait to fill a scoring batch"
-    )
     orphan_label_seconds: float = Field(
         default=30.0,
         gt=0.0,
