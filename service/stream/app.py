@@ -1,6 +1,7 @@
-"""``create_app(settings) -> faust.App``: topics, tables, agents, a timer and web pages.
+"""``create_app(settings) -> faust.App``: topics, tables, the loops' tasks, a timer and web
+pages.
 
-Wiring only; each agent and the timer call one object (the flow and the rules of the house:
+Wiring only; each task and the timer call one object (the flow and the rules of the house:
 ``docs/architecture.md``):
 
 - scoring needs no table: :class:`~service.stream.scoreloop.ScoreLoop` consumes the

@@ -1,7 +1,8 @@
 """The learn protocol: label requests and labels in, model versions out, safe to redo.
 
-One :class:`LabelJoiner` per worker consumes the label-requests AND labels topics (keyed by
-model, co-partitioned: one actor owns a model's pending requests and its (w, rho)):
+One :class:`LabelJoiner` per worker handles the records of the label-requests AND labels
+topics its learn loop consumes (keyed by model, co-partitioned: one learner owns a model's
+pending requests and its (w, rho)):
 
 - a request is stored as a :class:`~service.records.PendingEntry` (a re-sent request never
   resets an answered one);

@@ -3,11 +3,11 @@
 
 Lag is the high-water mark (fresh end offsets: a paused partition is not fetched, so the
 cached mark goes stale) minus the next offset still to process (after the last processed
-one, else after the last committed one, else the consumer's position). While faust pauses
-the stream on purpose (rebalance, table recovery) nothing counts as stalled and the stall
-clock restarts, so a long recovery never makes Kubernetes restart every worker at once --
-unless the recovery itself stops: no changelog record read for ``stall_seconds`` while
-records remain and the broker answers (faust can hang there, faust-streaming#74).
+one, else after the last committed one, else the consumer's position). While a loop pauses
+on purpose (rebalance, table recovery, a start Kafka has not told yet) nothing counts as
+stalled and the stall clock restarts, so a long recovery never makes Kubernetes restart
+every worker at once -- unless the recovery itself stops: no changelog record read for
+``stall_seconds`` while records remain and the broker answers.
 
 A broker that does not answer is not the worker's fault either: nothing counts as stalled
 then (a restart would not bring the broker back), and :attr:`LivenessReport.broker_reachable`
@@ -58,7 +58,7 @@ class LivenessMonitor:
     """Decides liveness once a second (:meth:`check`) and keeps the lag, progress and
     ``abstain_live`` gauges.
 
-    ``view``: the consumer; ``progress``: what the agents processed (a partition newly
+    ``view``: the consumer; ``progress``: what the loops processed (a partition newly
     assigned counts as progress, and a revoked one is forgotten); ``watched``: the topics
     whose partitions must not stall; ``stall_seconds``: how long lag without progress is
     tolerated; ``answer_timeout``: how long the broker has to give end offsets.

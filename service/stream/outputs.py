@@ -1,12 +1,13 @@
 """Where the stream's records go: one object that encodes each record, picks its topic and
 key, and counts what must be counted on the way out.
 
-:class:`Sink` is the Kafka side (faust's producer in a worker, a list in tests). ``send``
-hands a record to the producer's buffer without waiting for the broker; ``flush`` returns
-once everything sent so far is acknowledged (durable, acks=all). faust flushes the producer
-before it commits consumed offsets, so delivery is at-least-once without a wait per record;
-the learner flushes on purpose where the order of two writes matters
-(:class:`~service.stream.joiner.LabelJoiner`).
+The scorer takes the records (:class:`OutRecord`) and its loop writes them in produce
+batches. What is written one record at a time goes through a :class:`Sink`: the learner's
+own producer in a worker (its snapshots and dead letters; the model follower's dead letters
+go through faust's), an in-memory one in tests. ``send`` hands a record to the producer's
+buffer without waiting for the broker; ``flush`` returns once everything sent so far is
+acknowledged (durable, acks=all). The learner flushes where the order of two writes matters
+(:class:`~service.stream.joiner.LabelJoiner`) and before it commits the offsets of a batch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from service.records import (
 
 __all__ = ["Headers", "OutRecord", "Outputs", "Sink"]
 
-#: Kafka record headers, as aiokafka and faust take them
+#: Kafka record headers, as aiokafka takes them
 Headers = list[tuple[str, bytes]]
 
 

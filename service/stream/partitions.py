@@ -57,7 +57,7 @@ def partition_key(tp: TP) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryState:
-    """faust's table recovery at one moment.
+    """The learner's table recovery at one moment.
 
     ``in_recovery``: changelogs are being read; ``completed``: the first recovery after the
     last assignment has finished (until then the stream waits); ``offsets``: changelog
@@ -202,8 +202,9 @@ def stalled_partitions(
 
 @dataclass
 class RecoveryWatch:
-    """Table recovery that stops reading its changelogs while records remain (faust can
-    hang there, e.g. faust-streaming#74). Recovery that moves, however slowly, is fine.
+    """Table recovery that stops reading its changelogs while records remain (a reader can
+    hang there: faust's did, faust-streaming#74). Recovery that moves, however slowly, is
+    fine.
 
     >>> w = RecoveryWatch()
     >>> w.check({"c0": 3}, remaining=7, now=0.0, stall_seconds=60.0) is None
@@ -221,7 +222,7 @@ class RecoveryWatch:
         self, offsets: Mapping[Any, Any], *, remaining: int, now: float, stall_seconds: float
     ) -> str | None:
         """A reason to fail liveness, or None. ``offsets``: changelog offsets read so far
-        (faust's ``recovery.active_offsets``); ``remaining``: records still to read."""
+        (the learner's ``Recovery.offsets``); ``remaining``: records still to read."""
         snapshot = tuple(sorted((str(k), int(v or 0)) for k, v in offsets.items()))
         if remaining <= 0 or snapshot != self.last:
             self.last, self.since = snapshot, now

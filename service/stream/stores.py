@@ -1,7 +1,8 @@
 """The learner's state, typed, over any key-value table of bytes.
 
-A :class:`Table` is what the learner needs of a faust ``Table`` (changelog-backed, one per
-concern, co-partitioned with the label topics); tests pass an in-memory one. Values are the
+A :class:`Table` is what the learner needs of a table: the worker's is a
+:class:`~service.stream.tables.ChangelogTable` (in memory, changelog-backed, one per concern,
+co-partitioned with the label topics); tests pass an in-memory one. Values are the
 records of :mod:`service.records.state`, encoded by them:
 
 - :class:`PendingStore`: label requests awaiting an answer, with a slim in-memory index
@@ -46,7 +47,7 @@ QueueKey = tuple[float, float, str]
 
 
 class Table(Protocol):
-    """A mutable mapping of bytes to bytes (a faust ``Table``, or a dict in tests)."""
+    """A mutable mapping of bytes to bytes (a changelog table, or a dict in tests)."""
 
     def get(self, key: bytes, /) -> bytes | None: ...
 
