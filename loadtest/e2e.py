@@ -61,7 +61,7 @@ sys.path.insert(0, str(REPO))
 from harness import features, stop  # noqa: E402
 
 from service.config import load_settings  # noqa: E402
-from service.stream.client import Client  # noqa: E402
+from service.stream.kafka.clients import Client  # noqa: E402
 
 
 def _features(n_features: int) -> np.ndarray:

@@ -69,7 +69,7 @@ sys.path.insert(0, str(REPO))
 from harness import features, stop  # noqa: E402
 
 from service.localkafka import LocalKafka, find_free_ports  # noqa: E402
-from service.stream.kafka import topic_partitions  # noqa: E402
+from service.stream.kafka.clients import topic_partitions  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 PARTITIONS = 4

@@ -53,7 +53,7 @@ from harness import features, stop  # noqa: E402
 
 from service.config import Settings, load_settings  # noqa: E402
 from service.records import LabelRequest, request_id  # noqa: E402
-from service.stream.client import Client  # noqa: E402
+from service.stream.kafka.clients import Client  # noqa: E402
 
 MODEL = "default"
 N_FEATURES = 68

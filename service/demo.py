@@ -49,7 +49,7 @@ from service.processes import stop_process
 from service.records import BadMessage
 
 if TYPE_CHECKING:
-    from service.stream.client import Client
+    from service.stream.kafka.clients import Client
 
 __all__ = ["main"]
 
@@ -496,7 +496,7 @@ class DemoStream:
         await asyncio.sleep(self.args.label_delay + 1.5)  # let the last labels land
 
     async def run(self) -> None:
-        from service.stream.client import Client  # noqa: PLC0415 - keeps --help fast
+        from service.stream.kafka.clients import Client  # noqa: PLC0415 - keeps --help fast
 
         async with Client(self.settings) as client:
             self._client = client

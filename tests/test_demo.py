@@ -185,7 +185,7 @@ async def test_feed_sends_the_bounded_run_then_flushes() -> None:
 
 
 def test_importing_the_demo_does_not_import_the_kafka_client() -> None:
-    code = "import sys, service.demo; print('service.stream.client' in sys.modules)"
+    code = "import sys, service.demo; print('service.stream.kafka.clients' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -25,16 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
 
 from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
 from service.stream.housekeeping import Housekeeping
-from service.stream.internals import App
 from service.stream.joiner import LabelJoiner
-from service.stream.kafka import broker_credentials, reader
+from service.stream.kafka.clients import LoopClients, broker_credentials, reader
+from service.stream.kafka.internals import App
 from service.stream.learnloop import LearnerSink, LearnLoop, learn_group
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
@@ -120,54 +119,9 @@ def _faust_app(s: Settings) -> App:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Clients:
-    """The aiokafka clients of one loop (``group``: its consumer group, also the clients'
-    id), made when the loop starts. Offsets are committed by the loop, once what they caused is
-    acknowledged by every in-sync replica (acks=all)."""
-
-    s: Settings
-    group: str
-    topics: tuple[str, ...]
-    fetch_max_wait_ms: int = 500  # aiokafka's default
-
-    @property
-    def client(self) -> dict[str, Any]:
-        return {"bootstrap_servers": self.s.bootstrap_servers, **self.s.security.aiokafka_kwargs()}
-
-    def consumer(self, listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
-        s = self.s
-        c = AIOKafkaConsumer(
-            group_id=self.group,
-            client_id=self.group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=self.fetch_max_wait_ms,
-            max_partition_fetch_bytes=s.fetch_bytes,
-            fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
-            session_timeout_ms=int(s.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
-            **self.client,
-        )
-        c.subscribe(list(self.topics), listener=listener)
-        return c
-
-    def producer(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            client_id=self.group,
-            acks="all",
-            max_request_size=self.s.fetch_bytes,
-            max_batch_size=min(self.s.fetch_bytes, 1_048_576) - 1024,
-            **self.client,
-        )
-
-    def admin(self) -> AIOKafkaAdminClient:
-        return AIOKafkaAdminClient(**self.client)
-
-
 def _score_loop(s: Settings, scorer: Scorer, progress: Progress) -> ScoreLoop:
     """The scoring path's loop and its aiokafka clients."""
-    clients = _Clients(s, score_group(s.app_id), (s.topics.features,))
+    clients = LoopClients(s, score_group(s.app_id), (s.topics.features,))
     return ScoreLoop(s, scorer, progress, consumer_factory=clients.consumer,
                      producer_factory=clients.producer, admin_factory=clients.admin)  # fmt: skip
 
@@ -185,7 +139,7 @@ def _learn_loop(
     time: a fetch for a quiet partition (labels) that the broker holds for the default
     500 ms would hold back a busy one, hence 50 ms."""
     topics = (s.topics.label_requests, s.topics.labels)
-    clients = _Clients(s, learn_group(s.app_id), topics, fetch_max_wait_ms=50)
+    clients = LoopClients(s, learn_group(s.app_id), topics, fetch_max_wait_ms=50)
 
     def changelogs() -> AIOKafkaConsumer:
         return reader(s.bootstrap_servers, f"{s.app_id}-recovery",

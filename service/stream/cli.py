@@ -25,7 +25,7 @@ from typing import Any
 
 from service.config import ConfigError, Settings, load_settings
 from service.records import SIGNATURE_HEADER, BadMessage, Label, decode_json, dumps
-from service.stream.kafka import produce_one, read_topic
+from service.stream.kafka.clients import produce_one, read_topic
 from service.stream.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.snapshots import signer_for
 
@@ -80,7 +80,7 @@ def _worker(argv: list[str]) -> int:
 def run_worker(settings: Settings, *, loglevel: str = "info") -> int:
     """Start a faust worker for ``settings`` in this process; returns when it stops."""
     from service.stream.app import create_app  # noqa: PLC0415 - keep `abstain labels` light
-    from service.stream.internals import Worker  # noqa: PLC0415
+    from service.stream.kafka.internals import Worker  # noqa: PLC0415
 
     app = create_app(settings)
     worker = Worker(app, loglevel=loglevel, redirect_stdouts=False)

@@ -26,7 +26,7 @@ owns a model's pending requests, its labels and its (w, rho), as before.
   partitions' entries leave memory.
 
 An assigned partition is not consumed before Kafka says where it starts
-(:class:`~service.stream.groups.Starts`): the learn group's commit, else where the worker's
+(:class:`~service.stream.kafka.groups.Starts`): the learn group's commit, else where the worker's
 faust group (``<app_id>``, whose agent consumed these topics before this path existed)
 committed, else (neither ever committed) the first record. While Kafka cannot say, the
 partition stays paused and the worker is not ready.
@@ -48,8 +48,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.stream.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.joiner import LabelJoiner
+from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.outputs import Headers
 from service.stream.partitions import Progress, RecoveryState
 from service.stream.scoreloop import BatchProducer, ScoreView

@@ -39,7 +39,7 @@ from service.records import (
 )
 from service.stream.champions import comparison, promoted
 from service.stream.cli import _common, _settings
-from service.stream.kafka import produce_one, read_topic
+from service.stream.kafka.clients import produce_one, read_topic
 from service.stream.snapshots import ModelBook, signer_for
 
 __all__ = ["main", "read_book"]

@@ -20,7 +20,7 @@ decisions (at-least-once, as before).
 - :class:`ScoreView` shows the consumer to liveness (:mod:`service.stream.liveness`).
 
 An assigned partition is paused until Kafka says where it starts
-(:class:`~service.stream.groups.Starts`): the score group's commit, else where the worker's
+(:class:`~service.stream.kafka.groups.Starts`): the score group's commit, else where the worker's
 faust group (``<app_id>``, which consumed the features topic before this path existed)
 committed, else (neither group ever committed) the earliest offset. While Kafka cannot
 say, the partition is not consumed and the worker is not ready.
@@ -43,8 +43,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from service.config import Settings
-from service.stream.groups import Rebalance, Starts, commit, raw_message, seek_committed
-from service.stream.kafka import partition_for
+from service.stream.kafka.clients import partition_for
+from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.outputs import OutRecord
 from service.stream.partitions import TP, Progress, RecoveryState
 from service.stream.scorer import Scorer

@@ -46,7 +46,7 @@ from service.records import (
     parse_champions,
     parse_model_envelope,
 )
-from service.stream.kafka import reader, topic_partitions
+from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.model import ServedModel
 
 __all__ = ["ModelBook", "Refused", "follow_models", "signer_for"]

@@ -11,7 +11,7 @@ import faust
 
 from service.config import KafkaSecurity, Settings
 from service.stream.app import create_app
-from service.stream.kafka import broker_credentials
+from service.stream.kafka.clients import broker_credentials
 
 WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 

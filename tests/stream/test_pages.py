@@ -19,7 +19,7 @@ from service.config import Settings
 from service.records import Label
 from service.stream.app import create_app
 from service.stream.errors import StreamError
-from service.stream.internals import App
+from service.stream.kafka.internals import App
 from service.stream.pages import LabelSender, mount_web
 from service.stream.stores import PendingStore
 from service.web.views import labels_post

@@ -16,8 +16,8 @@ from aiokafka.errors import KafkaTimeoutError, NodeNotReadyError
 from prometheus_client import CollectorRegistry
 
 from service.records import Champions
-from service.stream import groups
-from service.stream.kafka import partition_for
+from service.stream.kafka import groups
+from service.stream.kafka.clients import partition_for
 from service.stream.model import ServedModel
 from service.stream.outputs import OutRecord
 from service.stream.partitions import Progress

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
 
     from service.config import load_settings
     from service.stream.app import create_app
-    from service.stream.internals import Worker
+    from service.stream.kafka.internals import Worker
 
     parser = argparse.ArgumentParser(prog="faultworker")
     parser.add_argument("--config", type=Path, required=True)

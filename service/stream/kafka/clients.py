@@ -1,5 +1,7 @@
-"""Plain aiokafka clients for what faust does not do: group-less readers, topic metadata,
-one-off produce, and faust's credentials from the settings.
+"""Plain aiokafka clients: group-less readers, topic metadata, one-off produce, the clients
+of the worker's two loops (:class:`LoopClients`), faust's credentials from the settings, and
+a small client for the tools around the service (:class:`Client`: the demo, the benchmarks,
+operators' scripts).
 
 Every client here reads the same size limit (:attr:`service.config.Settings.fetch_bytes`)
 and the same security settings, so a record the worker may write can always be read back.
@@ -10,19 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
 from service.config import KafkaSecurity, Settings
+from service.records import dumps
 from service.stream.errors import TopicError
 
 __all__ = [
+    "Client",
+    "LoopClients",
+    "Received",
     "broker_credentials",
     "partition_for",
     "produce_one",
@@ -164,3 +171,133 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
         return out
     finally:
         await consumer.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class LoopClients:
+    """The aiokafka clients of one loop (``group``: its consumer group, also the clients'
+    id), made when the loop starts. Offsets are committed by the loop, once what they caused is
+    acknowledged by every in-sync replica (acks=all)."""
+
+    s: Settings
+    group: str
+    topics: tuple[str, ...]
+    fetch_max_wait_ms: int = 500  # aiokafka's default
+
+    @property
+    def client(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self.s.bootstrap_servers, **self.s.security.aiokafka_kwargs()}
+
+    def consumer(self, listener: ConsumerRebalanceListener) -> AIOKafkaConsumer:
+        s = self.s
+        c = AIOKafkaConsumer(
+            group_id=self.group,
+            client_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
+            max_partition_fetch_bytes=s.fetch_bytes,
+            fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
+            session_timeout_ms=int(s.session_timeout_seconds * 1000),
+            heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
+            **self.client,
+        )
+        c.subscribe(list(self.topics), listener=listener)
+        return c
+
+    def producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            client_id=self.group,
+            acks="all",
+            max_request_size=self.s.fetch_bytes,
+            max_batch_size=min(self.s.fetch_bytes, 1_048_576) - 1024,
+            **self.client,
+        )
+
+    def admin(self) -> AIOKafkaAdminClient:
+        return AIOKafkaAdminClient(**self.client)
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One consumed record."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int
+
+
+class Client:
+    """Producer plus group-less followers, for ``settings``' broker and security."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._kwargs = settings.security.aiokafka_kwargs()
+        self._producer: AIOKafkaProducer | None = None
+
+    async def __aenter__(self) -> Client:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.bootstrap_servers, linger_ms=5, **self._kwargs
+        )
+        await self._producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def send(self, topic: str, key: str | None, value: Any) -> None:
+        """Queue one JSON message (``value`` is serialised unless already bytes)."""
+        assert self._producer is not None  # noqa: S101 - used inside ``async with``
+        body = value if isinstance(value, bytes) else dumps(value)
+        await self._producer.send(topic, body, key=None if key is None else key.encode())
+
+    async def flush(self) -> None:
+        assert self._producer is not None  # noqa: S101
+        await self._producer.flush()
+
+    async def follow(
+        self,
+        topics: Sequence[str],
+        *,
+        from_beginning: bool = False,
+        poll_ms: int = 200,
+        positioned: asyncio.Event | None = None,
+    ) -> AsyncIterator[Received]:
+        """Yield records of every partition of ``topics`` as they arrive (until cancelled).
+        Starts at the current end unless ``from_beginning``; ``positioned`` is set once the
+        start offsets are fixed (so nothing produced after that is missed)."""
+        tps = []
+        for topic in topics:
+            tps += await topic_partitions(
+                self.settings.bootstrap_servers, topic, client_kwargs=self._kwargs
+            )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            **self._kwargs,
+        )
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            if from_beginning:
+                await consumer.seek_to_beginning(*tps)
+            else:
+                await consumer.seek_to_end(*tps)
+            for tp in tps:
+                await consumer.position(tp)
+            if positioned is not None:
+                positioned.set()
+            while True:
+                batch = await consumer.getmany(timeout_ms=poll_ms)
+                for records in batch.values():
+                    for r in records:
+                        yield Received(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
+                await asyncio.sleep(0)
+        finally:
+            await consumer.stop()

@@ -1,0 +1,8 @@
+"""The Kafka plumbing both loops share, and the one catalogue of topics.
+
+- :mod:`.clients`: plain aiokafka clients (group-less readers, topic metadata, one-off
+  produce, the loops' consumers and producers, the tools' :class:`~.clients.Client`);
+- :mod:`.groups`: what a loop does with its consumer group (rebalance listener, where a
+  partition starts, commits, seeking back);
+- :mod:`.internals`: every use of a faust internal, with the version it was written against.
+"""
