@@ -33,8 +33,9 @@ from service.records import (
     request_id,
 )
 from service.stream.errors import TopicError
-from service.stream.kafka.clients import partition_for, reader, topic_partitions
+from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.groups import START_TIMEOUT_SECONDS
+from service.stream.kafka.produce import partition_for
 from service.stream.topics import TopicLayoutError, default_replication_factor
 
 __all__ = ["Feeds", "KafkaLabelSink", "KafkaLeaseLog", "ensure_leases_topic", "make_producer"]

@@ -55,7 +55,7 @@ from service.stream.joins import (
     apply_shadow_label,
     park_label,
 )
-from service.stream.kafka.clients import partition_for
+from service.stream.kafka.produce import partition_for
 from service.stream.outputs import Outputs
 from service.stream.stores import HISTORY, ModelStore, ParkedStore, PendingStore
 

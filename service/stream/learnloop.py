@@ -50,9 +50,9 @@ from aiokafka.errors import KafkaError
 from service.config import Settings
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
-from service.stream.outputs import Headers
+from service.stream.kafka.produce import BatchProducer, Headers
 from service.stream.partitions import Progress, RecoveryState
-from service.stream.scoreloop import BatchProducer, ScoreView
+from service.stream.scoreloop import ScoreView
 from service.stream.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
 
 __all__ = ["LearnLoop", "LearnView", "LearnerSink", "learn_group"]

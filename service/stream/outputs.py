@@ -12,7 +12,6 @@ acknowledged (durable, acks=all). The learner flushes where the order of two wri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from service.config import Topics
@@ -27,24 +26,9 @@ from service.records import (
     Signer,
     Source,
 )
+from service.stream.kafka.produce import Headers, OutRecord
 
-__all__ = ["Headers", "OutRecord", "Outputs", "Sink"]
-
-#: Kafka record headers, as aiokafka takes them
-Headers = list[tuple[str, bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class OutRecord:
-    """One record to write: ``partition`` None = by ``key`` (Kafka's default partitioner;
-    any partition when the key is None too); ``value`` None: a tombstone (a changelog
-    deletion)."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    partition: int | None = None
-    headers: Headers | None = None
+__all__ = ["Outputs", "Sink"]
 
 
 class Sink(Protocol):

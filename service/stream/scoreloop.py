@@ -3,13 +3,13 @@ out, offsets committed once every output of them is acknowledged.
 
 Scoring needs no table, so it runs on plain aiokafka rather than a faust agent: a consumer
 in the group ``<app_id>-score`` (:func:`score_group`) reads the features topic, each
-``getmany`` is scored as one batch by :meth:`~service.stream.scorer.Scorer.decide`, and
-:class:`BatchProducer` writes its records with one produce batch per topic partition
-(acks=all). Batches are pipelined: the next one is scored while the broker acknowledges the
-last, and a separate task commits, in order, the offsets of every batch whose records are
-all acknowledged. So a committed offset always means every output before it is durable;
-after a crash the uncommitted rest is scored again, with the same coins, so the same
-decisions (at-least-once, as before).
+``getmany`` is scored as one batch by :meth:`~service.stream.scorer.Scorer.decide`, and a
+:class:`~service.stream.kafka.produce.BatchProducer` writes its records with one produce
+batch per topic partition (acks=all). Batches are pipelined: the next one is scored while
+the broker acknowledges the last, and a separate task commits, in order, the offsets of
+every batch whose records are all acknowledged. So a committed offset always means every
+output before it is durable; after a crash the uncommitted rest is scored again, with the
+same coins, so the same decisions (at-least-once, as before).
 
 - A produce that fails (broker away past the request timeout) commits nothing: the loop
   waits for the batches in flight, seeks back to the last committed offsets and scores
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -43,13 +42,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from service.config import Settings
-from service.stream.kafka.clients import partition_for
 from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
-from service.stream.outputs import OutRecord
+from service.stream.kafka.produce import BatchProducer
 from service.stream.partitions import TP, Progress, RecoveryState
 from service.stream.scorer import Scorer
 
-__all__ = ["BatchProducer", "ScoreLoop", "ScoreView", "score_group"]
+__all__ = ["ScoreLoop", "ScoreView", "score_group"]
 
 log = logging.getLogger(__name__)
 
@@ -66,67 +64,6 @@ def score_group(app_id: str) -> str:
     'abstain-score'
     """
     return f"{app_id}-score"
-
-
-class BatchProducer:
-    """Records out in one produce batch per topic partition (aiokafka's batch API: no
-    future, partitioner call or log record per record)."""
-
-    def __init__(self, producer: AIOKafkaProducer) -> None:
-        self.producer = producer
-        self._partitions: dict[str, int] = {}
-        self._spread = itertools.count()  # where records without key or partition go
-
-    async def partitions(self, topic: str) -> int:
-        """How many partitions ``topic`` has (asked once, then cached)."""
-        count = self._partitions.get(topic)
-        if count is None:
-            found = await self.producer.partitions_for(topic)
-            count = self._partitions[topic] = len(found)
-        return count
-
-    async def send_many(self, records: Sequence[OutRecord]) -> asyncio.Future[Any]:
-        """Queue ``records``; the returned future is done once the broker acknowledged all
-        of them (and fails if any one fails). A record's ``partition`` is taken modulo the
-        topic's partition count (the count the topic really has)."""
-        counts = {topic: await self.partitions(topic) for topic in {r.topic for r in records}}
-        keyed: dict[tuple[bytes, int], int] = {}  # label requests share a few keys (models)
-        groups: dict[tuple[str, int], list[OutRecord]] = {}
-        for r in records:
-            count = counts[r.topic]
-            if r.partition is not None:
-                p = r.partition % count
-            elif r.key is not None:
-                p = keyed.get((r.key, count), -1)
-                if p < 0:
-                    p = keyed[(r.key, count)] = partition_for(r.key, count)
-            else:
-                p = next(self._spread) % count
-            groups.setdefault((r.topic, p), []).append(r)
-        futures = []
-        for (topic, p), group in groups.items():
-            futures += await self._send(topic, p, group)
-        return asyncio.gather(*futures)
-
-    async def _send(self, topic: str, partition: int, records: list[OutRecord]) -> list[Any]:
-        futures: list[Any] = []
-        batch = self.producer.create_batch()
-        for r in records:
-            headers = r.headers or []
-            if batch.append(key=r.key, value=r.value, timestamp=None, headers=headers):
-                continue
-            if batch.record_count():  # full: send it, start the next
-                futures.append(await self.producer.send_batch(batch, topic, partition=partition))
-                batch = self.producer.create_batch()
-                if batch.append(key=r.key, value=r.value, timestamp=None, headers=headers):
-                    continue
-            # larger than a batch may be: the record alone (the producer checks its size)
-            alone = self.producer.send(topic, r.value, key=r.key, partition=partition,
-                                       headers=headers)  # fmt: skip
-            futures.append(await alone)
-        if batch.record_count():
-            futures.append(await self.producer.send_batch(batch, topic, partition=partition))
-        return futures
 
 
 @dataclass(slots=True)

@@ -22,8 +22,9 @@ from service.learning import CollapseWatch, QueryBudget
 from service.metrics import Metrics
 from service.records import Action, Champions, DeadLetter, RawMessage, Reason, Source
 from service.stream.errors import DATA_ERRORS
+from service.stream.kafka.produce import OutRecord
 from service.stream.model import ServedModel
-from service.stream.outputs import Outputs, OutRecord
+from service.stream.outputs import Outputs
 from service.stream.scoring import Limits, ScoreResult, score_batch
 
 __all__ = ["DecisionTally", "Scorer"]

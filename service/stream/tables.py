@@ -40,7 +40,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from service.stream.errors import StreamError
-from service.stream.outputs import OutRecord
+from service.stream.kafka.produce import OutRecord
 
 __all__ = [
     "TABLES",

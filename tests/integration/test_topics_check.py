@@ -21,7 +21,7 @@ from faults.scenario import max_version
 from faults.workers import Deployment, service_config
 
 from service.config import ModelConfig, Settings
-from service.stream.kafka.clients import partition_for
+from service.stream.kafka.produce import partition_for
 from service.stream.model import initial_envelope
 from service.stream.scoreloop import score_group
 from service.stream.topics import TopicSpec, topic_specs

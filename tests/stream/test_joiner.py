@@ -18,7 +18,7 @@ from service.records import (
     request_id,
 )
 from service.stream.joiner import LabelJoiner
-from service.stream.kafka.clients import partition_for
+from service.stream.kafka.produce import partition_for
 from service.stream.model import initial_envelope
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 

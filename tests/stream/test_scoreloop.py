@@ -17,11 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from service.records import Champions
 from service.stream.kafka import groups
-from service.stream.kafka.clients import partition_for
+from service.stream.kafka.produce import BatchProducer, OutRecord, partition_for
 from service.stream.model import ServedModel
-from service.stream.outputs import OutRecord
 from service.stream.partitions import Progress
-from service.stream.scoreloop import BatchProducer, ScoreLoop, score_group
+from service.stream.scoreloop import ScoreLoop, score_group
 from service.stream.scorer import Scorer
 
 from .memory import CFG, MemoryKafka, outputs, settings, trained

@@ -33,7 +33,7 @@ from service.records import (
 from service.stream import cli, models_cli
 from service.stream.champions import comparison, promoted
 from service.stream.joiner import LabelJoiner
-from service.stream.kafka.clients import partition_for
+from service.stream.kafka.produce import partition_for
 from service.stream.model import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scorer import DecisionTally, Scorer

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from service.stream.kafka.produce import OutRecord
 from service.stream.learnloop import LearnerSink
-from service.stream.outputs import OutRecord
 from service.stream.tables import ChangelogTable, TableWriteError, Writes, changelog_topic
 
 TOPIC = changelog_topic("app", "pending")

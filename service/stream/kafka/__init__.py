@@ -2,6 +2,8 @@
 
 - :mod:`.clients`: plain aiokafka clients (group-less readers, topic metadata, one-off
   produce, the loops' consumers and producers, the tools' :class:`~.clients.Client`);
+- :mod:`.produce`: records out (:class:`~.produce.OutRecord`), one produce batch per topic
+  partition (:class:`~.produce.BatchProducer`), Kafka's partitioner;
 - :mod:`.groups`: what a loop does with its consumer group (rebalance listener, where a
   partition starts, commits, seeking back);
 - :mod:`.internals`: every use of a faust internal, with the version it was written against.

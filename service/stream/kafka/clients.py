@@ -20,7 +20,6 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import murmur2
 
 from service.config import KafkaSecurity, Settings
 from service.records import dumps
@@ -31,7 +30,6 @@ __all__ = [
     "LoopClients",
     "Received",
     "broker_credentials",
-    "partition_for",
     "produce_one",
     "read_topic",
     "reader",
@@ -55,16 +53,6 @@ def broker_credentials(security: KafkaSecurity) -> Any:
     if security.uses_ssl:
         return faust.SSLCredentials(security.ssl_context())
     return None
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (murmur2, as faust and aiokafka producers
-    use) gives ``key`` among ``partitions``.
-
-    >>> partition_for(b"default", 1), 0 <= partition_for(b"fraud", 8) < 8
-    (0, True)
-    """
-    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def reader(
