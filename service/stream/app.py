@@ -34,13 +34,13 @@ from service.stream.housekeeping import Housekeeping
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.clients import LoopClients, broker_credentials, reader
 from service.stream.kafka.internals import App
+from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
 from service.stream.learnloop import LearnerSink, LearnLoop, learn_group
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.pages import mount_web
-from service.stream.partitions import Progress, RoutedView
 from service.stream.scoreloop import ScoreLoop, score_group
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook, follow_models, signer_for

@@ -19,8 +19,8 @@ from aiokafka.errors import KafkaError
 from service.config import Settings
 from service.metrics import Metrics
 from service.stream.joiner import LabelJoiner
+from service.stream.kafka.loop import ConsumerView
 from service.stream.liveness import LivenessMonitor
-from service.stream.partitions import ConsumerView
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook
 from service.stream.stores import PendingStore

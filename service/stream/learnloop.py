@@ -50,9 +50,8 @@ from aiokafka.errors import KafkaError
 from service.config import Settings
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
+from service.stream.kafka.loop import LoopView, Progress, RecoveryState
 from service.stream.kafka.produce import BatchProducer, Headers
-from service.stream.partitions import Progress, RecoveryState
-from service.stream.scoreloop import ScoreView
 from service.stream.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
 
 __all__ = ["LearnLoop", "LearnView", "LearnerSink", "learn_group"]
@@ -311,8 +310,8 @@ class LearnLoop:
         return tps
 
 
-class LearnView(ScoreView):
-    """:class:`~service.stream.partitions.ConsumerView` of the learner's consumer: paused
+class LearnView(LoopView):
+    """:class:`~service.stream.kafka.loop.ConsumerView` of the learner's consumer: paused
     during a rebalance and while changelogs are read; recovery is what :func:`recover`
     reports."""
 

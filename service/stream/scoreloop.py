@@ -17,7 +17,8 @@ same coins, so the same decisions (at-least-once, as before).
 - On a rebalance the revoked partitions' batches in flight are awaited and committed
   before the partitions go (:meth:`ScoreLoop.revoked`), so the next owner starts where this
   worker's acknowledged outputs end.
-- :class:`ScoreView` shows the consumer to liveness (:mod:`service.stream.liveness`).
+- its :class:`~service.stream.kafka.loop.LoopView` shows the consumer to liveness
+  (:mod:`service.stream.liveness`).
 
 An assigned partition is paused until Kafka says where it starts
 (:class:`~service.stream.kafka.groups.Starts`): the score group's commit, else where the worker's
@@ -32,22 +33,22 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from service.config import Settings
 from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
+from service.stream.kafka.loop import LoopView, Progress
 from service.stream.kafka.produce import BatchProducer
-from service.stream.partitions import TP, Progress, RecoveryState
 from service.stream.scorer import Scorer
 
-__all__ = ["ScoreLoop", "ScoreView", "score_group"]
+__all__ = ["ScoreLoop", "score_group"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class ScoreLoop:
         self.commit_lock = asyncio.Lock()  # one commit at a time, offsets never go back
         self.sent = asyncio.Event()  # a batch joined the in-flight queue
         self.starts = Starts(settings.app_id, admin_factory)
-        self.view = ScoreView(self)
+        self.view = LoopView(self)
         #: the last fetch was full (more events are waiting): the learner defers to scoring
         self.backlogged = False
 
@@ -276,80 +277,3 @@ class ScoreLoop:
         tps = sorted(self.consumer.assignment() - self.starts.unknown)
         self.consumer.resume(*tps)
         return tps
-
-
-class _LoopState(Protocol):
-    committed: dict[TopicPartition, int]
-    rebalancing: bool
-    generation: int
-
-
-class _Looping(Protocol):
-    @property
-    def consumer(self) -> AIOKafkaConsumer | None: ...
-
-    @property
-    def starts(self) -> Starts: ...
-
-    @property
-    def state(self) -> _LoopState: ...
-
-
-class ScoreView:
-    """:class:`~service.stream.partitions.ConsumerView` of the scoring consumer (no tables:
-    never reading changelogs, but not complete while a partition's start is unknown)."""
-
-    def __init__(self, loop: _Looping) -> None:
-        self._loop = loop
-
-    @property
-    def generation(self) -> int:
-        return self._loop.state.generation
-
-    @property
-    def paused(self) -> bool:
-        return self._loop.state.rebalancing or bool(self._loop.starts.unknown)
-
-    def assignment(self) -> AbstractSet[TP]:
-        consumer = self._loop.consumer
-        if consumer is None:
-            return frozenset()
-        assigned: AbstractSet[TP] = consumer.assignment()
-        return assigned
-
-    def recovery(self) -> RecoveryState:
-        """Complete once every assigned partition's start is known (nothing to read)."""
-        return RecoveryState(in_recovery=False, completed=not self._loop.starts.unknown)
-
-    def highwater(self, tp: TP) -> int | None:
-        consumer = self._loop.consumer
-        if consumer is None:
-            return None
-        try:
-            high = consumer.highwater(_tp(tp))
-        except IllegalStateError:
-            return None
-        return None if high is None else int(high)
-
-    async def highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
-        consumer = self._loop.consumer
-        if consumer is None or not tps:
-            return {}
-        ends = await consumer.end_offsets([_tp(tp) for tp in tps])
-        return {(tp.topic, tp.partition): int(h) for tp, h in ends.items() if h is not None}
-
-    async def position(self, tp: TP) -> int | None:
-        consumer = self._loop.consumer
-        if consumer is None:
-            return None
-        try:
-            return int(await asyncio.wait_for(consumer.position(_tp(tp)), 1.0))
-        except (IllegalStateError, KafkaError, TimeoutError):
-            return None
-
-    def committed_next(self, tp: TP) -> int | None:
-        return self._loop.state.committed.get(_tp(tp))
-
-
-def _tp(tp: TP) -> TopicPartition:
-    return tp if isinstance(tp, TopicPartition) else TopicPartition(tp.topic, tp.partition)

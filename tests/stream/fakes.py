@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaConnectionError
 from intervaltree import IntervalTree
 
-from service.stream.partitions import TP, ConsumerView, RecoveryState, partition_key
+from service.stream.kafka.loop import TP, ConsumerView, RecoveryState, partition_key
 
 __all__ = ["FakeConsumerView"]
 
@@ -20,7 +20,7 @@ Key = tuple[str, int]
 
 @dataclass
 class FakeConsumerView:
-    """A :class:`~service.stream.partitions.ConsumerView` whose state the test sets.
+    """A :class:`~service.stream.kafka.loop.ConsumerView` whose state the test sets.
 
     ``highs`` are the broker's end offsets (what :meth:`highwaters` answers) and ``cached``
     the consumer's cached ones (default: -1, stale, as for a paused partition); the

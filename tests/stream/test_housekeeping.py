@@ -12,10 +12,10 @@ from service.metrics import Metrics
 from service.records import Label, request_id
 from service.stream.housekeeping import REPUBLISH_AFTER, Housekeeping
 from service.stream.joiner import LabelJoiner
+from service.stream.kafka.loop import Progress
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
 from service.stream.outputs import Outputs
-from service.stream.partitions import Progress
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook
 from service.stream.stores import ModelStore, ParkedStore, PendingStore

@@ -12,8 +12,8 @@ from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
+from service.stream.kafka.loop import Progress, RecoveryState
 from service.stream.liveness import LivenessMonitor, LivenessReport
-from service.stream.partitions import Progress, RecoveryState
 
 from .fakes import FakeConsumerView
 

@@ -1,10 +1,10 @@
-"""Partition bookkeeping: lag, progress, and when lag without progress is a stall."""
+"""Partition bookkeeping: lag, and when lag without progress is a stall."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.stream.partitions import PartitionStatus, Progress, RecoveryWatch, stalled_partitions
+from service.stream.partitions import PartitionStatus, RecoveryWatch, stalled_partitions
 
 
 def _status(high: int | None, position: int | None, last: float) -> PartitionStatus:
@@ -37,14 +37,6 @@ def test_stall_needs_lag_and_no_progress_for_stall_seconds(
 
 def test_paused_stream_is_never_stalled() -> None:
     assert stalled_partitions([_status(10, 0, 0.0)], now=1e6, stall_seconds=1.0, paused=True) == []
-
-
-def test_hold_restarts_the_stall_clock() -> None:
-    progress = Progress(clock=lambda: 5.0)
-    progress.mark("t", 0, 3)
-    progress.hold([("t", 0), ("t", 1)], 100.0)
-    assert progress.times == {("t", 0): 100.0, ("t", 1): 100.0}
-    assert progress.offsets == {("t", 0): 3}
 
 
 def test_a_recovery_with_nothing_left_is_never_stalled() -> None:

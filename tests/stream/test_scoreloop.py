@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 
 from service.records import Champions
 from service.stream.kafka import groups
+from service.stream.kafka.loop import Progress
 from service.stream.kafka.produce import BatchProducer, OutRecord, partition_for
 from service.stream.model import ServedModel
-from service.stream.partitions import Progress
 from service.stream.scoreloop import ScoreLoop, score_group
 from service.stream.scorer import Scorer
 

@@ -6,5 +6,7 @@
   partition (:class:`~.produce.BatchProducer`), Kafka's partitioner;
 - :mod:`.groups`: what a loop does with its consumer group (rebalance listener, where a
   partition starts, commits, seeking back);
+- :mod:`.loop`: how the worker sees a loop's consumer (:class:`~.loop.LoopView`, one
+  :class:`~.loop.RoutedView` over both) and what a loop processed (:class:`~.loop.Progress`);
 - :mod:`.internals`: every use of a faust internal, with the version it was written against.
 """
