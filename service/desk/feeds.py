@@ -35,17 +35,13 @@ from service.records import (
 from service.stream.errors import TopicError
 from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.groups import START_TIMEOUT_SECONDS
+from service.stream.kafka.guard import TopicLayoutError, default_replication_factor
 from service.stream.kafka.produce import partition_for
-from service.stream.topics import TopicLayoutError, default_replication_factor
+from service.stream.kafka.topics import desk_topics, table_topic
 
 __all__ = ["Feeds", "KafkaLabelSink", "KafkaLeaseLog", "ensure_leases_topic", "make_producer"]
 
 log = logging.getLogger(__name__)
-
-
-def pending_changelog(settings: Settings) -> str:
-    """The learner's pending-table changelog (faust: ``<app id>-<table>-changelog``)."""
-    return f"{settings.app_id}-pending-changelog"
 
 
 def make_producer(settings: Settings) -> AIOKafkaProducer:
@@ -67,7 +63,7 @@ async def ensure_leases_topic(settings: Settings) -> None:
     time retention longer than any request lives (docs/desk.md: why not compacted), and the
     replicas of ``topic_policy`` (the brokers' default when unset). With
     ``topic_policy.creation: check`` nothing is created: a missing topic is refused
-    (:class:`~service.stream.topics.TopicLayoutError`, naming it)."""
+    (:class:`~service.stream.kafka.guard.TopicLayoutError`, naming it)."""
     policy, name = settings.topic_policy, settings.desk.leases_topic
     retention_ms = int(max(2 * 86400.0, 4 * settings.request_ttl_seconds) * 1000)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
@@ -143,8 +139,8 @@ class Feeds:
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.settings, self.desk, self.folded, self.clock = settings, desk, folded, clock
         s = settings
-        self.topics = (s.topics.label_requests, s.topics.labels, pending_changelog(s),
-                       s.desk.leases_topic)  # fmt: skip
+        self.topics = (*desk_topics(s), s.desk.leases_topic)  # the catalogue's, and its own
+        self.pending_changelog = table_topic(s, "pending")
         self.kwargs = settings.security.aiokafka_kwargs()
         self.assigned: list[TopicPartition] = []
         self.ends: dict[TopicPartition, int] = {}  # where "read up to the start" ends
@@ -226,7 +222,7 @@ class Feeds:
             if topic == s.desk.leases_topic:
                 record = None if value is None else parse_lease_record(value)
                 self.desk.leases.apply(offset, record)
-            elif value is None and topic != pending_changelog(s):
+            elif value is None and topic != self.pending_changelog:
                 return
             elif topic == s.topics.label_requests:
                 self._request(partition, key, value)

@@ -2,7 +2,8 @@
 
 - :class:`ModelEnvelope`: one model at one version (``models`` table, ``abstain.models``);
 - :class:`PendingEntry`: a label request waiting for its answer (``pending`` table);
-- :class:`ParkedLabel`: a label that arrived before its request (``orphans`` table).
+- :class:`ParkedLabel`: a label that arrived before its request (the parked table, whose
+  changelog keeps its earlier name ``<app_id>-orphans-changelog``).
 
 They are written by this service, but a table's changelog and the models topic are topics
 like any other: whoever can write them can put anything there, so ``parse_*`` checks every
@@ -301,7 +302,7 @@ class ParkedLabel:
 
 
 def parse_parked_label(raw: bytes) -> ParkedLabel:
-    """Check and decode an ``orphans`` table value."""
+    """Check and decode a parked-table value."""
     record = decode_object(raw)
     body = record.get("raw", "")
     if not isinstance(body, str):

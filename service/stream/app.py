@@ -11,7 +11,7 @@ Wiring only; each task and the timer call one object (the flow and the rules of 
 - learning needs tables but not faust's per-record stream either:
   :class:`~service.stream.learnloop.LearnLoop` consumes label-requests AND labels,
   co-partitioned by model (group ``<app_id>-learn``), in whole fetched batches, and calls
-  :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``, ``orphans`` and
+  :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``, ``parked`` and
   ``models`` tables (:mod:`~service.stream.tables`: in memory, changelogs in Kafka, their
   writes sent in batches and durable before the offsets that caused them are committed);
 - ``follow`` feeds :class:`~service.stream.snapshots.ModelBook` from the models topic;
@@ -33,9 +33,11 @@ from service.metrics import Metrics
 from service.stream.housekeeping import Housekeeping
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.clients import LoopClients, broker_credentials, reader
+from service.stream.kafka.guard import guard_topics
 from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
+from service.stream.kafka.topics import TABLES, declared, learned, watched
 from service.stream.learnloop import LearnerSink, LearnLoop, learn_group
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
@@ -45,8 +47,7 @@ from service.stream.scoreloop import ScoreLoop, score_group
 from service.stream.scorer import Scorer
 from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
-from service.stream.tables import TABLES, ChangelogTable, Writes, changelog_topic
-from service.stream.topics import guard_topics
+from service.stream.tables import ChangelogTable, Writes
 
 __all__ = ["Parts", "create_app"]
 
@@ -139,8 +140,7 @@ def _learn_loop(
     same partition numbers of both label topics. aiokafka sends one fetch per broker at a
     time: a fetch for a quiet partition (labels) that the broker holds for the default
     500 ms would hold back a busy one, hence 50 ms."""
-    topics = (s.topics.label_requests, s.topics.labels)
-    clients = LoopClients(s, learn_group(s.app_id), topics, fetch_max_wait_ms=50)
+    clients = LoopClients(s, learn_group(s.app_id), learned(s), fetch_max_wait_ms=50)
 
     def changelogs() -> AIOKafkaConsumer:
         return reader(s.bootstrap_servers, f"{s.app_id}-recovery",
@@ -169,32 +169,24 @@ def create_app(
     clock: Callable[[], float] = time.time,
 ) -> App:
     """Build a faust app for ``settings`` (nothing is started)."""
-    s, t, n = settings, settings.topics, settings.partitions
+    s, t = settings, settings.topics
     metrics = Metrics(registry if registry is not None else CollectorRegistry(), models=s.models)
     signer = signer_for(s)
     book = ModelBook(s, signer=signer, on_swap=lambda m: metrics.set_model(m.name, **m.gauges()))
     app = _faust_app(s)
     guard_topics(app, s)  # before the producer and consumer start
-    p = s.topic_policy
-    outputs_ = [_topic(app, t.decisions, partitions=n.decisions, policy=p),
-                _topic(app, t.models, partitions=n.models, policy=p, compacting=True),
-                _topic(app, t.dead_letters, partitions=n.dead_letters, policy=p),
-                _topic(app, t.label_requests, partitions=n.labels, policy=p),
-                _topic(app, t.labels, partitions=n.labels, policy=p)]  # fmt: skip
-    features = _topic(app, t.features, partitions=n.features, policy=p)
-    outputs_ += [_topic(app, changelog_topic(s.app_id, name), partitions=n.labels, policy=p,
-                        compacting=True) for name in TABLES]  # fmt: skip
+    topics = {name: _topic(app, name, partitions=n, policy=s.topic_policy, compacting=compacted)
+              for name, n, compacted in declared(s)}  # the catalogue's  # fmt: skip
     progress = Progress(clock)
-    learned = (t.label_requests, t.labels)
     writes = Writes()
-    tables = {name: ChangelogTable(changelog_topic(s.app_id, name), writes) for name in TABLES}
+    tables = {e.field: ChangelogTable(e.name(s), writes) for e in TABLES}
     sink = LearnerSink(writes)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
     scoring = _score_loop(s, scorer, progress)
     pending = PendingStore(tables["pending"])
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
-    joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["orphans"]),
+    joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
                          models=ModelStore(tables["models"], initial),
                          outputs=Outputs(sink, t, metrics, signer=signer), metrics=metrics,
                          clock=clock)  # fmt: skip
@@ -208,13 +200,13 @@ def create_app(
     view = RoutedView(learning.view, {t.features: scoring.view})
     housekeeping = Housekeeping(
         s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,
-        liveness=LivenessMonitor(view, progress, metrics, watched=(t.features, *learned),
+        liveness=LivenessMonitor(view, progress, metrics, watched=watched(s),
                                  stall_seconds=s.stall_seconds),
     )  # fmt: skip
     app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
 
     async def declare_outputs() -> None:
-        for topic in (*outputs_, features):
+        for topic in topics.values():
             await topic.maybe_declare()
 
     @app.task  # type: ignore[untyped-decorator]
@@ -237,6 +229,5 @@ def create_app(
     async def tick() -> None:
         await housekeeping.check(clock())
 
-    labels = outputs_[4]  # POST /labels writes there
-    mount_web(app, app.parts, labels, pending)
+    mount_web(app, app.parts, topics[t.labels], pending)  # POST /labels writes there
     return app

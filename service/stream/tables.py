@@ -1,14 +1,14 @@
 """The learner's tables: in memory for the partitions it owns, every write a record on the
 table's compacted changelog, read back from the start of a partition when it is assigned.
 
-A :class:`ChangelogTable` is a :class:`~service.stream.stores.Table` (get, set, delete,
-scan). Its changelog is ``<app_id>-<name>-changelog`` (:func:`changelog_topic`): key →
-value, a record without a value (a tombstone) deletes the key, so compaction keeps exactly
-the live entries. A write goes to the changelog partition of the record being handled
-(:class:`Writes`: the label topics and the changelogs are co-partitioned, so that is the
-partition of the model the write is about); the records wait in :attr:`Writes.records`
-until the learner sends them, in order, with the batch produce API, and awaits their
-acknowledgement before it commits the offsets that caused them (:mod:`learnloop`).
+A :class:`ChangelogTable` is a :class:`~service.stream.stores.Table` (get, set, delete, scan).
+Its changelog is ``<app_id>-<name>-changelog`` (the catalogue:
+:mod:`service.stream.kafka.topics`): key → value, a record without a value (a tombstone) deletes
+the key, so compaction keeps exactly the live entries. A write goes to the changelog partition
+of the record being handled (:class:`Writes`: the label topics and the changelogs are
+co-partitioned, so that is the partition of the model the write is about); the records wait in
+:attr:`Writes.records` until the learner sends them, in order, with the batch produce API, and
+awaits their acknowledgement before it commits the offsets that caused them (:mod:`learnloop`).
 
 :func:`recover` reads the changelog partitions of newly assigned partitions up to their end
 into the tables before a single label record of them is handled. A changelog is input like
@@ -43,31 +43,17 @@ from service.stream.errors import StreamError
 from service.stream.kafka.produce import OutRecord
 
 __all__ = [
-    "TABLES",
     "ChangelogTable",
     "Recovery",
     "TableWriteError",
     "Writes",
-    "changelog_topic",
     "recover",
 ]
 
 log = logging.getLogger(__name__)
 
-#: the learner's tables, by name (``<app_id>-<name>-changelog``)
-TABLES = ("pending", "orphans", "models")
 #: seconds between attempts when the broker fails a recovery read
 RETRY_SECONDS = 1.0
-
-
-def changelog_topic(app_id: str, table: str) -> str:
-    """The changelog topic of ``table`` (the name faust's tables used, so a worker reads
-    what earlier versions wrote).
-
-    >>> changelog_topic("abstain", "pending")
-    'abstain-pending-changelog'
-    """
-    return f"{app_id}-{table}-changelog"
 
 
 class TableWriteError(StreamError):

@@ -22,9 +22,9 @@ from faults.workers import Deployment, service_config
 
 from service.config import ModelConfig, Settings
 from service.stream.kafka.produce import partition_for
+from service.stream.kafka.topics import TopicSpec, topic_specs
 from service.stream.model import initial_envelope
 from service.stream.scoreloop import score_group
-from service.stream.topics import TopicSpec, topic_specs
 
 
 def _deployment(

@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
-from service.stream.topics import TopicFacts, describe_topics
+from service.stream.kafka.guard import TopicFacts, describe_topics
 
 __all__ = [
     "Wanted",

@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.stream.kafka.produce import OutRecord
+from service.stream.kafka.topics import changelog_topic
 from service.stream.learnloop import LearnerSink
-from service.stream.tables import ChangelogTable, TableWriteError, Writes, changelog_topic
+from service.stream.tables import ChangelogTable, TableWriteError, Writes
 
 TOPIC = changelog_topic("app", "pending")
 

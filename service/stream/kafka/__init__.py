@@ -1,5 +1,9 @@
 """The Kafka plumbing both loops share, and the one catalogue of topics.
 
+- :mod:`.topics`: THE catalogue of the worker's topics and tables (declaration, checks, the
+  learner's subscription and tables, the desk's readers and the docs' table come from it);
+- :mod:`.guard`: the check that the cluster's topics fit the catalogue (start-up, check mode,
+  the partition guard);
 - :mod:`.clients`: plain aiokafka clients (group-less readers, topic metadata, one-off
   produce, the loops' consumers and producers, the tools' :class:`~.clients.Client`);
 - :mod:`.produce`: records out (:class:`~.produce.OutRecord`), one produce batch per topic

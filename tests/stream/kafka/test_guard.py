@@ -1,5 +1,5 @@
-"""service.stream.topics without a broker: the topic specs of a worker and every problem the
-start-up check names (the real-broker side: tests/integration/test_topics_check.py)."""
+"""service.stream.kafka.guard without a broker: every problem the start-up check names (the
+real-broker side: tests/integration/test_topics_check.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from service.config import ConfigError, Settings, TopicPolicy, load_settings
-from service.stream import topics
 from service.stream.errors import TopicError
-from service.stream.topics import TopicFacts, TopicSpec, problems_of, topic_specs
+from service.stream.kafka import guard as topics
+from service.stream.kafka.guard import TopicFacts, problems_of
+from service.stream.kafka.topics import TopicSpec, topic_specs
 
 
 def settings(**policy: Any) -> Settings:
@@ -22,27 +23,6 @@ def fitting(specs: list[TopicSpec], *, replicas: int = 3, isr: int = 2) -> dict[
     return {
         s.name: TopicFacts(s.partitions, replicas, "compact" if s.compacted else "delete", isr)
         for s in specs
-    }
-
-
-def test_specs_name_every_topic_changelog_and_the_leader_topic() -> None:
-    s = settings()
-    specs = {spec.name: spec for spec in topic_specs(s)}
-    assert set(specs) == {
-        *s.topics.model_dump().values(),
-        "app-pending-changelog",
-        "app-orphans-changelog",
-        "app-models-changelog",
-        "app-__assignor-__leader",
-    }
-    labels = s.partitions.labels
-    fixed = {name for name, spec in specs.items() if spec.copartitioned}
-    assert fixed == {s.topics.label_requests, s.topics.labels} | {
-        f"app-{t}-changelog" for t in ("pending", "orphans", "models")
-    }
-    assert {specs[name].partitions for name in fixed} == {labels}
-    assert {n for n, spec in specs.items() if spec.compacted} == {s.topics.models} | {
-        f"app-{t}-changelog" for t in ("pending", "orphans", "models")
     }
 
 

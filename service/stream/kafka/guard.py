@@ -1,11 +1,10 @@
-"""The topics a worker needs, and the checks that they are fit for it.
+"""The check that the cluster's topics are fit for the worker.
 
-:func:`topic_specs` lists every topic and changelog of a worker with the partitions and
-cleanup policy it needs; :func:`layout_problems` compares them with what the cluster holds
-(one sentence per problem, nothing written: the topics are listed first and only existing
-ones are described, so no broker auto-creates a topic for a check). :class:`TopicGuard`
-runs that check when the worker starts, before its producer and consumer do, and again
-every :data:`RECHECK_SECONDS` while it runs.
+:func:`layout_problems` compares the catalogue's :func:`~service.stream.kafka.topics.topic_specs`
+with what the cluster holds (one sentence per problem, nothing written: the topics are listed
+first and only existing ones are described, so no broker auto-creates a topic for a check).
+:class:`TopicGuard` runs that check when the worker starts, before its producer and consumer
+do, and again every :data:`RECHECK_SECONDS` while it runs.
 
 What is refused, and why:
 
@@ -20,10 +19,6 @@ What is refused, and why:
 - with ``topic_policy.creation = "check"``: every topic must exist, with the configured
   partitions, at least ``replication_factor`` replicas and ``min.insync.replicas`` at least
   as configured; a topic whose ``min.insync.replicas`` exceeds its replicas accepts no write.
-
->>> from service.config import Settings, TopicPolicy
->>> [(s.name, s.partitions, s.compacted) for s in topic_specs(Settings())][:2]
-[('abstain.features', 8, False), ('abstain.decisions', 8, False)]
 """
 
 from __future__ import annotations
@@ -40,6 +35,7 @@ from mode import Service
 
 from service.config import Settings, TopicPolicy
 from service.stream.errors import TopicError
+from service.stream.kafka.topics import TopicSpec, topic_specs
 
 __all__ = [
     "RECHECK_SECONDS",
@@ -47,12 +43,10 @@ __all__ = [
     "TopicFacts",
     "TopicGuard",
     "TopicLayoutError",
-    "TopicSpec",
     "describe_topics",
     "guard_topics",
     "layout_problems",
     "problems_of",
-    "topic_specs",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,18 +60,6 @@ class TopicLayoutError(TopicError):
 
 
 @dataclass(frozen=True, slots=True)
-class TopicSpec:
-    """A topic the worker needs: its name, partitions, cleanup policy and role."""
-
-    name: str
-    partitions: int
-    role: str  # settings field or table, for messages: "topics.labels", "table pending"
-    compacted: bool = False
-    copartitioned: bool = False  # keyed by model, read by the learner: the count is fixed
-    keyed_by_model: bool = False  # must never be compacted
-
-
-@dataclass(frozen=True, slots=True)
 class TopicFacts:
     """What the cluster holds for one topic."""
 
@@ -87,31 +69,11 @@ class TopicFacts:
     min_insync_replicas: int
 
 
-def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Every topic and changelog a worker of ``settings`` reads or writes."""
-    t, n, app = settings.topics, settings.partitions, settings.app_id
-    specs = [
-        TopicSpec(t.features, n.features, "topics.features"),
-        TopicSpec(t.decisions, n.decisions, "topics.decisions"),
-        TopicSpec(t.label_requests, n.labels, "topics.label_requests", copartitioned=True,
-                  keyed_by_model=True),
-        TopicSpec(t.labels, n.labels, "topics.labels", copartitioned=True, keyed_by_model=True),
-        TopicSpec(t.models, n.models, "topics.models", compacted=True),
-        TopicSpec(t.dead_letters, n.dead_letters, "topics.dead_letters"),
-    ]  # fmt: skip
-    for table in ("pending", "orphans", "models"):
-        specs.append(TopicSpec(f"{app}-{table}-changelog", n.labels, f"table {table}",
-                               compacted=True, copartitioned=True))  # fmt: skip
-    specs.append(TopicSpec(f"{app}-__assignor-__leader", 1, "faust's leader election"))
-    return specs
-
-
 def problems_of(
     specs: Sequence[TopicSpec], facts: Mapping[str, TopicFacts], settings: Settings
 ) -> list[str]:
     """One sentence per problem of ``facts`` (the existing topics) against ``specs``.
 
-    >>> from service.config import Settings, TopicPolicy
     >>> s = Settings()
     >>> specs = [x for x in topic_specs(s) if x.role in ("topics.labels", "topics.models")]
     >>> facts = {"abstain.labels": TopicFacts(3, 1, "delete", 1),
