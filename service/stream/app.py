@@ -4,9 +4,9 @@ pages.
 Wiring only; each task and the timer call one object (the flow and the rules of the house:
 ``docs/architecture.md``):
 
-- scoring needs no table: :class:`~service.stream.scoreloop.ScoreLoop` consumes the
+- scoring needs no table: :class:`~service.stream.scoring.loop.ScoreLoop` consumes the
   features topic with its own aiokafka consumer (group ``<app_id>-score``) in whole fetched
-  batches, calls :class:`~service.stream.scorer.Scorer` and writes with the batch produce
+  batches, calls :class:`~service.stream.scoring.scorer.Scorer` and writes with the batch produce
   API, committing once the outputs are acknowledged (a faust app task runs it);
 - learning needs tables but not faust's per-record stream either:
   :class:`~service.stream.learnloop.LearnLoop` consumes label-requests AND labels,
@@ -43,8 +43,8 @@ from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.pages import mount_web
-from service.stream.scoreloop import ScoreLoop, score_group
-from service.stream.scorer import Scorer
+from service.stream.scoring.loop import ScoreLoop, score_group
+from service.stream.scoring.scorer import Scorer
 from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 from service.stream.tables import ChangelogTable, Writes

@@ -24,7 +24,7 @@ from service.config import ModelConfig, Settings
 from service.stream.kafka.produce import partition_for
 from service.stream.kafka.topics import TopicSpec, topic_specs
 from service.stream.model import initial_envelope
-from service.stream.scoreloop import score_group
+from service.stream.scoring.loop import score_group
 
 
 def _deployment(

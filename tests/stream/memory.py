@@ -22,8 +22,8 @@ from service.records import Label, LabelRequest, PendingEntry, RawMessage, reque
 from service.stream.joins import apply_label
 from service.stream.model import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
-from service.stream.scorer import Scorer
-from service.stream.scoring import ScoreResult
+from service.stream.scoring.decide import ScoreResult
+from service.stream.scoring.scorer import Scorer
 
 CFG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, audit_rate=0.05)
 

@@ -16,7 +16,7 @@ from service.stream.kafka.loop import Progress
 from service.stream.liveness import LivenessMonitor
 from service.stream.model import initial_envelope
 from service.stream.outputs import Outputs
-from service.stream.scorer import Scorer
+from service.stream.scoring.scorer import Scorer
 from service.stream.snapshots import ModelBook
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 

@@ -36,8 +36,8 @@ from service.stream.joiner import LabelJoiner
 from service.stream.kafka.produce import partition_for
 from service.stream.model import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
-from service.stream.scorer import DecisionTally, Scorer
-from service.stream.scoring import Limits, score_batch
+from service.stream.scoring.decide import Limits, score_batch
+from service.stream.scoring.scorer import DecisionTally, Scorer
 from service.stream.snapshots import ModelBook, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 from service.web import views

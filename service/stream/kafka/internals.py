@@ -1,7 +1,7 @@
 """Every use of faust-streaming internals, in one place.
 
 faust runs the worker (its lifecycle, the web server, the timer and the app tasks); the
-worker's inputs are read by its own aiokafka consumers (:mod:`service.stream.scoreloop`,
+worker's inputs are read by its own aiokafka consumers (:mod:`service.stream.scoring.loop`,
 :mod:`service.stream.learnloop`), so no faust consumer, stream or table internals are used
 any more. When faust is upgraded, this module is what to read again: each access below
 names the version it was written against and why it is needed.

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from service.stream.learnloop import learn_group
-from service.stream.scoreloop import score_group
+from service.stream.scoring.loop import score_group
 
 from . import HarnessError
 

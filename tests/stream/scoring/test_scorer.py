@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
 from service.records import Champions, RawMessage, request_id
-from service.stream import scorer as scorer_module
 from service.stream.model import ServedModel
-from service.stream.scorer import Scorer
+from service.stream.scoring import scorer as scorer_module
+from service.stream.scoring.scorer import Scorer
 
-from .memory import CFG, MemoryKafka, msg, outputs, score, settings, trained
+from ..memory import CFG, MemoryKafka, msg, outputs, score, settings, trained
 
 DECISIONS, REQUESTS, DEAD = "abstain.decisions", "abstain.label-requests", "abstain.dead-letters"
 

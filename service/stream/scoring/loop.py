@@ -3,7 +3,7 @@ out, offsets committed once every output of them is acknowledged.
 
 Scoring needs no table, so it runs on plain aiokafka rather than a faust agent: a consumer
 in the group ``<app_id>-score`` (:func:`score_group`) reads the features topic, each
-``getmany`` is scored as one batch by :meth:`~service.stream.scorer.Scorer.decide`, and a
+``getmany`` is scored as one batch by :meth:`~service.stream.scoring.scorer.Scorer.decide`, and a
 :class:`~service.stream.kafka.produce.BatchProducer` writes its records with one produce
 batch per topic partition (acks=all). Batches are pipelined: the next one is scored while
 the broker acknowledges the last, and a separate task commits, in order, the offsets of
@@ -46,7 +46,7 @@ from service.config import Settings
 from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.kafka.loop import LoopView, Progress
 from service.stream.kafka.produce import BatchProducer
-from service.stream.scorer import Scorer
+from service.stream.scoring.scorer import Scorer
 
 __all__ = ["ScoreLoop", "score_group"]
 

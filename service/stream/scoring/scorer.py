@@ -1,7 +1,7 @@
 """The scoring path of a worker: a batch of feature events in, records out, metrics counted.
 
 :class:`Scorer` takes the models once per batch (a swap while the batch is written out
-never mixes versions within it), scores with :func:`~service.stream.scoring.score_batch`,
+never mixes versions within it), scores with :func:`~service.stream.scoring.decide.score_batch`,
 and hands decisions, label requests and dead letters to :class:`~service.stream.outputs.Outputs`.
 Should an unexpected data-caused error escape the pure code, the batch is scored again one
 event at a time and the culprit is dead-lettered (reason ``schema``; the detail says why).
@@ -25,7 +25,7 @@ from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import OutRecord
 from service.stream.model import ServedModel
 from service.stream.outputs import Outputs
-from service.stream.scoring import Limits, ScoreResult, score_batch
+from service.stream.scoring.decide import Limits, ScoreResult, score_batch
 
 __all__ = ["DecisionTally", "Scorer"]
 

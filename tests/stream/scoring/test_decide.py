@@ -25,9 +25,9 @@ from service.records import (
 )
 from service.stream.joins import apply_label
 from service.stream.model import ServedModel, initial_envelope
-from service.stream.scoring import Limits, ScoreResult, _parse_all, parse_event, score_batch
+from service.stream.scoring.decide import Limits, ScoreResult, _parse_all, parse_event, score_batch
 
-from .memory import CFG, msg, trained
+from ..memory import CFG, msg, trained
 
 
 def models_(**configs: ModelConfig) -> dict[str, ServedModel]:

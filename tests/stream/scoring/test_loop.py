@@ -20,10 +20,10 @@ from service.stream.kafka import groups
 from service.stream.kafka.loop import Progress
 from service.stream.kafka.produce import BatchProducer, OutRecord, partition_for
 from service.stream.model import ServedModel
-from service.stream.scoreloop import ScoreLoop, score_group
-from service.stream.scorer import Scorer
+from service.stream.scoring.loop import ScoreLoop, score_group
+from service.stream.scoring.scorer import Scorer
 
-from .memory import CFG, MemoryKafka, outputs, settings, trained
+from ..memory import CFG, MemoryKafka, outputs, settings, trained
 
 FEATURES, DECISIONS, REQUESTS = "abstain.features", "abstain.decisions", "abstain.label-requests"
 TP0, TP1 = TopicPartition(FEATURES, 0), TopicPartition(FEATURES, 1)

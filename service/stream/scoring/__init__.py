@@ -1,0 +1,8 @@
+"""The scoring path: feature events in, decisions, label requests and dead letters out.
+
+- :mod:`.decide`: parse -> decide -> emit as pure functions (no Kafka, no clock, no metrics);
+- :mod:`.scorer`: :class:`~.scorer.Scorer`, the models once per batch, budgets, shadows,
+  the collapse watch and the metrics around :func:`~.decide.score_batch`;
+- :mod:`.loop`: :class:`~.loop.ScoreLoop`, its own consumer (group ``<app_id>-score``),
+  whole fetched batches, one produce batch per topic partition, commits after the acks.
+"""
