@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("service.demo", "local Kafka + worker + demo stream + simulated labeller"),
     "labels": ("service.stream.cli", "list pending label requests / submit labels"),
     "rebuild": ("service.stream.cli", "rebuild a model by replaying its label log"),
-    "models": ("service.stream.models_cli", "compare, promote a challenger, roll back"),
+    "models": ("service.stream.models.cli", "compare, promote a challenger, roll back"),
     "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
     "desk": ("service.desk.cli", "the label desk: a web work queue for the people who label"),

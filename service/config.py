@@ -29,6 +29,7 @@ invalid settings:
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import ssl
@@ -65,7 +66,9 @@ __all__ = [
     "TopicPolicy",
     "Topics",
     "Web",
+    "common_arguments",
     "load_settings",
+    "settings_from_arguments",
 ]
 
 ALGORITHMS = ALGORITHM_NAMES  # the names live in service.learning
@@ -743,3 +746,22 @@ def _describe(exc: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"  {where}: {msg}" if where else f"  {msg}")
     return "\n".join(lines)
+
+
+def common_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that reads the worker's settings: ``--broker``, ``--config``
+    and ``--app-id`` (:func:`settings_from_arguments` applies them)."""
+    parser.add_argument("--broker", help="bootstrap server(s), comma separated host:port")
+    parser.add_argument("--config", type=Path, help="settings file (.json or .toml)")
+    parser.add_argument("--app-id", help="application id (consumer group, table names)")
+
+
+def settings_from_arguments(args: argparse.Namespace, **extra: Any) -> Settings:
+    """The settings of the environment and ``--config``, with ``--broker``, ``--app-id`` and
+    the ``extra`` values that are not None over them (:class:`ConfigError` if invalid)."""
+    overrides: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+    if args.broker:
+        overrides["broker"] = args.broker
+    if args.app_id:
+        overrides["app_id"] = args.app_id
+    return load_settings(args.config, **overrides)

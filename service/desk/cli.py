@@ -132,7 +132,7 @@ async def _tick(desk: Desk) -> None:
 
 async def _models(settings: Settings) -> Any:
     """The models topic, followed for the top features (the worker's own follower)."""
-    from service.stream.snapshots import ModelBook, follow_models, signer_for  # noqa: PLC0415
+    from service.stream.models.book import ModelBook, follow_models, signer_for  # noqa: PLC0415
 
     book = ModelBook(settings, signer=signer_for(settings))
 

@@ -14,7 +14,7 @@ Wiring only; each task and the timer call one object (the flow and the rules of 
   :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``, ``parked`` and
   ``models`` tables (:mod:`~service.stream.tables`: in memory, changelogs in Kafka, their
   writes sent in batches and durable before the offsets that caused them are committed);
-- ``follow`` feeds :class:`~service.stream.snapshots.ModelBook` from the models topic;
+- ``follow`` feeds :class:`~service.stream.models.book.ModelBook` from the models topic;
 - a one-second timer runs :class:`~service.stream.housekeeping.Housekeeping`.
 """
 
@@ -40,12 +40,12 @@ from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
 from service.stream.learnloop import LearnerSink, LearnLoop, learn_group
 from service.stream.liveness import LivenessMonitor
-from service.stream.model import initial_envelope
+from service.stream.models.book import ModelBook, follow_models, signer_for
+from service.stream.models.served import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.pages import mount_web
 from service.stream.scoring.loop import ScoreLoop, score_group
 from service.stream.scoring.scorer import Scorer
-from service.stream.snapshots import ModelBook, follow_models, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 from service.stream.tables import ChangelogTable, Writes
 

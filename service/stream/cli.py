@@ -23,28 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.config import ConfigError, Settings, load_settings
+from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.records import SIGNATURE_HEADER, BadMessage, Label, decode_json, dumps
 from service.stream.kafka.clients import produce_one, read_topic
+from service.stream.models.book import signer_for
 from service.stream.rebuild import LogRecord, Rebuilt, rebuild_model, summary
-from service.stream.snapshots import signer_for
 
 __all__ = ["main"]
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--broker", help="bootstrap server(s), comma separated host:port")
-    parser.add_argument("--config", type=Path, help="settings file (.json or .toml)")
-    parser.add_argument("--app-id", help="application id (consumer group, table names)")
-
-
-def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
-    overrides: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
-    if args.broker:
-        overrides["broker"] = args.broker
-    if args.app_id:
-        overrides["app_id"] = args.app_id
-    return load_settings(args.config, **overrides)
 
 
 def main(argv: list[str]) -> int:
@@ -65,12 +50,12 @@ def main(argv: list[str]) -> int:
 
 def _worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="abstain worker", description="run a stream worker")
-    _common(parser)
+    common_arguments(parser)
     parser.add_argument("--web-port", type=int, help="HTTP port (metrics, health, labels)")
     parser.add_argument("--datadir", type=Path, help="scratch directory of the worker")
     parser.add_argument("--loglevel", default=None, help="debug, info, warning, error")
     args = parser.parse_args(argv)
-    settings = _settings(args, datadir=args.datadir)
+    settings = settings_from_arguments(args, datadir=args.datadir)
     if args.web_port is not None:
         web = settings.web.model_copy(update={"port": args.web_port})
         settings = settings.model_copy(update={"web": web})
@@ -95,16 +80,16 @@ def _labels(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="abstain labels", description="label queue")
     sub = parser.add_subparsers(dest="action", required=True)
     lst = sub.add_parser("list", help="print pending label requests (JSON lines)")
-    _common(lst)
+    common_arguments(lst)
     lst.add_argument("--limit", type=int, default=100)
     sb = sub.add_parser("submit", help="submit a true label for a request")
-    _common(sb)
+    common_arguments(sb)
     sb.add_argument("--request-id", required=True)
     sb.add_argument("--label", type=int, choices=[1, -1], required=True)
     sb.add_argument("--model", default=None)
     sb.add_argument("--by", default="cli")
     args = parser.parse_args(argv)
-    settings = _settings(args)
+    settings = settings_from_arguments(args)
     if args.action == "list":
         pending = asyncio.run(pending_requests(settings, now=time.time()))
         for entry in pending[: args.limit]:
@@ -127,13 +112,13 @@ def _rebuild(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="abstain rebuild", description="rebuild a model by replaying its label log"
     )
-    _common(parser)
+    common_arguments(parser)
     parser.add_argument("--model", required=True, help="configured model name")
     parser.add_argument(
         "--publish", action="store_true", help="write the rebuilt state to the models topic"
     )
     args = parser.parse_args(argv)
-    settings = _settings(args)
+    settings = settings_from_arguments(args)
     if args.model not in settings.models:
         print(f"abstain: no model named {args.model!r} in the settings", file=sys.stderr)
         return 2

@@ -21,8 +21,8 @@ from service.metrics import Metrics
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.loop import ConsumerView
 from service.stream.liveness import LivenessMonitor
+from service.stream.models.book import ModelBook
 from service.stream.scoring.scorer import Scorer
-from service.stream.snapshots import ModelBook
 from service.stream.stores import PendingStore
 
 __all__ = ["REPUBLISH_AFTER", "Housekeeping", "WorkerStatus"]

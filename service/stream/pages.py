@@ -21,8 +21,8 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
 
 from service.records import Label
-from service.stream.champions import comparison
 from service.stream.errors import StreamError
+from service.stream.models.champions import comparison
 from service.stream.stores import PendingStore
 from service.web import views
 

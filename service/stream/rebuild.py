@@ -32,7 +32,7 @@ from service.records import (
     parse_label_request,
 )
 from service.stream.joins import Outcome, apply_label
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 
 __all__ = ["LogRecord", "Rebuilt", "rebuild_model", "summary"]
 

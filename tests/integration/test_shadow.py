@@ -31,7 +31,7 @@ import pytest
 from service.config import ModelConfig
 from service.learning import learn_from_champion
 from service.records import parse_model_envelope
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 
 pytestmark = pytest.mark.integration
 

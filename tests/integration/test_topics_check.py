@@ -23,7 +23,7 @@ from faults.workers import Deployment, service_config
 from service.config import ModelConfig, Settings
 from service.stream.kafka.produce import partition_for
 from service.stream.kafka.topics import TopicSpec, topic_specs
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 from service.stream.scoring.loop import score_group
 
 

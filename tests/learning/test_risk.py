@@ -21,7 +21,7 @@ from service.learning import (
 from service.learning.state import dumps, loads
 from service.records import Label, LabelRequest, PendingEntry
 from service.stream.joins import apply_label
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 
 
 def test_sums_equal_the_stream_envelopes_risk_including_floored_probabilities() -> None:

@@ -20,7 +20,7 @@ from service.config import ModelConfig, Settings
 from service.metrics import Metrics
 from service.records import Label, LabelRequest, PendingEntry, RawMessage, request_id
 from service.stream.joins import apply_label
-from service.stream.model import ServedModel, initial_envelope
+from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.decide import ScoreResult
 from service.stream.scoring.scorer import Scorer

@@ -14,10 +14,10 @@ from service.stream.housekeeping import REPUBLISH_AFTER, Housekeeping
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.loop import Progress
 from service.stream.liveness import LivenessMonitor
-from service.stream.model import initial_envelope
+from service.stream.models.book import ModelBook
+from service.stream.models.served import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.scorer import Scorer
-from service.stream.snapshots import ModelBook
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
 from .fakes import FakeConsumerView

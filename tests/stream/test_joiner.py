@@ -19,7 +19,7 @@ from service.records import (
 )
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.produce import partition_for
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
 from .memory import CFG, MemoryKafka, msg, outputs, request, settings

@@ -12,7 +12,7 @@ from service.config import ModelConfig
 from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
 from service.records import Label, parse_parked_label
 from service.stream.joins import apply_label, park_label, zero_one_d_loss
-from service.stream.model import ServedModel, initial_envelope
+from service.stream.models.served import ServedModel, initial_envelope
 
 from .memory import CFG, pending
 

@@ -30,15 +30,16 @@ from service.records import (
     parse_pending_entry,
     request_id,
 )
-from service.stream import cli, models_cli
-from service.stream.champions import comparison, promoted
+from service.stream import cli
 from service.stream.joiner import LabelJoiner
 from service.stream.kafka.produce import partition_for
-from service.stream.model import ServedModel, initial_envelope
+from service.stream.models import cli as models_cli
+from service.stream.models.book import ModelBook, signer_for
+from service.stream.models.champions import comparison, promoted
+from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.decide import Limits, score_batch
 from service.stream.scoring.scorer import DecisionTally, Scorer
-from service.stream.snapshots import ModelBook, signer_for
 from service.stream.stores import ModelStore, ParkedStore, PendingStore
 from service.web import views
 

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from service.records import Label, PendingEntry
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 from service.stream.stores import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
 
 from .memory import CFG, MemoryKafka

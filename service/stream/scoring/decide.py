@@ -34,7 +34,7 @@ from service.records import (
     plain_feature_row,
     request_id,
 )
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 
 __all__ = ["Limits", "ParsedEvent", "ScoreResult", "Verdict", "parse_event", "score_batch"]
 

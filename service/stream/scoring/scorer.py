@@ -23,7 +23,7 @@ from service.metrics import Metrics
 from service.records import Action, Champions, DeadLetter, RawMessage, Reason, Source
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import OutRecord
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 from service.stream.outputs import Outputs
 from service.stream.scoring.decide import Limits, ScoreResult, score_batch
 

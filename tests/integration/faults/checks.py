@@ -26,7 +26,7 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import Pipeline, learner_from_state
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 
 from .kafkaio import Rec, loads
 from .oracle import SeenDecision

@@ -22,7 +22,7 @@ from aiokafka.partitioner import murmur2
 
 from service.config import ModelConfig
 from service.records import request_id
-from service.stream.model import initial_envelope
+from service.stream.models.served import initial_envelope
 
 from .kafkaio import Out
 

@@ -24,7 +24,7 @@ from service.records import (
     request_id,
 )
 from service.stream.joins import apply_label
-from service.stream.model import ServedModel, initial_envelope
+from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.scoring.decide import Limits, ScoreResult, _parse_all, parse_event, score_batch
 
 from ..memory import CFG, msg, trained

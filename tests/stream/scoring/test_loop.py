@@ -19,7 +19,7 @@ from service.records import Champions
 from service.stream.kafka import groups
 from service.stream.kafka.loop import Progress
 from service.stream.kafka.produce import BatchProducer, OutRecord, partition_for
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 from service.stream.scoring.loop import ScoreLoop, score_group
 from service.stream.scoring.scorer import Scorer
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
 from service.records import Champions, RawMessage, request_id
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 from service.stream.scoring import scorer as scorer_module
 from service.stream.scoring.scorer import Scorer
 

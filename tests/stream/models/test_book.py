@@ -8,10 +8,10 @@ import pytest
 
 from service.records import BadMessage, Label, Signer, request_id
 from service.stream.joins import apply_label
-from service.stream.model import initial_envelope
-from service.stream.snapshots import ModelBook, signer_for
+from service.stream.models.book import ModelBook, signer_for
+from service.stream.models.served import initial_envelope
 
-from .memory import CFG, pending, settings
+from ..memory import CFG, pending, settings
 
 KEY, OLD_KEY = b"k" * 32, b"o" * 32
 

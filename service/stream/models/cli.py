@@ -6,7 +6,7 @@
     abstain models promote NAME [--broker ...] [--config FILE]
     abstain models rollback NAME --to-version V [--broker ...] [--config FILE]
 
-``compare`` prints one JSON line per model (:func:`~service.stream.champions.comparison`):
+``compare`` prints one JSON line per model (:func:`~service.stream.models.champions.comparison`):
 from the models topic (what every worker serves: versions, labels, risk and interval), or
 with ``--url`` from a worker's ``GET /models`` page, which adds the decisions that worker
 made with each model and the share it rejected. ``promote`` writes the models topic's
@@ -28,7 +28,7 @@ import time
 import urllib.request
 from typing import Any
 
-from service.config import ConfigError, Settings
+from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.records import (
     CHAMPIONS_KEY,
     SIGNATURE_HEADER,
@@ -37,10 +37,9 @@ from service.records import (
     decode_json,
     dumps,
 )
-from service.stream.champions import comparison, promoted
-from service.stream.cli import _common, _settings
 from service.stream.kafka.clients import produce_one, read_topic
-from service.stream.snapshots import ModelBook, signer_for
+from service.stream.models.book import ModelBook, signer_for
+from service.stream.models.champions import comparison, promoted
 
 __all__ = ["main", "read_book"]
 
@@ -50,19 +49,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="abstain models", description="champion and challengers")
     sub = parser.add_subparsers(dest="action", required=True)
     compare = sub.add_parser("compare", help="the live comparison, one JSON line per model")
-    _common(compare)
+    common_arguments(compare)
     compare.add_argument("--url", help="a worker's web address (adds its decision counts)")
     promote = sub.add_parser("promote", help="make a challenger serve its group")
-    _common(promote)
+    common_arguments(promote)
     promote.add_argument("name", help="the model to serve")
     rollback = sub.add_parser("rollback", help="serve an earlier version again")
-    _common(rollback)
+    common_arguments(rollback)
     rollback.add_argument("name", help="the model to roll back")
     rollback.add_argument("--to-version", type=int, required=True, dest="to_version")
     rollback.add_argument("--by", default="cli", help="who asks (kept on the record)")
     args = parser.parse_args(argv)
     try:
-        settings = _settings(args)
+        settings = settings_from_arguments(args)
         if args.action == "compare":
             rows = _from_page(args.url) if args.url else asyncio.run(_compare(settings))
             for row in rows:

@@ -47,7 +47,7 @@ from service.records import (
     parse_model_envelope,
 )
 from service.stream.kafka.clients import reader, topic_partitions
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 
 __all__ = ["ModelBook", "Refused", "follow_models", "signer_for"]
 

@@ -8,7 +8,7 @@ weight (:func:`~service.stream.joins.apply_shadow_label`). By default the route 
 :func:`promote` writes the models topic's champions record
 (:class:`~service.records.Champions`) that names another member.
 
-When a promotion takes effect: every worker's :class:`~service.stream.snapshots.ModelBook`
+When a promotion takes effect: every worker's :class:`~service.stream.models.book.ModelBook`
 reads the record like a snapshot, and the scorer takes the models and the champions together
 once per batch, so each worker decides from the first batch it scores after it has read the
 record, and a batch is decided by one mapping (no event is decided by both members, none
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from service.config import Settings
 from service.records import Champions
-from service.stream.model import ServedModel
+from service.stream.models.served import ServedModel
 
 __all__ = ["Tally", "comparison", "promoted", "routes"]
 
