@@ -94,7 +94,7 @@ DEFAULT_MAX_WEIGHT: Final = 100.0
 
 def importance_weight(p: float, max_weight: float = DEFAULT_MAX_WEIGHT) -> float:
     """``1 / max(p, 1 / max_weight)``: the weight of a label asked with probability ``p``,
-    capped as the stream caps it (``service.stream.joins.apply_label``; ``max_weight`` is
+    capped as the stream caps it (``service.stream.labels.protocol.apply_label``; ``max_weight`` is
     the model's ``weight_cap``).
 
     >>> importance_weight(0.25), importance_weight(0.001), importance_weight(0.001, 500.0)

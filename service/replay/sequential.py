@@ -14,7 +14,7 @@ Inputs:
   owns a :class:`~service.learning.Pipeline`; a decision uses ``pipeline.transform(x)``
   with the statistics learned so far, and a queried label first ``pipeline.learn(x)``,
   then updates the learner with the re-transformed ``x``
-  (:func:`service.stream.joins.apply_label`). The statistics then come from labelled
+  (:func:`service.stream.labels.protocol.apply_label`). The statistics then come from labelled
   examples only.
 """
 

@@ -9,10 +9,10 @@ Wiring only; each task and the timer call one object (the flow and the rules of 
   batches, calls :class:`~service.stream.scoring.scorer.Scorer` and writes with the batch produce
   API, committing once the outputs are acknowledged (a faust app task runs it);
 - learning needs tables but not faust's per-record stream either:
-  :class:`~service.stream.learnloop.LearnLoop` consumes label-requests AND labels,
+  :class:`~service.stream.labels.loop.LearnLoop` consumes label-requests AND labels,
   co-partitioned by model (group ``<app_id>-learn``), in whole fetched batches, and calls
-  :class:`~service.stream.joiner.LabelJoiner`, which owns the ``pending``, ``parked`` and
-  ``models`` tables (:mod:`~service.stream.tables`: in memory, changelogs in Kafka, their
+  :class:`~service.stream.labels.joiner.LabelJoiner`, which owns the ``pending``, ``parked`` and
+  ``models`` tables (:mod:`~service.stream.labels.tables`: in memory, changelogs in Kafka, their
   writes sent in batches and durable before the offsets that caused them are committed);
 - ``follow`` feeds :class:`~service.stream.models.book.ModelBook` from the models topic;
 - a one-second timer runs :class:`~service.stream.housekeeping.Housekeeping`.
@@ -31,14 +31,16 @@ from prometheus_client import CollectorRegistry
 from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
 from service.stream.housekeeping import Housekeeping
-from service.stream.joiner import LabelJoiner
 from service.stream.kafka.clients import LoopClients, broker_credentials, reader
 from service.stream.kafka.guard import guard_topics
 from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
-from service.stream.learnloop import LearnerSink, LearnLoop, learn_group
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.loop import LearnerSink, LearnLoop, learn_group
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
+from service.stream.labels.tables import ChangelogTable, Writes
 from service.stream.liveness import LivenessMonitor
 from service.stream.models.book import ModelBook, follow_models, signer_for
 from service.stream.models.served import initial_envelope
@@ -46,8 +48,6 @@ from service.stream.outputs import Outputs
 from service.stream.pages import mount_web
 from service.stream.scoring.loop import ScoreLoop, score_group
 from service.stream.scoring.scorer import Scorer
-from service.stream.stores import ModelStore, ParkedStore, PendingStore
-from service.stream.tables import ChangelogTable, Writes
 
 __all__ = ["Parts", "create_app"]
 

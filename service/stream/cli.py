@@ -10,7 +10,7 @@
 Settings come from the environment (``ABSTAIN_*``) and the optional config file; the flags
 override both. ``labels list`` reads the label-requests and labels topics from the start
 and prints the requests that are neither answered nor expired (JSON, one per line).
-``rebuild`` replays a model's label log (:mod:`service.stream.rebuild`) and prints the
+``rebuild`` replays a model's label log (:mod:`service.stream.labels.rebuild`) and prints the
 rebuilt state's summary as JSON; ``--publish`` writes the state to the models topic.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.records import SIGNATURE_HEADER, BadMessage, Label, decode_json, dumps
 from service.stream.kafka.clients import produce_one, read_topic
+from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.models.book import signer_for
-from service.stream.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 
 __all__ = ["main"]
 

@@ -18,12 +18,12 @@ from aiokafka.errors import KafkaError
 
 from service.config import Settings
 from service.metrics import Metrics
-from service.stream.joiner import LabelJoiner
 from service.stream.kafka.loop import ConsumerView
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.state import PendingStore
 from service.stream.liveness import LivenessMonitor
 from service.stream.models.book import ModelBook
 from service.stream.scoring.scorer import Scorer
-from service.stream.stores import PendingStore
 
 __all__ = ["REPUBLISH_AFTER", "Housekeeping", "WorkerStatus"]
 

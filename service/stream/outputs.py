@@ -7,7 +7,7 @@ own producer in a worker (its snapshots and dead letters; the model follower's d
 go through faust's), an in-memory one in tests. ``send`` hands a record to the producer's
 buffer without waiting for the broker; ``flush`` returns once everything sent so far is
 acknowledged (durable, acks=all). The learner flushes where the order of two writes matters
-(:class:`~service.stream.joiner.LabelJoiner`) and before it commits the offsets of a batch.
+(:class:`~service.stream.labels.joiner.LabelJoiner`) and before it commits the offsets of a batch.
 """
 
 from __future__ import annotations

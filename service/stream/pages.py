@@ -22,8 +22,8 @@ from faust.exceptions import ProducerSendError
 
 from service.records import Label
 from service.stream.errors import StreamError
+from service.stream.labels.state import PendingStore
 from service.stream.models.champions import comparison
-from service.stream.stores import PendingStore
 from service.web import views
 
 if TYPE_CHECKING:

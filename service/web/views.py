@@ -80,7 +80,7 @@ class Reply:
 
 
 class LabelQueue(Protocol):
-    """The open label requests in queue order (``service.stream.stores.PendingStore``)."""
+    """The open label requests in queue order (``service.stream.labels.state.PendingStore``)."""
 
     def page(
         self, *, after: QueueKey | None, limit: int, now: float

@@ -527,7 +527,7 @@ BURST = Burst(rate=2000.0, seconds=8.0, per_second=20.0, cap=50)
 
 
 def _queue_key(request: dict[str, Any]) -> tuple[float, float, str]:
-    """Where a request stands in the learner's queue (``service.stream.stores.QueueKey``)."""
+    """Where a request stands in the learner's queue (``service.stream.labels.state.QueueKey``)."""
 
     def finite(x: Any) -> float:
         v = float(x)

@@ -25,7 +25,7 @@ from faults.kafkaio import create_topics
 
 from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
 from service.records import LabelRequest, PendingEntry, request_id
-from service.stream.learnloop import learn_group
+from service.stream.labels.loop import learn_group
 
 Service = KafkaIO = Any  # fixtures' types live in conftest.py
 FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"

@@ -20,7 +20,7 @@ from service.learning import (
 )
 from service.learning.state import dumps, loads
 from service.records import Label, LabelRequest, PendingEntry
-from service.stream.joins import apply_label
+from service.stream.labels.protocol import apply_label
 from service.stream.models.served import initial_envelope
 
 

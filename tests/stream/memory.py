@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from service.config import ModelConfig, Settings
 from service.metrics import Metrics
 from service.records import Label, LabelRequest, PendingEntry, RawMessage, request_id
-from service.stream.joins import apply_label
+from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.decide import ScoreResult

@@ -22,7 +22,7 @@ def test_app_wires_a_scoring_loop_a_learning_loop_and_co_partitioned_tables(
     settings = Settings(app_id="wiring", datadir=tmp_path, partitions={"labels": 3})
     app = create_app(settings)
     assert not app.agents  # neither path goes through faust's per-record stream
-    assert not app.tables  # the learner's tables are its own (service.stream.tables)
+    assert not app.tables  # the learner's tables are its own (service.stream.labels.tables)
     scoring, learning = app.parts.scoring, app.parts.learning
 
     async def made(factory: Any, listener: Any) -> tuple[Any, ...]:

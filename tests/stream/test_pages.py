@@ -20,8 +20,8 @@ from service.records import Label
 from service.stream.app import create_app
 from service.stream.errors import StreamError
 from service.stream.kafka.internals import App
+from service.stream.labels.state import PendingStore
 from service.stream.pages import LabelSender, mount_web
-from service.stream.stores import PendingStore
 from service.web.views import labels_post
 
 from .memory import MemoryKafka, pending

@@ -31,8 +31,9 @@ from service.records import (
     request_id,
 )
 from service.stream import cli
-from service.stream.joiner import LabelJoiner
 from service.stream.kafka.produce import partition_for
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models import cli as models_cli
 from service.stream.models.book import ModelBook, signer_for
 from service.stream.models.champions import comparison, promoted
@@ -40,7 +41,6 @@ from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.decide import Limits, score_batch
 from service.stream.scoring.scorer import DecisionTally, Scorer
-from service.stream.stores import ModelStore, ParkedStore, PendingStore
 from service.web import views
 
 from .memory import MemoryKafka, msg, request

@@ -1,5 +1,5 @@
 """What the worker's two consumer loops (:mod:`~service.stream.scoring.loop`,
-:mod:`~service.stream.learnloop`) do alike with their consumer groups: the rebalance
+:mod:`~service.stream.labels.loop`) do alike with their consumer groups: the rebalance
 listener, where a partition starts (:class:`Starts`), committing, seeking back to a commit,
 and a fetched record as a :class:`~service.records.RawMessage`."""
 

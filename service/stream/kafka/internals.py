@@ -2,7 +2,7 @@
 
 faust runs the worker (its lifecycle, the web server, the timer and the app tasks); the
 worker's inputs are read by its own aiokafka consumers (:mod:`service.stream.scoring.loop`,
-:mod:`service.stream.learnloop`), so no faust consumer, stream or table internals are used
+:mod:`service.stream.labels.loop`), so no faust consumer, stream or table internals are used
 any more. When faust is upgraded, this module is what to read again: each access below
 names the version it was written against and why it is needed.
 

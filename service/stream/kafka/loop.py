@@ -175,7 +175,7 @@ class LoopView:
     """:class:`ConsumerView` of a loop's consumer: paused while the loop is in a rebalance or
     a partition's start is unknown. Without tables (the scoring loop) nothing is ever
     recovered, but recovery is not complete while a start is unknown; the learner's view
-    adds its tables' recovery (:class:`~service.stream.learnloop.LearnView`)."""
+    adds its tables' recovery (:class:`~service.stream.labels.loop.LearnView`)."""
 
     def __init__(self, loop: Looping) -> None:
         self._loop = loop

@@ -4,7 +4,7 @@ A *group* is a model that decides (its *route*: the name events and labels are a
 to) and the models that name it ``champion``. One member serves the route: its decisions go
 to the decisions topic and its label requests carry its query probability; the others are
 shadows, decided on every event, counted, and taught with that probability as importance
-weight (:func:`~service.stream.joins.apply_shadow_label`). By default the route serves;
+weight (:func:`~service.stream.labels.protocol.apply_shadow_label`). By default the route serves;
 :func:`promote` writes the models topic's champions record
 (:class:`~service.records.Champions`) that names another member.
 

@@ -15,7 +15,7 @@ group from the first batch each worker scores after reading it; ``promote`` of a
 own name gives the route back to it. ``rollback`` writes an order on the labels topic (key:
 NAME's group, like its labels): the learner that owns the group serves version V of NAME
 again as its next version, at the order's place among the labels, and learns on from it;
-it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.stores`), an
+it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.labels.state`), an
 older one is refused (dead letter ``unknown_version``).
 """
 

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from service.stream.learnloop import learn_group
+from service.stream.labels.loop import learn_group
 from service.stream.scoring.loop import score_group
 
 from . import HarnessError

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from service.records import BadMessage, Label, Signer, request_id
-from service.stream.joins import apply_label
+from service.stream.labels.protocol import apply_label
 from service.stream.models.book import ModelBook, signer_for
 from service.stream.models.served import initial_envelope
 

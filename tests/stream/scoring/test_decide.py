@@ -23,7 +23,7 @@ from service.records import (
     parse_model_envelope,
     request_id,
 )
-from service.stream.joins import apply_label
+from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.scoring.decide import Limits, ScoreResult, _parse_all, parse_event, score_batch
 

@@ -2,7 +2,7 @@
 
 ``abstain rebuild --model NAME`` reads the label-requests and labels topics from the
 beginning and replays the labels, in the labels topic's order, through the learner's own
-pure code path (:func:`service.stream.joins.apply_label`), starting from the configured
+pure code path (:func:`service.stream.labels.protocol.apply_label`), starting from the configured
 initial model. What the learner skips is skipped here too: labels of other models, labels
 without a request (``unknown_request``), labels for an expired request (``expired``), second
 labels for an answered request (``already_applied``), and updates that would not be finite
@@ -31,7 +31,7 @@ from service.records import (
     parse_label,
     parse_label_request,
 )
-from service.stream.joins import Outcome, apply_label
+from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.models.served import initial_envelope
 
 __all__ = ["LogRecord", "Rebuilt", "rebuild_model", "summary"]

@@ -11,10 +11,10 @@ import pytest
 from service.config import ModelConfig
 from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
 from service.records import Label, parse_parked_label
-from service.stream.joins import apply_label, park_label, zero_one_d_loss
+from service.stream.labels.protocol import apply_label, park_label, zero_one_d_loss
 from service.stream.models.served import ServedModel, initial_envelope
 
-from .memory import CFG, pending
+from ..memory import CFG, pending
 
 
 def test_apply_label_equals_offline_replay_through_service_learning() -> None:

@@ -7,11 +7,11 @@ import random
 from typing import Any
 
 from service.records import Label, PendingEntry
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
 from service.stream.models.served import initial_envelope
-from service.stream.stores import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
 
-from .memory import CFG, MemoryKafka
-from .memory import pending as _pending
+from ..memory import CFG, MemoryKafka
+from ..memory import pending as _pending
 
 
 def pending(features: list[float], rid: str, **kw: Any) -> PendingEntry:

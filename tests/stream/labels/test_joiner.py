@@ -17,12 +17,12 @@ from service.records import (
     parse_pending_entry,
     request_id,
 )
-from service.stream.joiner import LabelJoiner
 from service.stream.kafka.produce import partition_for
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import initial_envelope
-from service.stream.stores import ModelStore, ParkedStore, PendingStore
 
-from .memory import CFG, MemoryKafka, msg, outputs, request, settings
+from ..memory import CFG, MemoryKafka, msg, outputs, request, settings
 
 REQUESTS, LABELS, MODELS, DEAD = (
     "abstain.label-requests", "abstain.labels", "abstain.models", "abstain.dead-letters",

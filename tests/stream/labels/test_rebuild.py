@@ -8,9 +8,9 @@ import orjson
 
 from service.config import Settings
 from service.records import Label, PendingEntry, RawMessage, parse_label_request
-from service.stream.joins import apply_label
+from service.stream.labels.protocol import apply_label
+from service.stream.labels.rebuild import LogRecord, rebuild_model, summary
 from service.stream.models.served import ServedModel, initial_envelope
-from service.stream.rebuild import LogRecord, rebuild_model, summary
 from service.stream.scoring.decide import Limits, score_batch
 
 SETTINGS = Settings(

@@ -1,19 +1,19 @@
 """The learner's tables: in memory for the partitions it owns, every write a record on the
 table's compacted changelog, read back from the start of a partition when it is assigned.
 
-A :class:`ChangelogTable` is a :class:`~service.stream.stores.Table` (get, set, delete, scan).
+A :class:`ChangelogTable` is a :class:`~service.stream.labels.state.Table` (get, set, delete, scan).
 Its changelog is ``<app_id>-<name>-changelog`` (the catalogue:
 :mod:`service.stream.kafka.topics`): key → value, a record without a value (a tombstone) deletes
 the key, so compaction keeps exactly the live entries. A write goes to the changelog partition
 of the record being handled (:class:`Writes`: the label topics and the changelogs are
 co-partitioned, so that is the partition of the model the write is about); the records wait in
 :attr:`Writes.records` until the learner sends them, in order, with the batch produce API, and
-awaits their acknowledgement before it commits the offsets that caused them (:mod:`learnloop`).
+awaits their acknowledgement before it commits the offsets that caused them (:mod:`.loop`).
 
 :func:`recover` reads the changelog partitions of newly assigned partitions up to their end
 into the tables before a single label record of them is handled. A changelog is input like
 any other: a key that is not bytes-like is impossible here (the records are raw), a value
-that does not parse is the stores' concern (:mod:`service.stream.stores` skips it on scans
+that does not parse is the stores' concern (:mod:`service.stream.labels.state` skips it on scans
 and refuses it on reads).
 
 >>> writes = Writes()

@@ -4,7 +4,7 @@
 CURRENT (w, rho) (a delayed label is a stochastic gradient step at the current iterate).
 :func:`park_label` makes the record of a label that overtook its request. The protocol
 around them (which table is written first, when a parked label is applied, sweeps) is
-:class:`service.stream.joiner.LabelJoiner`; ``abstain rebuild`` replays a label log through
+:class:`service.stream.labels.joiner.LabelJoiner`; ``abstain rebuild`` replays a label log through
 these same functions.
 """
 

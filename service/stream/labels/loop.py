@@ -7,11 +7,11 @@ group's range assignment gives one member the same partition numbers of both: on
 owns a model's pending requests, its labels and its (w, rho), as before.
 
 - **Assigned:** the new partitions are paused, the three changelogs of each
-  (:mod:`service.stream.tables`) are read to their end into memory, then the partitions
+  (:mod:`service.stream.labels.tables`) are read to their end into memory, then the partitions
   resume. Not a record of a partition is handled before its tables are whole.
 - **A batch:** for each partition, its label requests, then its labels, go through
-  :meth:`~service.stream.joiner.LabelJoiner.handle` with table writes going to that
-  partition's changelogs. The writes collect in :class:`~service.stream.tables.Writes`;
+  :meth:`~service.stream.labels.joiner.LabelJoiner.handle` with table writes going to that
+  partition's changelogs. The writes collect in :class:`~service.stream.labels.tables.Writes`;
   at the end of the batch (and wherever the joiner asks for durability: the applied mark
   before the model write) they are sent as one produce batch per changelog partition,
   acks=all, together with a flush of the worker's other outputs. Only then may the
@@ -21,7 +21,7 @@ owns a model's pending requests, its labels and its (w, rho), as before.
 - **A produce or fetch that fails:** nothing of the batch is committed; every owned
   partition is read again from its changelogs and consumed again from its committed
   offset. That is exactly a restart after kill -9, which the learn protocol is made for
-  (the mark → flush → model order; :mod:`service.stream.joiner`).
+  (the mark → flush → model order; :mod:`service.stream.labels.joiner`).
 - **Revoked:** the batch in hand is finished, flushed and committed first; then the
   partitions' entries leave memory.
 
@@ -48,11 +48,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.stream.joiner import LabelJoiner
 from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
 from service.stream.kafka.loop import LoopView, Progress, RecoveryState
 from service.stream.kafka.produce import BatchProducer, Headers
-from service.stream.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
 
 __all__ = ["LearnLoop", "LearnView", "LearnerSink", "learn_group"]
 

@@ -6,7 +6,8 @@ pending requests and its (w, rho)):
 
 - a request is stored as a :class:`~service.records.PendingEntry` (a re-sent request never
   resets an answered one);
-- a label joins its pending entry and updates the model (:func:`~service.stream.joins.apply_label`);
+- a label joins its pending entry and updates the model
+  (:func:`~service.stream.labels.protocol.apply_label`);
 - a label that overtook its request is *parked* and applied when the request arrives; one
   whose request never comes is dead-lettered after ``orphan_label_seconds``;
 - every ``sweep_every`` records, expired entries and stale parked labels of the record's
@@ -48,16 +49,16 @@ from service.records import (
     request_id,
 )
 from service.stream.errors import DATA_ERRORS
-from service.stream.joins import (
+from service.stream.kafka.produce import partition_for
+from service.stream.labels.protocol import (
     LabelOutcome,
     Outcome,
     apply_label,
     apply_shadow_label,
     park_label,
 )
-from service.stream.kafka.produce import partition_for
+from service.stream.labels.state import HISTORY, ModelStore, ParkedStore, PendingStore
 from service.stream.outputs import Outputs
-from service.stream.stores import HISTORY, ModelStore, ParkedStore, PendingStore
 
 __all__ = ["LabelJoiner"]
 

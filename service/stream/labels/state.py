@@ -1,7 +1,7 @@
 """The learner's state, typed, over any key-value table of bytes.
 
 A :class:`Table` is what the learner needs of a table: the worker's is a
-:class:`~service.stream.tables.ChangelogTable` (in memory, changelog-backed, one per concern,
+:class:`~service.stream.labels.tables.ChangelogTable` (in memory, changelog-backed, one per concern,
 co-partitioned with the label topics); tests pass an in-memory one. Values are the
 records of :mod:`service.records.state`, encoded by them:
 

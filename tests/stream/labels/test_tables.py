@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from service.stream.kafka.produce import OutRecord
 from service.stream.kafka.topics import changelog_topic
-from service.stream.learnloop import LearnerSink
-from service.stream.tables import ChangelogTable, TableWriteError, Writes
+from service.stream.labels.loop import LearnerSink
+from service.stream.labels.tables import ChangelogTable, TableWriteError, Writes
 
 TOPIC = changelog_topic("app", "pending")
 
