@@ -37,8 +37,9 @@ from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
+from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.loop import LearnerSink, LearnLoop, learn_group
+from service.stream.labels.loop import LearnLoop, learn_group
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.labels.tables import ChangelogTable, Writes
 from service.stream.liveness import LivenessMonitor
@@ -132,9 +133,8 @@ def _learn_loop(
     s: Settings,
     joiner: LabelJoiner,
     tables: dict[str, ChangelogTable],
-    sink: LearnerSink,
+    checkpoint: Checkpoint,
     progress: Progress,
-    on_owned: Callable[[frozenset[int]], None],
 ) -> LearnLoop:
     """The learner's loop and its aiokafka clients. Range assignment gives one member the
     same partition numbers of both label topics. aiokafka sends one fetch per broker at a
@@ -147,10 +147,9 @@ def _learn_loop(
                       max_partition_fetch_bytes=s.fetch_bytes,
                       client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
 
-    return LearnLoop(s, joiner, list(tables.values()), sink.writes, progress,
+    return LearnLoop(s, joiner, list(tables.values()), checkpoint, progress,
                      consumer_factory=clients.consumer, producer_factory=clients.producer,
-                     reader_factory=changelogs, sink=sink, admin_factory=clients.admin,
-                     on_owned=on_owned)  # fmt: skip
+                     reader_factory=changelogs, admin_factory=clients.admin)  # fmt: skip
 
 
 def _topic(
@@ -180,22 +179,17 @@ def create_app(
     progress = Progress(clock)
     writes = Writes()
     tables = {e.field: ChangelogTable(e.name(s), writes) for e in TABLES}
-    sink = LearnerSink(writes)
+    checkpoint = Checkpoint(writes, commit_interval=s.commit_interval_seconds)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
     scoring = _score_loop(s, scorer, progress)
     pending = PendingStore(tables["pending"])
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
-                         models=ModelStore(tables["models"], initial),
-                         outputs=Outputs(sink, t, metrics, signer=signer), metrics=metrics,
+                         models=ModelStore(tables["models"], initial), metrics=metrics,
+                         outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
                          clock=clock)  # fmt: skip
-
-    def owned(partitions: frozenset[int]) -> None:
-        if pending.refresh(partitions):
-            joiner.own(partitions)
-
-    learning = _learn_loop(s, joiner, tables, sink, progress, owned)
+    learning = _learn_loop(s, joiner, tables, checkpoint, progress)
     learning.defer = lambda: scoring.backlogged
     view = RoutedView(learning.view, {t.features: scoring.view})
     housekeeping = Housekeeping(

@@ -1,37 +1,64 @@
-"""The worker's one-second check: readiness, liveness, gauges, quiet partitions.
+"""The worker's one-second check: readiness, liveness, gauges, republished snapshots.
 
 :meth:`Housekeeping.check` runs once a second (a faust timer) and returns a
 :class:`WorkerStatus`, which is also what ``/healthz`` and ``/readyz`` show:
 
 - ready = table recovery completed, every model snapshot read, and the broker answering;
-- the pending-request index follows the learner's assignment (rebuilt after a rebalance),
-  and the pending gauges and query rates are refreshed from it;
+- the learner's snapshots published again when the served version differs from the
+  learner's for a while, and every ``republish_seconds``;
+- the pending, budget and query-rate gauges;
 - liveness (:class:`~service.stream.liveness.LivenessMonitor`) last.
+
+It reads the learner's state and never writes it: it sees the learner through
+:class:`Learner` and :class:`OpenRequests` (which models it owns and at which version, its
+open requests); the learner's loop keeps that state (what it owns, what it has read).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
 from service.metrics import Metrics
 from service.stream.kafka.loop import ConsumerView
-from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.state import PendingStore
 from service.stream.liveness import LivenessMonitor
 from service.stream.models.book import ModelBook
 from service.stream.scoring.scorer import Scorer
 
-__all__ = ["REPUBLISH_AFTER", "Housekeeping", "WorkerStatus"]
+__all__ = ["REPUBLISH_AFTER", "Housekeeping", "Learner", "OpenRequests", "WorkerStatus"]
 
 #: seconds a model's served version may differ from the learner's before it is republished
 #: (longer than it takes the follower to read what the learner just published)
 REPUBLISH_AFTER = 5.0
 
 log = logging.getLogger(__name__)
+
+
+class Learner(Protocol):
+    """What housekeeping asks of the learner
+    (:class:`~service.stream.labels.joiner.LabelJoiner`)."""
+
+    def versions(self) -> dict[str, int]:
+        """The version of each model the learner owns."""
+        ...
+
+    async def republish(self, models: Collection[str] | None = None) -> list[str]:
+        """Publish the newest snapshot of its ``models`` again; the models published."""
+        ...
+
+
+class OpenRequests(Protocol):
+    """What the gauges read of the pending requests
+    (:class:`~service.stream.labels.state.PendingStore`)."""
+
+    def open_requests(self, models: Iterable[str], now: float) -> dict[str, tuple[int, float]]:
+        """Per model: (unanswered requests, age in seconds of the oldest)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +82,9 @@ class Housekeeping:
         *,
         view: ConsumerView,
         book: ModelBook,
-        pending: PendingStore,
+        pending: OpenRequests,
         scorer: Scorer,
-        joiner: LabelJoiner,
+        joiner: Learner,
         liveness: LivenessMonitor,
         metrics: Metrics,
     ) -> None:
@@ -77,24 +104,14 @@ class Housekeeping:
     async def check(self, now: float) -> WorkerStatus:
         """One round; returns (and keeps in :attr:`status`) the worker's status."""
         recovered = self.view.recovery().completed
-        if recovered:
-            labels = self.settings.topics.labels
-            mine = frozenset(tp.partition for tp in self.view.assignment() if tp.topic == labels)
-            if self.pending.refresh(mine):
-                self.joiner.own(mine)
-            if self.book.loaded.is_set():
-                await self._republish(now)
+        if recovered and self.book.loaded.is_set():
+            await self._republish(now)
         self._gauges(now)
         if self.status.ready and self.ready_since is None:
             self.ready_since = now
         elif not self.status.ready:
             self.ready_since = None
         report = await self.liveness.check(now)
-        requests = self.settings.topics.label_requests
-        for st in report.partitions:  # nothing left to read there: the learner is caught up
-            known = st.high is not None and st.position is not None
-            if st.topic == requests and known and st.lag == 0:
-                self.joiner.caught_up(st.partition, now)
         loaded = self.book.loaded.is_set()
         ready = loaded and recovered and report.broker_reachable
         self.metrics.ready.set(1 if ready else 0)

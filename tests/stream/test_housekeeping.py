@@ -62,7 +62,9 @@ def world(**kw: object) -> World:
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(kafka.table("orphans")),
                          models=ModelStore(kafka.table("models"), initial), outputs=outputs,
                          metrics=metrics, clock=clock)  # fmt: skip
-    # this worker owns the labels partition model "m" maps to (0 of 2)
+    # this worker owns the labels partition model "m" maps to (0 of 2): its learn loop says so
+    # once the partition's tables are read
+    joiner.own(frozenset({0}))
     view, progress = (
         FakeConsumerView(assigned={TopicPartition(s.topics.labels, 0)}),
         Progress(clock),

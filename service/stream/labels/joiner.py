@@ -105,9 +105,12 @@ class LabelJoiner:
         return dict(self._versions)
 
     def own(self, partitions: frozenset[int]) -> None:
-        """The labels partitions this learner is assigned now (after every rebalance)."""
-        self._partitions = partitions
-        self._versions = None
+        """The labels partitions whose tables this learner holds now (its learn loop calls it
+        after every recovery and revoke): the pending index is rebuilt for them, and the
+        models they map to are the ones it owns (:meth:`versions`, :meth:`republish`)."""
+        if self.pending.refresh(partitions):
+            self._partitions = partitions
+            self._versions = None
 
     def _owned(self) -> list[str]:
         n = self.settings.partitions.labels
@@ -393,7 +396,8 @@ class LabelJoiner:
 
     def caught_up(self, partition: int, now: float) -> None:
         """The learner has read everything written to label-requests ``partition`` (no lag)
-        at ``now``: a parked label there waits for nothing more than its time."""
+        at ``now`` (its learn loop says so): a parked label there waits for nothing more than
+        its time."""
         self._requests_read[partition] = max(self._requests_read.get(partition, now), now)
 
     def _gave_up(self, parked: ParkedLabel, now: float) -> bool:

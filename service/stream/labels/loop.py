@@ -8,20 +8,23 @@ owns a model's pending requests, its labels and its (w, rho), as before.
 
 - **Assigned:** the new partitions are paused, the three changelogs of each
   (:mod:`service.stream.labels.tables`) are read to their end into memory, then the partitions
-  resume. Not a record of a partition is handled before its tables are whole.
+  resume and the joiner owns their models (:meth:`~service.stream.labels.joiner.LabelJoiner.own`).
+  Not a record of a partition is handled before its tables are whole.
 - **A batch:** for each partition, its label requests, then its labels, go through
   :meth:`~service.stream.labels.joiner.LabelJoiner.handle` with table writes going to that
   partition's changelogs. The writes collect in :class:`~service.stream.labels.tables.Writes`;
   at the end of the batch (and wherever the joiner asks for durability: the applied mark
   before the model write) they are sent as one produce batch per changelog partition,
-  acks=all, together with a flush of the worker's other outputs. Only then may the
-  batch's offsets be committed (every ``commit_interval_seconds``, and before partitions
-  go). A request costs a dictionary write and a record appended to a batch, not a produce
-  call of its own.
+  acks=all, together with a flush of the learner's other outputs. Only then may the batch's
+  offsets be committed (every ``commit_interval_seconds``, and before partitions go): the
+  order is :mod:`~service.stream.labels.checkpoint`'s. A request costs a dictionary write
+  and a record appended to a batch, not a produce call of its own.
 - **A produce or fetch that fails:** nothing of the batch is committed; every owned
   partition is read again from its changelogs and consumed again from its committed
-  offset. That is exactly a restart after kill -9, which the learn protocol is made for
-  (the mark → flush → model order; :mod:`service.stream.labels.joiner`).
+  offset. That is exactly a restart after kill -9, which the learn protocol is made for.
+- **Caught up:** a label-requests partition handled up to the high-water mark of the last
+  fetch is reported to the joiner (:meth:`~service.stream.labels.joiner.LabelJoiner.caught_up`):
+  a label parked there waits for nothing more than ``orphan_label_seconds``.
 - **Revoked:** the batch in hand is finished, flushed and committed first; then the
   partitions' entries leave memory.
 
@@ -48,13 +51,14 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
+from service.stream.kafka.groups import Rebalance, Starts, raw_message, seek_committed
 from service.stream.kafka.loop import LoopView, Progress, RecoveryState
-from service.stream.kafka.produce import BatchProducer, Headers
+from service.stream.kafka.produce import BatchProducer
+from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.tables import ChangelogTable, Recovery, TableWriteError, Writes, recover
+from service.stream.labels.tables import ChangelogTable, Recovery, recover
 
-__all__ = ["LearnLoop", "LearnView", "LearnerSink", "learn_group"]
+__all__ = ["LearnLoop", "LearnView", "learn_group"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +87,6 @@ def learn_group(app_id: str) -> str:
 @dataclass(slots=True)
 class _State:
     committed: dict[TopicPartition, int] = field(default_factory=dict)
-    uncommitted: dict[TopicPartition, int] = field(default_factory=dict)  # durable, to commit
     unrecovered: set[int] = field(default_factory=set)  # assigned, changelogs not read yet
     owned: frozenset[int] = frozenset()  # partitions whose tables are in memory
     assigned_once: bool = False
@@ -100,30 +103,26 @@ class LearnLoop:
         settings: Settings,
         joiner: LabelJoiner,
         tables: Sequence[ChangelogTable],
-        writes: Writes,
+        checkpoint: Checkpoint,
         progress: Progress,
         *,
         consumer_factory: Callable[[ConsumerRebalanceListener], AIOKafkaConsumer],
         producer_factory: Callable[[], AIOKafkaProducer],
         reader_factory: Callable[[], AIOKafkaConsumer],
-        sink: LearnerSink,
         admin_factory: Callable[[], AIOKafkaAdminClient] | None = None,
-        on_owned: Callable[[frozenset[int]], None] = lambda _: None,
         defer: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
         self.joiner = joiner
         self.tables = list(tables)
-        self.writes = writes
+        self.checkpoint = checkpoint
         self.progress = progress
         self.consumer_factory = consumer_factory
         self.producer_factory = producer_factory
         self.reader_factory = reader_factory
         self.admin_factory = admin_factory
-        self.on_owned = on_owned
         self.defer = defer
         self._handled_for = 0.0  # seconds the last batch took to handle
-        self._committed_at = time.monotonic()
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: BatchProducer | None = None
         self.state = _State()
@@ -132,14 +131,14 @@ class LearnLoop:
         self.commit_lock = asyncio.Lock()
         self.starts = Starts(settings.app_id, admin_factory)
         self.view = LearnView(self)
-        self.sink = sink
 
     async def run(self) -> None:
         """Start the clients, then learn until cancelled; on the way out, make what was
         handled durable and commit it."""
         producer = self.producer_factory()
         await producer.start()
-        self.producer = self.sink.producer = BatchProducer(producer)
+        self.producer = BatchProducer(producer)
+        self.checkpoint.start(self.producer)
         consumer = self.consumer = self.consumer_factory(Rebalance(self))
         await consumer.start()
         try:
@@ -182,47 +181,51 @@ class LearnLoop:
                 started = time.thread_time()  # CPU: waits for the broker do not count
                 await self._handle(fetched)
                 self._handled_for = time.thread_time() - started
-                await self.durable()
+                await self.checkpoint.durable()
             except KafkaError as exc:
                 log.warning("storing the learner's state failed (%r): reading it again", exc)
                 await self._reset(consumer)
                 return
             for tp, rs in fetched.items():
-                self.state.uncommitted[tp] = rs[-1].offset + 1
+                self.checkpoint.handled(tp, rs[-1].offset + 1)
                 self.progress.mark(tp.topic, tp.partition, rs[-1].offset)
+        self._caught_up(consumer)
         await self._commit()
 
     async def _handle(self, fetched: dict[TopicPartition, list[Any]]) -> None:
         requests = self.settings.topics.label_requests
         order = sorted(fetched, key=lambda tp: (tp.partition, tp.topic != requests))
         for tp in order:
-            with self.writes.partition(tp.partition):
+            with self.checkpoint.writes.partition(tp.partition):
                 for r in fetched[tp]:
                     await self.joiner.handle(raw_message(r))
 
-    async def durable(self) -> None:
-        """Send the table writes made so far and wait until they, and everything else the
-        worker sent, are acknowledged (raises the broker's error if one failed)."""
-        await self.sink.flush()
+    def _caught_up(self, consumer: AIOKafkaConsumer) -> None:
+        """Tell the joiner which of its label-requests partitions have nothing left to read
+        (handled up to the high-water mark of the last fetch): a label parked there waits
+        for nothing more than its time (:meth:`LabelJoiner.caught_up`)."""
+        requests, now = self.settings.topics.label_requests, self.joiner.clock()
+        held = consumer.paused() | self.starts.unknown  # a paused partition's mark is stale
+        for tp in consumer.assignment():
+            if tp.topic != requests or tp.partition not in self.state.owned or tp in held:
+                continue
+            high = consumer.highwater(tp)
+            done = self.progress.offsets.get((tp.topic, tp.partition))
+            position = self.state.committed.get(tp) if done is None else done + 1
+            if high is not None and high >= 0 and position is not None and position >= high:
+                self.joiner.caught_up(tp.partition, now)
 
     async def _commit(self, *, force: bool = False) -> None:
-        """Commit the offsets handled and made durable, of partitions still assigned, at
-        most every ``commit_interval_seconds`` unless ``force`` (a revoke, the way out)."""
+        """What the checkpoint made durable, committed (:meth:`Checkpoint.commit`)."""
         consumer = self.consumer
         if consumer is None:
             return
-        now = time.monotonic()
-        if not force and now - self._committed_at < self.settings.commit_interval_seconds:
-            return
         async with self.commit_lock:
-            self._committed_at = now
-            offsets, self.state.uncommitted = self.state.uncommitted, {}
-            if await commit(consumer, offsets, self.state.committed, "learned") is None:
-                self.state.uncommitted = {**offsets, **self.state.uncommitted}  # next time
+            await self.checkpoint.commit(consumer, self.state.committed, force=force)
 
     async def _settle(self) -> None:
         async with self.lock:
-            await self.durable()
+            await self.checkpoint.durable()
         await self._commit(force=True)
 
     async def _recover(self, consumer: AIOKafkaConsumer) -> None:
@@ -244,18 +247,15 @@ class LearnLoop:
             log.info("learner partitions %s: %d changelog records read", sorted(now), count)
 
     def _own(self, partitions: frozenset[int] | set[int]) -> None:
+        """The partitions whose tables are in memory now: the joiner owns their models."""
         self.state.owned = frozenset(partitions)
-        self.on_owned(self.state.owned)
+        self.joiner.own(self.state.owned)
 
     async def _reset(self, consumer: AIOKafkaConsumer) -> None:
         """After a failed produce or fetch: forget the batch and the memory, read every owned
         partition's changelogs again and consume from the committed offsets (a restart)."""
-        self.writes.take()
-        if self.producer is not None:
-            with contextlib.suppress(Exception):
-                await self.producer.producer.flush()
+        await self.checkpoint.forget()
         await asyncio.sleep(RETRY_SECONDS)
-        self.state.uncommitted.clear()
         owned = set(self.state.owned)
         tps = sorted(tp for tp in consumer.assignment() if tp.partition in owned)
         if tps:
@@ -332,35 +332,3 @@ class LearnView(LoopView):
             offsets=dict(progress.offsets) if reading else {},
             remaining=sum(progress.remaining.values()) if reading else 0,
         )
-
-
-class LearnerSink:
-    """The learner's :class:`~service.stream.outputs.Sink`: its own producer (started and
-    stopped with the loop, so a worker that is stopping never hands the learner a stopped
-    producer). ``send`` (snapshots, the learner's dead letters) queues one record at once;
-    the table writes wait in :class:`Writes` and ``flush`` sends them as produce batches,
-    then waits until everything is acknowledged: the joiner's ``outputs.durable()`` (the
-    applied mark before the model write) covers both."""
-
-    def __init__(self, writes: Writes) -> None:
-        self.writes = writes
-        self.producer: BatchProducer | None = None  # the learner's, once it runs
-
-    def _started(self) -> BatchProducer:
-        if self.producer is None:
-            raise TableWriteError("the learner's producer has not started")
-        return self.producer
-
-    async def send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
-    ) -> None:
-        await self._started().producer.send(topic, value, key=key, headers=headers or [])
-
-    async def flush(self) -> None:
-        """Send the table writes made so far, then wait until they and everything else
-        sent is acknowledged (raises the broker's error if a write failed)."""
-        producer = self._started()
-        records = self.writes.take()
-        if records:
-            await (await producer.send_many(records))
-        await producer.producer.flush()

@@ -1,0 +1,89 @@
+"""The learn loop without a broker: when it tells the joiner a label-requests partition is
+caught up (what lets a parked label be given up after its wait)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from service.stream.kafka.loop import Progress
+from service.stream.kafka.topics import changelog_topic
+from service.stream.labels.checkpoint import Checkpoint
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.loop import LearnLoop
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
+from service.stream.labels.tables import ChangelogTable, Writes
+from service.stream.models.served import initial_envelope
+
+from ..memory import MemoryKafka, outputs, settings
+
+REQUESTS, LABELS = "abstain.label-requests", "abstain.labels"
+
+
+@dataclass
+class Consumer:
+    """What the loop reads of its consumer here: assignment, pauses, high-water marks."""
+
+    assigned: set[TopicPartition]
+    highs: dict[TopicPartition, int] = field(default_factory=dict)
+    held: set[TopicPartition] = field(default_factory=set)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self.held)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.highs.get(tp)
+
+
+@dataclass
+class Caught:
+    """The joiner's clock and what it was told."""
+
+    now: float = 500.0
+    told: list[tuple[int, float]] = field(default_factory=list)
+
+
+def loop() -> tuple[LearnLoop, Caught]:
+    s = settings()
+    kafka, caught = MemoryKafka(), Caught()
+    out = outputs(kafka, s, CollectorRegistry())
+    writes = Writes()
+    tables = [ChangelogTable(changelog_topic("app", n), writes) for n in ("p", "o", "m")]
+    initial = {n: initial_envelope(n, c) for n, c in s.models.items()}
+    joiner = LabelJoiner(s, pending=PendingStore(kafka.table("pending")),
+                         parked=ParkedStore(kafka.table("orphans")),
+                         models=ModelStore(kafka.table("models"), initial), outputs=out,
+                         metrics=out.metrics, clock=lambda: caught.now)  # fmt: skip
+    joiner.caught_up = lambda partition, now: caught.told.append((partition, now))  # type: ignore[method-assign]
+    never: Any = None
+    learn = LearnLoop(s, joiner, tables, Checkpoint(writes, commit_interval=1.0),
+                      Progress(lambda: 0.0), consumer_factory=never, producer_factory=never,
+                      reader_factory=never)  # fmt: skip
+    return learn, caught
+
+
+def test_a_requests_partition_handled_up_to_its_mark_is_caught_up() -> None:
+    learn, caught = loop()
+    r0, r1, l0 = TopicPartition(REQUESTS, 0), TopicPartition(REQUESTS, 1), TopicPartition(LABELS, 0)
+    learn.state.owned = frozenset({0, 1})
+    learn.state.committed = {r0: 4, r1: 0, l0: 0}
+    learn.progress.mark(REQUESTS, 0, 9)  # handled up to offset 9: position 10
+    consumer = Consumer({r0, r1, l0}, highs={r0: 10, r1: 3, l0: 0})
+    learn._caught_up(consumer)  # type: ignore[arg-type]
+    assert caught.told == [(0, 500.0)]  # partition 1 has 3 records left; labels do not count
+
+
+def test_a_partition_paused_not_owned_or_without_a_mark_is_not_reported() -> None:
+    learn, caught = loop()
+    tps = [TopicPartition(REQUESTS, p) for p in range(4)]
+    learn.state.owned = frozenset({0, 1, 2})  # 3: its tables are still being read
+    learn.state.committed = {tp: 5 for tp in tps}
+    consumer = Consumer(set(tps), highs={tps[0]: 5, tps[1]: -1, tps[3]: 5}, held={tps[0]})
+    learn._caught_up(consumer)  # type: ignore[arg-type]
+    assert caught.told == []  # 0 paused (its mark is stale), 1 unknown mark, 2 none, 3 not owned
