@@ -15,7 +15,7 @@ Wiring only; each task and the timer call one object (the flow and the rules of 
   ``models`` tables (:mod:`~service.stream.labels.tables`: in memory, changelogs in Kafka, their
   writes sent in batches and durable before the offsets that caused them are committed);
 - ``follow`` feeds :class:`~service.stream.models.book.ModelBook` from the models topic;
-- a one-second timer runs :class:`~service.stream.housekeeping.Housekeeping`.
+- a one-second timer runs :class:`~service.stream.health.housekeeping.Housekeeping`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from prometheus_client import CollectorRegistry
 
 from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
-from service.stream.housekeeping import Housekeeping
+from service.stream.health.housekeeping import Housekeeping
+from service.stream.health.liveness import LivenessMonitor
 from service.stream.kafka.clients import LoopClients, broker_credentials, reader
 from service.stream.kafka.guard import guard_topics
 from service.stream.kafka.internals import App
@@ -42,7 +43,6 @@ from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.loop import LearnLoop, learn_group
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.labels.tables import ChangelogTable, Writes
-from service.stream.liveness import LivenessMonitor
 from service.stream.models.book import ModelBook, follow_models, signer_for
 from service.stream.models.served import initial_envelope
 from service.stream.outputs import Outputs

@@ -2,7 +2,7 @@
 ``/labels``.
 
 The answers are computed by :mod:`service.web.views` (plain functions) from what the worker
-already holds (the last :class:`~service.stream.housekeeping.WorkerStatus`, the pending
+already holds (the last :class:`~service.stream.health.housekeeping.WorkerStatus`, the pending
 store's queue); this module only adapts them to faust's web server, and sends labels
 (:class:`LabelSender`: a reply is given once Kafka has acknowledged the record).
 

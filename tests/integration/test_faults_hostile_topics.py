@@ -58,7 +58,7 @@ from faults.workers import Deployment, Served, ServedSampler, WorkerProcess, wai
 
 from service.config import ModelConfig
 from service.records import request_id
-from service.stream.housekeeping import REPUBLISH_AFTER
+from service.stream.health.housekeeping import REPUBLISH_AFTER
 
 KEY = "snapshot-key-for-tests-0123456789abcdef"  # noqa: S105 - >= 32 characters
 REPUBLISH = 2.0  # republish_seconds (short): every model is published again this often

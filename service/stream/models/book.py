@@ -19,7 +19,7 @@ is served:
 - with a key, the highest version (a replayed older snapshot changes nothing);
 - without one, the newest record (a forged one, whatever version it claims, is replaced by
   the learner: a model served at another version than the learner holds is republished after
-  a few seconds, see :class:`~service.stream.housekeeping.Housekeeping`).
+  a few seconds, see :class:`~service.stream.health.housekeeping.Housekeeping`).
 
 The record under key ``__champions__`` (:class:`~service.records.Champions`, written by
 ``abstain models promote``) says which member of each group serves its route; it is

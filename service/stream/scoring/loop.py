@@ -18,7 +18,7 @@ same coins, so the same decisions (at-least-once, as before).
   before the partitions go (:meth:`ScoreLoop.revoked`), so the next owner starts where this
   worker's acknowledged outputs end.
 - its :class:`~service.stream.kafka.loop.LoopView` shows the consumer to liveness
-  (:mod:`service.stream.liveness`).
+  (:mod:`service.stream.health.liveness`).
 
 An assigned partition is paused until Kafka says where it starts
 (:class:`~service.stream.kafka.groups.Starts`): the score group's commit, else where the worker's

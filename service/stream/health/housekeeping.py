@@ -7,7 +7,7 @@
 - the learner's snapshots published again when the served version differs from the
   learner's for a while, and every ``republish_seconds``;
 - the pending, budget and query-rate gauges;
-- liveness (:class:`~service.stream.liveness.LivenessMonitor`) last.
+- liveness (:class:`~service.stream.health.liveness.LivenessMonitor`) last.
 
 It reads the learner's state and never writes it: it sees the learner through
 :class:`Learner` and :class:`OpenRequests` (which models it owns and at which version, its
@@ -25,8 +25,8 @@ from aiokafka.errors import KafkaError
 
 from service.config import Settings
 from service.metrics import Metrics
+from service.stream.health.liveness import LivenessMonitor
 from service.stream.kafka.loop import ConsumerView
-from service.stream.liveness import LivenessMonitor
 from service.stream.models.book import ModelBook
 from service.stream.scoring.scorer import Scorer
 

@@ -12,10 +12,10 @@ from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
+from service.stream.health.liveness import LivenessMonitor, LivenessReport
 from service.stream.kafka.loop import Progress, RecoveryState
-from service.stream.liveness import LivenessMonitor, LivenessReport
 
-from .fakes import FakeConsumerView
+from ..fakes import FakeConsumerView
 
 FEATURES = "abstain.features"
 TP0 = TopicPartition(FEATURES, 0)

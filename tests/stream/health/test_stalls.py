@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.stream.partitions import PartitionStatus, RecoveryWatch, stalled_partitions
+from service.stream.health.stalls import PartitionStatus, RecoveryWatch, stalled_partitions
 
 
 def _status(high: int | None, position: int | None, last: float) -> PartitionStatus:

@@ -10,18 +10,18 @@ from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
 from service.records import Label, request_id
-from service.stream.housekeeping import REPUBLISH_AFTER, Housekeeping
+from service.stream.health.housekeeping import REPUBLISH_AFTER, Housekeeping
+from service.stream.health.liveness import LivenessMonitor
 from service.stream.kafka.loop import Progress
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
-from service.stream.liveness import LivenessMonitor
 from service.stream.models.book import ModelBook
 from service.stream.models.served import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.scorer import Scorer
 
-from .fakes import FakeConsumerView
-from .memory import CFG, MemoryKafka, msg, request, settings
+from ..fakes import FakeConsumerView
+from ..memory import CFG, MemoryKafka, msg, request, settings
 
 MODELS = "abstain.models"
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from aiokafka.errors import KafkaError
 
 from service.metrics import Metrics
+from service.stream.health.stalls import PartitionStatus, RecoveryWatch, stalled_partitions
 from service.stream.kafka.loop import TP, ConsumerView, Progress, RecoveryState, partition_key
-from service.stream.partitions import PartitionStatus, RecoveryWatch, stalled_partitions
 
 __all__ = ["LivenessMonitor", "LivenessReport"]
 

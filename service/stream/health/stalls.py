@@ -2,7 +2,7 @@
 Kafka): :class:`PartitionStatus` and :func:`stalled_partitions` (lag without progress) and
 :class:`RecoveryWatch` (table recovery that stops reading its changelogs).
 
-:class:`~service.stream.liveness.LivenessMonitor` feeds them from the loops' consumers.
+:class:`~service.stream.health.liveness.LivenessMonitor` feeds them from the loops' consumers.
 """
 
 from __future__ import annotations
