@@ -46,9 +46,9 @@ from service.stream.labels.tables import ChangelogTable, Writes
 from service.stream.models.book import ModelBook, follow_models, signer_for
 from service.stream.models.served import initial_envelope
 from service.stream.outputs import Outputs
-from service.stream.pages import mount_web
 from service.stream.scoring.loop import ScoreLoop, score_group
 from service.stream.scoring.scorer import Scorer
+from service.stream.web import mount_web
 
 __all__ = ["Parts", "create_app"]
 
@@ -197,7 +197,7 @@ def create_app(
         liveness=LivenessMonitor(view, progress, metrics, watched=watched(s),
                                  stall_seconds=s.stall_seconds),
     )  # fmt: skip
-    app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
+    parts = app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
 
     async def declare_outputs() -> None:
         for topic in topics.values():
@@ -223,5 +223,5 @@ def create_app(
     async def tick() -> None:
         await housekeeping.check(clock())
 
-    mount_web(app, app.parts, topics[t.labels], pending)  # POST /labels writes there
+    mount_web(app, parts, topics[t.labels], pending)  # POST /labels writes there
     return app

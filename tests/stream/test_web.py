@@ -21,7 +21,7 @@ from service.stream.app import create_app
 from service.stream.errors import StreamError
 from service.stream.kafka.internals import App
 from service.stream.labels.state import PendingStore
-from service.stream.pages import LabelSender, mount_web
+from service.stream.web import LabelSender, mount_web
 from service.web.views import labels_post
 
 from .memory import MemoryKafka, pending

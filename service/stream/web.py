@@ -14,22 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import faust
 from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
 
+from service.config import Settings
+from service.metrics import Metrics
 from service.records import Label
 from service.stream.errors import StreamError
+from service.stream.health.housekeeping import Housekeeping
+from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import PendingStore
+from service.stream.models.book import ModelBook
 from service.stream.models.champions import comparison
+from service.stream.scoring.scorer import Scorer
 from service.web import views
 
-if TYPE_CHECKING:
-    from service.stream.app import Parts
-
-__all__ = ["LabelSender", "mount_web"]
+__all__ = ["LabelSender", "Worker", "mount_web"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,29 @@ class LabelSender:
             raise StreamError(f"the labels topic did not take the label: {exc!r}") from exc
 
 
-def mount_web(app: Any, parts: Parts, labels_topic: Any, pending: PendingStore) -> None:
+class Worker(Protocol):
+    """What the pages read of a worker (its :class:`~service.stream.app.Parts`)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def book(self) -> ModelBook: ...
+
+    @property
+    def scorer(self) -> Scorer: ...
+
+    @property
+    def joiner(self) -> LabelJoiner: ...
+
+    @property
+    def housekeeping(self) -> Housekeeping: ...
+
+
+def mount_web(app: Any, parts: Worker, labels_topic: Any, pending: PendingStore) -> None:
     """Register the pages on ``app``."""
     s = parts.settings
     token = s.label_token.get_secret_value() if s.label_token is not None else None
