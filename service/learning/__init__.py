@@ -21,7 +21,8 @@ the replay command and notebooks share one implementation.
   :func:`default_dral_eta` $= 1.5/(n+1) / (1 + t/1000)$ (DRAL), and for the kernel
   learners the constants :func:`default_kernel_ds_eta` $= 5/(\gamma^2(\bar K+1))$ and
   :func:`default_kernel_dral_eta` $= 1.5/(\bar K+1)$ with $\bar K = K(x, x)$ at
-  $\|x\|^2 = n$ (all in :mod:`.defaults`, with the evidence from ``docs/replay/README.md``);
+  $\|x\|^2 = n$ (in :mod:`.schedules` and :mod:`.kernel.defaults`, with the evidence from
+  ``docs/replay/README.md``);
   :data:`DEFAULT_GAMMA` (1), :data:`DEFAULT_TAU` (1000).
 * Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`.
 * Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
@@ -31,6 +32,13 @@ the replay command and notebooks share one implementation.
   from a champion's labels with :func:`learn_from_champion` and is judged by a
   :class:`Scorecard` (:class:`Comparison`: risk, interval, reject rate, labels).
 * State: versioned JSON-safe records (:mod:`.state`), :func:`learner_from_state`.
+
+Where things live: one folder per family (:mod:`.linear`, :mod:`.kernel`, :mod:`.budget`,
+:mod:`.risk`) over the shared modules (:mod:`.base`, :mod:`.losses`, :mod:`.rules`,
+:mod:`.schedules`, :mod:`.preprocessing`, :mod:`.state`); :mod:`.registry` names every
+learner (what :func:`make_learner`, :func:`learner_from_state`, the contract suite, the
+settings and the chart take their algorithms from), and :mod:`.batch` batches the linear
+ones it finds there. ``docs/architecture.md`` draws the layers.
 
 Exception tree (every class is a ``ValueError`` and an ``AbstainError``, the root of the
 package-wide tree in :mod:`service.errors`, a standard-library-only module)::
@@ -52,19 +60,8 @@ package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 
 from .base import Decision
 from .batch import BatchLearner, BatchStandardizer
-from .budget import BudgetReport, BudgetRows, QueryBudget
-from .budgeted import Budgeted
-from .collapse import CollapseStatus, CollapseWatch
-from .defaults import (
-    DEFAULT_GAMMA,
-    DEFAULT_TAU,
-    default_dral_eta,
-    default_ds_eta,
-    default_kernel_dral_eta,
-    default_kernel_ds_eta,
-)
-from .dral import DRAL
-from .dsal import DSAL, DSOL
+from .budget.budgeted import Budgeted
+from .budget.query import BudgetReport, BudgetRows, QueryBudget
 from .errors import (
     DimensionError,
     HyperparameterError,
@@ -74,15 +71,10 @@ from .errors import (
     NonFiniteError,
     StateError,
 )
-from .kernel_learners import (
-    DEFAULT_BUDGET,
-    DEFAULT_RHO_CAP,
-    KernelDRAL,
-    KernelDSAL,
-    KernelDSOL,
-    KernelLearner,
-)
-from .kernels import (
+from .kernel.defaults import default_kernel_dral_eta, default_kernel_ds_eta
+from .kernel.dral import KernelDRAL
+from .kernel.dsal import KernelDSAL, KernelDSOL
+from .kernel.kernels import (
     Kernel,
     LinearKernel,
     PolynomialKernel,
@@ -90,7 +82,10 @@ from .kernels import (
     ScaledRBFKernel,
     kernel_from_config,
 )
-from .linear import LinearLearner
+from .kernel.learner import DEFAULT_BUDGET, DEFAULT_RHO_CAP, KernelLearner
+from .linear.dral import DRAL
+from .linear.dsal import DSAL, DSOL
+from .linear.learner import LinearLearner
 from .losses import (
     double_ramp_gradient,
     double_ramp_loss,
@@ -114,21 +109,40 @@ from .preprocessing import (
 from .registry import (
     ALGORITHM_NAMES,
     ALGORITHMS,
+    FULL_LABEL_ALGORITHMS,
     KERNEL_ALGORITHMS,
+    LEARNERS,
     LINEAR_ALGORITHMS,
     Learner,
     learner_from_state,
     make_learner,
 )
-from .risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, RiskEstimate, RiskInterval, importance_weight
-from .schedules import Constant, DSALTheory, InverseTime, Schedule, schedule_from_config
-from .shadow import (
+from .risk.collapse import CollapseStatus, CollapseWatch
+from .risk.estimate import (
+    DEFAULT_LEVEL,
+    DEFAULT_MAX_WEIGHT,
+    RiskEstimate,
+    RiskInterval,
+    importance_weight,
+)
+from .risk.shadow import (
     ESTIMATORS,
     WEIGHTINGS,
     Comparison,
     Scorecard,
     decision_loss,
     learn_from_champion,
+)
+from .schedules import (
+    DEFAULT_GAMMA,
+    DEFAULT_TAU,
+    Constant,
+    DSALTheory,
+    InverseTime,
+    Schedule,
+    default_dral_eta,
+    default_ds_eta,
+    schedule_from_config,
 )
 
 __all__ = [
@@ -181,7 +195,9 @@ __all__ = [
     "LabelError",
     "Learner",
     "ALGORITHM_NAMES",
+    "FULL_LABEL_ALGORITHMS",
     "KERNEL_ALGORITHMS",
+    "LEARNERS",
     "LINEAR_ALGORITHMS",
     "LearningError",
     "LinearLearner",

@@ -13,13 +13,17 @@ $w \cdot x$ is summed in a different order (``einsum`` instead of ``dot``), so r
 with the single learners to rounding (about $10^{-15}$ relative), not bit for bit.
 A row's step size is exactly the single learner's: without ``eta`` each row takes its
 algorithm's default for ``n_features`` (and the row's $\gamma$), the same schedule
-:class:`~service.learning.dral.DRAL` / :class:`~service.learning.dsal.DSAL` build.
+:class:`~service.learning.linear.dral.DRAL` / :class:`~service.learning.linear.dsal.DSAL` build.
+
+The algorithms it batches are the registry's linear learners whose rule it computes
+(:data:`BATCHED`: :mod:`service.learning.rules`' double ramp, double sigmoid and full-label
+rules); a linear learner with another rule is refused by name.
 
 Rows may be held to a query budget (``budgets``: one fresh per-event
-:class:`~service.learning.budget.QueryBudget` or ``None`` per row): such a row asks as
-:class:`~service.learning.budgeted.Budgeted` around the single learner does, with the
+:class:`~service.learning.budget.query.QueryBudget` or ``None`` per row): such a row asks as
+:class:`~service.learning.budget.budgeted.Budgeted` around the single learner does, with the
 budget's probability for the row's ``query_utility`` (through
-:class:`~service.learning.budget.BudgetRows`).
+:class:`~service.learning.budget.query.BudgetRows`).
 
 Buffers are preallocated; a step on ``B = 900`` rows of 68 features is a few dozen numpy
 calls on arrays of length ``B`` plus two passes over ``B x d``.
@@ -47,12 +51,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .base import check_int, check_param, check_seed, quiet, raise_non_finite
-from .budget import BudgetRows, QueryBudget
-from .defaults import DEFAULT_GAMMA, default_dral_eta, default_ds_eta
-from .dral import DRAL
-from .dsal import DSAL, DSOL
+from .budget.query import BudgetRows, QueryBudget
 from .errors import DimensionError, HyperparameterError, InputError, LabelError, NonFiniteError
-from .linear import LinearLearner
+from .linear.learner import LinearLearner
 from .losses import (
     FloatArray,
     double_ramp_gradient,
@@ -63,16 +64,47 @@ from .losses import (
     reject_decision,
 )
 from .preprocessing import check_min_std
-from .schedules import Constant, DSALTheory, InverseTime, Schedule, as_schedule
+from .registry import ALGORITHMS
+from .rules import DoubleRampRule, DoubleSigmoidRule, FullLabelRule
+from .schedules import (
+    DEFAULT_GAMMA,
+    Constant,
+    DSALTheory,
+    InverseTime,
+    Schedule,
+    as_schedule,
+    default_dral_eta,
+    default_ds_eta,
+)
 
-__all__ = ["BatchLearner", "BatchStandardizer"]
+__all__ = ["BATCHED", "BatchLearner", "BatchStandardizer"]
 
-_CLASSES: dict[str, type[LinearLearner]] = {"dral": DRAL, "dsal": DSAL, "dsol": DSOL}
+#: the rules the batch computes (a learner class's rule is the mixin it is built on)
+_RAMP, _SIGMOID, _FULL = "ramp", "sigmoid", "full"
+
+
+def _rule(cls: type[Any]) -> str | None:
+    if issubclass(cls, FullLabelRule):  # before its base, the double sigmoid rule
+        return _FULL
+    if issubclass(cls, DoubleSigmoidRule):
+        return _SIGMOID
+    if issubclass(cls, DoubleRampRule):
+        return _RAMP
+    return None
+
+
+_CLASSES: dict[str, type[LinearLearner]] = {
+    name: cls
+    for name, cls in ALGORITHMS.items()
+    if issubclass(cls, LinearLearner) and _rule(cls) is not None
+}
+#: algorithm name -> the rule its rows follow, for every algorithm the batch takes
+BATCHED: dict[str, str] = {name: str(_rule(cls)) for name, cls in _CLASSES.items()}
 
 
 def _default_eta(algorithm: str, n_features: int, gamma: float) -> Schedule:
     """The step a single ``algorithm`` learner takes when its ``eta`` is ``None``."""
-    if algorithm == "dral":
+    if BATCHED[algorithm] == _RAMP:
         return default_dral_eta(n_features)
     return default_ds_eta(n_features, gamma)
 
@@ -123,14 +155,14 @@ class BatchLearner:
     eta:
         One step size (number, schedule or config) for every row, or one per row.
         ``None`` (for every row, or as a row's entry) takes the single learner's default
-        for that row: :func:`~service.learning.defaults.default_dral_eta` of ``n_features``
-        for DRAL, :func:`~service.learning.defaults.default_ds_eta` of ``n_features`` and the
+        for that row: :func:`~service.learning.schedules.default_dral_eta` of ``n_features``
+        for DRAL, :func:`~service.learning.schedules.default_ds_eta` of ``n_features`` and the
         row's ``gamma`` for DSAL/DSOL.
     W:
         Initial weights, shape ``(B, n_features)`` (default zeros).
     budgets:
         ``None``, or one entry per row: ``None`` (the row asks by its own rule) or a fresh
-        per-event :class:`~service.learning.budget.QueryBudget` the row is held to.
+        per-event :class:`~service.learning.budget.query.QueryBudget` the row is held to.
     n_rows:
         ``B``, when no argument is given per row.
     seed:
@@ -143,10 +175,12 @@ class BatchLearner:
         "_codes",
         "_cost",
         "_eta0",
+        "_full",
         "_gamma",
         "_groups",
         "_n",
         "_next",
+        "_ramp",
         "_rho",
         "_rng",
         "_steps",
@@ -200,6 +234,8 @@ class BatchLearner:
                 )
         self.algorithms: tuple[str, ...] = tuple(names)
         self._codes = np.array([list(_CLASSES).index(a) for a in names], dtype=np.int8)
+        self._ramp = np.array([BATCHED[a] == _RAMP for a in names])
+        self._full = np.array([BATCHED[a] == _FULL for a in names])
         self._groups: list[tuple[str, npt.NDArray[np.intp] | slice]] = []
         for code, name in enumerate(_CLASSES):
             rows = np.flatnonzero(self._codes == code)
@@ -272,7 +308,7 @@ class BatchLearner:
                 "rho": float(self._rho[i]),
                 "w": self._W[i].copy(),
             }
-            if name != "dral":
+            if BATCHED[name] != _RAMP:
                 kwargs["gamma"] = float(self._gamma[i])
             learner = _CLASSES[name](self.n_features, float(self._cost[i]), **kwargs)
             learner._steps = int(self._steps[i])
@@ -347,20 +383,21 @@ class BatchLearner:
         drho = np.empty(b)
         for name, rows in self._groups:
             f, r, zz, c = scores[rows], rho[rows], z[rows], self._cost[rows]
-            if name == "dral":
+            rule = BATCHED[name]
+            if rule == _RAMP:
                 probs[rows] = double_ramp_query(f, r)
                 dz[rows], drho[rows] = double_ramp_gradient(zz, r, c)
             else:
                 g = self._gamma[rows]
-                probs[rows] = 1.0 if name == "dsol" else double_sigmoid_query_probability(f, r, g)
+                probs[rows] = 1.0 if rule == _FULL else double_sigmoid_query_probability(f, r, g)
                 dz[rows], drho[rows] = double_sigmoid_gradient(zz, r, c, g)
         budget = self._budget
         if budget is not None:
             rows = self._budget_rows
             utility = probs[rows].copy()
-            dral = self._codes[rows] == 0
-            utility[dral] = double_ramp_query_utility(scores[rows][dral], rho[rows][dral])
-            utility[self._codes[rows] == 2] = 1.0
+            ramp = self._ramp[rows]
+            utility[ramp] = double_ramp_query_utility(scores[rows][ramp], rho[rows][ramp])
+            utility[self._full[rows]] = 1.0
             probs[rows], _ = budget.ask(utility, u[rows])
         queried = u < probs
 

@@ -5,6 +5,10 @@ DRAL(n_features=3, cost=0.25, eta={'kind': 'inverse-time', 'eta0': 0.375, 'tau':
 seed=0, rho=1.0, steps=0)
 >>> type(learner_from_state(make_learner("dsol", n_features=2, cost=0.1).to_state())).__name__
 'DSOL'
+>>> ALGORITHM_NAMES
+('dral', 'dsal', 'dsol', 'kernel-dral', 'kernel-dsal', 'kernel-dsol')
+>>> LINEAR_ALGORITHMS, FULL_LABEL_ALGORITHMS
+(('dral', 'dsal', 'dsol'), ('dsol', 'kernel-dsol'))
 """
 
 from __future__ import annotations
@@ -13,15 +17,21 @@ from typing import Any, Protocol
 
 from . import state as st
 from .base import Decision
-from .dral import DRAL
-from .dsal import DSAL, DSOL
 from .errors import HyperparameterError, StateError
-from .kernel_learners import KernelDRAL, KernelDSAL, KernelDSOL
+from .kernel.dral import KernelDRAL
+from .kernel.dsal import KernelDSAL, KernelDSOL
+from .kernel.learner import KernelLearner
+from .linear.dral import DRAL
+from .linear.dsal import DSAL, DSOL
+from .linear.learner import LinearLearner
+from .rules import FullLabelRule
 
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_NAMES",
+    "FULL_LABEL_ALGORITHMS",
     "KERNEL_ALGORITHMS",
+    "LEARNERS",
     "LINEAR_ALGORITHMS",
     "Learner",
     "learner_from_state",
@@ -53,20 +63,27 @@ class Learner(Protocol):
     def weight_norm(self) -> float: ...
 
 
-ALGORITHMS: dict[str, Any] = {
-    "dral": DRAL,
-    "dsal": DSAL,
-    "dsol": DSOL,
-    "kernel-dral": KernelDRAL,
-    "kernel-dsal": KernelDSAL,
-    "kernel-dsol": KernelDSOL,
-}
+#: every learner, in the order the docs, the settings and the chart list them; its
+#: ``algorithm`` is its name (in settings, state records, metrics and the chart's schema).
+#: A new learner is a module of its family and a line here: the contract suite, the
+#: settings, the replay and (through a test) the chart take it from this tuple.
+LEARNERS: tuple[type[Any], ...] = (DRAL, DSAL, DSOL, KernelDRAL, KernelDSAL, KernelDSOL)
+
+ALGORITHMS: dict[str, Any] = {cls.algorithm: cls for cls in LEARNERS}
 """Algorithm name (as in state records) -> learner class."""
 
-#: the names, in one place: linear learners, their kernelized versions, all of them
-LINEAR_ALGORITHMS: tuple[str, ...] = ("dral", "dsal", "dsol")
-KERNEL_ALGORITHMS: tuple[str, ...] = tuple(f"kernel-{a}" for a in LINEAR_ALGORITHMS)
-ALGORITHM_NAMES: tuple[str, ...] = LINEAR_ALGORITHMS + KERNEL_ALGORITHMS
+#: the names: all of them, the linear learners, the kernel learners, and those that ask for
+#: every label (no active rule: DSOL and its kernel version)
+ALGORITHM_NAMES: tuple[str, ...] = tuple(ALGORITHMS)
+LINEAR_ALGORITHMS: tuple[str, ...] = tuple(
+    n for n, cls in ALGORITHMS.items() if issubclass(cls, LinearLearner)
+)
+KERNEL_ALGORITHMS: tuple[str, ...] = tuple(
+    n for n, cls in ALGORITHMS.items() if issubclass(cls, KernelLearner)
+)
+FULL_LABEL_ALGORITHMS: tuple[str, ...] = tuple(
+    n for n, cls in ALGORITHMS.items() if issubclass(cls, FullLabelRule)
+)
 
 
 def make_learner(name: str, **kwargs: Any) -> Any:

@@ -2,7 +2,7 @@ r"""The per-algorithm rules, shared by the linear and the kernel learners.
 
 A rule says how likely a query is for a score $f$ (``_query_probability``), how
 informative the label of an example with score $f$ would be (:meth:`query_utility`, in
-$[0, 1]$: what a :class:`~service.learning.budget.QueryBudget` scales) and which
+$[0, 1]$: what a :class:`~service.learning.budget.query.QueryBudget` scales) and which
 $(\partial L/\partial z, \partial L/\partial \rho)$ a label gives at margin $z = y f$
 (``_gradient``). All accept floats or arrays and delegate to
 :mod:`service.learning.losses`, where the formulas live.

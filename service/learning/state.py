@@ -10,14 +10,14 @@ never a pickle. A learner's record::
 
 Preprocessing uses ``"format": "abstain.preprocessor"`` (one step, with ``"kind"``) and
 ``"abstain.pipeline"`` (``"steps"``: a list of preprocessor records). A query budget
-(:class:`~service.learning.budget.QueryBudget`) is an ``"abstain.budget"`` record with
+(:class:`~service.learning.budget.query.QueryBudget`) is an ``"abstain.budget"`` record with
 ``params`` and ``learned`` like a learner's; a learner held to a budget
-(:class:`~service.learning.budgeted.Budgeted`) an ``"abstain.budgeted"`` record holding
+(:class:`~service.learning.budget.budgeted.Budgeted`) an ``"abstain.budgeted"`` record holding
 both (``"learner"``, ``"budget"``); a collapse detector
-(:class:`~service.learning.collapse.CollapseWatch`) an ``"abstain.collapse-watch"`` record;
-a risk estimate (:class:`~service.learning.risk.RiskEstimate`) an
+(:class:`~service.learning.risk.collapse.CollapseWatch`) an ``"abstain.collapse-watch"`` record;
+a risk estimate (:class:`~service.learning.risk.estimate.RiskEstimate`) an
 ``"abstain.risk-estimate"`` record, and a model's scorecard
-(:class:`~service.learning.shadow.Scorecard`) an ``"abstain.scorecard"`` record holding one.
+(:class:`~service.learning.risk.shadow.Scorecard`) an ``"abstain.scorecard"`` record holding one.
 
 Floats are stored as Python floats: :mod:`json` (and orjson) write the shortest repr that
 reads back to the same double, so a JSON round trip is bit-exact. Integers wider than

@@ -43,7 +43,7 @@ ScalerFit = Literal["events", "labels"]
 #: service does) only the labelled examples of each learner.
 SCALER_FITS: tuple[ScalerFit, ...] = ("events", "labels")
 
-#: command-line kernel names -> kernel kinds of :mod:`service.learning.kernels`.
+#: command-line kernel names -> kernel kinds of :mod:`service.learning.kernel.kernels`.
 KERNEL_NAMES = {
     "linear": "linear",
     "poly": "polynomial",

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from service.learning import FULL_LABEL_ALGORITHMS as LEARNING_FULL_LABEL
 from service.learning import QueryBudget
 from service.replay.errors import ReplayConfigError
 
@@ -51,8 +52,9 @@ QuerySampling = Literal["own", "budget", "random"]
 #: how a variant chooses the events it asks: its own rule, its rule under a label budget,
 #: or uniformly at random under the same budget.
 SAMPLINGS: tuple[QuerySampling, ...] = ("own", "budget", "random")
-#: algorithms that ask every label (no budget variants: see the module docstring)
-FULL_LABEL_ALGORITHMS = ("dsol", "kernel-dsol")
+#: algorithms that ask every label (no budget variants: see the module docstring), from the
+#: learners' registry
+FULL_LABEL_ALGORITHMS = LEARNING_FULL_LABEL
 #: QueryBudget keywords a replay may set (``--budget-param``); rate and seed are its own
 BUDGET_PARAMS = ("sharpness", "horizon", "explore", "burst")
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.learning.shadow import Estimator
+from service.learning.risk.shadow import Estimator
 
 __all__ = ["Role", "ShadowResult", "Track", "checkpoints"]
 

@@ -55,7 +55,7 @@ from service.learning import (
     learn_from_champion,
     make_learner,
 )
-from service.learning.shadow import Weighting
+from service.learning.risk.shadow import Weighting
 from service.replay.errors import ReplayConfigError
 from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions, accepted_params

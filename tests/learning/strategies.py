@@ -8,12 +8,14 @@ import numpy as np
 from hypothesis import strategies as hst
 
 from service.learning import (
+    ALGORITHM_NAMES,
     DRAL,
     DSAL,
     DSOL,
     KernelDRAL,
     KernelDSAL,
     KernelDSOL,
+    make_learner,
 )
 
 costs = hst.floats(min_value=0.01, max_value=0.49)
@@ -56,7 +58,23 @@ LEARNER_FACTORIES = {
         n_features=n, cost=0.25, eta=0.5, budget=7, kernel="linear", **kw
     ),
 }
-"""One small configuration per algorithm (kernel budgets small so removal happens)."""
+"""A small configuration for the algorithms the defaults would not exercise well (kernel
+budgets small so removal happens, one kernel each); every other learner of the registry is
+built by :func:`learner_factory` with its defaults."""
+
+
+def learner_factory(name: str) -> Any:
+    """How the suites build the learner ``name`` of the registry: its small configuration,
+    else :func:`~service.learning.make_learner` with what every learner takes (cost 0.25,
+    eta 0.5) and its own defaults for the rest."""
+    known = LEARNER_FACTORIES.get(name)
+    if known is not None:
+        return known
+    return lambda n, **kw: make_learner(name, n_features=n, cost=0.25, eta=0.5, **kw)
+
+
+#: every learner the registry knows: what the contract suite runs over
+LEARNER_NAMES: tuple[str, ...] = ALGORITHM_NAMES
 
 
 def noisy_stream(

@@ -1,5 +1,5 @@
-"""The contract every learner keeps (run over all six algorithms), alone and held to a
-query budget (:class:`~service.learning.Budgeted`).
+"""The contract every learner keeps (run over every algorithm of the registry, found there),
+alone and held to a query budget (:class:`~service.learning.Budgeted`).
 
 Stream and replay code rely on it: decisions never change the model or the input, a seed
 fixes every choice, a JSON round trip of the state changes nothing now or later, and bad
@@ -30,14 +30,14 @@ from service.learning import (
     make_learner,
 )
 
-from .strategies import LEARNER_FACTORIES, noisy_stream
+from .strategies import LEARNER_NAMES, learner_factory, noisy_stream
 
 N = 4
-NAMES = sorted(LEARNER_FACTORIES)
+NAMES = sorted(LEARNER_NAMES)
 
 
 def build(name: str, **kw: Any) -> Any:
-    return LEARNER_FACTORIES[name](N, **kw)
+    return learner_factory(name)(N, **kw)
 
 
 def train(learner: Any, X: np.ndarray, y: np.ndarray) -> list[Any]:

@@ -27,7 +27,7 @@ from service.learning import (
     learn_from_champion,
     learner_from_state,
 )
-from service.learning.shadow import Weighting
+from service.learning.risk.shadow import Weighting
 from service.records import (
     Label,
     ModelEnvelope,

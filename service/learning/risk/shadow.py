@@ -3,11 +3,11 @@ r"""Shadow models: a learner run beside a champion, judged and taught by its lab
 A *champion* decides every event and asks for some labels, event $t$ with probability
 $p_t$. A *shadow* decides the same events (its decisions are only counted) and learns from
 the labels the champion's questions receive, each with importance weight
-$h_t = 1/\max(p_t, 1/h_{\max})$ (:func:`~service.learning.risk.importance_weight`, capped as
-the stream caps it):
+$h_t = 1/\max(p_t, 1/h_{\max})$ (:func:`~service.learning.risk.estimate.importance_weight`,
+capped as the stream caps it):
 
 * **learning** (:func:`learn_from_champion`): ``weighting="importance"`` (default) updates
-  the shadow with weight $h_t$ (:meth:`LinearLearner.update <service.learning.linear.
+  the shadow with weight $h_t$ (:meth:`LinearLearner.update <service.learning.linear.learner.
   LinearLearner.update>`, importance-weight aware), so its expected step over the
   champion's coin is its step on every event: the shadow learns from the whole stream as
   if it had seen every label, not only from the region the champion asks about. For a
@@ -16,12 +16,12 @@ the stream caps it):
   label), on the champion's choice of events.
 * **judging** (:class:`Scorecard`): the shadow's decision on each asked event is charged
   its 0-d-1 loss with the champion's $p_t$ in a
-  :class:`~service.learning.risk.RiskEstimate`, which stays unbiased however the shadow
+  :class:`~service.learning.risk.estimate.RiskEstimate`, which stays unbiased however the shadow
   learns, because the shadow decided before the coin was drawn. Reject rate and label count
   come with it; :meth:`Scorecard.report` gives the :class:`Comparison` record, by default
   with the Horvitz-Thompson estimate over the events counted (``estimator="ratio"``: the
   stream envelope's ``iw_loss / iw_weight``, which overstates the risk of a model that is
-  sure of many events; :mod:`service.learning.risk`).
+  sure of many events; :mod:`service.learning.risk.estimate`).
 
 The functions are pure (no clock, no I/O): a stream worker calls
 :meth:`Scorecard.decided` where it scores and :func:`learn_from_champion` and
@@ -49,11 +49,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from . import state as st
-from .base import check_label, check_param
-from .errors import HyperparameterError, InputError, StateError
-from .linear import LinearLearner
-from .risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, RiskEstimate, importance_weight
+from .. import state as st
+from ..base import check_label, check_param
+from ..errors import HyperparameterError, InputError, StateError
+from ..linear.learner import LinearLearner
+from .estimate import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, RiskEstimate, importance_weight
 
 __all__ = [
     "ESTIMATORS",

@@ -1,7 +1,7 @@
 r"""A learner held to a query budget: the learner decides, the budget says whether to ask.
 
 :class:`Budgeted` pairs any learner of this package (linear or kernel; DRAL, DSAL or DSOL)
-with a :class:`~service.learning.budget.QueryBudget`. A decision keeps the learner's label,
+with a :class:`~service.learning.budget.query.QueryBudget`. A decision keeps the learner's label,
 score and $\rho$; its ``query_probability`` is the budget's $p$ for the learner's
 :meth:`query_utility` of the score (DSAL: its own $p$; DRAL: a smooth bump over its query
 band; DSOL: 1, i.e. uniform sampling), and ``query`` is ``coin < p``: the true probability
@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import state as st
-from .base import Decision, check_coin
-from .budget import QueryBudget
-from .errors import HyperparameterError, StateError
-from .losses import FloatArray
-from .registry import learner_from_state
+from .. import state as st
+from ..base import Decision, check_coin
+from ..errors import HyperparameterError, StateError
+from ..losses import FloatArray
+from ..registry import learner_from_state
+from .query import QueryBudget
 
 __all__ = ["Budgeted"]
 

@@ -15,7 +15,7 @@ import pytest
 
 from service.learning import DRAL, DSAL, DSOL, Intercept, Pipeline, default_pipeline
 
-from .strategies import noisy_stream
+from ..strategies import noisy_stream
 
 COST = 0.25
 

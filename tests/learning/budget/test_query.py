@@ -30,7 +30,7 @@ from service.learning import (
     StateError,
 )
 
-from .strategies import noisy_stream
+from ..strategies import noisy_stream
 
 rates = hst.floats(min_value=0.01, max_value=0.6)
 sharpnesses = hst.sampled_from([0.0, 0.5, 1.0, 2.0, 4.0])

@@ -11,7 +11,7 @@ from hypothesis import strategies as hst
 
 from service.learning import DSAL, DSOL, DSALTheory, NonFiniteError
 
-from .strategies import costs, gammas, labels, vectors
+from ..strategies import costs, gammas, labels, vectors
 
 
 def slope(a: float, gamma: float) -> float:

@@ -24,7 +24,7 @@ bounded, always admits new information and lets the model follow a drifting stre
 
 Defaults that learn on non-linear data without tuning:
 
-* kernel: :class:`~service.learning.kernels.ScaledRBFKernel`, an RBF kernel of width
+* kernel: :class:`~service.learning.kernel.kernels.ScaledRBFKernel`, an RBF kernel of width
   $\gamma_k = 1 / \sum_j \widehat{\operatorname{Var}}(x_j)$, the variances running over the
   examples learnt from (a typical pair of examples has $K \approx e^{-2}$ at any scale of
   the features; for standardised features this is the former fixed default $1/n$);
@@ -40,8 +40,8 @@ Defaults that learn on non-linear data without tuning:
   ``rho_cap=None`` is the appendix algorithm.
 
 Default step: the linear learners' rule with $\|x\|^2$ replaced by $K(x, x)$, held
-constant (:func:`~service.learning.defaults.default_kernel_ds_eta`,
-:func:`~service.learning.defaults.default_kernel_dral_eta`). A constant
+constant (:func:`~service.learning.kernel.defaults.default_kernel_ds_eta`,
+:func:`~service.learning.kernel.defaults.default_kernel_dral_eta`). A constant
 step because of the budget: under a decaying step the oldest support examples carry the
 largest coefficients, and "drop the oldest" removes exactly those.
 """
@@ -55,8 +55,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from . import state as st
-from .base import (
+from .. import state as st
+from ..base import (
     Decision,
     check_int,
     check_label,
@@ -69,22 +69,13 @@ from .base import (
     quiet,
     raise_non_finite,
 )
-from .defaults import DEFAULT_GAMMA, default_kernel_dral_eta, default_kernel_ds_eta
-from .errors import NonFiniteError, StateError
+from ..errors import NonFiniteError, StateError
+from ..losses import FloatArray, reject_decision
+from ..preprocessing import OnlineStandardizer
+from ..schedules import Schedule, as_schedule
 from .kernels import Kernel, ScaledRBFKernel, kernel_from_config
-from .losses import FloatArray, reject_decision
-from .preprocessing import OnlineStandardizer
-from .rules import DoubleRampRule, DoubleSigmoidRule, FullLabelRule
-from .schedules import Schedule, as_schedule
 
-__all__ = [
-    "DEFAULT_BUDGET",
-    "DEFAULT_RHO_CAP",
-    "KernelDRAL",
-    "KernelDSAL",
-    "KernelDSOL",
-    "KernelLearner",
-]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_RHO_CAP", "KernelLearner"]
 
 DEFAULT_BUDGET = 1000
 """Default maximum number of support examples (1000 x 68 features: ~0.5 MB, tens of us)."""
@@ -202,7 +193,7 @@ class KernelLearner:
 
     @property
     def kernel_width(self) -> float | None:
-        r"""$\gamma_k$ in use with a :class:`~service.learning.kernels.ScaledRBFKernel`
+        r"""$\gamma_k$ in use with a :class:`~service.learning.kernel.kernels.ScaledRBFKernel`
         (``None`` for the other kernels, whose width is fixed)."""
         if isinstance(self.kernel, ScaledRBFKernel):
             return self.kernel.gamma_at(self._variance)
@@ -441,126 +432,3 @@ class KernelLearner:
             f"{type(self).__name__}({params}, rho={self._rho!r}, steps={self._steps}, "
             f"n_support={self._n})"
         )
-
-
-class KernelDRAL(DoubleRampRule, KernelLearner):
-    r"""Kernel DRAL (appendix): deterministic queries on $\rho - 1 \le |f| \le \rho + 1$.
-
-    Parameters: ``n_features``, ``cost`` ($d$), ``kernel`` (a kernel, a name or a config;
-    default :class:`~service.learning.kernels.ScaledRBFKernel`, an RBF kernel whose width
-    follows the variance of the examples learnt from), ``budget`` (default 1000, oldest
-    removed first), ``eta`` (``None``, the default:
-    :func:`~service.learning.defaults.default_kernel_dral_eta` of the kernel and
-    ``n_features``, the constant $1.5/(K(x, x) + 1)$ at $\|x\|^2 = n$; stored in the
-    state like a given step), ``rho`` (initial width 1), ``rho_cap`` ($c$ in
-    $\rho \le 1 + c\,\bar m$, default 2; ``None``: no cap), ``seed``.
-
-    >>> KernelDRAL(n_features=5, cost=0.25, kernel="rbf").eta
-    Constant(eta=0.75)
-
-    >>> learner = KernelDRAL(n_features=1, cost=0.25, kernel="linear", eta=1.0)
-    >>> learner.update([2.0], +1), learner.n_support, learner.rho
-    (True, 1, 0.75)
-    >>> learner.decide([1.0]).score    # a_1 K(x_1, x) = (eta d y) (2 * 1)
-    0.5
-    """
-
-    algorithm: ClassVar[str] = "kernel-dral"
-    __slots__ = ()
-
-    def __init__(
-        self,
-        n_features: int,
-        cost: float,
-        *,
-        kernel: Kernel | Mapping[str, Any] | str | None = None,
-        budget: int | None = DEFAULT_BUDGET,
-        eta: float | Schedule | Mapping[str, Any] | None = None,
-        rho: float = 1.0,
-        rho_cap: float | None = DEFAULT_RHO_CAP,
-        seed: int | None = 0,
-    ) -> None:
-        super().__init__(
-            n_features,
-            cost,
-            eta=eta,
-            kernel=kernel,
-            budget=budget,
-            rho=rho,
-            rho_cap=rho_cap,
-            seed=seed,
-        )
-
-    def _default_eta(self) -> Schedule:
-        return default_kernel_dral_eta(self.kernel, self.n_features)
-
-
-class KernelDSAL(DoubleSigmoidRule, KernelLearner):
-    r"""Kernel DSAL (appendix): Bernoulli($p$) queries, double sigmoid gradient.
-
-    Parameters as :class:`KernelDRAL`, plus ``gamma`` (sigmoid slope $\gamma$; default as
-    :class:`~service.learning.dsal.DSAL`); the default ``eta`` is
-    :func:`~service.learning.defaults.default_kernel_ds_eta`, the constant
-    $5/(\gamma^2 (K(x, x) + 1))$ at $\|x\|^2 = n$.
-
-    >>> KernelDSAL(n_features=5, cost=0.25, kernel="polynomial").eta   # (5 + 1)^2 = 36
-    Constant(eta=0.13513513513513514)
-
-    >>> learner = KernelDSAL(n_features=2, cost=0.25, kernel={"kind": "rbf", "gamma": 0.5})
-    >>> learner.decide([0.0, 0.0], coin=0.0).query   # f = 0, rho = 1: p = 4 s (1 - s) > 0
-    True
-    """
-
-    algorithm: ClassVar[str] = "kernel-dsal"
-    param_names: ClassVar[tuple[str, ...]] = (
-        "n_features",
-        "cost",
-        "gamma",
-        "kernel",
-        "budget",
-        "eta",
-        "rho_cap",
-        "seed",
-    )
-    __slots__ = ("gamma",)
-
-    gamma: float
-
-    def __init__(
-        self,
-        n_features: int,
-        cost: float,
-        *,
-        gamma: float = DEFAULT_GAMMA,
-        kernel: Kernel | Mapping[str, Any] | str | None = None,
-        budget: int | None = DEFAULT_BUDGET,
-        eta: float | Schedule | Mapping[str, Any] | None = None,
-        rho: float = 1.0,
-        rho_cap: float | None = DEFAULT_RHO_CAP,
-        seed: int | None = 0,
-    ) -> None:
-        self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
-        super().__init__(
-            n_features,
-            cost,
-            eta=eta,
-            kernel=kernel,
-            budget=budget,
-            rho=rho,
-            rho_cap=rho_cap,
-            seed=seed,
-        )
-
-    def _default_eta(self) -> Schedule:
-        return default_kernel_ds_eta(self.kernel, self.n_features, self.gamma)
-
-
-class KernelDSOL(FullLabelRule, KernelDSAL):
-    """Kernel DSOL: Kernel DSAL's update on every example (``p = 1``).
-
-    >>> KernelDSOL(n_features=1, cost=0.1).decide([3.0]).query_probability
-    1.0
-    """
-
-    algorithm: ClassVar[str] = "kernel-dsol"
-    __slots__ = ()

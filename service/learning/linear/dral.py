@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from .defaults import default_dral_eta
-from .linear import LinearLearner
-from .losses import FloatArray
-from .rules import DoubleRampRule
-from .schedules import Schedule
+from ..losses import FloatArray
+from ..rules import DoubleRampRule
+from ..schedules import Schedule, default_dral_eta
+from .learner import LinearLearner
 
 __all__ = ["DRAL"]
 
@@ -44,7 +43,7 @@ class DRAL(DoubleRampRule, LinearLearner):
         Rejection cost $d \in (0, 0.5)$.
     eta:
         Step size: a number (constant), a schedule or a schedule config. ``None`` (the
-        default) takes :func:`~service.learning.defaults.default_dral_eta` of ``n_features``:
+        default) takes :func:`~service.learning.schedules.default_dral_eta` of ``n_features``:
         $\eta_t = (1.5 / (n + 1)) / (1 + t/1000)$, meant for standardised features plus an
         intercept ($\|x\|^2 \approx n$; rescale $\eta$ for other inputs). The chosen
         schedule is part of the learner's state.

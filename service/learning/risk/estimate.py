@@ -12,7 +12,7 @@ $R_n = \frac1n \sum_{t \le n} L_t$ of the $n$ events decided so far. Two estimat
     \hat R = \frac{\sum_t Q_t L_t / p_t}{W}, \quad W = \sum_t \frac{Q_t}{p_t}.
 
 * Horvitz-Thompson, $\hat R_{HT}$ (``interval(events=n)``), when the number of events is
-  known (a :class:`~service.learning.shadow.Scorecard` counts them). Unbiased for any
+  known (a :class:`~service.learning.risk.shadow.Scorecard` counts them). Unbiased for any
   $p_t > 0$. Interval: normal, $\hat R_{HT} \pm z_{(1+\ell)/2} \sqrt{V_{HT}}$ with
   $V_{HT} = \frac{1}{n^2} \sum_t Q_t\, a_t\, L_t^2$, $a_t = (1 - p_t)/p_t^2$.
 * The ratio $\hat R$ (``interval()``), the ``iw_loss / iw_weight`` of the stream's model
@@ -74,8 +74,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import state as st
-from .errors import HyperparameterError, InputError, StateError
+from .. import state as st
+from ..errors import HyperparameterError, InputError, StateError
 
 __all__ = [
     "DEFAULT_LEVEL",

@@ -1,8 +1,8 @@
 r"""Shared machinery of the linear reject-option learners $f(x) = w \cdot x$.
 
-The concrete algorithms (:class:`~service.learning.dral.DRAL`,
-:class:`~service.learning.dsal.DSAL`, :class:`~service.learning.dsal.DSOL`) only say how
-likely a query is and which (sub)gradient a label gives; everything else — input checks,
+The concrete algorithms (:class:`~service.learning.linear.dral.DRAL`,
+:class:`~service.learning.linear.dsal.DSAL`, :class:`~service.learning.linear.dsal.DSOL`) only
+say how likely a query is and which (sub)gradient a label gives; everything else — input checks,
 the update step, read-only parameters, batched decisions and the state record — is here.
 
 The hot path stays lean: one ``dot`` per decision (a NaN or an infinity in ``x`` makes
@@ -30,8 +30,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from . import state as st
-from .base import (
+from .. import state as st
+from ..base import (
     Decision,
     check_int,
     check_label,
@@ -44,9 +44,9 @@ from .base import (
     quiet,
     raise_non_finite,
 )
-from .errors import HyperparameterError, InputError, NonFiniteError
-from .losses import FloatArray, reject_decision
-from .schedules import Schedule, as_schedule
+from ..errors import HyperparameterError, InputError, NonFiniteError
+from ..losses import FloatArray, reject_decision
+from ..schedules import Schedule, as_schedule
 
 __all__ = ["LinearLearner"]
 

@@ -26,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from .base import check_param
-from .defaults import DEFAULT_GAMMA, default_ds_eta
-from .linear import LinearLearner
-from .losses import FloatArray
-from .rules import DoubleSigmoidRule, FullLabelRule
-from .schedules import Schedule
+from ..base import check_param
+from ..losses import FloatArray
+from ..rules import DoubleSigmoidRule, FullLabelRule
+from ..schedules import DEFAULT_GAMMA, Schedule, default_ds_eta
+from .learner import LinearLearner
 
 __all__ = ["DSAL", "DSOL"]
 
@@ -51,7 +50,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         fewer labels (the query band narrows); smaller asks more.
     eta:
         Step size: a number (constant), a schedule or a schedule config. ``None`` (the
-        default) takes :func:`~service.learning.defaults.default_ds_eta` of
+        default) takes :func:`~service.learning.schedules.default_ds_eta` of
         ``n_features`` and ``gamma``: $\eta_t = (5 / (\gamma^2 (n + 1))) / (1 + t/1000)$,
         meant for standardised features plus an intercept ($\|x\|^2 \approx n$; rescale
         $\eta$ for other inputs). Larger steps ask fewer labels at a higher risk. The

@@ -18,7 +18,7 @@ from service.learning import (
     learner_from_state,
 )
 
-from .strategies import noisy_stream
+from ..strategies import noisy_stream
 
 PAIRS = [(DRAL, KernelDRAL), (DSAL, KernelDSAL), (DSOL, KernelDSOL)]
 

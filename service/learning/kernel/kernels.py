@@ -36,9 +36,9 @@ from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
 
-from .base import check_int, check_param
-from .errors import HyperparameterError
-from .losses import FloatArray
+from ..base import check_int, check_param
+from ..errors import HyperparameterError
+from ..losses import FloatArray
 
 __all__ = [
     "Kernel",

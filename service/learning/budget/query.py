@@ -62,10 +62,10 @@ from typing import Any, ClassVar, Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import state as st
-from .base import check_coin, check_int, check_seed, draw_query, quiet
-from .errors import DimensionError, HyperparameterError, InputError, StateError
-from .losses import FloatArray
+from .. import state as st
+from ..base import check_coin, check_int, check_seed, draw_query, quiet
+from ..errors import DimensionError, HyperparameterError, InputError, StateError
+from ..losses import FloatArray
 
 __all__ = ["DEFAULT_SHARPNESS", "PERIODS", "BudgetReport", "BudgetRows", "QueryBudget"]
 

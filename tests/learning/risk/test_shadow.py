@@ -29,7 +29,7 @@ from service.learning import (
 )
 from service.learning.state import dumps, loads
 
-from .strategies import costs, margins, rhos
+from ..strategies import costs, margins, rhos
 
 
 def _by_hand(rule: str, events: list[tuple[np.ndarray, int, float]], eta: float, cost: float,

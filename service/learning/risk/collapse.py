@@ -5,7 +5,7 @@ every example lies inside the reject band $|f| \le \rho$, where the gradient of 
 (or of $L_{dr}$'s second ramp) grows $\rho$. Once $\rho$ outruns $|f|$ the model rejects
 everything (risk $= d$), its gradients and DSAL's query probability shrink like
 $e^{-\rho}$, and it stops learning. The kernel learners' defaults prevent this (see
-:mod:`service.learning.kernel_learners`); :class:`CollapseWatch` tells when it happens
+:mod:`service.learning.kernel.learner`); :class:`CollapseWatch` tells when it happens
 anyway, from the decisions alone, so a service can alert or rebuild the model.
 
 Rule: decisions are counted in tumbling windows of ``window`` events. A window is
@@ -34,9 +34,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import state as st
-from .base import check_int
-from .errors import DimensionError, HyperparameterError, InputError, StateError
+from .. import state as st
+from ..base import check_int
+from ..errors import DimensionError, HyperparameterError, InputError, StateError
 
 __all__ = ["CollapseStatus", "CollapseWatch"]
 
