@@ -20,7 +20,13 @@ from typing import Any, Literal
 
 from service.learning import ALGORITHMS as LEARNER_CLASSES
 from service.replay.errors import ReplayConfigError
-from service.replay.protocol import ALGORITHMS, KERNEL_ALGORITHMS, Sampling, validate_costs
+from service.replay.protocol import (
+    ALGORITHMS,
+    KERNEL_ALGORITHMS,
+    PAPER_ALGORITHMS,
+    Sampling,
+    validate_costs,
+)
 from service.replay.results import BUDGET_PARAMS, FULL_LABEL_ALGORITHMS, SAMPLINGS, Variant
 
 __all__ = [
@@ -57,7 +63,7 @@ KERNEL_NAMES = {
 class ReplayOptions:
     """Everything that decides what a replay computes (not where it writes)."""
 
-    algorithms: tuple[str, ...] = ALGORITHMS
+    algorithms: tuple[str, ...] = PAPER_ALGORITHMS
     costs: tuple[float, ...] = (0.1, 0.25, 0.4)
     runs: int = 100
     trials: int = 10_000

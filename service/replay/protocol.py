@@ -37,6 +37,7 @@ from service.replay.results import ReplayResult, Series, Variant, time_grid
 __all__ = [
     "ALGORITHMS",
     "KERNEL_ALGORITHMS",
+    "PAPER_ALGORITHMS",
     "SAMPLINGS",
     "TrialPlan",
     "plan_trials",
@@ -49,7 +50,10 @@ IntArray = npt.NDArray[np.int64]
 Sampling = Literal["replacement", "permutation"]
 Progress = Callable[[int], None]
 
+#: what the batched replay runs: every linear learner of the registry
 ALGORITHMS = LINEAR_ALGORITHMS
+#: the paper's algorithms: what a replay runs unless told otherwise (as ``--algorithms``)
+PAPER_ALGORITHMS: tuple[str, ...] = ("dral", "dsal", "dsol")
 SAMPLINGS: tuple[Sampling, ...] = ("replacement", "permutation")
 
 
