@@ -4,16 +4,19 @@ pages.
 Wiring only; each task and the timer call one object (the flow and the rules of the house:
 ``docs/architecture.md``):
 
+- every topic and table of the catalogue (:mod:`~service.stream.kafka.topics`) is declared,
+  after the topic guard (:mod:`~service.stream.kafka.guard`) found the cluster fit;
 - scoring needs no table: :class:`~service.stream.scoring.loop.ScoreLoop` consumes the
   features topic with its own aiokafka consumer (group ``<app_id>-score``) in whole fetched
-  batches, calls :class:`~service.stream.scoring.scorer.Scorer` and writes with the batch produce
-  API, committing once the outputs are acknowledged (a faust app task runs it);
+  batches, calls :class:`~service.stream.scoring.scorer.Scorer` and writes with the batch
+  produce API, committing once the outputs are acknowledged (a faust app task runs it);
 - learning needs tables but not faust's per-record stream either:
   :class:`~service.stream.labels.loop.LearnLoop` consumes label-requests AND labels,
   co-partitioned by model (group ``<app_id>-learn``), in whole fetched batches, and calls
-  :class:`~service.stream.labels.joiner.LabelJoiner`, which owns the ``pending``, ``parked`` and
-  ``models`` tables (:mod:`~service.stream.labels.tables`: in memory, changelogs in Kafka, their
-  writes sent in batches and durable before the offsets that caused them are committed);
+  :class:`~service.stream.labels.joiner.LabelJoiner`, which owns the ``pending``, ``parked``
+  and ``models`` tables (:mod:`~service.stream.labels.tables`: in memory, changelogs in
+  Kafka); :class:`~service.stream.labels.checkpoint.Checkpoint` makes their writes durable
+  before the offsets that caused them are committed;
 - ``follow`` feeds :class:`~service.stream.models.book.ModelBook` from the models topic;
 - a one-second timer runs :class:`~service.stream.health.housekeeping.Housekeeping`.
 """
