@@ -169,6 +169,7 @@ class LearnLoop:
             await asyncio.sleep(RETRY_SECONDS)
             return
         if not fetched:
+            self._caught_up(consumer)  # an idle partition is caught up too
             await self._commit()  # what the last batches made durable, once the interval is up
             return
         async with self.lock:

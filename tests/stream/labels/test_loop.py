@@ -40,6 +40,9 @@ class Consumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.highs.get(tp)
 
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        return {}  # nothing new
+
 
 @dataclass
 class Caught:
@@ -87,3 +90,12 @@ def test_a_partition_paused_not_owned_or_without_a_mark_is_not_reported() -> Non
     consumer = Consumer(set(tps), highs={tps[0]: 5, tps[1]: -1, tps[3]: 5}, held={tps[0]})
     learn._caught_up(consumer)  # type: ignore[arg-type]
     assert caught.told == []  # 0 paused (its mark is stale), 1 unknown mark, 2 none, 3 not owned
+
+
+async def test_an_idle_requests_partition_is_caught_up_when_a_fetch_brings_nothing() -> None:
+    learn, caught = loop()
+    r0 = TopicPartition(REQUESTS, 0)
+    learn.state.owned = frozenset({0})
+    learn.state.committed = {r0: 12}
+    await learn._round(Consumer({r0}, highs={r0: 12}))  # type: ignore[arg-type]
+    assert caught.told == [(0, 500.0)]
