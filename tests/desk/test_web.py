@@ -26,7 +26,7 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[TestClient, object]]:
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"ann": hash_password("ann-secret", n=2**8)}))
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: clock.now)
-    app = DeskWeb(desk.settings, desk, Accounts.load(users), sessions).app()
+    app = DeskWeb(desk.settings, desk, Accounts.load(users, weak_ok=True), sessions).app()
     async with TestClient(TestServer(app)) as c:
         yield c, sink
 
