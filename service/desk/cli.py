@@ -158,7 +158,8 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     await ensure_leases_topic(settings)
     producer = make_producer(settings)
     await producer.start()
-    queue, leases, folded = DeskQueue(clock=time.time), LeaseBook(), asyncio.Condition()
+    queue, folded = DeskQueue(clock=time.time), asyncio.Condition()
+    leases = LeaseBook(lease_seconds=settings.desk.lease_seconds)
     metrics = DeskMetrics(CollectorRegistry(), models=settings.models)
     desk = Desk(settings, queue=queue, leases=leases, metrics=metrics, clock=time.time,
                 log=KafkaLeaseLog(settings, producer, leases, folded),

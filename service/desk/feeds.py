@@ -58,7 +58,8 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
 
 async def ensure_leases_topic(settings: Settings) -> None:
     """Create the leases topic if it is missing: one partition (one order for every claim),
-    time retention longer than any request lives (docs/desk.md: why not compacted), and the
+    time retention longer than any request lives (docs/desk.md: why not compacted), records
+    dated by the broker (``LogAppendTime``: a writer cannot date a claim), and the
     replicas of ``topic_policy`` (the brokers' default when unset). With
     ``topic_policy.creation: check`` nothing is created: a missing topic is refused
     (:class:`~service.stream.topics.TopicLayoutError`, naming it)."""
@@ -77,7 +78,8 @@ async def ensure_leases_topic(settings: Settings) -> None:
                 "topic_policy.creation: create"
             )
         replicas = policy.replication_factor or await default_replication_factor(admin)
-        configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+        configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms),
+                   "message.timestamp.type": "LogAppendTime"}  # fmt: skip
         if policy.min_insync_replicas is not None:
             configs["min.insync.replicas"] = str(policy.min_insync_replicas)
         topic = NewTopic(name, num_partitions=1, replication_factor=replicas,
@@ -164,7 +166,8 @@ class Feeds:
                 batch = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batch.items():
                     for rec in records:
-                        self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value)
+                        self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value,
+                                    timestamp_ms=rec.timestamp)  # fmt: skip
                 if any(tp.topic == s.desk.leases_topic for tp in batch):
                     async with self.folded:
                         self.folded.notify_all()
@@ -213,13 +216,18 @@ class Feeds:
         log.info("desk ready: %d open requests", len(self.queue.requests))
 
     def handle(self, topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None) -> None:  # fmt: skip
-        """One record of one of the followed topics; unreadable records are skipped."""
+               value: bytes | None, *, timestamp_ms: int | None = None) -> None:  # fmt: skip
+        """One record of one of the followed topics; unreadable records are skipped. A
+        lease record is folded at its Kafka time (``timestamp_ms``)."""
         s = self.settings
         try:
             if topic == s.desk.leases_topic:
-                record = None if value is None else parse_lease_record(value)
-                self.desk.leases.apply(offset, record)
+                at = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms / 1000.0
+                try:
+                    record = None if value is None else parse_lease_record(value)
+                except BadMessage:
+                    record = None  # folded as nothing: the fold moves past it
+                self.desk.leases.apply(offset, record, at=at)
             elif value is None and topic != pending_changelog(s):
                 return
             elif topic == s.topics.label_requests:
