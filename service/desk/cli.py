@@ -37,7 +37,7 @@ from service.desk.feeds import (
     Feeds,
     KafkaLabelSink,
     KafkaLeaseLog,
-    ensure_leases_topic,
+    ensure_desk_topics,
     make_producer,
 )
 from service.desk.leases import LeaseBook
@@ -155,7 +155,7 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
         log.warning("desk.session_key is not set: sessions end when this desk restarts")
     sessions = Sessions(key.get_secret_value().encode() if key else secrets.token_bytes(32),
                         lifetime=settings.desk.session_seconds, clock=time.time)  # fmt: skip
-    await ensure_leases_topic(settings)
+    await ensure_desk_topics(settings)
     producer = make_producer(settings)
     await producer.start()
     queue, folded = DeskQueue(clock=time.time), asyncio.Condition()
@@ -171,7 +171,7 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     await runner.setup()
     await web.TCPSite(runner, settings.desk.host, settings.desk.port).start()
     log.info("desk on http://%s:%s", settings.desk.host, settings.desk.port)
-    tasks = [asyncio.create_task(c) for c in (Feeds(settings, desk, folded).run(),
+    tasks = [asyncio.create_task(c) for c in (Feeds(settings, desk, folded, sessions).run(),
                                               _tick(desk), follow())]  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

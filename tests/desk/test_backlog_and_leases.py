@@ -20,17 +20,31 @@ def test_a_label_read_before_its_request_still_closes_it() -> None:
     assert q.answered_by[r.request_id] == "ann"
 
 
-def test_the_changelog_opens_applies_and_removes() -> None:
+def test_the_changelog_closes_requests_but_opens_none() -> None:
     q = DeskQueue(clock=lambda: 10.0)
-    a, b, c = request("a"), request("b"), request("c")
-    q.on_pending(a.request_id, PendingEntry(a, 0))
-    q.on_pending(b.request_id, PendingEntry(b, 0))
-    q.on_pending(c.request_id, PendingEntry(c, 0))
+    a, b, c, d = request("a"), request("b"), request("c"), request("d")
+    for r in (a, b, c):
+        q.offer(r)
+        q.on_pending(r.request_id, PendingEntry(r, 0))
     q.on_pending(a.request_id, PendingEntry(a, 0, applied=True, label=1, labelled_by="bob"))
     q.on_pending(b.request_id, None)  # dropped by the learner's cap
+    # an entry whose request never came on the label-requests topic: the learner (which
+    # writes entries only for requests it read) does not hold it, so it is not offered
+    q.on_pending(d.request_id, PendingEntry(d, 0))
     assert [r.request_id for r in q.ordered(now=10.0)] == [c.request_id]
-    q.offer(a)  # the label-requests topic read later changes nothing
+    q.offer(a)  # the label-requests topic read again changes nothing
     assert [r.request_id for r in q.ordered(now=10.0)] == [c.request_id]
+
+
+def test_a_label_naming_another_model_read_before_its_request_does_not_close_it() -> None:
+    q = DeskQueue(clock=lambda: 10.0)
+    r, s = request("e", at=0.0), request("f", at=0.0)
+    q.on_label(Label(r.request_id, "other", 1, "eve", 5.0), at=5.0)  # the learner refuses it
+    q.on_label(Label(s.request_id, "other", 1, "eve", 5.0), at=5.0)
+    q.on_label(Label(s.request_id, "m", 1, "ann", 6.0), at=6.0)  # this one the learner applies
+    assert q.offer(r)
+    assert not q.offer(s)
+    assert [x.request_id for x in q.ordered(now=10.0)] == [r.request_id]
 
 
 def test_a_label_for_another_model_does_not_close_the_request() -> None:

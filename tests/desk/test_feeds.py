@@ -13,6 +13,7 @@ from aiokafka.errors import KafkaTimeoutError
 
 from service.desk import feeds
 from service.desk.feeds import Feeds
+from service.desk.sessions import Sessions
 
 from .test_core import make_desks
 
@@ -57,7 +58,8 @@ async def test_a_topic_whose_offsets_kafka_does_not_give_is_not_read_and_not_rea
     (desk,), *_ = make_desks()
     desk.ready = False  # a desk that just started
     reader = FakeReader()
-    feed = Feeds(desk.settings, desk, asyncio.Condition())
+    sessions = Sessions(b"k" * 32, lifetime=60.0, clock=lambda: 0.0)
+    feed = Feeds(desk.settings, desk, asyncio.Condition(), sessions)
     await feed._assign(reader)
     assert reader.assigned == []  # nothing read from a start nobody confirmed
     assert feed.missing == set(feed.topics)  # looked for again
