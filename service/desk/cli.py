@@ -37,10 +37,12 @@ from service.desk.feeds import (
     Feeds,
     KafkaLabelSink,
     KafkaLeaseLog,
+    KafkaRevocationLog,
     ensure_desk_topics,
     make_producer,
 )
 from service.desk.leases import LeaseBook
+from service.desk.logins import LoginGate
 from service.desk.metrics import DeskMetrics
 from service.desk.passwords import hash_password
 from service.desk.sessions import Sessions
@@ -166,7 +168,9 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
                 sink=KafkaLabelSink(settings, producer),
                 replica=settings.desk.replica or socket.gethostname())  # fmt: skip
     book, follow = await _models(settings)
-    app = DeskWeb(settings, desk, accounts, sessions, models=lambda: book.models).app()
+    logins = LoginGate(accounts, clock=time.time)
+    app = DeskWeb(settings, desk, accounts, sessions, models=lambda: book.models, logins=logins,
+                  revocations=KafkaRevocationLog(settings, producer)).app()  # fmt: skip
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.desk.host, settings.desk.port).start()
@@ -185,4 +189,5 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     await runner.cleanup()
+    logins.close()
     await producer.stop()
