@@ -3,10 +3,10 @@ address, so that a flood of guesses neither slows the people already signed in n
 an attacker many guesses.
 
 - **Off the loop.** A check (scrypt, ~50 ms of CPU and 16 MiB) runs in a small thread pool
-  (``threads``, 1 by default; ``hashlib.scrypt`` releases the GIL), so the event loop keeps
-  serving pages, the API, ``/healthz`` and the Kafka readers meanwhile. At most ``waiting``
-  checks wait for it; an attempt beyond that is refused at once (``busy``), checking
-  nothing.
+  (``threads``, 1 by default; ``hashlib.scrypt`` releases the GIL) at a lower CPU priority
+  (nice +10 on Linux), so the event loop keeps serving pages, the API, ``/healthz`` and the
+  Kafka readers meanwhile, first. At most ``waiting`` checks wait for it; an attempt beyond
+  that is refused (``busy``), checking nothing.
 - **Throttled.** Each account name (known or not: a difference would tell which names
   exist) and each client address (an IPv6 address by its /64) has a budget: ``free``
   attempts, then one more after 1 s, 2 s, 4 s, ... up to ``longest`` between attempts.
@@ -18,12 +18,17 @@ an attacker many guesses.
   one's own account between guesses does not reset the address). A budget untouched for
   ``forget`` seconds is forgotten; at most ``max_tracked`` of each are kept (the least
   recently used go first).
+- **Refused slowly.** A refused attempt is answered after ``refusal_delay`` seconds (1 s,
+  or the wait if shorter), with the wait that is left: a client that waits for its answers
+  (a browser, a script guessing in a loop) cannot turn the cheap refusals into a flood that
+  takes the event loop from everybody else. (Many parallel connections are a plain HTTP
+  flood: rate-limit those at the proxy in front.)
 
 >>> import asyncio
 >>> from service.desk.accounts import Account, Accounts
 >>> from service.desk.passwords import hash_password
 >>> book = Accounts({"ann": Account("ann", hash_password("pw-ann-1", n=2**8), None)})
->>> gate = LoginGate(book, clock=lambda: 100.0, free=2)
+>>> gate = LoginGate(book, clock=lambda: 100.0, free=2, refusal_delay=0.0)
 >>> [asyncio.run(gate.attempt("ann", "wrong", "192.0.2.1")).outcome for _ in range(3)]
 ['failed', 'failed', 'throttled']
 >>> asyncio.run(gate.attempt("ann", "pw-ann-1", "192.0.2.1")).retry_after
@@ -34,8 +39,11 @@ an attacker many guesses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import math
+import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +59,8 @@ Outcome = Literal["ok", "failed", "throttled", "busy"]
 FREE: Final = 5  # attempts before the first wait
 LONGEST: Final = 60.0  # seconds: the longest wait between two attempts
 FORGET: Final = 900.0  # seconds without an attempt before a budget is forgotten
+REFUSAL_DELAY: Final = 1.0  # seconds before a refused attempt is answered
+NICE: Final = 10  # how much lower the checking threads' CPU priority is (Linux)
 MAX_TRACKED: Final = 100_000  # budgets kept per kind (accounts, addresses)
 
 
@@ -164,10 +174,12 @@ class LoginGate:
         longest: float = LONGEST,
         forget: float = FORGET,
         max_tracked: int = MAX_TRACKED,
+        refusal_delay: float = REFUSAL_DELAY,
     ) -> None:
         self.accounts, self.clock, self.waiting = accounts, clock, waiting
-        self.threads = threads
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="desk-login")
+        self.threads, self.refusal_delay = threads, refusal_delay
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="desk-login",
+                                        initializer=_lower_priority)  # fmt: skip
         self._running = 0  # checks in the pool or waiting for it
         self.accounts_throttle = Throttle(free=free, longest=longest, forget=forget,
                                           max_tracked=max_tracked)  # fmt: skip
@@ -181,8 +193,10 @@ class LoginGate:
         wait = max(self.accounts_throttle.wait(account, now=now),
                    self.addresses_throttle.wait(where, now=now))  # fmt: skip
         if wait > 0:
-            return LoginResult("throttled", retry_after=float(math.ceil(wait)))
+            slept = await self.pause(wait)
+            return LoginResult("throttled", retry_after=float(max(1, math.ceil(wait - slept))))
         if self._running >= self.threads + self.waiting:
+            await self.pause(1.0)
             return LoginResult("busy", retry_after=1.0)
         self.accounts_throttle.spend(account, now=now)
         self.addresses_throttle.spend(where, now=now)
@@ -200,6 +214,22 @@ class LoginGate:
         self.addresses_throttle.refund(where)
         return LoginResult("ok", person)
 
+    async def pause(self, most: float) -> float:
+        """Hold a refused attempt's answer back (``refusal_delay``, at most ``most`` seconds);
+        the seconds waited."""
+        delay = min(most, self.refusal_delay)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return delay
+
     def close(self) -> None:
         """Stop the pool (checks under way finish)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _lower_priority() -> None:
+    """A checking thread runs at a lower CPU priority than the event loop (Linux sets the
+    priority per thread; elsewhere, or without the right, it stays as it is)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(
+            os.PRIO_PROCESS, 0) + NICE)  # fmt: skip

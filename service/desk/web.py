@@ -202,6 +202,7 @@ class DeskWeb:
             nonce, str(form.get("token", ""))
         ):
             self.desk.metrics.logins.labels(outcome="failed").inc()
+            await self.logins.pause(self.logins.refusal_delay)  # refused slowly, like a guess
             return await self._login_again(
                 request, "The form expired: please log in again.", user, 403
             )

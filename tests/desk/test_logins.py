@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ class Clock:
 
 async def test_sixteen_guesses_at_once_get_the_free_checks_and_the_rest_wait() -> None:
     accounts, clock = CountingAccounts(), Clock()
-    gate = LoginGate(accounts, clock=clock, free=5, waiting=32)
+    gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, free=5, waiting=32)
     results = await asyncio.gather(
         *(gate.attempt("ann", f"guess-{i}", "192.0.2.1") for i in range(16))
     )
@@ -61,7 +62,7 @@ async def test_sixteen_guesses_at_once_get_the_free_checks_and_the_rest_wait() -
 
 async def test_the_wait_doubles_up_to_the_longest_and_is_forgotten() -> None:
     accounts, clock = CountingAccounts(), Clock()
-    gate = LoginGate(accounts, clock=clock, free=1, longest=8.0, forget=100.0)
+    gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, free=1, longest=8.0, forget=100.0)
     waits = []
     for _ in range(6):
         result = await gate.attempt("ann", "wrong", "192.0.2.1")
@@ -78,7 +79,7 @@ async def test_the_wait_doubles_up_to_the_longest_and_is_forgotten() -> None:
 
 async def test_an_address_is_throttled_across_accounts_and_others_are_not() -> None:
     accounts, clock = CountingAccounts(), Clock()
-    gate = LoginGate(accounts, clock=clock, free=3)
+    gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, free=3)
     for i in range(3):
         assert (await gate.attempt(f"user{i}", "x", "2001:db8::1")).outcome == "failed"
     # the same /64, another account: throttled; another address: checked
@@ -89,7 +90,7 @@ async def test_an_address_is_throttled_across_accounts_and_others_are_not() -> N
 
 async def test_signing_in_resets_the_account_but_not_the_address() -> None:
     accounts, clock = CountingAccounts(), Clock()
-    gate = LoginGate(accounts, clock=clock, free=3)
+    gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, free=3)
     for _ in range(2):
         assert (await gate.attempt("ann", "wrong", "192.0.2.1")).outcome == "failed"
     assert (await gate.attempt("ann", "ann-pass", "192.0.2.1")).outcome == "ok"
@@ -103,7 +104,7 @@ async def test_signing_in_resets_the_account_but_not_the_address() -> None:
 
 async def test_an_office_behind_one_address_signs_in_as_often_as_it_likes() -> None:
     accounts, clock = CountingAccounts(), Clock()
-    gate = LoginGate(accounts, clock=clock, free=3)
+    gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, free=3)
     outcomes = [(await gate.attempt("ann", "ann-pass", "192.0.2.1")).outcome for _ in range(20)]
     assert outcomes == ["ok"] * 20
     gate.close()
@@ -111,7 +112,7 @@ async def test_an_office_behind_one_address_signs_in_as_often_as_it_likes() -> N
 
 async def test_beyond_the_checks_that_may_wait_an_attempt_is_refused_at_once() -> None:
     accounts, clock = CountingAccounts(hold=True), Clock()
-    gate = LoginGate(accounts, clock=clock, threads=1, waiting=2, free=100)
+    gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, threads=1, waiting=2, free=100)
     running = [asyncio.ensure_future(gate.attempt(f"u{i}", "x", f"192.0.2.{i}"))
                for i in range(3)]  # fmt: skip
     await asyncio.sleep(0.05)
@@ -121,6 +122,21 @@ async def test_beyond_the_checks_that_may_wait_an_attempt_is_refused_at_once() -
     assert [r.outcome for r in await asyncio.gather(*running)] == ["failed"] * 3
     assert accounts.checks == 3
     assert (await gate.attempt("ann", "ann-pass", "192.0.2.99")).outcome == "ok"
+    gate.close()
+
+
+async def test_a_refused_attempt_is_answered_late_with_the_wait_that_is_left() -> None:
+    accounts = CountingAccounts()
+    gate = LoginGate(accounts, clock=time.monotonic, free=1, longest=1.0, refusal_delay=0.3)
+    for _ in range(2):
+        await gate.attempt("ann", "wrong", "192.0.2.1")
+        began = time.monotonic()
+        refused = await gate.attempt("ann", "wrong", "192.0.2.1")
+        assert refused.outcome == "throttled"
+        assert time.monotonic() - began >= 0.3  # held back: a loop of guesses is slowed
+        assert refused.retry_after >= 1.0
+        await asyncio.sleep(max(0.0, refused.retry_after - 0.3) + 0.05)
+    assert accounts.checks == 2
     gate.close()
 
 

@@ -46,8 +46,9 @@ async def serve(tmp_path: Path, **desk_settings: object) -> tuple[TestClient, De
     users.write_text(json.dumps({"ann": hash_password("ann-secret", n=2**8)}))
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: clock.now)
     accounts = Accounts.load(users, weak_ok=True)
+    logins = LoginGate(accounts, clock=lambda: clock.now, free=3, refusal_delay=0.0)
     web = DeskWeb(desk.settings, desk, accounts, sessions, revocations=MemoryRevocations(),
-                  logins=LoginGate(accounts, clock=lambda: clock.now, free=3))  # fmt: skip
+                  logins=logins)  # fmt: skip
     c = TestClient(TestServer(web.app()))
     await c.start_server()
     return c, web
