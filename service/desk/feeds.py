@@ -60,6 +60,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: errors odd data could still provoke despite the checks (as the learner's DATA_ERRORS):
+#: the record is skipped and the reader goes on (a reader that stopped would stop the desk)
+_DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, UnicodeError, ArithmeticError)
+
 
 def pending_changelog(settings: Settings) -> str:
     """The learner's pending-table changelog (faust: ``<app id>-<table>-changelog``)."""
@@ -320,6 +324,9 @@ class Feeds:
         except BadMessage as bad:
             self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
             log.debug("desk skips %s[%s]@%s: %s", topic, partition, offset, bad)
+        except _DATA_ERRORS:  # a bug met by odd data: say where, skip it, keep reading
+            self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
+            log.exception("desk skips %s[%s]@%s", topic, partition, offset)
 
     def _lease(self, offset: int, value: bytes | None, timestamp_ms: int | None) -> None:
         """Fold a lease record at its Kafka time; an unreadable one is folded as nothing
