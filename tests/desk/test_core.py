@@ -38,7 +38,7 @@ def make_desks(
 ) -> tuple[list[Desk], MemoryLeaseLog, MemorySink, Clock]:
     """``n`` replicas over one lease log (``lag``: claims race as on the topic)."""
     clock = clock or Clock()
-    books = [LeaseBook() for _ in range(n)]
+    books = [LeaseBook(lease_seconds=120.0) for _ in range(n)]
     log, sink = MemoryLeaseLog(*books, lag=lag), MemorySink()
     desks = []
     for i, book in enumerate(books):
