@@ -12,7 +12,8 @@ Passwords are checked off the event loop and login attempts are throttled per ac
 per client address (:mod:`service.desk.logins`: ``429`` with ``Retry-After``). Logging out
 revokes the session on every replica (a record on the revocations topic). Until the desk
 has read its topics (the revocations among them) its pages answer ``503`` with a page that
-reloads itself, and the API ``503 loading``. A body that is not what the route takes is a ``4xx``, never a ``5xx``.
+reloads itself, and the API ``503 loading``. A body that is not what the route takes is a
+``4xx``, never a ``5xx``.
 """
 
 from __future__ import annotations
