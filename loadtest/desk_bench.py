@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 from harness import features, stop  # noqa: E402
 
 from service.config import Settings, load_settings  # noqa: E402
-from service.desk.passwords import hash_password  # noqa: E402
+from service.desk.auth.passwords import hash_password  # noqa: E402
 from service.records import LabelRequest, request_id  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
 

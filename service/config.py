@@ -30,6 +30,7 @@ invalid settings:
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import socket
 import ssl
@@ -417,6 +418,11 @@ class KafkaSecurity(BaseModel):
         return kwargs
 
 
+#: a Kafka topic name
+_TOPIC: Final = r"^[A-Za-z0-9._-]{1,249}$"
+_MAX_PROXIES: Final = 64
+
+
 class Desk(BaseModel):
     """The label desk (``abstain desk``, docs/desk.md): a web work queue for the people who
     answer label requests. It binds ``host:port`` and identifies people by ``auth``:
@@ -426,13 +432,18 @@ class Desk(BaseModel):
     - ``proxy``: the name in ``proxy_header``, set by an authenticating reverse proxy (the
       desk must then be reachable through that proxy only).
 
-    >>> Desk().port, Desk().lease_seconds, Desk().leases_topic
-    (6070, 120.0, 'abstain.desk-leases')
+    Headers a proxy sets (``proxy_header``, ``X-Forwarded-For``, ``-Proto``, ``-Host``) are
+    believed only from ``trusted_proxies`` (addresses or networks; none by default).
+
+    >>> Desk().port, Desk().lease_seconds, Desk().leases_topic, Desk().trusted_proxies
+    (6070, 120.0, 'abstain.desk-leases', ())
     >>> try:
     ...     Desk(auth="proxy", proxy_header="")
     ... except ValueError as exc:
     ...     print("proxy_header" in str(exc))
     True
+    >>> Desk(trusted_proxies="10.0.0.0/8, 192.0.2.7").trusted_proxies
+    ('10.0.0.0/8', '192.0.2.7/32')
     """
 
     model_config = _FROZEN
@@ -456,7 +467,18 @@ class Desk(BaseModel):
     lease_seconds: float = Field(
         default=120.0, ge=5.0, le=3600.0, description="how long a claim lasts unless renewed"
     )
-    leases_topic: str = Field(default="abstain.desk-leases", min_length=1)
+    leases_topic: str = Field(default="abstain.desk-leases", pattern=_TOPIC)
+    revocations_topic: str = Field(
+        default="abstain.desk-revocations",
+        pattern=_TOPIC,
+        description="compacted topic of logged-out sessions, read by every replica",
+    )
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="addresses or networks (CIDR) of the reverse proxies whose headers the "
+        "desk believes (the person with auth = proxy, X-Forwarded-For/-Proto/-Host); empty: "
+        "none (a list, or one comma-separated string)",
+    )
     ack_timeout_seconds: float = Field(
         default=5.0, gt=0.0, le=60.0, description="longest wait for Kafka to acknowledge"
     )
@@ -468,12 +490,64 @@ class Desk(BaseModel):
     )
     replica: str | None = Field(default=None, description="name of this replica (host name)")
 
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> tuple[str, ...]:
+        return proxy_networks(value)
+
     @model_validator(mode="after")
     def _consistent(self) -> Desk:
         if self.auth == "proxy" and not self.proxy_header.strip():
             raise ValueError("auth = proxy needs a proxy_header")
+        if self.auth == "proxy" and not self.trusted_proxies:
+            raise ValueError(
+                "auth = proxy needs trusted_proxies: the addresses of the proxy that sets "
+                f"{self.proxy_header} (from anyone else the header is not believed)"
+            )
+        if self.leases_topic == self.revocations_topic:
+            raise ValueError("leases_topic and revocations_topic must differ")
         check_secret(self.session_key, "session_key", MIN_KEY)
         return self
+
+
+def proxy_networks(value: Any) -> tuple[str, ...]:
+    """Trusted proxy addresses or networks, normalised (``192.0.2.7`` -> ``192.0.2.7/32``):
+    a list, or one string (a JSON list, or comma-separated); an empty string or list is none.
+    A blank entry, an address that does not parse, a network with host bits set or one that
+    takes in every address (``0.0.0.0/0``) is refused.
+
+    >>> proxy_networks(["10.1.0.0/16", " ::1 "])
+    ('10.1.0.0/16', '::1/128')
+    >>> proxy_networks("0.0.0.0/0")
+    Traceback (most recent call last):
+    ...
+    ValueError: trusted_proxies: 0.0.0.0/0 trusts every address; name the proxies' own
+    """
+    if value is None:
+        return ()
+    items = value
+    if isinstance(value, str):  # an environment variable: a JSON list, or comma-separated
+        try:
+            items = orjson.loads(value) if value.lstrip().startswith("[") else value.split(",")
+        except orjson.JSONDecodeError:
+            raise ValueError("trusted_proxies: not a JSON list of addresses") from None
+        items = items if value.strip() else []
+    if not isinstance(items, list | tuple) or len(items) > _MAX_PROXIES:
+        raise ValueError(f"trusted_proxies: give a list of at most {_MAX_PROXIES} addresses")
+    out = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"trusted_proxies: {item!r} is not an address or network")
+        try:
+            network = ipaddress.ip_network(item.strip())
+        except ValueError as exc:
+            raise ValueError(f"trusted_proxies: {item.strip()!r}: {exc}") from None
+        if network.prefixlen == 0:
+            raise ValueError(
+                f"trusted_proxies: {network} trusts every address; name the proxies' own"
+            )
+        out.append(str(network))
+    return tuple(out)
 
 
 def _check_shadow(name: str, model: ModelConfig, models: Mapping[str, ModelConfig]) -> None:

@@ -235,6 +235,7 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) 
         },  # fmt: skip
         "desk": {
             "leases_topic": f"demo-{run}.desk-leases",
+            "revocations_topic": f"demo-{run}.desk-revocations",
             "session_key": secrets.token_urlsafe(32),  # this run only, like the label token
         },
         "log_level": "warning",
@@ -250,7 +251,7 @@ DESK_USER = "demo"
 
 def write_users(path: Path, password: str) -> None:
     """A desk users file with one account, ``demo``, holding ``password`` (scrypt-hashed)."""
-    from service.desk.passwords import hash_password  # noqa: PLC0415
+    from service.desk.auth.passwords import hash_password  # noqa: PLC0415
 
     path.write_text(f'[users.{DESK_USER}]\npassword = "{hash_password(password)}"\n')
     path.chmod(0o600)
@@ -356,7 +357,8 @@ class DemoStream:
         # decisions / label requests (/ the desk's leases) followed
         self.ready = [asyncio.Event() for _ in range(3 if self.desk else 2)]
         self.pending: set[asyncio.Task[None]] = set()  # oracle answers being sent
-        self.leases = LeaseBook()  # the desk's leases topic, folded as the desk folds it
+        # the desk's leases topic, folded as the desk folds it
+        self.leases = LeaseBook(lease_seconds=settings.desk.lease_seconds)
         self.claims: dict[tuple[str, float], asyncio.Future[bool]] = {}  # the oracle's, unfolded
         self.by_people: set[str] = set()
         self._client: Client | None = None
@@ -401,15 +403,17 @@ class DemoStream:
     async def watch_leases(self) -> None:
         topic = self.settings.desk.leases_topic
         async for rec in self.client.follow([topic], from_beginning=True, positioned=self.ready[2]):
-            self.on_lease(rec.offset, rec.value)
+            self.on_lease(rec.offset, rec.value, timestamp_ms=rec.timestamp_ms)
 
-    def on_lease(self, offset: int, raw: bytes | None) -> None:
-        """Fold one record of the leases topic; settle the oracle's claim it may be."""
+    def on_lease(self, offset: int, raw: bytes | None, *, timestamp_ms: int | None = None) -> None:
+        """Fold one record of the leases topic (at its Kafka time, as the desk does); settle
+        the oracle's claim it may be."""
         try:
             record = None if raw is None else parse_lease_record(raw)
         except BadMessage:
             record = None
-        won = self.leases.apply(offset, record)
+        at = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms / 1000.0
+        won = self.leases.apply(offset, record, at=at)
         if record is not None and record.holder == ORACLE:
             claim = self.claims.pop((record.request_id, record.at), None)
             if claim is not None and not claim.done():

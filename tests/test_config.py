@@ -199,8 +199,12 @@ def test_desk_defaults_to_its_own_port_and_built_in_accounts() -> None:
 def test_desk_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ABSTAIN_DESK__PORT", "7070")
     monkeypatch.setenv("ABSTAIN_DESK__AUTH", "proxy")
+    monkeypatch.setenv("ABSTAIN_DESK__TRUSTED_PROXIES", "10.0.0.0/24, 2001:db8::7")
     desk = load_settings().desk
     assert (desk.port, desk.auth, desk.proxy_header) == (7070, "proxy", "X-Forwarded-User")
+    assert desk.trusted_proxies == ("10.0.0.0/24", "2001:db8::7/128")
+    monkeypatch.setenv("ABSTAIN_DESK__TRUSTED_PROXIES", '["192.0.2.1"]')
+    assert load_settings().desk.trusted_proxies == ("192.0.2.1/32",)
 
 
 def test_desk_refuses_a_short_session_key_and_a_proxy_without_header() -> None:
@@ -210,6 +214,34 @@ def test_desk_refuses_a_short_session_key_and_a_proxy_without_header() -> None:
         load_settings(desk={"auth": "proxy", "proxy_header": " "})
     with pytest.raises(ConfigError, match="desk.lease_seconds"):
         load_settings(desk={"lease_seconds": 1})
+
+
+@pytest.mark.parametrize(
+    ("proxies", "message"),
+    [
+        (["10.0.0.1", " "], "is not an address"),
+        (["10.0.0.1/8"], "host bits set"),
+        (["0.0.0.0/0"], "trusts every address"),
+        (["::/0"], "trusts every address"),
+        (["proxy.example"], "does not appear to be"),
+        (["10.0.0.1"] * 65, "at most 64"),
+        ("[not json", "not a JSON list"),
+    ],
+)
+def test_desk_trusted_proxies_are_checked(proxies: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(desk={"trusted_proxies": proxies})
+
+
+def test_a_proxy_desk_needs_the_proxies_it_trusts_and_two_distinct_topics() -> None:
+    for empty in ([], "", " "):
+        with pytest.raises(ConfigError, match="auth = proxy needs trusted_proxies"):
+            load_settings(desk={"auth": "proxy", "trusted_proxies": empty})
+    assert load_settings(desk={"auth": "proxy", "trusted_proxies": ["::1"]}).desk.auth == "proxy"
+    with pytest.raises(ConfigError, match="must differ"):
+        load_settings(desk={"revocations_topic": "abstain.desk-leases"})
+    with pytest.raises(ConfigError, match="revocations_topic"):
+        load_settings(desk={"revocations_topic": "a topic with spaces"})
 
 
 def test_desk_session_key_is_never_printed() -> None:

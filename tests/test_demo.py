@@ -27,7 +27,7 @@ from service.demo import (
     live_line,
     write_users,
 )
-from service.desk.accounts import Accounts
+from service.desk.auth.accounts import Accounts
 from service.desk.leases import LeaseRecord
 
 

@@ -404,8 +404,10 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
             stat(
                 "Logins, last hour",
-                "Successful and failed logins on the desk's login page "
-                "(abstain_desk_logins_total).",
+                "Logins on the desk's login page (abstain_desk_logins_total): ok, failed, "
+                "throttled (too many attempts for the account or from the address: told to "
+                "wait, nothing checked), busy (too many being checked at once). Many "
+                "throttled: someone is guessing passwords.",
                 [
                     (
                         "sum by (outcome) (increase(abstain_desk_logins_total[1h]))",
@@ -497,6 +499,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     (
                         f"sum by (outcome) (rate(abstain_desk_claims_total[{RATE}]))",
                         "{{outcome}}",
+                    )
+                ],
+                unit="ops",
+            ),
+            timeseries(
+                "Records skipped / s by topic",
+                "Records the desk did not take (abstain_desk_records_skipped_total): they fail "
+                "the learner's checks (unknown model, wrong width, forged id, wrong key or "
+                "partition) or do not parse. The learner dead-letters the same records of the "
+                "label topics; on the changelog, leases or revocations topic they mean someone "
+                "else writes there.",
+                [
+                    (
+                        f"sum by (topic) (rate(abstain_desk_records_skipped_total[{RATE}]))",
+                        "{{topic}}",
                     )
                 ],
                 unit="ops",

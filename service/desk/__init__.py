@@ -5,8 +5,8 @@ requests (docs/desk.md).
   topics and the learner's pending changelog; what the team view counts;
 - :mod:`.leases`: who holds which request, decided by the order of the leases topic;
 - :mod:`.core`: take the next request, renew, answer (saved once Kafka acknowledged), skip;
-- :mod:`.accounts`, :mod:`.passwords`, :mod:`.sessions`: people, scrypt hashes, signed
-  session cookies and CSRF tokens;
+- :mod:`.auth`: people, scrypt hashes checked off the loop and throttled, signed session
+  cookies and CSRF tokens, logouts, trusted proxies;
 - :mod:`.feeds`: the Kafka reader and writers; :mod:`.web`, :mod:`.pages`: the HTTP side;
 - :mod:`.metrics`: the ``abstain_desk_*`` series; :mod:`.cli`: ``abstain desk``.
 

@@ -1,12 +1,16 @@
 """The desk's view of the label queue: which requests are open, in which order.
 
-Fed by three topics, each from its beginning (:mod:`service.desk.feeds`):
+Fed by three topics, each from its beginning (:mod:`service.desk.feeds`), every record
+checked first as the learner checks it (:class:`service.records.admission.Admission`), so
+the desk offers what the learner would apply an answer to:
 
-- label-requests: a request the learner would accept (:meth:`DeskQueue.offer`; the caller
-  checks it as the learner does) is a candidate;
-- the learner's pending changelog: an entry makes its request a candidate too, an entry
-  marked ``applied`` closes it (answered), a delete closes it (expired, swept or dropped);
-- labels: any label for a request closes it (answered; the learner applies the first).
+- label-requests: a request the learner takes is a candidate (:meth:`DeskQueue.offer`):
+  the learner holds a request only once it read it there;
+- the learner's pending changelog: an entry marked ``applied`` closes its request
+  (answered), a delete closes it (expired, swept or dropped); an entry alone opens nothing
+  (the learner wrote none for a request it did not read);
+- labels: a label for a request closes it (answered; the learner applies the first), unless
+  it names another model than the request (the learner refuses that one).
 
 Open = seen, not closed, not past ``expires_at``. Closed ids are remembered until their
 request has expired (then nothing could reopen them), so the three topics may be read in
@@ -115,6 +119,9 @@ class DeskQueue:
         self.closed: dict[str, float] = {}  # id -> forget after
         self._forget: list[tuple[float, str]] = []  # heap: (forget after, id) of closed ids
         self.answered_by: dict[str, str] = {}  # request id -> labelled_by (while closed)
+        # request id -> the models named by the labels that closed it before it was seen:
+        # a request of another model is not closed by them (the learner refuses those)
+        self._labelled_as: dict[str, set[str]] = {}
         self._expired: _Window[str] = _Window(_HOUR)  # model, by expires_at
         self._hour_models: _Window[str] = _Window(_HOUR)  # model, by the label's time
         self._hour_people: _Window[str] = _Window(_HOUR)  # person
@@ -134,8 +141,14 @@ class DeskQueue:
     def offer(self, request: LabelRequest) -> bool:
         """Make ``request`` a candidate; False if it is known, closed or over."""
         rid = request.request_id
-        if rid in self.requests or rid in self.closed:
+        if rid in self.requests:
             return False
+        if rid in self.closed:
+            if request.model in self._labelled_as.get(rid, {request.model}):
+                return False
+            del self.closed[rid]  # closed by labels the learner refuses: still open
+            self._labelled_as.pop(rid, None)
+            self.answered_by.pop(rid, None)
         if request.expires_at <= self.clock() - _HOUR:  # long over (recent: counted by sweep)
             self._remember_closed(rid, request.expires_at)
             return False
@@ -146,15 +159,14 @@ class DeskQueue:
         return True
 
     def on_pending(self, request_id: str, entry: PendingEntry | None) -> None:
-        """A pending-changelog record: an entry (open or applied) or a delete."""
+        """A pending-changelog record: an entry (applied: closes; open: nothing to do, the
+        request came from the label-requests topic) or a delete (closes)."""
         if entry is None:
             request = self.requests.get(request_id)
             over = request is not None and request.expires_at <= self.clock()
             self.close(request_id, "expired" if over else "removed")
         elif entry.applied:
             self.close(request_id, "applied", by=entry.labelled_by)
-        else:
-            self.offer(entry.request)
 
     def on_label(self, label: Label, *, at: float) -> None:
         """A label on the labels topic: its request is answered."""
@@ -163,6 +175,9 @@ class DeskQueue:
             return  # the learner refuses it: the request stays open
         self._count(Answer(label.request_id, label.model, label.label, label.labelled_by,
                            label.ts or at))  # fmt: skip
+        rid = label.request_id
+        if request is None and (rid not in self.closed or rid in self._labelled_as):
+            self._labelled_as.setdefault(rid, set()).add(label.model)
         self.close(label.request_id, "answered", by=label.labelled_by)
 
     def _count(self, a: Answer) -> None:
@@ -200,6 +215,8 @@ class DeskQueue:
     def close(self, request_id: str, why: Why, *, at: float | None = None, by: str = "") -> None:
         """Take ``request_id`` out of the queue (remembered until it would have expired)."""
         now = self.clock() if at is None else at
+        if why != "answered":  # closed for good, whatever model a label named
+            self._labelled_as.pop(request_id, None)
         request = self.requests.pop(request_id, None)
         if request is not None:
             self._drop(request)
@@ -255,6 +272,7 @@ class DeskQueue:
             if self.closed.get(rid) == until:
                 del self.closed[rid]
                 self.answered_by.pop(rid, None)
+                self._labelled_as.pop(rid, None)
         self._prune(now)
 
     def _prune(self, now: float) -> None:

@@ -29,7 +29,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from service.config import ConfigError, Settings, load_settings
-from service.desk.accounts import Accounts
+from service.desk.auth.accounts import Accounts
+from service.desk.auth.logins import LoginGate
+from service.desk.auth.passwords import hash_password
+from service.desk.auth.sessions import Sessions
 from service.desk.backlog import DeskQueue
 from service.desk.core import Desk
 from service.desk.errors import AccountsError
@@ -37,13 +40,12 @@ from service.desk.feeds import (
     Feeds,
     KafkaLabelSink,
     KafkaLeaseLog,
-    ensure_leases_topic,
+    KafkaRevocationLog,
+    ensure_desk_topics,
     make_producer,
 )
 from service.desk.leases import LeaseBook
 from service.desk.metrics import DeskMetrics
-from service.desk.passwords import hash_password
-from service.desk.sessions import Sessions
 from service.desk.web import DeskWeb
 
 __all__ = ["main", "serve"]
@@ -155,22 +157,25 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
         log.warning("desk.session_key is not set: sessions end when this desk restarts")
     sessions = Sessions(key.get_secret_value().encode() if key else secrets.token_bytes(32),
                         lifetime=settings.desk.session_seconds, clock=time.time)  # fmt: skip
-    await ensure_leases_topic(settings)
+    await ensure_desk_topics(settings)
     producer = make_producer(settings)
     await producer.start()
-    queue, leases, folded = DeskQueue(clock=time.time), LeaseBook(), asyncio.Condition()
+    queue, folded = DeskQueue(clock=time.time), asyncio.Condition()
+    leases = LeaseBook(lease_seconds=settings.desk.lease_seconds)
     metrics = DeskMetrics(CollectorRegistry(), models=settings.models)
     desk = Desk(settings, queue=queue, leases=leases, metrics=metrics, clock=time.time,
                 log=KafkaLeaseLog(settings, producer, leases, folded),
                 sink=KafkaLabelSink(settings, producer),
                 replica=settings.desk.replica or socket.gethostname())  # fmt: skip
     book, follow = await _models(settings)
-    app = DeskWeb(settings, desk, accounts, sessions, models=lambda: book.models).app()
+    logins = LoginGate(accounts, clock=time.time)
+    app = DeskWeb(settings, desk, accounts, sessions, models=lambda: book.models, logins=logins,
+                  revocations=KafkaRevocationLog(settings, producer)).app()  # fmt: skip
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.desk.host, settings.desk.port).start()
     log.info("desk on http://%s:%s", settings.desk.host, settings.desk.port)
-    tasks = [asyncio.create_task(c) for c in (Feeds(settings, desk, folded).run(),
+    tasks = [asyncio.create_task(c) for c in (Feeds(settings, desk, folded, sessions).run(),
                                               _tick(desk), follow())]  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -184,4 +189,5 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     await runner.cleanup()
+    logins.close()
     await producer.stop()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from service.config import Settings
-from service.desk.accounts import Person
+from service.desk.auth.accounts import Person
 from service.desk.backlog import DeskQueue
 from service.desk.errors import Refused, Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord

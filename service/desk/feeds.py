@@ -1,16 +1,24 @@
-"""Kafka for the desk: one group-less reader of every topic it follows, and the two
-writers (:class:`KafkaLeaseLog`, :class:`KafkaLabelSink`) behind :mod:`service.desk.core`.
+"""Kafka for the desk: one group-less reader of every topic it follows, and the writers
+(:class:`KafkaLeaseLog`, :class:`KafkaLabelSink` behind :mod:`service.desk.core`,
+:class:`KafkaRevocationLog` behind logging out).
 
 The reader assigns every partition of the label-requests and labels topics, the learner's
-pending changelog (``<app_id>-pending-changelog``) and the leases topic, and reads them from
-the beginning: after a restart the desk rebuilds its queue and the leases from the topics,
-and is ready once it has read each to the end it had at start. A topic that does not exist
-yet (no learner ran) is looked for again every few seconds.
+pending changelog (``<app_id>-pending-changelog``), the leases topic and the revocations
+topic, and reads them from the beginning: after a restart the desk rebuilds its queue, the
+leases and the logged-out sessions from the topics, and is ready once it has read each to
+the end it had at start. A topic that does not exist yet (no learner ran) is looked for
+again every few seconds.
+
+Every record is input: the label topics and the changelog are checked as the learner
+checks them (:func:`admission`, :class:`service.records.admission.Admission`), lease and
+revocation records by their parsers; what does not pass is skipped (and counted in
+``abstain_desk_records_skipped_total{topic}``), never offered to a person.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -21,27 +29,53 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from service.config import Settings
+from service.desk.auth.sessions import Sessions
 from service.desk.backlog import DeskQueue
 from service.desk.core import Desk
 from service.desk.errors import Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
 from service.records import (
     BadMessage,
-    parse_label,
+    Label,
     parse_label_request,
+    parse_labels_record,
     parse_pending_entry,
     request_id,
 )
-from service.stream.errors import TopicError
+from service.records.admission import Admission
+from service.stream.errors import DATA_ERRORS, TopicError
+from service.stream.kafka import topics as catalogue
 from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.groups import START_TIMEOUT_SECONDS
 from service.stream.kafka.guard import TopicLayoutError, default_replication_factor
 from service.stream.kafka.produce import partition_for
-from service.stream.kafka.topics import desk_topics, table_topic
 
-__all__ = ["Feeds", "KafkaLabelSink", "KafkaLeaseLog", "ensure_leases_topic", "make_producer"]
+__all__ = [
+    "Feeds",
+    "KafkaLabelSink",
+    "KafkaLeaseLog",
+    "KafkaRevocationLog",
+    "admission",
+    "ensure_desk_topics",
+    "make_producer",
+]
 
 log = logging.getLogger(__name__)
+
+
+def admission(settings: Settings) -> Admission:
+    """The learner's checks of the label topics and its changelog, for ``settings``: the
+    models that decide and their widths, the partition each one's key maps to, their
+    groups, how a request id is derived."""
+    deciding = {name: m for name, m in settings.models.items() if m.champion is None}
+    n = settings.partitions.labels
+    return Admission(
+        widths={name: m.n_inputs for name, m in deciding.items()},
+        partitions={name: partition_for(name.encode(), n) for name in deciding},
+        groups={name: settings.group(name) for name in deciding},
+        shadows={name: m.champion for name, m in settings.models.items() if m.champion},
+        derive_id=request_id,
+    )
 
 
 def make_producer(settings: Settings) -> AIOKafkaProducer:
@@ -58,35 +92,60 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
     )
 
 
-async def ensure_leases_topic(settings: Settings) -> None:
-    """Create the leases topic if it is missing: one partition (one order for every claim),
-    time retention longer than any request lives (docs/desk.md: why not compacted), and the
-    replicas of ``topic_policy`` (the brokers' default when unset). With
-    ``topic_policy.creation: check`` nothing is created: a missing topic is refused
-    (:class:`~service.stream.kafka.guard.TopicLayoutError`, naming it)."""
-    policy, name = settings.topic_policy, settings.desk.leases_topic
-    retention_ms = int(max(2 * 86400.0, 4 * settings.request_ttl_seconds) * 1000)
+#: how long a revocation is kept: longer than any session can last (desk.session_seconds
+#: is at most 7 days), so a logged-out cookie is refused until it ends anyway
+REVOCATION_RETENTION_SECONDS = 8 * 86400.0
+
+
+def desk_topics(settings: Settings) -> dict[str, dict[str, str]]:
+    """The desk's own topics and the configuration it creates them with (one partition
+    each): the leases topic keeps time, not compaction (docs/desk.md: first-claim-wins is a
+    fold over the history) and dates records by the broker (``LogAppendTime``: a writer
+    cannot date a claim); the revocations topic keeps the last record per session, for
+    longer than a session lasts."""
+    leases_ms = int(max(2 * 86400.0, 4 * settings.request_ttl_seconds) * 1000)
+    return {
+        settings.desk.leases_topic: {
+            "cleanup.policy": "delete",
+            "retention.ms": str(leases_ms),
+            "message.timestamp.type": "LogAppendTime",
+        },
+        settings.desk.revocations_topic: {
+            "cleanup.policy": "compact,delete",
+            "retention.ms": str(int(REVOCATION_RETENTION_SECONDS * 1000)),
+        },
+    }
+
+
+async def ensure_desk_topics(settings: Settings) -> None:
+    """Create the desk's topics (:func:`desk_topics`) that are missing, with the replicas of
+    ``topic_policy`` (the brokers' default when unset). With ``topic_policy.creation:
+    check`` nothing is created: a missing topic is refused
+    (:class:`~service.stream.kafka.guard.TopicLayoutError`, naming it and how to create it)."""
+    policy, wanted = settings.topic_policy, desk_topics(settings)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
                                 **settings.security.aiokafka_kwargs())  # fmt: skip
     await admin.start()
     try:
-        if name in await admin.list_topics():
+        existing = set(await admin.list_topics())
+        missing = {name: configs for name, configs in wanted.items() if name not in existing}
+        if not missing:
             return
         if policy.creation == "check":
-            raise TopicLayoutError(
-                f"{name} (the desk's leases topic) does not exist; create it (1 partition, "
-                f"cleanup.policy=delete, retention.ms >= {retention_ms}) or set "
-                "topic_policy.creation: create"
-            )
+            raise TopicLayoutError("; ".join(
+                f"{name} (a topic of the label desk) does not exist; create it with 1 "
+                f"partition and {', '.join(f'{k}={v}' for k, v in configs.items())}"
+                for name, configs in missing.items()
+            ) + " - or set topic_policy.creation: create")  # fmt: skip
         replicas = policy.replication_factor or await default_replication_factor(admin)
-        configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
-        if policy.min_insync_replicas is not None:
-            configs["min.insync.replicas"] = str(policy.min_insync_replicas)
-        topic = NewTopic(name, num_partitions=1, replication_factor=replicas,
-                         topic_configs=configs)  # fmt: skip
-        await admin.create_topics([topic])
-    except TopicAlreadyExistsError:
-        pass
+        for name, configs in missing.items():
+            configs = dict(configs)
+            if policy.min_insync_replicas is not None:
+                configs["min.insync.replicas"] = str(policy.min_insync_replicas)
+            topic = NewTopic(name, num_partitions=1, replication_factor=replicas,
+                             topic_configs=configs)  # fmt: skip
+            with contextlib.suppress(TopicAlreadyExistsError):  # another replica made it
+                await admin.create_topics([topic])
     finally:
         await admin.close()
 
@@ -132,15 +191,31 @@ class KafkaLeaseLog:
         return bool(self.book.outcome(offset))
 
 
+class KafkaRevocationLog:
+    """Writes the revocation of a session (key = its id) to the revocations topic,
+    acknowledged by every in-sync replica: every replica reads it and refuses the cookie."""
+
+    def __init__(self, settings: Settings, producer: AIOKafkaProducer) -> None:
+        self.settings, self.producer = settings, producer
+
+    async def publish(self, value: bytes, sid: str) -> None:
+        timeout = self.settings.desk.ack_timeout_seconds + 1.0
+        await _acked(self.producer.send_and_wait(self.settings.desk.revocations_topic, value,
+                                                 key=sid.encode()), timeout)  # fmt: skip
+
+
 class Feeds:
-    """Follows the four topics into the desk's queue and lease book."""
+    """Follows the five topics into the desk's queue, lease book and sessions."""
 
     def __init__(self, settings: Settings, desk: Desk, folded: asyncio.Condition,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 sessions: Sessions, clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.settings, self.desk, self.folded, self.clock = settings, desk, folded, clock
+        self.sessions = sessions
         s = settings
-        self.topics = (*desk_topics(s), s.desk.leases_topic)  # the catalogue's, and its own
-        self.pending_changelog = table_topic(s, "pending")
+        self.pending_changelog = catalogue.table_topic(s, "pending")
+        # the catalogue's topics the desk follows, then its own
+        self.topics = (*catalogue.desk_topics(s), s.desk.leases_topic, s.desk.revocations_topic)
+        self.admission = admission(settings)
         self.kwargs = settings.security.aiokafka_kwargs()
         self.assigned: list[TopicPartition] = []
         self.ends: dict[TopicPartition, int] = {}  # where "read up to the start" ends
@@ -166,7 +241,8 @@ class Feeds:
                 batch = await consumer.getmany(timeout_ms=200, max_records=2000)
                 for tp, records in batch.items():
                     for rec in records:
-                        self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value)
+                        self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value,
+                                    timestamp_ms=rec.timestamp)  # fmt: skip
                 if any(tp.topic == s.desk.leases_topic for tp in batch):
                     async with self.folded:
                         self.folded.notify_all()
@@ -206,7 +282,8 @@ class Feeds:
         log.info("desk reads %s", sorted({tp.topic for tp in self.assigned}))
 
     async def _check_ready(self, consumer: Any) -> None:
-        if self.settings.desk.leases_topic in self.missing or self.unstarted:
+        desk = self.settings.desk
+        if {desk.leases_topic, desk.revocations_topic} & self.missing or self.unstarted:
             return
         for tp, end in self.ends.items():
             if await consumer.position(tp) < end:
@@ -215,37 +292,70 @@ class Feeds:
         log.info("desk ready: %d open requests", len(self.queue.requests))
 
     def handle(self, topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None) -> None:  # fmt: skip
-        """One record of one of the followed topics; unreadable records are skipped."""
+               value: bytes | None, *, timestamp_ms: int | None = None) -> None:  # fmt: skip
+        """One record of one of the followed topics; records that do not pass the checks
+        are skipped (and counted)."""
         s = self.settings
         try:
             if topic == s.desk.leases_topic:
-                record = None if value is None else parse_lease_record(value)
-                self.desk.leases.apply(offset, record)
-            elif value is None and topic != self.pending_changelog:
-                return
+                self._lease(offset, value, timestamp_ms)
+            elif topic == s.desk.revocations_topic:
+                if value is not None:
+                    self.sessions.on_revocation(value)
+            elif topic == self.pending_changelog:
+                self._pending(partition, key, value)
+            elif value is None:
+                raise BadMessage("not_json", "a tombstone")
             elif topic == s.topics.label_requests:
-                self._request(partition, key, value)
+                request = parse_label_request(value, max_bytes=s.max_message_bytes)
+                self.queue.offer(self.admission.label_request(request, key=key,
+                                                              partition=partition))  # fmt: skip
             elif topic == s.topics.labels:
-                self.queue.on_label(parse_label(value or b"", max_bytes=s.max_message_bytes),
-                                    at=self.clock())  # fmt: skip
-            elif key is not None:
-                entry = None if value is None else parse_pending_entry(value)
-                self.queue.on_pending(key.decode("utf-8", "replace"), entry)
+                label = parse_labels_record(value, max_bytes=s.max_message_bytes)
+                if isinstance(label, Label):  # (a rollback order is no answer)
+                    self.admission.label(label, key=key, partition=partition)
+                    self.queue.on_label(label, at=self.clock())
         except BadMessage as bad:
+            self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
             log.debug("desk skips %s[%s]@%s: %s", topic, partition, offset, bad)
+        except DATA_ERRORS:  # a bug met by odd data: say where, skip it, keep reading
+            self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
+            log.exception("desk skips %s[%s]@%s", topic, partition, offset)
 
-    def _request(self, partition: int, key: bytes | None, value: bytes | None) -> None:
-        """Offer a request the learner would accept (the same checks, but for duplicates)."""
-        s = self.settings
-        request = parse_label_request(value or b"", max_bytes=s.max_message_bytes)
-        config = s.models.get(request.model)
-        if config is None or len(request.features) != config.n_inputs:
+    def _lease(self, offset: int, value: bytes | None, timestamp_ms: int | None) -> None:
+        """Fold a lease record at its Kafka time; an unreadable one is folded as nothing
+        (the fold moves past it: a writer waiting for its offset is not held up)."""
+        at = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms / 1000.0
+        try:
+            record = None if value is None else parse_lease_record(value)
+        except BadMessage:
+            self.desk.leases.apply(offset, None, at=at)
+            raise
+        self.desk.leases.apply(offset, record, at=at)
+
+    def _pending(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        """A record of the learner's pending changelog: an entry checked as the learner
+        writes them, or a delete on the partition of the request's model."""
+        try:
+            rid = (key or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadMessage("bad_key", f"changelog key {key!r} is not UTF-8") from None
+        if value is not None:
+            entry = parse_pending_entry(value)
+            self.queue.on_pending(rid, self.admission.pending(entry, key=key,
+                                                              partition=partition))  # fmt: skip
             return
-        if request.request_id != request_id(request.model, request.event_id):
-            return
-        if key != request.model.encode():
-            return
-        if partition != partition_for(key, s.partitions.labels):
-            return
-        self.queue.offer(request)
+        known = self.queue.requests.get(rid)
+        if not rid or (known is not None
+                       and partition != self.admission.partitions.get(known.model)):  # fmt: skip
+            raise BadMessage("wrong_partition", f"a delete of {rid!r} on partition {partition}")
+        self.queue.on_pending(rid, None)
+
+
+def _role(settings: Settings, topic: str) -> str:
+    """A closed name for a followed topic (the metric's label)."""
+    s = settings
+    roles = {s.topics.label_requests: "label_requests", s.topics.labels: "labels",
+             catalogue.table_topic(s, "pending"): "pending_changelog",
+             s.desk.leases_topic: "leases", s.desk.revocations_topic: "revocations"}  # fmt: skip
+    return roles.get(topic, "other")

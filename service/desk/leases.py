@@ -7,18 +7,28 @@ a claim wins unless another person's lease on that request is still running at t
 time; the first claim in offset order wins a race. A replica that wrote a claim waits until
 its follower has folded that offset and reads the outcome (:meth:`LeaseBook.outcome`).
 
+A record takes effect at its time (the Kafka record's timestamp; the desk creates the topic
+with ``message.timestamp.type=LogAppendTime``, so it is the broker's clock, not the
+writer's) and for at most ``lease_seconds`` from then, whatever its own ``expires_at`` says:
+anyone who may write the topic can still claim a request, but never for longer than a
+person could, and a record dated in the future holds nothing before its time.
+
 Kinds of record (JSON, key = request id): ``claim`` (take or renew, until ``expires_at``),
 ``answer`` (the holder is sending a label: ``attempt`` names the try; a second try by anyone
 else is refused while the first runs) and ``release`` (give the request back; with
 ``attempt``: that try failed, the lease stays).
 
->>> book = LeaseBook()
+>>> book = LeaseBook(lease_seconds=120.0)
 >>> book.apply(0, LeaseRecord("r1", "claim", "ann", at=0.0, expires_at=120.0))
 True
 >>> book.apply(1, LeaseRecord("r1", "claim", "bob", at=10.0, expires_at=130.0))
 False
 >>> book.holder("r1", now=50.0).holder, book.holder("r1", now=121.0)
 ('ann', None)
+>>> book.apply(2, LeaseRecord("r2", "claim", "eve", at=0.0, expires_at=1e12))
+True
+>>> book.holder("r2", now=121.0) is None  # honoured for lease_seconds, not for ever
+True
 
 Cost: folding a record, :meth:`LeaseBook.holder`, :meth:`LeaseBook.held_by` and
 :meth:`LeaseBook.live` do not walk the leases of the past (kept for hours): running leases
@@ -35,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from service.desk.auth.accounts import valid_name
 from service.records import BadMessage, decode_object, dumps
 from service.records.codec import ident, number
 
@@ -62,38 +73,51 @@ class LeaseRecord:
 
 
 def parse_lease_record(raw: bytes) -> LeaseRecord:
-    """Check and decode a leases-topic value (anyone with access could write one)."""
+    """Check and decode a leases-topic value (anyone with access could write one): a known
+    kind, a request id and an attempt of the desk's shapes, a holder the desk could have
+    signed in (a user name), finite times.
+
+    >>> parse_lease_record(b'{"request_id": "r", "kind": "claim", "holder": "<b>", "at": 0}')
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: schema: holder '<b>' is not a user name
+    """
     record = decode_object(raw, max_bytes=4096)
     kind = record.get("kind")
     if kind not in _KINDS:
         raise BadMessage("schema", f"kind must be one of {_KINDS}, got {kind!r}")
     attempt = record.get("attempt")
-    if attempt is not None and not isinstance(attempt, str):
-        raise BadMessage("schema", "attempt must be a string")
+    if attempt is not None and (not isinstance(attempt, str) or not 0 < len(attempt) <= 64):
+        raise BadMessage("schema", "attempt must be a string of 1..64 characters")
+    holder = ident(record, "holder", max_len=64)
+    if not valid_name(holder):
+        raise BadMessage("schema", f"holder {holder!r} is not a user name")
     replica = record.get("replica", "")
     return LeaseRecord(
         request_id=ident(record, "request_id"),
         kind=kind,
-        holder=ident(record, "holder"),
+        holder=holder,
         at=number(record, "at"),
         expires_at=number(record, "expires_at", default=0.0),
         attempt=attempt,
-        replica=replica if isinstance(replica, str) else "",
+        replica=replica if isinstance(replica, str) and len(replica) <= 256 else "",
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A running lease: ``since`` is when this holder's unbroken hold began; ``attempt`` the
-    answer being sent, if any."""
+    """A running lease: ``since`` is when this holder's unbroken hold began (its first
+    record's time); ``attempt`` the answer being sent, if any."""
 
     holder: str
     expires_at: float
     since: float
     attempt: str | None = None
 
-    def live(self, now: float) -> bool:
-        return self.expires_at > now
+    def live(self, now: float, *, slack: float = 0.0) -> bool:
+        """Running at ``now``: begun (up to ``slack`` seconds early: a reader's clock may
+        be behind the broker's) and not over."""
+        return self.since - slack <= now < self.expires_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +130,15 @@ class AnswerTiming:
 
 
 class LeaseBook:
-    """The fold of the leases topic (module docstring).
+    """The fold of the leases topic (module docstring). ``lease_seconds`` (the desk's
+    setting, the same on every replica) bounds how long one record holds a request.
 
     ``on_answer`` (optional) is told of every ``answer`` record that took effect (the team
     view joins these timings with the labels topic).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, lease_seconds: float) -> None:
+        self.lease_seconds = lease_seconds
         self.leases: dict[str, Lease] = {}
         self.answers: dict[str, AnswerTiming] = {}
         self.position = 0  # next offset to fold
@@ -124,13 +150,17 @@ class LeaseBook:
         self._over: list[tuple[float, str]] = []  # heap: (lease end, request) to forget
         self._answer_ats: list[tuple[float, str]] = []  # heap: (answer at, request)
 
-    def apply(self, offset: int, record: LeaseRecord | None) -> bool:
+    def apply(self, offset: int, record: LeaseRecord | None, *, at: float | None = None) -> bool:
         """Fold the record at ``offset`` (None: unreadable, skipped); True if it took effect.
-        An offset already folded is not folded again (a reader that re-reads changes nothing).
+        ``at`` is the record's time (its Kafka timestamp, seconds); without one, the time
+        the record states. An offset already folded is not folded again (a reader that
+        re-reads changes nothing).
         """
         if offset < self.position:
             return bool(self._outcomes.get(offset))
-        accepted = False if record is None else self._fold(record)
+        accepted = False
+        if record is not None:
+            accepted = self._fold(record, record.at if at is None else at)
         self.position = max(self.position, offset + 1)
         self._outcomes[offset] = accepted
         self._outcome_order.append(offset)
@@ -142,9 +172,10 @@ class LeaseBook:
         """Whether the record at ``offset`` took effect (None: not folded yet, or forgotten)."""
         return self._outcomes.get(offset)
 
-    def _fold(self, r: LeaseRecord) -> bool:
+    def _fold(self, r: LeaseRecord, t: float) -> bool:
+        """Fold ``r``, whose time is ``t``."""
         current = self.leases.get(r.request_id)
-        live = current if current is not None and current.live(r.at) else None
+        live = current if current is not None and current.live(t) else None
         mine = live is not None and live.holder == r.holder
         if r.kind == "release":
             if not mine or live is None:
@@ -159,17 +190,19 @@ class LeaseBook:
             return True
         if live is not None and not mine:
             return False  # someone else's lease runs: the first claim holds
-        since = live.since if live is not None else r.at
+        since = live.since if live is not None else t
         attempt = live.attempt if live is not None else None
         timing = None
         if r.kind == "answer":
             if attempt is not None and attempt != r.attempt:
                 return False  # another try of this answer runs (a second tab, a double click)
             attempt = r.attempt
-            timing = AnswerTiming(r.holder, r.at, max(0.0, r.at - since))
+            timing = AnswerTiming(r.holder, t, max(0.0, t - since))
             self.answers[r.request_id] = timing
-            heapq.heappush(self._answer_ats, (r.at, r.request_id))
-        expires = max(r.expires_at, live.expires_at if live is not None else 0.0)
+            heapq.heappush(self._answer_ats, (t, r.request_id))
+        # never longer than a person's claim from this record's time, whatever it says
+        until = min(r.expires_at, t + self.lease_seconds)
+        expires = max(until, live.expires_at if live is not None else until)
         if current is not None and current.holder != r.holder:
             self._unindex(r.request_id, current.holder)
         self.leases[r.request_id] = Lease(r.holder, expires, since, attempt)
@@ -196,10 +229,15 @@ class LeaseBook:
                 self._unindex(rid, lease.holder)
                 heapq.heappush(self._over, (end, rid))
 
+    def _running_at(self, lease: Lease, now: float) -> bool:
+        """A lease running at the reader's ``now`` (its clock may lag the broker's that
+        dated the record by up to ``lease_seconds``)."""
+        return lease.live(now, slack=self.lease_seconds)
+
     def holder(self, request_id: str, *, now: float) -> Lease | None:
         """The running lease on ``request_id``, if any."""
         lease = self.leases.get(request_id)
-        return lease if lease is not None and lease.live(now) else None
+        return lease if lease is not None and self._running_at(lease, now) else None
 
     def live(self, now: float) -> list[tuple[str, Lease]]:
         """Every running lease (request id, lease): as many as requests held right now."""
@@ -208,7 +246,7 @@ class LeaseBook:
         for held in self._running.values():
             for rid in held:
                 lease = self.leases.get(rid)
-                if lease is not None and lease.live(now):
+                if lease is not None and self._running_at(lease, now):
                     out.append((rid, lease))
         return out
 
@@ -218,7 +256,7 @@ class LeaseBook:
         mine = []
         for rid in self._running.get(holder, ()):
             lease = self.leases.get(rid)
-            if lease is not None and lease.live(now):
+            if lease is not None and self._running_at(lease, now):
                 mine.append((lease.since, rid))
         return [rid for _, rid in sorted(mine)]
 

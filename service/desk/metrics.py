@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["REFUSAL_CODES", "DeskMetrics"]
+__all__ = ["LOGIN_OUTCOMES", "REFUSAL_CODES", "TOPIC_ROLES", "DeskMetrics"]
 
 # the codes of service.desk.errors.Refused the desk answers with (its refusal series)
 REFUSAL_CODES = (
@@ -29,6 +29,12 @@ REFUSAL_CODES = (
     "out_of_scope",
     "unknown",
 )
+#: how a login attempt ended: signed in, wrong name or password (or a stale form), refused
+#: before any check (too many attempts for the account or from the address: 429), or no
+#: check free (too many logins being checked at once: 429)
+LOGIN_OUTCOMES = ("ok", "failed", "throttled", "busy")
+#: the topics the desk follows (``abstain_desk_records_skipped_total{topic}``)
+TOPIC_ROLES = ("label_requests", "labels", "pending_changelog", "leases", "revocations")
 
 
 class DeskMetrics:
@@ -68,6 +74,11 @@ class DeskMetrics:
                                      registry=registry)  # fmt: skip
         self.logins = Counter("abstain_desk_logins_total", "login attempts", ["outcome"],
                               registry=registry)  # fmt: skip
+        self.skipped = Counter(
+            "abstain_desk_records_skipped_total",
+            "records of a followed topic the desk did not take (they fail the learner's checks "
+            "or are unreadable)", ["topic"], registry=registry,
+        )  # fmt: skip
         for model in models:
             for series in (self.open, self.oldest, self.expired):
                 series.labels(model=model).set(0)
@@ -80,7 +91,9 @@ class DeskMetrics:
                 self.give_backs.labels(model=model, why=why)
         for code in REFUSAL_CODES:
             self.refusals.labels(code=code)
-        for outcome in ("ok", "failed"):
+        for outcome in LOGIN_OUTCOMES:
             self.logins.labels(outcome=outcome)
+        for topic in TOPIC_ROLES:
+            self.skipped.labels(topic=topic)
         for outcome in ("won", "lost"):
             self.claims.labels(outcome=outcome)

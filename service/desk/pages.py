@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from service.desk.team import TeamStats
 
-__all__ = ["labelling_page", "login_page", "team_page"]
+__all__ = ["labelling_page", "login_page", "starting_page", "team_page"]
 
 
 def _e(value: object) -> str:
@@ -44,15 +44,26 @@ def _header(user: str, csrf: str, current: str) -> str:
 def login_page(token: str, *, error: str = "", user: str = "") -> str:
     """The login form (``token``: the pre-login CSRF token)."""
     alert = f'<p class="error" role="alert">{_e(error)}</p>' if error else ""
+    # the cursor where typing goes on: the password once the name is filled in
+    first, then = ("", " autofocus") if user else (" autofocus", "")
     body = f"""<main class="login"><h1>abstain label desk</h1>{alert}
 <form method="post" action="/login">
 <input type="hidden" name="token" value="{_e(token)}">
 <label for="user">User name</label>
-<input id="user" name="user" autocomplete="username" required value="{_e(user)}" autofocus>
+<input id="user" name="user" autocomplete="username" required value="{_e(user)}"{first}>
 <label for="password">Password</label>
-<input id="password" name="password" type="password" autocomplete="current-password" required>
+<input id="password" name="password" type="password" autocomplete="current-password" required
+{then}>
 <button type="submit">Log in</button></form></main>"""
     return _frame("Log in", body)
+
+
+def starting_page() -> str:
+    """What a page shows while the desk reads its topics (it reloads itself)."""
+    body = """<main class="login"><h1>abstain label desk</h1>
+<p role="status">The desk is starting: it is reading its topics. This page reloads in a
+moment.</p></main>"""
+    return _frame("Starting", body, refresh=3)
 
 
 def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: float) -> str:

@@ -2,7 +2,8 @@
 
 >>> from service.desk.backlog import DeskQueue
 >>> from service.desk.leases import LeaseBook
->>> stats = team_stats(DeskQueue(clock=lambda: 0.0), LeaseBook(), ["m"], now=0.0)
+>>> stats = team_stats(DeskQueue(clock=lambda: 0.0), LeaseBook(lease_seconds=120.0), ["m"],
+...                     now=0.0)
 >>> stats.models[0].open, stats.people
 (0, [])
 """

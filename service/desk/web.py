@@ -2,10 +2,18 @@
 
 Every page but the login page, and every API call, needs a person: a session cookie
 (HttpOnly, SameSite=Strict, Secure over TLS or when configured) or, with
-``desk.auth = "proxy"``, the proxy's header bound to such a cookie. Every state-changing
-request carries the session's CSRF token (``X-CSRF-Token`` header or ``csrf`` form field)
-and, when the browser sends one, an ``Origin`` of this very host; anything else is refused
-before it reaches the desk. ``labelled_by`` is always the signed-in name.
+``desk.auth = "proxy"``, the proxy's header bound to such a cookie (believed only from
+``desk.trusted_proxies``, :mod:`service.desk.auth.proxies`). Every state-changing request
+carries the session's CSRF token (``X-CSRF-Token`` header or ``csrf`` form field) and, when
+the browser sends one, an ``Origin`` of this very host; anything else is refused before it
+reaches the desk. ``labelled_by`` is always the signed-in name.
+
+Passwords are checked off the event loop and login attempts are throttled per account and
+per client address (:mod:`service.desk.auth.logins`: ``429`` with ``Retry-After``). Logging out
+revokes the session on every replica (a record on the revocations topic). Until the desk
+has read its topics (the revocations among them) its pages answer ``503`` with a page that
+reloads itself, and the API ``503 loading``. A body that is not what the route takes is a
+``4xx``, never a ``5xx``.
 """
 
 from __future__ import annotations
@@ -14,21 +22,24 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 from aiohttp import web
+from multidict import MultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.config import Settings
-from service.desk.accounts import Accounts, Person, valid_name
+from service.desk.auth.accounts import Accounts, Person, valid_name
+from service.desk.auth.logins import LoginGate
+from service.desk.auth.proxies import PROXIED, Proxies
+from service.desk.auth.sessions import Session, Sessions
 from service.desk.core import Desk
 from service.desk.errors import Refused, Unavailable
-from service.desk.pages import labelling_page, login_page, team_page
+from service.desk.pages import labelling_page, login_page, starting_page, team_page
 from service.desk.present import present
-from service.desk.sessions import Session, Sessions
 
-__all__ = ["DeskWeb", "SESSION_COOKIE"]
+__all__ = ["DeskWeb", "RevocationLog", "SESSION_COOKIE"]
 
 SESSION_COOKIE: Final = "abstain_desk"
 LOGIN_COOKIE: Final = "abstain_desk_login"
@@ -51,16 +62,36 @@ async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse
     return response
 
 
+class RevocationLog(Protocol):
+    """The revocations topic: returns once Kafka acknowledged the record (acks=all), or
+    raises :class:`~service.desk.errors.Unavailable`."""
+
+    async def publish(self, value: bytes, sid: str) -> None: ...
+
+
 class DeskWeb:
-    """Routes and handlers; ``book`` gives served models for the top features (or None)."""
+    """Routes and handlers; ``models`` gives served models for the top features, ``logins``
+    checks passwords (a :class:`~service.desk.auth.logins.LoginGate` of ``accounts`` by default),
+    ``revocations`` tells every replica of a logout (this one only when None)."""
 
     def __init__(self, settings: Settings, desk: Desk, accounts: Accounts, sessions: Sessions,
-                 *, models: Callable[[], dict[str, Any]] | None = None) -> None:  # fmt: skip
+                 *, models: Callable[[], dict[str, Any]] | None = None,
+                 logins: LoginGate | None = None,
+                 revocations: RevocationLog | None = None) -> None:  # fmt: skip
         self.settings, self.desk, self.accounts, self.sessions = settings, desk, accounts, sessions
         self.models = models or dict
+        self.logins = logins or LoginGate(accounts, clock=sessions.clock)
+        self.revocations = revocations
+        self.proxies = Proxies(settings.desk.trusted_proxies)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_headers], client_max_size=64 * 1024)
+        proxies = self.proxies
+
+        @web.middleware
+        async def forwarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+            return await handler(proxies.resolve(request))
+
+        app = web.Application(middlewares=[forwarded, _headers], client_max_size=64 * 1024)
         r = app.router
         r.add_get("/login", self.get_login)
         r.add_post("/login", self.post_login)
@@ -85,10 +116,17 @@ class DeskWeb:
         response.set_cookie(name, value, httponly=True, samesite="Strict", secure=secure,
                             path="/", max_age=int(max_age))  # fmt: skip
 
+    def _proxy_user(self, request: web.Request) -> str:
+        """With ``auth = proxy``, the name the proxy vouches for: only from a trusted proxy
+        (empty otherwise)."""
+        if not request.get(PROXIED):
+            return ""
+        return request.headers.get(self.settings.desk.proxy_header, "").strip()
+
     def _identify(self, request: web.Request) -> tuple[Person, Session] | None:
         session = self.sessions.read(request.cookies.get(SESSION_COOKIE))
         if self.settings.desk.auth == "proxy":
-            name = request.headers.get(self.settings.desk.proxy_header, "").strip()
+            name = self._proxy_user(request)
             if not valid_name(name) or session is None or session.user != name:
                 return None
             return self.accounts.person(name) or Person(name), session
@@ -99,11 +137,17 @@ class DeskWeb:
 
     def _page_identity(self, request: web.Request) -> tuple[Person, Session, str | None]:
         """The person of a page view; behind a proxy a session is started on the first view
-        (its cookie value returned). Raises a redirect to the login page otherwise."""
+        (its cookie value returned). Raises a redirect to the login page otherwise, and a
+        ``503`` page while the desk reads its topics (a session revoked on another replica
+        is known only once they are read)."""
+        if not self.desk.ready:
+            raise web.HTTPServiceUnavailable(
+                text=starting_page(), content_type="text/html", headers={"Retry-After": "2"}
+            )
         found = self._identify(request)
         if found is not None:
             return found[0], found[1], None
-        name = request.headers.get(self.settings.desk.proxy_header, "").strip()
+        name = self._proxy_user(request)
         if self.settings.desk.auth == "proxy" and valid_name(name):
             cookie = self.sessions.issue(name)
             session = self.sessions.read(cookie)
@@ -119,7 +163,11 @@ class DeskWeb:
         return origin is None or origin.split("://", 1)[-1] == request.host
 
     async def _api_person(self, request: web.Request) -> tuple[Person, dict[str, Any]]:
-        """The person of an API call and its JSON body; 401/403/400 otherwise."""
+        """The person of an API call and its JSON body; 401/403/400 otherwise (503 while
+        the desk reads its topics)."""
+        if not self.desk.ready:
+            self.desk.metrics.refusals.labels(code="loading").inc()
+            raise _json_error(503, "loading", "the desk is still reading the topics; try again")
         found = self._identify(request)
         if found is None:
             raise _json_error(401, "login", "log in first")
@@ -127,9 +175,9 @@ class DeskWeb:
         token = request.headers.get("X-CSRF-Token")
         if not self._same_origin(request) or not self.sessions.csrf_ok(session, token):
             raise _json_error(403, "csrf", "missing or wrong CSRF token")
-        try:
-            body = await request.json()
-        except ValueError:
+        try:  # orjson: a body nested deeper than 1024 levels is an error, not a recursion
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
             raise _json_error(400, "bad_json", "the body must be a JSON object") from None
         if not isinstance(body, dict):
             raise _json_error(400, "bad_json", "the body must be a JSON object")
@@ -148,23 +196,35 @@ class DeskWeb:
     async def post_login(self, request: web.Request) -> web.StreamResponse:
         if self.settings.desk.auth == "proxy":
             raise web.HTTPNotFound()
-        form = await request.post()
-        user, password = str(form.get("user", "")), str(form.get("password", ""))
+        form = await _form(request)
+        user, password = str(form.get("user", ""))[:256], str(form.get("password", ""))[:1024]
         nonce = request.cookies.get(LOGIN_COOKIE)
         if not self._same_origin(request) or not self.sessions.login_ok(
             nonce, str(form.get("token", ""))
         ):
             self.desk.metrics.logins.labels(outcome="failed").inc()
+            await self.logins.pause(self.logins.refusal_delay)  # refused slowly, like a guess
             return await self._login_again(
                 request, "The form expired: please log in again.", user, 403
             )
-        person = self.accounts.check(user, password) if valid_name(user) else None
-        if person is None:
-            self.desk.metrics.logins.labels(outcome="failed").inc()
+        result = await self.logins.attempt(user, password, request.remote)
+        self.desk.metrics.logins.labels(outcome=result.outcome).inc()
+        if result.outcome in ("throttled", "busy"):
+            wait = int(result.retry_after)
+            why = (
+                "Too many login attempts for this account or from your address"
+                if result.outcome == "throttled"
+                else "The desk is checking many logins"
+            )
+            response = await self._login_again(
+                request, f"{why}: try again in {_seconds(wait)}.", user, 429
+            )
+            response.headers["Retry-After"] = str(wait)
+            return response
+        if result.person is None:
             return await self._login_again(request, "Wrong user name or password.", user, 401)
-        self.desk.metrics.logins.labels(outcome="ok").inc()
         response = _redirect("/")
-        self._cookie(response, SESSION_COOKIE, self.sessions.issue(person.name), request,
+        self._cookie(response, SESSION_COOKIE, self.sessions.issue(result.person.name), request,
                      self.settings.desk.session_seconds)  # fmt: skip
         response.del_cookie(LOGIN_COOKIE, path="/")
         return response
@@ -179,15 +239,26 @@ class DeskWeb:
 
     async def post_logout(self, request: web.Request) -> web.StreamResponse:
         found = self._identify(request)
-        form = await request.post()
+        form = await _form(request)
         if found is None:
             raise web.HTTPSeeOther("/login")
         if not self._same_origin(request) or not self.sessions.csrf_ok(
             found[1], str(form.get("csrf", ""))
         ):
             raise web.HTTPForbidden(text="missing or wrong CSRF token")
-        self.sessions.revoke(found[1])
-        response = _redirect("/login")
+        record = self.sessions.revoke(found[1])
+        try:
+            if self.revocations is not None:
+                await self.revocations.publish(record, found[1].sid)
+        except Unavailable:
+            # logged out here and in this browser; the other replicas were not told
+            response = await self._login_again(
+                request, "You are logged out of this browser, but Kafka did not confirm the "
+                "logout to the other desk replicas: log in and out again when it is back.",
+                "", 503,
+            )  # fmt: skip
+        else:
+            response = _redirect("/login")
         response.del_cookie(SESSION_COOKIE, path="/")
         return response
 
@@ -286,6 +357,24 @@ class DeskWeb:
                                  status=200 if ready else 503)  # fmt: skip
 
 
+async def _form(request: web.Request) -> MultiDictProxy[str | bytes | Any]:
+    """The fields of a form post (``application/x-www-form-urlencoded``, what the pages
+    send); 400 for anything else or a body that does not decode."""
+    if request.content_type != "application/x-www-form-urlencoded":
+        raise web.HTTPBadRequest(text="expected a form (application/x-www-form-urlencoded)")
+    try:
+        return await request.post()
+    except ValueError:  # not UTF-8, or not a form
+        raise web.HTTPBadRequest(text="the form does not decode") from None
+
+
+def _seconds(n: int) -> str:
+    """``n`` seconds in words (``1 second``, ``45 seconds``, ``2 minutes``)."""
+    if n >= 120:
+        return f"{round(n / 60)} minutes"
+    return "1 second" if n == 1 else f"{n} seconds"
+
+
 def _request_id(body: dict[str, Any]) -> str:
     rid = body.get("request_id")
     if not isinstance(rid, str) or not 0 < len(rid) <= 256:
@@ -297,7 +386,7 @@ def _json_error(status: int, code: str, message: str) -> web.HTTPException:
     classes: dict[int, type[web.HTTPException]] = {
         400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
         404: web.HTTPNotFound, 409: web.HTTPConflict, 410: web.HTTPGone,
-        503: web.HTTPServiceUnavailable,
+        429: web.HTTPTooManyRequests, 503: web.HTTPServiceUnavailable,
     }  # fmt: skip
     cls = classes.get(status, web.HTTPBadRequest)
     return cls(text=f'{{"error": "{code}", "message": {_quote(message)}}}',

@@ -9,6 +9,7 @@ Skipped without helm (``deploy/check.sh`` installs it under ``$ABSTAIN_TOOLS_DIR
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from helmtool import HELM, needs_helm
+
+from service.config import Desk
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "abstain"
@@ -286,6 +289,24 @@ def test_behind_a_proxy_only_the_proxy_and_prometheus_reach_the_desk(tmp_path: P
     assert ingress["spec"]["rules"][0]["host"] == "labels.example.com"
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert backend == {"name": "rel-abstain-desk", "port": {"name": "http"}}
+    # and the desk believes the proxy's headers from the proxy's pods only, as it loads them
+    (configmap,) = out.all("ConfigMap")
+    settings = Desk.model_validate(json.loads(configmap["data"]["config.json"])["desk"])
+    assert settings.trusted_proxies == ("10.244.0.0/16", "fd00:10:244::/56")
+
+
+def test_behind_a_proxy_the_proxy_addresses_are_required(tmp_path: Path) -> None:
+    values = {**DESK, "networkPolicy": {"enabled": True},
+              "desk": {"enabled": True, "auth": "proxy",
+                       "networkPolicy": {"from": [{"podSelector": {}}]}}}  # fmt: skip
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render(tmp_path, values)
+    assert "config.desk.trusted_proxies" in failed.value.stderr
+    for bad in (["0.0.0.0/0"], ["::/0"], ["proxy.example"], ["10.0.0.1"] * 65):
+        with pytest.raises(subprocess.CalledProcessError):
+            render(tmp_path, {**values, "config": {"desk": {"trusted_proxies": bad}}})
+    ok = render(tmp_path, {**values, "config": {"desk": {"trusted_proxies": ["10.0.0.7"]}}})
+    assert ok.env["ABSTAIN_DESK__AUTH"]["value"] == "proxy"
 
 
 def test_everything_switched_on(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The backlog follows three topics in any interleaving; the lease fold is the same on
-every replica and the first claim in log order wins."""
+every replica, the first claim in log order wins and no record holds a request longer than
+a person's claim would."""
 
 from __future__ import annotations
 
@@ -19,17 +20,31 @@ def test_a_label_read_before_its_request_still_closes_it() -> None:
     assert q.answered_by[r.request_id] == "ann"
 
 
-def test_the_changelog_opens_applies_and_removes() -> None:
+def test_the_changelog_closes_requests_but_opens_none() -> None:
     q = DeskQueue(clock=lambda: 10.0)
-    a, b, c = request("a"), request("b"), request("c")
-    q.on_pending(a.request_id, PendingEntry(a, 0))
-    q.on_pending(b.request_id, PendingEntry(b, 0))
-    q.on_pending(c.request_id, PendingEntry(c, 0))
+    a, b, c, d = request("a"), request("b"), request("c"), request("d")
+    for r in (a, b, c):
+        q.offer(r)
+        q.on_pending(r.request_id, PendingEntry(r, 0))
     q.on_pending(a.request_id, PendingEntry(a, 0, applied=True, label=1, labelled_by="bob"))
     q.on_pending(b.request_id, None)  # dropped by the learner's cap
+    # an entry whose request never came on the label-requests topic: the learner (which
+    # writes entries only for requests it read) does not hold it, so it is not offered
+    q.on_pending(d.request_id, PendingEntry(d, 0))
     assert [r.request_id for r in q.ordered(now=10.0)] == [c.request_id]
-    q.offer(a)  # the label-requests topic read later changes nothing
+    q.offer(a)  # the label-requests topic read again changes nothing
     assert [r.request_id for r in q.ordered(now=10.0)] == [c.request_id]
+
+
+def test_a_label_naming_another_model_read_before_its_request_does_not_close_it() -> None:
+    q = DeskQueue(clock=lambda: 10.0)
+    r, s = request("e", at=0.0), request("f", at=0.0)
+    q.on_label(Label(r.request_id, "other", 1, "eve", 5.0), at=5.0)  # the learner refuses it
+    q.on_label(Label(s.request_id, "other", 1, "eve", 5.0), at=5.0)
+    q.on_label(Label(s.request_id, "m", 1, "ann", 6.0), at=6.0)  # this one the learner applies
+    assert q.offer(r)
+    assert not q.offer(s)
+    assert [x.request_id for x in q.ordered(now=10.0)] == [r.request_id]
 
 
 def test_a_label_for_another_model_does_not_close_the_request() -> None:
@@ -53,7 +68,7 @@ def test_expired_requests_are_counted_once_in_the_last_hour() -> None:
 
 
 def test_the_first_claim_in_log_order_wins_and_renewals_keep_it() -> None:
-    book = LeaseBook()
+    book = LeaseBook(lease_seconds=120.0)
     assert book.apply(0, LeaseRecord("r", "claim", "ann", at=0.0, expires_at=100.0))
     assert not book.apply(1, LeaseRecord("r", "claim", "bob", at=1.0, expires_at=101.0))
     assert book.apply(2, LeaseRecord("r", "claim", "ann", at=90.0, expires_at=190.0))
@@ -66,7 +81,7 @@ def test_the_first_claim_in_log_order_wins_and_renewals_keep_it() -> None:
 
 
 def test_one_answer_try_at_a_time_and_a_failed_try_can_be_retried() -> None:
-    book = LeaseBook()
+    book = LeaseBook(lease_seconds=120.0)
     book.apply(0, LeaseRecord("r", "claim", "ann", at=0.0, expires_at=100.0))
     assert book.apply(1, LeaseRecord("r", "answer", "ann", at=5.0, expires_at=105.0, attempt="a"))
     assert not book.apply(
@@ -78,11 +93,36 @@ def test_one_answer_try_at_a_time_and_a_failed_try_can_be_retried() -> None:
 
 
 def test_folding_a_record_twice_changes_nothing() -> None:
-    book = LeaseBook()
+    book = LeaseBook(lease_seconds=120.0)
     rec = LeaseRecord("r", "claim", "ann", at=0.0, expires_at=100.0)
     assert book.apply(0, rec)
     assert book.apply(0, LeaseRecord("r", "release", "ann", at=1.0))  # the outcome already had
     assert book.holder("r", now=1.0) is not None
+
+
+def test_a_claim_holds_for_lease_seconds_from_its_time_whatever_it_says() -> None:
+    book = LeaseBook(lease_seconds=120.0)
+    forged = LeaseRecord("r", "claim", "eve", at=0.0, expires_at=1e15)
+    assert book.apply(0, forged, at=1000.0)  # the Kafka time, not the record's own
+    assert book.holder("r", now=1100.0) is not None
+    assert book.holder("r", now=1120.0) is None
+    assert book.apply(1, LeaseRecord("r", "claim", "ann", at=1121.0, expires_at=1241.0))
+    # renewing every minute keeps it (a person's page does that), but never beyond 120 s
+    for i, t in enumerate((1180.0, 1240.0)):
+        assert book.apply(2 + i, LeaseRecord("r", "claim", "ann", at=t, expires_at=t + 9e9))
+        lease = book.holder("r", now=t)
+        assert lease is not None
+        assert lease.expires_at == t + 120.0
+
+
+def test_a_record_dated_in_the_future_holds_nothing_before_its_time() -> None:
+    book = LeaseBook(lease_seconds=120.0)
+    assert book.apply(0, LeaseRecord("r", "claim", "eve", at=0.0), at=1e9)
+    assert book.holder("r", now=1000.0) is None  # not begun: free
+    assert book.apply(1, LeaseRecord("r", "claim", "ann", at=1000.0, expires_at=1120.0))
+    lease = book.holder("r", now=1001.0)
+    assert lease is not None
+    assert lease.holder == "ann"
 
 
 def test_lease_records_are_parsed_strictly() -> None:
@@ -92,6 +132,10 @@ def test_lease_records_are_parsed_strictly() -> None:
         b"{",
         b'{"request_id": "r", "kind": "steal", "holder": "a", "at": 0}',
         b'{"request_id": "r", "kind": "claim", "at": 0}',
+        b'{"request_id": "r", "kind": "claim", "holder": "<script>", "at": 0}',
+        b'{"request_id": "r", "kind": "claim", "holder": "a", "at": 1e999}',
+        b'{"request_id": "r", "kind": "answer", "holder": "a", "at": 0, "attempt": 7}',
+        b"[" * 3000 + b"]" * 3000,
     ):
         try:
             parse_lease_record(bad)
@@ -102,7 +146,7 @@ def test_lease_records_are_parsed_strictly() -> None:
 
 def _joined(n_before: int) -> tuple[DeskQueue, LeaseBook, list[float]]:
     now = [1000.0]
-    q, book = DeskQueue(clock=lambda: now[0]), LeaseBook()
+    q, book = DeskQueue(clock=lambda: now[0]), LeaseBook(lease_seconds=120.0)
     book.on_answer = q.on_timing
     records = []
     for i, (who, held) in enumerate([("ann", 10.0), ("ann", 30.0), ("bob", 5.0)]):
@@ -155,7 +199,7 @@ def test_expiry_and_oldest_follow_the_requests_without_walking_them() -> None:
 
 
 def test_running_leases_are_indexed_by_holder_and_forgotten_when_over() -> None:
-    book = LeaseBook()
+    book = LeaseBook(lease_seconds=120.0)
     book.apply(0, LeaseRecord("r", "claim", "ann", at=0.0, expires_at=100.0))
     book.apply(1, LeaseRecord("s", "claim", "ann", at=5.0, expires_at=105.0))
     assert book.held_by("ann", now=50.0) == ["r", "s"]

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import Settings, load_settings
-from service.desk.accounts import Person
+from service.desk.auth.accounts import Person
 from service.desk.backlog import DeskQueue
 from service.desk.core import Desk
 from service.desk.errors import Refused, Unavailable
@@ -38,7 +38,7 @@ def make_desks(
 ) -> tuple[list[Desk], MemoryLeaseLog, MemorySink, Clock]:
     """``n`` replicas over one lease log (``lag``: claims race as on the topic)."""
     clock = clock or Clock()
-    books = [LeaseBook() for _ in range(n)]
+    books = [LeaseBook(lease_seconds=120.0) for _ in range(n)]
     log, sink = MemoryLeaseLog(*books, lag=lag), MemorySink()
     desks = []
     for i, book in enumerate(books):

@@ -12,8 +12,10 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
 from service.desk import feeds
+from service.desk.auth.sessions import Sessions
 from service.desk.feeds import Feeds
 
+from .fakes import request
 from .test_core import make_desks
 
 
@@ -57,7 +59,8 @@ async def test_a_topic_whose_offsets_kafka_does_not_give_is_not_read_and_not_rea
     (desk,), *_ = make_desks()
     desk.ready = False  # a desk that just started
     reader = FakeReader()
-    feed = Feeds(desk.settings, desk, asyncio.Condition())
+    sessions = Sessions(b"k" * 32, lifetime=60.0, clock=lambda: 0.0)
+    feed = Feeds(desk.settings, desk, asyncio.Condition(), sessions)
     await feed._assign(reader)
     assert reader.assigned == []  # nothing read from a start nobody confirmed
     assert feed.missing == set(feed.topics)  # looked for again
@@ -72,3 +75,22 @@ async def test_a_topic_whose_offsets_kafka_does_not_give_is_not_read_and_not_rea
         reader.positions[tp] = 3
     await feed._check_ready(reader)
     assert desk.ready
+
+
+def test_a_record_that_trips_a_bug_is_skipped_and_the_reader_reads_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (desk,), *_ = make_desks()
+    sessions = Sessions(b"k" * 32, lifetime=60.0, clock=lambda: 0.0)
+    feed = Feeds(desk.settings, desk, asyncio.Condition(), sessions)
+
+    def broken(request: object) -> bool:
+        raise ArithmeticError("odd data")
+
+    monkeypatch.setattr(desk.queue, "offer", broken)
+    req = request("e1")
+    feed.handle(desk.settings.topics.label_requests, 0, 0, b"m", req.to_json())
+    skipped = desk.metrics.registry.get_sample_value(
+        "abstain_desk_records_skipped_total", {"topic": "label_requests"}
+    )
+    assert skipped == 1

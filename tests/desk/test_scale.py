@@ -15,11 +15,11 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 import service.desk
-from service.desk.accounts import Accounts, Person
+from service.desk.auth.accounts import Accounts, Person
+from service.desk.auth.passwords import hash_password
+from service.desk.auth.sessions import Sessions
 from service.desk.core import Desk
 from service.desk.leases import LeaseRecord
-from service.desk.passwords import hash_password
-from service.desk.sessions import Sessions
 from service.desk.team import team_stats
 from service.desk.web import DeskWeb
 from service.records import Label
@@ -162,7 +162,7 @@ async def costs(n: int, tmp_path: Path) -> dict[str, int]:
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"p07": hash_password("p07-secret", n=2**8)}))
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: clock.now)
-    app = DeskWeb(desk.settings, desk, Accounts.load(users), sessions).app()
+    app = DeskWeb(desk.settings, desk, Accounts.load(users, weak_ok=True), sessions).app()
     async with TestClient(TestServer(app)) as c:
         page = await (await c.get("/login")).text()
         token = re.search(r'name="token" value="([^"]+)"', page)

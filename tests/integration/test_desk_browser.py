@@ -20,6 +20,9 @@ What the tests show:
   person gets it then, not before; the first person's page moves on when it is back;
 - an expired request is no longer offered, an answer to it is refused and saves nothing,
   and the team view's expired count rises;
+- a flood of wrong passwords for one account is told to wait (429, the seconds shown on
+  the login page: ``docs/desk/login-throttled.png``) while a person already signed in to
+  the same replica works on;
 - with the broker stopped a submit shows an error and the request stays (last: it stops
   the broker).
 """
@@ -27,15 +30,12 @@ What the tests show:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import http.server as httpserver
 import itertools
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
+import re
 import threading
 import time
 import uuid
@@ -47,10 +47,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from faults.desk import DeskProcess
 from faults.workers import REPO, http
 
-from service.desk.passwords import hash_password
-from service.localkafka import LocalKafka, find_free_ports
+from service.desk.auth.passwords import hash_password
+from service.localkafka import LocalKafka
 from service.records import request_id
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
@@ -74,83 +75,6 @@ ARGS = [
     "--disable-gpu",
 ]
 _events = itertools.count()
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-
-
-class DeskProcess:
-    """``python -m service desk`` for a deployment, stopped by PID. ``desk`` overrides
-    settings of the ``desk`` section (written to a config file of its own)."""
-
-    def __init__(self, service: Service, users: Path, **desk: Any) -> None:
-        self.port = find_free_ports(1)[0]
-        path = service.write_config()
-        if desk:
-            config = {**service.config, "desk": {**service.config.get("desk", {}), **desk}}
-            path = service.tmp / f"config-desk-{self.port}.json"
-            path.write_text(json.dumps(config))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-        self.log = service.tmp / f"desk-{self.port}.err"
-        cmd = [
-            sys.executable,
-            "-m",
-            "service",
-            "desk",
-            "--config",
-            str(path),
-            "--broker",
-            service.bootstrap,
-            "--port",
-            str(self.port),
-            "--users",
-            str(users),
-        ]
-        with self.log.open("wb") as err:
-            self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
-                cmd, cwd=REPO, env=env, stdout=err, stderr=err, preexec_fn=_die_with_parent
-            )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        return http(self.url + path)
-
-    def metric(self, name: str, model: str = "m") -> float:
-        _, body = self.get("/metrics")
-        for line in body.decode().splitlines():
-            if line.startswith(f'{name}{{model="{model}"}}'):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def open_requests(self) -> int:
-        return int(json.loads(self.get("/readyz")[1])["open"])
-
-    def wait(self, check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            with contextlib.suppress(OSError):
-                if check():
-                    return
-            time.sleep(0.25)
-        raise AssertionError(f"desk: timed out waiting for {what}\n{self.log.read_text()[-3000:]}")
-
-    def wait_ready(self) -> DeskProcess:
-        self.wait(lambda: self.get("/readyz")[0] == 200, "ready")
-        return self
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 def produce_events(service: Service, n: int) -> None:
@@ -611,6 +535,43 @@ def test_an_expired_request_is_no_longer_offered_and_counted_as_expired(
     assert not [lab for lab in labels_by(service, kafka_io) if lab["request_id"] == rid]
     ann.context.close()
     bob.context.close()
+
+
+def test_a_login_flood_gets_a_clear_wait_and_a_signed_in_person_works_on(
+    deployment: tuple[Service, Worker, DeskProcess], users: Path, browser: Any
+) -> None:
+    service, _, _ = deployment
+    desk = DeskProcess(service, users).wait_ready()  # a replica of its own: its throttle
+    try:
+        bob = login(browser, desk, "bob")  # signed in before the flood
+        ensure_open(service, desk, 5)
+        context = browser.new_context(viewport={"width": 1280, "height": 700})
+        page = context.new_page()
+        page.goto(desk.url + "/login")
+        statuses, waits = [], []
+        while 429 not in statuses and len(statuses) < 10:
+            page.get_by_label("User name").fill("ann")
+            page.get_by_label("Password").fill(f"guess-{len(statuses)}")
+            with page.expect_response(
+                lambda r: r.url.endswith("/login") and r.request.method == "POST"
+            ) as answer:
+                page.get_by_role("button", name="Log in").click()
+            statuses.append(answer.value.status)
+            waits.append(answer.value.headers.get("retry-after"))
+        assert statuses[:5] == [401] * 5  # then the account waits: 1 s, 2 s, 4 s, ...
+        assert statuses[-1] == 429
+        alert = str(page.get_by_role("alert").text_content())
+        assert re.fullmatch(r"Too many login attempts for this account or from your "
+                            r"address: try again in \d+ seconds?\.", alert), alert  # fmt: skip
+        assert int(waits[-1]) >= 1
+        assert page.get_by_label("User name").input_value() == "ann"  # the form stays filled
+        page.screenshot(path=str(SHOTS / "login-throttled.png"), full_page=True)
+        was = shown(bob)
+        assert skip(bob) != was  # the signed-in person works on meanwhile
+        context.close()
+        bob.context.close()
+    finally:
+        desk.stop()
 
 
 def test_with_the_broker_stopped_a_submit_shows_an_error_and_the_request_stays(

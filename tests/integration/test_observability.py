@@ -129,7 +129,8 @@ def _answer(request: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("observability")
-    desk = {"auth": "proxy", "session_key": "s" * 32, "min_time_left_seconds": 4.0,
+    desk = {"auth": "proxy", "trusted_proxies": ["127.0.0.1"],  # (the tests are the proxy)
+            "session_key": "s" * 32, "min_time_left_seconds": 4.0,
             "leases_topic": f"obs-{time.time_ns()}.desk-leases"}  # fmt: skip
     with contextlib.ExitStack() as stack:
         dep = stack.enter_context(deployment(

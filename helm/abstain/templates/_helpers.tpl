@@ -276,8 +276,9 @@ hold the key with auth=users, or the chart-made one when secrets.deskUsers is gi
 {{/*
 Checks of the desk's values the schema cannot express (mirroring `abstain desk`'s start-up
 checks): a session key shared by every replica, a users file with auth=users, and with
-auth=proxy a NetworkPolicy that lets only the proxy in (the desk believes the proxy's
-header, so whoever else reaches it could claim any name).
+auth=proxy a NetworkPolicy that lets only the proxy in and the proxy's addresses in
+config.desk.trusted_proxies (the desk believes the proxy's header from those only, so
+whoever else reaches it cannot claim any name).
 */}}
 {{- define "abstain.desk.validate" -}}
 {{- $d := .Values.desk }}
@@ -290,6 +291,9 @@ header, so whoever else reaches it could claim any name).
 {{- end }}
 {{- if and (eq $d.auth "proxy") (not (and .Values.networkPolicy.enabled $d.networkPolicy.from)) }}
 {{- fail "desk.auth=proxy: the desk believes the proxy's header, so only the proxy may reach it: set networkPolicy.enabled=true and desk.networkPolicy.from to the proxy's pods" }}
+{{- end }}
+{{- if and (eq $d.auth "proxy") (not ((.Values.config.desk | default dict).trusted_proxies)) }}
+{{- fail "desk.auth=proxy: the desk believes the proxy's header from the proxy's addresses only: set config.desk.trusted_proxies to them (e.g. the Ingress controller pods' network, [10.244.0.0/16])" }}
 {{- end }}
 {{- end }}
 

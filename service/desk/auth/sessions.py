@@ -4,9 +4,11 @@
 A cookie is ``<payload>.<mac>``: the payload names the user, the session id and when it
 ends; the MAC is HMAC-SHA256 over the payload. The CSRF token of a session is a second MAC,
 over its session id: a page gets it in a ``<meta>`` tag and sends it back in a header or a
-form field, which a cross-site page cannot read. Logging out revokes the session id on the
-replica that served the logout (the cookie is also deleted from the browser); other replicas
-honour the cookie until it ends, so keep ``session_seconds`` modest (docs/desk.md).
+form field, which a cross-site page cannot read. Logging out revokes the session id: the
+replica that served the logout at once, and every replica (itself after a restart included)
+once it reads the revocation record the desk writes to its revocations topic
+(:meth:`Sessions.revoke` makes it, :meth:`Sessions.on_revocation` reads it); the cookie is
+also deleted from the browser.
 
 >>> clock = iter([100.0, 100.0, 200.0]).__next__
 >>> sessions = Sessions(b"k" * 32, lifetime=60.0, clock=clock)
@@ -15,20 +17,36 @@ honour the cookie until it ends, so keep ``session_seconds`` modest (docs/desk.m
 'ann'
 >>> sessions.read(cookie) is None  # at t=200 the 60 s session has ended
 True
+
+A revocation read from the topic ends the session on this replica too:
+
+>>> other = Sessions(b"k" * 32, lifetime=60.0, clock=lambda: 0.0)
+>>> session = other.read(other.issue("bob"))
+>>> other.on_revocation(Sessions(b"k" * 32, lifetime=60.0, clock=lambda: 0.0).revoke(session))
+>>> other.read(other.issue("bob")) is not None, other.is_revoked(session.sid)
+(True, True)
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import hmac
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import orjson
 
+from service.records import BadMessage, decode_object
+from service.records.codec import number, text
+
 __all__ = ["Session", "Sessions"]
+
+_SID: Final = re.compile(r"^[A-Za-z0-9_-]{16,64}$")  # secrets.token_urlsafe(16): 22 characters
 
 
 def _b64(raw: bytes) -> str:
@@ -56,6 +74,7 @@ class Sessions:
         self.lifetime = lifetime
         self.clock = clock
         self._revoked: dict[str, float] = {}  # sid -> end of the session (then forgotten)
+        self._ends: list[tuple[float, str]] = []  # heap of (end, sid): forgotten in order
 
     def _mac(self, purpose: str, data: bytes) -> str:
         return _b64(hmac.new(self._key, purpose.encode() + b"\x1f" + data, hashlib.sha256).digest())
@@ -86,6 +105,9 @@ class Sessions:
             return None
         return session
 
+    def is_revoked(self, sid: str) -> bool:
+        return sid in self._revoked
+
     def csrf(self, session: Session) -> str:
         """The CSRF token of ``session``."""
         return self._mac("csrf", session.sid.encode())
@@ -94,11 +116,35 @@ class Sessions:
         """True if ``token`` is the CSRF token of ``session``."""
         return bool(token) and hmac.compare_digest(str(token), self.csrf(session))
 
-    def revoke(self, session: Session) -> None:
-        """Log ``session`` out (on this replica); forget revocations that have ended."""
+    def revoke(self, session: Session) -> bytes:
+        """Log ``session`` out on this replica; the record that tells every replica (the
+        value for the revocations topic, key = the session id)."""
+        self._remember(session.sid, session.ends)
+        return orjson.dumps({"sid": session.sid, "ends": session.ends, "at": self.clock()})
+
+    def on_revocation(self, raw: bytes) -> None:
+        """A record of the revocations topic (anyone with access could write one): a
+        session id of the desk's shape and when that session ends, kept no longer than a
+        session lasts from now. :class:`~service.records.BadMessage` if it is not one."""
+        record = decode_object(raw, max_bytes=1024)
+        sid = record.get("sid")
+        if not isinstance(sid, str) or not _SID.match(text(sid, "sid")):
+            raise BadMessage("schema", "sid must be a session id")
         now = self.clock()
-        self._revoked = {sid: end for sid, end in self._revoked.items() if end > now}
-        self._revoked[session.sid] = session.ends
+        ends = min(number(record, "ends"), now + self.lifetime)
+        if ends > now:
+            self._remember(sid, ends)
+
+    def _remember(self, sid: str, ends: float) -> None:
+        """Revoke ``sid`` until ``ends``; forget the revocations whose sessions are over."""
+        now = self.clock()
+        while self._ends and self._ends[0][0] <= now:
+            end, old = heapq.heappop(self._ends)
+            if self._revoked.get(old) == end:
+                del self._revoked[old]
+        if ends > self._revoked.get(sid, now):
+            self._revoked[sid] = ends
+            heapq.heappush(self._ends, (ends, sid))
 
     def login_token(self, nonce: str) -> str:
         """The token the login form carries for the pre-login cookie ``nonce``."""

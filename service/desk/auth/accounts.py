@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from service.config import read_document
+from service.desk.auth.passwords import cost_problem, verify, well_formed
 from service.desk.errors import AccountsError
-from service.desk.passwords import verify, well_formed
 
 __all__ = ["Account", "Accounts", "Person", "valid_name"]
 
@@ -83,19 +83,23 @@ class Accounts:
         return len(self.accounts)
 
     @classmethod
-    def load(cls, path: Path, *, passwords: bool = True) -> Accounts:
-        """Read ``path`` (``.json`` or ``.toml``); :class:`AccountsError` says what is wrong."""
+    def load(cls, path: Path, *, passwords: bool = True, weak_ok: bool = False) -> Accounts:
+        """Read ``path`` (``.json`` or ``.toml``); :class:`AccountsError` says what is wrong.
+        A hash weaker than the default (or beyond the bounds of
+        :func:`~service.desk.auth.passwords.cost_problem`) is refused unless ``weak_ok`` (tests)."""
         data = read_document(path, what="users file", error=AccountsError)
-        return cls.parse(data, str(path), passwords=passwords)
+        return cls.parse(data, str(path), passwords=passwords, weak_ok=weak_ok)
 
     @classmethod
-    def parse(cls, data: Any, where: str, *, passwords: bool = True) -> Accounts:
+    def parse(cls, data: Any, where: str, *, passwords: bool = True,
+              weak_ok: bool = False) -> Accounts:  # fmt: skip
         """Accounts from decoded file content (``{"users": {...}}`` or the mapping itself)."""
         if isinstance(data, dict) and isinstance(data.get("users"), dict):
             data = data["users"]
         if not isinstance(data, dict):
             raise AccountsError(f"{where}: expected a mapping of user name to password hash")
-        return cls({name: _account(name, value, where, passwords) for name, value in data.items()})
+        return cls({name: _account(name, value, where, passwords, weak_ok)
+                    for name, value in data.items()})  # fmt: skip
 
     def check(self, name: str, password: str) -> Person | None:
         """The person if ``password`` is theirs; None otherwise (same cost either way)."""
@@ -111,7 +115,7 @@ class Accounts:
         return None if account is None else account.person
 
 
-def _account(name: Any, value: Any, where: str, passwords: bool) -> Account:
+def _account(name: Any, value: Any, where: str, passwords: bool, weak_ok: bool) -> Account:
     if not isinstance(name, str) or not valid_name(name):
         raise AccountsError(f"{where}: bad user name {name!r} (letters, digits, . _ @ + -)")
     if isinstance(value, str):
@@ -125,6 +129,10 @@ def _account(name: Any, value: Any, where: str, passwords: bool) -> Account:
         raise AccountsError(
             f"{where}: users.{name}.password is not a hash made by `abstain desk hash-password`"
         )
+    problem = None if secret is None or weak_ok else cost_problem(secret)
+    if problem is not None:
+        raise AccountsError(f"{where}: users.{name}.password: {problem}; make a new one with "
+                            "`abstain desk hash-password`")  # fmt: skip
     models = value.get("models")
     if models is not None and (
         not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)

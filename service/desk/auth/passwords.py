@@ -9,6 +9,18 @@ user exists (:func:`verify` with ``None`` checks against a dummy hash).
 True
 >>> verify("correct horse", h), verify("wrong", h)
 (True, False)
+
+A users file may only hold hashes as costly as the default or more, within bounds
+(:func:`cost_problem`): a weak hash is refused when the desk starts, and so is one so costly
+that every login attempt would tie up the desk:
+
+>>> cost_problem(h)
+'scrypt n=1024, r=8 takes 1 MiB: at least 16 MiB (n=16384, r=8)'
+>>> cost_problem(hash_password("x", n=DEFAULT_N)) is None
+True
+
+Checks are slow on purpose (~50 ms): the desk runs them off its event loop
+(:mod:`service.desk.auth.logins`).
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import hmac
 import secrets
 from typing import Final
 
-__all__ = ["DEFAULT_N", "hash_password", "verify", "well_formed"]
+__all__ = ["DEFAULT_N", "cost_problem", "hash_password", "verify", "well_formed"]
 
 #: scrypt cost: 2**14 x 8 x 1 takes 16 MiB and ~50 ms per check
 DEFAULT_N: Final = 2**14
@@ -65,6 +77,27 @@ def well_formed(encoded: str) -> bool:
     except ValueError:
         return False
     return n > 1 and n & (n - 1) == 0 and n <= 2**20 and 1 <= r <= 32 and 1 <= p <= 16
+
+
+_MIN_WORK: Final = DEFAULT_N * _R  # 128 * n * r bytes of memory: 16 MiB
+_MAX_MEMORY_WORK: Final = _MAXMEM // 128  # n * r within the memory bound (64 MiB)
+_MAX_WORK: Final = 4 * DEFAULT_N * _R * _P  # n * r * p: at most four default checks
+
+
+def cost_problem(encoded: str) -> str | None:
+    """Why the well-formed hash ``encoded`` may not be used by the desk (too weak, or so
+    costly that a login would take memory or time from everybody); None if it may."""
+    _, n_, r_, p_, _, _ = encoded.split("$")
+    n, r, p = int(n_), int(r_), int(p_)
+    mib = 128 * n * r // 2**20
+    if n * r < _MIN_WORK:
+        least = f"at least 16 MiB (n={DEFAULT_N}, r={_R})"
+        return f"scrypt n={n}, r={r} takes {max(1, mib)} MiB: {least}"
+    if n * r > _MAX_MEMORY_WORK:
+        return f"scrypt n={n}, r={r} takes {mib} MiB: at most {_MAXMEM // 2**20} MiB"
+    if n * r * p > _MAX_WORK:
+        return f"scrypt n={n}, r={r}, p={p} costs more than four default checks"
+    return None
 
 
 _DUMMY: Final = f"scrypt${DEFAULT_N}${_R}${_P}${_b64(b'0' * 16)}${_b64(b'0' * _LEN)}"
