@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from harness import features, stop  # noqa: E402
 
-from service.config import Settings, load_settings  # noqa: E402
+from service.config import Settings, Topics, load_settings  # noqa: E402
 from service.desk.auth.passwords import hash_password  # noqa: E402
 from service.records import LabelRequest, request_id  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
@@ -129,10 +129,7 @@ def _config(work: Path, run: str, requests: int) -> Path:
     config = {
         "app_id": f"deskbench-{run}",
         "datadir": str(work / "worker"),
-        "topics": {
-            k: f"deskbench-{run}.{k}"
-            for k in ("features", "decisions", "label_requests", "labels", "models", "dead_letters")
-        },
+        "topics": Topics.prefixed(f"deskbench-{run}"),
         "partitions": {"features": 1, "decisions": 1, "labels": 1},
         "models": {
             MODEL: {

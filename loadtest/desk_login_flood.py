@@ -225,12 +225,11 @@ def _cpu(pid: int) -> float:
 
 
 def _config(work: Path, run: str) -> Path:
+    from service.config import Topics  # noqa: PLC0415
+
     config = {
         "app_id": f"loginflood-{run}",
-        "topics": {
-            k: f"loginflood-{run}.{k}"
-            for k in ("features", "decisions", "label_requests", "labels", "models", "dead_letters")
-        },  # fmt: skip
+        "topics": Topics.prefixed(f"loginflood-{run}"),
         "partitions": {"features": 1, "decisions": 1, "labels": 1},
         "models": {MODEL: {"algorithm": "dsal", "cost": 0.25, "n_features": N_FEATURES}},
         "default_model": MODEL,

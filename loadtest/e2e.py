@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO))
 
 from harness import features, stop  # noqa: E402
 
-from service.config import load_settings  # noqa: E402
+from service.config import Topics, load_settings  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
 
 
@@ -194,8 +194,7 @@ def _config(work: Path, X: np.ndarray, args: argparse.Namespace, budget: Any) ->
     return {
         "app_id": f"e2e-{run}",
         "datadir": str(work / f"worker-{run}"),
-        "topics": {k: f"e2e-{run}.{k}" for k in ("features", "decisions", "label_requests",
-                                                 "labels", "models", "dead_letters")},
+        "topics": Topics.prefixed(f"e2e-{run}"),
         "partitions": {"features": 4, "decisions": 4, "labels": 1},
         **({} if args.batch_size is None else {"batch_size": args.batch_size}),
         "models": {"default": model},

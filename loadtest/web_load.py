@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from harness import features, stop  # noqa: E402
 
-from service.config import Settings, load_settings  # noqa: E402
+from service.config import Settings, Topics, load_settings  # noqa: E402
 from service.records import LabelRequest, request_id  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
 
@@ -351,10 +351,7 @@ def _start_worker(
     config = {
         "app_id": f"webload-{run}",
         "datadir": str(work / "worker"),
-        "topics": {
-            k: f"webload-{run}.{k}"
-            for k in ("features", "decisions", "label_requests", "labels", "models", "dead_letters")
-        },
+        "topics": Topics.prefixed(f"webload-{run}"),
         "partitions": {"features": 4, "decisions": 4, "labels": 1},
         "models": {MODEL: {"algorithm": "dsal", "cost": 0.25, "n_features": N_FEATURES}},
         "label_token": token,

@@ -242,6 +242,15 @@ class Topics(BaseModel):
     models: str = "abstain.models"
     dead_letters: str = "abstain.dead-letters"
 
+    @classmethod
+    def prefixed(cls, prefix: str) -> dict[str, str]:
+        """Every topic named under ``prefix`` (a run of its own: tests, the demo, load tests).
+
+        >>> Topics.prefixed("run-1")["label_requests"]
+        'run-1.label-requests'
+        """
+        return {name: f"{prefix}.{name.replace('_', '-')}" for name in cls.model_fields}
+
     @model_validator(mode="after")
     def _distinct(self) -> Topics:
         names = list(self.model_dump().values())

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from service.config import Settings, load_settings
+from service.config import Settings, Topics, load_settings
 from service.datasets import load_dataset, resolve_dataset_path
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
 from service.localprom import LocalPrometheus, PrometheusError
@@ -218,10 +218,7 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) 
     config: dict[str, Any] = {
         "app_id": f"abstain-demo-{run}",
         "datadir": str(workdir / "worker"),
-        "topics": {
-            k: f"demo-{run}.{k.replace('_', '-')}"
-            for k in ("features", "decisions", "label_requests", "labels", "models", "dead_letters")
-        },  # fmt: skip
+        "topics": Topics.prefixed(f"demo-{run}"),
         "partitions": {"features": 4, "decisions": 4, "labels": 1},
         "label_token": secrets.token_urlsafe(24),  # a new one each run (printed at start)
         "request_ttl_seconds": max(60.0, 10 * args.label_delay),

@@ -28,6 +28,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.config import Topics
 from service.localkafka import find_free_ports
 
 from . import HarnessError
@@ -46,7 +47,6 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER_ENV = "ABSTAIN_FAULTS_WORKER"
-TOPIC_KEYS = ("features", "decisions", "label_requests", "labels", "models", "dead_letters")
 
 
 def _die_with_parent() -> None:
@@ -83,7 +83,7 @@ def service_config(tmp: Path, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "app_id": f"faults-{suffix}",
         "datadir": str(tmp / "data"),
-        "topics": {k: f"f{suffix}.{k.replace('_', '-')}" for k in TOPIC_KEYS},
+        "topics": Topics.prefixed(f"f{suffix}"),
         "partitions": {"features": 2, "decisions": 1, "labels": 1, "models": 1},
         "label_token": f"token-{uuid.uuid4().hex}",
         "request_ttl_seconds": 3600,
