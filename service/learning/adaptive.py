@@ -1,42 +1,49 @@
 r"""A learner that notices when the world changes and recovers by itself.
 
-:class:`Adaptive` holds a *champion* (any learner of this package: it decides every event)
+:class:`Adaptive` holds a *champion* (any learner of this package; it decides every event)
 and watches what the champion does on its labels:
 
-1. **Detect.** Each label is first a test: the champion's 0-d-1 loss $L$ on it (1 wrong,
-   $d$ rejected, 0 right), before it learns from it, goes to a change detector
-   (:class:`~service.learning.drift.ADWIN` by default, checking at every label). A change
-   counts when the detector fires and the recent losses are the *higher* ones (a model
-   that improves is not a change). A champion that collapses (rejects at least 95 % of a
-   window of labels while $\rho$ grows, :class:`~service.learning.collapse.CollapseWatch`)
-   counts as a change too.
-2. **Challenge.** At a change, challengers start beside the champion and learn from the
-   same labels: ``"fresh"``, the champion's configuration from scratch ($w = 0$, step
-   clock 0, $\rho$ as configured), and ``"mirror"``, the champion with $f$ negated and
-   the $\rho$ it had at the change (where the detector puts it): after a change that
-   makes the champion wrong more often than right, its mirror is right more often than
-   wrong. Every later label is a paired test: with $\Delta_i = L_i^{champion} - L_i^{c}$,
-   a challenger takes over once it has ``min_labels`` labels and
-   $\bar\Delta > \max(0,\, z\, s_\Delta / \sqrt{n})$ (the best one if several pass);
-   challengers that have not won after ``patience`` labels are dropped. The pattern of
-   River's adaptive random forest (background learners started at a change), judged on
-   the champion's own labels.
-3. **Explore.** For the first ``explore_start`` labels of the model and the
-   ``explore_after`` labels after each change, the query utility of every event is at
-   least ``explore_floor``: the labels spread over the events instead of crowding where
-   the champion (new, or wrong since the change) believes it is unsure (randomised
-   uncertainty sampling, Žliobaitė et al., 2014). With a
+1. **Detect.** Each label is first a test of the champion, before it learns from it. A
+   change detector (:class:`~service.learning.drift.ADWIN` by default, looking at every
+   label) reads whether the champion's score was on the wrong side, $\mathbb 1[y f(x) < 0]$
+   (the error of its margin: unlike the 0-d-1 loss it does not hide a champion that has
+   turned to rejecting); ``signal="loss"`` reads the 0-d-1 loss instead. A change counts
+   when the detector fires and the recent values are the *higher* ones (a model that
+   improves is not a change). A champion that collapses (rejects at least 95 % of a window
+   of labels while $\rho$ grows, :class:`~service.learning.collapse.CollapseWatch`) counts
+   as a change too.
+2. **Challenge.** At a change, challengers start where the champion was just before it
+   (the detector says how many labels ago; the model remembers its last labels and
+   snapshots of the champion, :mod:`service.learning.recall`): ``"mirror"``, the champion
+   with its score negated (after a change that makes the champion wrong more often than
+   right, its mirror is right more often than wrong), and ``"fresh"``, the champion's
+   configuration from scratch ($w = 0$, step clock 0). They are tested on, then learn
+   from, the remembered labels since the change, then every new label. With
+   $\Delta_i = L_i^{\text{champion}} - L_i^{\text{challenger}}$ (0-d-1 losses on the same
+   label), a challenger takes over when, over at least ``min_labels`` labels, both the
+   mean of $\Delta_i$ and the mean of $\Delta_i / p_i$ (unbiased for the difference of
+   the risks on the stream) exceed $z$ standard errors, and when it is surely better in
+   the same sense than every challenger before it in ``challengers`` (so a fresh model
+   must beat the mirror, which keeps what the champion knew). Challengers that have not
+   won after ``patience`` labels are dropped. The pattern of River's adaptive random
+   forest (background learners started at a change), judged on the model's own labels.
+3. **Explore.** For the first ``explore_start`` labels and the ``explore_after`` labels
+   after each change, the query utility of every event is at least ``explore_floor``: the
+   labels spread over the events instead of crowding where the champion (new, or wrong
+   since the change) believes it is unsure (randomised uncertainty sampling, Žliobaitė et
+   al., 2014), and the challengers are judged on a wider sample. With a
    :class:`~service.learning.QueryBudget` the budget still holds, and every decision's
    ``query_probability`` is the one it was really asked with.
 
 The wrapper has the face of a learner (``decide``, ``decide_many``, ``update``,
 ``query_utility``, ``rho``, ``steps``, ``to_state``, ...), so it goes wherever a learner
 goes, :class:`~service.learning.Budgeted` included. ``update`` takes the probability the
-label was asked with (``query_probability``) for :attr:`Adaptive.risk_since_change`, the
-importance-weighted risk of the champion on the labels since the last change (or the
-start). Everything is one versioned, JSON-safe state record (``"abstain.adaptive"``).
-Each part can be turned off: ``detector=None`` (no detection), ``challengers=()``
-(detect and count, never replace), ``explore_floor=0``.
+label was asked with (``query_probability``): it weights the challengers' test and
+:attr:`Adaptive.risk_since_change`, the importance-weighted risk of the champion on the
+labels since the last change or takeover. Everything is one versioned, JSON-safe state
+record (``"abstain.adaptive"``). Each part can be turned off: ``detector=None``,
+``collapse_window=0``, ``challengers=()`` (detect and count, never replace),
+``explore_floor=0``, ``memory=0`` (challengers start at the detection).
 
 >>> from service.learning import DSAL
 >>> model = Adaptive(DSAL(n_features=2, cost=0.25))
@@ -54,7 +61,6 @@ Each part can be turned off: ``detector=None`` (no detection), ``challengers=()`
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
@@ -72,27 +78,35 @@ from .base import (
     draw_query,
     features,
 )
-from .challengers import CHALLENGER_KINDS, Challenger, challenger_for
+from .challengers import CHALLENGER_KINDS, Challenger, Paired, challenger_for
 from .collapse import CollapseWatch
 from .drift import ADWIN, PageHinkley, detector_from_state
 from .errors import HyperparameterError, InputError, StateError
 from .losses import FloatArray, zero_d_one_loss
+from .recall import Recall
 from .registry import learner_from_state
 from .risk import RiskEstimate, importance_weight
 
-__all__ = ["ADAPTIVE_FORMAT", "CHALLENGER_KINDS", "Adaptive"]
+__all__ = ["ADAPTIVE_FORMAT", "CHALLENGER_KINDS", "SIGNALS", "TESTS", "Adaptive"]
 
 ADAPTIVE_FORMAT: Final = "abstain.adaptive"
-_RHO_HISTORY: Final = 256
+SIGNALS: Final = ("error", "loss")
+TESTS: Final = ("both", "plain", "weighted")
 
 
-def _fraction(name: str, value: Any) -> float:
+def _number(name: str, value: Any, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise HyperparameterError(f"{name} must be a number, got {value!r}")
     v = float(value)
-    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
-        raise HyperparameterError(f"{name} must be in [0, 1], got {value!r}")
+    if not (math.isfinite(v) and low <= v <= high):
+        raise HyperparameterError(f"{name} must be in [{low:g}, {high:g}], got {value!r}")
     return v
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise HyperparameterError(f"{name} must be one of {choices}, got {value!r}")
+    return str(value)
 
 
 def _probability(value: Any) -> float:
@@ -104,6 +118,12 @@ def _probability(value: Any) -> float:
     return p
 
 
+def default_detector() -> ADWIN:
+    """ADWIN at $\\delta = 0.2$ looking at every label: false alarms cost little (a
+    challenger that does not win is dropped), a late detection a window of mistakes."""
+    return ADWIN(delta=0.2, clock=1)
+
+
 class Adaptive:
     """A champion learner with change detection, challengers and exploration.
 
@@ -112,17 +132,22 @@ class Adaptive:
     learner:
         The champion at the start (a learner of this package, e.g. :class:`DSAL`).
     detector:
-        The change detector over the champion's losses on its labels: an
-        :class:`~service.learning.drift.ADWIN` or
-        :class:`~service.learning.drift.PageHinkley`, or ``None`` (no detection). Default
-        ``ADWIN(delta=0.05, clock=1)``: false alarms cost little (a challenger that does
-        not win is dropped), a late detection costs a whole window of mistakes.
+        An :class:`~service.learning.drift.ADWIN` or
+        :class:`~service.learning.drift.PageHinkley`, or ``None`` (no detection); by
+        default :func:`default_detector`.
+    signal:
+        What the detector reads per label: ``"error"`` (default), the champion's score on
+        the wrong side; ``"loss"``, its 0-d-1 loss.
     challengers:
-        Kinds started at a change, from :data:`CHALLENGER_KINDS` (default both).
-    min_labels, z, patience:
+        Kinds started at a change, in order of preference (default ``("mirror", "fresh")``).
+    min_labels, z, test, patience:
         The takeover test (module docstring): at least ``min_labels`` paired labels
-        (default 5), a mean gain above ``z`` standard errors (default 1), and challengers
-        dropped after ``patience`` labels without winning (default 200).
+        (default 10), a mean gain above ``z`` standard errors (default 1) on the labels as
+        asked and importance-weighted (``test="both"``; or ``"plain"``, ``"weighted"``),
+        challengers dropped after ``patience`` labels without winning (default 200).
+    memory:
+        Labels remembered to start challengers at the change (default 32; 0: at the
+        detection).
     explore_floor, explore_start, explore_after:
         The least query utility of every event (default 0.5) during the first
         ``explore_start`` labels (default 10) and the ``explore_after`` labels after a
@@ -134,34 +159,31 @@ class Adaptive:
     """
 
     param_names: ClassVar[tuple[str, ...]] = (
+        "signal",
         "challengers",
         "min_labels",
         "z",
+        "test",
         "patience",
+        "memory",
         "explore_floor",
         "explore_start",
         "explore_after",
         "collapse_window",
+        "seed",
     )
     __slots__ = (
-        "challengers",
+        *param_names,
         "champion",
         "champion_origin",
-        "collapse_window",
         "detector",
-        "explore_after",
-        "explore_floor",
-        "explore_start",
-        "min_labels",
-        "patience",
-        "seed",
-        "z",
-        "_explore_left",
         "_changes",
+        "_duels",
+        "_explore_left",
         "_labels",
         "_last_change",
+        "_recall",
         "_risk",
-        "_rhos",
         "_rng",
         "_running",
         "_takeovers",
@@ -173,10 +195,13 @@ class Adaptive:
         learner: Any,
         *,
         detector: ADWIN | PageHinkley | None | str = "default",
+        signal: str = "error",
         challengers: Sequence[str] = CHALLENGER_KINDS,
-        min_labels: int = 5,
+        min_labels: int = 10,
         z: float = 1.0,
+        test: str = "both",
         patience: int = 200,
+        memory: int = 32,
         explore_floor: float = 0.5,
         explore_start: int = 10,
         explore_after: int = 20,
@@ -185,8 +210,8 @@ class Adaptive:
     ) -> None:
         if not callable(getattr(learner, "query_utility", None)):
             raise HyperparameterError(f"not a learner of service.learning: {learner!r}")
-        if detector == "default":
-            detector = ADWIN(delta=0.05, clock=1)
+        if isinstance(detector, str) and detector == "default":
+            detector = default_detector()
         if detector is not None and not isinstance(detector, (ADWIN, PageHinkley)):
             raise HyperparameterError(f"detector must be ADWIN, PageHinkley or None: {detector!r}")
         kinds = tuple(challengers)
@@ -195,26 +220,28 @@ class Adaptive:
         self.champion = learner
         self.champion_origin = "initial"
         self.detector = detector
+        self.signal = _choice("signal", signal, SIGNALS)
         self.challengers = kinds
         self.min_labels = check_int("min_labels", min_labels, 1)
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not 0.0 <= z <= 10.0:
-            raise HyperparameterError(f"z must be a number in [0, 10], got {z!r}")
-        self.z = float(z)
+        self.z = _number("z", z, 0.0, 10.0)
+        self.test = _choice("test", test, TESTS)
         self.patience = check_int("patience", patience, 1)
-        self.explore_floor = _fraction("explore_floor", explore_floor)
+        self.memory = check_int("memory", memory, 0)
+        self.explore_floor = _number("explore_floor", explore_floor, 0.0, 1.0)
         self.explore_start = check_int("explore_start", explore_start, 0)
         self.explore_after = check_int("explore_after", explore_after, 0)
         self.collapse_window = check_int("collapse_window", collapse_window, 0)
+        self.seed = check_seed(seed)
         self._watch = CollapseWatch(window=collapse_window) if collapse_window else None
         self._running: list[Challenger] = []
-        self._rhos: deque[float] = deque(maxlen=_RHO_HISTORY)
+        self._duels: dict[tuple[int, int], Paired] = {}
+        self._recall = Recall(self.memory)
         self._risk = RiskEstimate()
         self._explore_left = self.explore_start
         self._labels = 0
         self._changes = 0
         self._takeovers = 0
         self._last_change: int | None = None
-        self.seed = check_seed(seed)
         self._rng = np.random.default_rng(self.seed)
 
     # -- the learner's face ------------------------------------------------------------
@@ -255,7 +282,7 @@ class Adaptive:
 
     @property
     def changes_detected(self) -> int:
-        """Changes detected (rising losses, or a collapse)."""
+        """Changes detected (rising errors, or a collapse)."""
         return self._changes
 
     @property
@@ -271,7 +298,7 @@ class Adaptive:
     @property
     def risk_since_change(self) -> RiskEstimate:
         """Importance-weighted risk of the champion on the labels since the last change or
-        takeover (a copy; ``.risk``, ``.interval()``)."""
+        takeover (a copy: ``.risk``, ``.interval()``)."""
         return RiskEstimate.from_state(self._risk.to_state())
 
     @property
@@ -301,9 +328,7 @@ class Adaptive:
         if coin is not None:
             coin = check_coin(coin)
         d = self.champion.decide(x, coin=0.0)  # a fixed coin: the champion's generator rests
-        p = d.query_probability
-        if self.exploring:
-            p = max(p, self.explore_floor)
+        p = max(d.query_probability, self.explore_floor) if self.exploring else d.query_probability
         return Decision(d.label, d.score, d.rho, draw_query(p, coin, self._rng), p)
 
     def decide_many(
@@ -327,9 +352,9 @@ class Adaptive:
         """Learn the label ``y`` of ``x``, asked with probability ``query_probability``.
 
         The champion (and any challenger) is first tested on it, then learns from it; the
-        detector reads the champion's loss; a change starts the challengers, and a
-        challenger that passes the paired test becomes the champion. Returns whether the
-        champion's parameters moved. Bad input raises an
+        detector reads the champion's error; a change starts the challengers, and one
+        that passes the test becomes the champion. Returns whether the champion's
+        parameters moved. Bad input raises an
         :class:`~service.learning.errors.InputError` and changes nothing.
         """
         z = features(x, self.n_features)
@@ -337,33 +362,42 @@ class Adaptive:
         p = _probability(query_probability)
         decided = self.champion.decide(z, coin=0.0)
         loss = float(zero_d_one_loss(yv * decided.score, decided.rho, self.cost))
-        gains = [loss - self._loss(c.learner, z, yv) for c in self._running]
-        rho = float(self.champion.rho)
+        losses = [self._loss(c.learner, z, yv) for c in self._running]
+        self._recall.snapshot(self._labels, self.champion)
         moved = bool(self.champion.update(z, yv))  # refuses bad input before any change
-        self._risk.add(loss, p)
         weight = importance_weight(p, self._risk.max_weight)
-        for c, gain in zip(self._running, gains, strict=True):
+        self._score(loss, losses, weight)
+        for c in self._running:
             c.learner.update(z, yv)
-            c.add(gain * weight)
+        self._recall.remember(self._labels, z, yv, p, loss)
         self._labels += 1
-        self._rhos.append(rho)
+        self._risk.add(loss, p)
         if self._explore_left > 0:
             self._explore_left -= 1
-        if self._changed(loss, decided.label, rho):
+        wrong = float(yv * decided.score < 0.0)
+        if self._changed(wrong if self.signal == "error" else loss, decided):
             self._start_change()
         self._maybe_take_over()
         return moved
 
-    def _changed(self, loss: float, label: int, rho: float) -> bool:
+    def _score(self, loss: float, losses: list[float], weight: float) -> None:
+        """One label in the paired records: each challenger against the champion, and
+        against every challenger preferred to it."""
+        for i, c in enumerate(self._running):
+            c.record.add(loss - losses[i], weight)
+            for j in range(i):
+                self._duels[(j, i)].add(losses[j] - losses[i], weight)
+
+    def _changed(self, signal: float, decided: Decision) -> bool:
         change = False
-        if self.detector is not None and self.detector.update(loss):
-            change = getattr(self.detector, "rising", True)
+        if self.detector is not None and self.detector.update(signal):
+            change = bool(getattr(self.detector, "rising", True))
         if self._watch is not None:
             before = self._watch.status().windows
-            self._watch.observe(label, rho)
+            self._watch.observe(decided.label, decided.rho)
             status = self._watch.status()
             change = change or (status.windows > before and status.collapsed)
-        return bool(change)
+        return change
 
     def _start_change(self) -> None:
         self._changes += 1
@@ -372,47 +406,59 @@ class Adaptive:
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
         if self._running or not self.challengers:
             return
-        # the rho the champion had before the change: a wrong champion's rho grows, and the
-        # detector's estimate of where the change is may be late, so the least rho over
-        # twice as many labels back
-        back = getattr(self.detector, "recent", 0) if self.detector is not None else 0
-        recent = list(self._rhos)[-(2 * back + 1) :]
-        rho_then = min(recent) if recent else self.rho
+        back = int(getattr(self.detector, "recent", 0)) if self.detector is not None else 0
+        _, w, rho, since = self._recall.since(self._labels - back)
+        champion = self.champion
         self._running = [
-            Challenger(kind, challenger_for(self.champion, kind, rho_then))
+            Challenger(kind, challenger_for(champion, kind, rho=rho, w=w))
             for kind in self.challengers
         ]
+        self._duels = {(j, i): Paired() for i in range(len(self._running)) for j in range(i)}
+        for _, z, y, p, loss in since:  # as if the challengers had started at the change
+            weight = importance_weight(p, self._risk.max_weight)
+            self._score(loss, [self._loss(c.learner, z, y) for c in self._running], weight)
+            for c in self._running:
+                c.learner.update(z, y)
+
+    def _winner(self) -> Challenger | None:
+        """The first challenger, in the order of preference, surely better than the
+        champion and than every challenger preferred to it."""
+        n, z, test = self.min_labels, self.z, self.test
+        for i, c in enumerate(self._running):
+            if c.record.winning(n, z, test) and all(
+                self._duels[(j, i)].winning(n, z, test) for j in range(i)
+            ):
+                return c
+        return None
 
     def _maybe_take_over(self) -> None:
         if not self._running:
             return
-        if any(c.winning(self.min_labels, self.z) for c in self._running):
-            # one challenger is surely better: the best of them on the same labels wins
-            best = max(self._running, key=lambda c: c.mean if c.n >= self.min_labels else -2.0)
-            self.champion = best.learner
-            self.champion_origin = best.kind
-            self._running = []
-            self._takeovers += 1
-            self._risk = RiskEstimate(max_weight=self._risk.max_weight)
-            self._rhos.clear()
-            if self.detector is not None:
-                self.detector = _restarted(self.detector)
-            if self._watch is not None:
-                self._watch = CollapseWatch(window=self.collapse_window)
-        elif self._running[0].n >= self.patience:
-            self._running = []
+        best = self._winner()
+        if best is None:
+            if self._running[0].record.n >= self.patience:
+                self._running, self._duels = [], {}
+            return
+        self.champion, self.champion_origin = best.learner, best.kind
+        self._running, self._duels = [], {}
+        self._takeovers += 1
+        self._risk = RiskEstimate(max_weight=self._risk.max_weight)
+        self._recall.clear()
+        if self.detector is not None:
+            self.detector = type(self.detector)(**self.detector.get_params())
+        if self._watch is not None:
+            self._watch = CollapseWatch(window=self.collapse_window)
 
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         """Hyperparameters as JSON-safe values (the detector's are in its own record)."""
         params = {name: getattr(self, name) for name in self.param_names}
         params["challengers"] = list(self.challengers)
-        params["seed"] = self.seed
         return params
 
     def to_state(self) -> dict[str, Any]:
         """One versioned, JSON-safe record: parameters, champion, challengers, detector,
-        collapse watch and what the wrapper has counted."""
+        collapse watch, what the model remembers and what it has counted."""
         return {
             "format": ADAPTIVE_FORMAT,
             "version": st.VERSION,
@@ -420,15 +466,16 @@ class Adaptive:
             "champion": self.champion.to_state(),
             "champion_origin": self.champion_origin,
             "challengers": [c.to_state() for c in self._running],
+            "duels": [{"pair": list(k), **d.to_state()} for k, d in self._duels.items()],
             "detector": None if self.detector is None else self.detector.to_state(),
             "collapse_watch": None if self._watch is None else self._watch.to_state(),
+            "recall": self._recall.to_state(),
             "learned": {
                 "labels": self._labels,
                 "changes": self._changes,
                 "takeovers": self._takeovers,
                 "last_change": self._last_change,
                 "explore_left": self._explore_left,
-                "rhos": list(self._rhos),
                 "risk": self._risk.to_state(),
                 "rng": st.rng_state(self._rng),
             },
@@ -439,8 +486,7 @@ class Adaptive:
         """Rebuild from :meth:`to_state` output (the same decisions and the same future)."""
         record = st.read_record(state, ADAPTIVE_FORMAT)
         params = dict(st.read_mapping(record, "params"))
-        learned = st.read_mapping(record, "learned")
-        unknown = set(params) - {*cls.param_names, "seed"}
+        unknown = set(params) - set(cls.param_names)
         if unknown:
             raise StateError(f"adaptive state params hold unknown names {sorted(unknown)}")
         det = record.get("detector")
@@ -454,31 +500,7 @@ class Adaptive:
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"adaptive state params are invalid: {exc}") from exc
-        origin = record.get("champion_origin")
-        if origin not in ("initial", *CHALLENGER_KINDS):
-            raise StateError(f"adaptive state field 'champion_origin' is invalid: {origin!r}")
-        model.champion_origin = str(origin)
-        running = record.get("challengers")
-        if not isinstance(running, list):
-            raise StateError("adaptive state field 'challengers' must be a list")
-        model._running = [Challenger.from_state(c) for c in running]
-        watch = record.get("collapse_watch")
-        if (watch is None) != (model._watch is None):
-            raise StateError("adaptive state: the collapse watch does not fit collapse_window")
-        if watch is not None:
-            model._watch = CollapseWatch.from_state(watch)
-        model._labels = st.read_int(learned, "labels")
-        model._changes = st.read_int(learned, "changes")
-        model._takeovers = st.read_int(learned, "takeovers")
-        last = learned.get("last_change")
-        model._last_change = None if last is None else st.read_int(learned, "last_change")
-        model._explore_left = st.read_int(learned, "explore_left")
-        rhos = learned.get("rhos")
-        if not isinstance(rhos, list) or len(rhos) > _RHO_HISTORY:
-            raise StateError(f"adaptive state field 'rhos' must be a list of <= {_RHO_HISTORY}")
-        model._rhos.extend(st.read_floats(learned, "rhos", (len(rhos),)).tolist())
-        model._risk = RiskEstimate.from_state(learned.get("risk"))
-        model._rng = st.rng_from_state(learned.get("rng"))
+        _restore(model, record)
         return model
 
     def __repr__(self) -> str:
@@ -488,7 +510,36 @@ class Adaptive:
         )
 
 
-def _restarted(detector: ADWIN | PageHinkley) -> ADWIN | PageHinkley:
-    """A detector with the same parameters and an empty window (its count of detections
-    is kept by the wrapper, not by the detector)."""
-    return type(detector)(**detector.get_params())
+def _restore(model: Adaptive, record: Any) -> None:
+    """Fill a freshly built model with what its record says it learned."""
+    origin = record.get("champion_origin")
+    if origin not in ("initial", *CHALLENGER_KINDS):
+        raise StateError(f"adaptive state field 'champion_origin' is invalid: {origin!r}")
+    model.champion_origin = str(origin)
+    running, duels = record.get("challengers"), record.get("duels")
+    if not isinstance(running, list) or not isinstance(duels, list):
+        raise StateError("adaptive state fields 'challengers' and 'duels' must be lists")
+    model._running = [Challenger.from_state(c) for c in running]
+    pairs = {(j, i) for i in range(len(model._running)) for j in range(i)}
+    for d in duels:
+        pair = d.get("pair") if isinstance(d, dict) else None
+        if not (isinstance(pair, list) and len(pair) == 2 and tuple(pair) in pairs):
+            raise StateError(f"adaptive state holds a duel of no running pair: {pair!r}")
+        model._duels[(pair[0], pair[1])] = Paired.from_state(d)
+    if set(model._duels) != pairs:
+        raise StateError("adaptive state: every pair of challengers needs its duel")
+    watch = record.get("collapse_watch")
+    if (watch is None) != (model._watch is None):
+        raise StateError("adaptive state: the collapse watch does not fit collapse_window")
+    if watch is not None:
+        model._watch = CollapseWatch.from_state(watch)
+    model._recall = Recall.from_state(model.memory, record.get("recall"), model.n_features)
+    learned = st.read_mapping(record, "learned")
+    model._labels = st.read_int(learned, "labels")
+    model._changes = st.read_int(learned, "changes")
+    model._takeovers = st.read_int(learned, "takeovers")
+    last = learned.get("last_change")
+    model._last_change = None if last is None else st.read_int(learned, "last_change")
+    model._explore_left = st.read_int(learned, "explore_left")
+    model._risk = RiskEstimate.from_state(learned.get("risk"))
+    model._rng = st.rng_from_state(learned.get("rng"))

@@ -13,40 +13,51 @@ every label since it started.
 
 >>> from service.learning import DSAL
 >>> champion = DSAL(n_features=2, cost=0.25, w=[1.0, -2.0])
->>> challenger_for(champion, "mirror", rho=0.5).w.tolist()
+>>> challenger_for(champion, "mirror").w.tolist()
 [-1.0, 2.0]
->>> challenger_for(champion, "fresh", rho=0.5).w.tolist()
+>>> challenger_for(champion, "mirror", w=[3.0, 0.0], rho=0.5).w.tolist()
+[-3.0, -0.0]
+>>> challenger_for(champion, "fresh").w.tolist()
 [0.0, 0.0]
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from . import state as st
 from .errors import HyperparameterError, StateError
 from .registry import learner_from_state
 
-__all__ = ["CHALLENGER_KINDS", "Challenger", "challenger_for"]
+__all__ = ["CHALLENGER_KINDS", "Challenger", "Paired", "challenger_for"]
 
-CHALLENGER_KINDS: Final = ("fresh", "mirror")
+CHALLENGER_KINDS: Final = ("mirror", "fresh")
 
 
-def challenger_for(learner: Any, kind: str, rho: float) -> Any:
-    """A challenger of ``kind`` for ``learner``, built through its state record (``rho``
-    is the mirror's width; a fresh challenger takes the configured one)."""
+def challenger_for(
+    learner: Any, kind: str, *, rho: float | None = None, w: Sequence[float] | None = None
+) -> Any:
+    """A challenger of ``kind`` for ``learner``, built through its state record.
+
+    A mirror negates ``w`` (a linear learner's weights as they were at the change; by
+    default its weights now) or a kernel learner's coefficients, and takes the width
+    ``rho`` (default: the learner's now). A fresh challenger takes the configured ones.
+    """
     if kind == "fresh":
         return learner_from_state(_fresh_record(learner))
     if kind != "mirror":
         raise HyperparameterError(f"challenger kind must be one of {CHALLENGER_KINDS}: {kind!r}")
     record = learner.to_state()
     learned = dict(record["learned"])
+    if w is not None:
+        learned["w"] = list(w)
     for key in ("w", "coef"):  # linear weights, or a kernel learner's coefficients
         if key in learned:
             learned[key] = [-float(v) for v in learned[key]]
-    learned["rho"] = rho
+    if rho is not None:
+        learned["rho"] = rho
     return learner_from_state({**record, "learned": learned})
 
 
@@ -58,48 +69,91 @@ def _fresh_record(learner: Any) -> dict[str, Any]:
     return out
 
 
-class Challenger:
-    """A challenger and its paired record against the champion since it started."""
+class Paired:
+    """A paired record of one model against another on the same labels: per label, the
+    gain (the other's 0-d-1 loss minus this one's), as it is and weighted by the label's
+    importance weight ``1/p`` (whose mean estimates, without bias, how much lower this
+    model's risk on the stream is)."""
 
-    __slots__ = ("kind", "learner", "n", "total", "squares")
+    __slots__ = ("n", "squares", "total", "wsquares", "wtotal")
 
-    def __init__(self, kind: str, learner: Any) -> None:
-        self.kind, self.learner = kind, learner
+    def __init__(self) -> None:
         self.n, self.total, self.squares = 0, 0.0, 0.0
+        self.wtotal, self.wsquares = 0.0, 0.0
 
-    def add(self, gain: float) -> None:
+    def add(self, gain: float, weight: float) -> None:
         self.n += 1
         self.total += gain
         self.squares += gain * gain
+        self.wtotal += gain * weight
+        self.wsquares += (gain * weight) ** 2
 
     @property
     def mean(self) -> float:
-        """Mean gain (loss of the champion minus the challenger's) per label so far."""
+        """Mean gain per label (on the labels as asked)."""
         return self.total / self.n if self.n else 0.0
 
-    def winning(self, min_labels: int, z: float) -> bool:
-        """Whether it passes the paired test: enough labels, mean gain above ``z`` s.e."""
+    @property
+    def weighted_mean(self) -> float:
+        """Mean importance-weighted gain."""
+        return self.wtotal / self.n if self.n else 0.0
+
+    def winning(self, min_labels: int, z: float, test: str = "both") -> bool:
+        """At least ``min_labels`` labels and a mean gain above ``z`` standard errors: on
+        the labels as asked (``"plain"``), weighted (``"weighted"``), or ``"both"``."""
         if self.n < min_labels:
             return False
-        mean = self.mean
-        spread = math.sqrt(max(self.squares / self.n - mean * mean, 0.0) / self.n)
-        return mean > 0.0 and mean > z * spread
+        plain = _above(self.total, self.squares, self.n, z)
+        weighted = _above(self.wtotal, self.wsquares, self.n, z)
+        if test == "plain":
+            return plain
+        if test == "weighted":
+            return weighted
+        return plain and weighted
 
     def to_state(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
-            "learner": self.learner.to_state(),
             "n": self.n,
             "total": self.total,
             "squares": self.squares,
+            "wtotal": self.wtotal,
+            "wsquares": self.wsquares,
         }
+
+    @classmethod
+    def from_state(cls, record: Any) -> Paired:
+        if not isinstance(record, Mapping):
+            raise StateError(f"a paired record must be an object, got {record!r}")
+        out = cls()
+        out.n = st.read_int(record, "n")
+        out.total = st.read_float(record, "total")
+        out.squares = st.read_float(record, "squares", minimum=0.0)
+        out.wtotal = st.read_float(record, "wtotal")
+        out.wsquares = st.read_float(record, "wsquares", minimum=0.0)
+        return out
+
+
+class Challenger:
+    """A challenger and its paired record against the champion since it started."""
+
+    __slots__ = ("kind", "learner", "record")
+
+    def __init__(self, kind: str, learner: Any, record: Paired | None = None) -> None:
+        self.kind, self.learner = kind, learner
+        self.record = Paired() if record is None else record
+
+    def to_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "learner": self.learner.to_state(), **self.record.to_state()}
 
     @classmethod
     def from_state(cls, record: Any) -> Challenger:
         if not isinstance(record, Mapping) or record.get("kind") not in CHALLENGER_KINDS:
             raise StateError(f"a challenger record needs a kind in {CHALLENGER_KINDS}")
-        out = cls(str(record["kind"]), learner_from_state(record.get("learner")))
-        out.n = st.read_int(record, "n")
-        out.total = st.read_float(record, "total")
-        out.squares = st.read_float(record, "squares", minimum=0.0)
-        return out
+        learner = learner_from_state(record.get("learner"))
+        return cls(str(record["kind"]), learner, Paired.from_state(record))
+
+
+def _above(total: float, squares: float, n: int, z: float) -> bool:
+    mean = total / n
+    spread = math.sqrt(max(squares / n - mean * mean, 0.0) / n)
+    return mean > 0.0 and mean > z * spread

@@ -193,8 +193,8 @@ def test_challengers_are_part_of_the_state_while_they_run() -> None:
     model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)
     until_challenged(model, X, y)
     state = model.to_state()
-    assert [c["kind"] for c in state["challengers"]] == ["fresh", "mirror"]
-    assert Adaptive.from_state(state).running == ("fresh", "mirror")
+    assert [c["kind"] for c in state["challengers"]] == ["mirror", "fresh"]
+    assert Adaptive.from_state(state).running == ("mirror", "fresh")
 
 
 @pytest.mark.parametrize(
@@ -248,11 +248,11 @@ def test_the_mirror_of_any_learner_decides_the_other_way(name: str) -> None:
     X, y = flipped_stream(n=300, flip=300)
     learner = make_learner(name, n_features=N, cost=0.25)
     feed(learner, X, y)
-    mirror = challenger_for(learner, "mirror", 0.7)
+    mirror = challenger_for(learner, "mirror", rho=0.7)
     assert mirror.rho == 0.7
     for x in X[:20]:
         assert mirror.decide(x, coin=0.5).score == pytest.approx(-learner.decide(x, coin=0.5).score)
-    fresh = challenger_for(learner, "fresh", 0.7)
+    fresh = challenger_for(learner, "fresh", rho=0.7)
     assert fresh.steps == 0
     assert fresh.weight_norm() == 0.0
 
@@ -309,7 +309,8 @@ def test_state_records_are_checked() -> None:
         {**good, "challengers": [{"kind": "copy"}]},
         {**good, "challengers": "fresh"},
         {**good, "collapse_watch": None},
-        {**good, "learned": {**good["learned"], "rhos": [1.0] * 300}},
+        {**good, "recall": {**good["recall"], "labels": good["recall"]["labels"] * 9}},
+        {**good, "duels": []},
         {**good, "learned": {**good["learned"], "labels": -1}},
     ]
     for record in bad:
@@ -328,3 +329,37 @@ def test_the_wrapper_and_the_detectors_import_numpy_and_the_standard_library_onl
     assert {m for m in loaded if m.startswith("service")} <= {"service", "service.errors"} | {
         m for m in loaded if m.startswith("service.learning")
     }
+
+
+def _takeover_label(model: Adaptive, X: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """(labels at the detected change, labels at the takeover)."""
+    change = None
+    for i, (x, label) in enumerate(zip(X, y, strict=True)):
+        model.update(x, int(label))
+        if change is None and model.changes_detected:
+            change = i + 1
+        if model.takeovers:
+            assert change is not None
+            return change, i + 1
+    raise AssertionError("no takeover")
+
+
+def test_remembered_labels_start_the_challengers_at_the_change() -> None:
+    X, y = flipped_stream()
+    change, took = _takeover_label(Adaptive(DSAL(n_features=N, cost=0.25)), X, y)
+    assert took - change < 10  # judged at once on the labels since the change
+    change0, took0 = _takeover_label(Adaptive(DSAL(n_features=N, cost=0.25), memory=0), X, y)
+    assert change0 == change
+    assert took0 >= change0 + 10  # without memory: min_labels new labels first
+
+
+def test_a_fresh_challenger_must_also_beat_the_mirror() -> None:
+    X, y = flipped_stream()
+    both = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(both, X, y)
+    assert both.champion_origin == "mirror"
+    # alone, the fresh model beats the wrong champion too; beside the mirror it does not
+    fresh_only = Adaptive(DSAL(n_features=N, cost=0.25), challengers=("fresh",))
+    feed(fresh_only, X, y)
+    assert fresh_only.champion_origin == "fresh"
+    assert accuracy(both, X[700:], y[700:]) > accuracy(fresh_only, X[700:], y[700:])
