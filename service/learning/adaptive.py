@@ -20,20 +20,23 @@ and watches what the champion does on its labels:
    configuration from scratch ($w = 0$, step clock 0). They are tested on, then learn
    from, the remembered labels since the change, then every new label. With
    $\Delta_i = L_i^{\text{champion}} - L_i^{\text{challenger}}$ (0-d-1 losses on the same
-   label), a challenger takes over when, over at least ``min_labels`` labels, both the
-   mean of $\Delta_i$ and the mean of $\Delta_i / p_i$ (unbiased for the difference of
-   the risks on the stream) exceed $z$ standard errors, and when it is surely better in
-   the same sense than every challenger before it in ``challengers`` (so a fresh model
-   must beat the mirror, which keeps what the champion knew). Challengers that have not
-   won after ``patience`` labels are dropped. The pattern of River's adaptive random
-   forest (background learners started at a change), judged on the model's own labels.
-3. **Explore.** For the first ``explore_start`` labels and the ``explore_after`` labels
-   after each change, the query utility of every event is at least ``explore_floor``: the
-   labels spread over the events instead of crowding where the champion (new, or wrong
-   since the change) believes it is unsure (randomised uncertainty sampling, Žliobaitė et
-   al., 2014), and the challengers are judged on a wider sample. With a
-   :class:`~service.learning.QueryBudget` the budget still holds, and every decision's
-   ``query_probability`` is the one it was really asked with.
+   label), a challenger takes over once ``min_labels`` new labels came in and the mean of
+   $\Delta_i$ exceeds $z$ standard errors while the mean of $\Delta_i / p_i$ (unbiased for
+   the difference of the risks on the stream, too noisy on a few labels for a test of its
+   own) is positive, and once it is surely better in the same sense than every challenger
+   before it in ``challengers`` (so a fresh model must beat the mirror, which keeps what
+   the champion knew). Challengers that have not won after ``patience`` labels are
+   dropped. The pattern of River's adaptive random forest (background learners started at
+   a change), judged on the model's own labels.
+3. **Explore.** For the first ``explore_start`` labels the query utility of every event is
+   at least ``explore_floor``, and for the ``explore_after`` labels after each change at
+   least ``after_floor`` (1 by default: every event alike, with a budget a uniform sample
+   of the events): the labels spread over the events instead of crowding where the
+   champion (new, or wrong since the change) believes it is unsure (randomised uncertainty
+   sampling, Žliobaitė et al., 2014), and the challengers are judged on the stream, not
+   only where the labels crowd. With a :class:`~service.learning.QueryBudget` the budget
+   still holds, and every decision's ``query_probability`` is the one it was really asked
+   with.
 
 The wrapper has the face of a learner (``decide``, ``decide_many``, ``update``,
 ``query_utility``, ``rho``, ``steps``, ``to_state``, ...), so it goes wherever a learner
@@ -78,7 +81,7 @@ from .base import (
     draw_query,
     features,
 )
-from .challengers import CHALLENGER_KINDS, Challenger, Paired, challenger_for
+from .challengers import CHALLENGER_KINDS, Challenger, Contest, challenger_for
 from .collapse import CollapseWatch
 from .drift import ADWIN, PageHinkley, detector_from_state
 from .errors import HyperparameterError, InputError, StateError
@@ -141,17 +144,18 @@ class Adaptive:
     challengers:
         Kinds started at a change, in order of preference (default ``("mirror", "fresh")``).
     min_labels, z, test, patience:
-        The takeover test (module docstring): at least ``min_labels`` paired labels
-        (default 10), a mean gain above ``z`` standard errors (default 1) on the labels as
-        asked and importance-weighted (``test="both"``; or ``"plain"``, ``"weighted"``),
-        challengers dropped after ``patience`` labels without winning (default 200).
+        The takeover test (module docstring): ``min_labels`` new labels since the
+        challengers started (default 10), a mean gain above ``z`` standard errors (default
+        1) with a positive importance-weighted mean (``test="both"``; ``"plain"``: the
+        first alone, ``"weighted"``: the test on the weighted gains), challengers dropped
+        after ``patience`` labels without winning (default 200).
     memory:
         Labels remembered to start challengers at the change (default 32; 0: at the
         detection).
-    explore_floor, explore_start, explore_after:
-        The least query utility of every event (default 0.5) during the first
-        ``explore_start`` labels (default 10) and the ``explore_after`` labels after a
-        change (default 20).
+    explore_floor, explore_start, after_floor, explore_after:
+        The least query utility of every event during the first ``explore_start`` labels
+        (default 0.5 for 10 labels) and the ``explore_after`` labels after a change
+        (default 1, for 20 labels).
     collapse_window:
         Labels per window of the collapse watch (default 50; 0 turns it off).
     seed:
@@ -167,6 +171,7 @@ class Adaptive:
         "patience",
         "memory",
         "explore_floor",
+        "after_floor",
         "explore_start",
         "explore_after",
         "collapse_window",
@@ -178,14 +183,14 @@ class Adaptive:
         "champion_origin",
         "detector",
         "_changes",
-        "_duels",
         "_explore_left",
+        "_floor",
         "_labels",
         "_last_change",
         "_recall",
         "_risk",
         "_rng",
-        "_running",
+        "_contest",
         "_takeovers",
         "_watch",
     )
@@ -203,6 +208,7 @@ class Adaptive:
         patience: int = 200,
         memory: int = 32,
         explore_floor: float = 0.5,
+        after_floor: float = 1.0,
         explore_start: int = 10,
         explore_after: int = 20,
         collapse_window: int = 50,
@@ -228,16 +234,17 @@ class Adaptive:
         self.patience = check_int("patience", patience, 1)
         self.memory = check_int("memory", memory, 0)
         self.explore_floor = _number("explore_floor", explore_floor, 0.0, 1.0)
+        self.after_floor = _number("after_floor", after_floor, 0.0, 1.0)
         self.explore_start = check_int("explore_start", explore_start, 0)
         self.explore_after = check_int("explore_after", explore_after, 0)
         self.collapse_window = check_int("collapse_window", collapse_window, 0)
         self.seed = check_seed(seed)
         self._watch = CollapseWatch(window=collapse_window) if collapse_window else None
-        self._running: list[Challenger] = []
-        self._duels: dict[tuple[int, int], Paired] = {}
+        self._contest = Contest()
         self._recall = Recall(self.memory)
         self._risk = RiskEstimate()
         self._explore_left = self.explore_start
+        self._floor = self.explore_floor
         self._labels = 0
         self._changes = 0
         self._takeovers = 0
@@ -304,12 +311,12 @@ class Adaptive:
     @property
     def exploring(self) -> bool:
         """Whether utilities are floored now (the start, or just after a change)."""
-        return self._explore_left > 0 and self.explore_floor > 0.0
+        return self._explore_left > 0 and self._floor > 0.0
 
     @property
     def running(self) -> tuple[str, ...]:
         """Kinds of the challengers running now."""
-        return tuple(c.kind for c in self._running)
+        return tuple(c.kind for c in self._contest.running)
 
     # -- deciding ----------------------------------------------------------------------
     def query_utility(self, f: Any) -> Any:
@@ -318,8 +325,8 @@ class Adaptive:
         if not self.exploring:
             return u
         if isinstance(u, np.ndarray):
-            return np.maximum(u, self.explore_floor)
-        return max(float(u), self.explore_floor)
+            return np.maximum(u, self._floor)
+        return max(float(u), self._floor)
 
     def decide(self, x: Any, coin: float | None = None) -> Decision:
         """The champion's label and score; the query probability is the champion's, floored
@@ -328,7 +335,7 @@ class Adaptive:
         if coin is not None:
             coin = check_coin(coin)
         d = self.champion.decide(x, coin=0.0)  # a fixed coin: the champion's generator rests
-        p = max(d.query_probability, self.explore_floor) if self.exploring else d.query_probability
+        p = max(d.query_probability, self._floor) if self.exploring else d.query_probability
         return Decision(d.label, d.score, d.rho, draw_query(p, coin, self._rng), p)
 
     def decide_many(
@@ -340,7 +347,7 @@ class Adaptive:
         labels, scores, probs, _ = self.champion.decide_many(X, coins=np.zeros(max(m, 0)))
         probs = np.asarray(probs, dtype=np.float64)
         if self.exploring:
-            probs = np.maximum(probs, self.explore_floor)
+            probs = np.maximum(probs, self._floor)
         return labels, scores, probs, draw_queries(probs, coins, self._rng)
 
     # -- learning ----------------------------------------------------------------------
@@ -362,13 +369,15 @@ class Adaptive:
         p = _probability(query_probability)
         decided = self.champion.decide(z, coin=0.0)
         loss = float(zero_d_one_loss(yv * decided.score, decided.rho, self.cost))
-        losses = [self._loss(c.learner, z, yv) for c in self._running]
+        losses = [self._loss(c.learner, z, yv) for c in self._contest.running]
         self._recall.snapshot(self._labels, self.champion)
         moved = bool(self.champion.update(z, yv))  # refuses bad input before any change
         weight = importance_weight(p, self._risk.max_weight)
-        self._score(loss, losses, weight)
-        for c in self._running:
+        self._contest.score(loss, losses, weight)
+        for c in self._contest.running:
             c.learner.update(z, yv)
+        if self._contest:
+            self._contest.new_labels += 1
         self._recall.remember(self._labels, z, yv, p, loss)
         self._labels += 1
         self._risk.add(loss, p)
@@ -379,14 +388,6 @@ class Adaptive:
             self._start_change()
         self._maybe_take_over()
         return moved
-
-    def _score(self, loss: float, losses: list[float], weight: float) -> None:
-        """One label in the paired records: each challenger against the champion, and
-        against every challenger preferred to it."""
-        for i, c in enumerate(self._running):
-            c.record.add(loss - losses[i], weight)
-            for j in range(i):
-                self._duels[(j, i)].add(losses[j] - losses[i], weight)
 
     def _changed(self, signal: float, decided: Decision) -> bool:
         change = False
@@ -403,44 +404,33 @@ class Adaptive:
         self._changes += 1
         self._last_change = self._labels
         self._explore_left = self.explore_after
+        self._floor = self.after_floor
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
-        if self._running or not self.challengers:
+        if self._contest or not self.challengers:
             return
         back = int(getattr(self.detector, "recent", 0)) if self.detector is not None else 0
         _, w, rho, since = self._recall.since(self._labels - back)
         champion = self.champion
-        self._running = [
-            Challenger(kind, challenger_for(champion, kind, rho=rho, w=w))
-            for kind in self.challengers
-        ]
-        self._duels = {(j, i): Paired() for i in range(len(self._running)) for j in range(i)}
+        self._contest = Contest(
+            [Challenger(k, challenger_for(champion, k, rho=rho, w=w)) for k in self.challengers]
+        )
         for _, z, y, p, loss in since:  # as if the challengers had started at the change
-            weight = importance_weight(p, self._risk.max_weight)
-            self._score(loss, [self._loss(c.learner, z, y) for c in self._running], weight)
-            for c in self._running:
+            losses = [self._loss(c.learner, z, y) for c in self._contest.running]
+            self._contest.score(loss, losses, importance_weight(p, self._risk.max_weight))
+            for c in self._contest.running:
                 c.learner.update(z, y)
 
-    def _winner(self) -> Challenger | None:
-        """The first challenger, in the order of preference, surely better than the
-        champion and than every challenger preferred to it."""
-        n, z, test = self.min_labels, self.z, self.test
-        for i, c in enumerate(self._running):
-            if c.record.winning(n, z, test) and all(
-                self._duels[(j, i)].winning(n, z, test) for j in range(i)
-            ):
-                return c
-        return None
-
     def _maybe_take_over(self) -> None:
-        if not self._running:
+        contest = self._contest
+        if not contest:
             return
-        best = self._winner()
+        best = contest.winner(self.z, self.test) if contest.new_labels >= self.min_labels else None
         if best is None:
-            if self._running[0].record.n >= self.patience:
-                self._running, self._duels = [], {}
+            if contest.running[0].record.n >= self.patience:
+                self._contest = Contest()
             return
         self.champion, self.champion_origin = best.learner, best.kind
-        self._running, self._duels = [], {}
+        self._contest = Contest()
         self._takeovers += 1
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
         self._recall.clear()
@@ -465,8 +455,7 @@ class Adaptive:
             "params": self.get_params(),
             "champion": self.champion.to_state(),
             "champion_origin": self.champion_origin,
-            "challengers": [c.to_state() for c in self._running],
-            "duels": [{"pair": list(k), **d.to_state()} for k, d in self._duels.items()],
+            "contest": self._contest.to_state(),
             "detector": None if self.detector is None else self.detector.to_state(),
             "collapse_watch": None if self._watch is None else self._watch.to_state(),
             "recall": self._recall.to_state(),
@@ -476,6 +465,7 @@ class Adaptive:
                 "takeovers": self._takeovers,
                 "last_change": self._last_change,
                 "explore_left": self._explore_left,
+                "floor": self._floor,
                 "risk": self._risk.to_state(),
                 "rng": st.rng_state(self._rng),
             },
@@ -516,18 +506,7 @@ def _restore(model: Adaptive, record: Any) -> None:
     if origin not in ("initial", *CHALLENGER_KINDS):
         raise StateError(f"adaptive state field 'champion_origin' is invalid: {origin!r}")
     model.champion_origin = str(origin)
-    running, duels = record.get("challengers"), record.get("duels")
-    if not isinstance(running, list) or not isinstance(duels, list):
-        raise StateError("adaptive state fields 'challengers' and 'duels' must be lists")
-    model._running = [Challenger.from_state(c) for c in running]
-    pairs = {(j, i) for i in range(len(model._running)) for j in range(i)}
-    for d in duels:
-        pair = d.get("pair") if isinstance(d, dict) else None
-        if not (isinstance(pair, list) and len(pair) == 2 and tuple(pair) in pairs):
-            raise StateError(f"adaptive state holds a duel of no running pair: {pair!r}")
-        model._duels[(pair[0], pair[1])] = Paired.from_state(d)
-    if set(model._duels) != pairs:
-        raise StateError("adaptive state: every pair of challengers needs its duel")
+    model._contest = Contest.from_state(record.get("contest"))
     watch = record.get("collapse_watch")
     if (watch is None) != (model._watch is None):
         raise StateError("adaptive state: the collapse watch does not fit collapse_window")
@@ -541,5 +520,6 @@ def _restore(model: Adaptive, record: Any) -> None:
     last = learned.get("last_change")
     model._last_change = None if last is None else st.read_int(learned, "last_change")
     model._explore_left = st.read_int(learned, "explore_left")
+    model._floor = st.read_float(learned, "floor", minimum=0.0)
     model._risk = RiskEstimate.from_state(learned.get("risk"))
     model._rng = st.rng_from_state(learned.get("rng"))

@@ -31,7 +31,7 @@ from . import state as st
 from .errors import HyperparameterError, StateError
 from .registry import learner_from_state
 
-__all__ = ["CHALLENGER_KINDS", "Challenger", "Paired", "challenger_for"]
+__all__ = ["CHALLENGER_KINDS", "Challenger", "Contest", "Paired", "challenger_for"]
 
 CHALLENGER_KINDS: Final = ("mirror", "fresh")
 
@@ -100,16 +100,18 @@ class Paired:
 
     def winning(self, min_labels: int, z: float, test: str = "both") -> bool:
         """At least ``min_labels`` labels and a mean gain above ``z`` standard errors: on
-        the labels as asked (``"plain"``), weighted (``"weighted"``), or ``"both"``."""
+        the labels as asked (``"plain"``), importance-weighted (``"weighted"``), or on the
+        labels as asked with a positive importance-weighted mean (``"both"``: the weighted
+        gains are too noisy for a test on a few labels, but they keep a challenger that
+        only wins where the labels crowd from winning)."""
         if self.n < min_labels:
             return False
+        if test == "weighted":
+            return _above(self.wtotal, self.wsquares, self.n, z)
         plain = _above(self.total, self.squares, self.n, z)
-        weighted = _above(self.wtotal, self.wsquares, self.n, z)
         if test == "plain":
             return plain
-        if test == "weighted":
-            return weighted
-        return plain and weighted
+        return plain and self.wtotal > 0.0
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -157,3 +159,61 @@ def _above(total: float, squares: float, n: int, z: float) -> bool:
     mean = total / n
     spread = math.sqrt(max(squares / n - mean * mean, 0.0) / n)
     return mean > 0.0 and mean > z * spread
+
+
+class Contest:
+    """The challengers running against a champion: their paired records against it, one
+    duel per pair of challengers (the gain of the later one over the earlier one), and the
+    new labels since they started. Empty when no challenger runs."""
+
+    __slots__ = ("duels", "new_labels", "running")
+
+    def __init__(self, running: list[Challenger] | None = None) -> None:
+        self.running: list[Challenger] = running or []
+        self.duels = {(j, i): Paired() for i in range(len(self.running)) for j in range(i)}
+        self.new_labels = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.running)
+
+    def score(self, champion_loss: float, losses: list[float], weight: float) -> None:
+        """One label: each challenger against the champion and against those before it."""
+        for i, c in enumerate(self.running):
+            c.record.add(champion_loss - losses[i], weight)
+            for j in range(i):
+                self.duels[(j, i)].add(losses[j] - losses[i], weight)
+
+    def winner(self, z: float, test: str) -> Challenger | None:
+        """The first challenger, in order, surely better than the champion and than every
+        challenger before it (see :meth:`Paired.winning`)."""
+        for i, c in enumerate(self.running):
+            if c.record.winning(2, z, test) and all(
+                self.duels[(j, i)].winning(2, z, test) for j in range(i)
+            ):
+                return c
+        return None
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "challengers": [c.to_state() for c in self.running],
+            "duels": [{"pair": list(k), **d.to_state()} for k, d in self.duels.items()],
+            "new_labels": self.new_labels,
+        }
+
+    @classmethod
+    def from_state(cls, record: Any) -> Contest:
+        if not isinstance(record, Mapping):
+            raise StateError("adaptive state field 'contest' must be an object")
+        running, duels = record.get("challengers"), record.get("duels")
+        if not isinstance(running, list) or not isinstance(duels, list):
+            raise StateError("a contest needs lists of 'challengers' and 'duels'")
+        out = cls([Challenger.from_state(c) for c in running])
+        for d in duels:
+            pair = d.get("pair") if isinstance(d, Mapping) else None
+            if not (isinstance(pair, list) and len(pair) == 2 and tuple(pair) in out.duels):
+                raise StateError(f"a contest holds a duel of no running pair: {pair!r}")
+            out.duels[(pair[0], pair[1])] = Paired.from_state(d)
+        if len(duels) != len(out.duels):
+            raise StateError("a contest needs one duel per pair of challengers")
+        out.new_labels = st.read_int(record, "new_labels")
+        return out

@@ -273,12 +273,11 @@ class ADWIN:
             self._totals.pop()
             self._variances.pop()
 
-    def _cut(self, n0: float, n1: float, gap: float) -> bool:
-        w = float(self._width)
-        dprime = math.log(2.0 * math.log(w) / self.delta)
+    def _cut(self, n0: float, n1: float, gap: float, dprime: float, var: float) -> bool:
+        """Whether the means of the two parts differ by more than the bound."""
         lw = float(self.min_window_length)
         m = 1.0 / (n0 - lw + 1.0) + 1.0 / (n1 - lw + 1.0)
-        eps = math.sqrt(2.0 * m * (self._variance / w) * dprime) + 2.0 / 3.0 * dprime * m
+        eps = math.sqrt(2.0 * m * var * dprime) + 2.0 / 3.0 * dprime * m
         return abs(gap) > eps
 
     def _look(self) -> bool:
@@ -291,7 +290,9 @@ class ADWIN:
         again = True
         while again:
             again = False
-            n0, n1 = 0.0, float(self._width)
+            w = float(self._width)  # the window's size and variance hold for the whole scan
+            dprime, var = math.log(2.0 * math.log(w) / self.delta), self._variance / w
+            n0, n1 = 0.0, w
             u0, u1 = 0.0, self._total
             for level in range(len(self._totals) - 1, -1, -1):
                 size = float(1 << level)
@@ -304,8 +305,10 @@ class ADWIN:
                     u1 -= total
                     if level == 0 and k == last:
                         break
+                    if n1 < lw or n0 < lw:
+                        continue
                     gap = u0 / n0 - u1 / n1
-                    if n1 >= lw and n0 >= lw and self._cut(n0, n1, gap):
+                    if self._cut(n0, n1, gap, dprime, var):
                         if not found:  # where and which way, before any value is dropped
                             self._rising = gap < 0.0
                             split = self._best_split()

@@ -193,7 +193,7 @@ def test_challengers_are_part_of_the_state_while_they_run() -> None:
     model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)
     until_challenged(model, X, y)
     state = model.to_state()
-    assert [c["kind"] for c in state["challengers"]] == ["mirror", "fresh"]
+    assert [c["kind"] for c in state["contest"]["challengers"]] == ["mirror", "fresh"]
     assert Adaptive.from_state(state).running == ("mirror", "fresh")
 
 
@@ -306,11 +306,11 @@ def test_state_records_are_checked() -> None:
         {**good, "params": {**good["params"], "colour": "red"}},
         {**good, "params": {**good["params"], "z": -3}},
         {**good, "champion_origin": "elsewhere"},
-        {**good, "challengers": [{"kind": "copy"}]},
-        {**good, "challengers": "fresh"},
+        {**good, "contest": {**good["contest"], "challengers": [{"kind": "copy"}]}},
+        {**good, "contest": {**good["contest"], "challengers": "fresh"}},
         {**good, "collapse_watch": None},
         {**good, "recall": {**good["recall"], "labels": good["recall"]["labels"] * 9}},
-        {**good, "duels": []},
+        {**good, "contest": {**good["contest"], "duels": []}},
         {**good, "learned": {**good["learned"], "labels": -1}},
     ]
     for record in bad:
@@ -332,25 +332,32 @@ def test_the_wrapper_and_the_detectors_import_numpy_and_the_standard_library_onl
 
 
 def _takeover_label(model: Adaptive, X: np.ndarray, y: np.ndarray) -> tuple[int, int]:
-    """(labels at the detected change, labels at the takeover)."""
-    change = None
+    """(labels fed at the detected change, labels fed at the takeover)."""
+    change = 0
     for i, (x, label) in enumerate(zip(X, y, strict=True)):
         model.update(x, int(label))
-        if change is None and model.changes_detected:
+        if not change and model.changes_detected:
             change = i + 1
         if model.takeovers:
-            assert change is not None
             return change, i + 1
     raise AssertionError("no takeover")
 
 
 def test_remembered_labels_start_the_challengers_at_the_change() -> None:
     X, y = flipped_stream()
-    change, took = _takeover_label(Adaptive(DSAL(n_features=N, cost=0.25)), X, y)
-    assert took - change < 10  # judged at once on the labels since the change
-    change0, took0 = _takeover_label(Adaptive(DSAL(n_features=N, cost=0.25), memory=0), X, y)
-    assert change0 == change
-    assert took0 >= change0 + 10  # without memory: min_labels new labels first
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    fed = until_challenged(model, X, y)
+    state = model.to_state()
+    replayed = state["contest"]["challengers"][0]["n"]
+    assert 0 < replayed <= 32 + 8  # tested on the labels since the change, before any new one
+    first_snapshot = state["recall"]["snapshots"][0]["n"]
+    assert first_snapshot % 8 == 0
+    change, took = fed, _takeover_label(model, X[fed:], y[fed:])[1] + fed
+    assert took - change == 10  # then min_labels new labels, and the mirror takes over
+    assert model.champion_origin == "mirror"
+    blank = Adaptive(DSAL(n_features=N, cost=0.25), memory=0)
+    until_challenged(blank, X, y)
+    assert blank.to_state()["contest"]["challengers"][0]["n"] == 0
 
 
 def test_a_fresh_challenger_must_also_beat_the_mirror() -> None:
