@@ -146,9 +146,11 @@ class Adaptive:
     min_labels, z, test, patience:
         The takeover test (module docstring): ``min_labels`` new labels since the
         challengers started (default 10), a mean gain above ``z`` standard errors (default
-        1) with a positive importance-weighted mean (``test="both"``; ``"plain"``: the
-        first alone, ``"weighted"``: the test on the weighted gains), challengers dropped
-        after ``patience`` labels without winning (default 200).
+        2: the test is repeated at every label, and at 1 a challenger that is merely as
+        good as the champion wins by chance) with a positive importance-weighted mean
+        (``test="both"``; ``"plain"``: the first alone, ``"weighted"``: the test on the
+        weighted gains), challengers dropped after ``patience`` labels without winning
+        (default 200).
     memory:
         Labels remembered to start challengers at the change (default 32; 0: at the
         detection).
@@ -203,7 +205,7 @@ class Adaptive:
         signal: str = "error",
         challengers: Sequence[str] = CHALLENGER_KINDS,
         min_labels: int = 10,
-        z: float = 1.0,
+        z: float = 2.0,
         test: str = "both",
         patience: int = 200,
         memory: int = 32,
@@ -409,12 +411,15 @@ class Adaptive:
         if self._contest or not self.challengers:
             return
         back = int(getattr(self.detector, "recent", 0)) if self.detector is not None else 0
-        _, w, rho, since = self._recall.since(self._labels - back)
+        change = self._labels - back
+        _, w, rho, since = self._recall.since(change)
         champion = self.champion
         self._contest = Contest(
             [Challenger(k, challenger_for(champion, k, rho=rho, w=w)) for k in self.challengers]
         )
-        for _, z, y, p, loss in since:  # as if the challengers had started at the change
+        for n, z, y, p, loss in since:  # as if the challengers had started at the change
+            if n < change:  # between the snapshot and the change: the old concept still
+                continue
             losses = [self._loss(c.learner, z, y) for c in self._contest.running]
             self._contest.score(loss, losses, importance_weight(p, self._risk.max_weight))
             for c in self._contest.running:
