@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from . import state as st
-from .base import check_int
-from .detector_base import flag, open_record, real, record, value
-from .errors import HyperparameterError, StateError
+from .. import state as st
+from ..base import check_int
+from ..errors import HyperparameterError, StateError
+from .detector import flag, open_record, real, record, value
 
 __all__ = ["PageHinkley"]
 

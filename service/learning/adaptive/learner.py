@@ -10,11 +10,11 @@ and watches what the champion does on its labels:
    turned to rejecting); ``signal="loss"`` reads the 0-d-1 loss instead. A change counts
    when the detector fires and the recent values are the *higher* ones (a model that
    improves is not a change). A champion that collapses (rejects at least 95 % of a window
-   of labels while $\rho$ grows, :class:`~service.learning.collapse.CollapseWatch`) counts
+   of labels while $\rho$ grows, :class:`~service.learning.risk.collapse.CollapseWatch`) counts
    as a change too.
 2. **Challenge.** At a change, challengers start where the champion was just before it
    (the detector says how many labels ago; the model remembers its last labels and
-   snapshots of the champion, :mod:`service.learning.recall`): ``"mirror"``, the champion
+   snapshots of the champion, :mod:`service.learning.adaptive.recall`): ``"mirror"``, the champion
    with its score negated (after a change that makes the champion wrong more often than
    right, its mirror is right more often than wrong), and ``"fresh"``, the champion's
    configuration from scratch ($w = 0$, step clock 0). They are tested on, then learn
@@ -70,8 +70,8 @@ from typing import Any, ClassVar, Final
 import numpy as np
 import numpy.typing as npt
 
-from . import state as st
-from .base import (
+from .. import state as st
+from ..base import (
     Decision,
     check_coin,
     check_int,
@@ -81,14 +81,14 @@ from .base import (
     draw_query,
     features,
 )
+from ..drift import ADWIN, PageHinkley, detector_from_state
+from ..errors import HyperparameterError, InputError, StateError
+from ..losses import FloatArray, zero_d_one_loss
+from ..registry import learner_from_state
+from ..risk.collapse import CollapseWatch
+from ..risk.estimate import RiskEstimate, importance_weight
 from .challengers import CHALLENGER_KINDS, Challenger, Contest, challenger_for
-from .collapse import CollapseWatch
-from .drift import ADWIN, PageHinkley, detector_from_state
-from .errors import HyperparameterError, InputError, StateError
-from .losses import FloatArray, zero_d_one_loss
 from .recall import Recall
-from .registry import learner_from_state
-from .risk import RiskEstimate, importance_weight
 
 __all__ = ["ADAPTIVE_FORMAT", "CHALLENGER_KINDS", "SIGNALS", "TESTS", "Adaptive"]
 

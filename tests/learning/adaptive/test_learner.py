@@ -22,7 +22,7 @@ from service.learning import (
     make_learner,
 )
 from service.learning.adaptive import ADAPTIVE_FORMAT, Adaptive
-from service.learning.challengers import challenger_for
+from service.learning.adaptive.challengers import challenger_for
 from service.learning.drift import ADWIN, PageHinkley
 
 N = 3  # two features and an intercept

@@ -30,9 +30,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import state as st
-from .errors import StateError
-from .losses import FloatArray
+from .. import state as st
+from ..errors import StateError
+from ..losses import FloatArray
 
 __all__ = ["SNAPSHOT_EVERY", "Recall", "Remembered", "Snapshot"]
 

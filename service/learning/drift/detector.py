@@ -9,8 +9,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from . import state as st
-from .errors import HyperparameterError, InputError, StateError
+from .. import state as st
+from ..errors import HyperparameterError, InputError, StateError
 
 __all__ = ["DRIFT_FORMAT", "flag", "float_rows", "open_record", "real", "record", "value"]
 

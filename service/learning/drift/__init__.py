@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import state as st
+from .. import state as st
+from ..errors import StateError
 from .adwin import ADWIN
-from .detector_base import DRIFT_FORMAT
-from .errors import StateError
+from .detector import DRIFT_FORMAT
 from .pagehinkley import PageHinkley
 
 __all__ = ["ADWIN", "DRIFT_FORMAT", "PageHinkley", "detector_from_state"]

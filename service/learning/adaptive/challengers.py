@@ -27,9 +27,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from . import state as st
-from .errors import HyperparameterError, StateError
-from .registry import learner_from_state
+from .. import state as st
+from ..errors import HyperparameterError, StateError
+from ..registry import learner_from_state
 
 __all__ = ["CHALLENGER_KINDS", "Challenger", "Contest", "Paired", "challenger_for"]
 
