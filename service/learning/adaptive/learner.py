@@ -357,27 +357,41 @@ class Adaptive:
         f = float(learner.decide(x, coin=0.0).score)
         return float(zero_d_one_loss(y * f, float(learner.rho), self.cost))
 
-    def update(self, x: Any, y: Any, *, query_probability: float = 1.0) -> bool:
+    def update(
+        self,
+        x: Any,
+        y: Any,
+        *,
+        query_probability: float = 1.0,
+        max_weight: float | None = None,
+        weight: float = 1.0,
+    ) -> bool:
         """Learn the label ``y`` of ``x``, asked with probability ``query_probability``.
 
         The champion (and any challenger) is first tested on it, then learns from it; the
         detector reads the champion's error; a change starts the challengers, and one
         that passes the test becomes the champion. Returns whether the champion's
-        parameters moved. Bad input raises an
+        parameters moved. ``max_weight`` caps the label's importance weight $1/p$ (the
+        stream's cap for the model; default: the cap the model has, 100 at first);
+        ``weight`` (a linear learner's importance weight, for a shadow that learns from
+        its champion's labels) is passed to the learners' steps. Bad input raises an
         :class:`~service.learning.errors.InputError` and changes nothing.
         """
         z = features(x, self.n_features)
         yv = check_label(y)
         p = _probability(query_probability)
+        if max_weight is not None and max_weight != self._risk.max_weight:
+            self._risk = _recapped(self._risk, max_weight)
+        step: dict[str, float] = {} if weight == 1.0 else {"weight": float(weight)}
         decided = self.champion.decide(z, coin=0.0)
         loss = float(zero_d_one_loss(yv * decided.score, decided.rho, self.cost))
         losses = [self._loss(c.learner, z, yv) for c in self._contest.running]
         self._recall.snapshot(self._labels, self.champion)
-        moved = bool(self.champion.update(z, yv))  # refuses bad input before any change
+        moved = bool(self.champion.update(z, yv, **step))  # refuses bad input before a change
         weight = importance_weight(p, self._risk.max_weight)
         self._contest.score(loss, losses, weight)
         for c in self._contest.running:
-            c.learner.update(z, yv)
+            c.learner.update(z, yv, **step)
         if self._contest:
             self._contest.new_labels += 1
         self._recall.remember(self._labels, z, yv, p, loss)
@@ -503,6 +517,14 @@ class Adaptive:
             f"Adaptive({self.champion!r}, origin={self.champion_origin!r}, "
             f"changes={self._changes}, takeovers={self._takeovers}, running={self.running})"
         )
+
+
+def _recapped(risk: RiskEstimate, max_weight: float) -> RiskEstimate:
+    """``risk`` with its sums kept and its cap of importance weights changed."""
+    record = risk.to_state()
+    return RiskEstimate.from_state(
+        {**record, "params": {**record["params"], "max_weight": max_weight}}
+    )
 
 
 def _restore(model: Adaptive, record: Any) -> None:

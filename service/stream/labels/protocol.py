@@ -20,12 +20,13 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import (
+    Adaptive,
     LearningError,
     LinearLearner,
     Pipeline,
     RiskEstimate,
     learn_from_champion,
-    learner_from_state,
+    learner_for,
 )
 from service.learning.risk.shadow import Weighting
 from service.records import (
@@ -142,12 +143,15 @@ def apply_label(
     if refusal is not None:
         return refusal
     assert pending is not None  # noqa: S101 - _check_join refuses a missing request
-    y = label.label
+    y, asked = label.label, pending.request.query_probability
 
     def step(learner: Any, z: np.ndarray) -> None:
-        learner.update(z, y)
+        if isinstance(learner, Adaptive):  # its detector and challengers weigh by 1/p
+            learner.update(z, y, query_probability=asked, max_weight=max_weight)
+        else:
+            learner.update(z, y)
 
-    learned = _learn(model, pending, step)
+    learned = _learn(config, model, pending, step)
     if isinstance(learned, LabelOutcome):
         return learned
     request = pending.request
@@ -194,11 +198,12 @@ def apply_shadow_label(
     request, y, name = pending.request, label.label, model.model
 
     def step(learner: Any, z: np.ndarray) -> None:
-        weighting: Weighting = "importance" if isinstance(learner, LinearLearner) else "none"
+        inner = learner.champion if isinstance(learner, Adaptive) else learner
+        weighting: Weighting = "importance" if isinstance(inner, LinearLearner) else "none"
         learn_from_champion(learner, z, y, request.query_probability, max_weight=max_weight,
                             weighting=weighting)  # fmt: skip
 
-    learned = _learn(model, pending, step)
+    learned = _learn(config, model, pending, step)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(request.query_probability, 1.0 / max_weight)
@@ -221,13 +226,18 @@ def apply_shadow_label(
 
 
 def _learn(
-    model: ModelEnvelope, pending: PendingEntry, step: Callable[[Any, np.ndarray], None]
+    config: ModelConfig,
+    model: ModelEnvelope,
+    pending: PendingEntry,
+    step: Callable[[Any, np.ndarray], None],
 ) -> tuple[dict[str, Any], dict[str, Any]] | LabelOutcome:
     """(pipeline state, learner state) after the standardiser learns the request's features
-    and ``step(learner, transformed x)`` updates the learner; a refusal when not finite."""
+    and ``step(learner, transformed x)`` updates the learner (the learner the configuration
+    serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
+    scorer's); a refusal when not finite."""
     x = np.asarray(pending.request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
-    learner = learner_from_state(dict(model.learner))
+    learner = learner_for(dict(model.learner), config.adaptive.parts())
     try:
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
             pipeline.learn(x)
