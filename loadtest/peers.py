@@ -21,8 +21,11 @@ stream worker does; River's pipelines do the same):
 * ``abstain``: today's defaults through the replay's own code
   (:func:`service.replay.sequential.variant_learner`): DSAL held to a
   :class:`~service.learning.QueryBudget` at 5/10/20 %, DSOL with every label;
-* ``abstain adaptive``: the same learner inside :class:`service.learning.adaptive.Adaptive`
-  (change detection, challengers, exploration), defaults;
+* ``abstain adaptive``: the learner a stream worker serves by default, inside
+  :class:`service.learning.adaptive.Adaptive` (change detection, challengers, exploration),
+  built by the worker's own function (:func:`service.learning.serving_learner`, through
+  ``variant_learner`` with ``ReplayOptions.adaptive``); ``--adaptive KEY=VALUE`` runs the
+  wrapper with other settings;
 * River's ``LogisticRegression`` with every label, at River's default step (SGD 0.01) and
   at 0.1 (the step that recovers fastest from the label flip, within a few % of the best on
   the stationary sets), and at 0.1 reset by ``drift.ADWIN``
@@ -57,7 +60,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
-from service.learning import Budgeted, default_pipeline  # noqa: E402
+from service.learning import Budgeted, Parts, default_pipeline  # noqa: E402
 from service.learning.adaptive import Adaptive  # noqa: E402
 from service.learning.drift import ADWIN  # noqa: E402
 from service.replay.options import ReplayOptions  # noqa: E402
@@ -157,9 +160,11 @@ def _adaptive_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 def _abstain_model(stream: Stream, budget: float | None, adaptive: dict[str, Any] | None) -> Any:
     variant = Variant("dsal", budget, "budget") if budget else Variant("dsol")
-    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(COST,), seed=0)
+    served = Parts() if adaptive == {} else None  # the defaults: the worker's own builder
+    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(COST,), seed=0,
+                            adaptive=served)  # fmt: skip
     model = variant_learner(variant, COST, stream.X.shape[1] + 1, options)
-    if adaptive is None:
+    if adaptive is None or served is not None:
         return model
     if isinstance(model, Budgeted):
         return Budgeted(Adaptive(model.learner, **_adaptive_kwargs(adaptive)), model.budget)

@@ -36,8 +36,9 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import Budgeted, Pipeline, zero_d_one_loss
+from service.learning import Adaptive, Budgeted, Pipeline, zero_d_one_loss
 from service.replay.errors import ReplayConfigError
+from service.replay.sequential import learn_function
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -129,6 +130,7 @@ def run_stream(
     prob = np.empty(n)
     learner = _learner_of(model)
     with_p = _takes_probability(learner)
+    adaptive, learn = isinstance(learner, Adaptive), learn_function(model)
     ys = y.tolist()
     cs = np.asarray(coins, dtype=np.float64).tolist()
     changes: list[int] = []
@@ -146,7 +148,9 @@ def run_stream(
             if pipeline is not None:
                 pipeline.learn(X[t])
                 x = pipeline.transform(X[t])
-            if with_p:
+            if adaptive:  # as the replay and the worker's label path give it a label
+                learn(x, yt, dec.query_probability)
+            elif with_p:
                 learner.update(x, yt, query_probability=dec.query_probability)
             else:
                 learner.update(x, yt)
