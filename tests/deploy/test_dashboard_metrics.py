@@ -294,6 +294,7 @@ def test_alert_rules_cover_the_operational_failure_modes() -> None:
         "abstain_iw_loss_total",
         "abstain_updates_refused_total",
         "abstain_model_collapsed",
+        "abstain_drift_detected_total",
         "abstain_label_requests_dropped_total",
         "abstain_label_budget_spent_ratio",
         "abstain_desk_ready",

@@ -82,6 +82,8 @@ class LabelOutcome:
     iw_loss: float = 0.0
     turnaround: float = 0.0
     clipped: bool = False  # the weight 1/p was capped at max_weight
+    changes: int = 0  # changes the model's detector found on this label (adaptive learning)
+    takeovers: int = 0  # challengers that took over on this label
 
 
 def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
@@ -173,6 +175,8 @@ def apply_label(
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > request.query_probability,
+        changes=learned[2][0],
+        takeovers=learned[2][1],
     )
 
 
@@ -222,7 +226,8 @@ def apply_shadow_label(
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
                           "update gave a non-finite model state")  # fmt: skip
     return LabelOutcome(Outcome.APPLIED, model=new_model, encoded=encoded, iw_loss=loss,
-                        clipped=p > request.query_probability)  # fmt: skip
+                        clipped=p > request.query_probability, changes=learned[2][0],
+                        takeovers=learned[2][1])  # fmt: skip
 
 
 def _learn(
@@ -230,14 +235,15 @@ def _learn(
     model: ModelEnvelope,
     pending: PendingEntry,
     step: Callable[[Any, np.ndarray], None],
-) -> tuple[dict[str, Any], dict[str, Any]] | LabelOutcome:
+) -> tuple[dict[str, Any], dict[str, Any], tuple[int, int]] | LabelOutcome:
     """(pipeline state, learner state) after the standardiser learns the request's features
     and ``step(learner, transformed x)`` updates the learner (the learner the configuration
     serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
-    scorer's); a refusal when not finite."""
+    scorer's), and the changes and takeovers the step made; a refusal when not finite."""
     x = np.asarray(pending.request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
     learner = learner_for(dict(model.learner), config.adaptive.parts())
+    before = _adaptation(learner)
     try:
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
             pipeline.learn(x)
@@ -249,11 +255,19 @@ def _learn(
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
                           "update gave non-finite parameters")  # fmt: skip
-    return new_pipeline, new_learner
+    after = _adaptation(learner)
+    return new_pipeline, new_learner, (after[0] - before[0], after[1] - before[1])
+
+
+def _adaptation(learner: Any) -> tuple[int, int]:
+    """(changes detected, takeovers) of an adaptive learner; (0, 0) for any other."""
+    if isinstance(learner, Adaptive):
+        return learner.changes_detected, learner.takeovers
+    return 0, 0
 
 
 def _next(
-    model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any]], *,
+    model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any], tuple[int, int]], *,
     where: tuple[int, int], now: float, loss: float, p: float, estimate: dict[str, Any],
 ) -> ModelEnvelope:  # fmt: skip
     """The next version of ``model``: ``learned`` states, the label at labels ``where``

@@ -22,6 +22,7 @@ import numpy as np
 from service.config import ModelConfig
 from service.learning import (
     DEFAULT_LEVEL,
+    Adaptive,
     Intercept,
     LearningError,
     OnlineStandardizer,
@@ -70,6 +71,14 @@ def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
     )
 
 
+def _since_change(learner: Any) -> tuple[float, int] | None:
+    """(risk, labels) of an adaptive learner since its last change; None for another."""
+    if not isinstance(learner, Adaptive):
+        return None
+    estimate = learner.risk_since_change
+    return float(estimate.risk), int(estimate.labels)
+
+
 @dataclass(frozen=True, slots=True)
 class ServedModel:
     """A model ready to score: configuration, preprocessing and learner at one version.
@@ -107,6 +116,7 @@ class ServedModel:
             "low": r.low,
             "high": r.high,
             "labels": self.envelope.labels_applied,
+            "since_change": _since_change(self.learner),
         }
 
     @classmethod

@@ -106,3 +106,20 @@ def test_the_decisions_query_probability_is_the_explored_one() -> None:
     assert probs[0] >= 0.5  # the floor of the first labels, the probability it asks with
     plain = ServedModel.initial("m", OFF).learner.decide_many(np.array([z]), coins=[0.9])
     assert labels[0] == plain[0][0]  # the same champion decides
+
+
+def test_the_gauges_show_the_risk_since_the_last_change() -> None:
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - this test only
+
+    from service.metrics import Metrics  # noqa: PLC0415
+
+    envelope = labelled(CFG, initial_envelope("m", CFG), flip_stream(40, flip=99), p=0.5)
+    served = ServedModel.from_envelope(CFG, envelope)
+    risk, labels = served.gauges()["since_change"]
+    assert labels == 40
+    assert risk == pytest.approx(served.learner.risk_since_change.risk)
+    registry = CollectorRegistry()
+    Metrics(registry, models=["m"]).set_model("m", **served.gauges())
+    assert registry.get_sample_value("abstain_labels_since_change", {"model": "m"}) == 40
+    assert registry.get_sample_value("abstain_risk_since_change", {"model": "m"}) == risk
+    assert ServedModel.initial("m", OFF).gauges()["since_change"] is None
