@@ -330,6 +330,7 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
         "AbstainDeskDown",
         "AbstainDeskQueueGrowing",
         "AbstainDeskRequestsExpiring",
+        "AbstainDriftDetected",
     ],
 )
 def test_newer_alerts_say_what_to_do_first_in_one_line(alert: str) -> None:
