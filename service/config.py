@@ -53,6 +53,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import AbstainError
+from service.learning.adaptive import Parts
 from service.learning.registry import ALGORITHM_NAMES
 
 __all__ = [
@@ -146,6 +147,37 @@ class LabelBudget(BaseModel):
         return self
 
 
+class AdaptiveConfig(BaseModel):
+    """Adaptive learning of one model (``service.learning.Adaptive``), on by default; each
+    part can be turned off, or the whole wrapper (``enabled = false``: the bare learner).
+
+    >>> AdaptiveConfig().parts()
+    Parts(detector=True, challengers=True, explore=True)
+    >>> AdaptiveConfig(challengers=False).parts().challengers, AdaptiveConfig(enabled=False).parts()
+    (False, None)
+    """
+
+    model_config = _FROZEN
+
+    enabled: bool = Field(default=True, description="serve the learner inside the wrapper")
+    detector: bool = Field(
+        default=True, description="detect changes (ADWIN on the margin errors; a collapse)"
+    )
+    challengers: bool = Field(
+        default=True, description="start challengers at a change; the better one takes over"
+    )
+    explore: bool = Field(
+        default=True,
+        description="ask uniformly more at the first labels and for a while after a change",
+    )
+
+    def parts(self) -> Parts | None:
+        """The wrapper's parts (``None``: no wrapper)."""
+        if not self.enabled:
+            return None
+        return Parts(detector=self.detector, challengers=self.challengers, explore=self.explore)
+
+
 class ModelConfig(BaseModel):
     """One served model: the learner, its reject cost and how features arrive.
 
@@ -178,6 +210,10 @@ class ModelConfig(BaseModel):
         default=None,
         description="run as a shadow of this model: score its events, learn from its labels, "
         "decide nothing that is served",
+    )
+    adaptive: AdaptiveConfig = Field(
+        default_factory=AdaptiveConfig,
+        description="change detection, challengers and exploration (each can be turned off)",
     )
 
     @field_validator("algorithm")

@@ -193,6 +193,33 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.drift_detected = Counter(
+            "abstain_drift_detected_total",
+            "Changes the model's detector found on its labels (rising margin errors, or a "
+            "collapse); each starts challengers and a while of uniform exploration",
+            ["model"],
+            registry=r,
+        )
+        self.takeovers = Counter(
+            "abstain_takeovers_total",
+            "Challengers that replaced the model's learner after a change (better on the "
+            "labels since the change)",
+            ["model"],
+            registry=r,
+        )
+        self.risk_since_change = Gauge(
+            "abstain_risk_since_change",
+            "Importance-weighted 0-d-1 risk of the model's learner on its labels since the "
+            "last change or takeover (NaN: no label since)",
+            ["model"],
+            registry=r,
+        )
+        self.labels_since_change = Gauge(
+            "abstain_labels_since_change",
+            "Labels the model learned since its last change or takeover",
+            ["model"],
+            registry=r,
+        )
         self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
         self.live = Gauge("abstain_live", "0 when a stalled consumer is detected", registry=r)
         self.live.set(1)
@@ -226,6 +253,10 @@ class Metrics:
             self.label_requests_dropped,
             self.weights_clipped,
             self.model_collapsed,
+            self.drift_detected,
+            self.takeovers,
+            self.risk_since_change,
+            self.labels_since_change,
         ):
             metric.labels(model=model)
         for action in Action:
@@ -239,10 +270,15 @@ class Metrics:
     def set_model(
         self, model: str, *, version: int, rho: float, weight_norm: float | None, risk: float,
         low: float = math.nan, high: float = math.nan, labels: int = 0,
+        since_change: tuple[float, int] | None = None,
     ) -> None:  # fmt: skip
         """The gauges of the model version in use (``weight_norm`` None: no explicit w;
-        ``risk`` NaN: no label yet, the gauges keep their last values)."""
+        ``risk`` NaN: no label yet, the gauges keep their last values; ``since_change``:
+        an adaptive model's risk and labels since its last change, None for another)."""
         self.model_labels.labels(model=model).set(labels)
+        if since_change is not None:
+            self.risk_since_change.labels(model=model).set(since_change[0])
+            self.labels_since_change.labels(model=model).set(since_change[1])
         if not math.isnan(low):
             self.risk_low.labels(model=model).set(low)
             self.risk_high.labels(model=model).set(high)

@@ -248,3 +248,35 @@ def test_desk_session_key_is_never_printed() -> None:
     s = load_settings(desk={"session_key": "k" * 40})
     assert "kkkk" not in repr(s)
     assert s.desk.session_key is not None
+
+
+def test_a_model_is_adaptive_by_default_and_each_part_turns_off() -> None:
+    s = load_settings(models={"m": {"n_features": 2}}, default_model="m")
+    parts = s.models["m"].adaptive.parts()
+    assert parts is not None
+    assert (parts.detector, parts.challengers, parts.explore) == (True,) * 3
+    off = load_settings(
+        models={"m": {"n_features": 2, "adaptive": {"challengers": False, "explore": False}}},
+        default_model="m",
+    ).models["m"]
+    assert off.adaptive.parts() == type(parts)(detector=True, challengers=False, explore=False)
+    bare = load_settings(
+        models={"m": {"n_features": 2, "adaptive": {"enabled": False}}}, default_model="m"
+    )
+    assert bare.models["m"].adaptive.parts() is None
+
+
+@pytest.mark.parametrize(
+    ("adaptive", "field"),
+    [
+        ({"detectr": False}, "models.m.adaptive.detectr"),
+        ({"detector": "sometimes"}, "models.m.adaptive.detector"),
+        ({"explore": ""}, "models.m.adaptive.explore"),
+        ({"challengers": 2}, "models.m.adaptive.challengers"),
+        ("on", "models.m.adaptive"),
+    ],
+)
+def test_a_bad_adaptive_section_is_refused_with_its_field(adaptive: object, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(models={"m": {"n_features": 2, "adaptive": adaptive}}, default_model="m")
+    assert field in str(err.value)

@@ -655,6 +655,46 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Adaptive learning",
+        [
+            timeseries(
+                "Changes detected and takeovers",
+                "Changes each model's detector found on its labels "
+                "(abstain_drift_detected_total: the champion's margin errors rose, or it "
+                "collapsed), and challengers that replaced the learner after one "
+                "(abstain_takeovers_total), per hour. A change starts challengers and asks "
+                "uniformly more for a while; AbstainDriftDetected tells of it.",
+                [
+                    (
+                        f"sum by (model) (increase(abstain_drift_detected_total{{{M}}}[1h]))",
+                        "{{model}} changes",
+                    ),
+                    (
+                        f"sum by (model) (increase(abstain_takeovers_total{{{M}}}[1h]))",
+                        "{{model}} takeovers",
+                    ),
+                ],
+                width=8,
+            ),
+            timeseries(
+                "Risk since the last change",
+                "Importance-weighted 0-d-1 risk of each model's learner on its labels since "
+                "its last change or takeover (abstain_risk_since_change): it rises after a "
+                "change and comes back down once the learner (or a challenger that took "
+                "over) has recovered; the model's cost d is what rejecting everything costs.",
+                [(f"max by (model) (abstain_risk_since_change{{{M}}})", "{{model}}")],
+                width=10,
+            ),
+            timeseries(
+                "Labels since the last change",
+                "Labels each model learned since its last change or takeover "
+                "(abstain_labels_since_change).",
+                [(f"max by (model) (abstain_labels_since_change{{{M}}})", "{{model}}")],
+                width=6,
+            ),
+        ],
+    ),
+    (
         "Kafka consumers",
         [
             timeseries(

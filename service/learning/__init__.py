@@ -31,6 +31,9 @@ the replay command and notebooks share one implementation.
   interval, :func:`importance_weight` capped as the stream caps it); a shadow model learns
   from a champion's labels with :func:`learn_from_champion` and is judged by a
   :class:`Scorecard` (:class:`Comparison`: risk, interval, reject rate, labels).
+* Change: :class:`Adaptive` wraps any learner with change detection (:mod:`.drift`),
+  challengers and exploration; :func:`serving_learner` and :func:`learner_for` build the
+  learner a model serves (the wrapper with the :class:`Parts` its configuration turns on).
 * State: versioned JSON-safe records (:mod:`.state`), :func:`learner_from_state`.
 
 Where things live: one folder per family (:mod:`.linear`, :mod:`.kernel`, :mod:`.budget`,
@@ -58,6 +61,7 @@ package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 0
 """
 
+from .adaptive import Adaptive, Parts, is_adaptive_state, learner_for, serving_learner
 from .base import Decision
 from .batch import BatchLearner, BatchStandardizer
 from .budget.budgeted import Budgeted
@@ -146,6 +150,11 @@ from .schedules import (
 )
 
 __all__ = [
+    "Adaptive",
+    "Parts",
+    "is_adaptive_state",
+    "learner_for",
+    "serving_learner",
     "Comparison",
     "DEFAULT_LEVEL",
     "DEFAULT_MAX_WEIGHT",

@@ -88,7 +88,10 @@ def _all_finite(value: Any) -> bool:
     if isinstance(value, dict):
         return all(_all_finite(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return all(_all_finite(v) for v in value)
+        try:  # a list of numbers (weights, snapshots) at C speed
+            return all(map(math.isfinite, value))
+        except (TypeError, OverflowError):  # records or strings inside; an int past float
+            return all(_all_finite(v) for v in value)
     if isinstance(value, np.ndarray):
         return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
     return True

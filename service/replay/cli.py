@@ -50,7 +50,7 @@ from typing import Any
 from tqdm import tqdm
 
 from service.datasets import DatasetError, load_dataset, resolve_dataset_path
-from service.learning import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, LearningError
+from service.learning import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, LearningError, Parts
 from service.replay.errors import ReplayConfigError, ReplayError
 from service.replay.options import (
     KERNEL_NAMES,
@@ -148,20 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--budgets", default=None, help="budget study: comma-separated budgets (kernels)"
     )
-    p.add_argument(
-        "--label-budget",
-        default=None,
-        metavar="B1,B2,...",
-        help="label budgets (fractions of the events in (0, 1]): each active algorithm also "
-        "runs held to each budget, and asking random events at the same rate",
-    )
-    p.add_argument(
-        "--budget-param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="QueryBudget keyword for the budgeted runs: sharpness, horizon, explore, burst",
-    )
+    _label_budget_arguments(p)
+    _adaptive_argument(p)
     _shadow_arguments(p)
     p.add_argument("--grid-points", type=int, default=100, help="points per curve in the CSV")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
@@ -278,7 +266,49 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         grid_points=args.grid_points,
         label_budgets=tuple(_floats(args.label_budget)) if args.label_budget else (),
         budget_params=parse_params(args.budget_param),
+        adaptive=_adaptive_parts(args.adaptive),
     )
+
+
+def _label_budget_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--label-budget",
+        default=None,
+        metavar="B1,B2,...",
+        help="label budgets (fractions of the events in (0, 1]): each active algorithm also "
+        "runs held to each budget, and asking random events at the same rate",
+    )
+    p.add_argument(
+        "--budget-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="QueryBudget keyword for the budgeted runs: sharpness, horizon, explore, burst",
+    )
+
+
+def _adaptive_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--adaptive",
+        nargs="?",
+        const="detector,challengers,explore",
+        default=None,
+        metavar="PARTS",
+        help="run the learners as a stream worker serves a model by default, inside the "
+        "adaptive wrapper (sequential, slower); PARTS: the parts on, comma-separated, of "
+        "detector, challengers, explore (default: all; '' for none)",
+    )
+
+
+def _adaptive_parts(value: str | None) -> Parts | None:
+    """``--adaptive PARTS`` as :class:`~service.learning.Parts` (``None``: no wrapper)."""
+    if value is None:
+        return None
+    names = {n.strip() for n in value.split(",") if n.strip()}
+    known = {"detector", "challengers", "explore"}
+    if not names <= known:
+        raise ReplayConfigError(f"--adaptive takes parts of {sorted(known)}, got {value!r}")
+    return Parts(**{name: name in names for name in sorted(known)})
 
 
 def _dataset_name(path: Path) -> str:

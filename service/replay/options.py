@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.learning import ALGORITHMS as LEARNER_CLASSES
+from service.learning import Parts
 from service.replay.errors import ReplayConfigError
 from service.replay.protocol import (
     ALGORITHMS,
@@ -78,6 +79,7 @@ class ReplayOptions:
     scaler_fit: ScalerFit = "events"
     label_budgets: tuple[float, ...] = ()
     budget_params: Mapping[str, Any] = field(default_factory=dict)
+    adaptive: Parts | None = None  # the learners inside Adaptive with these parts (sequential)
 
     def __post_init__(self) -> None:
         validate_costs(self.costs)
@@ -114,6 +116,13 @@ class ReplayOptions:
             "budget": self.budget,
             "label_budgets": list(self.label_budgets),
             "budget_params": dict(self.budget_params),
+            "adaptive": None
+            if self.adaptive is None
+            else {
+                "detector": self.adaptive.detector,
+                "challengers": self.adaptive.challengers,
+                "explore": self.adaptive.explore,
+            },
         }
 
     def variants(self) -> list[Variant]:

@@ -76,7 +76,7 @@ def _engine_factory(
 
 def _batched(options: ReplayOptions) -> list[Variant]:
     """Variants that run in the batched engine (the rest run sequentially)."""
-    if options.standardize and options.scaler_fit == "labels":
+    if (options.standardize and options.scaler_fit == "labels") or options.adaptive is not None:
         return []
     return [v for v in options.variants() if v.algorithm in ALGORITHMS]
 

@@ -1,10 +1,12 @@
 """Replay one learner at a time: kernel learners, and the stream service's preprocessing.
 
 Every (variant, cost, run) gets its own learner from
-:func:`service.learning.make_learner` (held to its label budget by
-:class:`service.learning.Budgeted` when the variant has one); its decisions, queries and
-updates follow the protocol of :mod:`service.replay.protocol` with the run's trials and
-coins.
+:func:`service.learning.serving_learner`, the function that builds version 0 of a stream
+worker's model (inside :class:`service.learning.Adaptive` with ``options.adaptive``; held
+to its label budget by :class:`service.learning.Budgeted` when the variant has one); its
+decisions, queries and updates follow the protocol of :mod:`service.replay.protocol` with
+the run's trials and coins. An adaptive learner learns each label with the probability it
+was asked with and the stream's cap of its weight, as the worker's label path gives them.
 
 Inputs:
 
@@ -27,13 +29,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import Budgeted, make_learner, zero_d_one_loss
+from service.learning import (
+    DEFAULT_MAX_WEIGHT,
+    Adaptive,
+    Budgeted,
+    QueryBudget,
+    serving_learner,
+    zero_d_one_loss,
+)
 from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions, learner_kwargs
 from service.replay.protocol import Progress, TrialPlan
 from service.replay.results import COUNTS, Series, Variant, time_grid
 
-__all__ = ["replay_sequential", "variant_learner"]
+__all__ = ["champion_weight_cap", "learn_function", "replay_sequential", "variant_learner"]
 
 
 def replay_sequential(
@@ -63,6 +72,7 @@ def replay_sequential(
         ys, coins = labels_all[r].tolist(), plan.coins[r].tolist()
         for v, c in keys:
             learner = variant_learner(v, c, features.n_features, options)
+            learn = learn_function(learner)
             pipe = features.pipeline() if per_label else None
             loss = asked = wrong = rejected = 0.0
             out = counts[(v, c)]
@@ -81,7 +91,7 @@ def replay_sequential(
                     if pipe is not None:
                         pipe.learn(raw[t])
                         x = pipe.transform(raw[t])
-                    learner.update(x, yt)
+                    learn(x, yt, dec.query_probability)
                 g = slots[t + 1]
                 if g >= 0:
                     out["loss"][g, r] = loss
@@ -109,12 +119,41 @@ def replay_sequential(
 
 def variant_learner(variant: Variant, cost: float, n_features: int, options: ReplayOptions) -> Any:
     """A fresh learner of ``variant`` at ``cost``, held to its label budget if it has one."""
-    learner = make_learner(
+    learner = serving_learner(
         variant.algorithm,
         n_features=n_features,
         cost=cost,
         seed=options.seed,
-        **learner_kwargs(variant.algorithm, options),
+        hyperparameters=learner_kwargs(variant.algorithm, options),
+        parts=options.adaptive,
     )
     budget = variant.query_budget(options.budget_params, options.seed)
     return learner if budget is None else Budgeted(learner, budget)
+
+
+def champion_weight_cap(max_weight: float, budget: QueryBudget | None) -> float:
+    """The cap of the weights 1/p of the champion's labels, the stream's rule
+    (``ModelConfig.weight_cap``): ``max_weight``, raised for a budget to what its
+    exploration floor ``p >= explore x rate`` reaches.
+
+    >>> champion_weight_cap(100.0, None), round(champion_weight_cap(100.0, QueryBudget(0.05)))
+    (100.0, 200)
+    """
+    if budget is None or budget.explore == 0.0:
+        return max_weight
+    return max(max_weight, 1.0 / (budget.explore * budget.rate))
+
+
+def learn_function(model: Any) -> Any:
+    """``learn(x, y, p)`` for ``model``: an adaptive learner (alone or held to a budget)
+    takes ``p`` and the weight cap the stream gives its model (``ModelConfig.weight_cap``
+    at the default ``max_importance_weight``); any other learns ``(x, y)``."""
+    inner = model.learner if isinstance(model, Budgeted) else model
+    if not isinstance(inner, Adaptive):
+        return lambda x, y, p: model.update(x, y)
+    cap = champion_weight_cap(DEFAULT_MAX_WEIGHT, getattr(model, "budget", None))
+
+    def learn(x: Any, y: int, p: float) -> bool:
+        return bool(inner.update(x, y, query_probability=p, max_weight=cap))
+
+    return learn

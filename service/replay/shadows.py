@@ -49,7 +49,6 @@ from service.learning import (
     WEIGHTINGS,
     Decision,
     LearningError,
-    QueryBudget,
     Scorecard,
     decision_loss,
     learn_from_champion,
@@ -61,7 +60,7 @@ from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions, accepted_params
 from service.replay.protocol import Progress, plan_trials, validate_costs
 from service.replay.results import Variant
-from service.replay.sequential import variant_learner
+from service.replay.sequential import champion_weight_cap, variant_learner
 from service.replay.shadow_results import ShadowResult, Track, checkpoints
 
 __all__ = [
@@ -191,19 +190,6 @@ def champion_variant(options: ReplayOptions) -> Variant:
     if options.label_budgets:
         return Variant(options.algorithms[0], options.label_budgets[0], "budget")
     return Variant(options.algorithms[0])
-
-
-def champion_weight_cap(max_weight: float, budget: QueryBudget | None) -> float:
-    """The cap of the weights 1/p of the champion's labels, the stream's rule
-    (``ModelConfig.weight_cap``): ``max_weight``, raised for a budget to what its
-    exploration floor ``p >= explore x rate`` reaches.
-
-    >>> champion_weight_cap(100.0, None), round(champion_weight_cap(100.0, QueryBudget(0.05)))
-    (100.0, 200)
-    """
-    if budget is None or budget.explore == 0.0:
-        return max_weight
-    return max(max_weight, 1.0 / (budget.explore * budget.rate))
 
 
 class _Model:

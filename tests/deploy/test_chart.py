@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from service.config import (
     MIN_KEY,
+    AdaptiveConfig,
     Desk,
     KafkaSecurity,
     LabelBudget,
@@ -198,6 +199,10 @@ def test_config_schema_names_only_real_settings(schema: dict[str, Any]) -> None:
     model = config["properties"]["models"]["additionalProperties"]
     assert set(model["properties"]) == model_fields(ModelConfig)
     assert set(model["properties"]["label_budget"]["properties"]) == model_fields(LabelBudget)
+    assert set(model["properties"]["adaptive"]["properties"]) == model_fields(AdaptiveConfig)
+    assert all(
+        p["type"] == "boolean" for p in model["properties"]["adaptive"]["properties"].values()
+    )
     assert set(config["properties"]["topics"]["properties"]) == model_fields(Topics)
     assert set(config["properties"]["partitions"]["properties"]) == model_fields(Partitions)
 

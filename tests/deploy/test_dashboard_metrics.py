@@ -294,6 +294,7 @@ def test_alert_rules_cover_the_operational_failure_modes() -> None:
         "abstain_iw_loss_total",
         "abstain_updates_refused_total",
         "abstain_model_collapsed",
+        "abstain_drift_detected_total",
         "abstain_label_requests_dropped_total",
         "abstain_label_budget_spent_ratio",
         "abstain_desk_ready",
@@ -329,6 +330,7 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
         "AbstainDeskDown",
         "AbstainDeskQueueGrowing",
         "AbstainDeskRequestsExpiring",
+        "AbstainDriftDetected",
     ],
 )
 def test_newer_alerts_say_what_to_do_first_in_one_line(alert: str) -> None:

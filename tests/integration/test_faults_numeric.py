@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from faults.checks import expect_decision, expect_update, model_chain, non_finite_floats
+from faults.checks import (
+    champion_record,
+    expect_decision,
+    expect_update,
+    model_chain,
+    non_finite_floats,
+)
 from faults.data import EventSource, label_request
 from faults.kafkaio import group_lag, produce, read_topic
 from faults.oracle import Observer
@@ -97,7 +103,7 @@ def test_updates_that_would_overflow_are_refused_and_nothing_non_finite_is_writt
         hostile = [
             (f"hostile-{i}", HOSTILE[i % len(HOSTILE)]) for i in range(max(n.bad, len(HOSTILE)))
         ]
-        w = np.asarray(v1["learner"]["learned"]["w"][:3])
+        w = np.asarray(champion_record(v1["learner"])["learned"]["w"][:3])
         hostile.append(("hostile-aligned", (np.sign(w) * 1.7e308).tolist()))
         where = produce(
             dep.bootstrap,

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from faults.checks import champion_record
 from faults.data import EventSource
 from faults.oracle import Observer, answer_fraction
 from faults.report import Summary, emit
@@ -119,7 +120,7 @@ def test_join_and_leave_mid_stream_keep_the_promise(
             emit(summary, tmp_path, capsys)
         assert settled, settled
         for m, report in reports.items():
-            final = report.chain.final["learner"]["learned"]
+            final = champion_record(report.chain.final["learner"])["learned"]
             version, rho, norm = _served(second, m)
             assert version == report.chain.version
             assert rho == pytest.approx(final["rho"], rel=1e-12)

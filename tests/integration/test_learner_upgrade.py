@@ -97,8 +97,8 @@ def test_the_learner_goes_on_from_what_the_faust_agent_and_tables_left(
     learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
     pipe.learn(np.array(FEATURES))
     learner.update(pipe.transform(np.array(FEATURES)), 1)
-    np.testing.assert_allclose(final["learner"]["learned"]["w"], learner.w, rtol=1e-12)
-    assert final["learner"]["learned"]["rho"] == pytest.approx(learner.rho, rel=1e-12)
+    np.testing.assert_allclose(final["learner"]["champion"]["learned"]["w"], learner.w, rtol=1e-12)
+    assert final["learner"]["champion"]["learned"]["rho"] == pytest.approx(learner.rho, rel=1e-12)
     assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 1.0
 
     # nothing the faust group had committed was read again: the garbage at labels@0 was

@@ -137,8 +137,10 @@ def test_labels_update_the_model_exactly_like_an_offline_replay(
     w, rho = _replay(
         MODELS["learn"], [(q["features"], y) for q, (_, y) in zip(requests, labels, strict=True)]
     )
-    np.testing.assert_allclose(final["learner"]["learned"]["w"], w, rtol=1e-12, atol=1e-15)
-    assert final["learner"]["learned"]["rho"] == pytest.approx(rho, rel=1e-12)
+    np.testing.assert_allclose(
+        final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
+    )
+    assert final["learner"]["champion"]["learned"]["rho"] == pytest.approx(rho, rel=1e-12)
     assert final["labels_applied"] == 10
 
     # the same label sent again (a new message) is dead-lettered and changes nothing

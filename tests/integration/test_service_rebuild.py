@@ -72,8 +72,10 @@ def test_kernel_dsal_model_scores_requests_labels_and_learns(
     t = service.topics
     states = _states(kafka_io, t["models"], "ker")
     assert [s["version"] for s in states] == list(range(1, 9))
-    learned = states[-1]["learner"]["learned"]
-    assert states[-1]["learner"]["algorithm"] == "kernel-dsal"
+    assert states[-1]["learner"]["format"] == "abstain.adaptive"  # served adaptive by default
+    champion = states[-1]["learner"]["champion"]
+    learned = champion["learned"]
+    assert champion["algorithm"] == "kernel-dsal"
     assert learned["steps"] == 8
     assert any(c != 0.0 for c in learned["coef"]), "labels moved the kernel expansion"
     assert worker.metric("abstain_labels_applied_total", {"model": "ker"}) == 8.0
@@ -97,10 +99,10 @@ def test_rebuild_from_the_topics_equals_the_workers_model(
     assert out["version"] == worker_state["version"] == versions[model]
     assert out["labels_applied"] == worker_state["labels_applied"]
     assert out["labels_offset"] == worker_state["labels_offset"]
-    assert out["rho"] == worker_state["learner"]["learned"]["rho"]
+    assert out["rho"] == worker_state["learner"]["champion"]["learned"]["rho"]
     if model == "lin":
         assert out["weight_norm"] == pytest.approx(
-            float(np.linalg.norm(worker_state["learner"]["learned"]["w"])), rel=1e-12
+            float(np.linalg.norm(worker_state["learner"]["champion"]["learned"]["w"])), rel=1e-12
         )
         assert out["skipped"] == {"unknown_request": 1}
     assert out["published"] is False

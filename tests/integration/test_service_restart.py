@@ -81,8 +81,10 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     final = [r.json() for r in kafka_io.read(t["models"]) if r.key == b"r"][-1]
     w, rho = _replay([(q["features"], lab["label"]) for q, lab in zip(requests, labels,
                                                                       strict=True)])  # fmt: skip
-    np.testing.assert_allclose(final["learner"]["learned"]["w"], w, rtol=1e-12, atol=1e-15)
-    assert final["learner"]["learned"]["rho"] == pytest.approx(rho, rel=1e-12)
+    np.testing.assert_allclose(
+        final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
+    )
+    assert final["learner"]["champion"]["learned"]["rho"] == pytest.approx(rho, rel=1e-12)
     assert final["version"] == 8
     assert final["labels_applied"] == 8
 

@@ -102,11 +102,22 @@ def learn_from_champion(
 
     ``x`` is the shadow's input (after its own preprocessing); ``max_weight`` the cap of
     the weight (the champion's ``weight_cap``). ``weighting="importance"`` needs a linear
-    learner (DRAL, DSAL, DSOL); kernel shadows learn with ``weighting="none"``.
+    learner (DRAL, DSAL, DSOL); kernel shadows learn with ``weighting="none"``. A learner
+    inside :class:`~service.learning.Adaptive` is given the probability and the cap too
+    (its detector and challengers weigh the label by them) and steps with the weight.
     """
     if weighting not in WEIGHTINGS:
         raise HyperparameterError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
     weight = importance_weight(query_probability, max_weight)
+    inner = getattr(learner, "champion", None)  # a wrapper (Adaptive) weighs labels itself
+    if inner is not None and weighting == "importance" and not isinstance(inner, LinearLearner):
+        raise HyperparameterError(
+            f"{type(inner).__name__} takes no importance weight; use weighting='none'"
+        )
+    if inner is not None:
+        step = weight if weighting == "importance" else 1.0
+        return bool(learner.update(x, y, query_probability=query_probability,
+                                   max_weight=max_weight, weight=step))  # fmt: skip
     if weighting == "none":
         return bool(learner.update(x, y))
     if not isinstance(learner, LinearLearner):

@@ -380,6 +380,12 @@ class LabelJoiner:
         self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
         if outcome.clipped:
             self.metrics.weights_clipped.labels(model=name).inc()
+        if outcome.changes:
+            self.metrics.drift_detected.labels(model=name).inc(outcome.changes)
+            log.info("model %s: a change detected at version %s", name, model.version)
+        if outcome.takeovers:
+            self.metrics.takeovers.labels(model=name).inc(outcome.takeovers)
+            log.info("model %s: a challenger took over at version %s", name, model.version)
         log.debug("model %s -> version %s", name, model.version)
 
     async def _not_applied(self, model: str, message: RawMessage, outcome: LabelOutcome) -> None:

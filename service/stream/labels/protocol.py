@@ -20,12 +20,13 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import (
+    Adaptive,
     LearningError,
     LinearLearner,
     Pipeline,
     RiskEstimate,
     learn_from_champion,
-    learner_from_state,
+    learner_for,
 )
 from service.learning.risk.shadow import Weighting
 from service.records import (
@@ -81,6 +82,8 @@ class LabelOutcome:
     iw_loss: float = 0.0
     turnaround: float = 0.0
     clipped: bool = False  # the weight 1/p was capped at max_weight
+    changes: int = 0  # changes the model's detector found on this label (adaptive learning)
+    takeovers: int = 0  # challengers that took over on this label
 
 
 def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
@@ -142,12 +145,15 @@ def apply_label(
     if refusal is not None:
         return refusal
     assert pending is not None  # noqa: S101 - _check_join refuses a missing request
-    y = label.label
+    y, asked = label.label, pending.request.query_probability
 
     def step(learner: Any, z: np.ndarray) -> None:
-        learner.update(z, y)
+        if isinstance(learner, Adaptive):  # its detector and challengers weigh by 1/p
+            learner.update(z, y, query_probability=asked, max_weight=max_weight)
+        else:
+            learner.update(z, y)
 
-    learned = _learn(model, pending, step)
+    learned = _learn(config, model, pending, step)
     if isinstance(learned, LabelOutcome):
         return learned
     request = pending.request
@@ -169,6 +175,8 @@ def apply_label(
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > request.query_probability,
+        changes=learned[2][0],
+        takeovers=learned[2][1],
     )
 
 
@@ -194,11 +202,12 @@ def apply_shadow_label(
     request, y, name = pending.request, label.label, model.model
 
     def step(learner: Any, z: np.ndarray) -> None:
-        weighting: Weighting = "importance" if isinstance(learner, LinearLearner) else "none"
+        inner = learner.champion if isinstance(learner, Adaptive) else learner
+        weighting: Weighting = "importance" if isinstance(inner, LinearLearner) else "none"
         learn_from_champion(learner, z, y, request.query_probability, max_weight=max_weight,
                             weighting=weighting)  # fmt: skip
 
-    learned = _learn(model, pending, step)
+    learned = _learn(config, model, pending, step)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(request.query_probability, 1.0 / max_weight)
@@ -217,17 +226,24 @@ def apply_shadow_label(
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
                           "update gave a non-finite model state")  # fmt: skip
     return LabelOutcome(Outcome.APPLIED, model=new_model, encoded=encoded, iw_loss=loss,
-                        clipped=p > request.query_probability)  # fmt: skip
+                        clipped=p > request.query_probability, changes=learned[2][0],
+                        takeovers=learned[2][1])  # fmt: skip
 
 
 def _learn(
-    model: ModelEnvelope, pending: PendingEntry, step: Callable[[Any, np.ndarray], None]
-) -> tuple[dict[str, Any], dict[str, Any]] | LabelOutcome:
+    config: ModelConfig,
+    model: ModelEnvelope,
+    pending: PendingEntry,
+    step: Callable[[Any, np.ndarray], None],
+) -> tuple[dict[str, Any], dict[str, Any], tuple[int, int]] | LabelOutcome:
     """(pipeline state, learner state) after the standardiser learns the request's features
-    and ``step(learner, transformed x)`` updates the learner; a refusal when not finite."""
+    and ``step(learner, transformed x)`` updates the learner (the learner the configuration
+    serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
+    scorer's), and the changes and takeovers the step made; a refusal when not finite."""
     x = np.asarray(pending.request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
-    learner = learner_from_state(dict(model.learner))
+    learner = learner_for(dict(model.learner), config.adaptive.parts())
+    before = _adaptation(learner)
     try:
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
             pipeline.learn(x)
@@ -239,11 +255,19 @@ def _learn(
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
                           "update gave non-finite parameters")  # fmt: skip
-    return new_pipeline, new_learner
+    after = _adaptation(learner)
+    return new_pipeline, new_learner, (after[0] - before[0], after[1] - before[1])
+
+
+def _adaptation(learner: Any) -> tuple[int, int]:
+    """(changes detected, takeovers) of an adaptive learner; (0, 0) for any other."""
+    if isinstance(learner, Adaptive):
+        return learner.changes_detected, learner.takeovers
+    return 0, 0
 
 
 def _next(
-    model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any]], *,
+    model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any], tuple[int, int]], *,
     where: tuple[int, int], now: float, loss: float, p: float, estimate: dict[str, Any],
 ) -> ModelEnvelope:  # fmt: skip
     """The next version of ``model``: ``learned`` states, the label at labels ``where``

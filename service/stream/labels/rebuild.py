@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from service.config import Settings
+from service.learning import Parts, learner_for
 from service.records import (
     BadMessage,
     ModelEnvelope,
@@ -114,13 +115,16 @@ def rebuild_model(
 def summary(rebuilt: Rebuilt) -> dict[str, Any]:
     """What ``abstain rebuild`` prints: version, rho, ||w|| and the skipped labels."""
     model = rebuilt.model
-    served_w = model.learner["learned"].get("w")
+    learner = learner_for(dict(model.learner), Parts())  # any record, wrapped or not
+    served_w = learner.w
     return {
         "model": model.model,
         "version": model.version,
         "labels_applied": model.labels_applied,
         "labels_offset": model.labels_offset,
-        "rho": model.learner["learned"]["rho"],
+        "rho": float(learner.rho),
         "weight_norm": None if served_w is None else float(np.linalg.norm(served_w)),
+        "changes_detected": learner.changes_detected,
+        "takeovers": learner.takeovers,
         "skipped": dict(sorted(rebuilt.skipped.items())),
     }

@@ -2,6 +2,10 @@
 
 - Version 0 of every model (:func:`initial_envelope`) is built from the configuration alone,
   so it is the same on every worker.
+- The learner a model serves is :func:`served_learner`: its state record conformed to the
+  configuration's ``adaptive`` parts (by default inside :class:`service.learning.Adaptive`;
+  a record written before the wrapper is wrapped). The label path and ``abstain rebuild``
+  take their learner from the same function.
 
 The envelope format is :class:`service.records.ModelEnvelope`; this module turns one into a
 :class:`ServedModel` (preprocessing + learner objects from :mod:`service.learning`).
@@ -18,18 +22,19 @@ import numpy as np
 from service.config import ModelConfig
 from service.learning import (
     DEFAULT_LEVEL,
+    Adaptive,
     Intercept,
     LearningError,
     OnlineStandardizer,
     Pipeline,
     RiskEstimate,
     RiskInterval,
-    learner_from_state,
-    make_learner,
+    learner_for,
+    serving_learner,
 )
 from service.records import BadMessage, FeatureEvent, ModelEnvelope
 
-__all__ = ["ServedModel", "build_pipeline", "initial_envelope"]
+__all__ = ["ServedModel", "build_pipeline", "initial_envelope", "served_learner"]
 
 
 def build_pipeline(config: ModelConfig) -> Pipeline:
@@ -42,13 +47,21 @@ def build_pipeline(config: ModelConfig) -> Pipeline:
     return Pipeline(steps, n_features=config.n_inputs)
 
 
+def served_learner(config: ModelConfig, state: Any) -> Any:
+    """The learner of a model's state record, as the configuration serves it
+    (:func:`service.learning.learner_for` with its ``adaptive`` parts)."""
+    return learner_for(state, config.adaptive.parts())
+
+
 def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
     """Version 0 of a model, identical on every worker (seeded from the configuration)."""
-    learner = make_learner(
+    learner = serving_learner(
         config.algorithm,
         n_features=config.n_learner_features,
         cost=config.cost,
-        **{"seed": config.seed, **config.hyperparameters},
+        seed=config.seed,
+        hyperparameters=config.hyperparameters,
+        parts=config.adaptive.parts(),
     )
     return ModelEnvelope(
         model=name,
@@ -56,6 +69,14 @@ def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
         pipeline=build_pipeline(config).to_state(),
         learner=learner.to_state(),
     )
+
+
+def _since_change(learner: Any) -> tuple[float, int] | None:
+    """(risk, labels) of an adaptive learner since its last change; None for another."""
+    if not isinstance(learner, Adaptive):
+        return None
+    estimate = learner.risk_since_change
+    return float(estimate.risk), int(estimate.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +116,7 @@ class ServedModel:
             "low": r.low,
             "high": r.high,
             "labels": self.envelope.labels_applied,
+            "since_change": _since_change(self.learner),
         }
 
     @classmethod
@@ -105,7 +127,7 @@ class ServedModel:
         name = envelope.model
         try:
             pipeline = Pipeline.from_state(dict(envelope.pipeline))
-            learner = learner_from_state(dict(envelope.learner))
+            learner = served_learner(config, dict(envelope.learner))
             sums = envelope.estimate
             estimate = None if sums is None else RiskEstimate.from_state(dict(sums))
         except (LearningError, KeyError, TypeError) as exc:

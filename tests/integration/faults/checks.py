@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelConfig
-from service.learning import Pipeline, learner_from_state
+from service.learning import Parts, Pipeline, is_adaptive_state, learner_for
 from service.stream.models.served import initial_envelope
 
 from .kafkaio import Rec, loads
@@ -81,8 +81,19 @@ def check_decisions(
     )
 
 
+def champion_record(learner: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The record of the learner that decides: an adaptive record's champion, or the
+    record itself (a model served without the wrapper)."""
+    return learner["champion"] if is_adaptive_state(learner) else learner
+
+
+def served_learner(learner: Mapping[str, Any]) -> Any:
+    """The learner object of a model's learner record, as a default worker serves it."""
+    return learner_for(dict(learner), Parts() if is_adaptive_state(learner) else None)
+
+
 def _learned(state: Mapping[str, Any]) -> tuple[list[float], float, Any]:
-    learned = state["learner"]["learned"]
+    learned = champion_record(state["learner"])["learned"]
     steps = [s.get("learned") for s in state["pipeline"]["steps"]]
     return list(learned["w"]), float(learned["rho"]), steps
 
@@ -142,7 +153,7 @@ class Explained:
 
 def _step(state: Mapping[str, Any], x: list[float], y: int) -> tuple[Pipeline, Any]:
     pipeline = Pipeline.from_state(state["pipeline"])
-    learner = learner_from_state(state["learner"])
+    learner = served_learner(state["learner"])
     xa = np.asarray(x, dtype=np.float64)
     pipeline.learn(xa)
     learner.update(pipeline.transform(xa), y)
@@ -223,7 +234,7 @@ def replay(
     with the ``final`` state the service wrote."""
     start = initial_envelope(name, config).to_dict()
     pipeline = Pipeline.from_state(start["pipeline"])
-    learner = learner_from_state(start["learner"])
+    learner = learner_for(start["learner"], config.adaptive.parts())
     for x, y in labelled:
         xa = np.asarray(x, dtype=np.float64)
         pipeline.learn(xa)
@@ -284,7 +295,7 @@ def expect_decision(state: Mapping[str, Any], x: list[float], coin: float) -> An
     """Offline: the learner's decision for raw features ``x`` at ``state`` (None when the
     scaled features or the score overflow and the event must be refused)."""
     pipeline = Pipeline.from_state(state["pipeline"])
-    learner = learner_from_state(state["learner"])
+    learner = served_learner(state["learner"])
     with np.errstate(all="ignore"):
         z = pipeline.transform(np.asarray(x, dtype=np.float64))
     if not np.isfinite(z).all():

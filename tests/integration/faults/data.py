@@ -405,9 +405,10 @@ def forged_envelope(g: Genuine, version: int, rng: np.random.Generator) -> dict[
     """A well-formed snapshot of ``g.model`` with weights of the attacker's choosing."""
     base = g.latest
     learner = json.loads(json.dumps(base["learner"]))
-    w = learner["learned"]["w"]
-    learner["learned"]["w"] = (rng.normal(size=len(w)) * 50).tolist()
-    learner["learned"]["rho"] = 0.0  # never abstain
+    inner = learner["champion"] if learner.get("format") == "abstain.adaptive" else learner
+    w = inner["learned"]["w"]
+    inner["learned"]["w"] = (rng.normal(size=len(w)) * 50).tolist()
+    inner["learned"]["rho"] = 0.0  # never abstain
     return {**base, "version": version, "learner": learner}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +21,7 @@ from service.records import (
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
-from service.stream.models.served import initial_envelope
+from service.stream.models.served import ServedModel, initial_envelope
 
 from ..memory import CFG, MemoryKafka, msg, outputs, request, settings
 
@@ -379,3 +380,25 @@ async def test_a_learner_caught_up_on_requests_gives_up_a_label_after_the_wait()
     learner.joiner.caught_up(0, 131.0)
     await learner.joiner.sweep(0)
     assert learner.dead() == [("unknown_request", 5)]
+
+
+async def test_a_label_flip_is_counted_once_as_a_change_and_a_takeover() -> None:
+    learner = Learner.start()
+    rng = np.random.default_rng(5)
+    part = learner.partition("m")
+    for i in range(700):
+        x = rng.normal(size=3)
+        y = (1 if x[0] + 0.5 * x[1] > 0 else -1) * (1 if i < 300 else -1)
+        req = request([float(v) for v in x], f"e{i}", query_probability=0.5)
+        await learner.joiner.handle(msg(req.to_json(), i, REQUESTS, part, b"m"))
+        body = Label(req.request_id, "m", y, "ops", None).to_json()
+        await learner.joiner.handle(msg(body, i, LABELS, part, b"m"))
+    served = ServedModel.from_envelope(CFG, learner.joiner.models.get("m")).learner
+    assert learner.count("abstain_labels_applied_total") == 700
+    assert learner.count("abstain_drift_detected_total") == served.changes_detected
+    assert learner.count("abstain_takeovers_total") == served.takeovers
+    assert served.changes_detected >= 1
+    assert served.takeovers >= 1
+    assert served.last_change is not None
+    assert served.last_change >= 300  # nothing before the flip
+    assert served.risk_since_change.risk < CFG.cost  # recovered: better than rejecting

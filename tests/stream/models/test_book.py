@@ -55,9 +55,10 @@ def edited(raw: bytes, **changes: object) -> bytes:
 def test_hostile_snapshots_are_refused_and_the_served_model_stays() -> None:
     book = ModelBook(settings())
     good = learned(2)
-    w = orjson.loads(good)["learner"]["learned"]["w"]
+    w = orjson.loads(good)["learner"]["champion"]["learned"]["w"]  # inside the wrapper
     assert reason(book, b"m", edited(good, labels_applied=None)) == "schema"  # a field missing
-    assert reason(book, b"m", edited(good, learner__learned__w=w + [1.0])) == "schema"
+    assert reason(book, b"m", edited(good, learner__champion__learned__w=w + [1.0])) == "schema"
+    assert reason(book, b"m", edited(good, learner__detector__format="x")) == "schema"
     wider = initial_envelope("m", CFG.model_copy(update={"n_features": 4})).to_json()
     assert reason(book, b"m", edited(wider, version=7)) == "feature_count"
     assert reason(book, b"m", edited(good, version=2**60)) == "schema"  # beyond any counter

@@ -163,7 +163,7 @@ async def test_a_model_that_rejects_everything_while_rho_grows_raises_the_collap
     rng = np.random.default_rng(2)
     for step in range(12):  # every event rejected (w = 0), rho growing version by version
         served = book.models["m"]
-        learner = served.learner
+        learner = served.learner.champion  # inside the adaptive wrapper
         learner._rho = 1.0 + step  # noqa: SLF001 - a collapsing learner, built by hand
         batch = [msg({"id": f"{step}-{i}", "features": rng.normal(size=3).tolist()}, i)
                  for i in range(100)]  # fmt: skip

@@ -1,0 +1,219 @@
+"""Challengers of an :class:`~service.learning.adaptive.Adaptive` champion.
+
+A challenger is a learner of the champion's class and configuration, started at a change:
+
+* ``"fresh"`` — nothing learned yet ($w = 0$, step clock 0, the configured $\rho$);
+* ``"mirror"`` — the champion with its score negated ($f \to -f$: linear weights, or a
+  kernel learner's coefficients) and a given $\rho$.
+
+Both are built through the learners' state records, so any learner of this package works.
+A :class:`Challenger` also keeps its paired record against the champion: the sum and the
+sum of squares of the (importance-weighted) gains, the champion's loss minus its own, on
+every label since it started.
+
+>>> from service.learning import DSAL
+>>> champion = DSAL(n_features=2, cost=0.25, w=[1.0, -2.0])
+>>> challenger_for(champion, "mirror").w.tolist()
+[-1.0, 2.0]
+>>> challenger_for(champion, "mirror", w=[3.0, 0.0], rho=0.5).w.tolist()
+[-3.0, -0.0]
+>>> challenger_for(champion, "fresh").w.tolist()
+[0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from .. import state as st
+from ..errors import HyperparameterError, StateError
+from ..registry import learner_from_state
+
+__all__ = ["CHALLENGER_KINDS", "Challenger", "Contest", "Paired", "challenger_for"]
+
+CHALLENGER_KINDS: Final = ("mirror", "fresh")
+
+
+def challenger_for(
+    learner: Any, kind: str, *, rho: float | None = None, w: Sequence[float] | None = None
+) -> Any:
+    """A challenger of ``kind`` for ``learner``, built through its state record.
+
+    A mirror negates ``w`` (a linear learner's weights as they were at the change; by
+    default its weights now) or a kernel learner's coefficients, and takes the width
+    ``rho`` (default: the learner's now). A fresh challenger takes the configured ones.
+    """
+    if kind == "fresh":
+        return learner_from_state(_fresh_record(learner))
+    if kind != "mirror":
+        raise HyperparameterError(f"challenger kind must be one of {CHALLENGER_KINDS}: {kind!r}")
+    record = learner.to_state()
+    learned = dict(record["learned"])
+    if w is not None:
+        learned["w"] = list(w)
+    for key in ("w", "coef"):  # linear weights, or a kernel learner's coefficients
+        if key in learned:
+            learned[key] = [-float(v) for v in learned[key]]
+    if rho is not None:
+        learned["rho"] = rho
+    return learner_from_state({**record, "learned": learned})
+
+
+def _fresh_record(learner: Any) -> dict[str, Any]:
+    """The state record of ``learner``'s configuration with nothing learned yet."""
+    cls = type(learner)
+    build = getattr(cls, "_from_params", cls)
+    out: dict[str, Any] = build(**learner.get_params()).to_state()
+    return out
+
+
+class Paired:
+    """A paired record of one model against another on the same labels: per label, the
+    gain (the other's 0-d-1 loss minus this one's), as it is and weighted by the label's
+    importance weight ``1/p`` (whose mean estimates, without bias, how much lower this
+    model's risk on the stream is)."""
+
+    __slots__ = ("n", "squares", "total", "wsquares", "wtotal")
+
+    def __init__(self) -> None:
+        self.n, self.total, self.squares = 0, 0.0, 0.0
+        self.wtotal, self.wsquares = 0.0, 0.0
+
+    def add(self, gain: float, weight: float) -> None:
+        self.n += 1
+        self.total += gain
+        self.squares += gain * gain
+        self.wtotal += gain * weight
+        self.wsquares += (gain * weight) ** 2
+
+    @property
+    def mean(self) -> float:
+        """Mean gain per label (on the labels as asked)."""
+        return self.total / self.n if self.n else 0.0
+
+    @property
+    def weighted_mean(self) -> float:
+        """Mean importance-weighted gain."""
+        return self.wtotal / self.n if self.n else 0.0
+
+    def winning(self, min_labels: int, z: float, test: str = "both") -> bool:
+        """At least ``min_labels`` labels and a mean gain above ``z`` standard errors: on
+        the labels as asked (``"plain"``), importance-weighted (``"weighted"``), or on the
+        labels as asked with a positive importance-weighted mean (``"both"``: the weighted
+        gains are too noisy for a test on a few labels, but they keep a challenger that
+        only wins where the labels crowd from winning)."""
+        if self.n < min_labels:
+            return False
+        if test == "weighted":
+            return _above(self.wtotal, self.wsquares, self.n, z)
+        plain = _above(self.total, self.squares, self.n, z)
+        if test == "plain":
+            return plain
+        return plain and self.wtotal > 0.0
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "total": self.total,
+            "squares": self.squares,
+            "wtotal": self.wtotal,
+            "wsquares": self.wsquares,
+        }
+
+    @classmethod
+    def from_state(cls, record: Any) -> Paired:
+        if not isinstance(record, Mapping):
+            raise StateError(f"a paired record must be an object, got {record!r}")
+        out = cls()
+        out.n = st.read_int(record, "n")
+        out.total = st.read_float(record, "total")
+        out.squares = st.read_float(record, "squares", minimum=0.0)
+        out.wtotal = st.read_float(record, "wtotal")
+        out.wsquares = st.read_float(record, "wsquares", minimum=0.0)
+        return out
+
+
+class Challenger:
+    """A challenger and its paired record against the champion since it started."""
+
+    __slots__ = ("kind", "learner", "record")
+
+    def __init__(self, kind: str, learner: Any, record: Paired | None = None) -> None:
+        self.kind, self.learner = kind, learner
+        self.record = Paired() if record is None else record
+
+    def to_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "learner": self.learner.to_state(), **self.record.to_state()}
+
+    @classmethod
+    def from_state(cls, record: Any) -> Challenger:
+        if not isinstance(record, Mapping) or record.get("kind") not in CHALLENGER_KINDS:
+            raise StateError(f"a challenger record needs a kind in {CHALLENGER_KINDS}")
+        learner = learner_from_state(record.get("learner"))
+        return cls(str(record["kind"]), learner, Paired.from_state(record))
+
+
+def _above(total: float, squares: float, n: int, z: float) -> bool:
+    mean = total / n
+    spread = math.sqrt(max(squares / n - mean * mean, 0.0) / n)
+    return mean > 0.0 and mean > z * spread
+
+
+class Contest:
+    """The challengers running against a champion: their paired records against it, one
+    duel per pair of challengers (the gain of the later one over the earlier one), and the
+    new labels since they started. Empty when no challenger runs."""
+
+    __slots__ = ("duels", "new_labels", "running")
+
+    def __init__(self, running: list[Challenger] | None = None) -> None:
+        self.running: list[Challenger] = running or []
+        self.duels = {(j, i): Paired() for i in range(len(self.running)) for j in range(i)}
+        self.new_labels = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.running)
+
+    def score(self, champion_loss: float, losses: list[float], weight: float) -> None:
+        """One label: each challenger against the champion and against those before it."""
+        for i, c in enumerate(self.running):
+            c.record.add(champion_loss - losses[i], weight)
+            for j in range(i):
+                self.duels[(j, i)].add(losses[j] - losses[i], weight)
+
+    def winner(self, z: float, test: str) -> Challenger | None:
+        """The first challenger, in order, surely better than the champion and than every
+        challenger before it (see :meth:`Paired.winning`)."""
+        for i, c in enumerate(self.running):
+            if c.record.winning(2, z, test) and all(
+                self.duels[(j, i)].winning(2, z, test) for j in range(i)
+            ):
+                return c
+        return None
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "challengers": [c.to_state() for c in self.running],
+            "duels": [{"pair": list(k), **d.to_state()} for k, d in self.duels.items()],
+            "new_labels": self.new_labels,
+        }
+
+    @classmethod
+    def from_state(cls, record: Any) -> Contest:
+        if not isinstance(record, Mapping):
+            raise StateError("adaptive state field 'contest' must be an object")
+        running, duels = record.get("challengers"), record.get("duels")
+        if not isinstance(running, list) or not isinstance(duels, list):
+            raise StateError("a contest needs lists of 'challengers' and 'duels'")
+        out = cls([Challenger.from_state(c) for c in running])
+        for d in duels:
+            pair = d.get("pair") if isinstance(d, Mapping) else None
+            if not (isinstance(pair, list) and len(pair) == 2 and tuple(pair) in out.duels):
+                raise StateError(f"a contest holds a duel of no running pair: {pair!r}")
+            out.duels[(pair[0], pair[1])] = Paired.from_state(d)
+        if len(duels) != len(out.duels):
+            raise StateError("a contest needs one duel per pair of challengers")
+        out.new_labels = st.read_int(record, "new_labels")
+        return out

@@ -1,0 +1,133 @@
+"""The learner a model serves: any learner inside :class:`~.learner.Adaptive` by default,
+with each of its parts turned on or off by the model's configuration.
+
+:class:`Parts` names the parts (change detection, challengers, exploration);
+:func:`serving_learner` builds version 0 of a model from its algorithm and
+:func:`learner_for` rebuilds a model from its state record, *conformed* to the parts: a plain
+learner's record (written before the wrapper existed) is wrapped, an adaptive record whose
+parts differ from the configuration's is switched to them, and with ``parts=None`` a model
+serves its bare learner (an adaptive record's champion). The stream worker (its scorer, its
+label path, ``abstain rebuild``) and the replay call these same two functions, so a
+configuration means the same stack in both.
+
+>>> from service.learning import DSAL
+>>> model = learner_for(DSAL(n_features=2, cost=0.25).to_state(), Parts())
+>>> type(model).__name__, model.detector is not None, model.challengers
+('Adaptive', True, ('mirror', 'fresh'))
+>>> quiet = learner_for(model.to_state(), Parts(detector=False, challengers=False))
+>>> quiet.detector, quiet.challengers, quiet.after_floor
+(None, (), 1.0)
+>>> type(learner_for(model.to_state(), None)).__name__
+'DSAL'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import state as st
+from ..registry import learner_from_state, make_learner
+from ..risk.collapse import CollapseWatch
+from .challengers import CHALLENGER_KINDS, Contest
+from .learner import ADAPTIVE_FORMAT, Adaptive, default_detector
+
+__all__ = ["Parts", "is_adaptive_state", "learner_for", "serving_learner"]
+
+# the wrapper's defaults for the parts that can be turned off (Adaptive's own defaults)
+_COLLAPSE_WINDOW = 50
+_EXPLORE_FLOOR = 0.5
+_AFTER_FLOOR = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """Which parts of :class:`~.learner.Adaptive` run.
+
+    ``detector``: change detection (ADWIN on the champion's margin errors, and a collapse
+    counted as a change); without it nothing starts the challengers or the exploration
+    after a change. ``challengers``: the mirror and fresh challengers started at a change,
+    which may take over. ``explore``: the uniform query floors (the first labels, and the
+    labels after a change).
+    """
+
+    detector: bool = True
+    challengers: bool = True
+    explore: bool = True
+
+
+def is_adaptive_state(state: Any) -> bool:
+    """Whether ``state`` is an :class:`~.learner.Adaptive` record (by its format)."""
+    return isinstance(state, Mapping) and state.get("format") == ADAPTIVE_FORMAT
+
+
+def serving_learner(
+    algorithm: str,
+    *,
+    n_features: int,
+    cost: float,
+    seed: int,
+    hyperparameters: Mapping[str, Any] | None = None,
+    parts: Parts | None = None,
+) -> Any:
+    """Version 0 of a model: ``make_learner(algorithm, ...)``, inside an
+    :class:`~.learner.Adaptive` with ``parts`` (``None``: the bare learner)."""
+    learner = make_learner(
+        algorithm, n_features=n_features, cost=cost, **{"seed": seed, **(hyperparameters or {})}
+    )
+    if parts is None:
+        return learner
+    return _wrap(learner, parts, seed=seed)
+
+
+def learner_for(state: Any, parts: Parts | None) -> Any:
+    """The learner a model serves from its state record, conformed to ``parts``
+    (module docstring). Raises :class:`~service.learning.StateError` for a record this
+    release cannot read."""
+    if not is_adaptive_state(state):
+        learner = learner_from_state(state)
+        return learner if parts is None else _wrap(learner, parts, seed=0)
+    record = st.read_record(state, ADAPTIVE_FORMAT)
+    if parts is None:
+        return learner_from_state(record.get("champion"))
+    return Adaptive.from_state(_conformed(dict(record), parts))
+
+
+def _wrap(learner: Any, parts: Parts, *, seed: int) -> Adaptive:
+    """A learner inside the wrapper; one that has learned already skips the start's
+    exploration (it is not starting)."""
+    return Adaptive(
+        learner,
+        detector="default" if parts.detector else None,
+        collapse_window=_COLLAPSE_WINDOW if parts.detector else 0,
+        challengers=CHALLENGER_KINDS if parts.challengers else (),
+        explore_floor=_EXPLORE_FLOOR if parts.explore else 0.0,
+        after_floor=_AFTER_FLOOR if parts.explore else 0.0,
+        explore_start=10 if int(learner.steps) == 0 else 0,
+        seed=seed,
+    )
+
+
+def _conformed(record: dict[str, Any], parts: Parts) -> dict[str, Any]:
+    """An adaptive record with its parts switched to ``parts`` (unchanged when they are)."""
+    params = dict(st.read_mapping(record, "params"))
+    learned = dict(st.read_mapping(record, "learned"))
+    has_detector = record.get("detector") is not None or params.get("collapse_window", 0) != 0
+    if parts.detector != has_detector:
+        record["detector"] = default_detector().to_state() if parts.detector else None
+        params["collapse_window"] = _COLLAPSE_WINDOW if parts.detector else 0
+        record["collapse_watch"] = (
+            CollapseWatch(window=_COLLAPSE_WINDOW).to_state() if parts.detector else None
+        )
+    if parts.challengers != bool(params.get("challengers")):
+        params["challengers"] = list(CHALLENGER_KINDS) if parts.challengers else []
+        record["contest"] = Contest().to_state()
+    explores = params.get("explore_floor", 0.0) != 0.0 or params.get("after_floor", 0.0) != 0.0
+    if parts.explore != explores:
+        params["explore_floor"] = _EXPLORE_FLOOR if parts.explore else 0.0
+        params["after_floor"] = _AFTER_FLOOR if parts.explore else 0.0
+        after = learned.get("last_change") is not None
+        learned["floor"] = params["after_floor"] if after else params["explore_floor"]
+    record["params"], record["learned"] = params, learned
+    return record

@@ -1,0 +1,119 @@
+"""What an :class:`~service.learning.adaptive.Adaptive` model remembers of its recent past:
+the last labels it learned from and where its champion was a few labels apart, so that
+challengers can be started *at* a change that is only noticed some labels later.
+
+* :class:`Recall` keeps the last ``size`` labelled examples (the input as the learner saw
+  it, the label, the probability it was asked with, the champion's 0-d-1 loss on it before
+  learning from it) and, every :data:`SNAPSHOT_EVERY` labels, a snapshot of the champion's
+  weights (linear learners; ``None`` for kernel learners) and width $\\rho$.
+* :meth:`Recall.since` gives the snapshot taken at or before a given label whose labels
+  since are all remembered, and those labels, in order.
+
+All of it is plain numbers and round-trips through :meth:`Recall.to_state`.
+
+>>> from service.learning import DSAL
+>>> recall, champion = Recall(16), DSAL(n_features=2, cost=0.25)
+>>> for t in range(20):
+...     recall.snapshot(t, champion)
+...     _ = champion.update([1.0, float(t % 3)], 1)
+...     recall.remember(t, np.array([1.0, float(t % 3)]), 1.0, 0.5, 0.25)
+>>> at, w, rho, labels = recall.since(13)
+>>> at, len(labels), labels[0][0]
+(8, 12, 8)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Final
+
+import numpy as np
+
+from .. import state as st
+from ..errors import StateError
+from ..losses import FloatArray
+
+__all__ = ["SNAPSHOT_EVERY", "Recall", "Remembered", "Snapshot"]
+
+SNAPSHOT_EVERY: Final = 8
+"""Labels between two snapshots of the champion."""
+
+Snapshot = tuple[int, list[float] | None, float]
+"""(labels learned before it, the champion's weights or ``None``, its rho)."""
+Remembered = tuple[int, FloatArray, float, float, float]
+"""(label number, input, label, query probability, the champion's loss on it)."""
+
+
+class Recall:
+    """The last ``size`` labels (plus up to one snapshot period) and the snapshots that
+    reach as far back."""
+
+    __slots__ = ("size", "_labels", "_snapshots")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._labels: deque[Remembered] = deque(maxlen=size + SNAPSHOT_EVERY if size else 0)
+        self._snapshots: deque[Snapshot] = deque(maxlen=size // SNAPSHOT_EVERY + 2)
+
+    def snapshot(self, label: int, champion: Any) -> None:
+        """Before the champion learns label number ``label``: keep where it is, every
+        :data:`SNAPSHOT_EVERY` labels."""
+        if self.size and label % SNAPSHOT_EVERY == 0:
+            w = getattr(champion, "w", None)
+            self._snapshots.append((label, None if w is None else w.tolist(), champion.rho))
+
+    def remember(self, label: int, x: FloatArray, y: float, p: float, loss: float) -> None:
+        if self.size:
+            self._labels.append((label, np.array(x, dtype=np.float64), y, p, loss))
+
+    def since(self, label: int) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
+        """The latest snapshot at or before ``label`` whose labels since are all remembered,
+        with those labels: ``(snapshot's label, weights, rho, labels)``; without one,
+        ``(label, None, None, [])``."""
+        oldest = self._labels[0][0] if self._labels else label
+        for at, w, rho in reversed(self._snapshots):
+            if oldest <= at <= label:
+                return at, w, rho, [r for r in self._labels if r[0] >= at]
+        return label, None, None, []
+
+    def clear(self) -> None:
+        self._labels.clear()
+        self._snapshots.clear()
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "labels": [
+                {"n": n, "x": st.float_list(x), "y": y, "p": p, "loss": loss}
+                for n, x, y, p, loss in self._labels
+            ],
+            "snapshots": [{"n": n, "w": w, "rho": rho} for n, w, rho in self._snapshots],
+        }
+
+    @classmethod
+    def from_state(cls, size: int, record: Any, n_features: int) -> Recall:
+        if not isinstance(record, Mapping):
+            raise StateError("adaptive state field 'recall' must be an object")
+        out = cls(size)
+        labels, snaps = record.get("labels"), record.get("snapshots")
+        if not isinstance(labels, list) or not isinstance(snaps, list):
+            raise StateError("adaptive state field 'recall' needs 'labels' and 'snapshots'")
+        if len(labels) > (out._labels.maxlen or 0) or len(snaps) > (out._snapshots.maxlen or 0):
+            raise StateError("adaptive state field 'recall' holds more than it can")
+        for item in labels:
+            if not isinstance(item, Mapping):
+                raise StateError("a remembered label must be an object")
+            x = st.read_floats(item, "x", (n_features,))
+            y = st.read_float(item, "y")
+            if y not in (1.0, -1.0):
+                raise StateError(f"a remembered label must be +1 or -1, got {y!r}")
+            p = st.read_float(item, "p", minimum=0.0)
+            loss = st.read_float(item, "loss", minimum=0.0)
+            out._labels.append((st.read_int(item, "n"), x, y, p, loss))
+        for item in snaps:
+            if not isinstance(item, Mapping):
+                raise StateError("a snapshot must be an object")
+            w = None if item.get("w") is None else st.read_floats(item, "w", (n_features,))
+            rho = st.read_float(item, "rho", minimum=0.0)
+            out._snapshots.append((st.read_int(item, "n"), None if w is None else w.tolist(), rho))
+        return out

@@ -1,0 +1,372 @@
+"""The adaptive wrapper: it keeps the learner contract, notices a change, recovers by
+itself (a mirror after a flip, a fresh model after a collapse), explores where the old
+model would not ask, and round-trips its whole state, challengers included."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.learning import (
+    DSAL,
+    Budgeted,
+    HyperparameterError,
+    InputError,
+    QueryBudget,
+    StateError,
+    make_learner,
+)
+from service.learning.adaptive import ADAPTIVE_FORMAT, Adaptive
+from service.learning.adaptive.challengers import challenger_for
+from service.learning.drift import ADWIN, PageHinkley
+
+N = 3  # two features and an intercept
+
+
+def flipped_stream(n: int = 1200, flip: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Standardised rows with an intercept; ``y = sign(x1 + 0.5 x2)``, negated from ``flip``."""
+    rng = np.random.default_rng(seed)
+    X = np.c_[rng.normal(size=(n, 2)), np.ones(n)]
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] > 0, 1, -1)
+    noise = rng.random(n) < 0.05
+    y = np.where(noise, -y, y) * np.where(np.arange(n) < flip, 1, -1)
+    return X, y
+
+
+def feed(model: Any, X: np.ndarray, y: np.ndarray) -> None:
+    for x, label in zip(X, y, strict=True):
+        model.update(x, int(label))
+
+
+def until_challenged(model: Adaptive, X: np.ndarray, y: np.ndarray) -> int:
+    """Feed labels until challengers run; return how many were fed."""
+    for i, (x, label) in enumerate(zip(X, y, strict=True)):
+        model.update(x, int(label))
+        if model.running:
+            return i + 1
+    raise AssertionError("no challenger started")
+
+
+def accuracy(model: Any, X: np.ndarray, y: np.ndarray) -> float:
+    labels = np.array([model.decide(x, coin=0.5).label for x in X])
+    return float((labels == y).mean())
+
+
+def test_a_label_flip_is_detected_once_and_the_mirror_takes_over() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(model, X[:600], y[:600])
+    assert (model.changes_detected, model.takeovers) == (0, 0)
+    before = accuracy(model, X[:600], y[:600])
+    feed(model, X[600:], y[600:])
+    assert (model.changes_detected, model.takeovers) == (1, 1)
+    assert model.champion_origin == "mirror"
+    assert model.last_change is not None
+    assert 600 < model.last_change < 650
+    after = accuracy(model, X[600:], y[600:])
+    assert before > 0.8
+    assert after > 0.8
+    plain = DSAL(n_features=N, cost=0.25)
+    feed(plain, X, y)
+    assert accuracy(plain, X[600:], y[600:]) < 0.3
+
+
+def test_risk_since_the_change_counts_the_labels_after_it() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(model, X[:300], y[:300])
+    assert model.risk_since_change.labels == 300
+    feed(model, X[300:], y[300:])
+    est = model.risk_since_change  # restarted at the change, then at the takeover
+    assert 0 < est.labels < 600
+    assert est.risk < 0.2
+
+
+def test_a_collapsed_champion_is_replaced_by_a_fresh_model() -> None:
+    rng = np.random.default_rng(1)
+    X = np.c_[rng.normal(size=(2000, 2)), np.ones(2000)]
+    y = np.where(X[:, 0] > 0, 1, -1)
+    stuck = DSAL(n_features=N, cost=0.25, rho=30.0)  # rejects every event, rho grows
+    model = Adaptive(stuck, detector=None)
+    feed(model, X, y)
+    assert model.changes_detected >= 1
+    assert model.champion_origin == "fresh"
+    assert model.rho < 5.0
+    assert accuracy(model, X[-500:], y[-500:]) > 0.9
+
+
+def test_a_stationary_stream_keeps_its_champion() -> None:
+    X, y = flipped_stream(n=4000, flip=4000, seed=2)
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    plain = DSAL(n_features=N, cost=0.25)
+    feed(model, X, y)
+    feed(plain, X, y)
+    assert model.takeovers == 0
+    assert model.champion_origin == "initial"
+    assert np.array_equal(model.w, plain.w)  # the champion learned exactly what DSAL learns
+
+
+def test_exploration_floors_the_utility_at_the_start_and_after_a_change() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=3, explore_after=4)
+    sure = 50.0  # a score the champion is sure of: DSAL's own utility is ~0
+    for _ in range(3):
+        assert model.exploring
+        assert model.query_utility(sure) == 0.5
+        assert model.decide(X[0] * 0.0 + [25.0, 0.0, 1.0], coin=0.4).query_probability >= 0.5
+        model.update(X[0], int(y[0]))
+    assert not model.exploring
+    assert model.query_utility(sure) < 1e-6
+    feed(model, X[1:600], y[1:600])
+    changes = model.changes_detected
+    for x, label in zip(X[600:], y[600:], strict=True):
+        model.update(x, int(label))
+        if model.changes_detected > changes:
+            break
+    assert model.exploring
+    probs = model.query_utility(np.array([sure, -sure, 0.0]))
+    assert (probs >= 0.5).all()
+
+
+def test_a_budget_over_the_wrapper_asks_with_the_true_probability() -> None:
+    X, y = flipped_stream(n=8000, flip=4000)
+    coins = np.random.default_rng(5).random(X.shape[0])
+    model = Budgeted(Adaptive(DSAL(n_features=N, cost=0.25)), QueryBudget(0.1))
+    twin = QueryBudget(0.1)
+    asked = 0
+    for x, label, c in zip(X, y, coins, strict=True):
+        d = model.decide(x, coin=float(c))
+        p, q = twin.ask(model.learner.query_utility(d.score), coin=float(c))
+        assert (d.query_probability, d.query) == (p, q)
+        if d.query:
+            asked += 1
+            model.learner.update(x, int(label), query_probability=d.query_probability)
+    assert 0.05 * X.shape[0] < asked < 0.15 * X.shape[0]
+    assert model.learner.changes_detected >= 1
+
+
+def test_decide_many_decides_as_decide_does_and_changes_nothing() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=5)
+    feed(model, X[:2], y[:2])  # still exploring
+    coins = np.random.default_rng(3).random(50)
+    before = model.to_state()
+    labels, scores, probs, queries = model.decide_many(X[:50], coins=coins)
+    one = [model.decide(x, coin=float(c)) for x, c in zip(X[:50], coins, strict=True)]
+    assert model.to_state() == before
+    assert labels.tolist() == [d.label for d in one]
+    np.testing.assert_allclose(scores, [d.score for d in one], rtol=1e-12)
+    np.testing.assert_allclose(probs, [d.query_probability for d in one], rtol=1e-12)
+    assert queries.tolist() == [d.query for d in one]
+    assert (probs >= 0.5).all()
+
+
+def test_without_coins_the_wrapper_draws_its_own_from_its_seed() -> None:
+    X, _ = flipped_stream()
+    a, b = (Adaptive(DSAL(n_features=N, cost=0.25), seed=9) for _ in range(2))
+    assert [a.decide(x).query for x in X[:200]] == [b.decide(x).query for x in X[:200]]
+
+
+@pytest.mark.parametrize("cut", [0, 300, 640, 700, 1100])
+def test_a_json_round_trip_keeps_decisions_and_the_future(cut: int) -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(model, X[:cut], y[:cut])
+    state = json.loads(json.dumps(model.to_state(), allow_nan=False))
+    assert state["format"] == ADAPTIVE_FORMAT
+    copy = Adaptive.from_state(state)
+    assert copy.to_state() == model.to_state()
+    assert copy.running == model.running
+    for x, label in zip(X[cut:], y[cut:], strict=True):
+        assert copy.decide(x, coin=0.3) == model.decide(x, coin=0.3)
+        assert copy.update(x, int(label)) == model.update(x, int(label))
+    assert copy.to_state() == model.to_state()
+
+
+def test_challengers_are_part_of_the_state_while_they_run() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)
+    until_challenged(model, X, y)
+    state = model.to_state()
+    assert [c["kind"] for c in state["contest"]["challengers"]] == ["mirror", "fresh"]
+    assert Adaptive.from_state(state).running == ("mirror", "fresh")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"x": [np.nan, 0.0, 1.0]},
+        {"x": [0.0, 1.0]},
+        {"y": 0},
+        {"y": "1"},
+        {"query_probability": 0.0},
+        {"query_probability": 1.5},
+        {"query_probability": float("nan")},
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(bad: dict[str, Any]) -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    fed = until_challenged(model, X, y)
+    before = json.dumps(model.to_state())
+    args = {"x": X[fed], "y": 1, "query_probability": 0.5} | bad
+    with pytest.raises(InputError):
+        model.update(args["x"], args["y"], query_probability=args["query_probability"])
+    assert json.dumps(model.to_state()) == before
+
+
+def test_each_part_can_be_turned_off() -> None:
+    X, y = flipped_stream()
+    blind = Adaptive(DSAL(n_features=N, cost=0.25), detector=None, collapse_window=0)
+    feed(blind, X, y)
+    assert (blind.changes_detected, blind.takeovers) == (0, 0)
+    watch_only = Adaptive(DSAL(n_features=N, cost=0.25), challengers=())
+    feed(watch_only, X, y)
+    assert watch_only.changes_detected >= 1
+    assert watch_only.takeovers == 0
+    quiet = Adaptive(DSAL(n_features=N, cost=0.25), explore_floor=0.0)
+    assert not quiet.exploring
+    assert quiet.query_utility(50.0) == quiet.champion.query_utility(50.0)
+
+
+def test_page_hinkley_can_watch_instead_of_adwin() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), detector=PageHinkley(threshold=5.0, mode="up"))
+    feed(model, X, y)
+    assert model.takeovers >= 1
+    restored = Adaptive.from_state(json.loads(json.dumps(model.to_state())))
+    assert isinstance(restored.detector, PageHinkley)
+
+
+@pytest.mark.parametrize("name", ["dral", "dsal", "dsol", "kernel-dsal", "kernel-dral"])
+def test_the_mirror_of_any_learner_decides_the_other_way(name: str) -> None:
+    X, y = flipped_stream(n=300, flip=300)
+    learner = make_learner(name, n_features=N, cost=0.25)
+    feed(learner, X, y)
+    mirror = challenger_for(learner, "mirror", rho=0.7)
+    assert mirror.rho == 0.7
+    for x in X[:20]:
+        assert mirror.decide(x, coin=0.5).score == pytest.approx(-learner.decide(x, coin=0.5).score)
+    fresh = challenger_for(learner, "fresh", rho=0.7)
+    assert fresh.steps == 0
+    assert fresh.weight_norm() == 0.0
+
+
+@pytest.mark.parametrize("name", ["dral", "dsol", "kernel-dsal"])
+def test_other_learners_recover_from_the_flip_too(name: str) -> None:
+    X, y = flipped_stream()
+    model = Adaptive(make_learner(name, n_features=N, cost=0.25))
+    feed(model, X, y)
+    assert model.takeovers >= 1
+    assert accuracy(model, X[900:], y[900:]) > 0.75
+    assert Adaptive.from_state(json.loads(json.dumps(model.to_state()))).to_state() == (
+        model.to_state()
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"challengers": ("fresh", "copy")},
+        {"challengers": ("fresh", "fresh")},
+        {"z": -1.0},
+        {"z": True},
+        {"min_labels": 0},
+        {"patience": 0},
+        {"explore_floor": 1.5},
+        {"explore_start": -1},
+        {"collapse_window": -1},
+        {"detector": "adwin"},
+        {"seed": -1},
+    ],
+)
+def test_bad_parameters_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(HyperparameterError):
+        Adaptive(DSAL(n_features=N, cost=0.25), **kwargs)
+
+
+def test_only_a_learner_can_be_wrapped() -> None:
+    with pytest.raises(HyperparameterError):
+        Adaptive(ADWIN())
+
+
+def test_state_records_are_checked() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    until_challenged(model, X, y)
+    good = model.to_state()
+    bad: list[dict[str, Any]] = [
+        {**good, "format": "abstain.learner"},
+        {**good, "version": 2},
+        {**good, "params": {**good["params"], "colour": "red"}},
+        {**good, "params": {**good["params"], "z": -3}},
+        {**good, "champion_origin": "elsewhere"},
+        {**good, "contest": {**good["contest"], "challengers": [{"kind": "copy"}]}},
+        {**good, "contest": {**good["contest"], "challengers": "fresh"}},
+        {**good, "collapse_watch": None},
+        {**good, "recall": {**good["recall"], "labels": good["recall"]["labels"] * 9}},
+        {**good, "contest": {**good["contest"], "duels": []}},
+        {**good, "learned": {**good["learned"], "labels": -1}},
+    ]
+    for record in bad:
+        with pytest.raises(StateError):
+            Adaptive.from_state(record)
+
+
+def test_the_wrapper_and_the_detectors_import_numpy_and_the_standard_library_only() -> None:
+    probe = (
+        "import sys, service.learning.adaptive, service.learning.drift; print(*sorted(sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    top = {m.split(".")[0] for m in loaded if not m.startswith("_")}
+    assert top - set(sys.stdlib_module_names) - {"numpy", "service"} == set()
+    assert {m for m in loaded if m.startswith("service")} <= {"service", "service.errors"} | {
+        m for m in loaded if m.startswith("service.learning")
+    }
+
+
+def _takeover_label(model: Adaptive, X: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """(labels fed at the detected change, labels fed at the takeover)."""
+    change = 0
+    for i, (x, label) in enumerate(zip(X, y, strict=True)):
+        model.update(x, int(label))
+        if not change and model.changes_detected:
+            change = i + 1
+        if model.takeovers:
+            return change, i + 1
+    raise AssertionError("no takeover")
+
+
+def test_remembered_labels_start_the_challengers_at_the_change() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    fed = until_challenged(model, X, y)
+    state = model.to_state()
+    replayed = state["contest"]["challengers"][0]["n"]
+    assert 0 < replayed <= 32 + 8  # tested on the labels since the change, before any new one
+    first_snapshot = state["recall"]["snapshots"][0]["n"]
+    assert first_snapshot % 8 == 0
+    change, took = fed, _takeover_label(model, X[fed:], y[fed:])[1] + fed
+    assert took - change == 10  # then min_labels new labels, and the mirror takes over
+    assert model.champion_origin == "mirror"
+    blank = Adaptive(DSAL(n_features=N, cost=0.25), memory=0)
+    until_challenged(blank, X, y)
+    assert blank.to_state()["contest"]["challengers"][0]["n"] == 0
+
+
+def test_a_fresh_challenger_must_also_beat_the_mirror() -> None:
+    X, y = flipped_stream()
+    both = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(both, X, y)
+    assert both.champion_origin == "mirror"
+    # alone, the fresh model beats the wrong champion too; beside the mirror it does not
+    fresh_only = Adaptive(DSAL(n_features=N, cost=0.25), challengers=("fresh",))
+    feed(fresh_only, X, y)
+    assert fresh_only.champion_origin == "fresh"
+    assert accuracy(both, X[700:], y[700:]) > accuracy(fresh_only, X[700:], y[700:])

@@ -1,0 +1,62 @@
+"""``loadtest/peers.py`` runs with one command, prints one table and writes its results
+(here on short drift streams, one run, River's learners included)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+PEERS = Path(__file__).resolve().parents[2] / "loadtest" / "peers.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peers_benchmark", PEERS)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_prints_one_table_and_writes_its_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    peers = _load()
+    argv = [
+        "--seeds", "1", "--events", "2400", "--change", "1200", "--stationary",
+        "--no-short", "--budgets", "0.2,all", "--no-figure", "--quiet", "--out", str(tmp_path),
+    ]  # fmt: skip
+    assert peers.main(argv) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    labels = [row.split(" | ")[0].removeprefix("| ") for row in rows[1:]]
+    assert labels == [
+        "abstain @20%",
+        "abstain adaptive @20%",
+        "abstain, all labels",
+        "abstain adaptive, all labels",
+        "River entropy sampler (LR 0.1) @20%",
+        "River LR (step 0.01), all labels",
+        "River LR (step 0.1), all labels",
+        "River LR (step 0.1) + ADWIN reset, all labels",
+        "oracle (the concept in force)",
+    ]
+    assert (tmp_path / "peers.md").read_text().strip() == table.strip()
+    record = json.loads((tmp_path / "peers.json").read_text())
+    results = record["results"]
+    assert set(results["abstain @20%"]) == {"label-flip", "sea-shift", "rotating-hyperplane"}
+    flip = {k: v["label-flip"][0] for k, v in results.items()}
+    # today's DSOL ends rejecting everything after the flip; inside the wrapper it does not
+    assert flip["abstain, all labels"]["ends_rejecting"]
+    assert not flip["abstain adaptive, all labels"]["ends_rejecting"]
+    assert flip["abstain adaptive, all labels"]["changes"]  # the change was detected
+    # a model that rejects everything stops asking: the budget is a ceiling, not a quota
+    assert flip["abstain adaptive @20%"]["labels"] == pytest.approx(0.2 * 2400, rel=0.1)
+    assert flip["abstain @20%"]["labels"] < flip["abstain adaptive @20%"]["labels"]
+    assert flip["oracle (the concept in force)"]["risk"] == pytest.approx(0.1, abs=0.03)

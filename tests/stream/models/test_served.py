@@ -1,0 +1,125 @@
+"""The learner a model serves: adaptive by default through version 0, the label path, the
+envelope and its snapshots; an envelope written before the wrapper still loads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.config import ModelConfig
+from service.learning import DSAL, Adaptive, make_learner
+from service.records import Label, ModelEnvelope, parse_model_envelope
+from service.stream.labels.protocol import apply_label
+from service.stream.models.served import ServedModel, build_pipeline, initial_envelope
+
+from ..memory import CFG, pending
+
+
+def with_adaptive(**parts: bool) -> ModelConfig:
+    return ModelConfig.model_validate({**CFG.model_dump(), "adaptive": parts})
+
+
+OFF = with_adaptive(enabled=False)
+
+
+def flip_stream(n: int, flip: int, seed: int = 3) -> list[tuple[list[float], int]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n):
+        x = rng.normal(size=3)
+        y = (1 if x[0] + 0.5 * x[1] > 0 else -1) * (1 if t < flip else -1)
+        out.append(([float(v) for v in x], y))
+    return out
+
+
+def labelled(cfg: ModelConfig, envelope: ModelEnvelope, stream: list[tuple[list[float], int]],
+             p: float = 0.5) -> ModelEnvelope:  # fmt: skip
+    for i, (x, y) in enumerate(stream):
+        entry = pending(x, f"r{envelope.version}-{i}", query_probability=p)
+        out = apply_label(cfg, envelope, entry, Label(entry.request_id, "m", y, "t", None),
+                          envelope.labels_offset + 1, now=1.0)  # fmt: skip
+        assert out.outcome == "applied", out.detail
+        assert out.model is not None
+        envelope = out.model
+    return envelope
+
+
+def test_version_zero_is_adaptive_by_default_and_bare_when_turned_off() -> None:
+    served = ServedModel.initial("m", CFG)
+    assert isinstance(served.learner, Adaptive)
+    assert served.envelope.learner["format"] == "abstain.adaptive"
+    assert served.learner.seed == CFG.seed
+    bare = ServedModel.initial("m", OFF)
+    assert isinstance(bare.learner, DSAL)
+    assert bare.envelope.learner["format"] != "abstain.adaptive"
+
+
+def test_an_envelope_from_before_the_wrapper_loads_wrapped_and_learns_on() -> None:
+    old_learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
+    old = ModelEnvelope(model="m", version=0, pipeline=build_pipeline(CFG).to_state(),
+                        learner=old_learner.to_state())  # fmt: skip
+    served = ServedModel.from_envelope(CFG, old)
+    assert isinstance(served.learner, Adaptive)
+    assert served.learner.champion.to_state() == old_learner.to_state()
+    after = labelled(CFG, old, flip_stream(5, flip=99))
+    assert after.learner["format"] == "abstain.adaptive"
+    assert ServedModel.from_envelope(CFG, after).learner.labels == 5
+    # and an adaptive envelope served by a configuration without the wrapper: its champion
+    bare = ServedModel.from_envelope(OFF, after).learner
+    assert bare.to_state() == ServedModel.from_envelope(CFG, after).learner.champion.to_state()
+
+
+def test_a_label_flip_through_the_label_path_is_detected_and_recovered() -> None:
+    envelope = labelled(CFG, initial_envelope("m", CFG), flip_stream(700, flip=300), p=0.25)
+    learner = ServedModel.from_envelope(CFG, envelope).learner
+    assert learner.labels == 700
+    assert learner.changes_detected >= 1
+    assert learner.takeovers >= 1
+    # every label since the last change was weighed by 1/p with p = 0.25
+    risk = learner.risk_since_change
+    assert risk.weight == pytest.approx(4.0 * risk.labels)
+    assert risk.risk < 0.25  # it decides again, better than rejecting everything
+    quiet = with_adaptive(detector=False)
+    stuck = ServedModel.from_envelope(
+        quiet, labelled(quiet, initial_envelope("m", quiet), flip_stream(700, flip=300), p=0.25)
+    ).learner
+    assert (stuck.changes_detected, stuck.takeovers) == (0, 0)
+
+
+def test_checkpoint_then_restore_gives_the_identical_model() -> None:
+    envelope = labelled(CFG, initial_envelope("m", CFG), flip_stream(400, flip=200))
+    raw = envelope.to_json()
+    restored = parse_model_envelope(raw, model="m")
+    assert restored.to_json() == raw
+    a = ServedModel.from_envelope(CFG, envelope).learner
+    b = ServedModel.from_envelope(CFG, restored).learner
+    assert a.to_state() == b.to_state()
+    more = flip_stream(50, flip=0, seed=9)
+    assert labelled(CFG, envelope, more).to_json() == labelled(CFG, restored, more).to_json()
+
+
+def test_the_decisions_query_probability_is_the_explored_one() -> None:
+    served = ServedModel.initial("m", CFG)
+    z = served.pipeline.transform(np.array([0.1, -2.0, 3.0]))
+    labels, _, probs, _ = served.learner.decide_many(np.array([z]), coins=np.array([0.9]))
+    assert served.learner.exploring
+    assert probs[0] >= 0.5  # the floor of the first labels, the probability it asks with
+    plain = ServedModel.initial("m", OFF).learner.decide_many(np.array([z]), coins=[0.9])
+    assert labels[0] == plain[0][0]  # the same champion decides
+
+
+def test_the_gauges_show_the_risk_since_the_last_change() -> None:
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - this test only
+
+    from service.metrics import Metrics  # noqa: PLC0415
+
+    envelope = labelled(CFG, initial_envelope("m", CFG), flip_stream(40, flip=99), p=0.5)
+    served = ServedModel.from_envelope(CFG, envelope)
+    risk, labels = served.gauges()["since_change"]
+    assert labels == 40
+    assert risk == pytest.approx(served.learner.risk_since_change.risk)
+    registry = CollectorRegistry()
+    Metrics(registry, models=["m"]).set_model("m", **served.gauges())
+    assert registry.get_sample_value("abstain_labels_since_change", {"model": "m"}) == 40
+    assert registry.get_sample_value("abstain_risk_since_change", {"model": "m"}) == risk
+    assert ServedModel.initial("m", OFF).gauges()["since_change"] is None
