@@ -40,7 +40,8 @@ from service.records import (
     decode_json,
     dumps,
 )
-from service.stream.kafka.clients import produce_one, read_topic
+from service.stream.errors import TopicError
+from service.stream.kafka.clients import produce_one, read_topic, topic_partitions
 from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.labels.seed import Seeded, SeedError, read_rows, seed_model
 from service.stream.models.book import signer_for
@@ -181,8 +182,12 @@ def _seed(argv: list[str]) -> int:
         print(f"abstain: {exc}", file=sys.stderr)
         return 2
     version = None
-    if not args.dry_run:
-        version = asyncio.run(publish_seed(settings, seeded, by=args.by))
+    try:
+        if not args.dry_run:
+            version = asyncio.run(publish_seed(settings, seeded, by=args.by))
+    except SeedError as exc:
+        print(f"abstain: {exc}; nothing published", file=sys.stderr)
+        return 2
     model = seeded.model
     out = {"model": model.model, "rows": seeded.rows, "risk": seeded.risk,
            "rejected": seeded.rejected, "wrong": seeded.wrong,
@@ -208,6 +213,7 @@ async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
     what the models topic serves now; the learner numbers it one above its own when it
     adopts it. Returns the version published."""
     name = seeded.model.model
+    await _topics_ready(settings)
     book = await read_book(settings)
     envelope: ModelEnvelope = seeded.model.replace(version=book.models[name].version + 1)
     value = envelope.to_json()
@@ -220,6 +226,28 @@ async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
     headers = None if signature is None else [(SIGNATURE_HEADER, signature)]
     await produce_one(settings, settings.topics.models, name.encode(), value, headers)
     return envelope.version
+
+
+async def _topics_ready(settings: Settings) -> None:
+    """The labels and models topics exist with their configured partitions (a write to a
+    missing one would create it with the broker's defaults, which the worker then refuses);
+    :class:`SeedError` otherwise."""
+    wanted = {settings.topics.labels: settings.partitions.labels,
+              settings.topics.models: settings.partitions.models}  # fmt: skip
+    kwargs = settings.security.aiokafka_kwargs()
+    for topic, partitions in wanted.items():
+        try:
+            tps = await topic_partitions(
+                settings.bootstrap_servers, topic, attempts=1, client_kwargs=kwargs
+            )
+        except TopicError:
+            raise SeedError(
+                f"topic {topic!r} does not exist: start a worker once (it creates its "
+                "topics) or create them as topic_policy says"
+            ) from None
+        if len(tps) != partitions:
+            raise SeedError(f"topic {topic!r} has {len(tps)} partitions, the settings say "
+                            f"{partitions}")  # fmt: skip
 
 
 async def rebuild_from_topics(settings: Settings, model: str) -> Rebuilt:

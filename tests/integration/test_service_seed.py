@@ -166,3 +166,32 @@ def test_a_file_that_cannot_seed_publishes_nothing(
     assert failed.value.returncode == 2
     assert "not finite" in failed.value.stderr
     assert (len(kafka_io.read(t["labels"])), len(kafka_io.read(t["models"]))) == before
+
+
+def test_seeding_before_the_model_serves(
+    service_factory: Callable[..., Service], kafka_io: KafkaIO, tmp_path: Path
+) -> None:
+    """No topics yet: refused, nothing created. Topics made by a worker that then stopped:
+    the seed waits in the log, and the next worker serves it and its learner adopts it."""
+    service = service_factory(models=MODELS, default_model="m")
+    data = _history(tmp_path / "history.csv", 200)
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        service.cli("models", "seed", "--model", "m", str(data))
+    assert "does not exist" in failed.value.stderr
+    # nothing was created with the broker's defaults: the worker accepts the topics it makes
+    # (reading a missing topic here would create it, so it is not read)
+    first = service.start()
+    first.wait_ready()
+    assert first.stop() == 0
+    out = json.loads(service.cli("models", "seed", "--model", "m", str(data)).stdout)
+    assert (out["version"], out["published"]) == (1, True)
+    worker = service.start()
+    worker.wait_ready()
+    t = service.topics
+    kafka_io.wait_for(t["models"], lambda rs: any(r.key == b"m" and r.json()["version"] == 1
+                                                  and r.json()["labels_partition"] >= 0
+                                                  for r in rs), timeout=60)  # fmt: skip
+    kafka_io.produce_json(t["features"], _events("late", 40, seed=4))
+    late = _decisions(kafka_io, t["decisions"], "late", 40)
+    assert {d["model_version"] for d in late} == {1}
+    assert sum(d["action"] == "predict" for d in late) >= 25
