@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "DEFAULT_WINDOW",
     "Trace",
+    "detecting",
     "ends_rejecting",
     "pre_change_level",
     "recovery",
@@ -97,7 +98,7 @@ def _learner_of(model: Any) -> Any:
     return model.learner if isinstance(model, Budgeted) else model
 
 
-def _detecting(model: Any) -> Any:
+def detecting(model: Any) -> Any:
     """The object that counts ``changes_detected``: the model, or the learner it holds."""
     for candidate in (model, getattr(model, "learner", None)):
         if candidate is not None and hasattr(candidate, "changes_detected"):
@@ -132,7 +133,7 @@ def run_stream(
     ys = y.tolist()
     cs = np.asarray(coins, dtype=np.float64).tolist()
     changes: list[int] = []
-    watched = _detecting(model)
+    watched = detecting(model)
     seen = 0 if watched is None else int(watched.changes_detected)
     for t in range(n):
         yt = ys[t]
