@@ -222,7 +222,11 @@ async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
     route = settings.learner_key(name)
     order = Seed(route, name, value, None if signature is None else signature.decode(),
                  by, time.time(), rows=seeded.rows)  # fmt: skip
-    await produce_one(settings, settings.topics.labels, route.encode(), order.to_json())
+    record = order.to_json()
+    if len(record) > settings.max_message_bytes:  # the learner would refuse it as too big
+        raise SeedError(f"the seed order is {len(record)} bytes, over max_message_bytes "
+                        f"({settings.max_message_bytes})")  # fmt: skip
+    await produce_one(settings, settings.topics.labels, route.encode(), record)
     headers = None if signature is None else [(SIGNATURE_HEADER, signature)]
     await produce_one(settings, settings.topics.models, name.encode(), value, headers)
     return envelope.version
