@@ -315,3 +315,23 @@ def test_adopt_seed_numbers_the_state_after_the_current_one() -> None:
     assert (adopted.version, adopted.labels_partition, adopted.labels_offset) == (8, 2, 40)
     assert adopted.updated_at == 9.0
     assert math.isfinite(adopted.risk)
+
+
+async def test_a_challenger_is_seeded_through_its_champions_log() -> None:
+    challenger = ModelConfig(algorithm="dral", cost=0.25, feature_names=["a", "b", "c"],
+                             champion="m")  # fmt: skip
+    settings = Settings(models={"m": NAMED, "c": challenger}, default_model="m")
+    joiner, kafka = _joiner(settings)
+    X, y = _rows(100)
+    seeded = seed_model(settings, "c", X, y, now=5.0).model
+    order = Seed("m", "c", seeded.to_json(), None, "ops", 1.0, rows=100).to_json()
+    await _feed(joiner, order, 0)  # key and partition: the champion's
+    assert joiner.models.get("c").version == 1
+    assert joiner.models.get("c").learner == seeded.learner
+    assert joiner.models.get("m").version == 0
+    # an order naming a model outside the group, or sent under a challenger's key, is refused
+    await _feed(joiner, Seed("m", "x", seeded.to_json(), None, "ops", 1.0).to_json(), 1)
+    await joiner.handle(msg(Seed("c", "c", seeded.to_json(), None, "o", 1.0).to_json(), 2,
+                            LABELS, 0, b"c"))  # fmt: skip
+    assert [r.json()["reason"] for r in kafka.sent(DEAD)] == ["unknown_model", "unknown_model"]
+    assert joiner.models.get("c").version == 1
