@@ -92,7 +92,7 @@ def rebuild_model(
         try:
             label = parse_labels_record(rec.value, max_bytes=settings.max_message_bytes)
             if isinstance(label, Seed):
-                if label.target == name:
+                if label.target == name == label.model:  # a champion's own line
                     out.model = adopt_seed(
                         settings,
                         out.model,
