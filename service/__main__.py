@@ -19,12 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("service.demo", "local Kafka + worker + demo stream + simulated labeller"),
     "labels": ("service.stream.cli", "list pending label requests / submit labels"),
     "rebuild": ("service.stream.cli", "rebuild a model by replaying its label log"),
-    "models": ("service.stream.models.cli", "compare, promote a challenger, roll back"),
+    "models": ("service.stream.models.cli", "compare, promote, roll back, seed from a file"),
     "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
     "desk": ("service.desk.cli", "the label desk: a web work queue for the people who label"),
     "kafka": ("service.localkafka", "start / stop / status of a local single-node Kafka"),
 }
+
+_SEED = ("service.stream.cli", "train a model from labelled history and publish it")
 
 
 def _usage() -> str:
@@ -42,8 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"abstain: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    shared = {"worker", "labels", "rebuild"}  # service.stream.cli serves these three
+    if name == "models" and rest[:1] == ["seed"]:
+        # seeding trains through the label protocol, which service.stream.cli sits above
+        name, rest = "seed", rest[1:]
+    module = importlib.import_module(COMMANDS.get(name, _SEED)[0])
+    shared = {"worker", "labels", "rebuild", "seed"}  # service.stream.cli serves these
     code: int = module.main([name, *rest]) if name in shared else module.main(rest)
     return code
 

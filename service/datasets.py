@@ -55,6 +55,8 @@ from service.errors import AbstainError
 __all__ = [
     "PACKAGED",
     "DatasetError",
+    "csv_header",
+    "dataset_format",
     "data_dir",
     "load_csv",
     "load_dataset",
@@ -293,6 +295,28 @@ def _sniff(path: Path) -> Format:
         if line:
             return "libsvm" if ":" in line or "," not in line else "csv"
     return "libsvm"
+
+
+def dataset_format(path: str | os.PathLike[str]) -> Format:
+    """The format :func:`load_dataset` reads ``path`` in when none is given (see there)."""
+    return _sniff(Path(path))
+
+
+def csv_header(path: str | os.PathLike[str]) -> list[str] | None:
+    """The header of a CSV file as :func:`load_csv` reads it (its first non-blank row, when a
+    field of it is not a number), stripped; None when the file has no header."""
+    path = Path(path)
+    try:
+        with _open_text(path, newline="") as handle:
+            for raw_fields in csv.reader(handle):
+                fields = [f.strip() for f in raw_fields]
+                if any(fields):
+                    return None if all(_is_number(f) for f in fields) else fields
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{path}: no such file") from exc
+    except (*_READ_ERRORS, csv.Error) as exc:
+        raise DatasetError(f"{path}: cannot read ({exc})") from exc
+    return None
 
 
 def load_dataset(

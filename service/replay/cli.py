@@ -11,7 +11,10 @@ Writes into ``--out``:
 * ``curves.csv`` — the curves in long format on a grid of ``t``
   (see :meth:`service.replay.results.ReplayResult.write_curves`);
 * ``DATASET.png`` — the paper's five columns, one row per cost (unless ``--no-plot``),
-  plus, with label budgets, a sixth: final risk against labels asked for every budget.
+  plus, with label budgets, a sixth: final risk against labels asked for every budget;
+* with ``--sampling sequential`` (the file in its own order, once: every run sees the same
+  events in the same order and the seeds change only the coins), also ``window.png``: the
+  risk over the last ``--window`` events (500) against time, detected changes marked.
 
 With ``--label-budget 0.02,0.05,...`` every active algorithm (DRAL, DSAL, kernel versions)
 also runs held to each budget (a fraction of the events, through
@@ -59,7 +62,7 @@ from service.replay.options import (
     parse_algorithms,
     parse_params,
 )
-from service.replay.plot import plot_budget, plot_replay, plot_shadow
+from service.replay.plot import plot_budget, plot_replay, plot_shadow, plot_window
 from service.replay.protocol import SAMPLINGS
 from service.replay.results import ReplayResult
 from service.replay.runner import per_event_microseconds, replay, total_work
@@ -98,15 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithms", default="dral,dsal,dsol", help="comma-separated")
     p.add_argument("--costs", default="0.1,0.25,0.4", help="rejection costs d in (0, 0.5)")
     p.add_argument("--runs", type=int, default=100, help="independent runs R")
-    p.add_argument("--trials", type=int, default=10_000, help="trials T per run")
     p.add_argument("--seed", type=int, default=0, help="run r uses SeedSequence(seed, (r,))")
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
-    p.add_argument(
-        "--sampling",
-        choices=SAMPLINGS,
-        default="replacement",
-        help="trials drawn with replacement (paper) or as random permutations",
-    )
+    _order_arguments(p)
     p.add_argument(
         "--no-standardize",
         dest="standardize",
@@ -155,6 +152,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no bar")
     return p
+
+
+def _order_arguments(p: argparse.ArgumentParser) -> None:
+    """Which rows each run shows, in which order, and the window of a sequential run."""
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="trials T per run (10000; with --sampling sequential the file's rows)",
+    )
+    p.add_argument(
+        "--sampling",
+        choices=SAMPLINGS,
+        default="replacement",
+        help="trials drawn with replacement (paper), as random permutations, or the file in "
+        "its own order once (sequential: seeds change only the coins)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=500,
+        help="with --sampling sequential: events of the windowed risk plotted",
+    )
 
 
 def _shadow_arguments(p: argparse.ArgumentParser) -> None:
@@ -236,7 +256,7 @@ def _check_shadow_flags(args: argparse.Namespace) -> None:
         raise ReplayConfigError(f"--min-labels must be >= 0, got {args.min_labels}")
 
 
-def _options(args: argparse.Namespace) -> ReplayOptions:
+def _options(args: argparse.Namespace, n_rows: int | None = None) -> ReplayOptions:
     kernel_params = parse_params(args.kernel_param)
     if args.kernel is None and kernel_params:
         raise ReplayConfigError("--kernel-param needs --kernel")
@@ -254,7 +274,7 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         algorithms=algorithms,
         costs=tuple(_floats(args.costs)),
         runs=args.runs,
-        trials=args.trials,
+        trials=_trials(args, n_rows),
         seed=args.seed,
         sampling=args.sampling,
         standardize=args.standardize,
@@ -267,6 +287,7 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         label_budgets=tuple(_floats(args.label_budget)) if args.label_budget else (),
         budget_params=parse_params(args.budget_param),
         adaptive=_adaptive_parts(args.adaptive),
+        window=args.window,
     )
 
 
@@ -311,12 +332,22 @@ def _adaptive_parts(value: str | None) -> Parts | None:
     return Parts(**{name: name in names for name in sorted(known)})
 
 
+def _trials(args: argparse.Namespace, n_rows: int | None) -> int:
+    """``--trials``, else 10,000, else (sequential) every row of the file."""
+    if args.trials is not None:
+        return int(args.trials)
+    return n_rows if args.sampling == "sequential" and n_rows is not None else 10_000
+
+
 def _dataset_name(path: Path) -> str:
     return path.stem if path.suffix.lower() in {".csv", ".svm", ".libsvm", ".txt"} else path.name
 
 
-def write_outputs(result: ReplayResult, out: Path, *, plot: bool) -> list[Path]:
-    """Write ``summary.json``, ``curves.csv`` and (with ``plot``) ``DATASET.png``."""
+def write_outputs(
+    result: ReplayResult, out: Path, *, plot: bool, window: int | None = None
+) -> list[Path]:
+    """Write ``summary.json``, ``curves.csv`` and (with ``plot``) ``DATASET.png``, and with
+    a ``window`` (a sequential run) ``window.png``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.json", out / "curves.csv"]
     result.write_summary(written[0])
@@ -324,6 +355,9 @@ def write_outputs(result: ReplayResult, out: Path, *, plot: bool) -> list[Path]:
     if plot:
         written.append(out / f"{result.dataset or 'replay'}.png")
         plot_replay(result, written[-1])
+        if window is not None:
+            written.append(out / "window.png")
+            plot_window(result, written[-1], window=window)
     return written
 
 
@@ -405,6 +439,8 @@ def main(argv: list[str]) -> int:
             )
         path = resolve_dataset_path(args.dataset)
         X, y = load_dataset(path, format=args.format)
+        if args.sampling == "sequential":  # every row once unless --trials says fewer
+            options = _options(args, n_rows=len(y))
         dataset = _dataset_name(path)
         if args.shadow:
             written = run_shadow_command(args, options, X, y, dataset)
@@ -431,7 +467,8 @@ def main(argv: list[str]) -> int:
         if budgets:
             written = _write_budget(rows, args.out, options, plot=args.plot, dataset=dataset)
         else:
-            written = write_outputs(result, args.out, plot=args.plot)
+            window = options.window if options.sampling == "sequential" else None
+            written = write_outputs(result, args.out, plot=args.plot, window=window)
             print(
                 f"{dataset}: {options.runs} runs x {options.trials} trials in "
                 f"{result.seconds:.1f} s",

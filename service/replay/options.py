@@ -28,7 +28,13 @@ from service.replay.protocol import (
     Sampling,
     validate_costs,
 )
-from service.replay.results import BUDGET_PARAMS, FULL_LABEL_ALGORITHMS, SAMPLINGS, Variant
+from service.replay.results import (
+    BUDGET_PARAMS,
+    FULL_LABEL_ALGORITHMS,
+    SAMPLINGS,
+    Variant,
+    window_step,
+)
 
 __all__ = [
     "FULL_LABEL_ALGORITHMS",
@@ -80,9 +86,13 @@ class ReplayOptions:
     label_budgets: tuple[float, ...] = ()
     budget_params: Mapping[str, Any] = field(default_factory=dict)
     adaptive: Parts | None = None  # the learners inside Adaptive with these parts (sequential)
+    #: events of the windowed risk drawn for a sequential run (``sampling="sequential"``)
+    window: int = 500
 
     def __post_init__(self) -> None:
         validate_costs(self.costs)
+        if self.window < 1:
+            raise ReplayConfigError(f"window must be >= 1, got {self.window}")
         _check_label_budgets(self.label_budgets, self.algorithms, self.budget_params)
         if self.runs < 1 or self.trials < 1:
             raise ReplayConfigError(
@@ -123,7 +133,14 @@ class ReplayOptions:
                 "challengers": self.adaptive.challengers,
                 "explore": self.adaptive.explore,
             },
+            **({"window": self.window} if self.sampling == "sequential" else {}),
         }
+
+    @property
+    def grid_every(self) -> int | None:
+        """The step every curve is also sampled at: in a sequential run, so that its
+        windowed risk is known exactly (:func:`~service.replay.results.window_step`)."""
+        return window_step(self.window) if self.sampling == "sequential" else None
 
     def variants(self) -> list[Variant]:
         """Every variant the replay runs, in report order: each algorithm on its own rule,

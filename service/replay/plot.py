@@ -11,6 +11,10 @@ and per random-sampling baseline (dotted), one marker per algorithm on its own r
 :func:`plot_budget` draws risk and fraction asked against the support-set budget of the
 kernel learners; :func:`plot_shadow` a shadow replay's estimated against true risk and
 the coverage of the intervals.
+
+:func:`plot_window` draws a sequential replay (the file in its own order) as the risk over
+the last ``window`` events against time, one panel per cost, one line per variant (mean
+over runs), with each change a learner detected marked by a vertical line in its colour.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from service.replay.results import ReplayResult, Series  # noqa: E402
 from service.replay.shadow_results import ShadowResult  # noqa: E402
 
-__all__ = ["plot_budget", "plot_replay", "plot_shadow"]
+__all__ = ["plot_budget", "plot_replay", "plot_shadow", "plot_window"]
 
 _COLOURS = {"dral": "tab:blue", "dsal": "tab:orange", "dsol": "tab:green"}
 _COLUMNS = (
@@ -121,6 +125,53 @@ def plot_replay(result: ReplayResult, path: Path, *, title: str | None = None) -
         axes[row][0].legend(fontsize=8, loc="upper right")
     heading = title or f"{result.dataset}: {result.runs} runs x {result.trials} trials"
     fig.suptitle(heading + "  (mean over runs, band = +/- 1 std)", fontsize=12)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _label(series: Series) -> str:
+    name = series.algorithm.upper()
+    if series.sampling != "own":
+        name += f" {series.sampling}@{series.label_budget:g}"
+    return name
+
+
+def plot_window(result: ReplayResult, path: Path, *, window: int, title: str | None = None) -> None:
+    """Write the windowed risk over time of a sequential replay to ``path`` (PNG): per
+    cost, each variant's mean over runs of the risk of its last ``window`` decisions, and
+    a dotted vertical line at every change its learner detected (in any run; the legend
+    counts them)."""
+    costs = sorted({s.cost for s in result.series})
+    fig, axes = plt.subplots(len(costs), 1, figsize=(10.0, 3.2 * len(costs) + 0.8),
+                             squeeze=False, layout="constrained")  # fmt: skip
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for row, cost in enumerate(costs):
+        ax = axes[row][0]
+        chosen = [s for s in result.series if s.cost == cost]
+        for i, series in enumerate(chosen):
+            colour = cycle[i % len(cycle)]
+            t, risk = series.window_risk(window)
+            points = sorted({c for run in series.changes for c in run})
+            label = _label(series)
+            if points:
+                label += f" ({sum(len(run) for run in series.changes)} changes detected)"
+            ax.plot(t, risk, color=colour, linewidth=1.3, label=label)
+            for point in points:
+                ax.axvline(point, color=colour, linestyle=":", linewidth=1.0, alpha=0.8)
+        ax.axhline(cost, color="black", linewidth=0.8, alpha=0.5, linestyle="--",
+                   label=f"d = {cost:g} (rejecting everything)")  # fmt: skip
+        ax.set_title(f"risk over the last {window} events, d = {cost:g}", fontsize=10)
+        ax.set_xlabel("event (file order)", fontsize=9)
+        ax.set_ylabel(f"{window}-event window risk", fontsize=9)
+        ax.set_xlim(0, result.trials)
+        ax.set_ylim(bottom=0.0)
+        ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=8, loc="upper right")
+    heading = title or f"{result.dataset}: file order, {result.runs} runs (coins differ)"
+    marked = any(any(s.changes) for s in result.series)
+    note = "mean over runs; dotted: detected changes" if marked else "mean over runs"
+    fig.suptitle(f"{heading}  ({note})", fontsize=12)
     fig.savefig(path, dpi=80)
     plt.close(fig)
 

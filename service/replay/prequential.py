@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from service.learning import Adaptive, Budgeted, Pipeline, zero_d_one_loss
 from service.replay.errors import ReplayConfigError
-from service.replay.sequential import learn_function
+from service.replay.sequential import detecting, learn_function
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -98,14 +98,6 @@ def _learner_of(model: Any) -> Any:
     return model.learner if isinstance(model, Budgeted) else model
 
 
-def _detecting(model: Any) -> Any:
-    """The object that counts ``changes_detected``: the model, or the learner it holds."""
-    for candidate in (model, getattr(model, "learner", None)):
-        if candidate is not None and hasattr(candidate, "changes_detected"):
-            return candidate
-    return None
-
-
 def run_stream(
     model: Any,
     X: FloatArray,
@@ -134,7 +126,7 @@ def run_stream(
     ys = y.tolist()
     cs = np.asarray(coins, dtype=np.float64).tolist()
     changes: list[int] = []
-    watched = _detecting(model)
+    watched = detecting(model)
     seen = 0 if watched is None else int(watched.changes_detected)
     for t in range(n):
         yt = ys[t]

@@ -47,14 +47,14 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-Sampling = Literal["replacement", "permutation"]
+Sampling = Literal["replacement", "permutation", "sequential"]
 Progress = Callable[[int], None]
 
 #: what the batched replay runs: every linear learner of the registry
 ALGORITHMS = LINEAR_ALGORITHMS
 #: the paper's algorithms: what a replay runs unless told otherwise (as ``--algorithms``)
 PAPER_ALGORITHMS: tuple[str, ...] = ("dral", "dsal", "dsol")
-SAMPLINGS: tuple[Sampling, ...] = ("replacement", "permutation")
+SAMPLINGS: tuple[Sampling, ...] = ("replacement", "permutation", "sequential")
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,18 @@ def plan_trials(
     ``"replacement"``: ``T`` rows drawn uniformly with replacement (the paper's "sample
     ``x_t`` from ``S``"; the only reading that allows its ``T = 10000`` on Guide's 3089 rows).
     ``"permutation"``: a random permutation of the rows, followed by fresh permutations
-    while ``T > n``. Coins are uniform in ``[0, 1)``; DSAL asks when ``coin < p``.
+    while ``T > n``. ``"sequential"``: the file's own order, once: trial ``t`` is row ``t``
+    in every run (``T <= n``), so runs and seeds differ only in their coins (a stream whose
+    order is time, such as a drifting one). Coins are uniform in ``[0, 1)``; DSAL asks when
+    ``coin < p``.
 
     >>> plan = plan_trials(5, runs=2, trials=5, seed=0, sampling="permutation")
     >>> [sorted(row) for row in plan.indices.tolist()]
     [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
     >>> bool((plan_trials(5, 3, 4, 0).indices[1] == plan_trials(5, 2, 4, 0).indices[1]).all())
     True
+    >>> plan_trials(5, runs=2, trials=4, seed=0, sampling="sequential").indices.tolist()
+    [[0, 1, 2, 3], [0, 1, 2, 3]]
     """
     if n < 1:
         raise ReplayConfigError("the dataset has no rows")
@@ -98,11 +103,16 @@ def plan_trials(
         raise ReplayConfigError(f"runs and trials must be >= 1, got {runs} and {trials}")
     if sampling not in SAMPLINGS:
         raise ReplayConfigError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    if sampling == "sequential" and trials > n:
+        raise ReplayConfigError(f"sequential sampling shows each of the {n} rows once: "
+                                f"trials must be <= {n}, got {trials}")  # fmt: skip
     indices = np.empty((runs, trials), dtype=np.int64)
     coins = np.empty((runs, trials), dtype=np.float64)
     for r in range(runs):
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(r,)))
-        if sampling == "replacement":
+        if sampling == "sequential":
+            indices[r] = np.arange(trials)
+        elif sampling == "replacement":
             indices[r] = rng.integers(0, n, size=trials)
         else:
             epochs = -(-trials // n)
@@ -200,9 +210,11 @@ def replay_linear(
     make_engine: Callable[[Sequence[Variant], FloatArray], Any],
     dataset: str = "",
     grid_points: int = 100,
+    grid_every: int | None = None,
     progress: Progress | None = None,
 ) -> ReplayResult:
-    """Run every (variant, cost, run) learner of ``plan`` in lockstep.
+    """Run every (variant, cost, run) learner of ``plan`` in lockstep (curves sampled on
+    :func:`~service.replay.results.time_grid` ``(trials, grid_points, grid_every)``).
 
     ``features(t)`` returns the learner inputs of trial ``t`` for every run, shape
     ``(R, d)``, and is called once per ``t`` in increasing order.
@@ -216,7 +228,7 @@ def replay_linear(
     if not variants:
         raise ReplayConfigError("at least one algorithm is needed")
     runs, trials = plan.runs, plan.trials
-    grid = time_grid(trials, grid_points)
+    grid = time_grid(trials, grid_points, every=grid_every)
     copies = len(variants) * len(costs)
     row_costs = np.tile(np.repeat(np.asarray(costs, dtype=np.float64), runs), len(variants))
     engine = make_engine(list(variants), row_costs)

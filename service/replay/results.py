@@ -91,24 +91,45 @@ class Variant:
             raise ReplayConfigError(f"bad --budget-param: {exc}") from exc
 
 
-def time_grid(trials: int, points: int = 100) -> IntArray:
+def time_grid(trials: int, points: int = 100, every: int | None = None) -> IntArray:
     """Increasing trial numbers in ``[1, trials]`` at which curves are sampled.
 
     Half the points are spread geometrically (the early, fast-moving part of a curve),
-    half linearly; ``trials`` itself is always the last point.
+    half linearly; ``trials`` itself is always the last point. ``every``: each multiple of
+    it too (what a windowed risk needs, :func:`window_risk`).
 
     >>> time_grid(100, points=10).tolist()
     [1, 3, 10, 26, 32, 50, 75, 100]
     >>> int(time_grid(10_000)[-1]), len(time_grid(10_000)) <= 100
     (10000, True)
+    >>> time_grid(10, points=2, every=4).tolist()
+    [1, 4, 8, 10]
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     half = max(points // 2, 1)
     geo = np.geomspace(1, trials, num=half)
     lin = np.linspace(1, trials, num=max(points - half, 1))
-    grid = np.unique(np.rint(np.concatenate([geo, lin, [trials]])).astype(np.int64))
+    parts: list[npt.NDArray[Any]] = [geo, lin, np.array([trials])]
+    if every is not None:
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        parts.append(np.arange(every, trials + 1, every))
+    grid = np.unique(np.rint(np.concatenate(parts)).astype(np.int64))
     return grid
+
+
+def window_step(window: int) -> int:
+    """The grid step of a windowed risk over ``window`` events: the largest divisor of
+    ``window`` at most a tenth of it (1 for small or prime windows).
+
+    >>> window_step(500), window_step(10), window_step(7)
+    (50, 1, 1)
+    """
+    for k in range(10, window + 1):
+        if window % k == 0:
+            return window // k
+    return 1
 
 
 @dataclass(frozen=True)
@@ -129,6 +150,9 @@ class Series:
     seconds: float = 0.0
     label_budget: float | None = None
     sampling: QuerySampling = "own"
+    #: per run, the trials (1-based) after which the learner reported a detected change
+    #: (empty: it reports none, or detected none)
+    changes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def variant(self) -> Variant:
@@ -156,8 +180,39 @@ class Series:
         out: FloatArray = self.rate(name)[-1]
         return out
 
+    def window_risk(self, window: int) -> tuple[IntArray, FloatArray]:
+        """The mean over runs of the risk over the last ``window`` trials (fewer at the
+        start), at the grid points ``t`` where it is known exactly: ``t <= window``, or
+        ``t - window`` on the grid too (every multiple of the grid's step when it was made
+        with ``every=window_step(window)``). Returns ``(t, risk)``.
+
+        >>> grid = time_grid(8, points=2, every=2)
+        >>> loss = np.array([[1.0], [1.0], [2.0], [2.0], [2.0]])  # cumulative, at 1,2,4,6,8
+        >>> s = Series("dsal", 0.25, grid, {"loss": loss}, np.zeros(1))
+        >>> [(int(t), float(r)) for t, r in zip(*s.window_risk(4))]
+        [(1, 1.0), (2, 0.5), (4, 0.5), (6, 0.25), (8, 0.0)]
+        """
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        cumulative = self.counts["loss"]
+        where = {int(t): i for i, t in enumerate(self.grid)}
+        times: list[int] = []
+        rows: list[FloatArray] = []
+        for i, t in enumerate(self.grid.tolist()):
+            if t <= window:
+                rows.append(cumulative[i] / t)
+            elif t - window in where:
+                rows.append((cumulative[i] - cumulative[where[t - window]]) / window)
+            else:
+                continue
+            times.append(t)
+        risk = np.asarray(rows).mean(axis=1) if rows else np.zeros(0)
+        return np.asarray(times, dtype=np.int64), risk
+
     def summary(self) -> dict[str, Any]:
-        """The ``results`` entry of ``summary.json`` for this series."""
+        """The ``results`` entry of ``summary.json`` for this series (with ``changes``,
+        per run, when the learner reported any)."""
+        extra = {"changes": [list(c) for c in self.changes]} if any(self.changes) else {}
         return {
             "algorithm": self.algorithm,
             "label_budget": self.label_budget,
@@ -169,6 +224,7 @@ class Series:
             "misclassified": float(self.final("misclassified").mean()),
             "rejected": float(self.final("rejected").mean()),
             "rho": float(self.rho.mean()),
+            **extra,
         }
 
 

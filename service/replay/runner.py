@@ -111,6 +111,7 @@ def replay(
             features=features,
             make_engine=_engine_factory(options, features.n_features),
             grid_points=options.grid_points,
+            grid_every=options.grid_every,
             progress=progress,
         )
         series += result.series

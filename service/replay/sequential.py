@@ -42,7 +42,13 @@ from service.replay.options import ReplayOptions, learner_kwargs
 from service.replay.protocol import Progress, TrialPlan
 from service.replay.results import COUNTS, Series, Variant, time_grid
 
-__all__ = ["champion_weight_cap", "learn_function", "replay_sequential", "variant_learner"]
+__all__ = [
+    "champion_weight_cap",
+    "detecting",
+    "learn_function",
+    "replay_sequential",
+    "variant_learner",
+]
 
 
 def replay_sequential(
@@ -56,12 +62,13 @@ def replay_sequential(
     """One :class:`Series` per (variant, cost); ``Series.seconds`` is the time spent in
     preprocessing, ``decide`` and ``update``."""
     runs, trials = plan.runs, plan.trials
-    grid = time_grid(trials, options.grid_points)
+    grid = time_grid(trials, options.grid_points, every=options.grid_every)
     slot = np.full(trials + 1, -1, dtype=np.int64)
     slot[grid] = np.arange(grid.shape[0])
     keys = [(v, c) for v in variants for c in options.costs]
     counts = {k: {name: np.zeros((grid.shape[0], runs)) for name in COUNTS} for k in keys}
     rho = {k: np.zeros(runs) for k in keys}
+    changes: dict[tuple[Variant, float], list[tuple[int, ...]]] = {k: [] for k in keys}
     seconds = dict.fromkeys(keys, 0.0)
     per_label = options.standardize and options.scaler_fit == "labels"
     labels_all = y[plan.indices]
@@ -74,6 +81,9 @@ def replay_sequential(
             learner = variant_learner(v, c, features.n_features, options)
             learn = learn_function(learner)
             pipe = features.pipeline() if per_label else None
+            watched = detecting(learner)
+            seen = 0 if watched is None else int(watched.changes_detected)
+            found: list[int] = []
             loss = asked = wrong = rejected = 0.0
             out = counts[(v, c)]
             tic = time.perf_counter()
@@ -92,6 +102,9 @@ def replay_sequential(
                         pipe.learn(raw[t])
                         x = pipe.transform(raw[t])
                     learn(x, yt, dec.query_probability)
+                    if watched is not None and int(watched.changes_detected) > seen:
+                        seen = int(watched.changes_detected)
+                        found.append(t + 1)
                 g = slots[t + 1]
                 if g >= 0:
                     out["loss"][g, r] = loss
@@ -100,6 +113,7 @@ def replay_sequential(
                     out["rejected"][g, r] = rejected
             seconds[(v, c)] += time.perf_counter() - tic
             rho[(v, c)][r] = float(learner.rho)
+            changes[(v, c)].append(tuple(found))
             if progress is not None:
                 progress(trials)
     return [
@@ -112,6 +126,7 @@ def replay_sequential(
             seconds=seconds[(v, c)],
             label_budget=v.label_budget,
             sampling=v.sampling,
+            changes=tuple(changes[(v, c)]),
         )
         for v, c in keys
     ]
@@ -142,6 +157,14 @@ def champion_weight_cap(max_weight: float, budget: QueryBudget | None) -> float:
     if budget is None or budget.explore == 0.0:
         return max_weight
     return max(max_weight, 1.0 / (budget.explore * budget.rate))
+
+
+def detecting(model: Any) -> Any:
+    """The object that counts ``changes_detected``: the model, or the learner it holds."""
+    for candidate in (model, getattr(model, "learner", None)):
+        if candidate is not None and hasattr(candidate, "changes_detected"):
+            return candidate
+    return None
 
 
 def learn_function(model: Any) -> Any:

@@ -6,12 +6,19 @@
     abstain labels list   [--broker ...] [--config FILE] [--limit N]
     abstain labels submit --request-id ID --label {1,-1} [--model NAME] [--by WHO]
     abstain rebuild --model NAME [--publish] [--broker ...] [--config FILE]
+    abstain models seed --model NAME FILE [--format csv|libsvm] [--dry-run] [--by WHO]
 
 Settings come from the environment (``ABSTAIN_*``) and the optional config file; the flags
 override both. ``labels list`` reads the label-requests and labels topics from the start
 and prints the requests that are neither answered nor expired (JSON, one per line).
 ``rebuild`` replays a model's label log (:mod:`service.stream.labels.rebuild`) and prints the
 rebuilt state's summary as JSON; ``--publish`` writes the state to the models topic.
+``models seed`` trains a model from a labelled file through the learner's own protocol
+(:mod:`service.stream.labels.seed`) and publishes it: a seed order on the labels topic (the
+learner adopts it there and learns on from it), then the state on the models topic; both
+signed with ``snapshot_key`` when one is set. It lives here, not in
+:mod:`service.stream.models.cli`, because it needs the label protocol, which sits above
+``models/``.
 """
 
 from __future__ import annotations
@@ -24,17 +31,28 @@ from pathlib import Path
 from typing import Any
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
-from service.records import SIGNATURE_HEADER, BadMessage, Label, decode_json, dumps
-from service.stream.kafka.clients import produce_one, read_topic
+from service.records import (
+    SIGNATURE_HEADER,
+    BadMessage,
+    Label,
+    ModelEnvelope,
+    Seed,
+    decode_json,
+    dumps,
+)
+from service.stream.errors import TopicError
+from service.stream.kafka.clients import produce_one, read_topic, topic_partitions
 from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
+from service.stream.labels.seed import Seeded, SeedError, read_rows, seed_model
 from service.stream.models.book import signer_for
+from service.stream.models.cli import read_book
 
 __all__ = ["main"]
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: ``argv[0]`` is ``worker``, ``labels`` or ``rebuild``."""
-    if not argv or argv[0] not in {"worker", "labels", "rebuild"}:
+    """Entry point: ``argv[0]`` is ``worker``, ``labels``, ``rebuild`` or ``seed``."""
+    if not argv or argv[0] not in {"worker", "labels", "rebuild", "seed"}:
         print("usage: abstain worker|labels|rebuild ...", file=sys.stderr)
         return 2
     try:
@@ -42,6 +60,8 @@ def main(argv: list[str]) -> int:
             return _worker(argv[1:])
         if argv[0] == "rebuild":
             return _rebuild(argv[1:])
+        if argv[0] == "seed":
+            return _seed(argv[1:])
         return _labels(argv[1:])
     except ConfigError as exc:
         print(f"abstain: {exc}", file=sys.stderr)
@@ -135,6 +155,103 @@ def _rebuild(argv: list[str]) -> int:
         asyncio.run(produce_one(settings, settings.topics.models, key, value, headers))
     print(dumps({**summary(rebuilt), "published": bool(args.publish)}).decode())
     return 0
+
+
+def _seed(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="abstain models seed",
+        description="train a model from labelled history and publish it as a new version",
+    )
+    common_arguments(parser)
+    parser.add_argument("--model", required=True, help="configured model name")
+    parser.add_argument("file", type=Path, help="labelled rows: CSV (with a header naming the "
+                        "model's features) or LIBSVM, optionally .gz")  # fmt: skip
+    parser.add_argument("--format", choices=["csv", "libsvm"], default=None,
+                        help="the file's format (default: guessed)")  # fmt: skip
+    parser.add_argument("--by", default="cli", help="who seeds (kept on the order)")
+    parser.add_argument("--dry-run", action="store_true", dest="dry_run",
+                        help="train and print the summary, publish nothing")  # fmt: skip
+    args = parser.parse_args(argv)
+    settings = settings_from_arguments(args)
+    try:
+        if args.model not in settings.models:
+            raise SeedError(f"no model named {args.model!r} (one of {sorted(settings.models)})")
+        X, y = read_rows(args.file, args.model, settings.models[args.model], args.format)
+        seeded = _train(settings, args.model, X, y)
+    except SeedError as exc:
+        print(f"abstain: {exc}", file=sys.stderr)
+        return 2
+    version = None
+    try:
+        if not args.dry_run:
+            version = asyncio.run(publish_seed(settings, seeded, by=args.by))
+    except SeedError as exc:
+        print(f"abstain: {exc}; nothing published", file=sys.stderr)
+        return 2
+    model = seeded.model
+    out = {"model": model.model, "rows": seeded.rows, "risk": seeded.risk,
+           "rejected": seeded.rejected, "wrong": seeded.wrong,
+           "rho": model.learner["learned"]["rho"], "version": version,
+           "published": version is not None}  # fmt: skip
+    print(dumps(out).decode())
+    return 0
+
+
+def _train(settings: Settings, name: str, X: Any, y: Any) -> Seeded:
+    """:func:`seed_model` with a progress bar on a terminal (tqdm, on stderr)."""
+    from tqdm import tqdm  # noqa: PLC0415 - only this command draws one
+
+    quiet = len(y) < 2_000 or not sys.stderr.isatty()
+    with tqdm(total=len(y), unit="row", desc=f"seeding {name}", disable=quiet) as bar:
+        return seed_model(settings, name, X, y, now=time.time(), progress=bar.update)
+
+
+async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
+    """Write ``seeded`` as the next version of its model: a :class:`~service.records.Seed`
+    order on the labels topic (key: the model's group, where the learner reads it), then
+    the same state, with the same signature, on the models topic. The version is one above
+    what the models topic serves now; the learner numbers it one above its own when it
+    adopts it. Returns the version published."""
+    name = seeded.model.model
+    await _topics_ready(settings)
+    book = await read_book(settings)
+    envelope: ModelEnvelope = seeded.model.replace(version=book.models[name].version + 1)
+    value = envelope.to_json()
+    signer = signer_for(settings)
+    signature = None if signer is None else signer.sign(name.encode(), value)
+    route = settings.learner_key(name)
+    order = Seed(route, name, value, None if signature is None else signature.decode(),
+                 by, time.time(), rows=seeded.rows)  # fmt: skip
+    record = order.to_json()
+    if len(record) > settings.max_message_bytes:  # the learner would refuse it as too big
+        raise SeedError(f"the seed order is {len(record)} bytes, over max_message_bytes "
+                        f"({settings.max_message_bytes})")  # fmt: skip
+    await produce_one(settings, settings.topics.labels, route.encode(), record)
+    headers = None if signature is None else [(SIGNATURE_HEADER, signature)]
+    await produce_one(settings, settings.topics.models, name.encode(), value, headers)
+    return envelope.version
+
+
+async def _topics_ready(settings: Settings) -> None:
+    """The labels and models topics exist with their configured partitions (a write to a
+    missing one would create it with the broker's defaults, which the worker then refuses);
+    :class:`SeedError` otherwise."""
+    wanted = {settings.topics.labels: settings.partitions.labels,
+              settings.topics.models: settings.partitions.models}  # fmt: skip
+    kwargs = settings.security.aiokafka_kwargs()
+    for topic, partitions in wanted.items():
+        try:
+            tps = await topic_partitions(
+                settings.bootstrap_servers, topic, attempts=1, client_kwargs=kwargs
+            )
+        except TopicError:
+            raise SeedError(
+                f"topic {topic!r} does not exist: start a worker once (it creates its "
+                "topics) or create them as topic_policy says"
+            ) from None
+        if len(tps) != partitions:
+            raise SeedError(f"topic {topic!r} has {len(tps)} partitions, the settings say "
+                            f"{partitions}")  # fmt: skip
 
 
 async def rebuild_from_topics(settings: Settings, model: str) -> Rebuilt:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from service.replay.plot import plot_budget, plot_replay
+from service.replay.plot import plot_budget, plot_replay, plot_window
 from service.replay.results import ReplayResult, Series, time_grid
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -53,3 +54,20 @@ def test_budget_figure_is_a_png(tmp_path: Path) -> None:
     path = tmp_path / "budget.png"
     plot_budget(rows, path)
     assert path.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_window_figure_is_a_png_with_or_without_changes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    grid = time_grid(3000, 40, every=50)
+    losses = rng.uniform(0.0, 0.5, size=(3000, 2))
+    cumulative = np.cumsum(losses, axis=0)[grid - 1]
+    plain = Series("dsal", 0.25, grid, {"loss": cumulative}, rho=np.ones(2))
+    detected = dataclasses.replace(plain, algorithm="dsol", changes=((1200,), (1300, 2000)))
+    sizes = []
+    for name, series in (("plain", [plain]), ("marked", [plain, detected])):
+        path = tmp_path / f"{name}.png"
+        plot_window(ReplayResult(name, runs=2, trials=3000, series=series), path, window=500)
+        data = path.read_bytes()
+        assert data.startswith(PNG_MAGIC)
+        sizes.append(len(data))
+    assert sizes[1] != sizes[0]

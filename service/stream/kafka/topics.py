@@ -20,8 +20,8 @@ it from here:
 | `abstain.features` | event id | `FeatureEvent` | producers | the scoring loop (group `<app_id>-score`) |
 | `abstain.decisions` | event id | `Decision` | the scorer | consumers |
 | `abstain.label-requests` | model | `LabelRequest` | the scorer | the learner (group `<app_id>-learn`), the desk, tools |
-| `abstain.labels` | model | `Label`, `Rollback` | staff (the desk, `POST /labels`), `abstain labels submit`, `abstain models rollback` | the learner (group `<app_id>-learn`), the desk |
-| `abstain.models` (compacted) | model, `__champions__` | `ModelEnvelope`, `Champions` | the learner, `abstain models promote`, `abstain rebuild --publish` | every worker and desk (group-less) |
+| `abstain.labels` | model | `Label`, `Rollback`, `Seed` | staff (the desk, `POST /labels`), `abstain labels submit`, `abstain models rollback`, `abstain models seed` | the learner (group `<app_id>-learn`), the desk |
+| `abstain.models` (compacted) | model, `__champions__` | `ModelEnvelope`, `Champions` | the learner, `abstain models promote`, `abstain rebuild --publish`, `abstain models seed` | every worker and desk (group-less) |
 | `abstain.dead-letters` | — | `DeadLetter` | the scorer, the learner, the model follower | people |
 | `<app_id>-pending-changelog` (compacted) | request id | `PendingEntry` | the learner (pending table) | the learner (recovery), the desk |
 | `<app_id>-orphans-changelog` (compacted) | request id | `ParkedLabel` | the learner (parked table) | the learner (recovery) |
@@ -126,11 +126,13 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("decisions", "decisions", "event id", "`Decision`", "the scorer", "consumers"),
     Entry("label_requests", "labels", _BY_MODEL, "`LabelRequest`", "the scorer",
           f"{_LEARNER}, the desk, tools", keyed_by_model=True, learned=True, desk=True),
-    Entry("labels", "labels", _BY_MODEL, "`Label`, `Rollback`",
-          "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain models rollback`",
+    Entry("labels", "labels", _BY_MODEL, "`Label`, `Rollback`, `Seed`",
+          "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain models rollback`, "
+          "`abstain models seed`",
           f"{_LEARNER}, the desk", keyed_by_model=True, learned=True, desk=True),
     Entry("models", "models", "model, `__champions__`", "`ModelEnvelope`, `Champions`",
-          "the learner, `abstain models promote`, `abstain rebuild --publish`",
+          "the learner, `abstain models promote`, `abstain rebuild --publish`, "
+          "`abstain models seed`",
           "every worker and desk (group-less)", compacted=True),
     Entry("dead_letters", "dead_letters", "—", "`DeadLetter`",
           "the scorer, the learner, the model follower", "people"),

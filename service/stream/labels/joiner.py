@@ -43,6 +43,7 @@ from service.records import (
     RawMessage,
     Reason,
     Rollback,
+    Seed,
     Source,
     parse_label_request,
     parse_labels_record,
@@ -57,6 +58,7 @@ from service.stream.labels.protocol import (
     apply_shadow_label,
     park_label,
 )
+from service.stream.labels.seed import adopt_seed
 from service.stream.labels.state import HISTORY, ModelStore, ParkedStore, PendingStore
 from service.stream.outputs import Outputs
 
@@ -191,6 +193,9 @@ class LabelJoiner:
             if isinstance(label, Rollback):
                 await self._rollback(label, message)
                 return
+            if isinstance(label, Seed):
+                await self._seed(label, message)
+                return
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
@@ -226,6 +231,28 @@ class LabelJoiner:
                                          encoded=restored.to_json()), learned=False)  # fmt: skip
         log.warning("model %s rolled back to version %s as version %s by %s", target,
                     order.to_version, restored.version, order.by)  # fmt: skip
+
+    async def _seed(self, order: Seed, message: RawMessage) -> None:
+        """Serve the seeded state of ``order.target`` as its next version, at this record's
+        place in the labels log: the labels after it are applied on top of it, the learner's
+        earlier state is replaced (its last versions stay kept for a rollback). The state is
+        checked as a snapshot is (signature with ``snapshot_key``, format, algorithm and
+        width). One write, like a rollback: a redelivered order is a no-op.
+        :class:`BadMessage` when the state is refused."""
+        target = order.target
+        if target not in self.settings.group(order.model):
+            raise BadMessage("unknown_model", f"{target!r} is not in the group of {order.model!r}")
+        current = self.models.get(target)
+        if current.applied(message.partition, message.offset):
+            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
+            return
+        adopted = adopt_seed(self.settings, current, order, (message.partition, message.offset),
+                             now=self.clock())  # fmt: skip
+        async with self._publishing:
+            await self._put(LabelOutcome(Outcome.APPLIED, model=adopted,
+                                         encoded=adopted.to_json()), learned=False)  # fmt: skip
+        log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
+                    order.rows, order.by, adopted.version)  # fmt: skip
 
     def _deciding(self, model: str) -> ModelConfig:
         """The configuration of ``model``, a model that decides (:class:`BadMessage`: no

@@ -7,7 +7,10 @@ initial model. What the learner skips is skipped here too: labels of other model
 without a request (``unknown_request``), labels for an expired request (``expired``), second
 labels for an answered request (``already_applied``), and updates that would not be finite
 (``non_finite``). A label's "now" is its record's broker timestamp, which is when the learner
-could first have seen it.
+could first have seen it. A seed order of the model (``abstain models seed``) is adopted at
+its place, as the learner adopts it, and the labels after it are applied on top; one the
+learner would refuse is skipped with its reason; a rollback order is skipped
+(``rollback``: the versions it names are the learner's, not the log's).
 
 The result is the model state the learner holds after the same labels (``updated_at``
 aside); ``--publish`` writes it to the models topic, where scorers take it if its version
@@ -29,10 +32,13 @@ from service.records import (
     BadMessage,
     ModelEnvelope,
     PendingEntry,
-    parse_label,
+    Rollback,
+    Seed,
     parse_label_request,
+    parse_labels_record,
 )
 from service.stream.labels.protocol import Outcome, apply_label
+from service.stream.labels.seed import adopt_seed
 from service.stream.models.served import initial_envelope
 
 __all__ = ["LogRecord", "Rebuilt", "rebuild_model", "summary"]
@@ -85,9 +91,22 @@ def rebuild_model(
     out = Rebuilt(initial_envelope(name, config))
     for rec in sorted(labels, key=lambda r: (r.partition, r.offset)):
         try:
-            label = parse_label(rec.value, max_bytes=settings.max_message_bytes)
+            label = parse_labels_record(rec.value, max_bytes=settings.max_message_bytes)
+            if isinstance(label, Seed):
+                if label.target == name == label.model:  # a champion's own line
+                    out.model = adopt_seed(
+                        settings,
+                        out.model,
+                        label,
+                        (rec.partition, rec.offset),
+                        now=rec.timestamp_ms / 1000.0,
+                    )
+                continue
         except BadMessage as bad:
             out.skipped[bad.reason] += 1
+            continue
+        if isinstance(label, Rollback):
+            out.skipped["rollback"] += label.target == name
             continue
         if label.model != name:
             continue

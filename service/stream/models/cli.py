@@ -5,6 +5,7 @@
     abstain models compare [--url URL] [--broker ...] [--config FILE]
     abstain models promote NAME [--broker ...] [--config FILE]
     abstain models rollback NAME --to-version V [--broker ...] [--config FILE]
+    abstain models seed --model NAME FILE [--broker ...] [--config FILE]
 
 ``compare`` prints one JSON line per model (:func:`~service.stream.models.champions.comparison`):
 from the models topic (what every worker serves: versions, labels, risk and interval), or
@@ -16,7 +17,9 @@ own name gives the route back to it. ``rollback`` writes an order on the labels 
 NAME's group, like its labels): the learner that owns the group serves version V of NAME
 again as its next version, at the order's place among the labels, and learns on from it;
 it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.labels.state`), an
-older one is refused (dead letter ``unknown_version``).
+older one is refused (dead letter ``unknown_version``). ``seed`` trains NAME from a labelled
+file and publishes it; it is :mod:`service.stream.cli`'s (it needs the label protocol, above
+this folder), and ``abstain models seed`` is sent there.
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ __all__ = ["main", "read_book"]
 
 def main(argv: list[str]) -> int:
     """Entry point: ``argv`` after ``models``."""
-    parser = argparse.ArgumentParser(prog="abstain models", description="champion and challengers")
+    parser = argparse.ArgumentParser(
+        prog="abstain models", description="champion and challengers",
+        epilog="abstain models seed --model NAME FILE: train NAME from labelled history and "
+        "publish it (abstain models seed --help)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="action", required=True)
     compare = sub.add_parser("compare", help="the live comparison, one JSON line per model")
     common_arguments(compare)

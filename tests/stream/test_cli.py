@@ -1,0 +1,141 @@
+"""``abstain models seed`` from the command line, without a broker: it trains (``--dry-run``
+publishes nothing) and every file that cannot seed stops it with a message and exit code 2
+before anything is written."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from service.__main__ import main
+from service.config import Settings
+from service.records import SIGNATURE_HEADER, Seed, parse_labels_record, parse_model_envelope
+from service.stream import cli
+from service.stream.labels.seed import SeedError, seed_model
+from service.stream.models.book import signer_for
+from service.stream.models.served import ServedModel, initial_envelope
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "settings.json"
+    models = {"m": {"algorithm": "dsal", "cost": 0.25, "feature_names": ["a", "b"]}}
+    # a broker nobody listens on: a command that tried to publish would fail, not hang
+    path.write_bytes(orjson.dumps({"models": models, "default_model": "m",
+                                   "broker": "127.0.0.1:1"}))  # fmt: skip
+    return path
+
+
+def test_a_dry_run_trains_and_prints_the_summary(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = ["b,a,label"] + [f"{i % 3 - 1},{i % 5 - 2},{1 if i % 5 > 2 else -1}" for i in range(60)]
+    data = tmp_path / "history.csv"
+    data.write_text("\n".join(rows) + "\n")
+    code = main(["models", "seed", "--config", str(config), "--model", "m", str(data),
+                 "--dry-run"])  # fmt: skip
+    assert code == 0
+    out = orjson.loads(capsys.readouterr().out)
+    assert (out["model"], out["rows"], out["published"], out["version"]) == ("m", 60, False, None)
+    assert 0.0 <= out["risk"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "message"),
+    [
+        ("a,b,label\n1,2,1\n", "x", "no model named 'x'"),
+        ("a,b,label\n1,2,5\n", "m", "label '5' is not one of 0, 1, -1, +1"),
+        ("a,b,c,label\n1,2,3,1\n", "m", "unknown ['c']"),
+        ("a,b,label\n", "m", "no data rows"),
+        ("a,b,label\n1,nan,1\n", "m", "is not finite"),
+    ],
+)
+def test_what_cannot_seed_stops_before_anything_is_published(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str], text: str, model: str,
+    message: str,
+) -> None:  # fmt: skip
+    data = tmp_path / "history.csv"
+    data.write_text(text)
+    # not a dry run: had it reached publishing, the dead broker address would fail otherwise
+    code = main(["models", "seed", "--config", str(config), "--model", model, str(data)])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
+
+
+class _Book:
+    def __init__(self, settings: Settings, version: int) -> None:
+        self.models = {
+            name: ServedModel.from_envelope(
+                cfg, initial_envelope(name, cfg).replace(version=version)
+            )
+            for name, cfg in settings.models.items()
+        }
+
+
+def _publishing(monkeypatch: pytest.MonkeyPatch, served: int) -> list[tuple[str, bytes, bytes,
+                                                                            Any]]:  # fmt: skip
+    """Publishing without a broker: the topics exist, the models topic serves version
+    ``served``, and every write is recorded."""
+    written: list[tuple[str, bytes, bytes, Any]] = []
+
+    async def ready(settings: Settings) -> None:
+        return None
+
+    async def book(settings: Settings) -> _Book:
+        return _Book(settings, served)
+
+    async def produce(settings: Settings, topic: str, key: bytes, value: bytes,
+                      headers: Any = None) -> None:  # fmt: skip
+        written.append((topic, key, value, headers))
+
+    monkeypatch.setattr(cli, "_topics_ready", ready)
+    monkeypatch.setattr(cli, "read_book", book)
+    monkeypatch.setattr(cli, "produce_one", produce)
+    return written
+
+
+KEY = "seed-key-for-the-cli-tests-0123456789"  # noqa: S105 - >= 32 characters
+
+
+def test_publish_writes_the_signed_order_first_then_the_same_signed_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 2}},
+                        default_model="m", snapshot_key=KEY)  # type: ignore[arg-type]  # fmt: skip
+    written = _publishing(monkeypatch, served=7)
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    seeded = seed_model(settings, "m", X, np.array([1, -1, 1]), now=1.0)
+    version = asyncio.run(cli.publish_seed(settings, seeded, by="alice"))
+    assert version == 8
+    (labels_topic, key1, order_raw, none), (models_topic, key2, state, headers) = written
+    assert (labels_topic, models_topic) == (settings.topics.labels, settings.topics.models)
+    assert key1 == key2 == b"m"
+    assert none is None
+    order = parse_labels_record(order_raw)
+    assert isinstance(order, Seed)
+    assert (order.target, order.by, order.rows, order.envelope) == ("m", "alice", 3, state)
+    signature = dict(headers)[SIGNATURE_HEADER]
+    assert order.signature == signature.decode()
+    signer = signer_for(settings)
+    assert signer is not None
+    assert signer.verify(b"m", state, signature) is None
+    assert parse_model_envelope(state, model="m").version == 8
+
+
+def test_an_order_too_big_for_the_labels_topic_publishes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 2}},
+                        default_model="m", max_message_bytes=256)  # type: ignore[arg-type]  # fmt: skip
+    written = _publishing(monkeypatch, served=0)
+    seeded = seed_model(settings, "m", np.ones((2, 2)), np.array([1, -1]), now=1.0)
+    with pytest.raises(SeedError, match="over max_message_bytes"):
+        asyncio.run(cli.publish_seed(settings, seeded, by="cli"))
+    assert written == []
