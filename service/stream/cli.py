@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
+from service.learning import Parts, learner_for
 from service.records import (
     SIGNATURE_HEADER,
     BadMessage,
@@ -191,7 +192,7 @@ def _seed(argv: list[str]) -> int:
     model = seeded.model
     out = {"model": model.model, "rows": seeded.rows, "risk": seeded.risk,
            "rejected": seeded.rejected, "wrong": seeded.wrong,
-           "rho": model.learner["learned"]["rho"], "version": version,
+           "rho": float(learner_for(dict(model.learner), Parts()).rho), "version": version,
            "published": version is not None}  # fmt: skip
     print(dumps(out).decode())
     return 0
