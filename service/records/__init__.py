@@ -20,7 +20,12 @@ Errors::
           └── BadMessage    one consumed message refused; .reason (a Reason), .detail
 """
 
-from service.records.champions import CHAMPIONS_KEY, Champions, parse_champions
+from service.records.champions import (
+    CHAMPIONS_KEY,
+    CHAMPIONS_MAX_SERIAL,
+    Champions,
+    parse_champions,
+)
 from service.records.codec import (
     DEAD_LETTER_REASONS,
     BadMessage,
@@ -62,6 +67,7 @@ from service.records.wire import (
 
 __all__ = [
     "CHAMPIONS_KEY",
+    "CHAMPIONS_MAX_SERIAL",
     "DEAD_LETTER_REASONS",
     "IGNORED",
     "MODEL_FORMAT",

@@ -191,7 +191,7 @@ def create_app(
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
                          models=ModelStore(tables["models"], initial), metrics=metrics,
                          outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
-                         clock=clock)  # fmt: skip
+                         clock=clock, signer=signer)  # fmt: skip
     learning = _learn_loop(s, joiner, tables, checkpoint, progress)
     learning.defer = lambda: scoring.backlogged
     view = RoutedView(learning.view, {t.features: scoring.view})

@@ -43,6 +43,7 @@ from service.records import (
     RawMessage,
     Reason,
     Rollback,
+    Signer,
     Source,
     parse_label_request,
     parse_labels_record,
@@ -78,8 +79,10 @@ class LabelJoiner:
         outputs: Outputs,
         metrics: Metrics,
         clock: Callable[[], float],
+        signer: Signer | None = None,
     ) -> None:
         self.settings = settings
+        self.signer = signer  # with a key, a rollback order must carry its signature
         self.pending = pending
         self.parked = parked
         self.models = models
@@ -189,6 +192,7 @@ class LabelJoiner:
             self._deciding(label.model)
             self._check_placement(message, label.model)
             if isinstance(label, Rollback):
+                self._check_signed(label, message)
                 await self._rollback(label, message)
                 return
         except BadMessage as bad:
@@ -226,6 +230,18 @@ class LabelJoiner:
                                          encoded=restored.to_json()), learned=False)  # fmt: skip
         log.warning("model %s rolled back to version %s as version %s by %s", target,
                     order.to_version, restored.version, order.by)  # fmt: skip
+
+    def _check_signed(self, order: Rollback, message: RawMessage) -> None:
+        """With ``snapshot_key``, a rollback order is taken only with the signature of
+        ``abstain models rollback`` (the same HMAC as a snapshot's, over the record's key and
+        value): anyone who may write labels could otherwise reset any model. ``unsigned`` or
+        ``bad_signature`` otherwise."""
+        if self.signer is None:
+            return
+        reason = self.signer.verify(message.key or b"", message.value, message.signature)
+        if reason is not None:
+            raise BadMessage(reason, f"rollback order of {order.target!r} to version "
+                             f"{order.to_version} is {reason}")  # fmt: skip
 
     def _deciding(self, model: str) -> ModelConfig:
         """The configuration of ``model``, a model that decides (:class:`BadMessage`: no
