@@ -39,6 +39,7 @@ from service.records.ids import coin, request_id
 from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
 from service.records.signing import SIGNATURE_HEADER, Signer
 from service.records.state import (
+    MAX_MAGNITUDE,
     MODEL_FORMAT,
     MODEL_FORMAT_VERSION,
     ModelEnvelope,
@@ -70,6 +71,7 @@ __all__ = [
     "CHAMPIONS_MAX_SERIAL",
     "DEAD_LETTER_REASONS",
     "IGNORED",
+    "MAX_MAGNITUDE",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "REFUSED",

@@ -184,7 +184,8 @@ def create_app(
     tables = {e.field: ChangelogTable(e.name(s), writes) for e in TABLES}
     checkpoint = Checkpoint(writes, commit_interval=s.commit_interval_seconds)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
-    scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
+    scorer = Scorer(s, book.serving, outputs, metrics, clock=clock,
+                    fallback=book.refuse if signer is None else None)  # fmt: skip
     scoring = _score_loop(s, scorer, progress)
     pending = PendingStore(tables["pending"])
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}

@@ -52,8 +52,11 @@ from service.records import (
     SIGNATURE_HEADER,
     BadMessage,
     Champions,
+    DeadLetter,
     RawMessage,
+    Reason,
     Signer,
+    Source,
     parse_champions,
     parse_model_envelope,
 )
@@ -109,6 +112,8 @@ class ModelBook:
         self.models: dict[str, ServedModel] = {
             name: ServedModel.initial(name, cfg) for name, cfg in settings.models.items()
         }
+        # per model: the version served and where its record was read (None: not read)
+        self._origins: dict[str, tuple[int, RawMessage | None]] = {}
         self.champions = Champions()
         #: the bytes and signature of the champions record served (None: none read yet)
         self.champions_record: tuple[bytes, bytes | None] | None = None
@@ -122,11 +127,11 @@ class ModelBook:
         if self._on_swap is not None:
             self._on_swap(served)
 
-    def offer(self, key: bytes | None, raw: bytes | None, *, signature: bytes | None = None
-              ) -> bool:  # fmt: skip
+    def offer(self, key: bytes | None, raw: bytes | None, *, signature: bytes | None = None,
+              origin: RawMessage | None = None) -> bool:  # fmt: skip
         """Serve the snapshot ``raw`` of the model named by ``key`` if it is acceptable and
         newer (module docstring); False if it changes nothing. :class:`BadMessage` says why
-        a record is refused."""
+        a record is refused. ``origin``: where it was read (for :meth:`refuse`)."""
         if key == CHAMPIONS_KEY.encode():
             return self._offer_champions(key, raw, signature)
         name = self._model_of(key)
@@ -145,8 +150,25 @@ class ModelBook:
             log.warning("model %s goes from version %s back to %s (the newest record wins "
                         "without a snapshot key)", name, current, served.version)  # fmt: skip
         self.models = {**self.models, name: served}  # swap, never mutate in place
+        self._origins[name] = (served.version, origin)
         self._notify(served)
         return True
+
+    def refuse(self, bad: ServedModel, good: ServedModel, detail: str) -> DeadLetter | None:
+        """Serve ``good`` again instead of ``bad`` (a snapshot that could not score: the
+        scorer found it overflowing where ``good`` did not), unless another version came
+        since; the dead letter of ``bad``'s record (``source: models``), if it was read here."""
+        name = bad.name
+        if self.models.get(name) is bad:
+            self.models = {**self.models, name: good}
+            self._notify(good)
+            log.error("model %s: version %s refused, version %s served again: %s", name,
+                      bad.version, good.version, detail)  # fmt: skip
+        version, origin = self._origins.get(name, (None, None))
+        if origin is None or version != bad.version:
+            return None
+        del self._origins[name]
+        return DeadLetter.of(Source.MODELS, origin, Reason.NON_FINITE, detail)
 
     def _offer_champions(self, key: bytes, raw: bytes | None, signature: bytes | None) -> bool:
         if raw is None:
@@ -239,12 +261,13 @@ async def follow_models(
 
 
 async def _offer(book: ModelBook, record: Any, refused: Refused | None) -> None:
+    message = RawMessage(record.value or b"", record.topic, record.partition, record.offset,
+                         record.key)  # fmt: skip
     try:
-        book.offer(record.key, record.value, signature=_signature(record.headers))
+        book.offer(record.key, record.value, signature=_signature(record.headers),
+                   origin=message)  # fmt: skip
     except BadMessage as bad:
         log.error("refused a record of %s[%s]@%s: %s", record.topic, record.partition,
                   record.offset, bad)  # fmt: skip
         if refused is not None:
-            message = RawMessage(record.value or b"", record.topic, record.partition,
-                                 record.offset, record.key)  # fmt: skip
             await refused(message, bad)
