@@ -41,6 +41,7 @@ from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
+from service.stream.labels.admission import admission
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.loop import LearnLoop, learn_group
@@ -187,7 +188,7 @@ def create_app(
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock,
                     fallback=book.refuse if signer is None else None)  # fmt: skip
     scoring = _score_loop(s, scorer, progress)
-    pending = PendingStore(tables["pending"])
+    pending = PendingStore(tables["pending"], admission(s))  # the learner's own checks
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
                          models=ModelStore(tables["models"], initial), metrics=metrics,
