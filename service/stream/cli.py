@@ -25,6 +25,7 @@ from typing import Any
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.records import SIGNATURE_HEADER, BadMessage, Label, decode_json, dumps
+from service.stream.errors import TopicError
 from service.stream.kafka.clients import produce_one, read_topic
 from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.models.book import signer_for
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> int:
         if argv[0] == "rebuild":
             return _rebuild(argv[1:])
         return _labels(argv[1:])
-    except ConfigError as exc:
+    except (ConfigError, TopicError) as exc:  # TopicError: a topic read only in part
         print(f"abstain: {exc}", file=sys.stderr)
         return 2
 
