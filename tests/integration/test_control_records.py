@@ -14,7 +14,9 @@
    running worker, a worker started later and the last record agree with its exit status.
    With ``--if-serial``, exactly one of two racing promotes writes what is served, the other
    exits 1.
-4. **A forged serial without a key.** A champions record claiming serial 2**53 - 1 (the
+4. **Republished.** The learner publishes the champions record served again every
+   ``republish_seconds``, signed: a refused record written after it is not the last one.
+5. **A forged serial without a key.** A champions record claiming serial 2**53 - 1 (the
    last one a worker takes) is served until the next ``promote``, which writes serial 1 and
    is served.
 """
@@ -279,3 +281,33 @@ def test_without_a_key_a_forged_absurd_serial_is_replaced_by_the_next_promote(
     assert done.code == 0, done.err
     assert (done.json()["serial"], done.json()["won"]) == (1, True)
     wait_until(lambda: served_by(worker) == "c", 30, "the promotion served")
+
+
+def test_the_champions_record_served_is_republished_after_a_forged_one(
+    service_factory: Callable[..., Service], kafka_io: KafkaIO
+) -> None:
+    """A refused champions record written after the genuine one would be all that compaction
+    keeps; the learner publishes the record served again every ``republish_seconds``, signed
+    with the current key, so the last record is the genuine one again."""
+    service = service_factory(models={"c": CHAMPION, "s": SHADOW}, default_model="c",
+                              partitions=PARTITIONS, snapshot_key=KEY,
+                              republish_seconds=2)  # fmt: skip
+    worker = service.start()
+    worker.wait_ready()
+    assert finish(run_cli(service, "models", "promote", "s")).code == 0
+    wait_until(lambda: served_by(worker) == "s", 30, "the promotion served")
+    key = CHAMPIONS_KEY.encode()
+    forged = Champions(serial=10**6, servers={}, updated_at=time.time()).to_json()
+    [(_, at)] = produce_records(service.bootstrap, service.topics["models"], [Out(key, forged)])
+
+    def last_is_genuine() -> bool:
+        last = champions_records(kafka_io, service)[-1]
+        signature = dict(last.headers).get(SIGNATURE_HEADER)
+        valid = Signer(KEY.encode()).verify(key, last.value, signature) is None
+        return last.offset > at and valid and last.json()["servers"] == {"c": "s"}
+
+    wait_until(last_is_genuine, 30, "the served record published again")
+    assert served_by(worker) == "s"
+    later = service.start()
+    later.wait_ready()
+    assert served_by(later) == "s"

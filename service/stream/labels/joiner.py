@@ -135,6 +135,16 @@ class LabelJoiner:
                 await self.outputs.model(name, encoded)
         return chosen
 
+    async def republish_champions(self, raw: bytes) -> bool:
+        """Publish the champions record ``raw`` that scorers serve again, signed with the
+        current key, if this learner owns labels partition 0 (one worker of the fleet): the
+        last champions record on the compacted topic is then the one served (not a forged or
+        refused one that came after it), and a rotated key re-signs it. True if published."""
+        if 0 not in self._partitions:
+            return False
+        await self.outputs.champions(raw)
+        return True
+
     async def handle(self, message: RawMessage) -> None:
         """Handle one consumed record of either topic; sweep its partition now and then."""
         requests = message.topic == self.settings.topics.label_requests
