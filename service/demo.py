@@ -221,6 +221,9 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) 
         "topics": Topics.prefixed(f"demo-{run}"),
         "partitions": {"features": 4, "decisions": 4, "labels": 1},
         "label_token": secrets.token_urlsafe(24),  # a new one each run (printed at start)
+        # signed snapshots, champions records and rollback orders, as in production (the
+        # chart's default): a key for this run, in the config file only (mode 0600)
+        "snapshot_key": secrets.token_urlsafe(32),
         "request_ttl_seconds": max(60.0, 10 * args.label_delay),
         "session_timeout_seconds": 10,
         "models": {

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.config import Settings
+from service.config import Settings, load_settings
 from service.demo import (
     DESK_USER,
     ORACLE,
     DemoStream,
     Tally,
+    _config,
     _parser,
     done_line,
     live_line,
@@ -328,3 +329,17 @@ def test_the_demo_prometheus_scrapes_the_worker_and_the_desk_with_the_alert_rule
         prom.stop()
     assert prom.proc is not None
     assert prom.proc.returncode is not None
+
+
+def test_the_demo_runs_signed_with_a_key_of_its_own(tmp_path: Path) -> None:
+    args = _parser().parse_args([])
+    config = _config(args, "r1", 68, tmp_path)
+    (tmp_path / "other").mkdir()
+    other = _config(args, "r2", 68, tmp_path / "other")
+    key = config["snapshot_key"]
+    assert len(key) >= 32
+    assert key != other["snapshot_key"]
+    settings = load_settings(tmp_path / "demo.json")
+    assert settings.snapshot_key is not None
+    assert settings.snapshot_key.get_secret_value() == key
+    assert (tmp_path / "demo.json").stat().st_mode & 0o077 == 0

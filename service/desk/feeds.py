@@ -40,15 +40,13 @@ from service.records import (
     parse_label_request,
     parse_labels_record,
     parse_pending_entry,
-    request_id,
 )
-from service.records.admission import Admission
 from service.stream.errors import DATA_ERRORS, TopicError
 from service.stream.kafka import topics as catalogue
 from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.groups import START_TIMEOUT_SECONDS
 from service.stream.kafka.guard import TopicLayoutError, default_replication_factor
-from service.stream.kafka.produce import partition_for
+from service.stream.labels.admission import admission
 
 __all__ = [
     "Feeds",
@@ -61,21 +59,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def admission(settings: Settings) -> Admission:
-    """The learner's checks of the label topics and its changelog, for ``settings``: the
-    models that decide and their widths, the partition each one's key maps to, their
-    groups, how a request id is derived."""
-    deciding = {name: m for name, m in settings.models.items() if m.champion is None}
-    n = settings.partitions.labels
-    return Admission(
-        widths={name: m.n_inputs for name, m in deciding.items()},
-        partitions={name: partition_for(name.encode(), n) for name in deciding},
-        groups={name: settings.group(name) for name in deciding},
-        shadows={name: m.champion for name, m in settings.models.items() if m.champion},
-        derive_id=request_id,
-    )
 
 
 def make_producer(settings: Settings) -> AIOKafkaProducer:

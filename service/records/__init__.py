@@ -20,7 +20,12 @@ Errors::
           └── BadMessage    one consumed message refused; .reason (a Reason), .detail
 """
 
-from service.records.champions import CHAMPIONS_KEY, Champions, parse_champions
+from service.records.champions import (
+    CHAMPIONS_KEY,
+    CHAMPIONS_MAX_SERIAL,
+    Champions,
+    parse_champions,
+)
 from service.records.codec import (
     DEAD_LETTER_REASONS,
     BadMessage,
@@ -34,6 +39,7 @@ from service.records.ids import coin, request_id
 from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
 from service.records.signing import SIGNATURE_HEADER, Signer
 from service.records.state import (
+    MAX_MAGNITUDE,
     MODEL_FORMAT,
     MODEL_FORMAT_VERSION,
     ModelEnvelope,
@@ -63,8 +69,10 @@ from service.records.wire import (
 
 __all__ = [
     "CHAMPIONS_KEY",
+    "CHAMPIONS_MAX_SERIAL",
     "DEAD_LETTER_REASONS",
     "IGNORED",
+    "MAX_MAGNITUDE",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "REFUSED",

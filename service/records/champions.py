@@ -29,13 +29,20 @@ from typing import Final
 
 from service.records.codec import BadMessage, decode_object, dumps, ident, integer, number
 
-__all__ = ["CHAMPIONS_FORMAT", "CHAMPIONS_KEY", "Champions", "parse_champions"]
+__all__ = [
+    "CHAMPIONS_FORMAT",
+    "CHAMPIONS_KEY",
+    "CHAMPIONS_MAX_SERIAL",
+    "Champions",
+    "parse_champions",
+]
 
 #: the key of the champions record on the models topic (no model may be named so)
 CHAMPIONS_KEY: Final = "__champions__"
 CHAMPIONS_FORMAT: Final = "abstain.champions"
 _VERSION: Final = 1
-_MAX_SERIAL: Final = 2**53
+#: every serial a reader takes is below this (a JSON number stays exact below it)
+CHAMPIONS_MAX_SERIAL: Final = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +80,7 @@ def parse_champions(raw: bytes, *, max_bytes: int | None = None) -> Champions:
                          f"{record.get('format_version')!r}; this worker reads {_VERSION}: "
                          "upgrade the worker")  # fmt: skip
     serial = integer(record, "serial")
-    if not 0 <= serial < _MAX_SERIAL:
+    if not 0 <= serial < CHAMPIONS_MAX_SERIAL:
         raise BadMessage("schema", "the champions record's serial is out of range")
     servers = record.get("servers")
     if not isinstance(servers, dict) or len(servers) > 10_000:

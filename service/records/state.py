@@ -34,12 +34,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
+
 from service.records.codec import (
     BadMessage,
+    RecordError,
     decode_object,
     dumps,
     encode_finite,
@@ -52,6 +56,7 @@ from service.records.codec import (
 from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
 
 __all__ = [
+    "MAX_MAGNITUDE",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "ModelEnvelope",
@@ -66,6 +71,36 @@ MODEL_FORMAT: Final = "abstain.model"
 MODEL_FORMAT_VERSION: Final = 1
 #: versions, offsets and counts stay below 2**53 (exact in every JSON reader)
 MAX_COUNTER: Final = 2**53
+#: every learned number of a model's state (its weights and rho, the standardiser's sums, a
+#: kernel learner's coefficients and support, the risk sums) stays below this magnitude: a
+#: snapshot beyond it is refused when read, an update that would go beyond it is refused
+#: when made (a learner's configured ``params`` are not bounded)
+MAX_MAGNITUDE: Final = 1e100
+# a number of 1e100 or more, as orjson writes it (shortest form: a three-digit exponent)
+_BIG: Final = re.compile(rb"\d[eE]\+?\d{3}")
+
+
+def _beyond(value: Any) -> bool:
+    """True if a learned number in ``value`` has magnitude >= :data:`MAX_MAGNITUDE`."""
+    if isinstance(value, float):
+        return abs(value) >= MAX_MAGNITUDE
+    if isinstance(value, Mapping):
+        return any(_beyond(v) for k, v in value.items() if k != "params")
+    if isinstance(value, list | tuple):
+        return any(_beyond(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "fc" and value.size > 0 and (
+            float(np.abs(value).max()) >= MAX_MAGNITUDE
+        )  # fmt: skip
+    return False
+
+
+def _out_of_bounds(envelope: ModelEnvelope, encoded: bytes) -> bool:
+    """True if ``envelope`` (encoded as ``encoded``) holds a learned number beyond the
+    bound (a scan of the states only when the bytes show a number that large)."""
+    if _BIG.search(encoded) is None:
+        return False
+    return any(_beyond(part) for part in (envelope.pipeline, envelope.learner, envelope.estimate))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +146,13 @@ class ModelEnvelope:
 
     def to_json(self) -> bytes:
         """Encoded; raises :class:`~service.records.codec.RecordError` if any number in it is
-        not finite (a model that cannot be stored is never published)."""
-        return encode_finite(self.to_dict())
+        not finite, or a learned one is beyond :data:`MAX_MAGNITUDE` (a model that cannot be
+        stored, or could not score, is never published)."""
+        encoded = encode_finite(self.to_dict())
+        if _out_of_bounds(self, encoded):
+            raise RecordError(f"model state holds a learned number of magnitude >= "
+                              f"{MAX_MAGNITUDE:g}")  # fmt: skip
+        return encoded
 
     def replace(self, **changes: Any) -> ModelEnvelope:
         """A copy with ``changes`` (the record itself never changes)."""
@@ -153,6 +193,9 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:
         raise BadMessage("schema", f"model state for {model!r} has a negative risk sum")
+    if _out_of_bounds(envelope, raw):
+        raise BadMessage("schema", f"model state for {model!r} holds a learned number of "
+                         f"magnitude >= {MAX_MAGNITUDE:g}")  # fmt: skip
     return envelope
 
 

@@ -70,6 +70,7 @@ class RawMessage:
     offset: int
     key: bytes | None = None
     timestamp: float | None = None  # the record's Kafka timestamp, seconds (None: unknown)
+    signature: bytes | None = None  # its ``abstain-signature`` header (records.signing)
 
 
 @dataclass(frozen=True, slots=True)

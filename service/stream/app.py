@@ -41,6 +41,7 @@ from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
+from service.stream.labels.admission import admission
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.loop import LearnLoop, learn_group
@@ -184,14 +185,15 @@ def create_app(
     tables = {e.field: ChangelogTable(e.name(s), writes) for e in TABLES}
     checkpoint = Checkpoint(writes, commit_interval=s.commit_interval_seconds)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
-    scorer = Scorer(s, book.serving, outputs, metrics, clock=clock)
+    scorer = Scorer(s, book.serving, outputs, metrics, clock=clock,
+                    fallback=book.refuse if signer is None else None)  # fmt: skip
     scoring = _score_loop(s, scorer, progress)
-    pending = PendingStore(tables["pending"])
+    pending = PendingStore(tables["pending"], admission(s))  # the learner's own checks
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
                          models=ModelStore(tables["models"], initial), metrics=metrics,
                          outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
-                         clock=clock)  # fmt: skip
+                         clock=clock, signer=signer)  # fmt: skip
     learning = _learn_loop(s, joiner, tables, checkpoint, progress)
     learning.defer = lambda: scoring.backlogged
     view = RoutedView(learning.view, {t.features: scoring.view})

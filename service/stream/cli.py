@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         if argv[0] == "seed":
             return _seed(argv[1:])
         return _labels(argv[1:])
-    except ConfigError as exc:
+    except (ConfigError, TopicError) as exc:  # TopicError: a topic read only in part
         print(f"abstain: {exc}", file=sys.stderr)
         return 2
 

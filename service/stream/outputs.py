@@ -17,6 +17,7 @@ from typing import Protocol
 from service.config import Topics
 from service.metrics import Metrics
 from service.records import (
+    CHAMPIONS_KEY,
     SIGNATURE_HEADER,
     BadMessage,
     DeadLetter,
@@ -86,6 +87,15 @@ class Outputs:
         if self.signer is not None:
             headers = [(SIGNATURE_HEADER, self.signer.sign(key, encoded))]
         await self.sink.send(self.topics.models, key, encoded, headers)
+
+    async def champions(self, raw: bytes) -> None:
+        """Publish the champions record ``raw`` (one a reader took: its format and, with a
+        key, its signature checked) again, signed with the current key."""
+        key = CHAMPIONS_KEY.encode()
+        headers = None
+        if self.signer is not None:
+            headers = [(SIGNATURE_HEADER, self.signer.sign(key, raw))]
+        await self.sink.send(self.topics.models, key, raw, headers)
 
     async def durable(self) -> None:
         """Return once everything sent so far (table changelogs included) is acknowledged."""

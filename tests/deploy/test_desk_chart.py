@@ -158,6 +158,8 @@ def test_session_key_and_users_file_come_from_the_chart_made_secret(tmp_path: Pa
     out = render(tmp_path, DESK)
     (secret,) = out.all("Secret")
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    generated = data.pop("snapshot-key")  # signed by default (test_snapshot_key_chart.py)
+    assert len(generated) == 64
     assert data == {"desk-session-key": KEY, "desk-users.toml": USERS}
     assert out.env["ABSTAIN_DESK__SESSION_KEY"]["valueFrom"] == {
         "secretKeyRef": {"name": "rel-abstain", "key": "desk-session-key"}  # not optional
@@ -187,8 +189,11 @@ def test_an_existing_secret_and_a_users_secret_of_its_own(tmp_path: Path) -> Non
     }
     volumes = {v["name"]: v for v in out.desk["spec"]["template"]["spec"]["volumes"]}
     assert volumes["users"]["secret"]["secretName"] == "desk-users"
-    # snapshot keys, optional in an existing Secret, let the desk read signed snapshots
-    assert out.env["ABSTAIN_SNAPSHOT_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    # the snapshot key, required in an existing Secret (unless unsignedSnapshots), lets the
+    # desk read signed snapshots; the previous one is optional
+    assert "optional" not in out.env["ABSTAIN_SNAPSHOT_KEY"]["valueFrom"]["secretKeyRef"]
+    previous = out.env["ABSTAIN_SNAPSHOT_KEY_PREVIOUS"]["valueFrom"]["secretKeyRef"]
+    assert previous["optional"] is True
 
 
 def test_every_replica_gets_the_same_session_key(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ with its weights, and a crash between the champion's and a shadow's writes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from service.records import (
     ModelEnvelope,
     PendingEntry,
     Rollback,
+    Signer,
     coin,
     parse_label_request,
     parse_labels_record,
@@ -209,7 +211,8 @@ class Learner:
     joiner: LabelJoiner
 
     @classmethod
-    def start(cls, kafka: MemoryKafka | None = None, crash_on: str | None = None) -> Learner:
+    def start(cls, kafka: MemoryKafka | None = None, crash_on: str | None = None,
+              signer: Signer | None = None) -> Learner:  # fmt: skip
         kafka = kafka if kafka is not None else MemoryKafka()
         s = shadow_settings()
         registry = CollectorRegistry()
@@ -225,6 +228,7 @@ class Learner:
             s, pending=PendingStore(kafka.table("pending")),
             parked=ParkedStore(kafka.table("orphans")), models=store,
             outputs=Outputs(kafka, s.topics, metrics), metrics=metrics, clock=lambda: 100.0,
+            signer=signer,
         )  # fmt: skip
         joiner.own(frozenset(range(s.partitions.labels)))
         return cls(kafka, s, registry, joiner)
@@ -370,6 +374,32 @@ def test_with_a_key_the_champions_record_is_signed_and_only_a_higher_serial_coun
     assert book.champions.server("c") == "s"
 
 
+def test_with_a_key_records_of_one_serial_are_ordered_by_their_bytes_in_any_order() -> None:
+    key = CHAMPIONS_KEY.encode()
+    a = Champions(serial=1, servers={"c": "s"}, updated_at=1.0).to_json()
+    b = Champions(serial=1, servers={}, updated_at=2.0).to_json()
+    served = []
+    for order in ((a, b), (b, a), (b,), (a,)):  # read live in either order, or one kept
+        book = signed_book("k" * 32)
+        signer = signer_for(book.settings)
+        assert signer is not None
+        for value in order:
+            book.offer(key, value, signature=signer.sign(key, value))
+        served.append(book.champions_record)
+    winner = max((a, b), key=lambda v: hashlib.sha256(v).hexdigest())
+    assert [r[0] if r else None for r in served[:2]] == [winner, winner]
+    assert None not in served[2:]  # alone, each is taken
+
+
+def test_promoted_refuses_a_serial_no_reader_takes() -> None:
+    s = shadow_settings()
+    top = Champions(serial=2**53 - 1, servers={"c": "s"})
+    with pytest.raises(ValueError, match="no successor"):
+        promoted(s, top, "c", now=1.0)
+    with pytest.raises(BadMessage, match="out of range"):
+        signed_book().offer(CHAMPIONS_KEY.encode(), champions_record(2**53, {}))
+
+
 def test_promoted_names_the_challenger_and_promoting_the_route_gives_it_back() -> None:
     s = shadow_settings()
     first = promoted(s, Champions(), "s", now=5.0)
@@ -441,9 +471,32 @@ def test_the_comparison_lists_each_group_serving_member_first() -> None:
 # --------------------------------------------------------------------------- rollback
 
 
-async def rollback(learner: Learner, target: str, version: int, offset: int) -> None:
+async def rollback(learner: Learner, target: str, version: int, offset: int,
+                   signer: Signer | None = None) -> None:  # fmt: skip
     order = Rollback("c", target, version, "ops", None).to_json()
-    await learner.joiner.handle(msg(order, offset, LABELS, learner.part(), b"c"))
+    message = msg(order, offset, LABELS, learner.part(), b"c")
+    if signer is not None:
+        message = replace(message, signature=signer.sign(b"c", order))
+    await learner.joiner.handle(message)
+
+
+async def test_with_a_key_only_a_rollback_order_signed_by_a_known_key_is_taken() -> None:
+    old, new = b"o" * 32, b"n" * 32
+    learner = Learner.start(signer=Signer(new, [old]))
+    for i, (rid, x, p, mine, y) in enumerate(STREAM[:3]):
+        await learner.request(rid, i, x, p, mine)
+        await learner.label(rid, 10 + i, y)
+    await rollback(learner, "c", 0, 20)  # unsigned
+    await rollback(learner, "c", 0, 21, Signer(b"x" * 32))  # another key
+    await rollback(learner, "c", 0, 22, Signer(new))  # signed with the current key
+    dead = [r.json() for r in learner.kafka.sent("abstain.dead-letters")]
+    assert [(d["reason"], d["offset"], d["topic"]) for d in dead] == [
+        ("unsigned", 20, LABELS), ("bad_signature", 21, LABELS),
+    ]  # fmt: skip
+    assert learner.joiner.models.get("c").version == 4  # the third was taken
+    await rollback(learner, "c", 1, 23, Signer(old))  # the previous key, during a rotation
+    assert learner.joiner.models.get("c").version == 5
+    assert learner.joiner.models.get("c").labels_applied == 1
 
 
 async def test_a_rollback_serves_the_old_state_as_a_new_version_and_learning_goes_on() -> None:

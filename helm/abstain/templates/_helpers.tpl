@@ -94,7 +94,26 @@ existingSecret is named and some secret value is given).
 
 {{- define "abstain.createSecret" -}}
 {{- $s := .Values.secrets }}
-{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.snapshotKey $s.snapshotKeyPrevious $s.deskSessionKey $s.deskUsers) }}true{{ end }}
+{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.snapshotKey $s.snapshotKeyPrevious $s.deskSessionKey $s.deskUsers (include "abstain.generateSnapshotKey" .)) }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether the chart generates the snapshot key: no key given, no existing Secret, and running
+unsigned not chosen. The generated key is read back from the Secret the chart created
+before (lookup), so an upgrade keeps it; `helm template` (no cluster) makes a new one.
+*/}}
+{{- define "abstain.generateSnapshotKey" -}}
+{{- $s := .Values.secrets }}
+{{- if and (not $s.existingSecret) (not $s.snapshotKey) (not $s.unsignedSnapshots) }}true{{ end }}
+{{- end }}
+
+{{- define "abstain.generatedSnapshotKey" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "abstain.fullname" .) }}
+{{- $kept := "" }}
+{{- if $existing }}
+{{- $kept = index ($existing.data | default dict) .Values.secrets.snapshotKeyKey | default "" }}
+{{- end }}
+{{- if $kept }}{{ $kept }}{{ else }}{{ randAlphaNum 64 | b64enc }}{{ end }}
 {{- end }}
 
 {{/*
@@ -205,13 +224,13 @@ snapshots with them, the desk checks the snapshots it reads for "weighing most i
 */}}
 {{- define "abstain.snapshotKeyEnv" -}}
 {{- with .Values.secrets }}
-{{- if or .existingSecret .snapshotKey }}
+{{- if or .existingSecret .snapshotKey (include "abstain.generateSnapshotKey" $) }}
 - name: ABSTAIN_SNAPSHOT_KEY
   valueFrom:
     secretKeyRef:
       name: {{ include "abstain.secretName" $ }}
       key: {{ .snapshotKeyKey }}
-      {{- if .existingSecret }}
+      {{- if and .existingSecret .unsignedSnapshots }}
       optional: true
       {{- end }}
 {{- end }}
@@ -304,12 +323,12 @@ chart is not seen: restart the pods after changing it.
 */}}
 {{- define "abstain.workerSecretChecksum" -}}
 {{- $s := .Values.secrets }}
-{{- list $s.existingSecret $s.labelTokenKey $s.labelToken $s.saslPasswordKey $s.saslPassword $s.snapshotKeyKey $s.snapshotKey $s.snapshotKeyPreviousKey $s.snapshotKeyPrevious | toJson | sha256sum }}
+{{- list $s.existingSecret $s.labelTokenKey $s.labelToken $s.saslPasswordKey $s.saslPassword $s.snapshotKeyKey $s.snapshotKey $s.snapshotKeyPreviousKey $s.snapshotKeyPrevious $s.unsignedSnapshots | toJson | sha256sum }}
 {{- end }}
 
 {{- define "abstain.deskSecretChecksum" -}}
 {{- $s := .Values.secrets }}
-{{- list $s.existingSecret $s.saslPasswordKey $s.saslPassword $s.snapshotKeyKey $s.snapshotKey $s.snapshotKeyPreviousKey $s.snapshotKeyPrevious $s.deskSessionKeyKey $s.deskSessionKey $s.deskUsersKey $s.deskUsers .Values.desk.usersSecret | toJson | sha256sum }}
+{{- list $s.existingSecret $s.saslPasswordKey $s.saslPassword $s.snapshotKeyKey $s.snapshotKey $s.snapshotKeyPreviousKey $s.snapshotKeyPrevious $s.unsignedSnapshots $s.deskSessionKeyKey $s.deskSessionKey $s.deskUsersKey $s.deskUsers .Values.desk.usersSecret | toJson | sha256sum }}
 {{- end }}
 
 {{/*

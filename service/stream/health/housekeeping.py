@@ -51,6 +51,10 @@ class Learner(Protocol):
         """Publish the newest snapshot of its ``models`` again; the models published."""
         ...
 
+    async def republish_champions(self, raw: bytes) -> bool:
+        """Publish the champions record served again (if this learner does); True if so."""
+        ...
+
 
 class OpenRequests(Protocol):
     """What the gauges read of the pending requests
@@ -141,7 +145,7 @@ class Housekeeping:
         """The learner's models again on the models topic: a model whose served version has
         differed from the learner's for :data:`REPUBLISH_AFTER` seconds (a forged, refused or
         deleted record won there), and every model every ``republish_seconds`` (so a rotated
-        key re-signs them)."""
+        key re-signs them), with the champions record served (by one learner)."""
         if self.republished_at is None:
             self.republished_at = now  # the first periodic round comes a period after start
         served = self.book.snapshot()
@@ -159,6 +163,9 @@ class Housekeeping:
             return
         try:
             published = await self.joiner.republish(due)
+            champions = self.book.champions_record
+            if due is None and champions is not None:  # the periodic round: it too
+                await self.joiner.republish_champions(champions[0])
         except (KafkaError, OSError) as exc:  # the broker is away: try again next time
             log.warning("republishing models failed: %r", exc)
             return

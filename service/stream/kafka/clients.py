@@ -129,7 +129,9 @@ async def produce_one(
 
 async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -> list[Any]:
     """Every record of ``topic`` up to its current end (assign, no consumer group); [] if
-    the topic does not exist."""
+    the topic does not exist. :class:`TopicError` when a fetch brings nothing for
+    ``timeout`` seconds before the end is reached: a part of a topic is never returned as
+    the whole of it."""
     kwargs = settings.security.aiokafka_kwargs()
     try:
         tps = await topic_partitions(settings.bootstrap_servers, topic, client_kwargs=kwargs,
@@ -149,14 +151,17 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
         end = await consumer.end_offsets(tps)
         out: list[Any] = []
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             positions = [await consumer.position(tp) for tp in tps]
             if all(pos >= end[tp] for pos, tp in zip(positions, tps, strict=True)):
-                break
+                return out
+            if time.monotonic() > deadline:
+                raise TopicError(f"{topic}: read {len(out)} records, then nothing for "
+                                 f"{timeout:g}s before its end")  # fmt: skip
             batch = await consumer.getmany(timeout_ms=200)
             for records in batch.values():
                 out.extend(records)
-        return out
+                deadline = time.monotonic() + timeout
     finally:
         await consumer.stop()
 

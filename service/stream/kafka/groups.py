@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from service.records import RawMessage
+from service.records import SIGNATURE_HEADER, RawMessage
 
 __all__ = ["Rebalance", "Starts", "commit", "raw_message", "seek_committed"]
 
@@ -47,10 +47,12 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 def raw_message(record: Any) -> RawMessage:
     """A fetched aiokafka ``ConsumerRecord`` as a :class:`RawMessage` (no value: empty; no
-    timestamp: None)."""
+    timestamp: None; its signature header, if any)."""
     value = record.value if record.value is not None else b""
     ts = record.timestamp / 1000.0 if record.timestamp > 0 else None
-    return RawMessage(value, record.topic, record.partition, record.offset, record.key, ts)
+    signature = next((v for k, v in record.headers or () if k == SIGNATURE_HEADER), None)
+    return RawMessage(value, record.topic, record.partition, record.offset, record.key, ts,
+                      signature)  # fmt: skip
 
 
 async def commit(

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from service.config import ModelConfig, Settings
+from service.config import Settings
 from service.metrics import Metrics
 from service.records import (
     IGNORED,
@@ -44,13 +44,14 @@ from service.records import (
     Reason,
     Rollback,
     Seed,
+    Signer,
     Source,
     parse_label_request,
     parse_labels_record,
-    request_id,
 )
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
+from service.stream.labels.admission import admission
 from service.stream.labels.protocol import (
     LabelOutcome,
     Outcome,
@@ -80,8 +81,11 @@ class LabelJoiner:
         outputs: Outputs,
         metrics: Metrics,
         clock: Callable[[], float],
+        signer: Signer | None = None,
     ) -> None:
         self.settings = settings
+        self.signer = signer  # with a key, a rollback order must carry its signature
+        self.admission = admission(settings)  # the checks the label desk makes too
         self.pending = pending
         self.parked = parked
         self.models = models
@@ -133,6 +137,16 @@ class LabelJoiner:
                 await self.outputs.model(name, encoded)
         return chosen
 
+    async def republish_champions(self, raw: bytes) -> bool:
+        """Publish the champions record ``raw`` that scorers serve again, signed with the
+        current key, if this learner owns labels partition 0 (one worker of the fleet): the
+        last champions record on the compacted topic is then the one served (not a forged or
+        refused one that came after it), and a rotated key re-signs it. True if published."""
+        if 0 not in self._partitions:
+            return False
+        await self.outputs.champions(raw)
+        return True
+
     async def handle(self, message: RawMessage) -> None:
         """Handle one consumed record of either topic; sweep its partition now and then."""
         requests = message.topic == self.settings.topics.label_requests
@@ -154,21 +168,13 @@ class LabelJoiner:
 
     async def on_request(self, message: RawMessage) -> None:
         """Store a label request; apply the label that overtook it, if one is parked."""
+        admit = self.admission
         try:
             request = parse_label_request(message.value, max_bytes=self.settings.max_message_bytes)
-            config = self._deciding(request.model)
-            if len(request.features) != config.n_inputs:
-                got, want = len(request.features), config.n_inputs
-                detail = f"model {request.model!r} takes {want} features, got {got}"
-                raise BadMessage("feature_count", detail)
-            if request.request_id != request_id(request.model, request.event_id):
-                detail = f"{request.request_id} is not the id of event {request.event_id!r}"
-                raise BadMessage("forged_id", f"{detail} of model {request.model!r}")
-            self._check_placement(message, request.model)
+            admit.request(request)  # a model that decides, its width, the derived id
+            admit.placement(request.model, key=message.key, partition=message.partition)
             self._check_duplicate(request)
-            if request.server not in self.settings.group(request.model):
-                detail = f"{request.server!r} cannot serve {request.model!r}"
-                raise BadMessage("unknown_model", f"{detail} (not in its group)")
+            admit.server(request)
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABEL_REQUESTS, message, bad.reason, bad.detail)
@@ -188,9 +194,10 @@ class LabelJoiner:
         """Apply a label to its request's model (or park it until the request arrives)."""
         try:
             label = parse_labels_record(message.value, max_bytes=self.settings.max_message_bytes)
-            self._deciding(label.model)
-            self._check_placement(message, label.model)
+            self.admission.deciding(label.model)
+            self.admission.placement(label.model, key=message.key, partition=message.partition)
             if isinstance(label, Rollback):
+                self._check_signed(label, message)
                 await self._rollback(label, message)
                 return
             if isinstance(label, Seed):
@@ -254,17 +261,17 @@ class LabelJoiner:
         log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
                     order.rows, order.by, adopted.version)  # fmt: skip
 
-    def _deciding(self, model: str) -> ModelConfig:
-        """The configuration of ``model``, a model that decides (:class:`BadMessage`: no
-        such model, or a shadow, which asks nothing and takes its champion's labels)."""
-        config = self.settings.models.get(model)
-        if config is None:
-            raise BadMessage("unknown_model", f"no model named {model!r}")
-        if config.champion is not None:
-            champion = config.champion
-            detail = f"model {model!r} is a shadow of {champion!r}: it takes {champion!r}'s labels"
-            raise BadMessage("unknown_model", detail)
-        return config
+    def _check_signed(self, order: Rollback, message: RawMessage) -> None:
+        """With ``snapshot_key``, a rollback order is taken only with the signature of
+        ``abstain models rollback`` (the same HMAC as a snapshot's, over the record's key and
+        value): anyone who may write labels could otherwise reset any model. ``unsigned`` or
+        ``bad_signature`` otherwise."""
+        if self.signer is None:
+            return
+        reason = self.signer.verify(message.key or b"", message.value, message.signature)
+        if reason is not None:
+            raise BadMessage(reason, f"rollback order of {order.target!r} to version "
+                             f"{order.to_version} is {reason}")  # fmt: skip
 
     def _cap(self, model: str) -> None:
         """Keep at most ``max_open_requests`` open requests of ``model``: beyond, the least
@@ -276,19 +283,6 @@ class LabelJoiner:
                 return
             self.pending.delete(victim)
             self.metrics.label_requests_dropped.labels(model=model).inc()
-
-    def _check_placement(self, message: RawMessage, model: str) -> None:
-        """Requests and labels are keyed by model, and a model's records all live on the
-        partition its key maps to: that is what makes one learner own a model. Anything
-        else is refused (a label on another partition would be compared with another
-        partition's offsets)."""
-        if message.key != model.encode():
-            raise BadMessage("bad_key", f"key {message.key!r} is not the model name {model!r}")
-        partitions = self.settings.partitions.labels
-        expected = partition_for(model.encode(), partitions)
-        if message.partition != expected:
-            where = f"partition {expected} of {partitions}, not {message.partition}"
-            raise BadMessage("wrong_partition", f"model {model!r} maps to {where}")
 
     def _check_duplicate(self, request: LabelRequest) -> None:
         """A request for an event id already asked about, with other features, is another
@@ -307,7 +301,7 @@ class LabelJoiner:
         model = self.models.get(server)
         now = self.clock()
         if pending is None and not parked and not model.applied(message.partition, message.offset):
-            self._park(label, message, now)
+            await self._park(label, message, now)
             return
         config = self.settings.models[server]
         cap = self.settings.models[label.model].weight_cap(self.settings.max_importance_weight)
@@ -359,13 +353,24 @@ class LabelJoiner:
                 self.metrics.updates_refused.labels(model=name, reason=outcome.reason).inc()
         return out
 
-    def _park(self, label: Label, message: RawMessage, now: float) -> None:
-        """Wait (bounded) for the request: it may still be in flight."""
-        entry = park_label(self.parked.get(label.request_id), label, offset=message.offset,
-                           partition=message.partition, now=now, raw=message.value,
-                           label_ts=message.timestamp)  # fmt: skip
+    async def _park(self, label: Label, message: RawMessage, now: float) -> None:
+        """Wait (bounded) for the request: it may still be in flight. The first answer that
+        waits keeps its place: another label for the same request (parked entries are keyed
+        by request id) is a second answer, dead-lettered, as it would be once the first was
+        applied, so a later record cannot replace an answer that is waiting."""
+        existing = self.parked.get(label.request_id)
+        entry = park_label(existing, label, offset=message.offset, partition=message.partition,
+                           now=now, raw=message.value, label_ts=message.timestamp)  # fmt: skip
         if entry is None:
             self.metrics.labels_ignored.labels(model=label.model, reason=Reason.REDELIVERED).inc()
+        elif existing is not None:
+            self.metrics.labels_ignored.labels(model=label.model,
+                                               reason=Reason.ALREADY_APPLIED).inc()  # fmt: skip
+            detail = (f"request {label.request_id} already has an answer waiting for it "
+                      f"(labels offset {existing.offset})")  # fmt: skip
+            await self.outputs.dead_letter(
+                DeadLetter.of(Source.LABELS, message, Reason.ALREADY_APPLIED, detail)
+            )
         else:
             self.parked.put(entry)
 

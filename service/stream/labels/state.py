@@ -36,6 +36,7 @@ from service.records import (
     parse_parked_label,
     parse_pending_entry,
 )
+from service.records.admission import Admission
 
 __all__ = ["ModelStore", "ParkedStore", "PendingStore", "PendingSummary", "QueueKey", "Table"]
 
@@ -103,8 +104,12 @@ class PendingStore:
     held when the learner's partitions were last assigned (recovery, rebalance). The queue
     (:meth:`page`) holds the index's unanswered requests, sorted by :class:`QueueKey`."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, admission: Admission | None = None) -> None:
         self._table = table
+        # the learner's checks: an entry they refuse (a record forged on the changelog: a
+        # model not configured, a width, key or partition the learner would never write)
+        # is not there for the learner, as it is not for the label desk
+        self._admission = admission
         self._index: dict[str, PendingSummary] = {}
         self._expiry: dict[int, list[tuple[float, str]]] = {}
         self._indexed: frozenset[int] | None = None
@@ -112,11 +117,31 @@ class PendingStore:
         self._open: Counter[str] = Counter()  # queued requests, by model
 
     def get(self, request_id: str) -> PendingEntry | None:
+        """The entry of ``request_id``; None when there is none or the learner's checks
+        refuse it (logged). :class:`BadMessage` when it does not parse."""
         raw = self._table.get(request_id.encode())
-        return None if raw is None else parse_pending_entry(raw)
+        if raw is None:
+            return None
+        entry = parse_pending_entry(raw)
+        return entry if self._admitted(request_id, entry) else None
+
+    def _admitted(self, key: str, entry: PendingEntry) -> bool:
+        if self._admission is None:
+            return True
+        try:
+            self._admission.pending(entry, key=key.encode(), partition=entry.partition)
+        except BadMessage as bad:
+            log.error("skipping pending entry %r the learner would not write: %s", key, bad)
+            return False
+        return True
 
     def __contains__(self, request_id: str) -> bool:
-        return request_id.encode() in self._table
+        if self._admission is None:
+            return request_id.encode() in self._table
+        try:
+            return self.get(request_id) is not None
+        except BadMessage:
+            return False
 
     def put(self, entry: PendingEntry) -> None:
         self._table[entry.request_id.encode()] = entry.to_json()
@@ -133,9 +158,12 @@ class PendingStore:
         out = []
         for key, raw in _scan(self._table, "pending"):
             try:
-                out.append(parse_pending_entry(raw))
+                entry = parse_pending_entry(raw)
             except BadMessage as bad:
                 log.error("skipping unreadable pending entry %r: %s", key, bad)
+                continue
+            if self._admitted(key, entry):
+                out.append(entry)
         return out
 
     def refresh(self, partitions: frozenset[int]) -> bool:

@@ -23,14 +23,25 @@ is served:
 
 The record under key ``__champions__`` (:class:`~service.records.Champions`, written by
 ``abstain models promote``) says which member of each group serves its route; it is
-checked the same way (signature, format; every route a model that decides, every server a
-member of its group) and, with a key, taken only with a higher ``serial``. The scorer reads
-the models and the champions together, once per batch (:meth:`ModelBook.serving`).
+checked the same way (signature, format, a serial below 2**53; every route a model that
+decides, every server a member of its group). Which one is served:
+
+- with a key, the highest :func:`champions_rank`: its ``serial``, then, between records of
+  one serial (two promotions that raced), the higher SHA-256 of the record's bytes. The
+  order is the records' own, not the order they were read in, so every reader (running,
+  restarted, before or after compaction) serves the same one (``promote`` writes the
+  winner again when a loser is the last record, which compaction would keep);
+- without one, the newest record, as for snapshots: a forged record (whatever serial it
+  claims) is replaced by the next ``promote``.
+
+The scorer reads the models and the champions together, once per batch
+(:meth:`ModelBook.serving`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -41,20 +52,36 @@ from service.records import (
     SIGNATURE_HEADER,
     BadMessage,
     Champions,
+    DeadLetter,
     RawMessage,
+    Reason,
     Signer,
+    Source,
     parse_champions,
     parse_model_envelope,
 )
 from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.models.served import ServedModel
 
-__all__ = ["ModelBook", "Refused", "follow_models", "signer_for"]
+__all__ = ["ModelBook", "Refused", "champions_rank", "follow_models", "signer_for"]
 
 log = logging.getLogger(__name__)
 
 #: what the follower calls with a refused record and why
 Refused = Callable[[RawMessage, BadMessage], Awaitable[None]]
+
+
+def champions_rank(record: Champions, raw: bytes) -> tuple[int, str]:
+    """The order of champions records with a key: serial, then the SHA-256 of the bytes.
+
+    >>> a, b = Champions(serial=2).to_json(), Champions(serial=2, updated_at=1.0).to_json()
+    >>> champions_rank(Champions(serial=3), b"") > champions_rank(Champions(serial=2), a)
+    True
+    >>> ra, rb = champions_rank(Champions(2), a), champions_rank(Champions(2), b)
+    >>> ra != rb and max(ra, rb) == max(rb, ra)
+    True
+    """
+    return record.serial, hashlib.sha256(raw).hexdigest()
 
 
 def signer_for(settings: Settings) -> Signer | None:
@@ -85,7 +112,12 @@ class ModelBook:
         self.models: dict[str, ServedModel] = {
             name: ServedModel.initial(name, cfg) for name, cfg in settings.models.items()
         }
+        # per model: the version served and where its record was read (None: not read)
+        self._origins: dict[str, tuple[int, RawMessage | None]] = {}
         self.champions = Champions()
+        #: the bytes and signature of the champions record served (None: none read yet)
+        self.champions_record: tuple[bytes, bytes | None] | None = None
+        self._champions_rank = (-1, "")
         self.loaded = asyncio.Event()
         self._on_swap = on_swap
         for served in self.models.values():
@@ -95,11 +127,11 @@ class ModelBook:
         if self._on_swap is not None:
             self._on_swap(served)
 
-    def offer(self, key: bytes | None, raw: bytes | None, *, signature: bytes | None = None
-              ) -> bool:  # fmt: skip
+    def offer(self, key: bytes | None, raw: bytes | None, *, signature: bytes | None = None,
+              origin: RawMessage | None = None) -> bool:  # fmt: skip
         """Serve the snapshot ``raw`` of the model named by ``key`` if it is acceptable and
         newer (module docstring); False if it changes nothing. :class:`BadMessage` says why
-        a record is refused."""
+        a record is refused. ``origin``: where it was read (for :meth:`refuse`)."""
         if key == CHAMPIONS_KEY.encode():
             return self._offer_champions(key, raw, signature)
         name = self._model_of(key)
@@ -118,8 +150,25 @@ class ModelBook:
             log.warning("model %s goes from version %s back to %s (the newest record wins "
                         "without a snapshot key)", name, current, served.version)  # fmt: skip
         self.models = {**self.models, name: served}  # swap, never mutate in place
+        self._origins[name] = (served.version, origin)
         self._notify(served)
         return True
+
+    def refuse(self, bad: ServedModel, good: ServedModel, detail: str) -> DeadLetter | None:
+        """Serve ``good`` again instead of ``bad`` (a snapshot that could not score: the
+        scorer found it overflowing where ``good`` did not), unless another version came
+        since; the dead letter of ``bad``'s record (``source: models``), if it was read here."""
+        name = bad.name
+        if self.models.get(name) is bad:
+            self.models = {**self.models, name: good}
+            self._notify(good)
+            log.error("model %s: version %s refused, version %s served again: %s", name,
+                      bad.version, good.version, detail)  # fmt: skip
+        version, origin = self._origins.get(name, (None, None))
+        if origin is None or version != bad.version:
+            return None
+        del self._origins[name]
+        return DeadLetter.of(Source.MODELS, origin, Reason.NON_FINITE, detail)
 
     def _offer_champions(self, key: bytes, raw: bytes | None, signature: bytes | None) -> bool:
         if raw is None:
@@ -136,12 +185,14 @@ class ModelBook:
             if server not in s.group(route):
                 raise BadMessage("unknown_model", f"champions: {server!r} cannot serve {route!r} "
                                  f"(its group is {list(s.group(route))})")  # fmt: skip
-        if record == self.champions or (
-            self.signer is not None and record.serial <= self.champions.serial
-        ):
+        rank = champions_rank(record, raw)
+        if self.signer is not None and rank <= self._champions_rank:
+            return False
+        if self.signer is None and record == self.champions:
             return False
         log.info("champions (serial %s): %s", record.serial, dict(record.servers))
-        self.champions = record
+        self.champions, self._champions_rank = record, rank
+        self.champions_record = (raw, signature)
         return True
 
     def serving(self) -> tuple[Mapping[str, ServedModel], Champions]:
@@ -210,12 +261,13 @@ async def follow_models(
 
 
 async def _offer(book: ModelBook, record: Any, refused: Refused | None) -> None:
+    message = RawMessage(record.value or b"", record.topic, record.partition, record.offset,
+                         record.key)  # fmt: skip
     try:
-        book.offer(record.key, record.value, signature=_signature(record.headers))
+        book.offer(record.key, record.value, signature=_signature(record.headers),
+                   origin=message)  # fmt: skip
     except BadMessage as bad:
         log.error("refused a record of %s[%s]@%s: %s", record.topic, record.partition,
                   record.offset, bad)  # fmt: skip
         if refused is not None:
-            message = RawMessage(record.value or b"", record.topic, record.partition,
-                                 record.offset, record.key)  # fmt: skip
             await refused(message, bad)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from service.config import Settings
-from service.records import Champions
+from service.records import CHAMPIONS_MAX_SERIAL, Champions
 from service.stream.models.served import ServedModel
 
 __all__ = ["Tally", "comparison", "promoted", "routes"]
@@ -87,9 +87,13 @@ def comparison(
 
 def promoted(settings: Settings, current: Champions, name: str, *, now: float) -> Champions:
     """The champions record that makes ``name`` serve its group, after ``current``
-    (:class:`ValueError` when ``name`` is not a configured model)."""
+    (:class:`ValueError` when ``name`` is not a configured model, or when the next serial
+    is one no reader would take: nothing is written then)."""
     if name not in settings.models:
         raise ValueError(f"no model named {name!r} (one of {sorted(settings.models)})")
+    if not 0 <= current.serial + 1 < CHAMPIONS_MAX_SERIAL:
+        raise ValueError(f"the champions record's serial {current.serial} has no successor "
+                         f"below {CHAMPIONS_MAX_SERIAL} that workers would take")  # fmt: skip
     route = settings.learner_key(name)
     servers = {r: s for r, s in current.servers.items() if r != route}
     if name != route:

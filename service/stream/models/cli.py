@@ -3,7 +3,7 @@
 ::
 
     abstain models compare [--url URL] [--broker ...] [--config FILE]
-    abstain models promote NAME [--broker ...] [--config FILE]
+    abstain models promote NAME [--if-serial N] [--broker ...] [--config FILE]
     abstain models rollback NAME --to-version V [--broker ...] [--config FILE]
     abstain models seed --model NAME FILE [--broker ...] [--config FILE]
 
@@ -13,8 +13,12 @@ with ``--url`` from a worker's ``GET /models`` page, which adds the decisions th
 made with each model and the share it rejected. ``promote`` writes the models topic's
 champions record (signed with ``snapshot_key`` when one is set) that makes NAME serve its
 group from the first batch each worker scores after reading it; ``promote`` of a group's
-own name gives the route back to it. ``rollback`` writes an order on the labels topic (key:
-NAME's group, like its labels): the learner that owns the group serves version V of NAME
+own name gives the route back to it. It is a compare-and-set: it writes the serial after
+the one served (refusing, before writing, one no worker would take), reads the topic back
+and prints the record that won (``"won": false`` and exit 1 when a promotion that raced it
+won; ``--if-serial N`` writes only if the record served has serial N). ``rollback`` writes an
+order on the labels topic (key: NAME's group, like its labels; signed like the champions
+record): the learner that owns the group serves version V of NAME
 again as its next version, at the order's place among the labels, and learns on from it;
 it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.labels.state`), an
 older one is refused (dead letter ``unknown_version``). ``seed`` trains NAME from a labelled
@@ -29,22 +33,30 @@ import asyncio
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.records import (
     CHAMPIONS_KEY,
+    CHAMPIONS_MAX_SERIAL,
     SIGNATURE_HEADER,
     BadMessage,
+    Champions,
     Rollback,
     decode_json,
     dumps,
+    parse_champions,
 )
+from service.stream.errors import StreamError
 from service.stream.kafka.clients import produce_one, read_topic
-from service.stream.models.book import ModelBook, signer_for
+from service.stream.models.book import ModelBook, champions_rank, signer_for
 from service.stream.models.champions import comparison, promoted
 
-__all__ = ["main", "read_book"]
+__all__ = ["SETTLE", "main", "read_book"]
+
+#: seconds ``promote`` waits after its write before it reads back which record won
+SETTLE = 1.0
 
 
 def main(argv: list[str]) -> int:
@@ -61,6 +73,8 @@ def main(argv: list[str]) -> int:
     promote = sub.add_parser("promote", help="make a challenger serve its group")
     common_arguments(promote)
     promote.add_argument("name", help="the model to serve")
+    promote.add_argument("--if-serial", type=int, dest="if_serial",
+                         help="only if the champions record served has this serial")  # fmt: skip
     rollback = sub.add_parser("rollback", help="serve an earlier version again")
     common_arguments(rollback)
     rollback.add_argument("name", help="the model to roll back")
@@ -76,8 +90,8 @@ def main(argv: list[str]) -> int:
             return 0
         if args.action == "rollback":
             return asyncio.run(_rollback(settings, args.name, args.to_version, args.by))
-        return asyncio.run(_promote(settings, args.name))
-    except (ConfigError, ValueError, OSError) as exc:
+        return asyncio.run(_promote(settings, args.name, args.if_serial))
+    except (ConfigError, ValueError, OSError, StreamError) as exc:
         print(f"abstain: {exc}", file=sys.stderr)
         return 2
 
@@ -85,14 +99,45 @@ def main(argv: list[str]) -> int:
 async def read_book(settings: Settings) -> ModelBook:
     """A model book fed with the models topic up to its end (what a starting worker reads;
     refused records are skipped)."""
+    return (await _read(settings))[0]
+
+
+async def _read(settings: Settings) -> tuple[ModelBook, Read]:
+    """:func:`read_book`, and what ``promote`` checks: the champions records read."""
     book = ModelBook(settings, signer=signer_for(settings))
+    read = Read()
     for record in await read_topic(settings, settings.topics.models):
         signature = next((v for k, v in record.headers or () if k == SIGNATURE_HEADER), None)
+        champions = record.key == CHAMPIONS_KEY.encode()
+        if champions:
+            read.last = record.value
         try:
             book.offer(record.key, record.value, signature=signature)
         except BadMessage:
             continue
-    return book
+        if champions:
+            read.take(parse_champions(record.value), record.value, ranked=book.signer is not None)
+    return book, read
+
+
+@dataclass
+class Read:
+    """The champions records on the models topic: the last one (what compaction keeps) and,
+    per serial, the one that wins it (with a key the highest rank, else the newest)."""
+
+    last: bytes | None = None
+    best: dict[int, tuple[tuple[int, str], bytes]] = field(default_factory=dict)
+
+    def take(self, record: Champions, raw: bytes, *, ranked: bool) -> None:
+        rank = champions_rank(record, raw)
+        known = self.best.get(record.serial)
+        if known is None or not ranked or rank > known[0]:
+            self.best[record.serial] = (rank, raw)
+
+    def won(self, serial: int, raw: bytes) -> bool:
+        """True if ``raw`` is the record that wins ``serial``."""
+        best = self.best.get(serial)
+        return best is not None and best[1] == raw
 
 
 async def _compare(settings: Settings) -> list[dict[str, Any]]:
@@ -112,16 +157,50 @@ def _from_page(url: str) -> list[dict[str, Any]]:
     return rows
 
 
-async def _promote(settings: Settings, name: str) -> int:
+async def _promote(settings: Settings, name: str, if_serial: int | None) -> int:
+    """Compare and set: write the record that follows the one served (``if_serial``: only
+    if that one has this serial), read the topic back after :data:`SETTLE` seconds and say
+    which record won; 1 if another did (two promotions that raced: the same serial, the
+    higher rank wins, see :mod:`~service.stream.models.book`)."""
     if name not in settings.models:
         raise ValueError(f"no model named {name!r} (one of {sorted(settings.models)})")
-    book = await read_book(settings)
-    record = promoted(settings, book.champions, name, now=time.time())
-    key, value = CHAMPIONS_KEY.encode(), record.to_json()
+    book, _ = await _read(settings)
+    current = book.champions
+    if if_serial is not None and current.serial != if_serial:
+        print(f"abstain: not promoted: the champions record is at serial {current.serial}, "
+              f"not {if_serial}", file=sys.stderr)  # fmt: skip
+        return 1
     signer = signer_for(settings)
+    if signer is None and current.serial + 1 >= CHAMPIONS_MAX_SERIAL:
+        print(f"abstain: the champions record's serial {current.serial} has no successor "
+              "(a forged record?); without snapshot_key the newest record is served, so it "
+              "is replaced by serial 1", file=sys.stderr)  # fmt: skip
+        current = replace(current, serial=0)
+    record = promoted(settings, current, name, now=time.time())
+    key, value = CHAMPIONS_KEY.encode(), record.to_json()
     headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
     await produce_one(settings, settings.topics.models, key, value, headers)
-    print(dumps({"serial": record.serial, "servers": dict(record.servers)}).decode())
+    await asyncio.sleep(SETTLE)
+    after, read = await _read(settings)
+    served = after.champions_record
+    if signer is not None and served is not None and read.last != served[0]:
+        # a losing record is the last one: compaction would keep it, so write the winner
+        raw, signature = served
+        again = None if signature is None else [(SIGNATURE_HEADER, signature)]
+        await produce_one(settings, settings.topics.models, key, raw, again)
+    winner = after.champions
+    won = read.won(record.serial, value)
+    row = {"serial": record.serial, "servers": dict(record.servers), "won": won,
+           "served": {"serial": winner.serial, "servers": dict(winner.servers)}}  # fmt: skip
+    print(dumps(row).decode())
+    if not won:
+        print(f"abstain: not promoted: another promotion of serial {record.serial} won (the "
+              f"record served has serial {winner.serial}, servers {dict(winner.servers)}); "
+              "run promote again to follow it", file=sys.stderr)  # fmt: skip
+        return 1
+    if winner != record:
+        print(f"abstain: promoted, then replaced by a later promotion (serial {winner.serial}, "
+              f"servers {dict(winner.servers)})", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -132,6 +211,9 @@ async def _rollback(settings: Settings, name: str, version: int, by: str) -> int
         raise ValueError(f"--to-version must be 0 or more, got {version}")
     route = settings.learner_key(name)
     order = Rollback(route, name, version, by, time.time())
-    await produce_one(settings, settings.topics.labels, route.encode(), order.to_json())
+    key, value = route.encode(), order.to_json()
+    signer = signer_for(settings)
+    headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
+    await produce_one(settings, settings.topics.labels, key, value, headers)
     print(dumps({"model": name, "to_version": version, "ordered": True}).decode())
     return 0

@@ -86,9 +86,15 @@ class ScoreResult:
     suppressed: Counter[str] = field(default_factory=Counter)  # by model
     # shadow decisions, counted and never written: (shadow model, +1 / -1 / 0) -> count
     shadow: Counter[tuple[str, int]] = field(default_factory=Counter)
+    # by the model that decided them: the events it scored, and those refused because the
+    # scaled features or the score overflowed (``non_finite``)
+    scored: Counter[str] = field(default_factory=Counter)
+    overflowed: Counter[str] = field(default_factory=Counter)
 
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
+        self.scored += other.scored
+        self.overflowed += other.overflowed
         self.decisions += other.decisions
         self.partitions += other.partitions
         self.label_requests += other.label_requests
@@ -148,6 +154,9 @@ def score_batch(
         decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
+        out.scored[served.name] += len(items)
+        if refused:
+            out.overflowed[served.name] += len(refused)
         group = () if groups is None else groups.get(route, ())
         for shadow in [m for m in group if m != served.name]:
             for j, label in _shadow_decide(models[shadow], items).items():

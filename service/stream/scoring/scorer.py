@@ -5,6 +5,14 @@ never mixes versions within it), scores with :func:`~service.stream.scoring.deci
 and hands decisions, label requests and dead letters to :class:`~service.stream.outputs.Outputs`.
 Should an unexpected data-caused error escape the pure code, the batch is scored again one
 event at a time and the culprit is dead-lettered (reason ``schema``; the detail says why).
+
+A snapshot that cannot score (given ``fallback``: a worker without ``snapshot_key``, where
+anyone who may write the models topic can publish one): when at least :data:`BLAME_SHARE`
+of a model's events in a batch overflow (``non_finite``) and the last version that scored
+a batch here scores them, the batch is decided by that version, the new one is refused
+(``fallback`` serves the good one again and gives the snapshot's dead letter, ``source:
+models``) and the events are not dead-lettered. Fewer overflowing events are the events'
+own fault, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ log = logging.getLogger(__name__)
 
 #: decisions per model over which the recent query rate is measured
 RECENT = 1000
+#: a new version is blamed for a batch's overflows when at least this share of its events
+#: overflow there and the last good version scores them
+BLAME_SHARE = 0.5
+
+#: serve ``good`` again instead of ``bad`` (with a reason); the snapshot's dead letter
+Fallback = Callable[[ServedModel, ServedModel, str], DeadLetter | None]
 
 
 def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
@@ -68,7 +82,10 @@ class Scorer:
         metrics: Metrics,
         *,
         clock: Callable[[], float],
+        fallback: Fallback | None = None,
     ) -> None:
+        self.fallback = fallback
+        self.good: dict[str, ServedModel] = {}  # per model: the last version that scored
         self.limits = Limits(
             default_model=settings.default_model,
             request_ttl=settings.request_ttl_seconds,
@@ -112,7 +129,11 @@ class Scorer:
         requests by model). Counted in the metrics; nothing is written."""
         models, champions = self.models()  # one mapping for the whole batch
         started = time.perf_counter()
-        result = self._score_guarded(models, champions, messages, self.clock())
+        now = self.clock()
+        result = self._score_guarded(models, champions, messages, now)
+        if self.fallback is not None and result.overflowed:
+            models, result = self._fall_back(models, champions, messages, result, now)
+        self._remember(models, result)
         self._watch(models, result)
         out = self.outputs
         records = [out.decision_record(d, p)
@@ -121,6 +142,48 @@ class Scorer:
         records += [out.dead_letter_record(x, x.partition) for x in result.dead_letters]
         self._count(result, (time.perf_counter() - started) / max(1, len(messages)))
         return result, records
+
+    def _fall_back(
+        self, models: Mapping[str, ServedModel], champions: Champions,
+        messages: Sequence[RawMessage], result: ScoreResult, now: float,
+    ) -> tuple[Mapping[str, ServedModel], ScoreResult]:  # fmt: skip
+        """The batch decided by the last good version of each model whose new version
+        overflowed on most of its events there (module docstring), and those versions
+        refused; unchanged when no new version is to blame."""
+        suspects = {}
+        for name, n in result.overflowed.items():
+            good, served = self.good.get(name), models.get(name)
+            if good is None or served is None or good.version == served.version:
+                continue
+            if n >= BLAME_SHARE * result.scored[name]:
+                suspects[name] = good
+        if not suspects:
+            return models, result
+        trial = {**models, **suspects}
+        again = self._score_guarded(trial, champions, messages, now)
+        blamed = {n: g for n, g in suspects.items()
+                  if again.overflowed[n] < result.overflowed[n]}  # fmt: skip
+        if not blamed:
+            return models, result
+        if blamed != suspects:
+            trial = {**models, **blamed}
+            again = self._score_guarded(trial, champions, messages, now)
+        assert self.fallback is not None  # noqa: S101 - only called with one
+        for name, good in blamed.items():
+            bad = models[name]
+            detail = (f"version {bad.version} of model {name!r} overflows on "
+                      f"{result.overflowed[name]} of {result.scored[name]} events that version "
+                      f"{good.version} scores: refused, version {good.version} served")  # fmt: skip
+            letter = self.fallback(bad, good, detail)
+            if letter is not None:
+                again.dead_letters.append(letter)
+        return trial, again
+
+    def _remember(self, models: Mapping[str, ServedModel], result: ScoreResult) -> None:
+        """The versions that scored most of their events in this batch are good."""
+        for name, n in result.scored.items():
+            if n and result.overflowed[name] < BLAME_SHARE * n:
+                self.good[name] = models[name]
 
     def set_share(self, share: float) -> None:
         """This worker scores ``share`` of the model's events (its feature partitions over

@@ -26,6 +26,7 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import Parts, Pipeline, is_adaptive_state, learner_for
+from service.records import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 
 from .kafkaio import Rec, loads
@@ -271,11 +272,24 @@ def non_finite_floats(value: Any, path: str = "$") -> list[str]:
     return []
 
 
+def _huge(value: Any) -> bool:
+    """A learned number (outside a ``params`` part) of magnitude >= ``MAX_MAGNITUDE``."""
+    if isinstance(value, float):
+        return abs(value) >= MAX_MAGNITUDE
+    if isinstance(value, dict):
+        return any(_huge(v) for k, v in value.items() if k != "params")
+    if isinstance(value, list):
+        return any(_huge(v) for v in value)
+    return False
+
+
 def _finite_state(pipeline: Pipeline, learner: Any) -> bool:
+    """Finite, and every learned number below the bound the service keeps models in."""
     values = [np.asarray(learner.w, dtype=float), np.asarray([float(learner.rho)])]
-    return bool(all(np.isfinite(v).all() for v in values)) and not non_finite_floats(
-        pipeline.to_state()
-    )
+    finite = bool(all(np.isfinite(v).all() for v in values))
+    small = bool(all((np.abs(v) < MAX_MAGNITUDE).all() for v in values))
+    state = pipeline.to_state()
+    return finite and small and not non_finite_floats(state) and not _huge(state)
 
 
 def expect_update(state: Mapping[str, Any], x: list[float], y: int) -> dict[str, Any] | None:

@@ -14,11 +14,13 @@ from service.config import ModelConfig, Settings
 from service.records import (
     Label,
     ModelEnvelope,
+    PendingEntry,
     parse_model_envelope,
     parse_pending_entry,
     request_id,
 )
 from service.stream.kafka.produce import partition_for
+from service.stream.labels.admission import admission
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import ServedModel, initial_envelope
@@ -68,7 +70,7 @@ class Learner:
         store = CrashingModels if crash_on_model else ModelStore
         out = outputs(kafka, s, registry)
         joiner = LabelJoiner(
-            s, pending=PendingStore(kafka.table("pending")),
+            s, pending=PendingStore(kafka.table("pending"), admission(s)),
             parked=ParkedStore(kafka.table("orphans")),
             models=store(kafka.table("models"), initial),
             outputs=out, metrics=out.metrics, clock=clock,
@@ -402,3 +404,39 @@ async def test_a_label_flip_is_counted_once_as_a_change_and_a_takeover() -> None
     assert served.last_change is not None
     assert served.last_change >= 300  # nothing before the flip
     assert served.risk_since_change.risk < CFG.cost  # recovered: better than rejecting
+
+
+async def test_a_pending_entry_the_learner_would_not_write_is_not_there_for_it() -> None:
+    """A forged changelog entry under a request's id (five features for a model of three)
+    neither blocks the genuine request nor takes its label."""
+    kafka = MemoryKafka()
+    s = settings()
+    rid = request_id("m", "r1")
+    forged = PendingEntry(request([1.0, 2.0, 3.0, 4.0, 5.0], "r1"), partition_for(b"m", 2))
+    kafka.table("pending")[rid.encode()] = forged.to_json()
+    await kafka.flush()
+    learner = Learner.start(kafka)
+    assert s.partitions.labels == 2
+    assert learner.joiner.pending.get(rid) is None
+    assert rid not in learner.joiner.pending
+    await learner.request("r1", 0)
+    await learner.label("r1", 0)
+    assert learner.versions() == [1]
+    entry = learner.joiner.pending.get(rid)
+    assert entry is not None
+    assert len(entry.request.features) == 3
+    assert learner.dead() == []
+
+
+async def test_a_second_label_for_a_waiting_request_does_not_replace_the_first() -> None:
+    learner = Learner.start()
+    await learner.label("r1", 0, y=-1)  # the answer, before its request
+    await learner.label("r1", 1, y=1)  # another record for the same request
+    assert learner.dead() == [("already_applied", 1)]
+    await learner.request("r1", 0)
+    assert learner.versions() == [1]
+    entry = learner.joiner.pending.get(request_id("m", "r1"))
+    assert entry is not None
+    assert (entry.label, entry.applied_offset) == (-1, 0)
+    await learner.label("r1", 0, y=-1)  # a redelivery of the first: a no-op
+    assert learner.dead() == [("already_applied", 1)]

@@ -39,6 +39,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     timestamp: int = 1_000
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def event(tp: TopicPartition, offset: int) -> Record:

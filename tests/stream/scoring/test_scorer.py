@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
 from service.records import Champions, RawMessage, request_id
+from service.stream.models.book import ModelBook
 from service.stream.models.served import ServedModel
 from service.stream.scoring import scorer as scorer_module
 from service.stream.scoring.scorer import Scorer
@@ -171,3 +172,63 @@ async def test_a_model_that_rejects_everything_while_rho_grows_raises_the_collap
     sample = scorer.metrics.registry.get_sample_value
     assert sample("abstain_model_collapsed", {"model": "m"}) == 1.0
     assert sample("abstain_model_reject_fraction", {"model": "m"}) == 1.0
+
+
+def overflowing(served: ServedModel, version: int) -> bytes:
+    """A snapshot of ``served``'s model whose learned numbers are all within the bound but
+    which overflows on every event: a standardiser centred on 9e99 that divides by 1e-154,
+    weights of 1e99."""
+    env = served.envelope
+    pipeline = orjson.loads(orjson.dumps(dict(env.pipeline)))
+    scaler = pipeline["steps"][0]
+    n = len(scaler["learned"]["m2"])
+    scaler["params"]["min_std"] = 1e-300
+    scaler["learned"].update(count=10, mean=[9e99] * n, m2=[1e-307] * n)
+    learner = orjson.loads(orjson.dumps(dict(env.learner)))
+    inner = learner["champion"] if "champion" in learner else learner  # the adaptive wrapper's
+    inner["learned"]["w"] = [1e99] * len(inner["learned"]["w"])
+    return env.replace(version=version, pipeline=pipeline, learner=learner).to_json()
+
+
+async def test_a_snapshot_that_cannot_score_is_refused_and_its_events_decided() -> None:
+    s = settings()
+    book = ModelBook(s)
+    good = trained(CFG, 30)
+    assert book.offer(b"m", good.envelope.to_json())
+    kafka, registry = MemoryKafka(), CollectorRegistry()
+    out = outputs(kafka, s, registry)
+    scorer = Scorer(s, book.serving, out, out.metrics, clock=lambda: 50.0, fallback=book.refuse)
+    events = [msg({"id": f"e{i}", "features": [i - 3.0, 1.0, -0.5 * i]}, i) for i in range(8)]
+    await score(scorer, events[:4])  # version 30 scores: it is good
+    origin = RawMessage(b"", "abstain.models", 0, 77, b"m")
+    assert book.offer(b"m", overflowing(good, 31), origin=origin)
+    result = await score(scorer, events[4:])
+    decided = [(d.id, d.model_version) for d in result.decisions]
+    assert decided == [(f"e{i}", 30) for i in range(4, 8)]
+    dead = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
+    assert [(d["topic"], d["offset"], d["reason"]) for d in dead] == [
+        ("abstain.models", 77, "non_finite")
+    ]
+    assert "version 31" in dead[0]["detail"]
+    assert book.models["m"].version == 30  # served again
+    sample = registry.get_sample_value
+    assert sample("abstain_dead_letters_total", {"source": "models", "reason": "non_finite"}) == 1
+    assert not sample("abstain_dead_letters_total", {"source": "features", "reason": "non_finite"})
+
+
+async def test_an_event_that_overflows_alone_is_its_own_fault_and_the_model_stays() -> None:
+    s = settings()
+    book = ModelBook(s)
+    assert book.offer(b"m", trained(CFG, 30).envelope.to_json())
+    kafka, registry = MemoryKafka(), CollectorRegistry()
+    out = outputs(kafka, s, registry)
+    scorer = Scorer(s, book.serving, out, out.metrics, clock=lambda: 50.0, fallback=book.refuse)
+    await score(scorer, [msg({"id": "a", "features": [1.0, 2.0, 3.0]}, 0)])
+    assert book.offer(b"m", trained(CFG, 31).envelope.to_json())
+    events = [msg({"id": f"e{i}", "features": [1.0, 0.5, 2.0]}, i) for i in range(1, 4)]
+    events.append(msg({"id": "huge", "features": [1.7e308, -1.7e308, 1.7e308]}, 4))
+    result = await score(scorer, events)
+    assert {d.model_version for d in result.decisions} == {31}
+    dead = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
+    assert [(d["topic"], d["reason"]) for d in dead] == [("abstain.features", "non_finite")]
+    assert book.models["m"].version == 31

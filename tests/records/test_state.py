@@ -1,0 +1,50 @@
+"""Model envelopes: a learned number beyond the bound is never written nor read."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from service.config import ModelConfig
+from service.records import (
+    MAX_MAGNITUDE,
+    BadMessage,
+    ModelEnvelope,
+    RecordError,
+    parse_model_envelope,
+)
+from service.stream.models.served import initial_envelope
+
+CONFIG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3)
+
+
+def with_w(w: list[float], rho: float = 1.0) -> ModelEnvelope:
+    env = initial_envelope("m", CONFIG)
+    learner = orjson.loads(orjson.dumps(dict(env.learner)))
+    learner["learned"]["w"], learner["learned"]["rho"] = w, rho
+    return env.replace(version=3, learner=learner)
+
+
+@pytest.mark.parametrize(
+    ("w", "rho"),
+    [([1e308, 0.0, 0.0, 0.0], 1.0), ([0.0, -1e100, 0.0, 0.0], 1.0), ([0.0] * 4, 2e150)],
+)
+def test_a_learned_number_beyond_the_bound_is_refused_both_ways(w: list[float], rho: float) -> None:
+    env = with_w(w, rho)
+    with pytest.raises(RecordError, match="magnitude"):
+        env.to_json()
+    raw = orjson.dumps(env.to_dict())  # as a forger writes it
+    with pytest.raises(BadMessage, match="schema: .*magnitude"):
+        parse_model_envelope(raw, model="m")
+
+
+def test_numbers_below_the_bound_and_configured_params_pass() -> None:
+    env = with_w([9.9e99, -1e99, 1e-300, 0.0], rho=-9e99)
+    assert parse_model_envelope(env.to_json(), model="m") == env
+    eta = initial_envelope("b", ModelConfig(algorithm="dsal", cost=0.25, n_features=3,
+                                            hyperparameters={"eta": 1e300}))  # fmt: skip
+    assert parse_model_envelope(eta.to_json(), model="b") == eta  # a step size is no weight
+    big = np.full(4, MAX_MAGNITUDE)
+    with pytest.raises(RecordError):
+        with_w([0.0] * 4).replace(learner={"learned": {"w": big}}).to_json()
