@@ -185,7 +185,7 @@ def overflowing(served: ServedModel, version: int) -> bytes:
     scaler["params"]["min_std"] = 1e-300
     scaler["learned"].update(count=10, mean=[9e99] * n, m2=[1e-307] * n)
     learner = orjson.loads(orjson.dumps(dict(env.learner)))
-    inner = learner["champion"] if "champion" in learner else learner  # the adaptive wrapper's
+    inner = learner.get("champion", learner)  # inside the adaptive wrapper
     inner["learned"]["w"] = [1e99] * len(inner["learned"]["w"])
     return env.replace(version=version, pipeline=pipeline, learner=learner).to_json()
 
