@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from faults.checks import champion_record
 from faults.kafkaio import Out, produce_records
 from faults.workers import wait_until
 
@@ -37,8 +38,9 @@ def forged(config: dict[str, Any], version: int, *, overflow: bool) -> bytes:
     env = initial_envelope("m", ModelConfig(**config))
     learner = orjson.loads(orjson.dumps(dict(env.learner)))
     pipeline = orjson.loads(orjson.dumps(dict(env.pipeline)))
-    n = len(learner["learned"]["w"])
-    learner["learned"]["w"] = [1e99 if overflow else 1e308] * n
+    inner = champion_record(learner)  # the learner that decides (inside the adaptive wrapper)
+    n = len(inner["learned"]["w"])
+    inner["learned"]["w"] = [1e99 if overflow else 1e308] * n
     if overflow:
         scaler = pipeline["steps"][0]
         width = len(scaler["learned"]["m2"])
