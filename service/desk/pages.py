@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from service.desk.changes import ChangeRow
 from service.desk.team import TeamStats
 
 __all__ = ["labelling_page", "login_page", "starting_page", "team_page"]
@@ -115,10 +116,69 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def team_page(user: str, csrf: str, stats: TeamStats) -> str:
-    """Open requests per model, answers per hour, people (refreshes every 15 s)."""
+def _count(n: int, one: str) -> str:
+    return f"{n:,} {one}" if n == 1 else f"{n:,} {one}s"
+
+
+RELEARNING = '<span class="mark">Relearning</span>'
+
+
+def _learning_row(model: str, row: ChangeRow | None) -> str:
+    """One model's learning: state, last change, risk since, changes, takeovers, version."""
+    if row is None:
+        dashes = "<td>—</td>" * 5
+        return (f'<tr class="fixed"><th scope=row>{_e(model)}</th>'
+                f'<td class="muted">no change detection</td>{dashes}</tr>')  # fmt: skip
+    if row.relearning:
+        state, css = RELEARNING, ' class="relearning"'
+    else:
+        state, css = ("Steady" if row.detects else "detection off"), ""
+    last, risk = "none yet", "—"
+    if row.since is not None:
+        at = f"<span class=muted>(at label {row.last_change:,})</span>"
+        last = f"{_count(row.since, 'label')} ago {at}"
+    if row.risk is not None:
+        risk = f"{row.risk:.3f} <span class=muted>over {_count(row.risk_labels, 'label')}</span>"
+    return (f"<tr{css}><th scope=row>{_e(model)}</th><td>{state}</td><td>{last}</td>"
+            f"<td>{risk}</td><td>{row.changes:,}</td><td>{row.takeovers:,}</td>"
+            f"<td>{row.version:,}</td></tr>")  # fmt: skip
+
+
+def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[str, str]:
+    """The note on the models relearning now, and the learning table."""
+    names = list(models)
+    hot = [m for m in names if (r := changes.get(m)) is not None and r.relearning]
+    note = ""
+    if hot:
+        which = ", ".join(f"<strong>{_e(m)}</strong>" for m in hot)
+        note = (f'<p class="relearning-note" role="status">{RELEARNING} {which}: '
+                f"{'a change was' if len(hot) == 1 else 'changes were'} detected in the last "
+                "labels and the model is learning the new pattern; its answers count more "
+                "now.</p>")  # fmt: skip
+    rows = "".join(_learning_row(m, changes.get(m)) for m in names)
+    table = f"""<table id="learning"><caption>Learning per model</caption>
+<thead><tr><th scope="col">Model</th><th scope="col">State</th>
+<th scope="col">Last detected change</th><th scope="col">Risk since change or takeover</th>
+<th scope="col">Changes</th><th scope="col">Takeovers</th><th scope="col">Version</th></tr>
+</thead><tbody>{rows}</tbody></table>"""
+    return note, table
+
+
+def team_page(user: str, csrf: str, stats: TeamStats,
+              changes: Mapping[str, ChangeRow] | None = None) -> str:  # fmt: skip
+    """Open requests per model, how each model learns (:mod:`service.desk.changes`: a model
+    relearning after a detected change is marked), answers per hour, people (refreshes
+    every 15 s)."""
+    changes = changes or {}
+    note, learning = _learning([r.model for r in stats.models], changes)
+
+    def name(model: str) -> str:
+        row = changes.get(model)
+        mark = f" {RELEARNING}" if row is not None and row.relearning else ""
+        return f"{_e(model)}{mark}"
+
     models = "".join(
-        f"<tr><th scope=row>{_e(r.model)}</th><td>{r.open}</td><td>{r.held}</td>"
+        f"<tr><th scope=row>{name(r.model)}</th><td>{r.open}</td><td>{r.held}</td>"
         f"<td>{_age(r.oldest_age)}</td><td>{r.answers_last_hour}</td>"
         f"<td>{r.expired_last_hour}</td></tr>"
         for r in stats.models
@@ -134,11 +194,12 @@ def team_page(user: str, csrf: str, stats: TeamStats) -> str:
     body = f"""{_header(user, csrf, "/team")}
 <main class="team"><h1>Team</h1>
 <p class="summary"><strong id="answers-hour">{stats.answers_last_hour}</strong> answers in the
-last hour</p>
+last hour</p>{note}
 <table id="models"><caption>Requests per model</caption>
 <thead><tr><th scope="col">Model</th><th scope="col">Open</th><th scope="col">Being answered</th>
 <th scope="col">Oldest open</th><th scope="col">Answers, last hour</th>
 <th scope="col">Expired, last hour</th></tr></thead><tbody>{models}</tbody></table>
+{learning}
 <table id="people"><caption>People</caption>
 <thead><tr><th scope="col">Person</th><th scope="col">Answers, last hour</th>
 <th scope="col">Answers, last day</th><th scope="col">Median time to answer</th></tr></thead>

@@ -34,6 +34,7 @@ from service.desk.auth.accounts import Accounts, Person, valid_name
 from service.desk.auth.logins import LoginGate
 from service.desk.auth.proxies import PROXIED, Proxies
 from service.desk.auth.sessions import Session, Sessions
+from service.desk.changes import Changes
 from service.desk.core import Desk
 from service.desk.errors import Refused, Unavailable
 from service.desk.pages import labelling_page, login_page, starting_page, team_page
@@ -70,9 +71,10 @@ class RevocationLog(Protocol):
 
 
 class DeskWeb:
-    """Routes and handlers; ``models`` gives served models for the top features, ``logins``
-    checks passwords (a :class:`~service.desk.auth.logins.LoginGate` of ``accounts`` by default),
-    ``revocations`` tells every replica of a logout (this one only when None)."""
+    """Routes and handlers; ``models`` gives served models (the top features, the team view's
+    learning rows), ``logins`` checks passwords (a
+    :class:`~service.desk.auth.logins.LoginGate` of ``accounts`` by default), ``revocations``
+    tells every replica of a logout (this one only when None)."""
 
     def __init__(self, settings: Settings, desk: Desk, accounts: Accounts, sessions: Sessions,
                  *, models: Callable[[], dict[str, Any]] | None = None,
@@ -80,6 +82,7 @@ class DeskWeb:
                  revocations: RevocationLog | None = None) -> None:  # fmt: skip
         self.settings, self.desk, self.accounts, self.sessions = settings, desk, accounts, sessions
         self.models = models or dict
+        self.changes = Changes()  # each model's learning, reread when its snapshot changes
         self.logins = logins or LoginGate(accounts, clock=sessions.clock)
         self.revocations = revocations
         self.proxies = Proxies(settings.desk.trusted_proxies)
@@ -273,7 +276,8 @@ class DeskWeb:
         person, session, cookie = self._page_identity(request)
         # as of the desk's last tick (once a second): a refresh costs the same whatever the
         # number of open requests
-        page = team_page(person.name, self.sessions.csrf(session), self.desk.team_view())
+        page = team_page(person.name, self.sessions.csrf(session), self.desk.team_view(),
+                         self.changes.rows(self.models()))  # fmt: skip
         return self._with_session(_html(page), request, cookie)
 
     def _with_session(self, response: web.StreamResponse, request: web.Request,
