@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from service.config import AdaptiveConfig, ModelConfig
-from service.desk.changes import Changes, ChangeRow, change_of
+from service.desk.changes import ChangeRow, Changes, change_of
 from service.desk.pages import team_page
 from service.desk.team import ModelRow, TeamStats
 from service.learning import DSAL, Adaptive
@@ -91,8 +91,8 @@ def test_a_model_that_never_changed_is_steady_with_none_yet() -> None:
 
 
 def test_the_mark_window_and_running_challengers() -> None:
-    base = ChangeRow(version=1, labels=500, detects=True, changes=1, takeovers=0,
-                     last_change=400, risk=0.1, risk_labels=100, challengers=(), window=200)  # fmt: skip
+    base = ChangeRow(version=1, labels=500, detects=True, changes=1, takeovers=0, last_change=400,
+                     risk=0.1, risk_labels=100, challengers=(), window=200)  # fmt: skip
     assert base.since == 100
     assert base.relearning
     assert not dataclasses.replace(base, last_change=300).relearning  # 200 labels ago
