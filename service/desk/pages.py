@@ -151,10 +151,11 @@ def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[
     note = ""
     if hot:
         which = ", ".join(f"<strong>{_e(m)}</strong>" for m in hot)
+        one = len(hot) == 1
         note = (f'<p class="relearning-note" role="status">{RELEARNING} {which}: '
-                f"{'a change was' if len(hot) == 1 else 'changes were'} detected in the last "
-                "labels and the model is learning the new pattern; its answers count more "
-                "now.</p>")  # fmt: skip
+                f"{'its' if one else 'their'} labels changed recently and "
+                f"{'it is' if one else 'they are'} learning the new pattern; answers for "
+                f"{'it' if one else 'them'} count more than usual now.</p>")  # fmt: skip
     rows = "".join(_learning_row(m, changes.get(m)) for m in names)
     table = f"""<table id="learning"><caption>Learning per model</caption>
 <thead><tr><th scope="col">Model</th><th scope="col">State</th>
