@@ -153,7 +153,7 @@ def test_a_model_whose_detector_fired_is_marked_relearning_on_the_team_view(
     assert int(since.group(2).replace(",", "")) >= BEFORE
     assert re.fullmatch(r"\d\.\d{3} over \d+ labels?", risk), risk
     assert int(changes) >= 1
-    assert int(takeovers) >= 0
+    assert int(takeovers) <= int(changes)  # a challenger takes over only after a change
     assert int(version.replace(",", "")) >= 1
     note = page.locator(".relearning-note")
     assert note.is_visible()
