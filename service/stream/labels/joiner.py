@@ -38,6 +38,7 @@ from service.records import (
     DeadLetter,
     Label,
     LabelRequest,
+    ModelEnvelope,
     ParkedLabel,
     PendingEntry,
     RawMessage,
@@ -210,6 +211,24 @@ class LabelJoiner:
             return
         await self._join(label, message, parked=False)
 
+    def _order_target(self, model: str, target: str, message: RawMessage) -> ModelEnvelope | None:
+        """The model a control order (rollback, seed) read under ``model``'s key acts on, or
+        None when this record was already applied (a redelivery: counted, a no-op).
+        :class:`BadMessage` when ``target`` is not in ``model``'s group."""
+        if target not in self.settings.group(model):
+            raise BadMessage("unknown_model", f"{target!r} is not in the group of {model!r}")
+        current = self.models.get(target)
+        if current.applied(message.partition, message.offset):
+            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
+            return None
+        return current
+
+    async def _serve_next(self, envelope: ModelEnvelope) -> None:
+        """Write ``envelope`` as the model's next version (one write, as a label's)."""
+        async with self._publishing:
+            await self._put(LabelOutcome(Outcome.APPLIED, model=envelope,
+                                         encoded=envelope.to_json()), learned=False)  # fmt: skip
+
     async def _rollback(self, order: Rollback, message: RawMessage) -> None:
         """Serve version ``order.to_version`` of ``order.target`` again as its next version,
         at this record's place in the labels log (the labels before it taught the line
@@ -217,11 +236,8 @@ class LabelJoiner:
         is redone by the redelivered order, one after it leaves an offset that makes the
         redelivery a no-op. :class:`BadMessage` when the version is not kept."""
         target = order.target
-        if target not in self.settings.group(order.model):
-            raise BadMessage("unknown_model", f"{target!r} is not in the group of {order.model!r}")
-        current = self.models.get(target)
-        if current.applied(message.partition, message.offset):
-            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
+        current = self._order_target(order.model, target, message)
+        if current is None:
             return
         old = self.models.version(target, order.to_version)
         if old is None or order.to_version >= current.version:
@@ -233,9 +249,7 @@ class LabelJoiner:
         restored = old.replace(version=current.version + 1, labels_offset=offset,
                                labels_partition=message.partition,
                                updated_at=self.clock())  # fmt: skip
-        async with self._publishing:
-            await self._put(LabelOutcome(Outcome.APPLIED, model=restored,
-                                         encoded=restored.to_json()), learned=False)  # fmt: skip
+        await self._serve_next(restored)
         log.warning("model %s rolled back to version %s as version %s by %s", target,
                     order.to_version, restored.version, order.by)  # fmt: skip
 
@@ -247,17 +261,12 @@ class LabelJoiner:
         width). One write, like a rollback: a redelivered order is a no-op.
         :class:`BadMessage` when the state is refused."""
         target = order.target
-        if target not in self.settings.group(order.model):
-            raise BadMessage("unknown_model", f"{target!r} is not in the group of {order.model!r}")
-        current = self.models.get(target)
-        if current.applied(message.partition, message.offset):
-            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
+        current = self._order_target(order.model, target, message)
+        if current is None:
             return
         adopted = adopt_seed(self.settings, current, order, (message.partition, message.offset),
                              now=self.clock())  # fmt: skip
-        async with self._publishing:
-            await self._put(LabelOutcome(Outcome.APPLIED, model=adopted,
-                                         encoded=adopted.to_json()), learned=False)  # fmt: skip
+        await self._serve_next(adopted)
         log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
                     order.rows, order.by, adopted.version)  # fmt: skip
 
