@@ -8,6 +8,8 @@ depends on none of them.
 - :mod:`.reasons`: the closed sets (:class:`Source`, :class:`Action`, :class:`Reason`);
 - :mod:`.codec`: orjson out, validated JSON in, :class:`BadMessage` with a reason;
 - :mod:`.wire`: topic records (feature event, decision, label request, label, dead letter);
+- :mod:`.labels`: what else the labels topic carries (corrections, second opinions, orders)
+  and its one parser;
 - :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label);
 - :mod:`.champions`: which model of each group serves (the models topic's champions record);
 - :mod:`.signing`: the HMAC signature of model snapshots;
@@ -36,6 +38,16 @@ from service.records.codec import (
     encode_finite,
 )
 from service.records.ids import coin, request_id
+from service.records.labels import (
+    ROLES,
+    Correction,
+    LabelsRecord,
+    Opinion,
+    Role,
+    Rollback,
+    Seed,
+    parse_labels_record,
+)
 from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
 from service.records.signing import SIGNATURE_HEADER, Signer
 from service.records.state import (
@@ -56,14 +68,11 @@ from service.records.wire import (
     Label,
     LabelRequest,
     RawMessage,
-    Rollback,
-    Seed,
     label_from_dict,
     label_request_from_dict,
     parse_feature_event,
     parse_label,
     parse_label_request,
-    parse_labels_record,
     plain_feature_row,
 )
 
@@ -76,20 +85,25 @@ __all__ = [
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "REFUSED",
+    "ROLES",
     "Action",
     "BadMessage",
     "Champions",
+    "Correction",
     "Decision",
     "DeadLetter",
     "FeatureEvent",
     "Label",
     "LabelRequest",
+    "LabelsRecord",
     "ModelEnvelope",
+    "Opinion",
     "ParkedLabel",
     "PendingEntry",
     "RawMessage",
     "Reason",
     "RecordError",
+    "Role",
     "Rollback",
     "SIGNATURE_HEADER",
     "Seed",

@@ -53,6 +53,9 @@ class Reason(StrEnum):
     UNSIGNED = "unsigned"  # a snapshot without a signature while a key is configured
     BAD_SIGNATURE = "bad_signature"  # a snapshot whose signature does not verify
     UNKNOWN_VERSION = "unknown_version"  # a rollback to a version the learner no longer keeps
+    NOT_ANSWERED = "not_answered"  # a correction of a request that has no label to correct
+    BEYOND_REACH = "beyond_reach"  # a correction of a label older than the model keeps
+    NOT_AUTHOR = "not_author"  # an author's correction of a label someone else gave
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 

@@ -15,7 +15,9 @@ Model envelope (JSON)::
      "pipeline": Pipeline.to_state(), "learner": learner.to_state(),
      "labels_offset": int (-1 = none), "labels_applied": int,
      "iw_loss": float, "iw_weight": float, "updated_at": float,
-     "labels_partition": int (-1 = none; absent in records written before it existed)}
+     "labels_partition": int (-1 = none; absent in records written before it existed),
+     "corrections_from": int (the labels offset of the oldest label a correction can still
+                              reach; -1 = none; absent in records written before it existed)}
 
 Risk: a label for a served decision carries the effective query probability p. The sums
 ``iw_loss = sum L_d / p`` and ``iw_weight = sum 1 / p`` estimate the total 0-d-1 loss and the
@@ -124,6 +126,9 @@ class ModelEnvelope:
     # the risk estimate's sums (``service.learning.RiskEstimate.to_state()``), for the
     # interval; None in records written before it existed (then left out of the JSON)
     estimate: Mapping[str, Any] | None = None
+    # the labels offset (in ``labels_partition``) of the oldest label a correction can still
+    # reach (service.stream.labels.history); -1: none (no label yet, or corrections off)
+    corrections_from: int = -1
 
     def applied(self, partition: int, offset: int) -> bool:
         """True if the label at ``offset`` of labels ``partition`` is already in the model
@@ -186,9 +191,11 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         labels_partition=integer(record, "labels_partition") if "labels_partition" in record
         else -1,
         estimate=_mapping(record, "estimate") if record.get("estimate") is not None else None,
+        corrections_from=integer(record, "corrections_from")
+        if record.get("corrections_from") is not None else -1,
     )  # fmt: skip
     counters = (envelope.version, envelope.labels_applied, envelope.labels_offset + 1,
-                envelope.labels_partition + 1)  # fmt: skip
+                envelope.labels_partition + 1, envelope.corrections_from + 1)  # fmt: skip
     if not all(0 <= c < MAX_COUNTER for c in counters):
         raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:

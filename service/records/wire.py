@@ -46,14 +46,11 @@ __all__ = [
     "Label",
     "LabelRequest",
     "RawMessage",
-    "Rollback",
-    "Seed",
     "label_from_dict",
     "label_request_from_dict",
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
-    "parse_labels_record",
     "plain_feature_row",
 ]
 
@@ -304,106 +301,6 @@ def label_from_dict(record: dict[str, Any]) -> Label:
     text(by, "field 'labelled_by'")
     ts = number(record, "ts") if record.get("ts") is not None else None
     return Label(request_id=request_id, model=model, label=int(value), labelled_by=by, ts=ts)
-
-
-@dataclass(frozen=True, slots=True)
-class Rollback:
-    """An order on the labels topic (key = the group's model, like its labels): serve
-    ``target``'s ``to_version`` again, as a new version (``abstain models rollback``)."""
-
-    model: str  # the group's name (the key), as a label's
-    target: str  # the member rolled back
-    to_version: int
-    by: str
-    ts: float | None
-
-    def to_json(self) -> bytes:
-        """The record on the labels topic."""
-        return dumps(
-            {
-                "kind": "rollback",
-                "model": self.model,
-                "target": self.target,
-                "to_version": self.to_version,
-                "labelled_by": self.by,
-                "ts": self.ts,
-            }
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Seed:
-    """An order on the labels topic (key = the group's model, like its labels): serve the
-    model state ``envelope`` (the exact bytes ``abstain models seed`` published on the
-    models topic, with their ``signature`` there when ``snapshot_key`` is set) as
-    ``target``'s next version, and learn on from it. The envelope is checked by whoever
-    reads the order (the learner, ``abstain rebuild``), like a snapshot."""
-
-    model: str  # the group's name (the key), as a label's
-    target: str  # the member seeded
-    envelope: bytes  # a ModelEnvelope's JSON
-    signature: str | None
-    by: str
-    ts: float | None
-    rows: int = 0  # the labelled rows it was trained on
-
-    def to_json(self) -> bytes:
-        """The record on the labels topic."""
-        return dumps(
-            {
-                "kind": "seed",
-                "model": self.model,
-                "target": self.target,
-                "envelope": self.envelope.decode("utf-8"),
-                "signature": self.signature,
-                "rows": self.rows,
-                "labelled_by": self.by,
-                "ts": self.ts,
-            }
-        )
-
-
-def _by_and_ts(record: dict[str, Any]) -> tuple[str, float | None]:
-    by = record.get("labelled_by", "")
-    if not isinstance(by, str) or len(by) > 256:
-        raise BadMessage("schema", "field 'labelled_by' must be a short string")
-    ts = number(record, "ts") if record.get("ts") is not None else None
-    return text(by, "field 'labelled_by'"), ts
-
-
-def _seed_from_dict(record: dict[str, Any]) -> Seed:
-    envelope = record.get("envelope")
-    if not isinstance(envelope, str) or not envelope:
-        raise BadMessage("schema", "field 'envelope' must be a model state (a JSON string)")
-    signature = record.get("signature")
-    if signature is not None and (not isinstance(signature, str) or len(signature) > 256):
-        raise BadMessage("schema", "field 'signature' must be a short string")
-    rows = integer(record, "rows") if record.get("rows") is not None else 0
-    if not 0 <= rows < 2**53:
-        raise BadMessage("schema", f"rows out of range: {rows}")
-    by, ts = _by_and_ts(record)
-    return Seed(ident(record, "model"), ident(record, "target"), envelope.encode("utf-8"),
-                signature, by, ts, rows)  # fmt: skip
-
-
-def parse_labels_record(raw: bytes, *, max_bytes: int | None = None) -> Label | Rollback | Seed:
-    """A record of the labels topic: a :class:`Label`, a :class:`Rollback` order
-    (``"kind": "rollback"``) or a :class:`Seed` order (``"kind": "seed"``).
-
-    >>> order = Seed("m", "m", b'{"model": "m"}', None, "cli", 1.0, rows=3)
-    >>> parse_labels_record(order.to_json()) == order
-    True
-    """
-    record = obj(decode_json(raw, max_bytes=max_bytes))
-    if record.get("kind") == "seed":
-        return _seed_from_dict(record)
-    if record.get("kind") != "rollback":
-        return label_from_dict(record)
-    version = integer(record, "to_version")
-    if not 0 <= version < 2**53:
-        raise BadMessage("schema", f"to_version out of range: {version}")
-    by, ts = _by_and_ts(record)
-    return Rollback(ident(record, "model"), ident(record, "target"), version, by, ts)
 
 
 @dataclass(frozen=True, slots=True)

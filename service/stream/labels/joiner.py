@@ -35,10 +35,12 @@ from service.metrics import Metrics
 from service.records import (
     IGNORED,
     BadMessage,
+    Correction,
     DeadLetter,
     Label,
     LabelRequest,
     ModelEnvelope,
+    Opinion,
     ParkedLabel,
     PendingEntry,
     RawMessage,
@@ -204,6 +206,10 @@ class LabelJoiner:
             if isinstance(label, Seed):
                 await self._seed(label, message)
                 return
+            if isinstance(label, Opinion):  # a second opinion teaches no model (the desk's)
+                return
+            if isinstance(label, Correction):
+                raise BadMessage("schema", "corrections are not applied by this learner yet")
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)

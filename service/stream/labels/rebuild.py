@@ -30,7 +30,9 @@ from service.config import Settings
 from service.learning import Parts, learner_for
 from service.records import (
     BadMessage,
+    Correction,
     ModelEnvelope,
+    Opinion,
     PendingEntry,
     Rollback,
     Seed,
@@ -107,6 +109,8 @@ def rebuild_model(
             continue
         if isinstance(label, Rollback):
             out.skipped["rollback"] += label.target == name
+            continue
+        if isinstance(label, Opinion | Correction):  # corrections: not applied yet
             continue
         if label.model != name:
             continue
