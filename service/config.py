@@ -178,6 +178,32 @@ class AdaptiveConfig(BaseModel):
         return Parts(detector=self.detector, challengers=self.challengers, explore=self.explore)
 
 
+class CorrectionsConfig(BaseModel):
+    """How far back a correction of a label can reach (docs/corrections.md): the learner
+    keeps the last ``reach`` labels it applied to the model (and its shadows) and a
+    checkpoint of their states every ``every`` labels, so a correction restores the
+    checkpoint before the corrected label and applies the later labels again. ``reach = 0``
+    turns corrections off (nothing is kept; every correction is refused).
+
+    >>> c = CorrectionsConfig(); c.reach, c.every
+    (200, 20)
+    >>> CorrectionsConfig(reach=5).every, CorrectionsConfig(reach=0).every
+    (1, 0)
+    """
+
+    model_config = _FROZEN
+
+    reach: int = Field(
+        default=200, ge=0, le=10_000, description="labels a correction can reach back (0: off)"
+    )
+
+    @property
+    def every(self) -> int:
+        """Labels between two checkpoints: a tenth of the reach (a correction applies at
+        most ``reach + every`` labels again); 0 when corrections are off."""
+        return -(-self.reach // 10) if self.reach else 0
+
+
 class ModelConfig(BaseModel):
     """One served model: the learner, its reject cost and how features arrive.
 
@@ -214,6 +240,10 @@ class ModelConfig(BaseModel):
     adaptive: AdaptiveConfig = Field(
         default_factory=AdaptiveConfig,
         description="change detection, challengers and exploration (each can be turned off)",
+    )
+    corrections: CorrectionsConfig = Field(
+        default_factory=CorrectionsConfig,
+        description="how far back a correction of a label reaches (the group's champion's)",
     )
 
     @field_validator("algorithm")

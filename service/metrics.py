@@ -23,11 +23,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.records import DEAD_LETTER_REASONS, IGNORED, REFUSED, Action, Source
 
-__all__ = ["Metrics"]
+__all__ = ["CORRECTION_OUTCOMES", "Metrics"]
+
+#: what a correction did (the ``outcome`` label of ``abstain_corrections_total``)
+CORRECTION_OUTCOMES: Final = ("changed", "withdrawn", "unchanged")
 
 _LATENCY_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
+_CORRECTION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _TURNAROUND_BUCKETS: Final = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 
 
@@ -220,6 +224,20 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.corrections = Counter(
+            "abstain_corrections_total",
+            "Corrections of labels the learner applied: the label changed, withdrawn, or "
+            "left as it was (a reviewer's confirmation); refused ones are dead letters",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.correction_seconds = Histogram(
+            "abstain_correction_seconds",
+            "Time to apply a correction: the labels after the corrected one applied again",
+            ["model"],
+            buckets=_CORRECTION_BUCKETS,
+            registry=r,
+        )
         self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
         self.live = Gauge("abstain_live", "0 when a stalled consumer is detected", registry=r)
         self.live.set(1)
@@ -257,8 +275,11 @@ class Metrics:
             self.takeovers,
             self.risk_since_change,
             self.labels_since_change,
+            self.correction_seconds,
         ):
             metric.labels(model=model)
+        for outcome in CORRECTION_OUTCOMES:
+            self.corrections.labels(model=model, outcome=outcome)
         for action in Action:
             self.decisions.labels(model=model, action=action)
             self.shadow_decisions.labels(model=model, action=action)

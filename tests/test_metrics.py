@@ -42,6 +42,8 @@ CATALOGUE = {
     "abstain_risk_since_change": ("gauge", {"model"}),
     "abstain_labels_since_change": ("gauge", {"model"}),
     "abstain_model_reject_fraction": ("gauge", {"model"}),
+    "abstain_corrections_total": ("counter", {"model", "outcome"}),
+    "abstain_correction_seconds": ("histogram", {"model"}),
     "abstain_ready": ("gauge", set()),
     "abstain_live": ("gauge", set()),
 }

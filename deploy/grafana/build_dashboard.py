@@ -695,6 +695,36 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Corrections",
+        [
+            timeseries(
+                "Corrections applied",
+                "Corrections of labels the learner applied, per hour "
+                "(abstain_corrections_total): a label changed, withdrawn (an undo), or left "
+                "as it was (a reviewer's confirmation). Each changed or withdrawn one made the "
+                "model what it would be had the corrected label been given; refused ones are "
+                "dead letters (not_author, beyond_reach, ...).",
+                [
+                    (
+                        f"sum by (model, outcome) (increase(abstain_corrections_total{{{M}}}[1h]))",
+                        "{{model}} {{outcome}}",
+                    )
+                ],
+                width=12,
+            ),
+            timeseries(
+                "Time to apply a correction (p50, p99)",
+                "How long the learner took to apply a correction: the labels after the "
+                "corrected one applied again from the checkpoint before it "
+                "(abstain_correction_seconds). It grows with how far back the correction "
+                "reaches (corrections.reach) and with the model's width.",
+                quantiles("abstain_correction_seconds", (0.5, 0.99)),
+                unit="s",
+                width=12,
+            ),
+        ],
+    ),
+    (
         "Kafka consumers",
         [
             timeseries(

@@ -11,6 +11,7 @@ depends on none of them.
 - :mod:`.labels`: what else the labels topic carries (corrections, second opinions, orders)
   and its one parser;
 - :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label);
+- :mod:`.history`: the steps of the learner's history (what a correction reaches back to);
 - :mod:`.champions`: which model of each group serves (the models topic's champions record);
 - :mod:`.signing`: the HMAC signature of model snapshots;
 - :mod:`.ids`: the label-request id and the query and audit coins (hashes: replays repeat).
@@ -37,6 +38,7 @@ from service.records.codec import (
     dumps,
     encode_finite,
 )
+from service.records.history import Note, Step, parse_step
 from service.records.ids import coin, request_id
 from service.records.labels import (
     ROLES,
@@ -97,6 +99,7 @@ __all__ = [
     "LabelRequest",
     "LabelsRecord",
     "ModelEnvelope",
+    "Note",
     "Opinion",
     "ParkedLabel",
     "PendingEntry",
@@ -109,6 +112,7 @@ __all__ = [
     "Seed",
     "Signer",
     "Source",
+    "Step",
     "decode_json",
     "decode_object",
     "dumps",
@@ -123,6 +127,7 @@ __all__ = [
     "parse_model_envelope",
     "parse_parked_label",
     "parse_pending_entry",
+    "parse_step",
     "plain_feature_row",
     "coin",
     "request_id",

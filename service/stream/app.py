@@ -43,6 +43,7 @@ from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
 from service.stream.labels.admission import admission
 from service.stream.labels.checkpoint import Checkpoint
+from service.stream.labels.history import History
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.loop import LearnLoop, learn_group
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
@@ -192,6 +193,7 @@ def create_app(
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
                          models=ModelStore(tables["models"], initial), metrics=metrics,
+                         history=History(tables["history"], s, admission(s)),
                          outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
                          clock=clock, signer=signer)  # fmt: skip
     learning = _learn_loop(s, joiner, tables, checkpoint, progress)

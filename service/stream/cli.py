@@ -43,6 +43,7 @@ from service.records import (
 )
 from service.stream.errors import TopicError
 from service.stream.kafka.clients import produce_one, read_topic, topic_partitions
+from service.stream.kafka.groups import raw_message
 from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.labels.seed import Seeded, SeedError, read_rows, seed_model
 from service.stream.models.book import signer_for
@@ -259,7 +260,8 @@ async def rebuild_from_topics(settings: Settings, model: str) -> Rebuilt:
     """Read the label-requests and labels topics from the start and rebuild ``model``."""
 
     def records(raw: list[Any]) -> list[LogRecord]:
-        return [LogRecord(r.partition, r.offset, int(r.timestamp), r.value) for r in raw
+        return [LogRecord(r.partition, r.offset, int(r.timestamp), r.value, r.key,
+                          raw_message(r).signature) for r in raw
                 if r.value is not None]  # fmt: skip
 
     requests = records(await read_topic(settings, settings.topics.label_requests))

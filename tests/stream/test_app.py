@@ -42,6 +42,7 @@ def test_app_wires_a_scoring_loop_a_learning_loop_and_co_partitioned_tables(
     }  # fmt: skip
     assert [t.topic for t in learning.tables] == [
         "wiring-pending-changelog", "wiring-orphans-changelog", "wiring-models-changelog",
+        "wiring-history-changelog",
     ]  # fmt: skip
     assert app.parts.book.models["default"].version == 0
     assert not app.parts.housekeeping.status.ready

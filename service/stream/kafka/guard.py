@@ -8,7 +8,7 @@ do, and again every :data:`RECHECK_SECONDS` while it runs.
 
 What is refused, and why:
 
-- the label topics (label requests, labels) and the learner's three changelogs must have
+- the label topics (label requests, labels) and the learner's changelogs must have
   the same, configured number of partitions: the learner owns a model's requests and labels
   because both are keyed by model and land on the same partition; with another count, a
   model moves to another partition and its pending requests are orphaned. A change of that

@@ -20,12 +20,13 @@ it from here:
 | `abstain.features` | event id | `FeatureEvent` | producers | the scoring loop (group `<app_id>-score`) |
 | `abstain.decisions` | event id | `Decision` | the scorer | consumers |
 | `abstain.label-requests` | model | `LabelRequest` | the scorer | the learner (group `<app_id>-learn`), the desk, tools |
-| `abstain.labels` | model | `Label`, `Rollback`, `Seed` | staff (the desk, `POST /labels`), `abstain labels submit`, `abstain models rollback`, `abstain models seed` | the learner (group `<app_id>-learn`), the desk |
+| `abstain.labels` | model | `Label`, `Correction`, `Opinion`, `Rollback`, `Seed` | staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, `abstain models rollback`, `abstain models seed` | the learner (group `<app_id>-learn`), the desk |
 | `abstain.models` (compacted) | model, `__champions__` | `ModelEnvelope`, `Champions` | the learner, `abstain models promote`, `abstain rebuild --publish`, `abstain models seed` | every worker and desk (group-less) |
 | `abstain.dead-letters` | — | `DeadLetter` | the scorer, the learner, the model follower | people |
 | `<app_id>-pending-changelog` (compacted) | request id | `PendingEntry` | the learner (pending table) | the learner (recovery), the desk |
 | `<app_id>-orphans-changelog` (compacted) | request id | `ParkedLabel` | the learner (parked table) | the learner (recovery) |
 | `<app_id>-models-changelog` (compacted) | model, `<model>@<version>` | `ModelEnvelope` | the learner (models table) | the learner (recovery) |
+| `<app_id>-history-changelog` (compacted) | `<model>@<labels offset>`, `<member>#<seq>` | `Step`, `ModelEnvelope` | the learner (history table: what corrections reach) | the learner (recovery) |
 | `<app_id>-__assignor-__leader` | — | — | faust | faust (leader election) |
 
 The records are defined in :mod:`service.records`. Adding a topic is an entry here and, for
@@ -126,9 +127,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("decisions", "decisions", "event id", "`Decision`", "the scorer", "consumers"),
     Entry("label_requests", "labels", _BY_MODEL, "`LabelRequest`", "the scorer",
           f"{_LEARNER}, the desk, tools", keyed_by_model=True, learned=True, desk=True),
-    Entry("labels", "labels", _BY_MODEL, "`Label`, `Rollback`, `Seed`",
-          "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain models rollback`, "
-          "`abstain models seed`",
+    Entry("labels", "labels", _BY_MODEL, "`Label`, `Correction`, `Opinion`, `Rollback`, `Seed`",
+          "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, "
+          "`abstain models rollback`, `abstain models seed`",
           f"{_LEARNER}, the desk", keyed_by_model=True, learned=True, desk=True),
     Entry("models", "models", "model, `__champions__`", "`ModelEnvelope`, `Champions`",
           "the learner, `abstain models promote`, `abstain rebuild --publish`, "
@@ -142,6 +143,9 @@ CATALOGUE: tuple[Entry, ...] = (
           "the learner (recovery)", kind="table", compacted=True, changelog="orphans"),
     Entry("models", "labels", "model, `<model>@<version>`", "`ModelEnvelope`",
           "the learner (models table)", "the learner (recovery)", kind="table", compacted=True),
+    Entry("history", "labels", "`<model>@<labels offset>`, `<member>#<seq>`",
+          "`Step`, `ModelEnvelope`", "the learner (history table: what corrections reach)",
+          "the learner (recovery)", kind="table", compacted=True),
     Entry("__assignor-__leader", None, "—", "—", "faust", "faust (leader election)",
           kind="faust"),
 )  # fmt: skip

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
@@ -49,12 +50,15 @@ from service.records import (
     Seed,
     Signer,
     Source,
+    Step,
     parse_label_request,
     parse_labels_record,
 )
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
+from service.stream.labels.corrections import Work, finish, kind_of, prepare
+from service.stream.labels.history import History, Plan, rederive
 from service.stream.labels.protocol import (
     LabelOutcome,
     Outcome,
@@ -85,13 +89,17 @@ class LabelJoiner:
         metrics: Metrics,
         clock: Callable[[], float],
         signer: Signer | None = None,
+        history: History | None = None,
     ) -> None:
         self.settings = settings
-        self.signer = signer  # with a key, a rollback order must carry its signature
+        self.signer = signer  # with a key, orders and corrections must carry its signature
         self.admission = admission(settings)  # the checks the label desk makes too
         self.pending = pending
         self.parked = parked
         self.models = models
+        # the labels a correction can reach (service.stream.labels.history); in memory when
+        # none is given (tests)
+        self.history = history if history is not None else History({}, settings)
         self.outputs = outputs
         self.metrics = metrics
         self.clock = clock
@@ -120,6 +128,7 @@ class LabelJoiner:
         if self.pending.refresh(partitions):
             self._partitions = partitions
             self._versions = None
+            self.history.refresh()
 
     def _owned(self) -> list[str]:
         n = self.settings.partitions.labels
@@ -200,7 +209,8 @@ class LabelJoiner:
             self.admission.deciding(label.model)
             self.admission.placement(label.model, key=message.key, partition=message.partition)
             if isinstance(label, Rollback):
-                self._check_signed(label, message)
+                what = f"rollback order of {label.target!r} to version {label.to_version}"
+                self._check_signed(what, message)
                 await self._rollback(label, message)
                 return
             if isinstance(label, Seed):
@@ -209,7 +219,9 @@ class LabelJoiner:
             if isinstance(label, Opinion):  # a second opinion teaches no model (the desk's)
                 return
             if isinstance(label, Correction):
-                raise BadMessage("schema", "corrections are not applied by this learner yet")
+                self._check_signed(f"correction of request {label.request_id}", message)
+                await self._correct(label, message)
+                return
         except BadMessage as bad:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
@@ -230,8 +242,15 @@ class LabelJoiner:
         return current
 
     async def _serve_next(self, envelope: ModelEnvelope) -> None:
-        """Write ``envelope`` as the model's next version (one write, as a label's)."""
+        """Write ``envelope`` as the model's next version (one write, as a label's), after
+        its group's history is cut, durably: no correction reaches across a state the
+        labels did not make."""
+        group = self.settings.learner_key(envelope.model)
         async with self._publishing:
+            if self.history.reach_from(group) >= 0:
+                self.history.cut(group)
+                await self.outputs.durable()
+            envelope = envelope.replace(corrections_from=-1)
             await self._put(LabelOutcome(Outcome.APPLIED, model=envelope,
                                          encoded=envelope.to_json()), learned=False)  # fmt: skip
 
@@ -276,17 +295,64 @@ class LabelJoiner:
         log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
                     order.rows, order.by, adopted.version)  # fmt: skip
 
-    def _check_signed(self, order: Rollback, message: RawMessage) -> None:
-        """With ``snapshot_key``, a rollback order is taken only with the signature of
-        ``abstain models rollback`` (the same HMAC as a snapshot's, over the record's key and
-        value): anyone who may write labels could otherwise reset any model. ``unsigned`` or
+    async def _correct(self, correction: Correction, message: RawMessage) -> None:
+        """Make every member of the group what it would be had the corrected label been the
+        one given (:mod:`~service.stream.labels.corrections`): the corrected step and the
+        checkpoints after it first, durably, then each member's next version at this
+        record's place in the labels log. :class:`BadMessage` when it is refused."""
+        group, where = correction.model, (message.partition, message.offset)
+        if all(self.models.get(m).applied(*where) for m in self.settings.group(group)):
+            self.metrics.labels_ignored.labels(model=group, reason=Reason.REDELIVERED).inc()
+            return  # every member holds it already (its step may have left the history)
+        prepared = prepare(self.history, correction, self.pending.get(correction.request_id),
+                           offset=message.offset)  # fmt: skip
+        if prepared is None:  # redelivered, and it changed nothing
+            self.metrics.labels_ignored.labels(model=group, reason=Reason.REDELIVERED).inc()
+            return
+        if isinstance(prepared, Step):  # the label in force stays: the note is all
+            async with self._publishing:
+                self.history.put_step(prepared)
+            self.metrics.corrections.labels(model=group, outcome="unchanged").inc()
+            return
+        started = time.perf_counter()
+        rederived = await asyncio.to_thread(rederive, self.settings, group, prepared.base,
+                                            prepared.steps, keep=prepared.keep)  # fmt: skip
+        async with self._publishing:
+            self.history.put_step(prepared.step)
+            for seq, states in rederived.checkpoints.items():
+                for member, state in states.items():
+                    self.history.put_checkpoint(member, seq, state)
+            await self.outputs.durable()
+            current = {m: self.models.get(m) for m in prepared.base if m in self.settings.models}
+            for version in finish(rederived, current, where=where, now=self.clock(),
+                                  reach_from=self.history.reach_from(group)):  # fmt: skip
+                outcome = LabelOutcome(Outcome.APPLIED, model=version, encoded=version.to_json())
+                await self._put(outcome, learned=False)
+        self._corrected(correction, prepared, time.perf_counter() - started)
+
+    def _corrected(self, correction: Correction, work: Work, seconds: float) -> None:
+        group, step = correction.model, work.step
+        self.metrics.correction_seconds.labels(model=group).observe(seconds)
+        if work.redo:
+            return
+        kind = kind_of(step.notes[-1])
+        self.metrics.corrections.labels(model=group, outcome=kind).inc()
+        log.info("model %s: the label of request %s %s by %s (%s): %d labels applied again "
+                 "in %.3f s", group, step.request_id, kind, correction.by, correction.role,
+                 len(work.steps), seconds)  # fmt: skip
+
+    def _check_signed(self, what: str, message: RawMessage) -> None:
+        """With ``snapshot_key``, a rollback order or a correction (``what`` it is, for the
+        dead letter) is taken only with the signature of whoever may write one (``abstain
+        models rollback``, the label desk, ``abstain labels correct``: the same HMAC as a
+        snapshot's, over the record's key and value): anyone who may write labels could
+        otherwise reset any model or undo anyone's answer. ``unsigned`` or
         ``bad_signature`` otherwise."""
         if self.signer is None:
             return
         reason = self.signer.verify(message.key or b"", message.value, message.signature)
         if reason is not None:
-            raise BadMessage(reason, f"rollback order of {order.target!r} to version "
-                             f"{order.to_version} is {reason}")  # fmt: skip
+            raise BadMessage(reason, f"{what} is {reason}")
 
     def _cap(self, model: str) -> None:
         """Keep at most ``max_open_requests`` open requests of ``model``: beyond, the least
@@ -320,32 +386,42 @@ class LabelJoiner:
             return
         config = self.settings.models[server]
         cap = self.settings.models[label.model].weight_cap(self.settings.max_importance_weight)
+        members = self.settings.group(label.model)
+        plan = self.history.plan(label.model, members, offset=message.offset,
+                                 partition=message.partition)  # fmt: skip
         outcome = apply_label(config, model, pending, label, message.offset, now=now,
-                              partition=message.partition, parked=parked,
-                              max_weight=cap)  # fmt: skip
+                              partition=message.partition, parked=parked, max_weight=cap,
+                              corrections_from=plan.reach_from)  # fmt: skip
         # a label already marked at this offset: a crash interrupted its writes; each model
         # (champion, shadows) whose version is below its mark is redone, no other
         redo = pending is not None and pending.applied and pending.applied_offset == message.offset
         if outcome.outcome is Outcome.APPLIED:
             assert pending is not None  # noqa: S101 - an applied label had its request
-            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=redo)
+            before = {m: self.models.get(m) for m in members}
+            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=redo,
+                                    reach_from=plan.reach_from)  # fmt: skip
             mark = outcome.pending
             assert mark is not None  # noqa: S101 - an applied outcome carries it
             versions = pending.shadow_versions if redo else {
                 o.model.model: o.model.version for o in shadows if o.model is not None
             }  # fmt: skip
-            await self._store(outcome, replace(mark, shadow_versions=dict(versions)), shadows)
+            step = Step(label.model, plan.seq, message.partition, message.offset,
+                        pending.request, label.label, label.label, label.labelled_by, label.ts,
+                        applied_at=now)  # fmt: skip
+            await self._store(outcome, replace(mark, shadow_versions=dict(versions)), shadows,
+                              recorded=(plan, step, before))  # fmt: skip
             return
         if redo and outcome.reason is Reason.REDELIVERED:
             assert pending is not None  # noqa: S101 - redo implies an entry
-            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=True)
+            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=True,
+                                    reach_from=plan.reach_from)  # fmt: skip
             if shadows:
                 await self._store_shadows(shadows)
         await self._not_applied(label.model, message, outcome)
 
     def _shadows(
         self, pending: PendingEntry, server: str, label: Label, message: RawMessage, *,
-        now: float, cap: float, redo: bool,
+        now: float, cap: float, redo: bool, reach_from: int,
     ) -> list[LabelOutcome]:  # fmt: skip
         """The label applied to each member of the group but its ``server`` (``redo``:
         only to those whose version is below the pending entry's mark); a refused update
@@ -361,7 +437,7 @@ class LabelJoiner:
                 continue
             outcome = apply_shadow_label(self.settings.models[name], shadow, pending, label,
                                          message.offset, now=now, partition=message.partition,
-                                         max_weight=cap)  # fmt: skip
+                                         max_weight=cap, corrections_from=reach_from)  # fmt: skip
             if outcome.outcome is Outcome.APPLIED:
                 out.append(outcome)
             elif outcome.reason is not None:
@@ -390,14 +466,17 @@ class LabelJoiner:
             self.parked.put(entry)
 
     async def _store(
-        self, outcome: LabelOutcome, mark: PendingEntry, shadows: list[LabelOutcome]
-    ) -> None:
-        """The applied ``mark`` first, durably; then the model and its shadows (module
-        docstring)."""
+        self, outcome: LabelOutcome, mark: PendingEntry, shadows: list[LabelOutcome], *,
+        recorded: tuple[Plan, Step, dict[str, ModelEnvelope]],
+    ) -> None:  # fmt: skip
+        """The applied ``mark`` and the label's step in the history (with the checkpoint of
+        the states ``before`` it when one is due) first, durably; then the model and its
+        shadows (module docstring)."""
         model = outcome.model
         assert model is not None  # noqa: S101 - an applied outcome carries it
         async with self._publishing:
             self.pending.put(mark)
+            self.history.record(*recorded)
             await self.outputs.durable()
             await self._put(outcome)
             for shadow in shadows:

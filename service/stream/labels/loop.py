@@ -6,7 +6,7 @@ and labels topics. Both are keyed by model and have the same partition count, an
 group's range assignment gives one member the same partition numbers of both: one learner
 owns a model's pending requests, its labels and its (w, rho), as before.
 
-- **Assigned:** the new partitions are paused, the three changelogs of each
+- **Assigned:** the new partitions are paused, the changelogs of each
   (:mod:`service.stream.labels.tables`) are read to their end into memory, then the partitions
   resume and the joiner owns their models (:meth:`~service.stream.labels.joiner.LabelJoiner.own`).
   Not a record of a partition is handled before its tables are whole.

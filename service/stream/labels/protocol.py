@@ -10,6 +10,7 @@ these same functions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from service.learning import (
 from service.learning.risk.shadow import Weighting
 from service.records import (
     Label,
+    LabelRequest,
     ModelEnvelope,
     ParkedLabel,
     PendingEntry,
@@ -44,6 +46,7 @@ __all__ = [
     "apply_label",
     "apply_shadow_label",
     "park_label",
+    "teach",
     "zero_one_d_loss",
 ]
 
@@ -130,6 +133,7 @@ def apply_label(
     partition: int = 0,
     parked: bool = False,
     max_weight: float = 100.0,
+    corrections_from: int = -1,
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
@@ -140,12 +144,40 @@ def apply_label(
     ``parked``: the label was consumed earlier (before its request, see :func:`park_label`)
     and is applied now that the request arrived, so its offset may lie below
     ``labels_offset`` without being a redelivery. ``max_weight`` caps the importance weight
-    1/p of the label in the risk estimate (p is floored at ``1 / max_weight``)."""
+    1/p of the label in the risk estimate (p is floored at ``1 / max_weight``).
+    ``corrections_from``: what the new version says of how far back corrections reach."""
     refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)
     if refusal is not None:
         return refusal
     assert pending is not None  # noqa: S101 - _check_join refuses a missing request
-    y, asked = label.label, pending.request.query_probability
+    outcome = teach(config, model, pending.request, label.label, where=(partition, offset),
+                    now=now, max_weight=max_weight,
+                    corrections_from=corrections_from)  # fmt: skip
+    if outcome.model is None:
+        return outcome
+    return dataclasses.replace(
+        outcome,
+        pending=pending.answered(label, offset=offset, version=outcome.model.version, now=now),
+    )
+
+
+def teach(
+    config: ModelConfig,
+    model: ModelEnvelope,
+    request: LabelRequest,
+    y: int,
+    *,
+    where: tuple[int, int],
+    now: float,
+    max_weight: float,
+    corrections_from: int = -1,
+) -> LabelOutcome:
+    """The next version of the model that decided ``request`` after learning its label
+    ``y`` (read at labels ``where`` = (partition, offset)), with no check of the join: the
+    update :func:`apply_label` makes once the label is admitted, and the one a correction
+    makes again for every later label (:mod:`service.stream.labels.history`). APPLIED with
+    the model (``pending`` None), or REFUSED when the update would not be finite."""
+    asked = request.query_probability
 
     def step(learner: Any, z: np.ndarray) -> None:
         if isinstance(learner, Adaptive):  # its detector and challengers weigh by 1/p
@@ -153,15 +185,14 @@ def apply_label(
         else:
             learner.update(z, y)
 
-    learned = _learn(config, model, pending, step)
+    learned = _learn(config, model, request, step)
     if isinstance(learned, LabelOutcome):
         return learned
-    request = pending.request
-    p = max(request.query_probability, 1.0 / max_weight)
+    p = max(asked, 1.0 / max_weight)
     loss = zero_one_d_loss(request.decided_label, y, config.cost) / p
-    new_model = _next(model, learned, where=(partition, offset), now=now, loss=loss, p=p,
+    new_model = _next(model, learned, where=where, now=now, loss=loss, p=p,
                       estimate=_charged(model, max_weight, request.decided_label, y, config.cost,
-                                        request.query_probability))  # fmt: skip
+                                        asked), corrections_from=corrections_from)  # fmt: skip
     try:  # the standardiser's running sums can overflow without an error: check it all
         encoded = new_model.to_json()
     except RecordError:
@@ -171,10 +202,9 @@ def apply_label(
         Outcome.APPLIED,
         model=new_model,
         encoded=encoded,
-        pending=pending.answered(label, offset=offset, version=new_model.version, now=now),
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
-        clipped=p > request.query_probability,
+        clipped=p > asked,
         changes=learned[2][0],
         takeovers=learned[2][1],
     )
@@ -190,6 +220,7 @@ def apply_shadow_label(
     now: float,
     partition: int,
     max_weight: float,
+    corrections_from: int = -1,
 ) -> LabelOutcome:
     r"""Update the shadow ``model`` with the label its champion's request ``pending``
     received (at labels ``partition``, ``offset``): its own standardiser learns the example,
@@ -207,7 +238,7 @@ def apply_shadow_label(
         learn_from_champion(learner, z, y, request.query_probability, max_weight=max_weight,
                             weighting=weighting)  # fmt: skip
 
-    learned = _learn(config, model, pending, step)
+    learned = _learn(config, model, request, step)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(request.query_probability, 1.0 / max_weight)
@@ -219,7 +250,8 @@ def apply_shadow_label(
         else _charged(model, max_weight, decided, y, config.cost, request.query_probability)
     )
     new_model = _next(model, learned, where=(partition, offset), now=now, loss=loss,
-                      p=p if decided is not None else math.inf, estimate=estimate)  # fmt: skip
+                      p=p if decided is not None else math.inf, estimate=estimate,
+                      corrections_from=corrections_from)  # fmt: skip
     try:
         encoded = new_model.to_json()
     except RecordError:
@@ -233,14 +265,14 @@ def apply_shadow_label(
 def _learn(
     config: ModelConfig,
     model: ModelEnvelope,
-    pending: PendingEntry,
+    request: LabelRequest,
     step: Callable[[Any, np.ndarray], None],
 ) -> tuple[dict[str, Any], dict[str, Any], tuple[int, int]] | LabelOutcome:
     """(pipeline state, learner state) after the standardiser learns the request's features
     and ``step(learner, transformed x)`` updates the learner (the learner the configuration
     serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
     scorer's), and the changes and takeovers the step made; a refusal when not finite."""
-    x = np.asarray(pending.request.features, dtype=np.float64)
+    x = np.asarray(request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
     learner = learner_for(dict(model.learner), config.adaptive.parts())
     before = _adaptation(learner)
@@ -269,6 +301,7 @@ def _adaptation(learner: Any) -> tuple[int, int]:
 def _next(
     model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any], tuple[int, int]], *,
     where: tuple[int, int], now: float, loss: float, p: float, estimate: dict[str, Any],
+    corrections_from: int = -1,
 ) -> ModelEnvelope:  # fmt: skip
     """The next version of ``model``: ``learned`` states, the label at labels ``where``
     counted, ``loss`` (already divided by ``p``) and the weight ``1 / p`` added."""
@@ -286,6 +319,7 @@ def _next(
         iw_weight=model.iw_weight + 1.0 / p,
         updated_at=now,
         estimate=estimate,
+        corrections_from=corrections_from,
     )
 
 

@@ -10,7 +10,10 @@ labels for an answered request (``already_applied``), and updates that would not
 could first have seen it. A seed order of the model (``abstain models seed``) is adopted at
 its place, as the learner adopts it, and the labels after it are applied on top; one the
 learner would refuse is skipped with its reason; a rollback order is skipped
-(``rollback``: the versions it names are the learner's, not the log's).
+(``rollback``: the versions it names are the learner's, not the log's). A correction is
+applied as the learner applies it (:mod:`~service.stream.labels.corrections`, with the same
+history of the labels it can reach, which starts again at every seed or rollback order of
+the model's group), and refused for the same reasons; a second opinion teaches nothing.
 
 The result is the model state the learner holds after the same labels (``updated_at``
 aside); ``--publish`` writes it to the models topic, where scorers take it if its version
@@ -31,16 +34,22 @@ from service.learning import Parts, learner_for
 from service.records import (
     BadMessage,
     Correction,
+    Label,
+    LabelsRecord,
     ModelEnvelope,
     Opinion,
     PendingEntry,
     Rollback,
     Seed,
+    Step,
     parse_label_request,
     parse_labels_record,
 )
+from service.stream.labels.corrections import Work, finish, prepare
+from service.stream.labels.history import History, rederive
 from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.labels.seed import adopt_seed
+from service.stream.models.book import signer_for
 from service.stream.models.served import initial_envelope
 
 __all__ = ["LogRecord", "Rebuilt", "rebuild_model", "summary"]
@@ -48,12 +57,19 @@ __all__ = ["LogRecord", "Rebuilt", "rebuild_model", "summary"]
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
-    """A record read back from a topic."""
+    """A record read back from a topic (its key and signature header, if any)."""
 
     partition: int
     offset: int
     timestamp_ms: int
     value: bytes
+    key: bytes | None = None
+    signature: bytes | None = None
+
+    @property
+    def now(self) -> float:
+        """When the learner could first have seen it: its broker timestamp, in seconds."""
+        return self.timestamp_ms / 1000.0
 
 
 @dataclass(slots=True)
@@ -88,51 +104,90 @@ def rebuild_model(
     labels: Iterable[LogRecord],
 ) -> Rebuilt:
     """Replay ``labels`` (sorted by partition, offset) against ``requests`` for model ``name``."""
-    config = settings.models[name]
-    pending = _requests(settings, name, requests)
-    out = Rebuilt(initial_envelope(name, config))
+    replay = _Replay(settings, name, _requests(settings, name, requests))
     for rec in sorted(labels, key=lambda r: (r.partition, r.offset)):
         try:
-            label = parse_labels_record(rec.value, max_bytes=settings.max_message_bytes)
-            if isinstance(label, Seed):
-                if label.target == name == label.model:  # a champion's own line
-                    out.model = adopt_seed(
-                        settings,
-                        out.model,
-                        label,
-                        (rec.partition, rec.offset),
-                        now=rec.timestamp_ms / 1000.0,
-                    )
-                continue
+            record = parse_labels_record(rec.value, max_bytes=settings.max_message_bytes)
+            if record.model == name:
+                replay.take(record, rec)
         except BadMessage as bad:
-            out.skipped[bad.reason] += 1
-            continue
-        if isinstance(label, Rollback):
-            out.skipped["rollback"] += label.target == name
-            continue
-        if isinstance(label, Opinion | Correction):  # corrections: not applied yet
-            continue
-        if label.model != name:
-            continue
-        outcome = apply_label(
-            config,
-            out.model,
-            pending.get(label.request_id),
-            label,
-            rec.offset,
-            now=rec.timestamp_ms / 1000.0,
-            partition=rec.partition,
-            parked=True,  # every label is read exactly once here: no redelivery check
-            max_weight=config.weight_cap(settings.max_importance_weight),
-        )
-        if outcome.outcome is Outcome.APPLIED:
-            assert outcome.model is not None  # noqa: S101 - an applied outcome has both
-            assert outcome.pending is not None  # noqa: S101
-            out.model = outcome.model
-            pending[label.request_id] = outcome.pending
+            replay.out.skipped[bad.reason] += 1
+    return replay.out
+
+
+class _Replay:
+    """The learner's label path for one model (its champion's line alone), fed the labels
+    log in order: labels, corrections, seed and rollback orders (module docstring)."""
+
+    def __init__(self, settings: Settings, name: str, pending: dict[str, PendingEntry]) -> None:
+        self.settings, self.name, self.pending = settings, name, pending
+        self.config = settings.models[name]
+        self.cap = self.config.weight_cap(settings.max_importance_weight)
+        self.history = History({}, settings)  # the labels a correction reaches, as kept
+        self.signer = signer_for(settings)
+        self.out = Rebuilt(initial_envelope(name, self.config))
+
+    def take(self, record: LabelsRecord, rec: LogRecord) -> None:
+        """Apply one record of the model's key; :class:`BadMessage` when it is skipped."""
+        if isinstance(record, Opinion):
+            return
+        if isinstance(record, Rollback | Seed):  # the history starts again, as the learner's
+            self.history.cut(self.name)
+            if isinstance(record, Rollback):
+                self.out.skipped["rollback"] += record.target == self.name
+            elif record.target == self.name:  # a champion's own line
+                seeded = adopt_seed(self.settings, self.out.model, record,
+                                    (rec.partition, rec.offset), now=rec.now)  # fmt: skip
+                self.out.model = seeded.replace(corrections_from=-1)
+            return
+        if isinstance(record, Correction):
+            self._correct(record, rec)
         else:
-            out.skipped[str(outcome.reason)] += 1
-    return out
+            self._label(record, rec)
+
+    def _label(self, label: Label, rec: LogRecord) -> None:
+        plan = self.history.plan(self.name, (self.name,), offset=rec.offset,
+                                 partition=rec.partition)  # fmt: skip
+        before = self.out.model
+        outcome = apply_label(
+            self.config, before, self.pending.get(label.request_id), label, rec.offset,
+            now=rec.now, partition=rec.partition,
+            parked=True,  # every label is read exactly once here: no redelivery check
+            max_weight=self.cap, corrections_from=plan.reach_from,
+        )  # fmt: skip
+        if outcome.outcome is not Outcome.APPLIED:
+            self.out.skipped[str(outcome.reason)] += 1
+            return
+        assert outcome.model is not None  # noqa: S101 - an applied outcome has both
+        assert outcome.pending is not None  # noqa: S101
+        step = Step(self.name, plan.seq, rec.partition, rec.offset, outcome.pending.request,
+                    label.label, label.label, label.labelled_by, label.ts,
+                    applied_at=rec.now)  # fmt: skip
+        self.history.record(plan, step, {self.name: before})
+        self.out.model = outcome.model
+        self.pending[label.request_id] = outcome.pending
+
+    def _correct(self, correction: Correction, rec: LogRecord) -> None:
+        if self.signer is not None:
+            reason = self.signer.verify(rec.key or b"", rec.value, rec.signature)
+            if reason is not None:
+                raise BadMessage(reason, f"correction of request {correction.request_id}")
+        prepared = prepare(self.history, correction, self.pending.get(correction.request_id),
+                           offset=rec.offset)  # fmt: skip
+        if isinstance(prepared, Step):
+            self.history.put_step(prepared)
+        if not isinstance(prepared, Work):
+            return
+        rederived = rederive(self.settings, self.name, prepared.base, prepared.steps,
+                             keep=prepared.keep)  # fmt: skip
+        self.history.put_step(prepared.step)
+        for seq, states in rederived.checkpoints.items():
+            for member, state in states.items():
+                self.history.put_checkpoint(member, seq, state)
+        where = (rec.partition, rec.offset)
+        for version in finish(rederived, {self.name: self.out.model}, where=where, now=rec.now,
+                              reach_from=self.history.reach_from(self.name)):  # fmt: skip
+            self.out.model = version
 
 
 def summary(rebuilt: Rebuilt) -> dict[str, Any]:

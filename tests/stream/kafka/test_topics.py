@@ -28,16 +28,17 @@ def test_specs_name_every_topic_changelog_and_the_leader_topic() -> None:
         "app-pending-changelog",
         "app-orphans-changelog",
         "app-models-changelog",
+        "app-history-changelog",
         "app-__assignor-__leader",
     }
     labels = s.partitions.labels
     fixed = {name for name, spec in specs.items() if spec.copartitioned}
     assert fixed == {s.topics.label_requests, s.topics.labels} | {
-        f"app-{t}-changelog" for t in ("pending", "orphans", "models")
+        f"app-{t}-changelog" for t in ("pending", "orphans", "models", "history")
     }
     assert {specs[name].partitions for name in fixed} == {labels}
     assert {n for n, spec in specs.items() if spec.compacted} == {s.topics.models} | {
-        f"app-{t}-changelog" for t in ("pending", "orphans", "models")
+        f"app-{t}-changelog" for t in ("pending", "orphans", "models", "history")
     }
 
 
@@ -58,7 +59,7 @@ def test_the_loops_and_the_desk_read_what_the_catalogue_says() -> None:
     assert learned(s) == ("abstain.label-requests", "abstain.labels")  # requests first
     assert set(watched(s)) == {"abstain.features", *learned(s)}
     assert desk_topics(s) == ("abstain.label-requests", "abstain.labels", "app-pending-changelog")
-    assert [t.field for t in TABLES] == ["pending", "parked", "models"]
+    assert [t.field for t in TABLES] == ["pending", "parked", "models", "history"]
 
 
 def test_the_docs_table_has_a_row_per_entry() -> None:
