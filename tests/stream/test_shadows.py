@@ -35,7 +35,7 @@ from service.records import (
 from service.stream import cli
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
+from service.stream.labels.state import HISTORY, ModelStore, ParkedStore, PendingStore
 from service.stream.models import cli as models_cli
 from service.stream.models.book import ModelBook, signer_for
 from service.stream.models.champions import comparison, promoted
@@ -212,14 +212,14 @@ class Learner:
 
     @classmethod
     def start(cls, kafka: MemoryKafka | None = None, crash_on: str | None = None,
-              signer: Signer | None = None) -> Learner:  # fmt: skip
+              signer: Signer | None = None, keep: int = HISTORY) -> Learner:  # fmt: skip
         kafka = kafka if kafka is not None else MemoryKafka()
         s = shadow_settings()
         registry = CollectorRegistry()
         initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
         store: ModelStore
         if crash_on is None:
-            store = ModelStore(kafka.table("models"), initial)
+            store = ModelStore(kafka.table("models"), initial, history=keep)
         else:
             store = CrashOn(kafka.table("models"), initial)
             store.victim = crash_on  # type: ignore[misc]
@@ -526,10 +526,7 @@ async def test_a_rollback_serves_the_old_state_as_a_new_version_and_learning_goe
 
 
 async def test_a_rollback_to_a_version_no_longer_kept_is_dead_lettered() -> None:
-    learner = Learner.start()
-    s = learner.settings
-    initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
-    learner.joiner.models = ModelStore(learner.kafka.table("models"), initial, history=2)
+    learner = Learner.start(keep=2)
     for i, (rid, x, p, mine, y) in enumerate(STREAM):
         await learner.request(rid, i, x, p, mine)
         await learner.label(rid, 10 + i, y)

@@ -25,9 +25,7 @@ effect is stored: its own offset was committed long ago, so the parked copy is a
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
@@ -57,8 +55,8 @@ from service.records import (
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
-from service.stream.labels.corrections import Work, finish, kind_of, prepare
-from service.stream.labels.history import History, Plan, rederive
+from service.stream.labels.control import Control
+from service.stream.labels.history import History, Plan
 from service.stream.labels.protocol import (
     LabelOutcome,
     Outcome,
@@ -66,8 +64,8 @@ from service.stream.labels.protocol import (
     apply_shadow_label,
     park_label,
 )
-from service.stream.labels.seed import adopt_seed
-from service.stream.labels.state import HISTORY, ModelStore, ParkedStore, PendingStore
+from service.stream.labels.publish import Publisher
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.outputs import Outputs
 
 __all__ = ["LabelJoiner"]
@@ -92,7 +90,6 @@ class LabelJoiner:
         history: History | None = None,
     ) -> None:
         self.settings = settings
-        self.signer = signer  # with a key, orders and corrections must carry its signature
         self.admission = admission(settings)  # the checks the label desk makes too
         self.pending = pending
         self.parked = parked
@@ -105,8 +102,10 @@ class LabelJoiner:
         self.clock = clock
         self.seen = 0  # records handled: sweeps run every ``settings.sweep_every``
         # a model write and its snapshot are one step: a republish never slips between them
-        self._publishing = asyncio.Lock()
-        self._versions: dict[str, int] | None = None  # see versions()
+        self.publisher = Publisher(models, outputs, metrics)
+        self.control = Control(settings, models=models, pending=pending, history=self.history,
+                               publisher=self.publisher, outputs=outputs, metrics=metrics,
+                               clock=clock, signer=signer)  # fmt: skip
         self._partitions: frozenset[int] = frozenset()  # labels partitions assigned (own())
         # per label-requests partition: the newest record timestamp read (how far along the
         # learner is: a parked label waits for the requests written up to its own time)
@@ -116,10 +115,10 @@ class LabelJoiner:
         """The version of each model this learner owns: those whose key maps to one of its
         labels partitions (:meth:`own`), version 0 for one that has learned nothing yet.
         Read from the table once, then kept as it writes."""
-        if self._versions is None:
+        if self.publisher.versions is None:
             stored = {name: version for name, version, _ in self.models.stored()}
-            self._versions = {m: stored.get(m, 0) for m in self._owned()}
-        return dict(self._versions)
+            self.publisher.versions = {m: stored.get(m, 0) for m in self._owned()}
+        return dict(self.publisher.versions)
 
     def own(self, partitions: frozenset[int]) -> None:
         """The labels partitions whose tables this learner holds now (its learn loop calls it
@@ -127,7 +126,7 @@ class LabelJoiner:
         models they map to are the ones it owns (:meth:`versions`, :meth:`republish`)."""
         if self.pending.refresh(partitions):
             self._partitions = partitions
-            self._versions = None
+            self.publisher.versions = None
             self.history.refresh()
 
     def _owned(self) -> list[str]:
@@ -141,7 +140,7 @@ class LabelJoiner:
         signed with the current key, version 0 for a model that has learned nothing: a
         record on the models topic that was forged or deleted is replaced, and a rotated key
         re-signs what scorers read after a restart. Returns the models published."""
-        async with self._publishing:
+        async with self.publisher.lock:
             stored = {name: encoded for name, _, encoded in self.models.stored()}
             chosen = [m for m in self._owned() if models is None or m in models]
             for name in chosen:
@@ -209,18 +208,15 @@ class LabelJoiner:
             self.admission.deciding(label.model)
             self.admission.placement(label.model, key=message.key, partition=message.partition)
             if isinstance(label, Rollback):
-                what = f"rollback order of {label.target!r} to version {label.to_version}"
-                self._check_signed(what, message)
-                await self._rollback(label, message)
+                await self.control.rollback(label, message)
                 return
             if isinstance(label, Seed):
-                await self._seed(label, message)
+                await self.control.seed(label, message)
                 return
             if isinstance(label, Opinion):  # a second opinion teaches no model (the desk's)
                 return
             if isinstance(label, Correction):
-                self._check_signed(f"correction of request {label.request_id}", message)
-                await self._correct(label, message)
+                await self.control.correct(label, message)
                 return
         except BadMessage as bad:
             await self.outputs.dead_letter(
@@ -228,131 +224,6 @@ class LabelJoiner:
             )
             return
         await self._join(label, message, parked=False)
-
-    def _order_target(self, model: str, target: str, message: RawMessage) -> ModelEnvelope | None:
-        """The model a control order (rollback, seed) read under ``model``'s key acts on, or
-        None when this record was already applied (a redelivery: counted, a no-op).
-        :class:`BadMessage` when ``target`` is not in ``model``'s group."""
-        if target not in self.settings.group(model):
-            raise BadMessage("unknown_model", f"{target!r} is not in the group of {model!r}")
-        current = self.models.get(target)
-        if current.applied(message.partition, message.offset):
-            self.metrics.labels_ignored.labels(model=target, reason=Reason.REDELIVERED).inc()
-            return None
-        return current
-
-    async def _serve_next(self, envelope: ModelEnvelope) -> None:
-        """Write ``envelope`` as the model's next version (one write, as a label's), after
-        its group's history is cut, durably: no correction reaches across a state the
-        labels did not make."""
-        group = self.settings.learner_key(envelope.model)
-        async with self._publishing:
-            if self.history.reach_from(group) >= 0:
-                self.history.cut(group)
-                await self.outputs.durable()
-            envelope = envelope.replace(corrections_from=-1)
-            await self._put(LabelOutcome(Outcome.APPLIED, model=envelope,
-                                         encoded=envelope.to_json()), learned=False)  # fmt: skip
-
-    async def _rollback(self, order: Rollback, message: RawMessage) -> None:
-        """Serve version ``order.to_version`` of ``order.target`` again as its next version,
-        at this record's place in the labels log (the labels before it taught the line
-        rolled back, those after it teach the restored one). One write: a crash before it
-        is redone by the redelivered order, one after it leaves an offset that makes the
-        redelivery a no-op. :class:`BadMessage` when the version is not kept."""
-        target = order.target
-        current = self._order_target(order.model, target, message)
-        if current is None:
-            return
-        old = self.models.version(target, order.to_version)
-        if old is None or order.to_version >= current.version:
-            detail = f"version {order.to_version} of {target!r} is not kept (now {current.version}"
-            raise BadMessage("unknown_version", f"{detail}; the last {HISTORY} are)")
-        offset = message.offset
-        if message.partition == current.labels_partition:
-            offset = max(offset, current.labels_offset)
-        restored = old.replace(version=current.version + 1, labels_offset=offset,
-                               labels_partition=message.partition,
-                               updated_at=self.clock())  # fmt: skip
-        await self._serve_next(restored)
-        log.warning("model %s rolled back to version %s as version %s by %s", target,
-                    order.to_version, restored.version, order.by)  # fmt: skip
-
-    async def _seed(self, order: Seed, message: RawMessage) -> None:
-        """Serve the seeded state of ``order.target`` as its next version, at this record's
-        place in the labels log: the labels after it are applied on top of it, the learner's
-        earlier state is replaced (its last versions stay kept for a rollback). The state is
-        checked as a snapshot is (signature with ``snapshot_key``, format, algorithm and
-        width). One write, like a rollback: a redelivered order is a no-op.
-        :class:`BadMessage` when the state is refused."""
-        target = order.target
-        current = self._order_target(order.model, target, message)
-        if current is None:
-            return
-        adopted = adopt_seed(self.settings, current, order, (message.partition, message.offset),
-                             now=self.clock())  # fmt: skip
-        await self._serve_next(adopted)
-        log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
-                    order.rows, order.by, adopted.version)  # fmt: skip
-
-    async def _correct(self, correction: Correction, message: RawMessage) -> None:
-        """Make every member of the group what it would be had the corrected label been the
-        one given (:mod:`~service.stream.labels.corrections`): the corrected step and the
-        checkpoints after it first, durably, then each member's next version at this
-        record's place in the labels log. :class:`BadMessage` when it is refused."""
-        group, where = correction.model, (message.partition, message.offset)
-        if all(self.models.get(m).applied(*where) for m in self.settings.group(group)):
-            self.metrics.labels_ignored.labels(model=group, reason=Reason.REDELIVERED).inc()
-            return  # every member holds it already (its step may have left the history)
-        prepared = prepare(self.history, correction, self.pending.get(correction.request_id),
-                           offset=message.offset)  # fmt: skip
-        if prepared is None:  # redelivered, and it changed nothing
-            self.metrics.labels_ignored.labels(model=group, reason=Reason.REDELIVERED).inc()
-            return
-        if isinstance(prepared, Step):  # the label in force stays: the note is all
-            async with self._publishing:
-                self.history.put_step(prepared)
-            self.metrics.corrections.labels(model=group, outcome="unchanged").inc()
-            return
-        started = time.perf_counter()
-        rederived = await asyncio.to_thread(rederive, self.settings, group, prepared.base,
-                                            prepared.steps, keep=prepared.keep)  # fmt: skip
-        async with self._publishing:
-            self.history.put_step(prepared.step)
-            for seq, states in rederived.checkpoints.items():
-                for member, state in states.items():
-                    self.history.put_checkpoint(member, seq, state)
-            await self.outputs.durable()
-            current = {m: self.models.get(m) for m in prepared.base if m in self.settings.models}
-            for version in finish(rederived, current, where=where, now=self.clock(),
-                                  reach_from=self.history.reach_from(group)):  # fmt: skip
-                outcome = LabelOutcome(Outcome.APPLIED, model=version, encoded=version.to_json())
-                await self._put(outcome, learned=False)
-        self._corrected(correction, prepared, time.perf_counter() - started)
-
-    def _corrected(self, correction: Correction, work: Work, seconds: float) -> None:
-        group, step = correction.model, work.step
-        self.metrics.correction_seconds.labels(model=group).observe(seconds)
-        if work.redo:
-            return
-        kind = kind_of(step.notes[-1])
-        self.metrics.corrections.labels(model=group, outcome=kind).inc()
-        log.info("model %s: the label of request %s %s by %s (%s): %d labels applied again "
-                 "in %.3f s", group, step.request_id, kind, correction.by, correction.role,
-                 len(work.steps), seconds)  # fmt: skip
-
-    def _check_signed(self, what: str, message: RawMessage) -> None:
-        """With ``snapshot_key``, a rollback order or a correction (``what`` it is, for the
-        dead letter) is taken only with the signature of whoever may write one (``abstain
-        models rollback``, the label desk, ``abstain labels correct``: the same HMAC as a
-        snapshot's, over the record's key and value): anyone who may write labels could
-        otherwise reset any model or undo anyone's answer. ``unsigned`` or
-        ``bad_signature`` otherwise."""
-        if self.signer is None:
-            return
-        reason = self.signer.verify(message.key or b"", message.value, message.signature)
-        if reason is not None:
-            raise BadMessage(reason, f"{what} is {reason}")
 
     def _cap(self, model: str) -> None:
         """Keep at most ``max_open_requests`` open requests of ``model``: beyond, the least
@@ -474,45 +345,20 @@ class LabelJoiner:
         shadows (module docstring)."""
         model = outcome.model
         assert model is not None  # noqa: S101 - an applied outcome carries it
-        async with self._publishing:
+        async with self.publisher.lock:
             self.pending.put(mark)
             self.history.record(*recorded)
             await self.outputs.durable()
-            await self._put(outcome)
+            await self.publisher.put(outcome)
             for shadow in shadows:
-                await self._put(shadow)
+                await self.publisher.put(shadow)
         self.metrics.label_turnaround.labels(model=model.model).observe(outcome.turnaround)
 
     async def _store_shadows(self, shadows: list[LabelOutcome]) -> None:
         """Redo the shadows' writes of a label whose mark is already durable."""
-        async with self._publishing:
+        async with self.publisher.lock:
             for shadow in shadows:
-                await self._put(shadow)
-
-    async def _put(self, outcome: LabelOutcome, *, learned: bool = True) -> None:
-        """Write one model's new version to the table and the models topic (under the
-        publishing lock), and count it when it ``learned`` a label."""
-        model, encoded = outcome.model, outcome.encoded
-        assert model is not None  # noqa: S101 - an applied outcome carries both
-        assert encoded is not None  # noqa: S101
-        name = model.model
-        self.models.put(model, encoded)
-        if self._versions is not None:
-            self._versions[name] = model.version
-        await self.outputs.model(name, encoded)
-        if not learned:
-            return
-        self.metrics.labels_applied.labels(model=name).inc()
-        self.metrics.iw_loss.labels(model=name).inc(outcome.iw_loss)
-        if outcome.clipped:
-            self.metrics.weights_clipped.labels(model=name).inc()
-        if outcome.changes:
-            self.metrics.drift_detected.labels(model=name).inc(outcome.changes)
-            log.info("model %s: a change detected at version %s", name, model.version)
-        if outcome.takeovers:
-            self.metrics.takeovers.labels(model=name).inc(outcome.takeovers)
-            log.info("model %s: a challenger took over at version %s", name, model.version)
-        log.debug("model %s -> version %s", name, model.version)
+                await self.publisher.put(shadow)
 
     async def _not_applied(self, model: str, message: RawMessage, outcome: LabelOutcome) -> None:
         reason = outcome.reason
