@@ -5,12 +5,16 @@
     abstain worker [--broker HOST:PORT] [--web-port N] [--config FILE] [--app-id ID]
     abstain labels list   [--broker ...] [--config FILE] [--limit N]
     abstain labels submit --request-id ID --label {1,-1} [--model NAME] [--by WHO]
+    abstain labels correct --request-id ID --label {1,-1,none} --by WHO [--role ROLE]
+                           [--model NAME]
     abstain rebuild --model NAME [--publish] [--broker ...] [--config FILE]
     abstain models seed --model NAME FILE [--format csv|libsvm] [--dry-run] [--by WHO]
 
 Settings come from the environment (``ABSTAIN_*``) and the optional config file; the flags
 override both. ``labels list`` reads the label-requests and labels topics from the start
 and prints the requests that are neither answered nor expired (JSON, one per line).
+``labels correct`` writes a correction of an answered request's label (``none`` withdraws
+it), signed with ``snapshot_key`` when one is set (docs/corrections.md).
 ``rebuild`` replays a model's label log (:mod:`service.stream.labels.rebuild`) and prints the
 rebuilt state's summary as JSON; ``--publish`` writes the state to the models topic.
 ``models seed`` trains a model from a labelled file through the learner's own protocol
@@ -35,6 +39,7 @@ from service.learning import Parts, learner_for
 from service.records import (
     SIGNATURE_HEADER,
     BadMessage,
+    Correction,
     Label,
     ModelEnvelope,
     Seed,
@@ -110,8 +115,17 @@ def _labels(argv: list[str]) -> int:
     sb.add_argument("--label", type=int, choices=[1, -1], required=True)
     sb.add_argument("--model", default=None)
     sb.add_argument("--by", default="cli")
+    co = sub.add_parser("correct", help="correct (or withdraw: none) a request's label")
+    common_arguments(co)
+    co.add_argument("--request-id", required=True)
+    co.add_argument("--label", choices=["1", "-1", "none"], required=True)
+    co.add_argument("--by", required=True, help="the person correcting")
+    co.add_argument("--role", choices=["reviewer", "author"], default="reviewer")
+    co.add_argument("--model", default=None)
     args = parser.parse_args(argv)
     settings = settings_from_arguments(args)
+    if args.action == "correct":
+        return _correct(settings, args)
     if args.action == "list":
         pending = asyncio.run(pending_requests(settings, now=time.time()))
         for entry in pending[: args.limit]:
@@ -127,6 +141,25 @@ def _labels(argv: list[str]) -> int:
     )
     asyncio.run(submit_label(settings, label))
     print(f"submitted label {label.label} for request {label.request_id}")
+    return 0
+
+
+def _correct(settings: Settings, args: argparse.Namespace) -> int:
+    if not args.by.strip():
+        print("abstain labels correct: --by must name the person correcting", file=sys.stderr)
+        return 2
+    correction = Correction(args.request_id, args.model or settings.default_model,
+                            None if args.label == "none" else int(args.label), args.by,
+                            args.role, time.time())  # fmt: skip
+    value, key = correction.to_json(), correction.model.encode()
+    signer = signer_for(settings)
+    headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
+    asyncio.run(produce_one(settings, settings.topics.labels, key, value, headers))
+    what = "withdrawn" if correction.withdraws else f"corrected to {correction.label}"
+    print(
+        f"the label of request {correction.request_id} {what} by {correction.by} "
+        f"({correction.role}); the learner dead-letters it if it refuses it"
+    )
     return 0
 
 

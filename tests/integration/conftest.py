@@ -23,6 +23,13 @@ from faults.workers import REPO, Deployment, WorkerProcess, service_config
 Record = Rec
 
 
+class CliError(subprocess.CalledProcessError):
+    """A command that failed, with what it wrote to stderr in its message."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr}"
+
+
 class KafkaIO:
     """Blocking helpers around aiokafka for one broker (``faults.kafkaio`` underneath)."""
 
@@ -69,9 +76,12 @@ class Service(Deployment):
         cmd = [sys.executable, "-m", "service", *args, "--broker", self.bootstrap,
                "--config", str(path)]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-        return subprocess.run(
-            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True
+        done = subprocess.run(
+            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
         )
+        if done.returncode != 0:
+            raise CliError(done.returncode, cmd, output=done.stdout, stderr=done.stderr)
+        return done
 
 
 def make_config(tmp: Path, **overrides: Any) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def rebuild_model(
             if record.model == name:
                 replay.take(record, rec)
         except BadMessage as bad:
-            replay.out.skipped[bad.reason] += 1
+            replay.out.skipped[str(bad.reason)] += 1
     return replay.out
 
 

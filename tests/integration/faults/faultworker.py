@@ -9,6 +9,11 @@ faust stream (the position moves past them; nothing is acknowledged) -- what fau
 records fetched while an assignment is being recovered. The worker's topics are read by
 its own consumers, so a drop there must find nothing to drop.
 
+With ``FAULTS_KILL_IN_CORRECTION=replaying`` the worker SIGKILLs itself while it applies the
+later labels of the first correction it takes (in the middle of the re-derivation, nothing of
+the correction written); with ``=writing``, once the corrected step is durable and before the
+first model version it makes is written.
+
 With ``FAULTS_OLD_GROUP_DOWN=1`` in its environment, the worker cannot read where its faust
 group (``<app_id>``) left off: every attempt fails as a broker that does not answer would,
 until ``POST /__faults/old-group`` with ``{"down": false}``. Run as a script with the
@@ -43,6 +48,7 @@ def main(argv: list[str]) -> int:
     settings = load_settings(args.config, broker=args.broker, web={"port": args.web_port})
     skip = _install_skipper()
     old_group = _install_old_group_switch()
+    _install_correction_killer()
     app = create_app(settings)
 
     def tps() -> list[Any]:
@@ -128,6 +134,45 @@ def _install_old_group_switch() -> dict[str, bool]:
 
     AIOKafkaAdminClient.list_consumer_group_offsets = listed  # type: ignore[method-assign]
     return switch
+
+
+def _install_correction_killer() -> None:
+    """``FAULTS_KILL_IN_CORRECTION`` (module docstring): wrap the re-derivation a correction
+    runs (``replaying``: die at its 10th label) or the model write after it (``writing``)."""
+    import os
+    import signal
+
+    where = os.environ.get("FAULTS_KILL_IN_CORRECTION")
+    if where is None:
+        return
+    from service.stream.labels import control, publish
+
+    def die() -> None:
+        print(f"fault: SIGKILL while {where} a correction", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    original = control.rederive
+    if where == "replaying":
+
+        def rederive(settings: Any, group: str, base: Any, steps: Any, **kw: Any) -> Any:
+            original(settings, group, base, steps[:10], **kw)  # the work goes on a while
+            die()
+
+        control.rederive = rederive  # type: ignore[assignment]
+        return
+
+    def rederived(settings: Any, group: str, base: Any, steps: Any, **kw: Any) -> Any:
+        out = original(settings, group, base, steps, **kw)
+        put = publish.Publisher.put
+
+        async def put_then_die(self: Any, outcome: Any, *, learned: bool = True) -> None:
+            die()
+            await put(self, outcome, learned=learned)
+
+        publish.Publisher.put = put_then_die  # type: ignore[method-assign]
+        return out
+
+    control.rederive = rederived  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -20,13 +21,14 @@ from service.records import (
     RawMessage,
     Rollback,
     Signer,
+    dumps,
     request_id,
 )
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.history import History
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.rebuild import LogRecord, rebuild_model
+from service.stream.labels.rebuild import LogRecord, rebuild_model, summary
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import initial_envelope
 
@@ -136,7 +138,7 @@ class Learner:
     def published(self, name: str = "m") -> int:
         return sum(1 for r in self.kafka.sent(MODELS) if r.key == name.encode())
 
-    def rebuilt(self) -> ModelEnvelope:
+    def rebuild(self) -> Rebuilt:
         """``abstain rebuild`` of the champion over what this learner was fed."""
 
         def rec(m: RawMessage) -> LogRecord:
@@ -145,7 +147,10 @@ class Learner:
 
         requests = [rec(m) for m in self.log if m.topic == REQUESTS]
         labels = [rec(m) for m in self.log if m.topic == LABELS]
-        return rebuild_model(self.settings, "m", requests, labels).model
+        return rebuild_model(self.settings, "m", requests, labels)
+
+    def rebuilt(self) -> ModelEnvelope:
+        return self.rebuild().model
 
 
 def learned(model: ModelEnvelope) -> tuple[Any, ...]:
@@ -236,6 +241,11 @@ async def test_refused_corrections_are_dead_lettered_with_a_reason_and_change_no
     assert learner.model().version == before.version + 1
     await learner.correct("e11", 46, 1)  # and after a reviewer, the author may not
     assert learner.dead()[-1] == ("not_author", 46)
+    rebuilt = learner.rebuild()  # refuses the same, and says so
+    assert rebuilt.model.replace(updated_at=0.0) == learner.model().replace(updated_at=0.0)
+    assert orjson.loads(dumps(summary(rebuilt)))["skipped"] == {
+        "beyond_reach": 1, "not_answered": 1, "not_author": 2, "schema": 1, "unknown_request": 1,
+    }  # fmt: skip
 
 
 async def test_with_a_key_an_unsigned_or_mis_signed_correction_changes_nothing() -> None:
