@@ -28,7 +28,7 @@ from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.history import History
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.rebuild import LogRecord, rebuild_model, summary
+from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import initial_envelope
 
