@@ -146,15 +146,20 @@ def test_every_label_is_applied_once_and_the_rebuild_is_the_same_model(
     service, answered = flipped.service, flipped.answered
     topic = service.topics["models"]
     chain = states(kafka_io, topic)
-    assert [s["version"] for s in chain] == list(range(1, answered + 1))
+    # versions 1..N, none skipped; a version may be published again (a republish, when the
+    # scorers' version lagged behind the learner's on a busy machine), never changed
+    assert sorted({s["version"] for s in chain}) == list(range(1, answered + 1))
+    by_version = {s["version"]: s["learner"] for s in chain}
+    assert all(s["learner"] == by_version[s["version"]] for s in chain)
     assert chain[-1]["labels_applied"] == answered
     assert flipped.worker.metric("abstain_labels_applied_total", {"model": "m"}) == answered
     out = json.loads(service.cli("rebuild", "--model", "m", "--publish").stdout)
     assert out["version"] == answered
     assert (out["changes_detected"], out["skipped"]) == (1, {})
     after = states(kafka_io, topic)
-    assert len(after) == len(chain) + 1
+    assert len(after) > len(chain)
     rebuilt, served = after[-1], chain[-1]
-    for key in ("version", "learner", "pipeline", "labels_offset", "labels_applied"):
+    for key in ("version", "learner", "pipeline", "labels_offset", "labels_applied",
+                "corrections_from"):  # fmt: skip
         assert rebuilt[key] == served[key], key
     assert rebuilt["iw_loss"] == pytest.approx(served["iw_loss"])

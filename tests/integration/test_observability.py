@@ -43,6 +43,7 @@ from faults.oracle import Observer, answer_fraction
 from faults.prom import (
     RULES,
     AlertLog,
+    Corrector,
     DeskClient,
     DeskRun,
     DeskShift,
@@ -167,6 +168,10 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         shift = DeskShift(DeskClient(desk_run.url, "ann"), "m")
         stack.callback(shift.halt)
         shift.start()
+        # a reviewer correcting answered labels of m: the "Corrections" row's data
+        corrector = Corrector(kafka_bootstrap, dep.topics["labels"], observer, "m")
+        stack.callback(corrector.halt)
+        corrector.start()
         produce(kafka_bootstrap, dep.topics["features"],
                 [(f"bad-{i}".encode(), b"{not json") for i in range(BAD_EVENTS)])  # fmt: skip
         produce(kafka_bootstrap, dep.topics["models"], [(b"m", b"{not a snapshot")])

@@ -406,3 +406,64 @@ class DeskShift(threading.Thread):
         if self.error is not None:
             raise HarnessError(f"the desk shift failed: {self.error!r}") from self.error
         return dict(self.done)
+
+
+class Corrector(threading.Thread):
+    """A reviewer who, every ``every`` s until :meth:`halt`, corrects the label of the most
+    recent request of ``model`` the observer answered (to the other answer), straight on the
+    labels topic: the learner's corrections, as the dashboard's "Corrections" row charts them
+    (``corrected`` counts the records written)."""
+
+    def __init__(self, bootstrap: str, topic: str, observer: Any, model: str, *,
+                 every: float = 2.0) -> None:  # fmt: skip
+        super().__init__(name="prom-corrector", daemon=True)
+        self.bootstrap, self.topic, self.observer = bootstrap, topic, observer
+        self.model, self.every = model, every
+        self.corrected = 0
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+        self._done: set[str] = set()
+
+    def _pick(self) -> tuple[str, int] | None:
+        with self.observer.lock:
+            answered = list(self.observer.answered.items())
+            requests = dict(self.observer.requests)
+        mine = [(rid, label) for rid, label in answered
+                if requests.get(rid, {}).get("model") == self.model]  # fmt: skip
+        for rid, label in reversed(mine[:-5]):  # learned by now: not the newest answers
+            if rid not in self._done:
+                return rid, label
+        return None
+
+    def run(self) -> None:
+        async def main() -> None:
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+            await producer.start()
+            try:
+                while not self._halt.wait(self.every):
+                    target = self._pick()
+                    if target is None:
+                        continue
+                    rid, label = target
+                    self._done.add(rid)
+                    body = {"kind": "correction", "request_id": rid, "model": self.model,
+                            "label": -label, "labelled_by": "rita", "role": "reviewer",
+                            "ts": time.time()}  # fmt: skip
+                    await producer.send_and_wait(self.topic, json.dumps(body).encode(),
+                                                 key=self.model.encode())  # fmt: skip
+                    self.corrected += 1
+            finally:
+                await producer.stop()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test by halt()
+            self.error = exc
+
+    def halt(self) -> int:
+        self._halt.set()
+        if self.is_alive():
+            self.join(30)
+        if self.error is not None:
+            raise HarnessError(f"the corrector failed: {self.error!r}") from self.error
+        return self.corrected
