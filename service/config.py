@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import socket
 import ssl
 import tomllib
@@ -64,6 +65,7 @@ __all__ = [
     "LabelBudget",
     "ModelConfig",
     "Partitions",
+    "SecondOpinions",
     "Settings",
     "TopicPolicy",
     "Topics",
@@ -466,6 +468,64 @@ class KafkaSecurity(BaseModel):
 #: a Kafka topic name
 _TOPIC: Final = r"^[A-Za-z0-9._-]{1,249}$"
 _MAX_PROXIES: Final = 64
+#: a user name of the desk (it ends up in ``labelled_by``): service.desk.auth.accounts
+USER_NAME: Final = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$"
+_MAX_REVIEWERS: Final = 1000
+#: how long the desk keeps an answer (its reviews, second opinions and corrections) in view:
+#: the retention of its leases topic at the least, where "ask for review" is written
+REVIEW_HORIZON_SECONDS: Final = 2 * 86400.0
+
+
+class SecondOpinions(BaseModel):
+    """Which answered requests the label desk also shows to a second person (never the
+    first, never with the first answer): a ``share`` of them, chosen by a hash coin of the
+    request id (every replica and the offline replay choose the same), and every one whose
+    answer trains with a large weight (1/p, capped at ``max_importance_weight``, at least
+    ``min_weight``) or contradicts a confident model (it decided, not rejected, with
+    |f(x)| - rho at least ``confident_margin``, and the answer differs). The rule is
+    :func:`service.stream.labels.review.second_opinion`; a second answer is asked for within
+    ``within_seconds`` of the first, while the label can still be corrected.
+
+    >>> SecondOpinions().share, SecondOpinions().min_weight, SecondOpinions().within_seconds
+    (0.05, 20.0, 86400.0)
+    >>> try:
+    ...     SecondOpinions(share=2)
+    ... except ValueError as exc:
+    ...     print("share" in str(exc))
+    True
+    """
+
+    model_config = _FROZEN
+
+    enabled: bool = Field(default=True, description="ask for second opinions at all")
+    share: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="share of answered requests checked at random",
+    )
+    min_weight: float = Field(
+        default=20.0,
+        ge=1.0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="an answer whose importance weight 1/p (capped) is at least this is checked",
+    )
+    confident_margin: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="an answer against a model that decided with |score| - rho >= this is checked",
+    )
+    within_seconds: float = Field(
+        default=86400.0,
+        gt=0.0,
+        le=REVIEW_HORIZON_SECONDS,
+        allow_inf_nan=False,
+        description="how long after the first answer a second one is asked for",
+    )
 
 
 class Desk(BaseModel):
@@ -534,11 +594,31 @@ class Desk(BaseModel):
         default_factory=dict, description="model -> display names of its +1 and -1 answers"
     )
     replica: str | None = Field(default=None, description="name of this replica (host name)")
+    undo_seconds: float = Field(
+        default=600.0,
+        ge=0.0,
+        le=86400.0,
+        allow_inf_nan=False,
+        description="how long after answering a person may undo or change their answer "
+        "(then: ask for review)",
+    )
+    reviewers: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="user names with the reviewer role (also `reviewer = true` in the users "
+        "file): they decide disagreements and may correct anyone's recent answer (a list, or "
+        "one comma-separated string)",
+    )
+    second_opinions: SecondOpinions = SecondOpinions()
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _networks(cls, value: Any) -> tuple[str, ...]:
         return proxy_networks(value)
+
+    @field_validator("reviewers", mode="before")
+    @classmethod
+    def _reviewers(cls, value: Any) -> tuple[str, ...]:
+        return user_names(value, "reviewers")
 
     @model_validator(mode="after")
     def _consistent(self) -> Desk:
@@ -553,6 +633,36 @@ class Desk(BaseModel):
             raise ValueError("leases_topic and revocations_topic must differ")
         check_secret(self.session_key, "session_key", MIN_KEY)
         return self
+
+
+def user_names(value: Any, field: str) -> tuple[str, ...]:
+    """User names (:data:`USER_NAME`): a list, or one comma-separated string (an environment
+    variable); an empty string or list is none. A blank, malformed or repeated name, or more
+    than a thousand, is refused with ``field`` named.
+
+    >>> user_names("ann, bob", "reviewers")
+    ('ann', 'bob')
+    >>> user_names(["ann", " "], "reviewers")
+    Traceback (most recent call last):
+    ...
+    ValueError: reviewers: ' ' is not a user name (letters, digits, . _ @ + -; at most 64)
+    """
+    if value is None:
+        return ()
+    items = value
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")] if value.strip() else []
+    if not isinstance(items, list | tuple) or len(items) > _MAX_REVIEWERS:
+        raise ValueError(f"{field}: give a list of at most {_MAX_REVIEWERS} user names")
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or re.match(USER_NAME, item) is None:
+            raise ValueError(f"{field}: {item!r:.80} is not a user name (letters, digits, "
+                             ". _ @ + -; at most 64)")  # fmt: skip
+        if item in out:
+            raise ValueError(f"{field}: {item!r} is named twice")
+        out.append(item)
+    return tuple(out)
 
 
 def proxy_networks(value: Any) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -280,3 +281,48 @@ def test_a_bad_adaptive_section_is_refused_with_its_field(adaptive: object, fiel
     with pytest.raises(ConfigError) as err:
         load_settings(models={"m": {"n_features": 2, "adaptive": adaptive}}, default_model="m")
     assert field in str(err.value)
+
+
+def test_desk_review_settings_default_and_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    desk = load_settings().desk
+    assert (desk.undo_seconds, desk.reviewers) == (600.0, ())
+    rule = desk.second_opinions
+    assert (rule.enabled, rule.share, rule.min_weight, rule.within_seconds) == (
+        True, 0.05, 20.0, 86400.0)  # fmt: skip
+    monkeypatch.setenv("ABSTAIN_DESK__REVIEWERS", "rita, sam@example.org")
+    monkeypatch.setenv("ABSTAIN_DESK__SECOND_OPINIONS__SHARE", "0.2")
+    monkeypatch.setenv("ABSTAIN_DESK__UNDO_SECONDS", "60")
+    desk = load_settings().desk
+    assert desk.reviewers == ("rita", "sam@example.org")
+    assert (desk.second_opinions.share, desk.undo_seconds) == (0.2, 60.0)
+    monkeypatch.setenv("ABSTAIN_DESK__REVIEWERS", "")
+    assert load_settings().desk.reviewers == ()
+
+
+@pytest.mark.parametrize(
+    ("desk", "message"),
+    [
+        ({"reviewers": ["rita", "rita"]}, "desk.reviewers: reviewers: 'rita' is named twice"),
+        ({"reviewers": ["rita", " "]}, "desk.reviewers: reviewers: ' ' is not a user name"),
+        ({"reviewers": ["<b>"]}, "is not a user name"),
+        ({"reviewers": [f"r{i}" for i in range(1001)]}, "at most 1000 user names"),
+        ({"undo_seconds": -1}, "desk.undo_seconds"),
+        ({"undo_seconds": 1e12}, "desk.undo_seconds"),
+        ({"second_opinions": {"share": 1.5}}, "desk.second_opinions.share"),
+        ({"second_opinions": {"share": ""}}, "desk.second_opinions.share"),
+        ({"second_opinions": {"share": " "}}, "desk.second_opinions.share"),
+        ({"second_opinions": {"min_weight": 0.5}}, "desk.second_opinions.min_weight"),
+        ({"second_opinions": {"min_weight": float("nan")}}, "min_weight: Input should be a fin"),
+        ({"second_opinions": {"confident_margin": 1e300}}, "desk.second_opinions.confident_"),
+        ({"second_opinions": {"within_seconds": 0}}, "desk.second_opinions.within_seconds"),
+        ({"second_opinions": {"within_seconds": 1e9}}, "desk.second_opinions.within_seconds"),
+        ({"second_opinions": {"shar": 0.1}}, "desk.second_opinions.shar"),
+    ],
+)
+def test_desk_review_settings_are_checked_and_the_message_names_the_field(
+    desk: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(desk=desk)

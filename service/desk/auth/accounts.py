@@ -9,10 +9,14 @@ The users file (JSON or TOML) maps a user name to a password hash made by
     [users.bob]
     password = "scrypt$16384$8$1$..."
     models = ["fraud"]          # bob answers for `fraud` only
+    [users.rita]
+    password = "scrypt$16384$8$1$..."
+    reviewer = true             # rita decides disagreements and corrects anyone's answers
 
 Behind an authenticating proxy (``desk.auth = "proxy"``) the file is optional: it then only
-gives scopes (``password`` may be left out), and a name it does not list may answer for
-every model.
+gives scopes and roles (``password`` may be left out), and a name it does not list may
+answer for every model. The reviewer role also comes from ``desk.reviewers`` (either
+source is enough: :meth:`Person.with_role`).
 
 >>> book = Accounts.parse({"users": {"ann": {"password": "x", "models": ["m"]}}}, "f")
 Traceback (most recent call last):
@@ -20,23 +24,28 @@ Traceback (most recent call last):
 service.desk.errors.AccountsError: f: users.ann.password is not a hash made by `abstain desk hash-password`
 >>> Person("ann", frozenset({"m"})).may_answer("m"), Person("ann", None).may_answer("z")
 (True, True)
+>>> Accounts.parse({"rita": {"reviewer": "yes"}}, "f", passwords=False)
+Traceback (most recent call last):
+...
+service.desk.errors.AccountsError: f: users.rita.reviewer must be true or false
 """  # noqa: E501
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from service.config import read_document
+from service.config import USER_NAME, read_document
 from service.desk.auth.passwords import cost_problem, verify, well_formed
 from service.desk.errors import AccountsError
 
 __all__ = ["Account", "Accounts", "Person", "valid_name"]
 
-_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
+_NAME: Final = re.compile(USER_NAME)
 
 
 def valid_name(name: str) -> bool:
@@ -50,14 +59,25 @@ def valid_name(name: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Person:
-    """Who is at the desk: the name the server vouches for, and the models they may answer
-    for (``None``: every model)."""
+    """Who is at the desk: the name the server vouches for, the models they may answer
+    for (``None``: every model) and whether they review others' answers."""
 
     name: str
     models: frozenset[str] | None = None
+    reviewer: bool = False
 
     def may_answer(self, model: str) -> bool:
         return self.models is None or model in self.models
+
+    def with_role(self, reviewers: Collection[str]) -> Person:
+        """This person, a reviewer too if ``reviewers`` (``desk.reviewers``) names them.
+
+        >>> Person("rita").with_role(("rita",)).reviewer, Person("ann").with_role(()).reviewer
+        (True, False)
+        """
+        if self.reviewer or self.name not in reviewers:
+            return self
+        return dataclasses.replace(self, reviewer=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +87,11 @@ class Account:
     name: str
     password_hash: str | None
     models: frozenset[str] | None
+    reviewer: bool = False
 
     @property
     def person(self) -> Person:
-        return Person(self.name, self.models)
+        return Person(self.name, self.models, self.reviewer)
 
 
 class Accounts:
@@ -120,8 +141,9 @@ def _account(name: Any, value: Any, where: str, passwords: bool, weak_ok: bool) 
         raise AccountsError(f"{where}: bad user name {name!r} (letters, digits, . _ @ + -)")
     if isinstance(value, str):
         value = {"password": value}
-    if not isinstance(value, dict) or set(value) - {"password", "models"}:
-        raise AccountsError(f"{where}: users.{name} takes `password` and `models` only")
+    if not isinstance(value, dict) or set(value) - {"password", "models", "reviewer"}:
+        raise AccountsError(f"{where}: users.{name} takes `password`, `models` and "
+                            "`reviewer` only")  # fmt: skip
     secret = value.get("password")
     if secret is None and passwords:
         raise AccountsError(f"{where}: users.{name} has no password")
@@ -138,4 +160,7 @@ def _account(name: Any, value: Any, where: str, passwords: bool, weak_ok: bool) 
         not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)
     ):
         raise AccountsError(f"{where}: users.{name}.models must be a list of model names")
-    return Account(name, secret, None if models is None else frozenset(models))
+    reviewer = value.get("reviewer", False)
+    if not isinstance(reviewer, bool):
+        raise AccountsError(f"{where}: users.{name}.reviewer must be true or false")
+    return Account(name, secret, None if models is None else frozenset(models), reviewer)
