@@ -124,6 +124,7 @@ class DeskQueue:
         self.closed: dict[str, float] = {}  # id -> forget after
         self._forget: list[tuple[float, str]] = []  # heap: (forget after, id) of closed ids
         self.answered_by: dict[str, str] = {}  # request id -> labelled_by (while closed)
+        self.answered: set[str] = set()  # ids closed by a label or the applied mark
         # request id -> the models named by the labels that closed it before it was seen:
         # a request of another model is not closed by them (the learner refuses those)
         self._labelled_as: dict[str, set[str]] = {}
@@ -158,7 +159,8 @@ class DeskQueue:
             del self.closed[rid]  # closed by labels the learner refuses: still open
             self._labelled_as.pop(rid, None)
             self.answered_by.pop(rid, None)
-        if request.expires_at <= self.clock() - _HOUR:  # long over (recent: counted by sweep)
+            self.answered.discard(rid)
+        if self.long_over(request):  # (recent: counted as expired by the sweep)
             self._remember_closed(rid, request.expires_at)
             return False
         self.requests[rid] = request
@@ -167,6 +169,10 @@ class DeskQueue:
         heapq.heappush(self._expiry, (request.expires_at, rid))
         heapq.heappush(self._oldest.setdefault(request.model, []), (request.requested_at, rid))
         return True
+
+    def long_over(self, request: LabelRequest) -> bool:
+        """``request`` expired more than an hour ago: it is not even counted as expired."""
+        return request.expires_at <= self.clock() - _HOUR
 
     def on_pending(self, request_id: str, entry: PendingEntry | None, *,
                    at: float | None = None) -> None:  # fmt: skip
@@ -245,6 +251,8 @@ class DeskQueue:
                 self.on_answered(request)
         if by:
             self.answered_by[request_id] = by
+        if why in ("answered", "applied"):
+            self.answered.add(request_id)
         forget = request.expires_at if request is not None else now + _REMEMBER_UNKNOWN
         self._remember_closed(request_id, max(self.closed.get(request_id, 0.0), forget))
 
@@ -293,6 +301,7 @@ class DeskQueue:
             if self.closed.get(rid) == until:
                 del self.closed[rid]
                 self.answered_by.pop(rid, None)
+                self.answered.discard(rid)
                 self._labelled_as.pop(rid, None)
         self._prune(now)
 

@@ -346,9 +346,14 @@ class Feeds:
             elif topic == s.topics.label_requests:
                 request = parse_label_request(value, max_bytes=s.max_message_bytes)
                 request = self.admission.label_request(request, key=key, partition=partition)
-                self.queue.offer(request)
-                if self.desk.review is not None:  # an answer read before its request
-                    self.desk.review.book.on_request(request)
+                offered = self.queue.offer(request)
+                review = self.desk.review
+                if review is not None:  # an answer read before (or after) its request
+                    review.book.on_request(request)
+                    rid = request.request_id
+                    if not offered and (rid in self.queue.answered
+                                        or self.queue.long_over(request)):  # fmt: skip
+                        review.book.hold(request)
         except (BadMessage, Refused) as bad:
             self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
             log.debug("desk skips %s[%s]@%s: %s", topic, partition, offset, bad)
@@ -391,8 +396,11 @@ class Feeds:
             record = parse_labels_record(value, max_bytes=self.settings.max_message_bytes)
             if isinstance(record, Label):
                 self.admission.label(record, key=key, partition=partition)
-                if review is not None:
-                    request = self.queue.requests.get(record.request_id)
+                rid, queue = record.request_id, self.queue
+                # no answer for the learner: a request it expired or dropped before
+                dead = rid in queue.closed and rid not in queue.answered
+                if review is not None and not dead:
+                    request = queue.requests.get(rid)
                     review.book.on_label(record, partition=partition, offset=offset, at=at,
                                          request=request)  # fmt: skip
                 self.queue.on_label(record, at=at)

@@ -62,6 +62,9 @@ _RECENT: Final = 200  # answers listed per person and per model (my answers, the
 _RESULTS_KEPT: Final = 10_000
 _EARLY_KEPT: Final = 10_000  # requests for review waiting for their label, at most
 _EARLY_SECONDS: Final = 3600.0
+# a label whose request the desk has not read this long after it (the topics read up to
+# their end) is no answer: the learner gives such a label up after orphan_label_seconds
+_ALONE_SECONDS: Final = 600.0
 _HEADS: Final = 8  # second-opinion candidates looked at per author
 
 
@@ -110,6 +113,7 @@ class ReviewBook:
         self._opinion_ends: list[tuple[float, str]] = []  # heap: (deadline, id)
         self._held: dict[str, LabelRequest] = {}  # answered requests whose label is to come
         self._held_ends: list[tuple[float, str]] = []
+        self._unjoined: list[tuple[float, str]] = []  # heap: (label time, id) read alone
         self._early: dict[str, tuple[str, float]] = {}  # id -> (by, at) of a flag
         self._early_order: deque[tuple[float, str]] = deque()
 
@@ -132,6 +136,8 @@ class ReviewBook:
         request = request or self._held.pop(rid, None)
         if request is not None:
             self._join(item, request)
+        else:
+            heapq.heappush(self._unjoined, (at, rid))
         early = self._early.pop(rid, None)
         if early is not None:
             self.on_flag(rid, *early)
@@ -144,12 +150,14 @@ class ReviewBook:
             self._join(item, request)
 
     def hold(self, request: LabelRequest) -> None:
-        """A request closed as answered before its label was read (the learner's applied
-        mark came first): kept for its label until it would have expired."""
+        """A request the queue does not keep, whose label may be read later: closed as
+        answered first (the learner's applied mark came first), or over when read (a
+        restarted desk reads requests of the last days): kept for its label until it
+        would have expired (the first tick after the topics are read forgets those over)."""
         rid = request.request_id
         if rid in self.items:
             self.on_request(request)
-        elif rid not in self._held:
+        elif rid not in self._held and request.expires_at > self.clock() - self.horizon:
             self._held[rid] = request
             heapq.heappush(self._held_ends, (request.expires_at, rid))
 
@@ -349,6 +357,10 @@ class ReviewBook:
             self._held.pop(heapq.heappop(self._held_ends)[1], None)
         while self._early_order and self._early_order[0][0] <= now - _EARLY_SECONDS:
             self._early.pop(self._early_order.popleft()[1], None)
+        while self._unjoined and self._unjoined[0][0] <= now - _ALONE_SECONDS:
+            item = self.items.get(heapq.heappop(self._unjoined)[1])
+            if item is not None and item.request is None:
+                self._drop(item)  # its request never came: the learner refused the label
         self._out_of_reach(reachable)
 
     def _out_of_reach(self, reachable: Callable[[Item], bool]) -> None:

@@ -155,6 +155,8 @@ class Replica:
                          log=LeaseLog(topics, self), sink=Sink(topics, self), metrics=self.metrics,
                          clock=clock, replica=name, review=self.review)  # fmt: skip
         self.desk.ready = True
+        assert self.desk.opinions is not None
+        self.opinions = self.desk.opinions
         sessions = Sessions(b"k" * 32, lifetime=60.0, clock=clock)
         self.feeds = Feeds(s, self.desk, asyncio.Condition(), sessions, clock=clock)
         for record in topics.records:  # from the beginning
