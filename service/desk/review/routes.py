@@ -116,7 +116,7 @@ class ReviewRoutes:
             raise Refused(404, "unknown_request", "no withdrawn answer of yours to this request")
         if item.current is not None:
             raise Refused(409, "unchanged", "this answer is not withdrawn")
-        if time.time() >= self.review.grace_until(item):
+        if self.review.clock() >= self.review.grace_until(item):
             raise Refused(409, "grace_over", "the time to answer this request again is over")
         self.review.require_reach(item)
         return item
