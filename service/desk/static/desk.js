@@ -207,7 +207,9 @@
         const td = document.createElement("td"); td.textContent = text; return td;
       });
       const th = document.createElement("th"); th.scope = "row"; th.append(cells[0].firstChild);
-      const acts = document.createElement("td"); acts.className = "actions";
+      const cell = document.createElement("td"); cell.className = "actions";
+      const acts = document.createElement("div"); acts.className = "buttons";
+      cell.append(acts);
       const left = a.grace_until ? " (" + minutes(a.grace_until) + ")" : "";
       for (const action of a.actions) {
         if (action === "undo") acts.append(button("Undo" + left, "Undo your answer to " + a.short, () => undo(a.request_id)));
@@ -215,7 +217,7 @@
         if (action === "again") acts.append(button("Answer again" + left, "Answer " + a.short + " again", () => again(a.request_id)));
         if (action === "review") acts.append(button("Ask for review", "Ask a reviewer to look at " + a.short, () => flag(a.request_id)));
       }
-      tr.append(th, cells[1], cells[2], cells[3], acts);
+      tr.append(th, cells[1], cells[2], cells[3], cell);
       tbody.append(tr);
     }
   }
@@ -225,12 +227,13 @@
     if (r && r.status === 200) { mine = r.data.answers; renderMine(); }
   }
 
+  let mineBusy = false;
   async function mineAction(path, body, done, then) {
-    if (busy) return;
-    setBusy(true);
+    if (mineBusy) return;
+    mineBusy = true;
     let r;
     try { r = await call(path, body); } catch (e) { r = { status: 0, data: {} }; }
-    setBusy(false);
+    mineBusy = false;
     if (r.status === 200) { status(done, "ok keep"); if (then) then(r.data); }
     else status((r.data.message || "Refused") + ".", "error keep");
     refreshMine();
