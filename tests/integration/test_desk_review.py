@@ -383,6 +383,7 @@ def test_bad_or_forged_corrections_are_refused_with_a_reason_and_write_nothing(
         more = inject(service)
         wait_desk(desk, lambda: bob.next() == more, "another request")  # noqa: B023
         bob.api("/api/answer", {"request_id": more, "label": 1})
+
     def settled() -> bool:  # the desk has read that snapshot too
         rows = ann.api("/api/mine", {})[1]["answers"]
         return [a["actions"] for a in rows if a["request_id"] == rid] == [[]]
