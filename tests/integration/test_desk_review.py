@@ -280,8 +280,10 @@ def test_a_second_opinion_goes_to_someone_else_and_a_disagreement_to_the_reviewe
         rita.goto(desk.url + "/review")
         playwright_sync.expect(rita.locator("#queue tbody")).to_contain_text(heavy[:12])
         rita.get_by_role("link", name=heavy[:12]).click()
+        playwright_sync.expect(rita.locator("#item")).to_have_attribute("data-request", heavy)
         playwright_sync.expect(rita.locator("#item-steps")).to_contain_text(
             "bob second opinion: legitimate")  # fmt: skip
+        playwright_sync.expect(rita.locator('[data-review="1"]')).to_be_focused()  # (review.js)
         rita.screenshot(path=str(SHOTS / "review.png"), full_page=True)
         rita.keyboard.press("2")
         playwright_sync.expect(rita.locator("#status")).to_contain_text(
@@ -293,6 +295,8 @@ def test_a_second_opinion_goes_to_someone_else_and_a_disagreement_to_the_reviewe
         # an older answer of anyone, found by who gave it
         rita.goto(desk.url + "/review?person=ann")
         rita.locator("#found").get_by_role("link", name=old[:12]).click()
+        playwright_sync.expect(rita.locator("#item")).to_have_attribute("data-request", old)
+        playwright_sync.expect(rita.locator('[data-review="1"]')).to_be_focused()  # (review.js)
         rita.keyboard.press("2")
         playwright_sync.expect(rita.locator("#status")).to_contain_text(
             f"{old[:12]} corrected", timeout=20_000)  # fmt: skip
