@@ -120,10 +120,13 @@ async def main_async(args: argparse.Namespace) -> None:
     members = "champion and a shadow" if args.shadow else "champion"
     print(f"{args.features} features, {args.labels} labels, {members}, adaptive (default)")
     print(f"per label, no history (reach 0): {1e3 * off:.2f} ms")
-    print(f"per label, reach 200:            {1e3 * on:.2f} ms ({on / off:.2f} x); "
-          f"history kept {kept / 1024:.0f} KiB")
+    print(
+        f"per label, reach 200:            {1e3 * on:.2f} ms ({on / off:.2f} x); "
+        f"history kept {kept / 1024:.0f} KiB"
+    )
     for depth in DEPTHS:
-        print(f"a correction {depth:>3} labels back: {1e3 * statistics.median(fixes[depth]):.0f} ms")
+        ms = 1e3 * statistics.median(fixes[depth])
+        print(f"a correction {depth:>3} labels back: {ms:.0f} ms")
 
 
 def main() -> None:

@@ -533,6 +533,91 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Label quality",
+        [
+            stat(
+                "Waiting for a second opinion",
+                "Answers chosen for a second person's blind answer that have none yet, all "
+                "selected models (abstain_desk_second_opinions_open, max over replicas: each "
+                "reads the whole labels topic). Chosen: desk.second_opinions (a share at "
+                "random, large importance weights, answers against a confident model).",
+                [(f"sum(max by (model) (abstain_desk_second_opinions_open{{{M}}}))", "waiting")],
+            ),
+            stat(
+                "Waiting for a reviewer",
+                "Answers a second opinion disagreed with, or whose author asked for a review, "
+                "that no reviewer decided yet (abstain_desk_reviews_open, max over replicas). "
+                "The queue is the desk's /review page.",
+                [(f"sum(max by (model) (abstain_desk_reviews_open{{{M}}}))", "waiting")],
+            ),
+            timeseries(
+                "Labels later corrected",
+                "Share of the labels of the last two days withdrawn or changed since, by their "
+                "author or a reviewer (abstain_desk_labels_corrected_ratio). Per person "
+                "(agreement with second opinions and reviewers): the desk's /team page; people "
+                "are never metric labels.",
+                [(f"max by (model) (abstain_desk_labels_corrected_ratio{{{M}}})", "{{model}}")],
+                unit="percentunit",
+                width=8,
+            ),
+            timeseries(
+                "Corrections per hour by kind",
+                "Corrections written at the desk (abstain_desk_corrections_total, summed over "
+                "replicas): undo (an author withdrew an answer), change (another answer, or "
+                "an answer again after an undo), review (a reviewer's decision).",
+                [
+                    (
+                        "sum by (model, kind) "
+                        f"(rate(abstain_desk_corrections_total{{{M}}}[5m])) * 3600",
+                        "{{model}} {{kind}}",
+                    )
+                ],
+                width=8,
+            ),
+            timeseries(
+                "Second opinions and reviews per hour",
+                "Second opinions written (abstain_desk_second_opinions_total: agree closes the "
+                "answer, disagree sends it to a reviewer), reviewers' decisions "
+                "(abstain_desk_reviews_total: confirmed, corrected) and authors asking for a "
+                "review (abstain_desk_review_requests_total). Many disagreements: the answers "
+                "are noisy, or the question is.",
+                [
+                    (
+                        "sum by (model, outcome) "
+                        f"(rate(abstain_desk_second_opinions_total{{{M}}}[5m])) * 3600",
+                        "{{model}} second opinion: {{outcome}}",
+                    ),
+                    (
+                        "sum by (model, outcome) "
+                        f"(rate(abstain_desk_reviews_total{{{M}}}[5m])) * 3600",
+                        "{{model}} review: {{outcome}}",
+                    ),
+                    (
+                        "sum by (model) "
+                        f"(rate(abstain_desk_review_requests_total{{{M}}}[5m])) * 3600",
+                        "{{model}} asked for review",
+                    ),
+                ],
+                width=8,
+            ),
+            timeseries(
+                "Waiting for a second opinion / a reviewer",
+                "Per model (abstain_desk_second_opinions_open, abstain_desk_reviews_open, max "
+                "over replicas). A second opinion is asked within "
+                "desk.second_opinions.within_seconds of the answer and while the model can "
+                "still correct it; a review waits while the model can.",
+                [
+                    (
+                        f"max by (model) (abstain_desk_second_opinions_open{{{M}}})",
+                        "{{model}} second opinion",
+                    ),
+                    (f"max by (model) (abstain_desk_reviews_open{{{M}}})", "{{model}} reviewer"),
+                ],
+                width=8,
+            ),
+        ],
+    ),
+    (
         "Model",
         [
             timeseries(

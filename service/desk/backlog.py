@@ -16,6 +16,10 @@ Open = seen, not closed, not past ``expires_at``. Closed ids are remembered unti
 request has expired (then nothing could reopen them), so the three topics may be read in
 any interleaving. Order: highest ``priority`` first, then the soonest to expire.
 
+Charts (:mod:`service.desk.charts`): per model, the queue depth (a request counts from its
+``requested_at`` until the time of the record that closed it, or its expiry) and the answers
+(at the label's time) over the last hours: the records' times, so a restart draws the same.
+
 Cost: nothing here walks every open request. The order is kept sorted per model (taking
 the most urgent reads from the front); the team view's counts (open, oldest, expired and
 answers in the last hour / day, claim-to-answer medians) are kept as records arrive, and
@@ -44,6 +48,7 @@ from collections.abc import Callable, Collection, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar
 
+from service.desk.charts import Timeline
 from service.desk.leases import AnswerTiming
 from service.records import Label, LabelRequest, PendingEntry
 
@@ -119,6 +124,7 @@ class DeskQueue:
         self.closed: dict[str, float] = {}  # id -> forget after
         self._forget: list[tuple[float, str]] = []  # heap: (forget after, id) of closed ids
         self.answered_by: dict[str, str] = {}  # request id -> labelled_by (while closed)
+        self.answered: set[str] = set()  # ids closed by a label or the applied mark
         # request id -> the models named by the labels that closed it before it was seen:
         # a request of another model is not closed by them (the learner refuses those)
         self._labelled_as: dict[str, set[str]] = {}
@@ -133,6 +139,10 @@ class DeskQueue:
         self._untimed: dict[str, tuple[str, float]] = {}  # id -> (by, at) of a label
         self._unlabelled: dict[str, AnswerTiming] = {}  # id -> timing of an answer record
         self._waiting: deque[tuple[float, str]] = deque()  # (arrived, id) of both
+        self.depth: dict[str, Timeline] = {}  # model -> open requests over time
+        self.answers: dict[str, Timeline] = {}  # model -> answers over time
+        # told of a request closed as answered (the review's book keeps it for its label)
+        self.on_answered: Callable[[LabelRequest], None] | None = None
 
     @staticmethod
     def _key(request: LabelRequest) -> Key:
@@ -149,39 +159,50 @@ class DeskQueue:
             del self.closed[rid]  # closed by labels the learner refuses: still open
             self._labelled_as.pop(rid, None)
             self.answered_by.pop(rid, None)
-        if request.expires_at <= self.clock() - _HOUR:  # long over (recent: counted by sweep)
+            self.answered.discard(rid)
+        if self.long_over(request):  # (recent: counted as expired by the sweep)
             self._remember_closed(rid, request.expires_at)
             return False
         self.requests[rid] = request
+        self.depth.setdefault(request.model, Timeline()).add(request.requested_at, 1)
         bisect.insort(self._order.setdefault(request.model, []), self._key(request))
         heapq.heappush(self._expiry, (request.expires_at, rid))
         heapq.heappush(self._oldest.setdefault(request.model, []), (request.requested_at, rid))
         return True
 
-    def on_pending(self, request_id: str, entry: PendingEntry | None) -> None:
-        """A pending-changelog record: an entry (applied: closes; open: nothing to do, the
-        request came from the label-requests topic) or a delete (closes)."""
+    def long_over(self, request: LabelRequest) -> bool:
+        """``request`` expired more than an hour ago: it is not even counted as expired."""
+        return request.expires_at <= self.clock() - _HOUR
+
+    def on_pending(self, request_id: str, entry: PendingEntry | None, *,
+                   at: float | None = None) -> None:  # fmt: skip
+        """A pending-changelog record (written at ``at``): an entry (applied: closes; open:
+        nothing to do, the request came from the label-requests topic) or a delete
+        (closes)."""
         if entry is None:
             request = self.requests.get(request_id)
             over = request is not None and request.expires_at <= self.clock()
-            self.close(request_id, "expired" if over else "removed")
+            self.close(request_id, "expired" if over else "removed", when=at)
         elif entry.applied:
-            self.close(request_id, "applied", by=entry.labelled_by)
+            self.close(request_id, "applied", by=entry.labelled_by,
+                       when=entry.applied_at or at)  # fmt: skip
 
     def on_label(self, label: Label, *, at: float) -> None:
         """A label on the labels topic: its request is answered."""
         request = self.requests.get(label.request_id)
         if request is not None and request.model != label.model:
             return  # the learner refuses it: the request stays open
-        self._count(Answer(label.request_id, label.model, label.label, label.labelled_by,
-                           label.ts or at))  # fmt: skip
+        answer = Answer(label.request_id, label.model, label.label, label.labelled_by,
+                        label.ts or at)  # fmt: skip
+        self._count(answer)
         rid = label.request_id
         if request is None and (rid not in self.closed or rid in self._labelled_as):
             self._labelled_as.setdefault(rid, set()).add(label.model)
-        self.close(label.request_id, "answered", by=label.labelled_by)
+        self.close(label.request_id, "answered", by=label.labelled_by, when=answer.at)
 
     def _count(self, a: Answer) -> None:
         now = self.clock()
+        self.answers.setdefault(a.model, Timeline()).add(a.at, 1)
         self._hour_models.add(a.at, a.model, now=now)
         if not a.by:
             return
@@ -212,18 +233,26 @@ class DeskQueue:
         if self._day_times.add(at, (person, seconds), now=now):
             bisect.insort(self._times.setdefault(person, []), seconds)
 
-    def close(self, request_id: str, why: Why, *, at: float | None = None, by: str = "") -> None:
-        """Take ``request_id`` out of the queue (remembered until it would have expired)."""
+    def close(self, request_id: str, why: Why, *, at: float | None = None, by: str = "",
+              when: float | None = None) -> None:  # fmt: skip
+        """Take ``request_id`` out of the queue (remembered until it would have expired);
+        ``when``: the time of the record that closed it (its expiry, if it expired)."""
         now = self.clock() if at is None else at
         if why != "answered":  # closed for good, whatever model a label named
             self._labelled_as.pop(request_id, None)
         request = self.requests.pop(request_id, None)
         if request is not None:
             self._drop(request)
+            closed_at = request.expires_at if why == "expired" else when or now
+            self.depth[request.model].add(min(closed_at, request.expires_at), -1)
             if why == "expired":
                 self._expired.add(request.expires_at, request.model, now=now)
+            elif why in ("answered", "applied") and self.on_answered is not None:
+                self.on_answered(request)
         if by:
             self.answered_by[request_id] = by
+        if why in ("answered", "applied"):
+            self.answered.add(request_id)
         forget = request.expires_at if request is not None else now + _REMEMBER_UNKNOWN
         self._remember_closed(request_id, max(self.closed.get(request_id, 0.0), forget))
 
@@ -272,6 +301,7 @@ class DeskQueue:
             if self.closed.get(rid) == until:
                 del self.closed[rid]
                 self.answered_by.pop(rid, None)
+                self.answered.discard(rid)
                 self._labelled_as.pop(rid, None)
         self._prune(now)
 
@@ -310,6 +340,14 @@ class DeskQueue:
     def expired_last_hour(self, *, now: float) -> Counter[str]:
         self._prune(now)
         return Counter(self._expired.counts)
+
+    def charts(self, model: str, *, now: float) -> tuple[list[float], list[float]]:
+        """``model``'s open requests at the end of each bucket of the last hours, and its
+        answers in each (:mod:`service.desk.charts`)."""
+        depth, answers = self.depth.get(model), self.answers.get(model)
+        empty = Timeline().counts(now)
+        return (empty if depth is None else depth.levels(now),
+                empty if answers is None else answers.counts(now))  # fmt: skip
 
     def answer_counts(self, *, now: float) -> AnswerCounts:
         """Answers in the last hour per model and person, in the last day per person, and

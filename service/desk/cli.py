@@ -39,6 +39,7 @@ from service.desk.errors import AccountsError
 from service.desk.feeds import (
     Feeds,
     KafkaLabelSink,
+    KafkaLabelsLog,
     KafkaLeaseLog,
     KafkaRevocationLog,
     ensure_desk_topics,
@@ -46,6 +47,7 @@ from service.desk.feeds import (
 )
 from service.desk.leases import LeaseBook
 from service.desk.metrics import DeskMetrics
+from service.desk.review import Review, ReviewBook
 from service.desk.web import DeskWeb
 
 __all__ = ["main", "serve"]
@@ -163,11 +165,17 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     queue, folded = DeskQueue(clock=time.time), asyncio.Condition()
     leases = LeaseBook(lease_seconds=settings.desk.lease_seconds)
     metrics = DeskMetrics(CollectorRegistry(), models=settings.models)
-    desk = Desk(settings, queue=queue, leases=leases, metrics=metrics, clock=time.time,
-                log=KafkaLeaseLog(settings, producer, leases, folded),
-                sink=KafkaLabelSink(settings, producer),
-                replica=settings.desk.replica or socket.gethostname())  # fmt: skip
     book, follow = await _models(settings)
+    replica = settings.desk.replica or socket.gethostname()
+    lease_log = KafkaLeaseLog(settings, producer, leases, folded)
+    answers = ReviewBook(settings, clock=time.time)
+    review = Review(settings, book=answers, leases=leases, lease_log=lease_log,
+                    labels=KafkaLabelsLog(settings, producer, answers, folded), metrics=metrics,
+                    clock=time.time, replica=replica, models=lambda: book.models,
+                    folded=folded)  # fmt: skip
+    desk = Desk(settings, queue=queue, leases=leases, metrics=metrics, clock=time.time,
+                log=lease_log, sink=KafkaLabelSink(settings, producer), replica=replica,
+                review=review)  # fmt: skip
     logins = LoginGate(accounts, clock=time.time)
     app = DeskWeb(settings, desk, accounts, sessions, models=lambda: book.models, logins=logins,
                   revocations=KafkaRevocationLog(settings, producer)).app()  # fmt: skip

@@ -36,8 +36,10 @@ from service.config import Settings
 from service.desk.auth.accounts import Person
 from service.desk.backlog import DeskQueue
 from service.desk.errors import Refused, Unavailable
-from service.desk.leases import LeaseBook, LeaseRecord
+from service.desk.leases import LeaseBook, LeaseLog, LeaseRecord
 from service.desk.metrics import DeskMetrics
+from service.desk.review import Offered, Opinions, Review
+from service.desk.review.stats import ReviewStats, review_stats
 from service.desk.team import TeamStats, team_stats
 from service.records import Label, LabelRequest
 
@@ -46,12 +48,6 @@ __all__ = ["Claimed", "Desk", "LabelSink", "LeaseLog"]
 GiveBack = Literal["skip", "cant_tell"]
 _CLAIM_TRIES = 8  # claims lost to others before "next" gives up for now
 _SPREAD = 16  # after a lost claim, the next try is among this many most urgent free ones
-
-
-class LeaseLog(Protocol):
-    """The leases topic: write a record, wait until it is folded, say if it took effect."""
-
-    async def publish(self, record: LeaseRecord) -> bool: ...
 
 
 class LabelSink(Protocol):
@@ -63,10 +59,12 @@ class LabelSink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A request handed to a person, and until when it is theirs."""
+    """A request handed to a person, and until when it is theirs; ``opinion``: answered by
+    someone else already, offered for a second opinion (:mod:`service.desk.review`)."""
 
     request: LabelRequest
     lease_expires_at: float
+    opinion: bool = False
 
 
 class Desk:
@@ -83,6 +81,7 @@ class Desk:
         metrics: DeskMetrics,
         clock: Callable[[], float],
         replica: str,
+        review: Review | None = None,
     ) -> None:
         self.settings, self.queue, self.leases = settings, queue, leases
         self.log, self.sink, self.metrics = log, sink, metrics
@@ -97,8 +96,15 @@ class Desk:
         self._claiming: set[str] = set()  # requests this replica is claiming right now
         self._random = random.Random()  # noqa: S311 - spreading claims, not a secret
         self.team: TeamStats | None = None  # the team view as of the last tick
+        self.agreement: ReviewStats | None = None  # the same, of answers after they are given
         # the team view joins answers (labels topic) with their times (leases topic)
         leases.on_answer = queue.on_timing
+        self.review = review
+        self.opinions = None if review is None else Opinions(review)
+        if review is not None:
+            review.is_open = lambda rid: rid in queue.requests
+            review.sent_here = lambda rid: rid in self.sent
+            queue.on_answered = review.book.hold
 
     @property
     def lease_seconds(self) -> float:
@@ -136,6 +142,14 @@ class Desk:
                 and self._usable(request, person, model)
             ):
                 return await self._claim(request, person) or None
+            if request is None and self.opinions is not None and rid.endswith("#opinion"):
+                held = await self.opinions.held(person, rid)
+                if held is not None and (model is None or held.item.model == model):
+                    return _offered(held)
+        if self.opinions is not None:  # second opinions first: they close with the reach
+            offered = await self.opinions.next(person, model)
+            if offered is not None:
+                return _offered(offered)
         for lost in range(_CLAIM_TRIES):
             # the first try takes the most urgent free request; after a loss (another
             # replica's people went for it too) one of the few most urgent, at random
@@ -287,6 +301,8 @@ class Desk:
         now = self.clock()
         self.queue.sweep()
         self.tidy()
+        if self.review is not None:
+            self.agreement = self.review.tick()
         self.team = team_stats(self.queue, self.leases, self.settings.models, now=now)
         m = self.metrics
         for row in self.team.models:
@@ -297,8 +313,21 @@ class Desk:
         m.ready.set(1)
         return self.team
 
+    def agreement_view(self) -> ReviewStats | None:
+        """The team view's agreement numbers as of the last tick (None without a review)."""
+        if self.agreement is None and self.review is not None:
+            return review_stats(self.review.book, self.settings.models)
+        return self.agreement
+
     def team_view(self) -> TeamStats:
         """The team view as of the last tick (computed now only before the first one)."""
         if self.team is None:
             return team_stats(self.queue, self.leases, self.settings.models, now=self.clock())
         return self.team
+
+
+def _offered(offered: Offered) -> Claimed:
+    """A second opinion as the labelling view shows it (the request, not the answer)."""
+    request = offered.item.request
+    assert request is not None  # noqa: S101 - only answers joined with a request are offered
+    return Claimed(request, offered.lease_expires_at, opinion=True)

@@ -12,7 +12,12 @@ again every few seconds.
 Every record is input: the label topics and the changelog are checked as the learner
 checks them (:func:`admission`, :class:`service.records.admission.Admission`), lease and
 revocation records by their parsers; what does not pass is skipped (and counted in
-``abstain_desk_records_skipped_total{topic}``), never offered to a person.
+``abstain_desk_records_skipped_total{topic}``), never offered to a person. Corrections and
+second opinions on the labels topic must carry the signature of ``snapshot_key`` when one is
+set (``unsigned``, ``bad_signature``, as the learner refuses them), and follow the rules of
+the desk's book of answers (:mod:`service.desk.review`); so must a request for review on the
+leases topic. :class:`KafkaLabelsLog` writes corrections and opinions, signed, and returns
+once the reader has folded them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -32,11 +37,16 @@ from service.config import Settings
 from service.desk.auth.sessions import Sessions
 from service.desk.backlog import DeskQueue
 from service.desk.core import Desk
-from service.desk.errors import Unavailable
+from service.desk.errors import Refused, Unavailable
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
+from service.desk.review import ReviewBook
 from service.records import (
+    SIGNATURE_HEADER,
     BadMessage,
+    Correction,
     Label,
+    Opinion,
+    Signer,
     parse_label_request,
     parse_labels_record,
     parse_pending_entry,
@@ -47,10 +57,12 @@ from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.groups import START_TIMEOUT_SECONDS
 from service.stream.kafka.guard import TopicLayoutError, default_replication_factor
 from service.stream.labels.admission import admission
+from service.stream.models.book import signer_for
 
 __all__ = [
     "Feeds",
     "KafkaLabelSink",
+    "KafkaLabelsLog",
     "KafkaLeaseLog",
     "KafkaRevocationLog",
     "admission",
@@ -174,6 +186,41 @@ class KafkaLeaseLog:
         return bool(self.book.outcome(offset))
 
 
+class KafkaLabelsLog:
+    """Writes a correction or a second opinion to the labels topic (key = its model, signed
+    with ``snapshot_key`` when set, acks=all) and waits until the reader has folded it:
+    None if the desk's book took it, else the book's refusal (another replica's record
+    came first). Read back late (the reader is behind): None, the record is saved."""
+
+    def __init__(self, settings: Settings, producer: AIOKafkaProducer, book: ReviewBook,
+                 folded: asyncio.Condition) -> None:  # fmt: skip
+        self.settings, self.producer, self.book, self.folded = settings, producer, book, folded
+        self.signer: Signer | None = signer_for(settings)
+
+    async def publish(self, record: Correction | Opinion) -> Refused | None:
+        timeout = self.settings.desk.ack_timeout_seconds + 1.0
+        key, value = record.model.encode(), record.to_json()
+        headers = None
+        if self.signer is not None:
+            headers = [(SIGNATURE_HEADER, self.signer.sign(key, value))]
+        send = self.producer.send_and_wait(self.settings.topics.labels, value, key=key,
+                                           headers=headers)  # fmt: skip
+        meta = await _acked(send, timeout)
+        partition, offset = int(meta.partition), int(meta.offset)
+
+        async def folded() -> None:
+            async with self.folded:
+                await self.folded.wait_for(lambda: self.book.positions.get(partition, 0) > offset)
+
+        try:
+            await asyncio.wait_for(folded(), timeout)
+        except TimeoutError:
+            log.warning("desk: %s at labels[%s]@%s not read back within %ss", type(record)
+                        .__name__, partition, offset, timeout)  # fmt: skip
+            return None
+        return self.book.result(partition, offset)[1]
+
+
 class KafkaRevocationLog:
     """Writes the revocation of a session (key = its id) to the revocations topic,
     acknowledged by every in-sync replica: every replica reads it and refuses the cookie."""
@@ -204,6 +251,9 @@ class Feeds:
         self.ends: dict[TopicPartition, int] = {}  # where "read up to the start" ends
         self.missing = set(self.topics)
         self.unstarted: set[str] = set()  # they exist, but Kafka did not say their offsets
+        self.signer: Signer | None = signer_for(settings)
+        # the topics whose records a writer waits for (its lease, its correction)
+        self.folding = {s.desk.leases_topic, s.topics.labels}
 
     @property
     def queue(self) -> DeskQueue:
@@ -225,8 +275,8 @@ class Feeds:
                 for tp, records in batch.items():
                     for rec in records:
                         self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value,
-                                    timestamp_ms=rec.timestamp)  # fmt: skip
-                if any(tp.topic == s.desk.leases_topic for tp in batch):
+                                    timestamp_ms=rec.timestamp, headers=rec.headers)  # fmt: skip
+                if any(tp.topic in self.folding for tp in batch):
                     async with self.folded:
                         self.folded.notify_all()
                 if not self.desk.ready:
@@ -275,10 +325,12 @@ class Feeds:
         log.info("desk ready: %d open requests", len(self.queue.requests))
 
     def handle(self, topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None, *, timestamp_ms: int | None = None) -> None:  # fmt: skip
+               value: bytes | None, *, timestamp_ms: int | None = None,
+               headers: Sequence[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
         """One record of one of the followed topics; records that do not pass the checks
         are skipped (and counted)."""
         s = self.settings
+        at = self._time(timestamp_ms)
         try:
             if topic == s.desk.leases_topic:
                 self._lease(offset, value, timestamp_ms)
@@ -286,24 +338,35 @@ class Feeds:
                 if value is not None:
                     self.sessions.on_revocation(value)
             elif topic == self.pending_changelog:
-                self._pending(partition, key, value)
+                self._pending(partition, key, value, at)
+            elif topic == s.topics.labels:
+                self._labels(partition, offset, key, value, headers, at)
             elif value is None:
                 raise BadMessage("not_json", "a tombstone")
             elif topic == s.topics.label_requests:
                 request = parse_label_request(value, max_bytes=s.max_message_bytes)
-                self.queue.offer(self.admission.label_request(request, key=key,
-                                                              partition=partition))  # fmt: skip
-            elif topic == s.topics.labels:
-                label = parse_labels_record(value, max_bytes=s.max_message_bytes)
-                if isinstance(label, Label):  # (a rollback order is no answer)
-                    self.admission.label(label, key=key, partition=partition)
-                    self.queue.on_label(label, at=self.clock())
-        except BadMessage as bad:
+                request = self.admission.label_request(request, key=key, partition=partition)
+                offered = self.queue.offer(request)
+                review = self.desk.review
+                if review is not None:  # an answer read before (or after) its request
+                    review.book.on_request(request)
+                    rid = request.request_id
+                    if not offered and (rid in self.queue.answered
+                                        or self.queue.long_over(request)):  # fmt: skip
+                        review.book.hold(request)
+        except (BadMessage, Refused) as bad:
             self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
             log.debug("desk skips %s[%s]@%s: %s", topic, partition, offset, bad)
         except DATA_ERRORS:  # a bug met by odd data: say where, skip it, keep reading
             self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
             log.exception("desk skips %s[%s]@%s", topic, partition, offset)
+
+    def _time(self, timestamp_ms: int | None) -> float:
+        """A record's time: its Kafka timestamp, never after now (else now)."""
+        now = self.clock()
+        if timestamp_ms is None or timestamp_ms < 0:
+            return now
+        return min(timestamp_ms / 1000.0, now)
 
     def _lease(self, offset: int, value: bytes | None, timestamp_ms: int | None) -> None:
         """Fold a lease record at its Kafka time; an unreadable one is folded as nothing
@@ -314,9 +377,69 @@ class Feeds:
         except BadMessage:
             self.desk.leases.apply(offset, None, at=at)
             raise
-        self.desk.leases.apply(offset, record, at=at)
+        taken = self.desk.leases.apply(offset, record, at=at)
+        if record is not None and record.kind == "flag" and not taken:
+            raise Refused(409, "refused", f"a request for review of {record.request_id[:12]!r} "
+                          "by someone who may not ask for one (or of an answer withdrawn or "
+                          "decided)")  # fmt: skip
 
-    def _pending(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+    def _labels(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes]] | None, at: float) -> None:  # fmt: skip
+        """A record of the labels topic: a label (an answer; a later one for the same
+        request changes nothing), a correction or a second opinion (checked, then folded
+        into the book of answers; the writer learns how), an order (no answer)."""
+        review, record = self.desk.review, None
+        refused: Refused | None = None
+        try:
+            if value is None:
+                raise BadMessage("not_json", "a tombstone")
+            record = parse_labels_record(value, max_bytes=self.settings.max_message_bytes)
+            if isinstance(record, Label):
+                self.admission.label(record, key=key, partition=partition)
+                rid, queue = record.request_id, self.queue
+                # no answer for the learner: a request it expired or dropped before
+                dead = rid in queue.closed and rid not in queue.answered
+                if review is not None and not dead:
+                    request = queue.requests.get(rid)
+                    review.book.on_label(record, partition=partition, offset=offset, at=at,
+                                         request=request)  # fmt: skip
+                self.queue.on_label(record, at=at)
+            elif isinstance(record, Correction | Opinion):
+                self._review(record, key, partition, value, headers, at)
+        except BadMessage as bad:
+            refused = Refused(400, str(bad.reason), bad.detail)
+            raise
+        except Refused as bad:
+            refused = bad
+            raise
+        finally:
+            if review is not None:
+                review.book.advance(partition, offset, refused=refused,
+                                    review=isinstance(record, Correction | Opinion))  # fmt: skip
+
+    def _review(self, record: Correction | Opinion, key: bytes | None, partition: int,
+                value: bytes, headers: Sequence[tuple[str, bytes]] | None,
+                at: float) -> None:  # fmt: skip
+        """A correction or a second opinion: placed like its model's labels, signed with a
+        key, then folded by the book of answers (:class:`Refused` if it breaks a rule)."""
+        self.admission.deciding(record.model)
+        self.admission.placement(record.model, key=key, partition=partition)
+        kind = type(record).__name__.lower()
+        if self.signer is not None:
+            reason = self.signer.verify(key or b"", value, _signature(headers))
+            if reason is not None:
+                raise BadMessage(reason, f"{kind} of {record.request_id[:12]!r} is {reason}")
+        book = None if self.desk.review is None else self.desk.review.book
+        if book is None:
+            return
+        open_now = record.request_id in self.queue.requests
+        if isinstance(record, Correction):
+            book.on_correction(record, at=at, open_now=open_now)
+        else:
+            book.on_opinion(record, at=at, open_now=open_now)
+
+    def _pending(self, partition: int, key: bytes | None, value: bytes | None,
+                 at: float) -> None:  # fmt: skip
         """A record of the learner's pending changelog: an entry checked as the learner
         writes them, or a delete on the partition of the request's model."""
         try:
@@ -324,15 +447,22 @@ class Feeds:
         except UnicodeDecodeError:
             raise BadMessage("bad_key", f"changelog key {key!r} is not UTF-8") from None
         if value is not None:
-            entry = parse_pending_entry(value)
-            self.queue.on_pending(rid, self.admission.pending(entry, key=key,
-                                                              partition=partition))  # fmt: skip
+            entry = self.admission.pending(parse_pending_entry(value), key=key,
+                                           partition=partition)  # fmt: skip
+            self.queue.on_pending(rid, entry, at=at)
             return
         known = self.queue.requests.get(rid)
         if not rid or (known is not None
                        and partition != self.admission.partitions.get(known.model)):  # fmt: skip
             raise BadMessage("wrong_partition", f"a delete of {rid!r} on partition {partition}")
-        self.queue.on_pending(rid, None)
+        self.queue.on_pending(rid, None, at=at)
+
+
+def _signature(headers: Sequence[tuple[str, bytes]] | None) -> bytes | None:
+    for name, value in headers or ():
+        if name == SIGNATURE_HEADER:
+            return value
+    return None
 
 
 def _role(settings: Settings, topic: str) -> str:

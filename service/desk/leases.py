@@ -15,8 +15,11 @@ person could, and a record dated in the future holds nothing before its time.
 
 Kinds of record (JSON, key = request id): ``claim`` (take or renew, until ``expires_at``),
 ``answer`` (the holder is sending a label: ``attempt`` names the try; a second try by anyone
-else is refused while the first runs) and ``release`` (give the request back; with
-``attempt``: that try failed, the lease stays).
+else is refused while the first runs), ``release`` (give the request back; with
+``attempt``: that try failed, the lease stays) and ``flag`` (the holder, the author of the
+request's answer, asks for a review of it: no lease; the desk's book of answers decides,
+:meth:`LeaseBook.on_flag`). A second opinion is leased like a request, under the id
+:func:`opinion_lease` of its request.
 
 >>> book = LeaseBook(lease_seconds=120.0)
 >>> book.apply(0, LeaseRecord("r1", "claim", "ann", at=0.0, expires_at=120.0))
@@ -43,17 +46,35 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from service.desk.auth.accounts import valid_name
 from service.records import BadMessage, decode_object, dumps
 from service.records.codec import ident, number
 
-__all__ = ["Lease", "LeaseBook", "LeaseRecord", "parse_lease_record"]
+__all__ = [
+    "Lease",
+    "LeaseBook",
+    "LeaseLog",
+    "LeaseRecord",
+    "opinion_lease",
+    "parse_lease_record",
+]
 
-Kind = Literal["claim", "answer", "release"]
-_KINDS: Final = ("claim", "answer", "release")
+Kind = Literal["claim", "answer", "release", "flag"]
+_KINDS: Final = ("claim", "answer", "release", "flag")
 _OUTCOMES_KEPT: Final = 10_000
+_OPINION: Final = "#opinion"
+
+
+def opinion_lease(request_id: str) -> str:
+    """The lease id of the second opinion on ``request_id`` (a request's own lease ended
+    with its answer; its second opinion is held under this one).
+
+    >>> opinion_lease("r1")
+    'r1#opinion'
+    """
+    return request_id + _OPINION
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +125,12 @@ def parse_lease_record(raw: bytes) -> LeaseRecord:
     )
 
 
+class LeaseLog(Protocol):
+    """The leases topic: write a record, wait until it is folded, say if it took effect."""
+
+    async def publish(self, record: LeaseRecord) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A running lease: ``since`` is when this holder's unbroken hold began (its first
@@ -134,7 +161,8 @@ class LeaseBook:
     setting, the same on every replica) bounds how long one record holds a request.
 
     ``on_answer`` (optional) is told of every ``answer`` record that took effect (the team
-    view joins these timings with the labels topic).
+    view joins these timings with the labels topic); ``on_flag`` (optional) of every
+    ``flag`` record (request id, holder, time), and says whether it took effect.
     """
 
     def __init__(self, *, lease_seconds: float) -> None:
@@ -143,6 +171,7 @@ class LeaseBook:
         self.answers: dict[str, AnswerTiming] = {}
         self.position = 0  # next offset to fold
         self.on_answer: Callable[[str, AnswerTiming], None] | None = None
+        self.on_flag: Callable[[str, str, float], bool] | None = None
         self._outcomes: dict[int, bool] = {}
         self._outcome_order: deque[int] = deque()
         self._running: dict[str, set[str]] = {}  # holder -> requests with a running lease
@@ -174,6 +203,8 @@ class LeaseBook:
 
     def _fold(self, r: LeaseRecord, t: float) -> bool:
         """Fold ``r``, whose time is ``t``."""
+        if r.kind == "flag":  # no lease: the book of answers decides
+            return self.on_flag is not None and self.on_flag(r.request_id, r.holder, t)
         current = self.leases.get(r.request_id)
         live = current if current is not None and current.live(t) else None
         mine = live is not None and live.holder == r.holder

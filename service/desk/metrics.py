@@ -17,18 +17,45 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["LOGIN_OUTCOMES", "REFUSAL_CODES", "TOPIC_ROLES", "DeskMetrics"]
+__all__ = [
+    "CORRECTION_KINDS",
+    "LOGIN_OUTCOMES",
+    "OPINION_OUTCOMES",
+    "REFUSAL_CODES",
+    "REVIEW_OUTCOMES",
+    "TOPIC_ROLES",
+    "DeskMetrics",
+]
 
 # the codes of service.desk.errors.Refused the desk answers with (its refusal series)
 REFUSAL_CODES = (
     "already_answered",
+    "already_opinion",
     "bad_answer",
+    "beyond_reach",
     "expired",
+    "grace_over",
     "loading",
+    "not_answered",
+    "not_author",
+    "not_asked",
+    "not_reviewer",
     "not_yours",
     "out_of_scope",
+    "own_answer",
+    "reviewed",
+    "unchanged",
     "unknown",
+    "unknown_request",
+    "withdrawn",
 )
+#: corrections the desk wrote: an author's undo (withdraw) or change (another answer, or an
+#: answer again after an undo), a reviewer's decision (a confirmation included)
+CORRECTION_KINDS = ("undo", "change", "review")
+#: a second opinion agreed with the label it checked, or not (the answer goes to review)
+OPINION_OUTCOMES = ("agree", "disagree")
+#: a reviewer kept the label (confirmed) or gave another answer (corrected)
+REVIEW_OUTCOMES = ("confirmed", "corrected")
 #: how a login attempt ended: signed in, wrong name or password (or a stale form), refused
 #: before any check (too many attempts for the account or from the address: 429), or no
 #: check free (too many logins being checked at once: 429)
@@ -79,7 +106,9 @@ class DeskMetrics:
             "records of a followed topic the desk did not take (they fail the learner's checks "
             "or are unreadable)", ["topic"], registry=registry,
         )  # fmt: skip
+        self._review_series(registry)
         for model in models:
+            self._review_children(model)
             for series in (self.open, self.oldest, self.expired):
                 series.labels(model=model).set(0)
             # every child from the start, at 0: rate() misses the first increment of a
@@ -97,3 +126,46 @@ class DeskMetrics:
             self.skipped.labels(topic=topic)
         for outcome in ("won", "lost"):
             self.claims.labels(outcome=outcome)
+
+    def _review_series(self, registry: CollectorRegistry) -> None:
+        """Corrections, second opinions and reviews (docs/desk.md): written by this replica
+        (counters), waiting on the topics (gauges: the same on every replica)."""
+        self.corrections = Counter(
+            "abstain_desk_corrections_total", "corrections written (undo, change, review)",
+            ["model", "kind"], registry=registry,
+        )  # fmt: skip
+        self.second_opinions = Counter(
+            "abstain_desk_second_opinions_total", "second opinions written, by whether they "
+            "agreed with the label", ["model", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.reviews = Counter(
+            "abstain_desk_reviews_total", "reviewers' decisions written (confirmed, corrected)",
+            ["model", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.review_requests = Counter(
+            "abstain_desk_review_requests_total", "authors who asked for a review of their "
+            "answer", ["model"], registry=registry,
+        )  # fmt: skip
+        self.opinions_open = Gauge(
+            "abstain_desk_second_opinions_open", "answers waiting for a second opinion",
+            ["model"], registry=registry,
+        )  # fmt: skip
+        self.reviews_open = Gauge(
+            "abstain_desk_reviews_open", "answers waiting for a reviewer (disagreements, "
+            "requests for review)", ["model"], registry=registry,
+        )  # fmt: skip
+        self.corrected_ratio = Gauge(
+            "abstain_desk_labels_corrected_ratio", "share of the labels of the last two days "
+            "later withdrawn or changed", ["model"], registry=registry,
+        )  # fmt: skip
+
+    def _review_children(self, model: str) -> None:
+        for kind in CORRECTION_KINDS:
+            self.corrections.labels(model=model, kind=kind)
+        for outcome in OPINION_OUTCOMES:
+            self.second_opinions.labels(model=model, outcome=outcome)
+        for outcome in REVIEW_OUTCOMES:
+            self.reviews.labels(model=model, outcome=outcome)
+        self.review_requests.labels(model=model)
+        for gauge in (self.opinions_open, self.reviews_open, self.corrected_ratio):
+            gauge.labels(model=model).set(0)

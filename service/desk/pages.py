@@ -9,27 +9,39 @@ from collections.abc import Iterable, Mapping
 from service.desk.changes import ChangeRow
 from service.desk.team import TeamStats
 
-__all__ = ["labelling_page", "login_page", "starting_page", "team_page"]
+__all__ = [
+    "age",
+    "esc",
+    "frame",
+    "header",
+    "labelling_page",
+    "login_page",
+    "starting_page",
+    "team_page",
+]
 
 
-def _e(value: object) -> str:
+def esc(value: object) -> str:
+    """``value`` as HTML text (quotes too)."""
     return html.escape(str(value), quote=True)
 
 
-def _frame(title: str, body: str, *, csrf: str = "", refresh: int | None = None) -> str:
-    meta = f'<meta name="csrf-token" content="{_e(csrf)}">' if csrf else ""
+def frame(title: str, body: str, *, csrf: str = "", refresh: int | None = None) -> str:
+    """A whole page: ``body`` in the desk's frame (its stylesheet, no inline script)."""
+    meta = f'<meta name="csrf-token" content="{esc(csrf)}">' if csrf else ""
     if refresh:
         meta += f'<meta http-equiv="refresh" content="{refresh}">'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)} · abstain label desk</title>{meta}
+<title>{esc(title)} · abstain label desk</title>{meta}
 <link rel="stylesheet" href="/static/desk.css"></head>
 <body>{body}</body></html>"""
 
 
-def _header(user: str, csrf: str, current: str) -> str:
-    links = [("/", "Label"), ("/team", "Team")]
+def header(user: str, csrf: str, current: str, *, reviewer: bool = False) -> str:
+    """The bar at the top: the pages (Review for reviewers), who is signed in, log out."""
+    links = [("/", "Label"), ("/team", "Team"), *([("/review", "Review")] if reviewer else [])]
     nav = " ".join(
         f'<a href="{href}"{" aria-current=page" if href == current else ""}>{name}</a>'
         for href, name in links
@@ -37,26 +49,26 @@ def _header(user: str, csrf: str, current: str) -> str:
     return f"""<header class="bar"><span class="brand">abstain label desk</span>
 <nav aria-label="Desk">{nav}</nav>
 <form method="post" action="/logout" class="logout"><span class="who">Signed in as
-<strong id="who">{_e(user)}</strong></span>
-<input type="hidden" name="csrf" value="{_e(csrf)}">
+<strong id="who">{esc(user)}</strong></span>
+<input type="hidden" name="csrf" value="{esc(csrf)}">
 <button type="submit">Log out</button></form></header>"""
 
 
 def login_page(token: str, *, error: str = "", user: str = "") -> str:
     """The login form (``token``: the pre-login CSRF token)."""
-    alert = f'<p class="error" role="alert">{_e(error)}</p>' if error else ""
+    alert = f'<p class="error" role="alert">{esc(error)}</p>' if error else ""
     # the cursor where typing goes on: the password once the name is filled in
     first, then = ("", " autofocus") if user else (" autofocus", "")
     body = f"""<main class="login"><h1>abstain label desk</h1>{alert}
 <form method="post" action="/login">
-<input type="hidden" name="token" value="{_e(token)}">
+<input type="hidden" name="token" value="{esc(token)}">
 <label for="user">User name</label>
-<input id="user" name="user" autocomplete="username" required value="{_e(user)}"{first}>
+<input id="user" name="user" autocomplete="username" required value="{esc(user)}"{first}>
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password" required
 {then}>
 <button type="submit">Log in</button></form></main>"""
-    return _frame("Log in", body)
+    return frame("Log in", body)
 
 
 def starting_page() -> str:
@@ -64,18 +76,21 @@ def starting_page() -> str:
     body = """<main class="login"><h1>abstain label desk</h1>
 <p role="status">The desk is starting: it is reading its topics. This page reloads in a
 moment.</p></main>"""
-    return _frame("Starting", body, refresh=3)
+    return frame("Starting", body, refresh=3)
 
 
-def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: float) -> str:
-    """The labelling view; ``desk.js`` fills it from the JSON API."""
-    options = "".join(f'<option value="{_e(m)}">{_e(m)}</option>' for m in models)
-    body = f"""{_header(user, csrf, "/")}
+def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: float, *,
+                   reviewer: bool = False) -> str:  # fmt: skip
+    """The labelling view and the person's recent answers; ``desk.js`` fills them from the
+    JSON API."""
+    options = "".join(f'<option value="{esc(m)}">{esc(m)}</option>' for m in models)
+    body = f"""{header(user, csrf, "/", reviewer=reviewer)}
 <main id="desk" data-lease="{lease_seconds:g}">
 <div class="filter"><label for="model">Model</label>
 <select id="model"><option value="">all models</option>{options}</select></div>
 <p id="status" role="status" aria-live="polite">Loading…</p>
 <section id="card" hidden aria-labelledby="card-title">
+<p id="mode" class="mode" hidden></p>
 <h1 id="card-title">Request <code id="rid"></code></h1>
 <dl class="facts">
 <div><dt>Model</dt><dd id="f-model"></dd></div>
@@ -100,13 +115,23 @@ def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: f
 <button id="a-cant" data-skip="cant_tell"><kbd>C</kbd> Can't tell</button>
 </div>
 <p class="keys" id="keys">Keyboard: <kbd>1</kbd> first answer · <kbd>2</kbd> second answer ·
-<kbd>S</kbd> skip · <kbd>C</kbd> can't tell · <kbd>R</kbd> reload the queue</p>
+<kbd>S</kbd> skip · <kbd>C</kbd> can't tell · <kbd>U</kbd> undo your last answer ·
+<kbd>R</kbd> reload the queue</p>
+</section>
+<section id="mine" aria-labelledby="mine-title">
+<h2 id="mine-title">My recent answers</h2>
+<p class="muted" id="mine-note">You can undo or change an answer for a while after giving it;
+then ask for a review if you think it was wrong.</p>
+<table id="mine-list"><thead><tr><th scope="col">Request</th><th scope="col">Model</th>
+<th scope="col">Answer</th><th scope="col">What happened</th><th scope="col">Actions</th></tr>
+</thead><tbody><tr><td colspan="5" class="muted">No answers yet.</td></tr></tbody></table>
 </section></main>
 <script src="/static/desk.js"></script>"""
-    return _frame("Label", body, csrf=csrf)
+    return frame("Label", body, csrf=csrf)
 
 
-def _age(seconds: float | None) -> str:
+def age(seconds: float | None) -> str:
+    """A duration in words: ``4.2 s``, ``45 s``, ``3.5 min``, ``—`` for none."""
     if seconds is None:
         return "—"
     if seconds < 10:
@@ -127,7 +152,7 @@ def _learning_row(model: str, row: ChangeRow | None) -> str:
     """One model's learning: state, last change, risk since, changes, takeovers, version."""
     if row is None:
         dashes = "<td>—</td>" * 5
-        return (f'<tr class="fixed"><th scope=row>{_e(model)}</th>'
+        return (f'<tr class="fixed"><th scope=row>{esc(model)}</th>'
                 f'<td class="muted">no change detection</td>{dashes}</tr>')  # fmt: skip
     if row.relearning:
         state, css = RELEARNING, ' class="relearning"'
@@ -139,7 +164,7 @@ def _learning_row(model: str, row: ChangeRow | None) -> str:
         last = f"{_count(row.since, 'label')} ago {at}"
     if row.risk is not None:
         risk = f"{row.risk:.3f} <span class=muted>over {_count(row.risk_labels, 'label')}</span>"
-    return (f"<tr{css}><th scope=row>{_e(model)}</th><td>{state}</td><td>{last}</td>"
+    return (f"<tr{css}><th scope=row>{esc(model)}</th><td>{state}</td><td>{last}</td>"
             f"<td>{risk}</td><td>{row.changes:,}</td><td>{row.takeovers:,}</td>"
             f"<td>{row.version:,}</td></tr>")  # fmt: skip
 
@@ -150,7 +175,7 @@ def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[
     hot = [m for m in names if (r := changes.get(m)) is not None and r.relearning]
     note = ""
     if hot:
-        which = ", ".join(f"<strong>{_e(m)}</strong>" for m in hot)
+        which = ", ".join(f"<strong>{esc(m)}</strong>" for m in hot)
         one = len(hot) == 1
         note = (f'<p class="relearning-note" role="status">{RELEARNING} {which}: '
                 f"{'its' if one else 'their'} labels changed recently and "
@@ -166,33 +191,35 @@ def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[
 
 
 def team_page(user: str, csrf: str, stats: TeamStats,
-              changes: Mapping[str, ChangeRow] | None = None) -> str:  # fmt: skip
+              changes: Mapping[str, ChangeRow] | None = None, *, reviewer: bool = False,
+              agreement: str = "") -> str:  # fmt: skip
     """Open requests per model, how each model learns (:mod:`service.desk.changes`: a model
-    relearning after a detected change is marked), answers per hour, people (refreshes
-    every 15 s)."""
+    relearning after a detected change is marked), answers per hour, people, and the
+    ``agreement`` section (:mod:`service.desk.review.pages`: HTML, already escaped)
+    (refreshes every 15 s)."""
     changes = changes or {}
     note, learning = _learning([r.model for r in stats.models], changes)
 
     def name(model: str) -> str:
         row = changes.get(model)
         mark = f" {RELEARNING}" if row is not None and row.relearning else ""
-        return f"{_e(model)}{mark}"
+        return f"{esc(model)}{mark}"
 
     models = "".join(
         f"<tr><th scope=row>{name(r.model)}</th><td>{r.open}</td><td>{r.held}</td>"
-        f"<td>{_age(r.oldest_age)}</td><td>{r.answers_last_hour}</td>"
+        f"<td>{age(r.oldest_age)}</td><td>{r.answers_last_hour}</td>"
         f"<td>{r.expired_last_hour}</td></tr>"
         for r in stats.models
     )
     people = (
         "".join(
-            f"<tr><th scope=row>{_e(p.person)}</th><td>{p.answers_last_hour}</td>"
-            f"<td>{p.answers_last_day}</td><td>{_age(p.median_answer_seconds)}</td></tr>"
+            f"<tr><th scope=row>{esc(p.person)}</th><td>{p.answers_last_hour}</td>"
+            f"<td>{p.answers_last_day}</td><td>{age(p.median_answer_seconds)}</td></tr>"
             for p in stats.people
         )
         or '<tr><td colspan="4">No answers in the last day.</td></tr>'
     )
-    body = f"""{_header(user, csrf, "/team")}
+    body = f"""{header(user, csrf, "/team", reviewer=reviewer)}
 <main class="team"><h1>Team</h1>
 <p class="summary"><strong id="answers-hour">{stats.answers_last_hour}</strong> answers in the
 last hour</p>{note}
@@ -204,5 +231,6 @@ last hour</p>{note}
 <table id="people"><caption>People</caption>
 <thead><tr><th scope="col">Person</th><th scope="col">Answers, last hour</th>
 <th scope="col">Answers, last day</th><th scope="col">Median time to answer</th></tr></thead>
-<tbody>{people}</tbody></table></main>"""
-    return _frame("Team", body, csrf=csrf, refresh=15)
+<tbody>{people}</tbody></table>
+{agreement}</main>"""
+    return frame("Team", body, csrf=csrf, refresh=15)

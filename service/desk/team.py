@@ -28,6 +28,8 @@ class ModelRow:
     answers_last_hour: int
     expired_last_hour: int
     held: int
+    depth: tuple[float, ...] = ()  # open requests at the end of each bucket (charts.py)
+    answered: tuple[float, ...] = ()  # answers in each bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,8 @@ def team_stats(queue: DeskQueue, leases: LeaseBook, models: Iterable[str], *, no
         request = queue.requests.get(rid)
         if request is not None:
             held[request.model] += 1
-    rows = [ModelRow(m, open_[m], oldest.get(m), answers.hour_by_model[m], expired[m], held[m])
+    rows = [ModelRow(m, open_[m], oldest.get(m), answers.hour_by_model[m], expired[m], held[m],
+                     *map(tuple, queue.charts(m, now=now)))
             for m in models]  # fmt: skip
     people = [PersonRow(p, answers.hour_by_person[p], n, answers.median_seconds.get(p))
               for p, n in sorted(answers.day_by_person.items())]  # fmt: skip

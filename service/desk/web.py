@@ -26,7 +26,6 @@ from typing import Any, Final, Protocol
 
 import orjson
 from aiohttp import web
-from multidict import MultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.config import Settings
@@ -37,8 +36,12 @@ from service.desk.auth.sessions import Session, Sessions
 from service.desk.changes import Changes
 from service.desk.core import Desk
 from service.desk.errors import Refused, Unavailable
+from service.desk.http import form as read_form
+from service.desk.http import html, json_error, redirect, request_id_of
 from service.desk.pages import labelling_page, login_page, starting_page, team_page
 from service.desk.present import present
+from service.desk.review.pages import agreement_section
+from service.desk.review.routes import ReviewRoutes
 
 __all__ = ["DeskWeb", "RevocationLog", "SESSION_COOKIE"]
 
@@ -48,7 +51,11 @@ _CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-_STATIC: Final = {"desk.js": "text/javascript", "desk.css": "text/css"}
+_STATIC: Final = {
+    "desk.js": "text/javascript",
+    "review.js": "text/javascript",
+    "desk.css": "text/css",
+}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -109,6 +116,10 @@ class DeskWeb:
         r.add_get("/metrics", self.get_metrics)
         r.add_get("/healthz", self.get_health)
         r.add_get("/readyz", self.get_ready)
+        desk = self.desk
+        if desk.review is not None and desk.opinions is not None:
+            ReviewRoutes(self.settings, desk.review, desk.opinions, api_person=self.api_person,
+                         page=self.page, models=self.models).add(r)  # fmt: skip
         return app
 
     # --- who is asking ------------------------------------------------------------------
@@ -132,11 +143,18 @@ class DeskWeb:
             name = self._proxy_user(request)
             if not valid_name(name) or session is None or session.user != name:
                 return None
-            return self.accounts.person(name) or Person(name), session
+            fallback = Person(name).with_role(self.settings.desk.reviewers)
+            return self._person(name) or fallback, session
         if session is None:
             return None
-        person = self.accounts.person(session.user)
+        person = self._person(session.user)
         return None if person is None else (person, session)
+
+    def _person(self, name: str) -> Person | None:
+        """The users file's person (its scope and role), a reviewer too if
+        ``desk.reviewers`` names them; None if the file does not list ``name``."""
+        person = self.accounts.person(name)
+        return None if person is None else person.with_role(self.settings.desk.reviewers)
 
     def _page_identity(self, request: web.Request) -> tuple[Person, Session, str | None]:
         """The person of a page view; behind a proxy a session is started on the first view
@@ -155,7 +173,8 @@ class DeskWeb:
             cookie = self.sessions.issue(name)
             session = self.sessions.read(cookie)
             assert session is not None  # noqa: S101 - just issued
-            return self.accounts.person(name) or Person(name), session, cookie
+            person = self._person(name) or Person(name).with_role(self.settings.desk.reviewers)
+            return person, session, cookie
         if self.settings.desk.auth == "proxy":
             raise web.HTTPUnauthorized(text="the proxy sent no user")
         raise web.HTTPSeeOther("/login")
@@ -165,25 +184,25 @@ class DeskWeb:
         origin = request.headers.get("Origin")
         return origin is None or origin.split("://", 1)[-1] == request.host
 
-    async def _api_person(self, request: web.Request) -> tuple[Person, dict[str, Any]]:
+    async def api_person(self, request: web.Request) -> tuple[Person, dict[str, Any]]:
         """The person of an API call and its JSON body; 401/403/400 otherwise (503 while
         the desk reads its topics)."""
         if not self.desk.ready:
             self.desk.metrics.refusals.labels(code="loading").inc()
-            raise _json_error(503, "loading", "the desk is still reading the topics; try again")
+            raise json_error(503, "loading", "the desk is still reading the topics; try again")
         found = self._identify(request)
         if found is None:
-            raise _json_error(401, "login", "log in first")
+            raise json_error(401, "login", "log in first")
         person, session = found
         token = request.headers.get("X-CSRF-Token")
         if not self._same_origin(request) or not self.sessions.csrf_ok(session, token):
-            raise _json_error(403, "csrf", "missing or wrong CSRF token")
+            raise json_error(403, "csrf", "missing or wrong CSRF token")
         try:  # orjson: a body nested deeper than 1024 levels is an error, not a recursion
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
-            raise _json_error(400, "bad_json", "the body must be a JSON object") from None
+            raise json_error(400, "bad_json", "the body must be a JSON object") from None
         if not isinstance(body, dict):
-            raise _json_error(400, "bad_json", "the body must be a JSON object")
+            raise json_error(400, "bad_json", "the body must be a JSON object")
         return person, body
 
     # --- pages ----------------------------------------------------------------------------
@@ -192,14 +211,14 @@ class DeskWeb:
         if self.settings.desk.auth == "proxy":
             raise web.HTTPSeeOther("/")
         nonce = secrets.token_urlsafe(16)
-        response = _html(login_page(self.sessions.login_token(nonce)))
+        response = html(login_page(self.sessions.login_token(nonce)))
         self._cookie(response, LOGIN_COOKIE, nonce, request, 3600)
         return response
 
     async def post_login(self, request: web.Request) -> web.StreamResponse:
         if self.settings.desk.auth == "proxy":
             raise web.HTTPNotFound()
-        form = await _form(request)
+        form = await read_form(request)
         user, password = str(form.get("user", ""))[:256], str(form.get("password", ""))[:1024]
         nonce = request.cookies.get(LOGIN_COOKIE)
         if not self._same_origin(request) or not self.sessions.login_ok(
@@ -226,7 +245,7 @@ class DeskWeb:
             return response
         if result.person is None:
             return await self._login_again(request, "Wrong user name or password.", user, 401)
-        response = _redirect("/")
+        response = redirect("/")
         self._cookie(response, SESSION_COOKIE, self.sessions.issue(result.person.name), request,
                      self.settings.desk.session_seconds)  # fmt: skip
         response.del_cookie(LOGIN_COOKIE, path="/")
@@ -235,14 +254,14 @@ class DeskWeb:
     async def _login_again(self, request: web.Request, error: str, user: str, status: int
                            ) -> web.StreamResponse:  # fmt: skip
         nonce = secrets.token_urlsafe(16)
-        response = _html(login_page(self.sessions.login_token(nonce), error=error, user=user),
+        response = html(login_page(self.sessions.login_token(nonce), error=error, user=user),
                          status=status)  # fmt: skip
         self._cookie(response, LOGIN_COOKIE, nonce, request, 3600)
         return response
 
     async def post_logout(self, request: web.Request) -> web.StreamResponse:
         found = self._identify(request)
-        form = await _form(request)
+        form = await read_form(request)
         if found is None:
             raise web.HTTPSeeOther("/login")
         if not self._same_origin(request) or not self.sessions.csrf_ok(
@@ -261,24 +280,39 @@ class DeskWeb:
                 "", 503,
             )  # fmt: skip
         else:
-            response = _redirect("/login")
+            response = redirect("/login")
         response.del_cookie(SESSION_COOKIE, path="/")
         return response
 
-    async def get_desk(self, request: web.Request) -> web.StreamResponse:
+    async def page(self, request: web.Request, build: Callable[[Person, str], web.Response]
+                   ) -> web.StreamResponse:  # fmt: skip
+        """A page for the person asking: ``build(person, csrf token)`` (behind a proxy, with
+        the session's cookie on the first view)."""
         person, session, cookie = self._page_identity(request)
-        models = [m for m in self.settings.models if person.may_answer(m)]
-        page = labelling_page(person.name, self.sessions.csrf(session), models,
-                              self.settings.desk.lease_seconds)  # fmt: skip
-        return self._with_session(_html(page), request, cookie)
+        return self._with_session(build(person, self.sessions.csrf(session)), request, cookie)
+
+    async def get_desk(self, request: web.Request) -> web.StreamResponse:
+        def build(person: Person, csrf: str) -> web.Response:
+            models = [m for m in self.settings.models if person.may_answer(m)]
+            return html(labelling_page(person.name, csrf, models,
+                                       self.settings.desk.lease_seconds,
+                                       reviewer=person.reviewer))  # fmt: skip
+
+        return await self.page(request, build)
 
     async def get_team(self, request: web.Request) -> web.StreamResponse:
-        person, session, cookie = self._page_identity(request)
         # as of the desk's last tick (once a second): a refresh costs the same whatever the
         # number of open requests
-        page = team_page(person.name, self.sessions.csrf(session), self.desk.team_view(),
-                         self.changes.rows(self.models()))  # fmt: skip
-        return self._with_session(_html(page), request, cookie)
+        def build(person: Person, csrf: str) -> web.Response:
+            team = self.desk.team_view()
+            agreement = self.desk.agreement_view()
+            section = "" if agreement is None else agreement_section(
+                agreement, {p.person: p.median_answer_seconds for p in team.people},
+                {row.model: row for row in team.models})  # fmt: skip
+            return html(team_page(person.name, csrf, team, self.changes.rows(self.models()),
+                                  reviewer=person.reviewer, agreement=section))  # fmt: skip
+
+        return await self.page(request, build)
 
     def _with_session(self, response: web.StreamResponse, request: web.Request,
                       cookie: str | None) -> web.StreamResponse:  # fmt: skip
@@ -299,10 +333,10 @@ class DeskWeb:
     # --- the JSON API ---------------------------------------------------------------------
 
     async def api_next(self, request: web.Request) -> web.StreamResponse:
-        person, body = await self._api_person(request)
+        person, body = await self.api_person(request)
         model = body.get("model")
         if model is not None and (not isinstance(model, str) or model not in self.settings.models):
-            raise _json_error(400, "bad_model", "no such model")
+            raise json_error(400, "bad_model", "no such model")
         claimed = await self._refusing(self.desk.next(person, model))
         if claimed is None:
             return web.json_response({"request": None})
@@ -310,28 +344,29 @@ class DeskWeb:
         view = present(req, self.settings.models[req.model], self.models().get(req.model),
                        now=time.time(), lease_expires_at=claimed.lease_expires_at,
                        names=self.settings.desk.answer_names.get(req.model))  # fmt: skip
+        view["second_opinion"] = claimed.opinion  # (and never the first answer)
         return web.json_response({"request": view})
 
     async def api_renew(self, request: web.Request) -> web.StreamResponse:
-        person, body = await self._api_person(request)
-        until = await self._refusing(self.desk.renew(person, _request_id(body)))
+        person, body = await self.api_person(request)
+        until = await self._refusing(self.desk.renew(person, request_id_of(body)))
         return web.json_response({"lease_expires_at": until})
 
     async def api_answer(self, request: web.Request) -> web.StreamResponse:
-        person, body = await self._api_person(request)
+        person, body = await self.api_person(request)
         value = body.get("label")
         if isinstance(value, bool) or value not in (1, -1):
-            raise _json_error(400, "bad_answer", "label must be 1 or -1")
-        label = await self._refusing(self.desk.answer(person, _request_id(body), int(value)))
+            raise json_error(400, "bad_answer", "label must be 1 or -1")
+        label = await self._refusing(self.desk.answer(person, request_id_of(body), int(value)))
         saved = {"request_id": label.request_id, "label": label.label, "by": label.labelled_by}
         return web.json_response({"saved": True, **saved})
 
     async def api_skip(self, request: web.Request) -> web.StreamResponse:
-        person, body = await self._api_person(request)
+        person, body = await self.api_person(request)
         why = body.get("why", "skip")
         if why not in ("skip", "cant_tell"):
-            raise _json_error(400, "bad_reason", "why must be skip or cant_tell")
-        await self._refusing(self.desk.give_back(person, _request_id(body), why))
+            raise json_error(400, "bad_reason", "why must be skip or cant_tell")
+        await self._refusing(self.desk.give_back(person, request_id_of(body), why))
         return web.json_response({"given_back": True})
 
     async def _refusing(self, action: Awaitable[Any]) -> Any:
@@ -339,9 +374,9 @@ class DeskWeb:
             return await action
         except Refused as refused:
             self.desk.metrics.refusals.labels(code=refused.code).inc()
-            raise _json_error(refused.status, refused.code, str(refused)) from None
+            raise json_error(refused.status, refused.code, str(refused)) from None
         except Unavailable:
-            raise _json_error(503, "unavailable", "Kafka did not acknowledge in time; "
+            raise json_error(503, "unavailable", "Kafka did not acknowledge in time; "
                               "nothing was saved.") from None  # fmt: skip
 
     # --- operations -----------------------------------------------------------------------
@@ -361,49 +396,8 @@ class DeskWeb:
                                  status=200 if ready else 503)  # fmt: skip
 
 
-async def _form(request: web.Request) -> MultiDictProxy[str | bytes | Any]:
-    """The fields of a form post (``application/x-www-form-urlencoded``, what the pages
-    send); 400 for anything else or a body that does not decode."""
-    if request.content_type != "application/x-www-form-urlencoded":
-        raise web.HTTPBadRequest(text="expected a form (application/x-www-form-urlencoded)")
-    try:
-        return await request.post()
-    except ValueError:  # not UTF-8, or not a form
-        raise web.HTTPBadRequest(text="the form does not decode") from None
-
-
 def _seconds(n: int) -> str:
     """``n`` seconds in words (``1 second``, ``45 seconds``, ``2 minutes``)."""
     if n >= 120:
         return f"{round(n / 60)} minutes"
     return "1 second" if n == 1 else f"{n} seconds"
-
-
-def _request_id(body: dict[str, Any]) -> str:
-    rid = body.get("request_id")
-    if not isinstance(rid, str) or not 0 < len(rid) <= 256:
-        raise _json_error(400, "bad_request_id", "request_id must be a short string")
-    return rid
-
-
-def _json_error(status: int, code: str, message: str) -> web.HTTPException:
-    classes: dict[int, type[web.HTTPException]] = {
-        400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
-        404: web.HTTPNotFound, 409: web.HTTPConflict, 410: web.HTTPGone,
-        429: web.HTTPTooManyRequests, 503: web.HTTPServiceUnavailable,
-    }  # fmt: skip
-    cls = classes.get(status, web.HTTPBadRequest)
-    return cls(text=f'{{"error": "{code}", "message": {_quote(message)}}}',
-               content_type="application/json")  # fmt: skip
-
-
-def _quote(text: str) -> str:
-    return orjson.dumps(text).decode()
-
-
-def _redirect(location: str) -> web.Response:
-    return web.Response(status=303, headers={"Location": location})
-
-
-def _html(page: str, *, status: int = 200) -> web.Response:
-    return web.Response(text=page, content_type="text/html", charset="utf-8", status=status)

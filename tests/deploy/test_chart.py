@@ -19,12 +19,14 @@ from pydantic import BaseModel
 
 from service.config import (
     MIN_KEY,
+    USER_NAME,
     AdaptiveConfig,
     Desk,
     KafkaSecurity,
     LabelBudget,
     ModelConfig,
     Partitions,
+    SecondOpinions,
     Settings,
     Topics,
     Web,
@@ -424,3 +426,20 @@ def test_the_chart_schema_accepts_exactly_the_algorithms_the_service_knows() -> 
     schema: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
     model = schema["properties"]["config"]["properties"]["models"]["additionalProperties"]
     assert tuple(model["properties"]["algorithm"]["enum"]) == ALGORITHM_NAMES
+
+
+def test_config_desk_second_opinions_schema_is_the_settings_with_their_bounds(
+    schema: dict[str, Any],
+) -> None:
+    rule = schema_at(schema, ["config", "desk", "second_opinions"])
+    assert rule is not None
+    assert rule["additionalProperties"] is False
+    assert set(rule["properties"]) == model_fields(SecondOpinions)
+    found = {
+        name: {k: v for k, v in node.items() if k in _BOUNDS.values()}
+        for name, node in rule["properties"].items()
+    }
+    assert found == {name: bounds(SecondOpinions, name) for name in rule["properties"]}
+    reviewer = schema_at(schema, ["config", "desk", "reviewers"])
+    assert reviewer is not None
+    assert reviewer["items"]["pattern"] == USER_NAME

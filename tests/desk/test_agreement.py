@@ -13,13 +13,22 @@ from stream.memory import MemoryKafka, msg, outputs
 from service.config import ModelConfig, Settings
 from service.desk.auth.sessions import Sessions
 from service.desk.feeds import Feeds
-from service.records import Label, LabelRequest, PendingEntry, parse_pending_entry, request_id
+from service.records import (
+    Correction,
+    Label,
+    LabelRequest,
+    Opinion,
+    PendingEntry,
+    parse_pending_entry,
+    request_id,
+)
 from service.stream.kafka.produce import partition_for
 from service.stream.kafka.topics import table_topic
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import initial_envelope
 
+from .review.harness import deployment
 from .test_core import Clock, make_desks
 
 CFG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3)
@@ -44,8 +53,13 @@ class Both:
     offset: int = 0
 
     @classmethod
-    def start(cls) -> Both:
+    def start(cls, *, review: bool = False) -> Both:
+        """A learner and a desk (``review``: with its book of answers, over the same
+        models and partitions)."""
         s, kafka, clock = settings(), MemoryKafka(), Clock()
+        if review:
+            topics, (replica,) = deployment(1)
+            s, clock = topics.settings, topics.clock
         out = outputs(kafka, s, CollectorRegistry())
         initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
         joiner = LabelJoiner(
@@ -54,6 +68,8 @@ class Both:
             models=ModelStore(kafka.table("abstain-models"), initial),
             outputs=out, metrics=out.metrics, clock=clock,
         )  # fmt: skip
+        if review:
+            return cls(s, joiner, replica.feeds, kafka)
         (desk,), *_ = make_desks(clock=clock)
         desk.settings = s
         sessions = Sessions(b"k" * 32, lifetime=60.0, clock=clock)
@@ -162,3 +178,39 @@ async def test_hostile_requests_labels_and_changelog_records_leave_them_in_agree
         "abstain_desk_records_skipped_total", {"topic": "pending_changelog"}
     )
     assert skipped == 5  # all but the well-formed forged entry, which opens nothing anyway
+
+
+async def test_corrections_and_second_opinions_leave_them_agreeing_on_what_is_open() -> None:
+    """Undo does not reopen a request, at the learner or at the desk; forged corrections
+    and opinions open or close nothing at either. (Which corrections the model applies is
+    the learner's: this learner dead-letters every correction, a later one applies them; the
+    desk's refusals are listed here for that comparison.)"""
+    both = Both.start(review=True)
+    a, b, heavy = req("a"), req("b"), req("heavy", query_probability=0.02)
+    for r in (a, b, heavy):
+        await both.request(r)
+    await both.label(Label(a.request_id, "m", 1, "ann", None))
+    await both.label(Label(heavy.request_id, "m", 1, "ann", None))
+    labels, m = both.settings.topics.labels, both.where("m")
+    records = [
+        (Correction(a.request_id, "m", None, "ann", "author", None), None),  # undo
+        (Correction(a.request_id, "m", 1, "eve", "author", None), "not_author"),
+        (Correction(b.request_id, "m", None, "ann", "author", None), "not_answered"),
+        (Correction("f" * 32, "m", None, "ann", "author", None), "unknown_request"),
+        (Correction(a.request_id, "m", -1, "ann", "author", None), None),  # answer again
+        (Opinion(heavy.request_id, "m", 1, "ann", None), "own_answer"),
+        (Opinion(a.request_id, "m", 1, "bob", None), "not_asked"),
+        (Opinion(heavy.request_id, "m", -1, "bob", None), None),
+        (Correction(heavy.request_id, "m", 1, "rita", "reviewer", None), None),
+        (Correction(heavy.request_id, "m", None, "ann", "author", None), "not_author"),
+    ]
+    book = both.feeds.desk.review.book  # type: ignore[union-attr]
+    outcomes = []
+    for record, _ in records:
+        await both.both(labels, record.to_json(), b"m", m)
+        folded, refused = book.result(m, both.offset)
+        assert folded
+        outcomes.append(None if refused is None else refused.code)
+    assert outcomes == [why for _, why in records]
+    assert both.open_at_learner() == both.open_at_desk() == {b.request_id}
+    assert (book.items[a.request_id].current, book.items[heavy.request_id].current) == (-1, 1)

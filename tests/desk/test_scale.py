@@ -22,7 +22,7 @@ from service.desk.core import Desk
 from service.desk.leases import LeaseRecord
 from service.desk.team import team_stats
 from service.desk.web import DeskWeb
-from service.records import Label
+from service.records import Label, Opinion
 
 from .fakes import MemoryLeaseLog, request
 from .test_core import Clock, make_desks
@@ -199,3 +199,64 @@ async def test_a_team_page_is_served_from_the_last_tick() -> None:
     after = desk.tick()
     assert desk.team_view() is after
     assert sum(r.open for r in after.models) == sum(r.open for r in before.models) + 1
+
+
+async def reviewing(n: int, tmp_path: Path) -> dict[str, int]:
+    """Lines of desk code run by a tick, a ``next`` (a second opinion found), ``GET /team``
+    and ``GET /metrics`` with ``n`` answers waiting for a second opinion, ``n // 2`` for a
+    reviewer and ``n`` open requests."""
+    from .review.harness import Person as P
+    from .review.harness import deployment, req
+
+    topics, (replica,) = deployment(1)
+    people = [f"p{i:02d}" for i in range(20)]
+    for i in range(n):
+        r = req(f"a{i}", p=0.02, at=topics.clock.now, ttl=3600)
+        topics.request(r)
+        topics.label(Label(r.request_id, "m", 1, people[i % 20], topics.clock.now))
+        if i % 2:
+            topics.signed(Opinion(r.request_id, "m", 1 if i % 4 == 1 else -1,
+                                  people[(i + 1) % 20], topics.clock.now))  # fmt: skip
+        topics.request(req(f"o{i}", at=topics.clock.now, ttl=3600))
+    book = replica.book
+    assert len(book.opinion_queue("m")) == n - n // 2
+    assert len(list(book.review_queue("m"))) == n // 4
+    replica.desk.tick()
+    topics.clock.now += 1.0
+    out = {}
+    with Work() as work:
+        replica.desk.tick()
+    out["tick"] = work.lines
+    with Work() as work:
+        got = await replica.desk.next(P("p07"))
+    out["next"] = work.lines
+    assert got is not None
+    assert got.opinion
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"p07": hash_password("p07-secret", n=2**8)}))
+    sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: topics.clock.now)
+    app = DeskWeb(replica.desk.settings, replica.desk, Accounts.load(users, weak_ok=True),
+                  sessions).app()  # fmt: skip
+    async with TestClient(TestServer(app)) as c:
+        page = await (await c.get("/login")).text()
+        token = re.search(r'name="token" value="([^"]+)"', page)
+        assert token is not None
+        data = {"user": "p07", "password": "p07-secret", "token": token.group(1)}
+        await c.post("/login", data=data, allow_redirects=False)
+        with Work() as work:
+            resp = await c.get("/team")
+        out["/team"] = work.lines
+        assert f"<td>{n - n // 2}</td><td>{n // 4}</td>" in await resp.text()
+        with Work() as work:
+            text = await (await c.get("/metrics")).text()
+        out["/metrics"] = work.lines
+        assert f'abstain_desk_reviews_open{{model="m"}} {n // 4}.0' in text
+    return out
+
+
+async def test_the_review_queues_cost_next_a_tick_the_team_view_and_metrics_the_same(
+    tmp_path: Path,
+) -> None:
+    small, large = await reviewing(100, tmp_path), await reviewing(10_000, tmp_path)
+    for what, lines in small.items():
+        assert large[what] <= 2 * lines + 50, (what, lines, large[what])

@@ -1,4 +1,5 @@
-// abstain label desk: fetch the next request, show it, answer with the keyboard or mouse.
+// abstain label desk: fetch the next request, show it, answer with the keyboard or mouse;
+// list the person's recent answers, with undo, change and "ask for review".
 // No framework, no external asset. The server decides everything; this file only asks.
 "use strict";
 (function () {
@@ -7,6 +8,8 @@
   const desk = $("desk");
   const leaseMs = parseFloat(desk.dataset.lease) * 1000;
   let current = null;
+  let mode = "answer"; // "answer" a request, give a second "opinion", answer "again" after undo
+  let mine = [];
   let busy = false;
   let renewTimer = null;
   let retryTimer = null;
@@ -49,8 +52,25 @@
     $("f-left").textContent = left >= 120 ? (left / 60).toFixed(1) + " min" : left.toFixed(0) + " s";
   }
 
-  function show(req) {
+  const MODES = {
+    opinion: "Second opinion: someone else has answered this request. Give your own answer; " +
+      "you will not see theirs.",
+    again: "You withdrew your answer to this request. Answer it again, or press S to leave it " +
+      "withdrawn.",
+  };
+  const PATHS = {
+    answer: { answer: "/api/answer", skip: "/api/skip", renew: "/api/renew" },
+    opinion: { answer: "/api/opinion", skip: "/api/opinion/skip", renew: "/api/opinion/renew" },
+    again: { answer: "/api/correct", skip: null, renew: null },
+  };
+
+  function show(req, how) {
     current = req;
+    mode = how || (req.second_opinion ? "opinion" : "answer");
+    $("mode").hidden = mode === "answer";
+    $("mode").textContent = MODES[mode] || "";
+    $("card").classList.toggle("opinion", mode === "opinion");
+    $("card").classList.toggle("again", mode === "again");
     $("rid").textContent = req.request_id.slice(0, 12);
     $("f-model").textContent = req.model;
     $("f-decision").textContent = req.decision;
@@ -121,6 +141,7 @@
     if (r.status === 200) {
       status(done, "ok keep");
       next();
+      refreshMine();
     } else if (r.status === 503 || r.status >= 500) {
       status("Not saved: " + (r.data.message || "Kafka is unavailable") + " The request stays open; try again.", "error");
       setBusy(false);
@@ -130,16 +151,117 @@
     }
   }
 
-  function answer(value) { act("/api/answer", { label: value }, "Saved. Next request…"); }
-  function skip(why) { act("/api/skip", { why: why }, why === "skip" ? "Skipped." : "Marked as can't tell."); }
+  function answer(value) {
+    const done = mode === "again" ? "Answered again. Next request…" : "Saved. Next request…";
+    act(PATHS[mode].answer, { label: value }, done);
+  }
+  function skip(why) {
+    if (mode === "again") { // nothing to write: the answer stays withdrawn
+      if (busy) return;
+      status("Left withdrawn.", "ok keep");
+      next();
+      return;
+    }
+    act(PATHS[mode].skip, { why: why }, why === "skip" ? "Skipped." : "Marked as can't tell.");
+  }
 
   async function renew() {
-    if (!current || busy) return;
-    const r = await call("/api/renew", { request_id: current.request_id }).catch(() => null);
+    if (!current || busy || !PATHS[mode].renew) return;
+    const r = await call(PATHS[mode].renew, { request_id: current.request_id }).catch(() => null);
     if (r && r.status !== 200 && r.status !== 503) {
       clear((r.data.message || "This request is no longer yours") + ".", "error");
       next();
     }
+  }
+
+  // --- my recent answers -------------------------------------------------------------
+
+  function minutes(until) {
+    const left = Math.max(0, until - Date.now() / 1000);
+    return left >= 60 ? Math.ceil(left / 60) + " min left" : Math.ceil(left) + " s left";
+  }
+
+  function button(text, label, onClick) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = text;
+    b.setAttribute("aria-label", label);
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  function renderMine() {
+    const tbody = $("mine-list").tBodies[0];
+    tbody.replaceChildren();
+    if (!mine.length) {
+      const tr = document.createElement("tr");
+      const td = document.createElement("td");
+      td.colSpan = 5; td.className = "muted"; td.textContent = "No answers yet.";
+      tr.append(td); tbody.append(tr);
+      return;
+    }
+    for (const a of mine) {
+      const tr = document.createElement("tr");
+      tr.dataset.request = a.request_id;
+      const cells = [a.short, a.model, a.answer, a.status].map((text) => {
+        const td = document.createElement("td"); td.textContent = text; return td;
+      });
+      const th = document.createElement("th"); th.scope = "row"; th.append(cells[0].firstChild);
+      const cell = document.createElement("td"); cell.className = "actions";
+      const acts = document.createElement("div"); acts.className = "buttons";
+      cell.append(acts);
+      const left = a.grace_until ? " (" + minutes(a.grace_until) + ")" : "";
+      for (const action of a.actions) {
+        if (action === "undo") acts.append(button("Undo" + left, "Undo your answer to " + a.short, () => undo(a.request_id)));
+        if (action === "change") acts.append(button("Change", "Change your answer to " + a.short, () => change(a)));
+        if (action === "again") acts.append(button("Answer again" + left, "Answer " + a.short + " again", () => again(a.request_id)));
+        if (action === "review") acts.append(button("Ask for review", "Ask a reviewer to look at " + a.short, () => flag(a.request_id)));
+      }
+      tr.append(th, cells[1], cells[2], cells[3], cell);
+      tbody.append(tr);
+    }
+  }
+
+  async function refreshMine() {
+    const r = await call("/api/mine", {}).catch(() => null);
+    if (r && r.status === 200) { mine = r.data.answers; renderMine(); }
+  }
+
+  let mineBusy = false;
+  async function mineAction(path, body, done, then) {
+    if (mineBusy) return;
+    mineBusy = true;
+    let r;
+    try { r = await call(path, body); } catch (e) { r = { status: 0, data: {} }; }
+    mineBusy = false;
+    if (r.status === 200) { status(done, "ok keep"); if (then) then(r.data); }
+    else status((r.data.message || "Refused") + ".", "error keep");
+    refreshMine();
+  }
+
+  function undo(rid) {
+    mineAction("/api/undo", { request_id: rid }, "Withdrawn.", (data) => {
+      clearTimeout(retryTimer);
+      show(data.request, "again");
+      $("status").classList.remove("keep");
+    });
+  }
+  function again(rid) {
+    mineAction("/api/again", { request_id: rid }, "Answer it again.", (data) => {
+      clearTimeout(retryTimer);
+      show(data.request, "again");
+    });
+  }
+  function change(a) {
+    const other = a.label === 1 ? -1 : 1;
+    mineAction("/api/correct", { request_id: a.request_id, label: other }, "Changed.");
+  }
+  function flag(rid) { mineAction("/api/flag", { request_id: rid }, "Sent to a reviewer."); }
+
+  function undoLast() {
+    const last = mine.find((a) => a.actions.includes("undo"));
+    if (last) undo(last.request_id);
+    else status("Nothing to undo: your recent answers are past the time to undo them.", "error keep");
   }
 
   for (const b of document.querySelectorAll("[data-answer]")) {
@@ -159,9 +281,14 @@
     else if (key === "s") { ev.preventDefault(); skip("skip"); }
     else if (key === "c") { ev.preventDefault(); skip("cant_tell"); }
     else if (key === "r") { ev.preventDefault(); if (!current) next(); }
+    else if (key === "u") { ev.preventDefault(); undoLast(); }
   });
   renewTimer = setInterval(renew, Math.max(2000, leaseMs / 4));
   clockTimer = setInterval(tick, 1000);
-  window.addEventListener("beforeunload", () => { clearInterval(renewTimer); clearInterval(clockTimer); });
+  const mineTimer = setInterval(refreshMine, 15000);
+  window.addEventListener("beforeunload", () => {
+    clearInterval(renewTimer); clearInterval(clockTimer); clearInterval(mineTimer);
+  });
   next();
+  refreshMine();
 })();
