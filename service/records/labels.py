@@ -121,9 +121,10 @@ class Seed:
 class Correction:
     """A later answer to request ``request_id`` of ``model`` that supersedes the label it
     received: ``label`` +1 / -1 replaces it, ``None`` withdraws it (the model becomes what
-    it would be had the request never been answered, and the request is open again while
-    it has time left). ``by`` gave it as the ``role``: ``author`` (the person who gave the
-    label being corrected) or ``reviewer``."""
+    it would be had the request never been answered; the request is not offered again, and
+    a later correction with a value gives the label back at its place). ``by`` gave it as
+    the ``role``: ``author`` (the person who gave the label being corrected) or
+    ``reviewer``."""
 
     request_id: str
     model: str

@@ -154,6 +154,8 @@ def deployment(
         "min_time_left_seconds": 0,
         "ack_timeout_seconds": 3,
         "answer_names": {"m": ["fraud", "legitimate"]},
+        # the requests and their answers alone (second opinions: test_desk_review.py)
+        "second_opinions": {"enabled": False},
     }
     service = service_factory(models={"m": model}, default_model="m", desk=desk)
     worker = service.start()

@@ -51,6 +51,7 @@ class Rec:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int = 0  # ms, the broker's (or the writer's) time of the record
 
     def json(self) -> Any:
         return loads(self.value)
@@ -233,7 +234,9 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[Re
                 batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
                 for recs in batch.values():
                     out += [
-                        Rec(r.topic, r.partition, r.offset, r.key, r.value, _headers(r))
+                        Rec(
+                            r.topic, r.partition, r.offset, r.key, r.value, _headers(r), r.timestamp
+                        )
                         for r in recs
                         if r.offset < end[TopicPartition(r.topic, r.partition)]
                     ]
