@@ -22,12 +22,17 @@ venv: $(STAMP) ## create .venv and install abstain with its dev tools
 run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; ARGS=--prometheus: also a Prometheus with the alert rules, URL printed; Ctrl-C stops all)
 	$(BIN)/python -m service demo $(ARGS)
 
+# processes the suite runs in (pytest-xdist; each starts its own broker when it needs one,
+# a test file stays in one process): TEST_JOBS=0 runs it in this process alone
+TEST_JOBS ?= 2
+XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+
 # the broker smoke tests, run again on the Kafka 4 line (make test runs them after the rest)
 KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.py \
 	tests/integration/test_service.py
 
-test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9, then the Kafka 4 smoke subset)
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9 in TEST_JOBS=2 processes, then the Kafka 4 smoke subset)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(ARGS)
 	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE)
 
 test-kafka4: $(STAMP) ## the broker smoke tests on a Kafka 4 broker only
