@@ -108,6 +108,26 @@ def make_config(tmp: Path, **overrides: Any) -> dict[str, Any]:
     return service_config(tmp, **{**defaults, **overrides})
 
 
+#: Debian's Chromium, which the desk's browser tests drive with Playwright
+CHROMIUM = os.environ.get("ABSTAIN_CHROMIUM", "/usr/bin/chromium")
+# as root, headless; without the background-networking flags Chromium keeps trying the
+# network, which this machine refuses
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--disable-gpu"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium for the module's browser tests (Playwright's sync API)."""
+    playwright_sync = pytest.importorskip("playwright.sync_api")
+    with playwright_sync.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 @pytest.fixture(scope="session")
 def kafka_io(kafka_bootstrap: str) -> KafkaIO:
     return KafkaIO(kafka_bootstrap)

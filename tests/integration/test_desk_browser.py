@@ -65,15 +65,6 @@ FEATURES = ["amount", "account_age_days", "foreign_ip"]
 PASSWORDS = {"ann": "ann-password-1", "bob": "bob-password-2"}
 SHORT_LEASE = 5.0  # the shortest lease the settings allow (desk.lease_seconds >= 5)
 URGENT = 10.0  # priority of the requests a test injects: above every request the worker asks
-ARGS = [
-    "--no-sandbox",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-    "--disable-gpu",
-]
 _events = itertools.count()
 
 
@@ -192,16 +183,6 @@ def lease_desk(
         yield proc.wait_ready()
     finally:
         proc.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_sync.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def login(browser: Any, desk: DeskProcess, user: str, *, width: int = 1280) -> Any:

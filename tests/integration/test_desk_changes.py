@@ -40,8 +40,6 @@ Service = Worker = KafkaIO = Any  # fixtures' types live in conftest.py
 SHOTS = REPO / "docs" / "desk"
 FEATURES = ["amount", "account_age_days", "foreign_ip"]
 PASSWORD = "lead-password-1"  # noqa: S105 - a test account
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic", "--disable-gpu"]  # fmt: skip
 BEFORE, FLIPPED = 300, 80  # rows of the history before and after its labels flip
 
 
@@ -93,16 +91,6 @@ def deployment(
         yield service, proc
     finally:
         proc.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_sync.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def team(browser: Any, desk: DeskProcess) -> Any:

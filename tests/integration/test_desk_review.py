@@ -75,8 +75,6 @@ KEY = "review-snapshot-key-0123456789abcdef"
 URGENT = 10.0  # above every request the worker asks
 PARTITIONS = 2  # of the label topics (make_config)
 REACH = 4  # labels a correction reaches back
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic", "--disable-gpu"]  # fmt: skip
 
 
 def off_loop(call: Callable[[], Any]) -> Any:
@@ -117,16 +115,6 @@ def deployment(
         yield service, worker, proc
     finally:
         proc.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_sync.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def newest(service: Service, kafka_io: KafkaIO) -> ModelEnvelope | None:
@@ -391,14 +379,9 @@ def test_after_the_grace_period_an_author_asks_for_a_review(
 def beyond_reach(service: Service, kafka_io: KafkaIO, offset: int) -> bool:
     """The model's newest snapshot has learned the label at ``offset`` and can no longer
     correct it."""
-    newest = None
-    for record in off_loop(lambda: kafka_io.read(service.topics["models"])):
-        if record.key == b"m" and record.value:
-            envelope = parse_model_envelope(record.value, model="m")
-            if newest is None or envelope.version > newest.version:
-                newest = envelope
-    return (newest is not None and newest.labels_offset >= offset
-            and (newest.corrections_from < 0 or newest.corrections_from > offset))  # fmt: skip
+    model = newest(service, kafka_io)
+    return (model is not None and model.labels_offset >= offset
+            and (model.corrections_from < 0 or model.corrections_from > offset))  # fmt: skip
 
 
 def test_bad_or_forged_corrections_are_refused_with_a_reason_and_write_nothing(
