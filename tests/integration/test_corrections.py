@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 from faults.kafkaio import Out, produce_records
+from faults.workers import wait_until
 
 from service.records import SIGNATURE_HEADER, Correction, Signer
 
@@ -45,15 +46,6 @@ EVENTS = 160
 
 def concept(x: list[float]) -> int:
     return 1 if x[0] - 0.5 * x[2] > 0 else -1
-
-
-def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass
@@ -105,7 +97,7 @@ def answered(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Answ
         for q in requests
     ])  # fmt: skip
     run = Answered(service, worker, requests)
-    wait(lambda: run.version() == len(requests), 90, "every label learned")
+    wait_until(lambda: run.version() == len(requests), 90, "every label learned")
     return run
 
 
@@ -133,7 +125,7 @@ def test_a_correction_makes_the_model_the_replay_of_the_corrected_log(
     out = run.service.cli("labels", "correct", "--request-id", target["request_id"],
                           "--label", str(-y), "--by", "alice", "--role", "author")  # fmt: skip
     assert "corrected to" in out.stdout
-    wait(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 30,
+    wait_until(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 30,
          "a version of the champion and of the shadow")  # fmt: skip
     served = _rebuilt_equals_served(run, kafka_io)
     assert served["learner"] != old["learner"]  # it did change the model
@@ -144,7 +136,7 @@ def test_a_correction_makes_the_model_the_replay_of_the_corrected_log(
     # withdrawn (undo): one label fewer learned, and the replay still agrees
     run.service.cli("labels", "correct", "--request-id", run.requests[8]["request_id"],
                     "--label", "none", "--by", "carol", "--role", "reviewer")  # fmt: skip
-    wait(lambda: run.version() == before + 2, 30, "the withdrawal's version")
+    wait_until(lambda: run.version() == before + 2, 30, "the withdrawal's version")
     served = _rebuilt_equals_served(run, kafka_io)
     assert served["labels_applied"] == old["labels_applied"] - 1
 
@@ -159,7 +151,7 @@ def test_forged_and_bad_corrections_are_dead_lettered_and_make_no_version(
     run.send(kafka_io, Correction(rid, "m", -1, "alice", "author", 1.0), key="y" * 40)
     run.send(kafka_io, Correction(rid, "m", -1, "mallory", "author", 1.0))
     run.send(kafka_io, Correction("no-such-request", "m", -1, "carol", "reviewer", 1.0))
-    wait(lambda: len(run.dead(kafka_io)) >= 4, 30, "four dead letters")
+    wait_until(lambda: len(run.dead(kafka_io)) >= 4, 30, "four dead letters")
     reasons = [reason for reason, _ in run.dead(kafka_io)]
     assert reasons[-4:] == ["unsigned", "bad_signature", "not_author", "unknown_request"]
     assert "answered by 'alice', not 'mallory'" in run.dead(kafka_io)[-2][1]
@@ -183,12 +175,12 @@ def test_a_kill_9_in_the_middle_of_a_correction_leaves_the_replay_after_a_restar
     target = run.requests[3 if where == "replaying" else 4]
     run.send(kafka_io, Correction(target["request_id"], "m", -concept(target["features"]),
                                   "carol", "reviewer", 2.0))  # fmt: skip
-    wait(lambda: doomed.proc.poll() is not None, 60, "the worker to die")
+    wait_until(lambda: doomed.proc.poll() is not None, 60, "the worker to die")
     assert doomed.proc.returncode == -signal.SIGKILL
     assert f"SIGKILL while {where}" in doomed.stderr.read_text()
     run.worker = service.start()
     run.worker.wait_ready()
-    wait(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 60,
+    wait_until(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 60,
          "the correction redone after the restart")  # fmt: skip
     served = _rebuilt_equals_served(run, kafka_io)
     assert served["version"] == before + 1  # one version for the correction, no more
