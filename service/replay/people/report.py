@@ -7,7 +7,9 @@ budget holds; a second opinion, a reviewer's decision and an author's change are
 people give on top (``extra_work``: their number per label asked). ``changed`` and
 ``confirmed`` are the learner's own count of the corrections it applied
 (``abstain_corrections_total{outcome}``); ``wrong_left``: labels the model learns from at
-the end that are wrong (a wrong answer nobody caught, or a correction the learner refused).
+the end that are wrong (a wrong answer nobody caught, or a correction the learner refused);
+``ends_rejecting``: the model rejected at least 95 % of the last 500 events (it gave up
+deciding, as :func:`service.replay.prequential.ends_rejecting` says of a trace).
 
 :func:`table` draws one markdown row per (stream, arm), each cell the median over runs
 with the range: ``median [min-max]``.
@@ -42,7 +44,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("confirmed", ".0f", "confirmed"),
     ("wrong_left", ".0f", "wrong labels left"),
     ("extra_work", ".1%", "people's extra work"),
+    ("ends_rejecting", "count", "ends rejecting all"),
 )
+#: the window and share of :func:`~service.replay.prequential.ends_rejecting`
+END_WINDOW, END_SHARE = 500, 0.95
 
 
 def measures(run: PeopleRun, *, after: int) -> dict[str, Any]:
@@ -68,6 +73,8 @@ def measures(run: PeopleRun, *, after: int) -> dict[str, Any]:
         "refused": w.refused,
         "wrong_left": run.wrong_in_force,
         "extra_work": (w.second_opinions + w.reviews + w.undos) / labels,
+        "late": w.late,
+        "ends_rejecting": bool((run.decided[-END_WINDOW:] == 0).mean() >= END_SHARE),
         "seconds": round(run.seconds, 2),
     }
 
@@ -77,7 +84,13 @@ def _show(value: float, fmt: str) -> str:
 
 
 def cell(values: Sequence[float], fmt: str) -> str:
-    """``median [min-max]`` of ``values``."""
+    """``median [min-max]`` of ``values``; with ``fmt="count"``, how many are true.
+
+    >>> cell([True, False, True], "count")
+    '2/3'
+    """
+    if fmt == "count":
+        return f"{sum(bool(v) for v in values)}/{len(values)}"
     median = statistics.median(values)
     return f"{_show(median, fmt)} [{_show(min(values), fmt)}-{_show(max(values), fmt)}]"
 
