@@ -4,7 +4,7 @@
 
 * the learn side is a real :class:`~service.stream.labels.joiner.LabelJoiner` over
   in-memory tables (dicts: the :class:`~service.stream.labels.state.Table` protocol), its
-  history included, writing to an in-memory :class:`Sink`. Label requests, labels, second
+  history included, writing to a :class:`MemorySink`. Label requests, labels, second
   opinions and corrections go in as the records the topics carry (their JSON, their
   offsets), through :meth:`LabelJoiner.handle`, so a correction takes the learner's own
   path (checks, checkpoint, the later labels applied again) and is refused for the same
