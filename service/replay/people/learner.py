@@ -1,0 +1,217 @@
+"""The worker's stack in memory: the learner's label path and the model a scorer serves.
+
+:class:`MemoryService` runs one model of a stream worker without Kafka:
+
+* the learn side is a real :class:`~service.stream.labels.joiner.LabelJoiner` over
+  in-memory tables (dicts: the :class:`~service.stream.labels.state.Table` protocol), its
+  history included, writing to a :class:`MemorySink`. Label requests, labels, second
+  opinions and corrections go in as the records the topics carry (their JSON, their
+  offsets), through :meth:`LabelJoiner.handle`, so a correction takes the learner's own
+  path (checks, checkpoint, the later labels applied again) and is refused for the same
+  reasons;
+* the scoring side serves what the learner publishes on the models topic, as a scorer
+  does: each new version becomes a :class:`~service.stream.models.served.ServedModel`.
+  With ``keep=True`` (the default) the learner's model store keeps the envelope it last
+  wrote beside its bytes, and both sides read that object instead of parsing the bytes it
+  was just encoded to (a 70 kB state for Phishing: parsing it costs more than learning the
+  label); ``keep=False`` parses every read as a worker does, with the same results
+  (``tests/replay/people/test_learner.py``).
+  :meth:`MemoryService.decide` decides an event as the scorer's budgeted path does
+  (:func:`service.stream.scoring.decide.score_batch`): the served pipeline's
+  ``transform``, the learner's ``decide_many`` for the label and score, and the model's
+  :class:`~service.learning.QueryBudget` asked with the learner's utility of the score and
+  the event's coin, all on arrays (:meth:`service.learning.Budgeted.decide_many` on a batch
+  of one). That is the scorer's decision bit for bit
+  (``tests/replay/people/test_learner.py``); the plain replay's scalar
+  :meth:`~service.learning.Budgeted.decide` can differ from it in the last bits of the
+  query probability (``math.exp`` against numpy's ``exp``), never in a decision the tests
+  have met.
+
+The clock is the replay's: one second per event.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+from prometheus_client import CollectorRegistry
+
+from service.config import ModelConfig, Settings
+from service.learning import DEFAULT_MAX_WEIGHT, Budgeted, Decision, QueryBudget
+from service.metrics import Metrics
+from service.records import (
+    Correction,
+    Label,
+    LabelRequest,
+    ModelEnvelope,
+    Opinion,
+    RawMessage,
+    parse_model_envelope,
+    request_id,
+)
+from service.replay.errors import ReplayConfigError
+from service.stream.kafka.produce import Headers, partition_for
+from service.stream.labels.admission import admission
+from service.stream.labels.history import History
+from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore, Table
+from service.stream.models.served import ServedModel, initial_envelope
+from service.stream.outputs import Outputs
+from service.stream.scoring.scorer import make_budget
+
+__all__ = ["MODEL", "KeptModels", "MemoryService", "MemorySink", "replay_settings"]
+
+#: the model's name in a replay's settings
+MODEL = "replay"
+
+
+@dataclass
+class MemorySink:
+    """What the learner writes, by topic: the last model record and the dead letters."""
+
+    models_topic: str
+    dead_letters_topic: str
+    model: bytes | None = None  # the newest record of the models topic (not yet served)
+    dead: Counter[str] = field(default_factory=Counter)  # dead letters by reason
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+    ) -> None:
+        if topic == self.models_topic:
+            self.model = value
+        elif topic == self.dead_letters_topic and value is not None:
+            self.dead[_reason(value)] += 1
+
+    async def flush(self) -> None:
+        return None
+
+
+def _reason(value: bytes) -> str:
+    record = orjson.loads(value)
+    return str(record.get("reason", "unknown")) if isinstance(record, dict) else "unknown"
+
+
+def replay_settings(config: ModelConfig) -> Settings:
+    """Settings of a worker that serves ``config`` alone as :data:`MODEL`; what the
+    environment could change about the label path is given explicitly."""
+    if config.label_budget is None or config.label_budget.fraction is None:
+        raise ReplayConfigError("a replay with people needs a label budget (a fraction)")
+    return Settings(
+        models={MODEL: config},
+        default_model=MODEL,
+        max_importance_weight=DEFAULT_MAX_WEIGHT,
+        snapshot_key=None,
+        snapshot_key_previous=None,
+        request_ttl_seconds=1e9,
+        sweep_every=1_000_000,
+    )
+
+
+class KeptModels(ModelStore):
+    """A :class:`ModelStore` that keeps the envelope it last wrote of each model and returns
+    it on a read, instead of parsing the bytes it was encoded to (every write goes through
+    :meth:`put`: nothing else writes its table)."""
+
+    def __init__(self, table: Table, initial: Mapping[str, ModelEnvelope]) -> None:
+        super().__init__(table, initial)
+        self._kept: dict[str, ModelEnvelope] = {}
+
+    def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
+        super().put(envelope, encoded)
+        self._kept[envelope.model] = envelope
+
+    def get(self, model: str) -> ModelEnvelope:
+        kept = self._kept.get(model)
+        return super().get(model) if kept is None else kept
+
+
+class MemoryService:
+    """One model's scorer and learner in memory (module docstring)."""
+
+    def __init__(self, config: ModelConfig, *, keep: bool = True) -> None:
+        self.settings = s = replay_settings(config)
+        self.config = config
+        self.registry = CollectorRegistry()
+        self.sink = MemorySink(s.topics.models, s.topics.dead_letters)
+        metrics = Metrics(self.registry, models=s.models)
+        out = Outputs(self.sink, s.topics, metrics)
+        self.joiner = LabelJoiner(
+            s, pending=PendingStore({}, admission(s)), parked=ParkedStore({}),
+            models=(KeptModels if keep else ModelStore)({}, {MODEL: initial_envelope(MODEL,
+                                                                           config)}),
+            history=History({}, s, admission(s)), outputs=out, metrics=metrics,
+            clock=self.clock,
+        )  # fmt: skip
+        self.partition = partition_for(MODEL.encode(), s.partitions.labels)
+        self.joiner.own(frozenset(range(s.partitions.labels)))
+        assert config.label_budget is not None  # noqa: S101 - replay_settings checked it
+        self.budget: QueryBudget = make_budget(config.label_budget, share=1.0)
+        self.served = ServedModel.initial(MODEL, config)
+        self._decider = Budgeted(self.served.learner, self.budget)
+        self.keep = keep
+        self.now = 0.0
+        self.offsets = {"requests": 0, "labels": 0}
+
+    def clock(self) -> float:
+        return self.now
+
+    def decide(self, x: np.ndarray, coin: float) -> Decision:
+        """The served model's decision on raw features ``x``, asked through the budget with
+        ``coin``."""
+        self._serve_newest()
+        z = self.served.pipeline.transform_many(x[None, :])
+        labels, scores, probs, queries = self._decider.decide_many(z, coins=[coin])
+        rho = float(self.served.learner.rho)
+        return Decision(int(labels[0]), float(scores[0]), rho, bool(queries[0]), float(probs[0]))
+
+    def _serve_newest(self) -> None:
+        raw, self.sink.model = self.sink.model, None
+        if raw is None:
+            return
+        envelope = self.model() if self.keep else parse_model_envelope(raw, model=MODEL)
+        if envelope.version > self.served.version:
+            self.served = ServedModel.from_envelope(self.config, envelope)
+            self._decider = Budgeted(self.served.learner, self.budget)
+
+    def request(self, event_id: str, x: np.ndarray, decision: Decision) -> LabelRequest:
+        """The label request the scorer writes for ``decision`` on event ``event_id``."""
+        rho = float(self.served.learner.rho)
+        return LabelRequest(
+            request_id=request_id(MODEL, event_id), event_id=event_id, model=MODEL,
+            features=x.tolist(), score=decision.score, rho=rho, decided_label=decision.label,
+            query_probability=decision.query_probability, model_version=self.served.version,
+            requested_at=self.now, expires_at=self.now + self.settings.request_ttl_seconds,
+            priority=1.0 / (1.0 + min(abs(decision.score - rho), abs(decision.score + rho))),
+        )  # fmt: skip
+
+    async def send(self, record: LabelRequest | Label | Opinion | Correction) -> bool:
+        """Hand ``record`` to the learner as the next record of its topic; False when the
+        learner dead-lettered it (a refused correction, say)."""
+        topics = self.settings.topics
+        kind = "requests" if isinstance(record, LabelRequest) else "labels"
+        offset = self.offsets[kind]
+        self.offsets[kind] += 1
+        before = sum(self.sink.dead.values())
+        message = RawMessage(record.to_json(), topics.label_requests if kind == "requests"
+                             else topics.labels, self.partition, offset, MODEL.encode(),
+                             self.now)  # fmt: skip
+        await self.joiner.handle(message)
+        return sum(self.sink.dead.values()) == before
+
+    def model(self) -> ModelEnvelope:
+        """The learner's current version of the model."""
+        return self.joiner.models.get(MODEL)
+
+    def corrections(self) -> dict[str, int]:
+        """``abstain_corrections_total`` by outcome (changed, withdrawn, unchanged)."""
+        out = {}
+        for outcome in ("changed", "withdrawn", "unchanged"):
+            value = self.registry.get_sample_value(
+                "abstain_corrections_total", {"model": MODEL, "outcome": outcome}
+            )
+            out[outcome] = int(value or 0)
+        return out
