@@ -78,8 +78,10 @@ MAX_COUNTER: Final = 2**53
 #: snapshot beyond it is refused when read, an update that would go beyond it is refused
 #: when made (a learner's configured ``params`` are not bounded)
 MAX_MAGNITUDE: Final = 1e100
-# a number of 1e100 or more, as orjson writes it (shortest form: a three-digit exponent)
-_BIG: Final = re.compile(rb"\d[eE]\+?\d{3}")
+# a number of 1e100 or more as orjson writes it: its shortest form, an exponent of three
+# digits after "e+" (every finite float of 1e16 or more is written so; a literal parsed from
+# elsewhere, 1E100 or a 101-digit mantissa, is written so again once re-encoded)
+_BIG: Final = re.compile(rb"e\+\d{3}")
 
 
 def _beyond(value: Any) -> bool:
@@ -98,8 +100,9 @@ def _beyond(value: Any) -> bool:
 
 
 def _out_of_bounds(envelope: ModelEnvelope, encoded: bytes) -> bool:
-    """True if ``envelope`` (encoded as ``encoded``) holds a learned number beyond the
-    bound (a scan of the states only when the bytes show a number that large)."""
+    """True if ``envelope`` (encoded by orjson as ``encoded``: what :meth:`to_json` writes,
+    or its learned parts re-encoded, :func:`_learned_bytes`) holds a learned number beyond
+    the bound (a scan of the states only when the bytes show a number that large)."""
     if _BIG.search(encoded) is None:
         return False
     return any(_beyond(part) for part in (envelope.pipeline, envelope.learner, envelope.estimate))
@@ -200,10 +203,16 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:
         raise BadMessage("schema", f"model state for {model!r} has a negative risk sum")
-    if _out_of_bounds(envelope, raw):
+    if _out_of_bounds(envelope, _learned_bytes(envelope)):
         raise BadMessage("schema", f"model state for {model!r} holds a learned number of "
                          f"magnitude >= {MAX_MAGNITUDE:g}")  # fmt: skip
     return envelope
+
+
+def _learned_bytes(envelope: ModelEnvelope) -> bytes:
+    """The learned parts of an envelope read from elsewhere, as orjson writes them (numbers
+    in its shortest form, whatever form the input had)."""
+    return dumps([envelope.pipeline, envelope.learner, envelope.estimate])
 
 
 def _mapping(record: dict[str, Any], name: str) -> dict[str, Any]:

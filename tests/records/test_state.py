@@ -48,3 +48,19 @@ def test_numbers_below_the_bound_and_configured_params_pass() -> None:
     big = np.full(4, MAX_MAGNITUDE)
     with pytest.raises(RecordError):
         with_w([0.0] * 4).replace(learner={"learned": {"w": big}}).to_json()
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [b"1E100", b"1e100", b"1e+0100", b"-2.5E+123", b"1" + b"0" * 100, b"1" + b"0" * 100 + b".25"],
+)
+def test_a_forged_number_beyond_the_bound_is_refused_however_it_is_written(literal: bytes) -> None:
+    # not only as orjson writes it (1e+100): an upper-case exponent, one with leading zeros,
+    # a mantissa of 101 digits
+    written = orjson.dumps(with_w([0.0, 1.0, 2.0, 3.0]).to_dict())
+    raw = written.replace(b"[0.0,1.0,", b"[" + literal + b",1.0,")
+    assert literal in raw
+    with pytest.raises(BadMessage, match="schema: .*magnitude"):
+        parse_model_envelope(raw, model="m")
+    below = parse_model_envelope(raw.replace(literal, b"9" * 99), model="m")  # about 1e99
+    assert below.learner["learned"]["w"][0] == pytest.approx(1e99)

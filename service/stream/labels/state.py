@@ -312,10 +312,21 @@ class ModelStore:
         self._table = table
         self._initial = initial
         self._history = history
+        # model -> (the bytes stored, their envelope): the learner reads each model several
+        # times a label; what it wrote (or parsed once) is not parsed again while the table
+        # holds those very bytes (a record read back from the changelog is new bytes)
+        self._parsed: dict[str, tuple[bytes, ModelEnvelope]] = {}
 
     def get(self, model: str) -> ModelEnvelope:
         raw = self._table.get(model.encode())
-        return self._initial[model] if raw is None else parse_model_envelope(raw, model=model)
+        if raw is None:
+            return self._initial[model]
+        known = self._parsed.get(model)
+        if known is not None and known[0] is raw:
+            return known[1]
+        envelope = parse_model_envelope(raw, model=model)
+        self._parsed[model] = (raw, envelope)
+        return envelope
 
     def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
         """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`),
@@ -323,6 +334,7 @@ class ModelStore:
         deleted)."""
         name, version = envelope.model, envelope.version
         self._table[name.encode()] = encoded
+        self._parsed[name] = (encoded, envelope)
         if self._history > 0:
             self._table[f"{name}@{version}".encode()] = encoded
             old = f"{name}@{version - self._history}".encode()
