@@ -11,10 +11,10 @@
   reasons;
 * the scoring side serves what the learner publishes on the models topic, as a scorer
   does: each new version becomes a :class:`~service.stream.models.served.ServedModel`.
-  With ``keep=True`` (the default) the learner's model store keeps the envelope it last
-  wrote beside its bytes, and both sides read that object instead of parsing the bytes it
-  was just encoded to (a 70 kB state for Phishing: parsing it costs more than learning the
-  label); ``keep=False`` parses every read as a worker does, with the same results
+  With ``keep=True`` (the default) the scoring side takes the envelope the learner's
+  model store holds (it keeps what it wrote beside its bytes) instead of parsing the bytes
+  published (a 70 kB state for Phishing: parsing it costs more than learning the label);
+  ``keep=False`` parses every version published, as a worker does, with the same results
   (``tests/replay/people/test_learner.py``).
   :meth:`MemoryService.decide` decides an event as the scorer's budgeted path does
   (:func:`service.stream.scoring.decide.score_batch`): the served pipeline's
@@ -33,7 +33,6 @@ The clock is the replay's: one second per event.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,12 +57,12 @@ from service.stream.kafka.produce import Headers, partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.history import History
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.state import ModelStore, ParkedStore, PendingStore, Table
+from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.scorer import make_budget
 
-__all__ = ["MODEL", "KeptModels", "MemoryService", "MemorySink", "replay_settings"]
+__all__ = ["MODEL", "MemoryService", "MemorySink", "replay_settings"]
 
 #: the model's name in a replay's settings
 MODEL = "replay"
@@ -111,24 +110,6 @@ def replay_settings(config: ModelConfig) -> Settings:
     )
 
 
-class KeptModels(ModelStore):
-    """A :class:`ModelStore` that keeps the envelope it last wrote of each model and returns
-    it on a read, instead of parsing the bytes it was encoded to (every write goes through
-    :meth:`put`: nothing else writes its table)."""
-
-    def __init__(self, table: Table, initial: Mapping[str, ModelEnvelope]) -> None:
-        super().__init__(table, initial)
-        self._kept: dict[str, ModelEnvelope] = {}
-
-    def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
-        super().put(envelope, encoded)
-        self._kept[envelope.model] = envelope
-
-    def get(self, model: str) -> ModelEnvelope:
-        kept = self._kept.get(model)
-        return super().get(model) if kept is None else kept
-
-
 class MemoryService:
     """One model's scorer and learner in memory (module docstring)."""
 
@@ -141,8 +122,7 @@ class MemoryService:
         out = Outputs(self.sink, s.topics, metrics)
         self.joiner = LabelJoiner(
             s, pending=PendingStore({}, admission(s)), parked=ParkedStore({}),
-            models=(KeptModels if keep else ModelStore)({}, {MODEL: initial_envelope(MODEL,
-                                                                           config)}),
+            models=ModelStore({}, {MODEL: initial_envelope(MODEL, config)}),
             history=History({}, s, admission(s)), outputs=out, metrics=metrics,
             clock=self.clock,
         )  # fmt: skip
