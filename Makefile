@@ -23,7 +23,8 @@ run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + d
 	$(BIN)/python -m service demo $(ARGS)
 
 # processes the suite runs in (pytest-xdist; each starts its own broker when it needs one,
-# a test file stays in one process): TEST_JOBS=0 runs it in this process alone
+# a test file stays in one process): TEST_JOBS=0 runs it in this process alone. The tests
+# marked `solo` (a worker that must keep up with its traffic) run after, in one process.
 TEST_JOBS ?= 2
 XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
@@ -32,7 +33,8 @@ KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.p
 	tests/integration/test_service.py
 
 test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9 in TEST_JOBS=2 processes, then the Kafka 4 smoke subset)
-	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(ARGS)
+	$(BIN)/python -m pytest -m "not slow and not solo" $(XDIST) $(ARGS)
+	$(BIN)/python -m pytest -m "solo and not slow" $(ARGS)
 	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE)
 
 test-kafka4: $(STAMP) ## the broker smoke tests on a Kafka 4 broker only

@@ -58,6 +58,10 @@ from faults.workers import REPO, Deployment, WorkerProcess, http, wait_until
 from service.localkafka import LocalKafka
 from service.localprom import LocalPrometheus
 
+# its worker must keep up with ~130 events/s and their labels for the alerts to fire on
+# time: with other tests beside it on two cores it falls behind (make test runs it alone)
+pytestmark = pytest.mark.solo
+
 FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"
 SCRAPE = 1.0  # s, scrape and evaluation interval of the fast Prometheus
 HOLD = 2.0  # s, every `for:` of the fast rules
