@@ -83,7 +83,10 @@ def _since_change(learner: Any) -> tuple[float, int] | None:
 class ServedModel:
     """A model ready to score: configuration, preprocessing and learner at one version.
 
-    Never mutated: a newer version is a new object (scorers swap the reference)."""
+    Never replaced in place: a newer version is a new object (scorers swap the reference).
+    Scoring changes one thing in it, an adaptive learner's count of the decisions its
+    exploration floor raised (:class:`~service.stream.models.book.ModelBook` carries it to
+    the next version)."""
 
     name: str
     config: ModelConfig
