@@ -22,10 +22,11 @@ stream worker does; River's pipelines do the same):
   (:func:`service.replay.sequential.variant_learner`): DSAL held to a
   :class:`~service.learning.QueryBudget` at 5/10/20 %, DSOL with every label;
 * ``abstain adaptive``: the learner a stream worker serves by default, inside
-  :class:`service.learning.adaptive.Adaptive` (change detection, challengers, exploration),
-  built by the worker's own function (:func:`service.learning.serving_learner`, through
-  ``variant_learner`` with ``ReplayOptions.adaptive``); ``--adaptive KEY=VALUE`` runs the
-  wrapper with other settings;
+  :class:`service.learning.adaptive.Adaptive` (change detection, challengers, exploration,
+  tracking steps), built by the worker's own function
+  (:func:`service.learning.serving_learner`, through ``variant_learner`` with
+  ``ReplayOptions.adaptive``); ``--adaptive KEY=VALUE`` runs it with one setting changed (a
+  part, e.g. ``steps=false``, or a keyword of ``Adaptive``);
 * River's ``LogisticRegression`` with every label, at River's default step (SGD 0.01) and
   at 0.1 (the step that recovers fastest from the label flip, within a few % of the best on
   the stationary sets), and at 0.1 reset by ``drift.ADWIN``
@@ -149,6 +150,10 @@ class Arm:
         return f"{self.name} @{self.budget:.0%}" if self.budget else f"{self.name}, all labels"
 
 
+#: ``--adaptive`` keys that name a part of the served wrapper (:class:`Parts`)
+PART_NAMES = ("detector", "challengers", "explore", "steps")
+
+
 def _adaptive_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     """``--adaptive KEY=VALUE`` settings as keywords of ``Adaptive`` (``delta=D``: the
     default detector at another confidence; ``detector=null``: none)."""
@@ -159,16 +164,23 @@ def _adaptive_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _abstain_model(stream: Stream, budget: float | None, adaptive: dict[str, Any] | None) -> Any:
+    """abstain's model for ``stream``: the bare learner (``adaptive=None``), or the one a
+    worker serves (``serving_learner`` through ``variant_learner``) with the ``--adaptive``
+    settings: a part named (``steps=false``) turned on or off, any other an ``Adaptive``
+    keyword on top of the served wrapper's own."""
     variant = Variant("dsal", budget, "budget") if budget else Variant("dsol")
-    served = Parts() if adaptive == {} else None  # the defaults: the worker's own builder
+    settings = {} if adaptive is None else dict(adaptive)
+    parts = None if adaptive is None else Parts(
+        **{k: bool(settings.pop(k)) for k in PART_NAMES if k in settings})  # fmt: skip
     options = ReplayOptions(algorithms=(variant.algorithm,), costs=(COST,), seed=0,
-                            adaptive=served)  # fmt: skip
+                            adaptive=parts)  # fmt: skip
     model = variant_learner(variant, COST, stream.X.shape[1] + 1, options)
-    if adaptive is None or served is not None:
+    if not settings:
         return model
-    if isinstance(model, Budgeted):
-        return Budgeted(Adaptive(model.learner, **_adaptive_kwargs(adaptive)), model.budget)
-    return Adaptive(model, **_adaptive_kwargs(adaptive))
+    served = model.learner if isinstance(model, Budgeted) else model
+    kwargs = {"detector": served.detector, **served.get_params(), **_adaptive_kwargs(settings)}
+    wrapper = Adaptive(served.champion, **kwargs)
+    return Budgeted(wrapper, model.budget) if isinstance(model, Budgeted) else wrapper
 
 
 def abstain_arm(budget: float | None, *, adaptive: dict[str, Any] | None) -> Arm:

@@ -50,7 +50,7 @@ def build_pipeline(config: ModelConfig) -> Pipeline:
 def served_learner(config: ModelConfig, state: Any) -> Any:
     """The learner of a model's state record, as the configuration serves it
     (:func:`service.learning.learner_for` with its ``adaptive`` parts)."""
-    return learner_for(state, config.adaptive.parts())
+    return learner_for(state, config.adaptive.parts(intercept=config.intercept))
 
 
 def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
@@ -61,7 +61,7 @@ def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
         cost=config.cost,
         seed=config.seed,
         hyperparameters=config.hyperparameters,
-        parts=config.adaptive.parts(),
+        parts=config.adaptive.parts(intercept=config.intercept),
     )
     return ModelEnvelope(
         model=name,
