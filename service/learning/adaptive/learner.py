@@ -28,13 +28,10 @@ and watches what the champion does on its labels:
    the champion knew). Challengers that have not won after ``patience`` labels are
    dropped. The pattern of River's adaptive random forest (background learners started at
    a change), judged on the model's own labels.
-3. **Explore.** For the first ``explore_start`` labels (and, at the start, until each
-   class has had ``explore_each`` labels: a model that has seen one class only is sure of
-   it everywhere, and uncertainty sampling would hardly ask again) the query utility of
-   every event is at least ``explore_floor``, and for the ``explore_after`` labels after
-   each change at least ``after_floor`` (1 by default: every event alike, with a budget a
-   uniform sample of the events): the labels spread over the events instead of crowding
-   where the
+3. **Explore.** For the first ``explore_start`` labels the query utility of every event is
+   at least ``explore_floor``, and for the ``explore_after`` labels after each change at
+   least ``after_floor`` (1 by default: every event alike, with a budget a uniform sample
+   of the events): the labels spread over the events instead of crowding where the
    champion (new, or wrong since the change) believes it is unsure (randomised uncertainty
    sampling, Žliobaitė et al., 2014), and the challengers are judged on the stream, not
    only where the labels crowd. With a :class:`~service.learning.QueryBudget` the budget
@@ -167,9 +164,6 @@ class Adaptive:
         The least query utility of every event during the first ``explore_start`` labels
         (default 0.5 for 10 labels) and the ``explore_after`` labels after a change
         (default 1, for 20 labels).
-    explore_each:
-        At the start the floor also holds until each class has had this many labels
-        (default 2; 0: ``explore_start`` labels only).
     explore_events:
         The most decisions a floor raises the wrapper's own query probability for (a
         model without a budget); ``None`` (default): ``ceil(labels / floor)`` of the floor
@@ -193,7 +187,6 @@ class Adaptive:
         "after_floor",
         "explore_start",
         "explore_after",
-        "explore_each",
         "explore_events",
         "collapse_window",
         "seed",
@@ -206,7 +199,6 @@ class Adaptive:
         "_changes",
         "_explore_left",
         "_explored",
-        "_seen",
         "_floor",
         "_labels",
         "_last_change",
@@ -234,7 +226,6 @@ class Adaptive:
         after_floor: float = 1.0,
         explore_start: int = 10,
         explore_after: int = 20,
-        explore_each: int = 2,
         explore_events: int | None = None,
         collapse_window: int = 50,
         seed: int | None = 0,
@@ -262,7 +253,6 @@ class Adaptive:
         self.after_floor = _number("after_floor", after_floor, 0.0, 1.0)
         self.explore_start = check_int("explore_start", explore_start, 0)
         self.explore_after = check_int("explore_after", explore_after, 0)
-        self.explore_each = check_int("explore_each", explore_each, 0)
         self.explore_events = (
             None if explore_events is None else check_int("explore_events", explore_events, 0)
         )
@@ -274,7 +264,6 @@ class Adaptive:
         self._risk = RiskEstimate()
         self._explore_left = self.explore_start
         self._explored = 0
-        self._seen = [0, 0]  # labels +1 and -1 before the first change
         self._floor = self.explore_floor
         self._labels = 0
         self._changes = 0
@@ -463,23 +452,13 @@ class Adaptive:
         self._recall.remember(self._labels, z, yv, p, loss)
         self._labels += 1
         self._risk.add(loss, p)
-        self._explore_step(yv)
+        if self._explore_left > 0:
+            self._explore_left -= 1
         wrong = float(yv * decided.score < 0.0)
         if self._changed(wrong if self.signal == "error" else loss, decided):
             self._start_change()
         self._maybe_take_over()
         return moved
-
-    def _explore_step(self, y: float) -> None:
-        """A label counts down the floor in force; before the first change the start's
-        floor holds on until each class has had ``explore_each`` labels."""
-        if self._last_change is None:
-            self._seen[0 if y > 0 else 1] += 1
-        if self._explore_left > 0:
-            self._explore_left -= 1
-        starting = self._last_change is None and self.explore_start > 0
-        if starting and self._explore_left == 0 and min(self._seen) < self.explore_each:
-            self._explore_left = 1
 
     def _changed(self, signal: float, decided: Decision) -> bool:
         change = False
@@ -562,7 +541,6 @@ class Adaptive:
                 "last_change": self._last_change,
                 "explore_left": self._explore_left,
                 "explored": self._explored,
-                "seen": list(self._seen),
                 "floor": self._floor,
                 "risk": self._risk.to_state(),
                 "rng": st.rng_state(self._rng),
@@ -627,13 +605,6 @@ def _restore(model: Adaptive, record: Any) -> None:
     model._last_change = None if last is None else st.read_int(learned, "last_change")
     model._explore_left = st.read_int(learned, "explore_left")
     model._explored = st.read_int(learned, "explored") if "explored" in learned else 0
-    if "seen" in learned:  # records written before it: the start is over
-        seen = st.read_floats(learned, "seen", (2,))
-        if not all(v >= 0 and v == int(v) for v in seen):
-            raise StateError(f"adaptive state field 'seen' must hold two counts, got {seen!r}")
-        model._seen = [int(seen[0]), int(seen[1])]
-    else:
-        model._seen = [model.explore_each, model.explore_each]
     model._floor = st.read_float(learned, "floor", minimum=0.0)
     model._risk = RiskEstimate.from_state(learned.get("risk"))
     model._rng = st.rng_from_state(learned.get("rng"))

@@ -113,8 +113,7 @@ def test_a_stationary_stream_keeps_its_champion() -> None:
 
 def test_exploration_floors_the_utility_at_the_start_and_after_a_change() -> None:
     X, y = flipped_stream()
-    model = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=3, explore_after=4,
-                     explore_each=0)  # fmt: skip
+    model = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=3, explore_after=4)
     sure = 50.0  # a score the champion is sure of: DSAL's own utility is ~0
     for _ in range(3):
         assert model.exploring
@@ -132,43 +131,6 @@ def test_exploration_floors_the_utility_at_the_start_and_after_a_change() -> Non
     assert model.exploring
     probs = model.query_utility(np.array([sure, -sure, 0.0]))
     assert (probs >= 0.5).all()
-
-
-def test_the_start_floor_holds_until_each_class_has_its_labels() -> None:
-    x = np.array([0.5, 0.2, 1.0])
-    one_sided = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=3, detector=None)
-    for _ in range(12):  # twelve labels of one class: a model sure of it everywhere
-        one_sided.update(x, 1)
-    assert one_sided.exploring
-    assert one_sided.query_utility(50.0) == 0.5
-    one_sided.update(-x, -1)
-    assert one_sided.exploring  # one label of the other class is not two
-    one_sided.update(-x, -1)
-    assert not one_sided.exploring
-    both = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=4, detector=None)
-    for label in (1, -1, 1):
-        both.update(x * label, label)
-        assert both.exploring
-    both.update(-x, -1)
-    assert not both.exploring  # four labels, two of each class: the start is over
-    plain = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=3, explore_each=0)
-    for _ in range(3):
-        plain.update(x, 1)
-    assert not plain.exploring
-    restored = Adaptive.from_state(json.loads(json.dumps(one_sided.to_state())))
-    assert restored.to_state() == one_sided.to_state()
-    old = one_sided.to_state()
-    del old["learned"]["seen"]
-    del old["params"]["explore_each"]
-    fresh = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=3, detector=None)
-    fresh.update(x, 1)
-    older = fresh.to_state()
-    del older["learned"]["seen"]
-    del older["params"]["explore_each"]
-    again = Adaptive.from_state(older)  # a record from before: its start is counted in labels
-    again.update(x, 1)
-    again.update(x, 1)
-    assert not again.exploring
 
 
 def test_a_budget_over_the_wrapper_asks_with_the_true_probability() -> None:
@@ -412,7 +374,6 @@ def test_other_learners_recover_from_the_flip_too(name: str) -> None:
         {"explore_floor": 1.5},
         {"explore_start": -1},
         {"explore_events": -1},
-        {"explore_each": -1},
         {"collapse_window": -1},
         {"detector": "adwin"},
         {"seed": -1},
