@@ -40,7 +40,7 @@ and watches what the champion does on its labels:
    ``explore_events`` decisions (by default as many as the floor needs to ask its labels:
    ``ceil(labels / floor)``, 20 after a change): labels come back late, and a floor that
    waited for them would ask every event until they do. Decisions count while the floor
-   is on (:attr:`Adaptive.explore_decisions`, the one thing deciding changes); the
+   is on (:attr:`Adaptive.explored`, the one thing deciding changes); the
    utilities a budget scales (:meth:`Adaptive.query_utility`) keep the floor for its
    labels, since the budget already bounds what it asks.
 

@@ -212,6 +212,8 @@ def _stepped(record: Any, parts: Parts) -> Any:
         if not set(_BOUNDS) & set(params):
             return record
         return {**record, "params": {k: v for k, v in params.items() if k not in _BOUNDS}}
+    if set(_BOUNDS if parts.intercept else _BOUNDS[:1]) <= set(params):
+        return record  # set already (the common case: no learner is built)
     wanted = tracking_steps(learner_from_state(record), intercept=parts.intercept)
     missing = {k: v for k, v in wanted.items() if k not in params}
-    return {**record, "params": {**params, **missing}} if missing else record
+    return {**record, "params": {**params, **missing}}
