@@ -22,10 +22,11 @@ stream worker does; River's pipelines do the same):
   (:func:`service.replay.sequential.variant_learner`): DSAL held to a
   :class:`~service.learning.QueryBudget` at 5/10/20 %, DSOL with every label;
 * ``abstain adaptive``: the learner a stream worker serves by default, inside
-  :class:`service.learning.adaptive.Adaptive` (change detection, challengers, exploration),
-  built by the worker's own function (:func:`service.learning.serving_learner`, through
-  ``variant_learner`` with ``ReplayOptions.adaptive``); ``--adaptive KEY=VALUE`` runs the
-  wrapper with other settings;
+  :class:`service.learning.adaptive.Adaptive` (change detection, challengers, exploration,
+  tracking steps), built by the worker's own function
+  (:func:`service.learning.serving_learner`, through ``variant_learner`` with
+  ``ReplayOptions.adaptive``); ``--adaptive KEY=VALUE`` runs it with one setting changed (a
+  part, e.g. ``steps=false``, or a keyword of ``Adaptive``);
 * River's ``LogisticRegression`` with every label, at River's default step (SGD 0.01) and
   at 0.1 (the step that recovers fastest from the label flip, within a few % of the best on
   the stationary sets), and at 0.1 reset by ``drift.ADWIN``
@@ -149,6 +150,10 @@ class Arm:
         return f"{self.name} @{self.budget:.0%}" if self.budget else f"{self.name}, all labels"
 
 
+#: ``--adaptive`` keys that name a part of the served wrapper (:class:`Parts`)
+PART_NAMES = ("detector", "challengers", "explore", "steps")
+
+
 def _adaptive_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     """``--adaptive KEY=VALUE`` settings as keywords of ``Adaptive`` (``delta=D``: the
     default detector at another confidence; ``detector=null``: none)."""
@@ -158,29 +163,44 @@ def _adaptive_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _abstain_model(stream: Stream, budget: float | None, adaptive: dict[str, Any] | None) -> Any:
+def _abstain_model(
+    stream: Stream,
+    budget: float | None,
+    adaptive: dict[str, Any] | None,
+    params: dict[str, Any] | None = None,
+) -> Any:
+    """abstain's model for ``stream``: the bare learner (``adaptive=None``), or the one a
+    worker serves (``serving_learner`` through ``variant_learner``) with the ``--adaptive``
+    settings: a part named with a boolean (``steps=false``) turned on or off, any other an
+    ``Adaptive`` keyword (``challengers=["fresh"]``) on top of the served wrapper's own;
+    ``params``: the learner's hyperparameters (``--param``, as ``abstain replay --param``)."""
     variant = Variant("dsal", budget, "budget") if budget else Variant("dsol")
-    served = Parts() if adaptive == {} else None  # the defaults: the worker's own builder
+    settings = {} if adaptive is None else dict(adaptive)
+    named = [k for k in PART_NAMES if isinstance(settings.get(k), bool)]
+    parts = None if adaptive is None else Parts(**{k: settings.pop(k) for k in named})
     options = ReplayOptions(algorithms=(variant.algorithm,), costs=(COST,), seed=0,
-                            adaptive=served)  # fmt: skip
+                            adaptive=parts, params=dict(params or {}))  # fmt: skip
     model = variant_learner(variant, COST, stream.X.shape[1] + 1, options)
-    if adaptive is None or served is not None:
+    if not settings:
         return model
-    if isinstance(model, Budgeted):
-        return Budgeted(Adaptive(model.learner, **_adaptive_kwargs(adaptive)), model.budget)
-    return Adaptive(model, **_adaptive_kwargs(adaptive))
+    served = model.learner if isinstance(model, Budgeted) else model
+    kwargs = {"detector": served.detector, **served.get_params(), **_adaptive_kwargs(settings)}
+    wrapper = Adaptive(served.champion, **kwargs)
+    return Budgeted(wrapper, model.budget) if isinstance(model, Budgeted) else wrapper
 
 
-def abstain_arm(budget: float | None, *, adaptive: dict[str, Any] | None) -> Arm:
+def abstain_arm(
+    budget: float | None, *, adaptive: dict[str, Any] | None, params: dict[str, Any] | None = None
+) -> Arm:
     def run(stream: Stream) -> Trace:
-        model = _abstain_model(stream, budget, adaptive)
+        model = _abstain_model(stream, budget, adaptive, params)
         pipe = default_pipeline(stream.X.shape[1])
         return run_stream(model, stream.X, stream.y, stream.coins, COST, pipeline=pipe)
 
-    if adaptive is None:
-        return Arm("abstain", budget, run)
-    settings = ", ".join(f"{k}={json.dumps(v)}" for k, v in adaptive.items())
-    return Arm(f"abstain adaptive ({settings})" if settings else "abstain adaptive", budget, run)
+    named = {**(adaptive or {}), **(params or {})}
+    settings = ", ".join(f"{k}={json.dumps(v)}" for k, v in named.items())
+    name = "abstain" if adaptive is None else "abstain adaptive"
+    return Arm(f"{name} ({settings})" if settings else name, budget, run)
 
 
 class RiverRunner:
@@ -368,9 +388,9 @@ def arms(args: argparse.Namespace) -> list[Arm]:
     out: list[Arm] = []
     for b in args.budgets:
         if "abstain" in args.models:
-            out.append(abstain_arm(b, adaptive=None))
+            out.append(abstain_arm(b, adaptive=None, params=args.param))
         if "adaptive" in args.models:
-            out.append(abstain_arm(b, adaptive=args.adaptive))
+            out.append(abstain_arm(b, adaptive=args.adaptive, params=args.param))
     if "river" in args.models:
         out += river_arms(tuple(args.budgets), args.arf)
     if "oracle" in args.models:
@@ -452,6 +472,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a setting of the adaptive wrapper (JSON value; delta=D: ADWIN's confidence)",
     )
     p.add_argument(
+        "--param",
+        action="append",
+        type=_setting,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a hyperparameter of abstain's learners (JSON value), as abstain replay --param",
+    )
+    p.add_argument(
         "--models",
         type=lambda t: t.split(","),
         default=list(MODEL_KINDS),
@@ -478,6 +506,7 @@ def _setting(text: str) -> tuple[str, Any]:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.adaptive = dict(args.adaptive)
+    args.param = dict(args.param)
     if args.replot:
         record = json.loads((args.out / "peers.json").read_text())
         saved = argparse.Namespace(**{**vars(args), **record["settings"]})

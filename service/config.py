@@ -154,9 +154,11 @@ class AdaptiveConfig(BaseModel):
     part can be turned off, or the whole wrapper (``enabled = false``: the bare learner).
 
     >>> AdaptiveConfig().parts()
-    Parts(detector=True, challengers=True, explore=True)
+    Parts(detector=True, challengers=True, explore=True, steps=True, intercept=True)
     >>> AdaptiveConfig(challengers=False).parts().challengers, AdaptiveConfig(enabled=False).parts()
     (False, None)
+    >>> AdaptiveConfig().parts(intercept=False).intercept
+    False
     """
 
     model_config = _FROZEN
@@ -172,12 +174,24 @@ class AdaptiveConfig(BaseModel):
         default=True,
         description="ask uniformly more at the first labels and for a while after a change",
     )
+    steps: bool = Field(
+        default=True,
+        description="tracking steps (DSAL, DSOL): rho's step capped at 0.2/gamma^2, the "
+        "intercept's kept at its first size",
+    )
 
-    def parts(self) -> Parts | None:
-        """The wrapper's parts (``None``: no wrapper)."""
+    def parts(self, *, intercept: bool = True) -> Parts | None:
+        """The wrapper's parts (``None``: no wrapper) for inputs that end with an intercept
+        or not (the model's ``intercept``)."""
         if not self.enabled:
             return None
-        return Parts(detector=self.detector, challengers=self.challengers, explore=self.explore)
+        return Parts(
+            detector=self.detector,
+            challengers=self.challengers,
+            explore=self.explore,
+            steps=self.steps,
+            intercept=intercept,
+        )
 
 
 class CorrectionsConfig(BaseModel):

@@ -255,12 +255,19 @@ def test_a_model_is_adaptive_by_default_and_each_part_turns_off() -> None:
     s = load_settings(models={"m": {"n_features": 2}}, default_model="m")
     parts = s.models["m"].adaptive.parts()
     assert parts is not None
-    assert (parts.detector, parts.challengers, parts.explore) == (True,) * 3
+    assert (parts.detector, parts.challengers, parts.explore, parts.steps) == (True,) * 4
     off = load_settings(
-        models={"m": {"n_features": 2, "adaptive": {"challengers": False, "explore": False}}},
+        models={
+            "m": {
+                "n_features": 2,
+                "adaptive": {"challengers": False, "explore": False, "steps": False},
+            }
+        },
         default_model="m",
     ).models["m"]
-    assert off.adaptive.parts() == type(parts)(detector=True, challengers=False, explore=False)
+    assert off.adaptive.parts() == type(parts)(
+        detector=True, challengers=False, explore=False, steps=False
+    )
     bare = load_settings(
         models={"m": {"n_features": 2, "adaptive": {"enabled": False}}}, default_model="m"
     )
@@ -274,6 +281,7 @@ def test_a_model_is_adaptive_by_default_and_each_part_turns_off() -> None:
         ({"detector": "sometimes"}, "models.m.adaptive.detector"),
         ({"explore": ""}, "models.m.adaptive.explore"),
         ({"challengers": 2}, "models.m.adaptive.challengers"),
+        ({"steps": "often"}, "models.m.adaptive.steps"),
         ("on", "models.m.adaptive"),
     ],
 )

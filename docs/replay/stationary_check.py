@@ -7,10 +7,12 @@ Usage::
 
 For Phishing and svmguide1, ``R`` runs of 10,000 trials drawn with replacement (the
 replay's own plan, seed 0: the trials and coins of ``abstain replay``), DSAL held to label
-budgets of 5, 10 and 20 % and DSOL with every label, each learner alone (today) and inside
-:class:`service.learning.adaptive.Adaptive` with its defaults (after), on the same trials
-and coins. ``--fit events``: the online standardiser of ``docs/replay/README.md``'s tables;
-``--fit labels``: the one a stream worker uses (labelled examples only). Prints a markdown
+budgets of 5, 10 and 20 % and DSOL with every label, each learner alone (the bare learner)
+and as a stream worker serves it by default (``serving_learner`` with every part of
+:class:`service.learning.adaptive.Adaptive` on, tracking steps included; ``--parts`` names
+the parts on), on the same trials and coins. ``--fit events``: the online standardiser
+of ``docs/replay/README.md``'s tables; ``--fit labels``: the one a stream worker uses
+(labelled examples only). Prints a markdown
 table of the mean final risk (std over runs), the ratio after / before, and the changes the
 wrapper detected and acted on over all runs.
 """
@@ -28,8 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
-from service.learning import Budgeted  # noqa: E402
-from service.learning.adaptive import Adaptive  # noqa: E402
+from service.learning import Budgeted, Parts  # noqa: E402
 from service.replay.features import RunFeatures  # noqa: E402
 from service.replay.options import ReplayOptions  # noqa: E402
 from service.replay.prequential import run_stream  # noqa: E402
@@ -40,17 +41,13 @@ from service.replay.sequential import variant_learner  # noqa: E402
 SETTINGS: tuple[float | None, ...] = (0.05, 0.1, 0.2, None)
 
 
-def model(variant: Variant, cost: float, n: int, adaptive: bool) -> Any:
-    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(cost,), seed=0)
-    m = variant_learner(variant, cost, n, options)
-    if not adaptive:
-        return m
-    if isinstance(m, Budgeted):
-        return Budgeted(Adaptive(m.learner), m.budget)
-    return Adaptive(m)
+def model(variant: Variant, cost: float, n: int, parts: Parts | None) -> Any:
+    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(cost,), seed=0,
+                            adaptive=parts)  # fmt: skip
+    return variant_learner(variant, cost, n, options)
 
 
-def check(name: str, runs: int, cost: float, fit: str) -> list[str]:
+def check(name: str, runs: int, cost: float, fit: str, parts: Parts) -> list[str]:
     X, y = load_dataset(resolve_dataset_path(name))
     plan = plan_trials(X.shape[0], runs, 10_000, seed=0)
     features = RunFeatures(X, plan, standardize=True, intercept=True)
@@ -62,7 +59,7 @@ def check(name: str, runs: int, cost: float, fit: str) -> list[str]:
         for r in range(runs):
             idx = plan.indices[r]
             for adaptive in (False, True):
-                m = model(variant, cost, features.n_features, adaptive)
+                m = model(variant, cost, features.n_features, parts if adaptive else None)
                 if fit == "labels":
                     trace = run_stream(
                         m, X[idx], y[idx], plan.coins[r], cost, pipeline=features.pipeline()
@@ -92,10 +89,15 @@ def main() -> None:
     parser.add_argument("--fit", choices=("events", "labels"), default="events")
     parser.add_argument("--datasets", default="phishing,svmguide1")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--parts", default="detector,challengers,explore,steps",
+                        help="the wrapper's parts on (comma-separated; default all)")  # fmt: skip
     args = parser.parse_args()
+    names = {p.strip() for p in args.parts.split(",") if p.strip()}
+    parts = Parts(**{p: p in names for p in ("detector", "challengers", "explore", "steps")})
     started = time.perf_counter()
     head = [
-        f"Standardiser fitted on {args.fit}; {args.runs} runs x 10,000 trials, seed 0.",
+        f"Standardiser fitted on {args.fit}; {args.runs} runs x 10,000 trials, seed 0; "
+        f"parts on: {args.parts}.",
         "",
         "| dataset | learner | d | today: risk ± std | adaptive: risk ± std | ratio | "
         "changes / takeovers (all runs) |",
@@ -105,7 +107,7 @@ def main() -> None:
     rows = []
     for name in args.datasets.split(","):
         for cost in (float(c) for c in args.costs.split(",")):
-            rows += check(name, args.runs, cost, args.fit)
+            rows += check(name, args.runs, cost, args.fit, parts)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(head + rows) + "\n")

@@ -96,6 +96,8 @@ BOUNDS: Final[dict[str, Interval]] = {
     "kernel_gamma": Interval(0.0, 1e6, low_open=True),
     "coef0": Interval(-1e6, 1e6),
     "rho_cap": Interval(0.0, 1e6),
+    "rho_eta_max": Interval(0.0, math.inf, low_open=True, high_open=True),
+    "intercept_eta_min": Interval(0.0, math.inf, low_open=True, high_open=True),
 }
 """Declared bounds of the real-valued hyperparameters (name -> allowed interval)."""
 

@@ -312,12 +312,12 @@ def _adaptive_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--adaptive",
         nargs="?",
-        const="detector,challengers,explore",
+        const="detector,challengers,explore,steps",
         default=None,
         metavar="PARTS",
         help="run the learners as a stream worker serves a model by default, inside the "
         "adaptive wrapper (sequential, slower); PARTS: the parts on, comma-separated, of "
-        "detector, challengers, explore (default: all; '' for none)",
+        "detector, challengers, explore, steps (default: all; '' for none)",
     )
 
 
@@ -326,7 +326,7 @@ def _adaptive_parts(value: str | None) -> Parts | None:
     if value is None:
         return None
     names = {n.strip() for n in value.split(",") if n.strip()}
-    known = {"detector", "challengers", "explore"}
+    known = {"detector", "challengers", "explore", "steps"}
     if not names <= known:
         raise ReplayConfigError(f"--adaptive takes parts of {sorted(known)}, got {value!r}")
     return Parts(**{name: name in names for name in sorted(known)})

@@ -132,6 +132,7 @@ class ReplayOptions:
                 "detector": self.adaptive.detector,
                 "challengers": self.adaptive.challengers,
                 "explore": self.adaptive.explore,
+                "steps": self.adaptive.steps,
             },
             **({"window": self.window} if self.sampling == "sequential" else {}),
         }

@@ -74,11 +74,20 @@ def _engine_factory(
     return make
 
 
+#: hyperparameters the batched engine does not apply (a learner with them runs alone)
+_UNBATCHED_PARAMS = ("rho_eta_max", "intercept_eta_min")
+
+
 def _batched(options: ReplayOptions) -> list[Variant]:
     """Variants that run in the batched engine (the rest run sequentially)."""
     if (options.standardize and options.scaler_fit == "labels") or options.adaptive is not None:
         return []
-    return [v for v in options.variants() if v.algorithm in ALGORITHMS]
+    return [
+        v
+        for v in options.variants()
+        if v.algorithm in ALGORITHMS
+        and not set(params_for(v.algorithm, options.params)) & set(_UNBATCHED_PARAMS)
+    ]
 
 
 def replay(

@@ -22,6 +22,7 @@ Inputs:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -134,13 +135,16 @@ def replay_sequential(
 
 def variant_learner(variant: Variant, cost: float, n_features: int, options: ReplayOptions) -> Any:
     """A fresh learner of ``variant`` at ``cost``, held to its label budget if it has one."""
+    parts = options.adaptive
+    if parts is not None:  # the tracking steps need to know where the intercept is
+        parts = dataclasses.replace(parts, intercept=options.intercept)
     learner = serving_learner(
         variant.algorithm,
         n_features=n_features,
         cost=cost,
         seed=options.seed,
         hyperparameters=learner_kwargs(variant.algorithm, options),
-        parts=options.adaptive,
+        parts=parts,
     )
     budget = variant.query_budget(options.budget_params, options.seed)
     return learner if budget is None else Budgeted(learner, budget)

@@ -267,3 +267,18 @@ def test_labelled_only_standardiser_follows_the_stream_service(guide_like: Datas
         assert s.rho[0] == pytest.approx(learner.rho)
         other = find(events, algorithm, 0.25)
         assert (other.counts["asked"][-1, 0], other.rho[0]) != (asked, learner.rho)
+
+
+def test_learners_with_step_bounds_run_one_at_a_time(guide_like: Dataset) -> None:
+    from service.learning import DSAL, BatchLearner, HyperparameterError
+    from service.replay import runner
+
+    X, y = guide_like
+    bounded = ReplayOptions(algorithms=("dsal", "dsol"), runs=1, trials=200, costs=(0.25,),
+                            params={"dsal.rho_eta_max": 0.2})  # fmt: skip
+    assert [v.algorithm for v in runner._batched(bounded)] == ["dsol"]  # noqa: SLF001
+    free = ReplayOptions(algorithms=("dsal",), runs=1, trials=200, costs=(0.25,))
+    (dsal,) = [s for s in replay(X, y, bounded).series if s.algorithm == "dsal"]
+    assert dsal.rho[0] != replay(X, y, free).series[0].rho[0]  # the bound reached it
+    with pytest.raises(HyperparameterError, match="rho_eta_max"):
+        BatchLearner.from_learners([DSAL(n_features=2, cost=0.25, rho_eta_max=0.2)])

@@ -39,7 +39,12 @@ def test_an_adaptive_replay_runs_one_by_one_and_learns_each_asked_label() -> Non
                        adaptive=Parts())  # fmt: skip
     result = replay(X, y, on)
     (series,) = result.series
-    assert result.settings["adaptive"] == {"detector": True, "challengers": True, "explore": True}
+    assert result.settings["adaptive"] == {
+        "detector": True,
+        "challengers": True,
+        "explore": True,
+        "steps": True,
+    }
     assert series.seconds > 0  # the sequential engine times its learners
     assert 0.0 <= series.summary()["risk_mean"] < 0.25
 
@@ -48,10 +53,14 @@ def test_an_adaptive_replay_runs_one_by_one_and_learns_each_asked_label() -> Non
     ("value", "parts"),
     [
         (None, None),
-        ("detector,challengers,explore", Parts()),
-        ("detector", Parts(detector=True, challengers=False, explore=False)),
-        (" explore , challengers", Parts(detector=False, challengers=True, explore=True)),
-        ("", Parts(False, False, False)),
+        ("detector,challengers,explore,steps", Parts()),
+        ("detector", Parts(detector=True, challengers=False, explore=False, steps=False)),
+        (
+            " explore , challengers",
+            Parts(detector=False, challengers=True, explore=True, steps=False),
+        ),  # fmt: skip
+        ("steps", Parts(detector=False, challengers=False, explore=False, steps=True)),
+        ("", Parts(False, False, False, False)),
     ],
 )
 def test_adaptive_parts_on_the_command_line(value: str | None, parts: Parts | None) -> None:

@@ -36,7 +36,13 @@ and watches what the champion does on its labels:
    sampling, Žliobaitė et al., 2014), and the challengers are judged on the stream, not
    only where the labels crowd. With a :class:`~service.learning.QueryBudget` the budget
    still holds, and every decision's ``query_probability`` is the one it was really asked
-   with.
+   with. Without one the floor of the wrapper's own ``query_probability`` also ends after
+   ``explore_events`` decisions (by default as many as the floor needs to ask its labels:
+   ``ceil(labels / floor)``, 20 after a change): labels come back late, and a floor that
+   waited for them would ask every event until they do. Decisions count while the floor
+   is on (:attr:`Adaptive.explored`, the one thing deciding changes); the
+   utilities a budget scales (:meth:`Adaptive.query_utility`) keep the floor for its
+   labels, since the budget already bounds what it asks.
 
 The wrapper has the face of a learner (``decide``, ``decide_many``, ``update``,
 ``query_utility``, ``rho``, ``steps``, ``to_state``, ...), so it goes wherever a learner
@@ -158,6 +164,11 @@ class Adaptive:
         The least query utility of every event during the first ``explore_start`` labels
         (default 0.5 for 10 labels) and the ``explore_after`` labels after a change
         (default 1, for 20 labels).
+    explore_events:
+        The most decisions a floor raises the wrapper's own query probability for (a
+        model without a budget); ``None`` (default): ``ceil(labels / floor)`` of the floor
+        in force, the decisions it takes that floor to ask its labels (20 at the start and
+        after a change).
     collapse_window:
         Labels per window of the collapse watch (default 50; 0 turns it off).
     seed:
@@ -176,6 +187,7 @@ class Adaptive:
         "after_floor",
         "explore_start",
         "explore_after",
+        "explore_events",
         "collapse_window",
         "seed",
     )
@@ -186,6 +198,7 @@ class Adaptive:
         "detector",
         "_changes",
         "_explore_left",
+        "_explored",
         "_floor",
         "_labels",
         "_last_change",
@@ -213,6 +226,7 @@ class Adaptive:
         after_floor: float = 1.0,
         explore_start: int = 10,
         explore_after: int = 20,
+        explore_events: int | None = None,
         collapse_window: int = 50,
         seed: int | None = 0,
     ) -> None:
@@ -239,6 +253,9 @@ class Adaptive:
         self.after_floor = _number("after_floor", after_floor, 0.0, 1.0)
         self.explore_start = check_int("explore_start", explore_start, 0)
         self.explore_after = check_int("explore_after", explore_after, 0)
+        self.explore_events = (
+            None if explore_events is None else check_int("explore_events", explore_events, 0)
+        )
         self.collapse_window = check_int("collapse_window", collapse_window, 0)
         self.seed = check_seed(seed)
         self._watch = CollapseWatch(window=collapse_window) if collapse_window else None
@@ -246,6 +263,7 @@ class Adaptive:
         self._recall = Recall(self.memory)
         self._risk = RiskEstimate()
         self._explore_left = self.explore_start
+        self._explored = 0
         self._floor = self.explore_floor
         self._labels = 0
         self._changes = 0
@@ -316,6 +334,38 @@ class Adaptive:
         return self._explore_left > 0 and self._floor > 0.0
 
     @property
+    def explore_decisions(self) -> int:
+        """The most decisions the floor in force raises the query probability for
+        (``explore_events``, or ``ceil(labels / floor)``; 0 when none is in force)."""
+        if self._floor <= 0.0:
+            return 0
+        if self.explore_events is not None:
+            return self.explore_events
+        labels = self.explore_start if self._last_change is None else self.explore_after
+        return math.ceil(labels / self._floor)
+
+    @property
+    def explored(self) -> int:
+        """Decisions scored under the floor in force so far."""
+        return self._explored
+
+    def _floored_decisions(self, m: int) -> int:
+        """How many of the next ``m`` decisions the floor raises; counts them."""
+        if not self.exploring:
+            return 0
+        k = min(max(self.explore_decisions - self._explored, 0), m)
+        self._explored += k
+        return k
+
+    def continue_from(self, previous: Any) -> None:
+        """Keep counting the decisions of ``previous``, an earlier version of this model
+        that scored where this one will (a stream worker swapping versions), when both are
+        under the same floor (the same changes detected): versions written by the label
+        path never decide, so their count is the label path's, not the scorer's."""
+        if isinstance(previous, Adaptive) and previous._changes == self._changes:
+            self._explored = max(self._explored, previous._explored)
+
+    @property
     def running(self) -> tuple[str, ...]:
         """Kinds of the challengers running now."""
         return tuple(c.kind for c in self._contest.running)
@@ -332,24 +382,29 @@ class Adaptive:
 
     def decide(self, x: Any, coin: float | None = None) -> Decision:
         """The champion's label and score; the query probability is the champion's, floored
-        while exploring. ``coin`` decides the query (``coin < p``); without it the
-        wrapper's own generator draws one when ``0 < p < 1``."""
+        while exploring, for at most :attr:`explore_decisions` decisions (counted).
+        ``coin`` decides the query (``coin < p``); without it the wrapper's own generator
+        draws one when ``0 < p < 1``."""
         if coin is not None:
             coin = check_coin(coin)
         d = self.champion.decide(x, coin=0.0)  # a fixed coin: the champion's generator rests
-        p = max(d.query_probability, self._floor) if self.exploring else d.query_probability
+        p = d.query_probability
+        if self._floored_decisions(1):
+            p = max(p, self._floor)
         return Decision(d.label, d.score, d.rho, draw_query(p, coin, self._rng), p)
 
     def decide_many(
         self, X: Any, coins: Any = None
     ) -> tuple[npt.NDArray[np.int8], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """:meth:`decide` for the rows of ``X``, in order: ``(labels, scores,
-        query_probabilities, queries)``."""
+        query_probabilities, queries)``; the floor raises the first rows the decisions left
+        under it allow."""
         m = np.shape(X)[0] if np.ndim(X) == 2 else -1
         labels, scores, probs, _ = self.champion.decide_many(X, coins=np.zeros(max(m, 0)))
-        probs = np.asarray(probs, dtype=np.float64)
-        if self.exploring:
-            probs = np.maximum(probs, self._floor)
+        probs = np.array(probs, dtype=np.float64)
+        k = self._floored_decisions(probs.shape[0])
+        if k:
+            probs[:k] = np.maximum(probs[:k], self._floor)
         return labels, scores, probs, draw_queries(probs, coins, self._rng)
 
     # -- learning ----------------------------------------------------------------------
@@ -420,6 +475,7 @@ class Adaptive:
         self._changes += 1
         self._last_change = self._labels
         self._explore_left = self.explore_after
+        self._explored = 0
         self._floor = self.after_floor
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
         if self._contest or not self.challengers:
@@ -484,6 +540,7 @@ class Adaptive:
                 "takeovers": self._takeovers,
                 "last_change": self._last_change,
                 "explore_left": self._explore_left,
+                "explored": self._explored,
                 "floor": self._floor,
                 "risk": self._risk.to_state(),
                 "rng": st.rng_state(self._rng),
@@ -547,6 +604,7 @@ def _restore(model: Adaptive, record: Any) -> None:
     last = learned.get("last_change")
     model._last_change = None if last is None else st.read_int(learned, "last_change")
     model._explore_left = st.read_int(learned, "explore_left")
+    model._explored = st.read_int(learned, "explored") if "explored" in learned else 0
     model._floor = st.read_float(learned, "floor", minimum=0.0)
     model._risk = RiskEstimate.from_state(learned.get("risk"))
     model._rng = st.rng_from_state(learned.get("rng"))

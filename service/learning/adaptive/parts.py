@@ -1,7 +1,7 @@
-"""The learner a model serves: any learner inside :class:`~.learner.Adaptive` by default,
+r"""The learner a model serves: any learner inside :class:`~.learner.Adaptive` by default,
 with each of its parts turned on or off by the model's configuration.
 
-:class:`Parts` names the parts (change detection, challengers, exploration);
+:class:`Parts` names the parts (change detection, challengers, exploration, tracking steps);
 :func:`serving_learner` builds version 0 of a model from its algorithm and
 :func:`learner_for` rebuilds a model from its state record, *conformed* to the parts: a plain
 learner's record (written before the wrapper existed) is wrapped, an adaptive record whose
@@ -19,42 +19,99 @@ configuration means the same stack in both.
 (None, (), 1.0)
 >>> type(learner_for(model.to_state(), None)).__name__
 'DSAL'
+>>> model.champion.rho_eta_max, model.champion.intercept_eta_min   # the tracking steps
+(0.2, 1.6666666666666667)
+>>> learner_for(model.to_state(), Parts(steps=False)).champion.rho_eta_max is None
+True
+
+**Tracking steps** (``Parts.steps``, :func:`tracking_steps`). A double sigmoid learner
+(DSAL, DSOL) serves with two bounds on its step (:mod:`service.learning.linear.learner`):
+
+* $\rho$'s step is at most $0.2/\gamma^2$. $|\partial L_{ds}/\partial\rho| < \gamma/2$, so
+  one label moves $\rho$ by less than $0.1/\gamma$, a tenth of the sigmoid's width. The
+  default step $5/(\gamma^2(n+1))$ is below the cap from 24 features up (Phishing's 69:
+  unchanged); on a few features it is near 1 and one label could move $\rho$ by a third of
+  its size, so $\rho$ jitters, and after a shift of the boundary it grows with the first
+  wrong labels (the model rejects the moved region) and shrinks slowly.
+* The intercept (the last weight, when the inputs end with an
+  :class:`~service.learning.preprocessing.Intercept`) keeps its first step $\eta_0$ while
+  the other weights' step decays: a decaying step lets a stationary boundary settle, but
+  after $t$ labels it moves the boundary ever more slowly; with standardised inputs the
+  other weights hold the boundary's direction, the intercept its position, which a shift of
+  a threshold or of the class balance moves.
+
+``docs/replay/peers/README.md`` has the measurements behind both (SEA shift, label flip,
+rotating hyperplane, Phishing and svmguide1 at three costs and four budgets).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .. import state as st
+from ..linear.dsal import DSAL
 from ..registry import learner_from_state, make_learner
 from ..risk.collapse import CollapseWatch
 from .challengers import CHALLENGER_KINDS, Contest
 from .learner import ADAPTIVE_FORMAT, Adaptive, default_detector
 
-__all__ = ["Parts", "is_adaptive_state", "learner_for", "serving_learner"]
+__all__ = [
+    "RHO_STEP",
+    "Parts",
+    "is_adaptive_state",
+    "learner_for",
+    "serving_learner",
+    "tracking_steps",
+]
 
 # the wrapper's defaults for the parts that can be turned off (Adaptive's own defaults)
 _COLLAPSE_WINDOW = 50
 _EXPLORE_FLOOR = 0.5
 _AFTER_FLOOR = 1.0
+_BOUNDS = ("rho_eta_max", "intercept_eta_min")
+
+RHO_STEP: Final = 0.2
+r"""The cap of $\rho$'s step is ``RHO_STEP / gamma**2`` (module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """Which parts of :class:`~.learner.Adaptive` run.
+    r"""Which parts of :class:`~.learner.Adaptive` run.
 
     ``detector``: change detection (ADWIN on the champion's margin errors, and a collapse
     counted as a change); without it nothing starts the challengers or the exploration
     after a change. ``challengers``: the mirror and fresh challengers started at a change,
     which may take over. ``explore``: the uniform query floors (the first labels, and the
-    labels after a change).
+    labels after a change). ``steps``: the champion's tracking steps (module docstring).
+    ``intercept``: not a part but what the steps need to know, whether the inputs end with
+    an intercept (the model's ``intercept`` setting; without one only $\rho$'s cap applies).
     """
 
     detector: bool = True
     challengers: bool = True
     explore: bool = True
+    steps: bool = True
+    intercept: bool = True
+
+
+def tracking_steps(learner: Any, *, intercept: bool = True) -> dict[str, float]:
+    """The step bounds :class:`Parts` ``steps`` gives ``learner``: for a double sigmoid
+    linear learner (DSAL, DSOL) ``rho_eta_max`` and, with an intercept, ``intercept_eta_min``
+    (its schedule's first step); nothing for any other learner.
+
+    >>> tracking_steps(DSAL(n_features=4, cost=0.25, gamma=2.0))
+    {'rho_eta_max': 0.05, 'intercept_eta_min': 0.25}
+    >>> tracking_steps(DSAL(n_features=4, cost=0.25), intercept=False)
+    {'rho_eta_max': 0.2}
+    """
+    if not isinstance(learner, DSAL):  # DSOL is one too
+        return {}
+    out = {"rho_eta_max": RHO_STEP / learner.gamma**2}
+    if intercept:
+        out["intercept_eta_min"] = float(learner.eta(0))
+    return out
 
 
 def is_adaptive_state(state: Any) -> bool:
@@ -95,8 +152,9 @@ def learner_for(state: Any, parts: Parts | None) -> Any:
 
 
 def _wrap(learner: Any, parts: Parts, *, seed: int) -> Adaptive:
-    """A learner inside the wrapper; one that has learned already skips the start's
-    exploration (it is not starting)."""
+    """A learner inside the wrapper (with its tracking steps); one that has learned already
+    skips the start's exploration (it is not starting)."""
+    learner = learner_from_state(_stepped(learner.to_state(), parts))
     return Adaptive(
         learner,
         detector="default" if parts.detector else None,
@@ -130,4 +188,32 @@ def _conformed(record: dict[str, Any], parts: Parts) -> dict[str, Any]:
         after = learned.get("last_change") is not None
         learned["floor"] = params["after_floor"] if after else params["explore_floor"]
     record["params"], record["learned"] = params, learned
+    record["champion"] = _stepped(record.get("champion"), parts)
+    contest = record.get("contest")
+    if isinstance(contest, Mapping) and isinstance(contest.get("challengers"), list):
+        challengers = [
+            {**c, "learner": _stepped(c.get("learner"), parts)} if isinstance(c, Mapping) else c
+            for c in contest["challengers"]
+        ]
+        record["contest"] = {**contest, "challengers": challengers}
     return record
+
+
+def _stepped(record: Any, parts: Parts) -> Any:
+    """A learner record with the tracking steps ``parts`` asks for: the missing bounds set
+    (``steps`` on) or both removed (off); unchanged when they fit, or for a learner that
+    takes none (anything but DSAL and DSOL)."""
+    if not isinstance(record, Mapping) or record.get("algorithm") not in ("dsal", "dsol"):
+        return record
+    params = record.get("params")
+    if not isinstance(params, Mapping):
+        return record  # the learner's own reader says what is wrong with it
+    if not parts.steps:
+        if not set(_BOUNDS) & set(params):
+            return record
+        return {**record, "params": {k: v for k, v in params.items() if k not in _BOUNDS}}
+    if set(_BOUNDS if parts.intercept else _BOUNDS[:1]) <= set(params):
+        return record  # set already (the common case: no learner is built)
+    wanted = tracking_steps(learner_from_state(record), intercept=parts.intercept)
+    missing = {k: v for k, v in wanted.items() if k not in params}
+    return {**record, "params": {**params, **missing}}

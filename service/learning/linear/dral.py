@@ -47,6 +47,9 @@ class DRAL(DoubleRampRule, LinearLearner):
         $\eta_t = (1.5 / (n + 1)) / (1 + t/1000)$, meant for standardised features plus an
         intercept ($\|x\|^2 \approx n$; rescale $\eta$ for other inputs). The chosen
         schedule is part of the learner's state.
+    rho_eta_max, intercept_eta_min:
+        A cap on $\rho$'s step and a floor on the last weight's step (default ``None``:
+        both take ``eta``; :mod:`service.learning.linear.learner`).
     rho, w:
         Initial rejection width (Algorithm 1: 1) and weights (Algorithm 1: zero).
     seed:
@@ -73,11 +76,22 @@ class DRAL(DoubleRampRule, LinearLearner):
         cost: float,
         *,
         eta: float | Schedule | Mapping[str, Any] | None = None,
+        rho_eta_max: float | None = None,
+        intercept_eta_min: float | None = None,
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
     ) -> None:
-        super().__init__(n_features, cost, eta=eta, rho=rho, w=w, seed=seed)
+        super().__init__(
+            n_features,
+            cost,
+            eta=eta,
+            rho_eta_max=rho_eta_max,
+            intercept_eta_min=intercept_eta_min,
+            rho=rho,
+            w=w,
+            seed=seed,
+        )
 
     def _default_eta(self) -> Schedule:
         return default_dral_eta(self.n_features)

@@ -55,6 +55,9 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         meant for standardised features plus an intercept ($\|x\|^2 \approx n$; rescale
         $\eta$ for other inputs). Larger steps ask fewer labels at a higher risk. The
         chosen schedule is part of the learner's state.
+    rho_eta_max, intercept_eta_min:
+        A cap on $\rho$'s step and a floor on the last weight's step (default ``None``:
+        both take ``eta``; :mod:`service.learning.linear.learner`).
     rho, w:
         Initial rejection width (default 1) and weights (default zero).
     seed:
@@ -73,7 +76,15 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
     """
 
     algorithm: ClassVar[str] = "dsal"
-    param_names: ClassVar[tuple[str, ...]] = ("n_features", "cost", "gamma", "eta", "seed")
+    param_names: ClassVar[tuple[str, ...]] = (
+        "n_features",
+        "cost",
+        "gamma",
+        "eta",
+        "rho_eta_max",
+        "intercept_eta_min",
+        "seed",
+    )
     __slots__ = ("gamma",)
 
     gamma: float
@@ -85,12 +96,23 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         *,
         gamma: float = DEFAULT_GAMMA,
         eta: float | Schedule | Mapping[str, Any] | None = None,
+        rho_eta_max: float | None = None,
+        intercept_eta_min: float | None = None,
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
     ) -> None:
         self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
-        super().__init__(n_features, cost, eta=eta, rho=rho, w=w, seed=seed)
+        super().__init__(
+            n_features,
+            cost,
+            eta=eta,
+            rho_eta_max=rho_eta_max,
+            intercept_eta_min=intercept_eta_min,
+            rho=rho,
+            w=w,
+            seed=seed,
+        )
 
     def _default_eta(self) -> Schedule:
         return default_ds_eta(self.n_features, self.gamma)

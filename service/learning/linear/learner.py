@@ -5,6 +5,26 @@ The concrete algorithms (:class:`~service.learning.linear.dral.DRAL`,
 say how likely a query is and which (sub)gradient a label gives; everything else — input checks,
 the update step, read-only parameters, batched decisions and the state record — is here.
 
+The step: with the schedule's $\eta_t$ ($t$ = labels absorbed) and a label's gradient
+$(\partial L/\partial z, \partial L/\partial \rho)$ at $z = y\,w \cdot x$,
+
+.. math::
+
+    w \leftarrow w - \eta_t \frac{\partial L}{\partial z}\, y x, \qquad
+    \rho \leftarrow \max\Bigl(0,\ \rho - \min(\eta_t, \bar\eta_\rho)
+        \frac{\partial L}{\partial \rho}\Bigr),
+
+and the last weight takes $\max(\eta_t, \underline\eta_b)$ instead of $\eta_t$. By default
+$\bar\eta_\rho = \infty$ and $\underline\eta_b = 0$ (``rho_eta_max`` and
+``intercept_eta_min`` are ``None``): one step for everything, the papers' update. The two bounds
+are for a learner that must keep up with a changing stream
+(:class:`~service.learning.adaptive.Adaptive` sets them, see
+:mod:`service.learning.adaptive.parts`): a cap on $\rho$'s step keeps one label from moving
+the rejection width by much (with few features the default step, $5/(n+1)$, is near 1), and
+a floor on the last weight, the intercept's when an
+:class:`~service.learning.preprocessing.Intercept` comes last, keeps the boundary's position
+moving at its first pace while the other weights settle.
+
 The hot path stays lean: one ``dot`` per decision (a NaN or an infinity in ``x`` makes
 the score non-finite, so checking the score checks ``x``), scalar math through
 :mod:`math`, and an update that builds a new ``w`` instead of writing into the old one,
@@ -51,6 +71,7 @@ from ..schedules import Schedule, as_schedule
 __all__ = ["LinearLearner"]
 
 _L = TypeVar("_L", bound="LinearLearner")
+_BOUNDS = ("rho_eta_max", "intercept_eta_min")
 
 
 class LinearLearner:
@@ -65,13 +86,33 @@ class LinearLearner:
     """
 
     algorithm: ClassVar[str] = ""
-    param_names: ClassVar[tuple[str, ...]] = ("n_features", "cost", "eta", "seed")
+    param_names: ClassVar[tuple[str, ...]] = (
+        "n_features",
+        "cost",
+        "eta",
+        "rho_eta_max",
+        "intercept_eta_min",
+        "seed",
+    )
 
-    __slots__ = ("cost", "eta", "n_features", "seed", "_rho", "_rng", "_steps", "_w")
+    __slots__ = (
+        "cost",
+        "eta",
+        "intercept_eta_min",
+        "n_features",
+        "rho_eta_max",
+        "seed",
+        "_rho",
+        "_rng",
+        "_steps",
+        "_w",
+    )
 
     n_features: int
     cost: float
     eta: Schedule
+    rho_eta_max: float | None
+    intercept_eta_min: float | None
     seed: int | None
 
     def __init__(
@@ -80,6 +121,8 @@ class LinearLearner:
         cost: float,
         *,
         eta: float | Schedule | Mapping[str, Any] | None = None,
+        rho_eta_max: float | None = None,
+        intercept_eta_min: float | None = None,
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
@@ -87,6 +130,8 @@ class LinearLearner:
         self.n_features = check_int("n_features", n_features, 1)
         self.cost = check_param("cost", cost)
         self.eta = self._default_eta() if eta is None else as_schedule(eta)
+        self.rho_eta_max = _bound("rho_eta_max", rho_eta_max)
+        self.intercept_eta_min = _bound("intercept_eta_min", intercept_eta_min)
         self.seed = check_seed(seed)
         self._rho = check_param("rho", rho)
         if w is None:
@@ -201,6 +246,9 @@ class LinearLearner:
         rho = self._rho
         steps = self._steps
         eta = self.eta(steps)
+        eta_rho = eta if self.rho_eta_max is None else min(eta, self.rho_eta_max)
+        low = self.intercept_eta_min
+        eta_b = eta if low is None or eta >= low else low
         n = 1 if h <= 1.0 else math.ceil(h)
         h = h / n
         moved = False
@@ -216,10 +264,15 @@ class LinearLearner:
             if dz == 0.0 and drho == 0.0:
                 break
             c = h * eta * dz * yv
-            rho = rho - h * eta * drho
+            rho = rho - h * eta_rho * drho
             if rho < 0.0:
                 rho = 0.0
-            w = w - c * x
+            if eta_b == eta:
+                w = w - c * x
+            else:  # the intercept's floor: its own step
+                last = float(w[-1])
+                w = w - c * x
+                w[-1] = last - h * eta_b * dz * yv * float(x[-1])
             moved = True
         # a finite squared norm proves every weight finite; if it is not finite, look closer
         if not math.isfinite(rho) or (
@@ -235,10 +288,14 @@ class LinearLearner:
 
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
-        """Hyperparameters as JSON-safe values (the constructor's keywords)."""
+        """Hyperparameters as JSON-safe values (the constructor's keywords; a step bound
+        that is not set is left out, so such a learner's record is what it was before
+        the bounds existed)."""
         params: dict[str, Any] = {}
         for name in self.param_names:
             value = getattr(self, name)
+            if value is None and name in _BOUNDS:
+                continue
             params[name] = value.to_config() if name == "eta" else value
         return params
 
@@ -265,6 +322,11 @@ class LinearLearner:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params}, rho={self._rho!r}, steps={self._steps})"
+
+
+def _bound(name: str, value: Any) -> float | None:
+    """An optional step bound: ``None`` or a finite number > 0."""
+    return None if value is None else check_param(name, value)
 
 
 def _weight(value: Any) -> float:

@@ -274,7 +274,7 @@ def _learn(
     scorer's), and the changes and takeovers the step made; a refusal when not finite."""
     x = np.asarray(request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
-    learner = learner_for(dict(model.learner), config.adaptive.parts())
+    learner = learner_for(dict(model.learner), config.adaptive.parts(intercept=config.intercept))
     before = _adaptation(learner)
     try:
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned

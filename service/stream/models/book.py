@@ -35,7 +35,12 @@ decides, every server a member of its group). Which one is served:
   claims) is replaced by the next ``promote``.
 
 The scorer reads the models and the champions together, once per batch
-(:meth:`ModelBook.serving`).
+(:meth:`ModelBook.serving`). An adaptive learner counts the decisions its exploration floor
+raises (:attr:`service.learning.Adaptive.explore_decisions`); the label path's versions never
+decide, so a swap keeps the count of the version it replaces under the same floor
+(:meth:`service.learning.Adaptive.continue_from`): on each worker, a model without a label
+budget asks at most that many events at the floor after a change, however late its labels
+come back.
 """
 
 from __future__ import annotations
@@ -149,6 +154,9 @@ class ModelBook:
         if served.version < current:
             log.warning("model %s goes from version %s back to %s (the newest record wins "
                         "without a snapshot key)", name, current, served.version)  # fmt: skip
+        continued = getattr(served.learner, "continue_from", None)
+        if continued is not None:  # an adaptive learner's floored decisions, counted here
+            continued(self.models[name].learner)
         self.models = {**self.models, name: served}  # swap, never mutate in place
         self._origins[name] = (served.version, origin)
         self._notify(served)

@@ -50,7 +50,7 @@ def build_pipeline(config: ModelConfig) -> Pipeline:
 def served_learner(config: ModelConfig, state: Any) -> Any:
     """The learner of a model's state record, as the configuration serves it
     (:func:`service.learning.learner_for` with its ``adaptive`` parts)."""
-    return learner_for(state, config.adaptive.parts())
+    return learner_for(state, config.adaptive.parts(intercept=config.intercept))
 
 
 def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
@@ -61,7 +61,7 @@ def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
         cost=config.cost,
         seed=config.seed,
         hyperparameters=config.hyperparameters,
-        parts=config.adaptive.parts(),
+        parts=config.adaptive.parts(intercept=config.intercept),
     )
     return ModelEnvelope(
         model=name,
@@ -83,7 +83,10 @@ def _since_change(learner: Any) -> tuple[float, int] | None:
 class ServedModel:
     """A model ready to score: configuration, preprocessing and learner at one version.
 
-    Never mutated: a newer version is a new object (scorers swap the reference)."""
+    Never replaced in place: a newer version is a new object (scorers swap the reference).
+    Scoring changes one thing in it, an adaptive learner's count of the decisions its
+    exploration floor raised (:class:`~service.stream.models.book.ModelBook` carries it to
+    the next version)."""
 
     name: str
     config: ModelConfig

@@ -28,6 +28,7 @@ from service.config import ModelConfig
 from service.learning import Parts, Pipeline, is_adaptive_state, learner_for
 from service.records import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
+from service.stream.models.served import served_learner as config_learner
 
 from .kafkaio import Rec, loads
 from .oracle import SeenDecision
@@ -235,7 +236,7 @@ def replay(
     with the ``final`` state the service wrote."""
     start = initial_envelope(name, config).to_dict()
     pipeline = Pipeline.from_state(start["pipeline"])
-    learner = learner_for(start["learner"], config.adaptive.parts())
+    learner = config_learner(config, start["learner"])
     for x, y in labelled:
         xa = np.asarray(x, dtype=np.float64)
         pipeline.learn(xa)

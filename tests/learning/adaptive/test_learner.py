@@ -150,20 +150,113 @@ def test_a_budget_over_the_wrapper_asks_with_the_true_probability() -> None:
     assert model.learner.changes_detected >= 1
 
 
-def test_decide_many_decides_as_decide_does_and_changes_nothing() -> None:
+def test_decide_many_decides_as_decide_does_and_counts_only_the_floored_decisions() -> None:
     X, y = flipped_stream()
     model = Adaptive(DSAL(n_features=N, cost=0.25), explore_start=5)
-    feed(model, X[:2], y[:2])  # still exploring
+    feed(model, X[:2], y[:2])  # still exploring: the floor lasts ceil(5 / 0.5) = 10 decisions
+    twin = Adaptive.from_state(model.to_state())
     coins = np.random.default_rng(3).random(50)
     before = model.to_state()
     labels, scores, probs, queries = model.decide_many(X[:50], coins=coins)
-    one = [model.decide(x, coin=float(c)) for x, c in zip(X[:50], coins, strict=True)]
-    assert model.to_state() == before
+    one = [twin.decide(x, coin=float(c)) for x, c in zip(X[:50], coins, strict=True)]
+    assert twin.to_state() == model.to_state()
+    after = model.to_state()
+    assert after["learned"].pop("explored") == 10
+    before["learned"].pop("explored")
+    assert after == before  # deciding moves the count of floored decisions, nothing else
     assert labels.tolist() == [d.label for d in one]
     np.testing.assert_allclose(scores, [d.score for d in one], rtol=1e-12)
     np.testing.assert_allclose(probs, [d.query_probability for d in one], rtol=1e-12)
     assert queries.tolist() == [d.query for d in one]
-    assert (probs >= 0.5).all()
+    assert (probs[:10] >= 0.5).all()
+    assert model.exploring  # the labels have not come back: a budget's utilities stay floored
+    assert model.query_utility(50.0) == 0.5
+
+
+def _changed(model: Adaptive, X: np.ndarray, y: np.ndarray) -> int:
+    """Feed labels until a change is detected; return how many were fed."""
+    for i, (x, label) in enumerate(zip(X, y, strict=True)):
+        model.update(x, int(label))
+        if model.changes_detected:
+            return i + 1
+    raise AssertionError("no change detected")
+
+
+def test_without_a_budget_the_floor_after_a_change_asks_a_window_of_decisions() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    _changed(model, X, y)
+    sure = np.array([25.0, 0.0, 1.0])  # the champion is sure of it: its own p is ~0
+    assert model.champion.decide(sure, coin=0.5).query_probability < 1e-3
+    assert model.explore_decisions == 20  # 20 labels at a floor of 1
+    # no label comes back: only the first 20 decisions are asked at the floor
+    probs = [model.decide(sure, coin=0.999).query_probability for _ in range(100)]
+    assert probs[:20] == [1.0] * 20
+    assert max(probs[20:]) < 1e-3
+    assert model.explored == 20
+    assert model.exploring  # ... while a budget keeps the floor until 20 labels are back
+    assert model.query_utility(50.0) == 1.0
+    # decide_many ends the window at the same decision
+    again = Adaptive.from_state(model.to_state())
+    again._explored = 15
+    _, _, many, _ = again.decide_many(np.tile(sure, (8, 1)), coins=np.full(8, 0.999))
+    assert many.tolist()[:5] == [1.0] * 5
+    assert max(many[5:]) < 1e-3
+    # a new change opens a new window
+    fresh = Adaptive(DSAL(n_features=N, cost=0.25), explore_events=3)
+    _changed(fresh, X, y)
+    assert [fresh.decide(sure, coin=0.5).query_probability for _ in range(4)][2:] == [
+        1.0,
+        pytest.approx(fresh.champion.decide(sure, coin=0.5).query_probability),
+    ]
+
+
+def test_the_decision_window_leaves_a_budgeted_model_as_it_was() -> None:
+    X, y = flipped_stream(n=4000, flip=2000)
+    coins = np.random.default_rng(8).random(X.shape[0])
+    runs = []
+    for events in (None, 0, 5000):
+        model = Budgeted(Adaptive(DSAL(n_features=N, cost=0.25), explore_events=events),
+                         QueryBudget(0.1))  # fmt: skip
+        asked = []
+        for x, label, c in zip(X, y, coins, strict=True):
+            d = model.decide(x, coin=float(c))
+            asked.append((d.query, d.query_probability))
+            if d.query:
+                model.learner.update(x, int(label), query_probability=d.query_probability)
+        assert model.learner.changes_detected >= 1
+        runs.append(asked)
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_a_scorer_keeps_counting_across_versions_of_the_same_floor() -> None:
+    X, y = flipped_stream()
+    labels = Adaptive(DSAL(n_features=N, cost=0.25))  # the label path's copy
+    fed = _changed(labels, X, y)
+    scoring = Adaptive.from_state(labels.to_state())  # the version a scorer serves
+    sure = np.array([25.0, 0.0, 1.0])
+    for _ in range(12):
+        scoring.decide(sure, coin=0.5)
+    labels.update(X[fed], int(y[fed]))  # a label: the next version, its count still 0
+    newer = Adaptive.from_state(labels.to_state())
+    assert newer.explored == 0
+    newer.continue_from(scoring)
+    assert newer.explored == 12
+    assert [newer.decide(sure, coin=0.5).query_probability for _ in range(9)].count(1.0) == 8
+    later = Adaptive(DSAL(n_features=N, cost=0.25))  # another floor: nothing to continue
+    later.continue_from(scoring)
+    assert later.explored == 0
+
+
+def test_a_record_without_the_count_of_floored_decisions_loads() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    _changed(model, X, y)
+    old = model.to_state()
+    del old["learned"]["explored"]
+    del old["params"]["explore_events"]
+    restored = Adaptive.from_state(old)
+    assert (restored.explored, restored.explore_events, restored.explore_decisions) == (0, None, 20)
 
 
 def test_without_coins_the_wrapper_draws_its_own_from_its_seed() -> None:
@@ -280,6 +373,7 @@ def test_other_learners_recover_from_the_flip_too(name: str) -> None:
         {"patience": 0},
         {"explore_floor": 1.5},
         {"explore_start": -1},
+        {"explore_events": -1},
         {"collapse_window": -1},
         {"detector": "adwin"},
         {"seed": -1},

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.learning import DSAL, Adaptive, KernelDSAL, Parts, StateError, learner_for
-from service.learning.adaptive import is_adaptive_state, serving_learner
+from service.learning import DSAL, DSOL, Adaptive, KernelDSAL, Parts, StateError, learner_for
+from service.learning.adaptive import is_adaptive_state, serving_learner, tracking_steps
 
 
 def flipped(model: Adaptive, n: int = 600, seed: int = 0) -> Adaptive:
@@ -31,7 +31,10 @@ def test_version_zero_is_the_wrapper_with_every_part_by_default() -> None:
     assert model.champion.seed == 4
     bare = serving_learner("dsal", n_features=3, cost=0.25, seed=4, parts=None)
     assert isinstance(bare, DSAL)
-    assert bare.to_state() == model.champion.to_state()
+    assert (bare.rho_eta_max, bare.intercept_eta_min) == (None, None)
+    served = bare.to_state()  # the bare learner with the tracking steps
+    served["params"] |= {"rho_eta_max": 0.2, "intercept_eta_min": 1.25}
+    assert model.champion.to_state() == served
 
 
 def test_a_plain_record_is_wrapped_without_the_starts_exploration_once_it_has_learned() -> None:
@@ -42,12 +45,23 @@ def test_a_plain_record_is_wrapped_without_the_starts_exploration_once_it_has_le
     wrapped = learner_for(fresh.to_state(), Parts())
     assert isinstance(wrapped, Adaptive)
     assert not wrapped.exploring  # a model that serves already is not starting
-    assert wrapped.champion.to_state() == fresh.to_state()
+    assert wrapped.champion.to_state()["learned"] == fresh.to_state()["learned"]
+    assert wrapped.champion.rho_eta_max == 0.2  # it learns on with the tracking steps
     assert wrapped.decide([0.3, 1.0], coin=0.5) == fresh.decide([0.3, 1.0], coin=0.5)
+    assert learner_for(fresh.to_state(), Parts(steps=False)).champion.to_state() == (
+        fresh.to_state()
+    )
+
+
+def served(parts: Parts | None = None) -> Adaptive:
+    """Version 0 of a DSAL model on two inputs (the last one an intercept)."""
+    model = learner_for(DSAL(n_features=2, cost=0.25).to_state(), parts or Parts())
+    assert isinstance(model, Adaptive)
+    return model
 
 
 def test_an_adaptive_record_round_trips_unchanged_when_its_parts_fit() -> None:
-    model = flipped(Adaptive(DSAL(n_features=2, cost=0.25)))
+    model = flipped(served())
     assert model.changes_detected >= 1
     again = learner_for(model.to_state(), Parts())
     assert again.to_state() == model.to_state()
@@ -59,11 +73,12 @@ def test_an_adaptive_record_round_trips_unchanged_when_its_parts_fit() -> None:
         Parts(detector=False),
         Parts(challengers=False),
         Parts(explore=False),
-        Parts(False, False, False),
+        Parts(steps=False),
+        Parts(False, False, False, False),
     ],
 )
 def test_each_part_turns_off_and_on_again(parts: Parts) -> None:
-    model = flipped(Adaptive(DSAL(n_features=2, cost=0.25)), n=330)
+    model = flipped(served(), n=330)
     off = learner_for(model.to_state(), parts)
     assert (off.detector is not None) == parts.detector
     assert (off.collapse_window > 0) == parts.detector
@@ -72,12 +87,56 @@ def test_each_part_turns_off_and_on_again(parts: Parts) -> None:
     assert off.running == () or parts.challengers
     assert (off.after_floor > 0) == parts.explore
     assert off.exploring is (parts.explore and model.exploring)
-    assert off.champion.to_state() == model.champion.to_state()  # what it learned stays
+    assert (off.champion.rho_eta_max is not None) == parts.steps
+    assert all((c.learner.rho_eta_max is not None) == parts.steps for c in off._contest.running)
+    learned = off.champion.to_state()["learned"]
+    assert learned == model.champion.to_state()["learned"]  # what it learned stays
     assert (off.labels, off.changes_detected) == (model.labels, model.changes_detected)
     on = learner_for(off.to_state(), Parts())
     assert on.detector is not None
     assert on.challengers
     assert on.after_floor == 1.0
+    assert on.champion.to_state() == model.champion.to_state()
+
+
+def test_the_tracking_steps_bound_rho_and_floor_the_intercept() -> None:
+    rng = np.random.default_rng(3)
+    X = np.c_[rng.normal(size=(600, 2)), np.ones(600)]
+    y = np.where(X[:, 0] + X[:, 1] > 0.5, 1, -1)
+    plain, tracked = DSAL(n_features=3, cost=0.25), served_model(3)
+    moves, free = [], []
+    for x, label in zip(X, y, strict=True):
+        before = (tracked.rho, plain.rho)
+        plain.update(x, int(label))
+        tracked.champion.update(x, int(label))
+        moves.append(abs(tracked.rho - before[0]))
+        free.append(abs(plain.rho - before[1]))
+    assert max(moves) <= 0.1  # one label moves rho by less than 0.2 x gamma / 2
+    assert max(free) > 0.2  # at the default step (1.25 here) by more
+    assert not np.array_equal(plain.w, tracked.champion.w)
+    # after 600 labels the step is eta_0 / 1.6; the intercept's is still eta_0
+    champion = tracked.champion
+    w0, x = champion.w.copy(), np.array([0.2, -0.1, 1.0])
+    dz, _ = champion._gradient(float(w0 @ x), champion.rho)  # label +1: z = f
+    champion.update(x, 1)
+    eta0 = champion.eta(0)
+    np.testing.assert_allclose(champion.w - w0, -dz * np.array([eta0 / 1.6] * 2 + [eta0]) * x)
+    assert tracking_steps(DSOL(n_features=3, cost=0.25)) == {
+        "rho_eta_max": 0.2,
+        "intercept_eta_min": 1.25,
+    }
+    assert tracking_steps(KernelDSAL(n_features=3, cost=0.25)) == {}
+    narrow = serving_learner("dsal", n_features=3, cost=0.25, seed=0,
+                             parts=Parts(intercept=False))  # fmt: skip
+    assert (narrow.champion.rho_eta_max, narrow.champion.intercept_eta_min) == (0.2, None)
+    dral = serving_learner("dral", n_features=3, cost=0.25, seed=0, parts=Parts())
+    assert dral.champion.rho_eta_max is None
+
+
+def served_model(n: int) -> Adaptive:
+    model = serving_learner("dsal", n_features=n, cost=0.25, seed=0, parts=Parts())
+    assert isinstance(model, Adaptive)
+    return model
 
 
 def test_without_detection_a_flip_is_never_noticed_and_with_it_it_is() -> None:

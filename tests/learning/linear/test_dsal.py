@@ -130,3 +130,45 @@ def test_gamma_bounds_are_enforced() -> None:
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(HyperparameterError, match="gamma"):
             DSAL(n_features=1, cost=0.25, gamma=bad)
+
+
+def test_without_step_bounds_the_record_is_the_one_before_they_existed() -> None:
+    learner = DSAL(n_features=3, cost=0.25)
+    assert set(learner.to_state()["params"]) == {"n_features", "cost", "gamma", "eta", "seed"}
+    bounded = DSAL(n_features=3, cost=0.25, rho_eta_max=0.2, intercept_eta_min=1.0)
+    record = bounded.to_state()
+    assert (record["params"]["rho_eta_max"], record["params"]["intercept_eta_min"]) == (0.2, 1.0)
+    again = DSAL.from_state(record)
+    assert (again.rho_eta_max, again.intercept_eta_min) == (0.2, 1.0)
+    for x, y in ([1.0, -2.0, 1.0], 1), ([0.5, 0.1, 1.0], -1), ([3.0, 3.0, 1.0], -1):
+        bounded.update(x, y)
+        again.update(x, y)
+    assert again.to_state() == bounded.to_state()
+
+
+@pytest.mark.parametrize("name", ["rho_eta_max", "intercept_eta_min"])
+def test_step_bounds_must_be_positive_numbers(name: str) -> None:
+    from service.learning import HyperparameterError
+
+    for bad in (0.0, -1.0, math.inf, math.nan, True, "1"):
+        with pytest.raises(HyperparameterError, match=name):
+            DSAL(n_features=2, cost=0.25, **{name: bad})
+
+
+def test_the_bounds_cap_rho_and_floor_the_last_weight_only() -> None:
+    kw = {"n_features": 3, "cost": 0.25, "eta": 2.0, "rho": 1.0}
+    free = DSAL(**kw)
+    held = DSAL(**kw, rho_eta_max=0.5, intercept_eta_min=3.0)
+    x = np.array([1.0, -0.5, 1.0])
+    for learner in (free, held):
+        learner.update(x, -1)  # w = 0: z = 0, inside the band: w moves, rho grows
+    dz, drho = free._gradient(0.0, 1.0)
+    np.testing.assert_allclose(free.w, 2.0 * dz * x)
+    np.testing.assert_allclose(held.w, dz * np.array([2.0, 2.0, 3.0]) * x)
+    assert free.rho == pytest.approx(1.0 - 2.0 * drho)
+    assert held.rho == pytest.approx(1.0 - 0.5 * drho)
+    # a floor below the step and a cap above it change nothing, bit for bit
+    loose = DSAL(**kw, rho_eta_max=5.0, intercept_eta_min=0.1)
+    loose.update(x, -1)
+    assert loose.w.tolist() == free.w.tolist()
+    assert loose.rho == free.rho

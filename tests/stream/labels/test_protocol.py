@@ -10,6 +10,7 @@ import pytest
 
 from service.config import ModelConfig
 from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.learning.adaptive import tracking_steps
 from service.records import Label, parse_parked_label
 from service.stream.labels.protocol import apply_label, park_label, zero_one_d_loss
 from service.stream.models.served import ServedModel, initial_envelope
@@ -23,7 +24,9 @@ def test_apply_label_equals_offline_replay_through_service_learning() -> None:
     ys = [1 if x[0] > 0 else -1 for x in xs]
     state = initial_envelope("m", CFG)
     pipe = Pipeline([OnlineStandardizer(3), Intercept()])
+    # the model's learner with its tracking steps (service.learning.tracking_steps)
     learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
+    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0, **tracking_steps(learner))
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
         out = apply_label(
             CFG,

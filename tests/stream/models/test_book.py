@@ -3,15 +3,19 @@ snapshots it accepts wins (no broker)."""
 
 from __future__ import annotations
 
+import numpy as np
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
-from service.records import BadMessage, Label, Signer, request_id
+from service.learning import Adaptive
+from service.records import BadMessage, Label, ModelEnvelope, RawMessage, Signer, request_id
 from service.stream.labels.protocol import apply_label
 from service.stream.models.book import ModelBook, signer_for
-from service.stream.models.served import initial_envelope
+from service.stream.models.served import initial_envelope, served_learner
+from service.stream.scoring.scorer import Scorer
 
-from ..memory import CFG, pending, settings
+from ..memory import CFG, MemoryKafka, msg, outputs, pending, score, settings
 
 KEY, OLD_KEY = b"k" * 32, b"o" * 32
 
@@ -109,3 +113,44 @@ def test_the_signer_comes_from_the_settings() -> None:
     assert Signer(OLD_KEY).verify(b"m", raw, signer.sign(b"m", raw)) == "bad_signature"
     assert signer.verify(b"m", raw, Signer(OLD_KEY).sign(b"m", raw)) is None
     assert request_id("m", "x") != request_id("n", "x")
+
+
+def _changed_envelope(version: int) -> tuple[Adaptive, ModelEnvelope]:
+    """A model whose labels flipped: its learner (fed directly, the pipeline never learns,
+    so an event's features are the learner's inputs) has detected the change."""
+    learner = served_learner(CFG, initial_envelope("m", CFG).learner)
+    rng = np.random.default_rng(0)
+    for t in range(2000):
+        x = np.r_[rng.normal(size=3), 1.0]
+        learner.update(x, (1 if x[0] > 0 else -1) * (1 if t < 600 else -1))
+        if learner.changes_detected:
+            break
+    assert learner.changes_detected == 1
+    return learner, initial_envelope("m", CFG).replace(version=version, learner=learner.to_state())
+
+
+async def test_a_model_without_a_budget_asks_a_window_of_decisions_after_a_change() -> None:
+    book, kafka = ModelBook(settings()), MemoryKafka()
+    s = settings()
+    out = outputs(kafka, s, CollectorRegistry())
+    scorer = Scorer(s, book.serving, out, out.metrics, clock=lambda: 50.0)
+    learner, envelope = _changed_envelope(7)
+    assert book.offer(b"m", envelope.to_json())
+    floor = book.models["m"].learner.explore_decisions
+    assert floor == 20
+
+    def sure(n: int, start: int) -> list[RawMessage]:  # the champion's own p is ~0 there
+        return [msg({"id": f"e{i}", "features": [25.0, 0.0, 0.0]}, i)
+                for i in range(start, start + n)]  # fmt: skip
+
+    first = await score(scorer, sure(12, 0))
+    assert [d.query_probability for d in first.decisions] == [1.0] * 12
+    learner.update(np.array([0.3, 0.1, 0.2, 1.0]), -1)  # a label: the label path's next version
+    assert learner.changes_detected == 1
+    assert learner.explored == 0
+    assert book.offer(b"m", envelope.replace(version=8, learner=learner.to_state()).to_json())
+    assert book.models["m"].learner.explored == 12  # the scorer's count goes on
+    later = await score(scorer, sure(40, 12))
+    probs = [d.query_probability for d in later.decisions]
+    assert probs[:8] == [1.0] * 8
+    assert max(probs[8:]) < 0.06  # the champion's own p and the model's 5 % audit
