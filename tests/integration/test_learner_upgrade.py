@@ -23,14 +23,29 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faults.kafkaio import create_topics
 
-from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.config import ModelConfig
+from service.learning import Pipeline
 from service.records import LabelRequest, PendingEntry, request_id
 from service.stream.labels.loop import learn_group
+from service.stream.models.served import initial_envelope, served_learner
 
 Service = KafkaIO = Any  # fixtures' types live in conftest.py
 FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"
 MODEL = {"algorithm": "dsal", "cost": 0.25, "n_features": 3}
 FEATURES = [0.5, -0.2, 0.1]
+
+
+def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
+    """Offline: the same labels, in the same order, through the learner a worker serves for
+    ``cfg`` (service.learning directly, from version 0)."""
+    config = ModelConfig.model_validate(cfg)
+    start = initial_envelope("offline", config).to_dict()
+    pipe = Pipeline.from_state(start["pipeline"])
+    learner = served_learner(config, start["learner"])
+    for x, y in labelled:
+        pipe.learn(np.array(x))
+        learner.update(pipe.transform(np.array(x)), y)
+    return learner.w, learner.rho
 
 
 def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
@@ -93,12 +108,9 @@ def test_the_learner_goes_on_from_what_the_faust_agent_and_tables_left(
     models = kafka_io.wait_for(t["models"], lambda rs: any(
         r.key == b"m" and r.json()["version"] == 1 for r in rs))  # fmt: skip
     final = [r.json() for r in models if r.key == b"m"][-1]
-    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
-    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
-    pipe.learn(np.array(FEATURES))
-    learner.update(pipe.transform(np.array(FEATURES)), 1)
-    np.testing.assert_allclose(final["learner"]["champion"]["learned"]["w"], learner.w, rtol=1e-12)
-    assert final["learner"]["champion"]["learned"]["rho"] == pytest.approx(learner.rho, rel=1e-12)
+    w, rho = _replay(MODEL, [(FEATURES, 1)])  # the learner a worker serves, offline
+    np.testing.assert_allclose(final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12)
+    assert final["learner"]["champion"]["learned"]["rho"] == pytest.approx(rho, rel=1e-12)
     assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 1.0
 
     # nothing the faust group had committed was read again: the garbage at labels@0 was

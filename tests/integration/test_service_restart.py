@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.config import ModelConfig
+from service.learning import Pipeline
+from service.stream.models.served import initial_envelope, served_learner
 
 Service = KafkaIO = Any  # fixtures' types live in conftest.py
 MODEL = {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05}
@@ -23,9 +25,13 @@ def _truth(x: list[float]) -> int:
     return 1 if x[0] - x[2] > 0 else -1
 
 
-def _replay(labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
-    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
-    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
+def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
+    """Offline: the same labels, in the same order, through the learner a worker serves for
+    ``cfg`` (service.learning directly, from version 0)."""
+    config = ModelConfig.model_validate(cfg)
+    start = initial_envelope("offline", config).to_dict()
+    pipe = Pipeline.from_state(start["pipeline"])
+    learner = served_learner(config, start["learner"])
     for x, y in labelled:
         pipe.learn(np.array(x))
         learner.update(pipe.transform(np.array(x)), y)
@@ -79,7 +85,7 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     kafka_io.produce_json(t["labels"], [("r", lab) for lab in labels[6:8]])
     kafka_io.wait_for(t["models"], lambda rs: 8 in [r.json()["version"] for r in rs])
     final = [r.json() for r in kafka_io.read(t["models"]) if r.key == b"r"][-1]
-    w, rho = _replay([(q["features"], lab["label"]) for q, lab in zip(requests, labels,
+    w, rho = _replay(MODEL, [(q["features"], lab["label"]) for q, lab in zip(requests, labels,
                                                                       strict=True)])  # fmt: skip
     np.testing.assert_allclose(
         final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
