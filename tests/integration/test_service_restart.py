@@ -12,10 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from service.config import ModelConfig
-from service.learning import Pipeline
-from service.stream.models.served import initial_envelope, served_learner
+from faults.checks import learn_offline
 
 Service = KafkaIO = Any  # fixtures' types live in conftest.py
 MODEL = {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05}
@@ -26,15 +23,8 @@ def _truth(x: list[float]) -> int:
 
 
 def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
-    """Offline: the same labels, in the same order, through the learner a worker serves for
-    ``cfg`` (service.learning directly, from version 0)."""
-    config = ModelConfig.model_validate(cfg)
-    start = initial_envelope("offline", config).to_dict()
-    pipe = Pipeline.from_state(start["pipeline"])
-    learner = served_learner(config, start["learner"])
-    for x, y in labelled:
-        pipe.learn(np.array(x))
-        learner.update(pipe.transform(np.array(x)), y)
+    """Offline: the same labels, in the same order, through the learner a worker serves."""
+    _, learner = learn_offline("offline", cfg, labelled)
     return learner.w, learner.rho
 
 

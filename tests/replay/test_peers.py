@@ -3,25 +3,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-PEERS = Path(__file__).resolve().parents[2] / "loadtest" / "peers.py"
+from .scripts import load_script
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peers_benchmark", PEERS)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("peers.py", "peers_benchmark")
 
 
 def test_the_benchmark_prints_one_table_and_writes_its_results(

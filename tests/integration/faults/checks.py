@@ -226,6 +226,22 @@ class Replay:
     equal: bool  # bit for bit
 
 
+def learn_offline(
+    name: str, config: ModelConfig | Mapping[str, Any], labelled: Iterable[tuple[list[float], int]]
+) -> tuple[Pipeline, Any]:
+    """The pipeline and the learner a worker serves for ``config`` (a model's settings),
+    from version 0, after ``labelled`` in order: service.learning directly."""
+    config = ModelConfig.model_validate(config)
+    start = initial_envelope(name, config).to_dict()
+    pipeline = Pipeline.from_state(start["pipeline"])
+    learner = config_learner(config, start["learner"])
+    for x, y in labelled:
+        xa = np.asarray(x, dtype=np.float64)
+        pipeline.learn(xa)
+        learner.update(pipeline.transform(xa), y)
+    return pipeline, learner
+
+
 def replay(
     name: str,
     config: ModelConfig,
@@ -234,13 +250,7 @@ def replay(
 ) -> Replay:
     """Offline: ``labelled`` in order from version 0 through service.learning, compared
     with the ``final`` state the service wrote."""
-    start = initial_envelope(name, config).to_dict()
-    pipeline = Pipeline.from_state(start["pipeline"])
-    learner = config_learner(config, start["learner"])
-    for x, y in labelled:
-        xa = np.asarray(x, dtype=np.float64)
-        pipeline.learn(xa)
-        learner.update(pipeline.transform(xa), y)
+    pipeline, learner = learn_offline(name, config, labelled)
     w, rho, _ = _learned(final)
     diff = float(np.max(np.abs(np.asarray(w) - np.asarray(learner.w)), initial=0.0))
     diff = max(diff, abs(rho - float(learner.rho)))
