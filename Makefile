@@ -30,7 +30,8 @@ XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
 # the broker smoke tests, run again on the Kafka 4 line (make test runs them after the rest)
 KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.py \
-	tests/integration/test_service.py
+	tests/integration/test_service.py tests/integration/test_producers.py \
+	tests/integration/test_unreadable.py
 
 test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9 in TEST_JOBS=2 processes, then the Kafka 4 smoke subset)
 	$(BIN)/python -m pytest -m "not slow and not solo" $(XDIST) $(ARGS)

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "labels": ("service.stream.cli", "list pending label requests / submit labels"),
     "rebuild": ("service.stream.cli", "rebuild a model by replaying its label log"),
     "models": ("service.stream.models.cli", "compare, promote, roll back, seed from a file"),
+    "skip": ("service.stream.skip", "dead-letter a batch no worker can read and move past it"),
     "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
     "desk": ("service.desk.cli", "the label desk: a web work queue for the people who label"),

@@ -153,6 +153,20 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.unreadable_partitions = Gauge(
+            "abstain_unreadable_partitions",
+            "Partitions stopped at a record batch the worker cannot read (codec, CRC, a record "
+            "that does not parse) until `abstain skip` moves them past it",
+            ["topic"],
+            registry=r,
+        )
+        self.unreadable_batches = Counter(
+            "abstain_unreadable_batches_total",
+            "Record batches the worker could not read: stopped at (an input) or skipped (on an "
+            "operator's order, or read again from the beginning: models, changelogs)",
+            ["topic", "outcome"],
+            registry=r,
+        )
         self.label_requests_suppressed = Counter(
             "abstain_label_requests_suppressed_total",
             "Events the learner would have asked about that its label budget did not",

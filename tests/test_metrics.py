@@ -44,6 +44,8 @@ CATALOGUE = {
     "abstain_model_reject_fraction": ("gauge", {"model"}),
     "abstain_corrections_total": ("counter", {"model", "outcome"}),
     "abstain_correction_seconds": ("histogram", {"model"}),
+    "abstain_unreadable_partitions": ("gauge", {"topic"}),
+    "abstain_unreadable_batches_total": ("counter", {"topic", "outcome"}),
     "abstain_ready": ("gauge", set()),
     "abstain_live": ("gauge", set()),
 }
@@ -65,6 +67,8 @@ def test_every_series_of_the_catalogue_is_declared_with_its_type_and_labels() ->
     m = Metrics(registry, models=["a", "b"])
     m.set_partition("abstain.features", 0, lag=3, progress_ts=1.0)
     m.dead_letters.labels(source="features", reason="not_json").inc()
+    m.unreadable_partitions.labels(topic="abstain.features").set(0)
+    m.unreadable_batches.labels(topic="abstain.features", outcome="stopped").inc()
     # shown only for models that have them (a budget) or once known (a full window)
     for gauge in (m.label_budget_target, m.label_budget_spent, m.model_reject_fraction):
         gauge.labels(model="a").set(0.5)

@@ -837,6 +837,28 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 unit="s",
                 width=12,
             ),
+            timeseries(
+                "Partitions stopped at an unreadable batch",
+                "Partitions that stand at a record batch the worker cannot read (a codec, a "
+                "CRC, a record that does not parse), per topic: their events wait until "
+                "`abstain skip TOPIC PARTITION` dead-letters the batch "
+                "(abstain_unreadable_partitions; alert AbstainUnreadableBatch).",
+                [("sum by (topic) (abstain_unreadable_partitions)", "{{topic}}")],
+                width=12,
+            ),
+            timeseries(
+                "Unreadable batches",
+                "Record batches the workers could not read, per topic and outcome: stopped "
+                "at (an input), skipped (on an operator's order, or the models topic and "
+                "the changelogs, which are read from the start at every start)",
+                [
+                    (
+                        "sum by (topic, outcome) (increase(abstain_unreadable_batches_total[1h]))",
+                        "{{topic}} {{outcome}}",
+                    )
+                ],
+                width=12,
+            ),
         ],
     ),
 ]

@@ -136,6 +136,7 @@ async def _tick(desk: Desk) -> None:
 
 async def _models(settings: Settings) -> Any:
     """The models topic, followed for the top features (the worker's own follower)."""
+    from service.stream.kafka.clients import consumer_options  # noqa: PLC0415
     from service.stream.models.book import ModelBook, follow_models, signer_for  # noqa: PLC0415
 
     book = ModelBook(settings, signer=signer_for(settings))
@@ -143,7 +144,7 @@ async def _models(settings: Settings) -> Any:
     async def follow() -> None:
         while True:
             try:
-                kwargs = settings.security.aiokafka_kwargs()
+                kwargs = consumer_options(settings)
                 await follow_models(settings, book, consumer_kwargs=kwargs)
             except Exception:  # the desk works without snapshots; say why and try again
                 log.exception("following the models topic failed; retrying in 5 s")

@@ -53,9 +53,15 @@ from service.records import (
 )
 from service.stream.errors import DATA_ERRORS, TopicError
 from service.stream.kafka import topics as catalogue
-from service.stream.kafka.clients import reader, topic_partitions
+from service.stream.kafka.clients import (
+    consumer_options,
+    producer_options,
+    reader,
+    topic_partitions,
+)
 from service.stream.kafka.groups import START_TIMEOUT_SECONDS
 from service.stream.kafka.guard import TopicLayoutError, default_replication_factor
+from service.stream.kafka.unreadable import FetchFailed, Reader
 from service.stream.labels.admission import admission
 from service.stream.models.book import signer_for
 
@@ -83,7 +89,7 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
         request_timeout_ms=timeout_ms,
         retry_backoff_ms=100,
         max_request_size=settings.fetch_bytes,
-        **settings.security.aiokafka_kwargs(),
+        **producer_options(settings),
     )
 
 
@@ -262,8 +268,10 @@ class Feeds:
     async def run(self) -> None:
         """Read forever (until cancelled)."""
         s = self.settings
-        consumer = reader(s.bootstrap_servers, f"{s.app_id}-desk", client_kwargs=self.kwargs,
+        consumer = reader(s.bootstrap_servers, f"{s.app_id}-desk",
+                          client_kwargs=consumer_options(s),
                           max_partition_fetch_bytes=s.fetch_bytes)  # fmt: skip
+        fetch = Reader(consumer, policy="skip")  # read from the start again at every start
         await consumer.start()
         try:
             looked = 0.0
@@ -271,7 +279,12 @@ class Feeds:
                 if self.missing and time.monotonic() - looked > 3.0:
                     looked = time.monotonic()
                     await self._assign(consumer)
-                batch = await consumer.getmany(timeout_ms=200, max_records=2000)
+                try:
+                    batch = await fetch.getmany(timeout_ms=200, max_records=2000)
+                except FetchFailed as exc:
+                    log.warning("reading the desk's topics failed: %r; again", exc)
+                    await asyncio.sleep(1.0)
+                    continue
                 for tp, records in batch.items():
                     for rec in records:
                         self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value,

@@ -13,6 +13,7 @@ depends on none of them.
 - :mod:`.state`: table and snapshot records (model envelope, pending entry, parked label);
 - :mod:`.history`: the steps of the learner's history (what a correction reaches back to);
 - :mod:`.champions`: which model of each group serves (the models topic's champions record);
+- :mod:`.skips`: an operator's order to move a partition past a batch no worker can read;
 - :mod:`.signing`: the HMAC signature of model snapshots;
 - :mod:`.ids`: the label-request id and the query and audit coins (hashes: replays repeat).
 
@@ -52,6 +53,7 @@ from service.records.labels import (
 )
 from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
 from service.records.signing import SIGNATURE_HEADER, Signer
+from service.records.skips import SkipOrder, is_skip_key, parse_skip_order, skip_key
 from service.records.state import (
     MAX_MAGNITUDE,
     MODEL_FORMAT,
@@ -111,12 +113,14 @@ __all__ = [
     "SIGNATURE_HEADER",
     "Seed",
     "Signer",
+    "SkipOrder",
     "Source",
     "Step",
     "decode_json",
     "decode_object",
     "dumps",
     "encode_finite",
+    "is_skip_key",
     "label_from_dict",
     "label_request_from_dict",
     "parse_champions",
@@ -127,8 +131,10 @@ __all__ = [
     "parse_model_envelope",
     "parse_parked_label",
     "parse_pending_entry",
+    "parse_skip_order",
     "parse_step",
     "plain_feature_row",
     "coin",
     "request_id",
+    "skip_key",
 ]

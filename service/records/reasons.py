@@ -24,6 +24,7 @@ class Source(StrEnum):
     LABELS = "labels"
     LABEL_REQUESTS = "label-requests"
     MODELS = "models"
+    CHANGELOGS = "changelogs"  # the learner's own tables, read back at every start
 
 
 class Action(StrEnum):
@@ -56,6 +57,7 @@ class Reason(StrEnum):
     NOT_ANSWERED = "not_answered"  # a correction of a request that has no label to correct
     BEYOND_REACH = "beyond_reach"  # a correction of a label older than the model keeps
     NOT_AUTHOR = "not_author"  # an author's correction of a label someone else gave
+    UNREADABLE = "unreadable"  # a record batch the client cannot read (codec, CRC, a record)
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 

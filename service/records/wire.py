@@ -314,6 +314,8 @@ class DeadLetter:
     reason: Reason
     detail: str
     raw: bytes
+    #: the last offset of a range refused together (an unreadable batch); None: one record
+    last_offset: int | None = None
 
     @classmethod
     def of(cls, source: Source, message: RawMessage, reason: str, detail: str) -> DeadLetter:
@@ -328,15 +330,16 @@ class DeadLetter:
             body, encoding = raw.decode("utf-8"), "utf-8"
         except UnicodeDecodeError:
             body, encoding = base64.b64encode(raw).decode("ascii"), "base64"
-        return dumps(
-            {
-                "topic": self.topic,
-                "partition": self.partition,
-                "offset": self.offset,
-                "reason": self.reason,
-                "detail": self.detail[:1000].encode("utf-8", "backslashreplace").decode(),
-                "raw": body,
-                "raw_encoding": encoding,
-                "truncated": len(self.raw) > _RAW_LIMIT,
-            }
-        )
+        out = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "reason": self.reason,
+            "detail": self.detail[:1000].encode("utf-8", "backslashreplace").decode(),
+            "raw": body,
+            "raw_encoding": encoding,
+            "truncated": len(self.raw) > _RAW_LIMIT,
+        }
+        if self.last_offset is not None:
+            out["last_offset"] = self.last_offset
+        return dumps(out)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -33,14 +34,21 @@ from prometheus_client import CollectorRegistry
 
 from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
+from service.records import Source
 from service.stream.health.housekeeping import Housekeeping
 from service.stream.health.liveness import LivenessMonitor
-from service.stream.kafka.clients import LoopClients, broker_credentials, reader
+from service.stream.kafka.clients import (
+    LoopClients,
+    broker_credentials,
+    consumer_options,
+    reader,
+)
 from service.stream.kafka.guard import guard_topics
 from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
 from service.stream.kafka.topics import TABLES, declared, learned, watched
+from service.stream.kafka.unreadable import SkipBook, Unreadable
 from service.stream.labels.admission import admission
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.history import History
@@ -117,6 +125,7 @@ def _faust_app(s: Settings) -> App:
         topic_replication_factor=s.topic_policy.replication_factor or 1,
         topic_allow_declare=s.topic_policy.creation == "create",
         producer_max_request_size=s.fetch_bytes,
+        producer_compression_type=None if s.compression == "none" else s.compression,
         # faust's producer writes what is rare (snapshots, dead letters of the learner, POST
         # /labels); the table writes go in batches through the learner's own producer
         consumer_max_fetch_size=s.fetch_bytes,
@@ -127,11 +136,14 @@ def _faust_app(s: Settings) -> App:
     )
 
 
-def _score_loop(s: Settings, scorer: Scorer, progress: Progress) -> ScoreLoop:
+def _score_loop(
+    s: Settings, scorer: Scorer, progress: Progress, unreadable: Unreadable, skips: SkipBook
+) -> ScoreLoop:
     """The scoring path's loop and its aiokafka clients."""
     clients = LoopClients(s, score_group(s.app_id), (s.topics.features,))
     return ScoreLoop(s, scorer, progress, consumer_factory=clients.consumer,
-                     producer_factory=clients.producer, admin_factory=clients.admin)  # fmt: skip
+                     producer_factory=clients.producer, admin_factory=clients.admin,
+                     unreadable=unreadable, skips=skips)  # fmt: skip
 
 
 def _learn_loop(
@@ -140,6 +152,8 @@ def _learn_loop(
     tables: dict[str, ChangelogTable],
     checkpoint: Checkpoint,
     progress: Progress,
+    unreadable: Unreadable,
+    skips: SkipBook,
 ) -> LearnLoop:
     """The learner's loop and its aiokafka clients. Range assignment gives one member the
     same partition numbers of both label topics. aiokafka sends one fetch per broker at a
@@ -150,11 +164,12 @@ def _learn_loop(
     def changelogs() -> AIOKafkaConsumer:
         return reader(s.bootstrap_servers, f"{s.app_id}-recovery",
                       max_partition_fetch_bytes=s.fetch_bytes,
-                      client_kwargs=s.security.aiokafka_kwargs())  # fmt: skip
+                      client_kwargs=consumer_options(s))  # fmt: skip
 
     return LearnLoop(s, joiner, list(tables.values()), checkpoint, progress,
                      consumer_factory=clients.consumer, producer_factory=clients.producer,
-                     reader_factory=changelogs, admin_factory=clients.admin)  # fmt: skip
+                     reader_factory=changelogs, admin_factory=clients.admin,
+                     unreadable=unreadable, skips=skips)  # fmt: skip
 
 
 def _topic(
@@ -188,7 +203,8 @@ def create_app(
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock,
                     fallback=book.refuse if signer is None else None)  # fmt: skip
-    scoring = _score_loop(s, scorer, progress)
+    unreadable = Unreadable(metrics, topics=watched(s))
+    scoring = _score_loop(s, scorer, progress, unreadable, book.skips)
     pending = PendingStore(tables["pending"], admission(s))  # the learner's own checks
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
     joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
@@ -196,13 +212,14 @@ def create_app(
                          history=History(tables["history"], s, admission(s)),
                          outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
                          clock=clock, signer=signer)  # fmt: skip
-    learning = _learn_loop(s, joiner, tables, checkpoint, progress)
+    learning = _learn_loop(s, joiner, tables, checkpoint, progress, unreadable, book.skips)
+    learning.on_skip = partial(outputs.skipped_batch, Source.CHANGELOGS)
     learning.defer = lambda: scoring.backlogged
     view = RoutedView(learning.view, {t.features: scoring.view})
     housekeeping = Housekeeping(
         s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,
         liveness=LivenessMonitor(view, progress, metrics, watched=watched(s),
-                                 stall_seconds=s.stall_seconds),
+                                 stall_seconds=s.stall_seconds, unreadable=unreadable),
     )  # fmt: skip
     parts = app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
 
@@ -223,8 +240,10 @@ def create_app(
     @app.task  # type: ignore[untyped-decorator]
     async def follow() -> None:
         await declare_outputs()
-        await follow_models(s, book, consumer_kwargs=s.security.aiokafka_kwargs(),
-                            refused=outputs.refused_snapshot)  # fmt: skip
+        await follow_models(s, book, consumer_kwargs=consumer_options(s),
+                            refused=outputs.refused_snapshot,
+                            skipped=partial(outputs.skipped_batch, Source.MODELS),
+                            unreadable=unreadable)  # fmt: skip
 
     @app.timer(1.0)  # type: ignore[untyped-decorator]
     async def tick() -> None:

@@ -28,6 +28,7 @@ from service.records import (
     Source,
 )
 from service.stream.kafka.produce import Headers, OutRecord
+from service.stream.kafka.unreadable import UnreadableBatch
 
 __all__ = ["Outputs", "Sink"]
 
@@ -74,6 +75,10 @@ class Outputs:
         """Count and publish a refused input (key: none; the record says where it was)."""
         r = self.dead_letter_record(letter)
         await self.sink.send(r.topic, r.key, r.value)
+
+    async def skipped_batch(self, source: Source, batch: UnreadableBatch) -> None:
+        """Dead-letter a record batch that was skipped because it cannot be read."""
+        await self.dead_letter(batch.dead_letter(source))
 
     async def refused_snapshot(self, message: RawMessage, bad: BadMessage) -> None:
         """Dead-letter a record of the models topic that was not served."""

@@ -109,7 +109,7 @@ def mount_web(app: Any, parts: Worker, labels_topic: Any, pending: PendingStore)
             status = parts.housekeeping.status
             models = {name: m.version for name, m in parts.book.snapshot().items()}  # live
             detail = {"recovered": status.recovered, "models_loaded": status.models_loaded,
-                      "models": models}  # fmt: skip
+                      "models": models, "unreadable": list(status.unreadable)}  # fmt: skip
             return _reply(self, views.ready(status.ready, detail))
 
     @app.page("/models")

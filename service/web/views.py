@@ -102,7 +102,8 @@ def health(live: bool, detail: Mapping[str, Any]) -> Reply:
 
 
 def ready(is_ready: bool, detail: Mapping[str, Any]) -> Reply:
-    """Readiness: 200 once tables are recovered and models are loaded."""
+    """Readiness: 200 once tables are recovered and models are loaded (and while no partition
+    stands at a batch that cannot be read)."""
     return _json(200 if is_ready else 503, {"ready": is_ready, **detail})
 
 

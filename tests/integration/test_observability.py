@@ -39,6 +39,7 @@ import pytest
 import yaml
 from faults import HarnessError
 from faults.kafkaio import produce
+from faults.kcat import write_unreadable
 from faults.oracle import Observer, answer_fraction
 from faults.prom import (
     RULES,
@@ -289,6 +290,25 @@ def test_a_paused_consumer_fires_stalled_and_no_progress_which_resolve_after_res
     assert status == 200
     live.alerts.wait_resolved("AbstainConsumerStalled", timeout=WAIT)
     live.alerts.wait_resolved("AbstainConsumerNoProgress", timeout=WAIT)
+
+
+def test_a_batch_the_worker_cannot_read_fires_unreadable_which_resolves_after_skip(
+    live: Live,
+) -> None:
+    live.alerts.wait_resolved("AbstainUnreadableBatch", timeout=WAIT)  # quiet before
+    topic = live.dep.topics["features"]
+    write_unreadable(live.dep.bootstrap, topic, 0, [{"id": "bad", "model": "m",
+                                                     "features": [0, 0, 0]}])  # fmt: skip
+    alert = live.alerts.wait_firing("AbstainUnreadableBatch", {"topic": topic}, timeout=WAIT)
+    assert "skip" in alert["annotations"]["runbook"]
+    cmd = [sys.executable, "-m", "service", "skip", topic, "0", "--by", "sre",
+           "--config", str(live.dep.write_config()), "--broker", live.dep.bootstrap]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["skipped"]
+    live.alerts.wait_resolved("AbstainUnreadableBatch", timeout=WAIT)
+    live.alerts.wait_resolved("AbstainConsumerStalled", timeout=WAIT)
 
 
 def test_a_killed_worker_and_desk_fire_the_down_alerts_which_resolve_after_restarts(

@@ -3,7 +3,8 @@
 :meth:`Housekeeping.check` runs once a second (a faust timer) and returns a
 :class:`WorkerStatus`, which is also what ``/healthz`` and ``/readyz`` show:
 
-- ready = table recovery completed, every model snapshot read, and the broker answering;
+- ready = table recovery completed, every model snapshot read, the broker answering, and no
+  partition stopped at a batch that cannot be read;
 - the learner's snapshots published again when the served version differs from the
   learner's for a while, and every ``republish_seconds``;
 - the pending, budget and query-rate gauges;
@@ -75,6 +76,7 @@ class WorkerStatus:
     broker_reachable: bool = True
     live: bool = True
     stalled: tuple[str, ...] = ()
+    unreadable: tuple[str, ...] = ()
 
 
 class Housekeeping:
@@ -117,7 +119,7 @@ class Housekeeping:
             self.ready_since = None
         report = await self.liveness.check(now)
         loaded = self.book.loaded.is_set()
-        ready = loaded and recovered and report.broker_reachable
+        ready = loaded and recovered and report.broker_reachable and not report.unreadable
         self.metrics.ready.set(1 if ready else 0)
         self.status = WorkerStatus(
             ready=ready,
@@ -126,6 +128,7 @@ class Housekeeping:
             broker_reachable=report.broker_reachable,
             live=report.live,
             stalled=report.stalled,
+            unreadable=report.unreadable,
         )
         return self.status
 

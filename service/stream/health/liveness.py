@@ -12,6 +12,11 @@ every worker at once -- unless the recovery itself stops: no changelog record re
 A broker that does not answer is not the worker's fault either: nothing counts as stalled
 then (a restart would not bring the broker back), and :attr:`LivenessReport.broker_reachable`
 says so, for readiness.
+
+A partition stopped at a batch the worker cannot read
+(:class:`~service.stream.kafka.unreadable.Unreadable`) is stalled at once, named with its
+offsets and the command that moves it on (:attr:`LivenessReport.unreadable`; readiness fails
+too): waiting ``stall_seconds`` would only delay the alarm.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from aiokafka.errors import KafkaError
 from service.metrics import Metrics
 from service.stream.health.stalls import PartitionStatus, RecoveryWatch, stalled_partitions
 from service.stream.kafka.loop import TP, ConsumerView, Progress, RecoveryState, partition_key
+from service.stream.kafka.unreadable import Unreadable
 
 __all__ = ["LivenessMonitor", "LivenessReport"]
 
@@ -38,12 +44,14 @@ class LivenessReport:
 
     ``live``: nothing stalled; ``stalled``: why not (a partition with its lag, or a table
     recovery that reads nothing); ``broker_reachable``: the last end-offset request was
-    answered in time (readiness follows it); ``partitions``: the watched partitions."""
+    answered in time (readiness follows it); ``partitions``: the watched partitions;
+    ``unreadable``: partitions stopped at a batch that cannot be read (also in ``stalled``)."""
 
     live: bool
     stalled: tuple[str, ...]
     broker_reachable: bool
     partitions: tuple[PartitionStatus, ...]
+    unreadable: tuple[str, ...] = ()
 
 
 class LivenessMonitor:
@@ -53,7 +61,8 @@ class LivenessMonitor:
     ``view``: the consumer; ``progress``: what the loops processed (a partition newly
     assigned counts as progress, and a revoked one is forgotten); ``watched``: the topics
     whose partitions must not stall; ``stall_seconds``: how long lag without progress is
-    tolerated; ``answer_timeout``: how long the broker has to give end offsets.
+    tolerated; ``answer_timeout``: how long the broker has to give end offsets;
+    ``unreadable``: the partitions the loops stopped at a batch they cannot read.
     """
 
     def __init__(
@@ -65,8 +74,10 @@ class LivenessMonitor:
         watched: Iterable[str],
         stall_seconds: float,
         answer_timeout: float = 5.0,
+        unreadable: Unreadable | None = None,
     ) -> None:
         self.view = view
+        self.unreadable = unreadable if unreadable is not None else Unreadable()
         self.progress = progress
         self.metrics = metrics
         self.watched = frozenset(watched)
@@ -96,15 +107,20 @@ class LivenessMonitor:
             self.progress.hold(current, now)
         statuses = [await self._status(tp, highs.get(partition_key(tp))) for tp in tps]
         self._forget_revoked(current)
-        stalled = stalled_partitions(
-            statuses, now=now, stall_seconds=self.stall_seconds, paused=paused
-        ) + await self._recovery_stalled(now, recovery, probe)
+        unreadable = self.unreadable.lines()
+        waiting = [st for st in statuses if (st.topic, st.partition) not in self.unreadable.stopped]
+        stalled = (
+            unreadable
+            + stalled_partitions(waiting, now=now, stall_seconds=self.stall_seconds, paused=paused)
+            + await self._recovery_stalled(now, recovery, probe)
+        )
         self.metrics.live.set(0 if stalled else 1)
         return LivenessReport(
             live=not stalled,
             stalled=tuple(stalled),
             broker_reachable=self.broker_reachable,
             partitions=tuple(statuses),
+            unreadable=tuple(unreadable),
         )
 
     def _cached_highwaters(self, tps: Iterable[TP]) -> dict[tuple[str, int], int]:
@@ -144,14 +160,15 @@ class LivenessMonitor:
 
     async def _next_to_process(self, tp: TP) -> int | None:
         """Next offset still to process: after the last processed one, else after the last
-        committed one, else where the consumer stands."""
+        committed one; where the consumer stands if that is further (offsets of records it
+        skips without handing them out: the control record that ends a transaction, a
+        transaction aborted under ``read_committed``)."""
         done = self.progress.offsets.get(partition_key(tp))
-        if done is not None:
-            return done + 1
-        committed = self.view.committed_next(tp)
-        if committed is not None:
-            return committed
-        return await self.view.position(tp)
+        known = done + 1 if done is not None else self.view.committed_next(tp)
+        position = await self.view.position(tp)
+        if known is None or position is None:
+            return position if known is None else known
+        return max(known, position)
 
     def _forget_revoked(self, current: set[tuple[str, int]]) -> None:
         """Drop the gauge series and the progress of partitions no longer assigned."""

@@ -5,6 +5,10 @@ operators' scripts).
 
 Every client here reads the same size limit (:attr:`service.config.Settings.fetch_bytes`)
 and the same security settings, so a record the worker may write can always be read back.
+Every consumer reads with the configured ``isolation_level`` (:func:`consumer_options`:
+``read_committed`` by default, so an aborted transaction's records are never read) and every
+producer writes with the configured ``compression`` (:func:`producer_options`); every codec
+Kafka has is read whatever that is (aiokafka with its codecs).
 """
 
 from __future__ import annotations
@@ -24,13 +28,16 @@ from aiokafka.errors import KafkaError
 from service.config import KafkaSecurity, Settings
 from service.records import dumps
 from service.stream.errors import TopicError
+from service.stream.kafka.unreadable import Reader
 
 __all__ = [
     "Client",
     "LoopClients",
     "Received",
     "broker_credentials",
+    "consumer_options",
     "produce_one",
+    "producer_options",
     "read_topic",
     "reader",
     "topic_partitions",
@@ -53,6 +60,27 @@ def broker_credentials(security: KafkaSecurity) -> Any:
     if security.uses_ssl:
         return faust.SSLCredentials(security.ssl_context())
     return None
+
+
+def consumer_options(settings: Settings) -> dict[str, Any]:
+    """What every consumer of ``settings`` is made with besides its own options: security
+    and isolation level.
+
+    >>> consumer_options(Settings())["isolation_level"]
+    'read_committed'
+    """
+    return {**settings.security.aiokafka_kwargs(), "isolation_level": settings.isolation_level}
+
+
+def producer_options(settings: Settings) -> dict[str, Any]:
+    """What every producer of ``settings`` is made with besides its own options: security
+    and compression.
+
+    >>> producer_options(Settings(compression="none"))["compression_type"] is None
+    True
+    """
+    codec = None if settings.compression == "none" else settings.compression
+    return {**settings.security.aiokafka_kwargs(), "compression_type": codec}
 
 
 def reader(
@@ -118,7 +146,7 @@ async def produce_one(
         bootstrap_servers=settings.bootstrap_servers,
         max_request_size=settings.fetch_bytes,
         acks="all",
-        **settings.security.aiokafka_kwargs(),
+        **producer_options(settings),
     )
     await producer.start()
     try:
@@ -142,8 +170,9 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
         settings.bootstrap_servers,
         f"{settings.app_id}-reader",
         max_partition_fetch_bytes=settings.fetch_bytes,
-        client_kwargs=kwargs,
+        client_kwargs=consumer_options(settings),
     )
+    fetch = Reader(consumer, policy="skip")
     await consumer.start()
     try:
         consumer.assign(tps)
@@ -158,7 +187,7 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
             if time.monotonic() > deadline:
                 raise TopicError(f"{topic}: read {len(out)} records, then nothing for "
                                  f"{timeout:g}s before its end")  # fmt: skip
-            batch = await consumer.getmany(timeout_ms=200)
+            batch = await fetch.getmany(timeout_ms=200)
             for records in batch.values():
                 out.extend(records)
                 deadline = time.monotonic() + timeout
@@ -193,7 +222,8 @@ class LoopClients:
             fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
             session_timeout_ms=int(s.session_timeout_seconds * 1000),
             heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
-            **self.client,
+            bootstrap_servers=s.bootstrap_servers,
+            **consumer_options(s),
         )
         c.subscribe(list(self.topics), listener=listener)
         return c
@@ -204,7 +234,8 @@ class LoopClients:
             acks="all",
             max_request_size=self.s.fetch_bytes,
             max_batch_size=min(self.s.fetch_bytes, 1_048_576) - 1024,
-            **self.client,
+            bootstrap_servers=self.s.bootstrap_servers,
+            **producer_options(self.s),
         )
 
     def admin(self) -> AIOKafkaAdminClient:
@@ -233,8 +264,9 @@ class Client:
 
     async def __aenter__(self) -> Client:
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers, linger_ms=5, **self._kwargs
-        )
+            bootstrap_servers=self.settings.bootstrap_servers, linger_ms=5,
+            **producer_options(self.settings),
+        )  # fmt: skip
         await self._producer.start()
         return self
 
@@ -273,8 +305,9 @@ class Client:
             bootstrap_servers=self.settings.bootstrap_servers,
             group_id=None,
             enable_auto_commit=False,
-            **self._kwargs,
+            **consumer_options(self.settings),
         )
+        fetch = Reader(consumer, policy="skip")
         await consumer.start()
         try:
             consumer.assign(tps)
@@ -287,7 +320,7 @@ class Client:
             if positioned is not None:
                 positioned.set()
             while True:
-                batch = await consumer.getmany(timeout_ms=poll_ms)
+                batch = await fetch.getmany(timeout_ms=poll_ms)
                 for records in batch.values():
                     for r in records:
                         yield Received(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)

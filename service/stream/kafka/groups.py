@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
@@ -19,7 +19,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from service.records import SIGNATURE_HEADER, RawMessage
 
-__all__ = ["Rebalance", "Starts", "commit", "raw_message", "seek_committed"]
+__all__ = ["Rebalance", "Starts", "commit", "fetched_ends", "raw_message", "seek_committed"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,22 @@ def raw_message(record: Any) -> RawMessage:
     signature = next((v for k, v in record.headers or () if k == SIGNATURE_HEADER), None)
     return RawMessage(value, record.topic, record.partition, record.offset, record.key, ts,
                       signature)  # fmt: skip
+
+
+async def fetched_ends(
+    consumer: AIOKafkaConsumer, fetched: Mapping[TopicPartition, Sequence[Any]]
+) -> dict[TopicPartition, int]:
+    """Where each partition of ``fetched`` goes on from once its records are handled: after
+    its last record, or the consumer's position when that is further (the control record that
+    ends a transaction, aborted records skipped under ``read_committed``: offsets no record is
+    returned for, which a commit and the lag must pass too). Call right after the fetch."""
+    ends = {}
+    for tp, records in fetched.items():
+        end = records[-1].offset + 1
+        with contextlib.suppress(IllegalStateError):  # revoked since: the commit skips it
+            end = max(end, await consumer.position(tp))
+        ends[tp] = end
+    return ends
 
 
 async def commit(

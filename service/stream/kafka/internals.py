@@ -8,18 +8,22 @@ names the version it was written against and why it is needed.
 
 - ``Worker._setup_spinner_handler``'s side effect on the root logger: :class:`Worker`.
 
-No aiokafka internals are used (aiokafka 0.14.0).
+aiokafka 0.14.0 (pinned exactly, with its codecs) is used through its public API, but for one
+reading: where a failed ``getmany`` failed (:func:`failed_fetch`).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from aiokafka import TopicPartition
 
-__all__ = ["App", "Worker"]
+__all__ = ["App", "FailedFetch", "Worker", "failed_fetch"]
 
 
 class App(faust.App):
@@ -51,3 +55,55 @@ class Worker(faust.Worker):
         # longer walks it (measured ~50 ms each, a stall of every event in flight)
         gc.collect()
         gc.freeze()
+
+
+@dataclass(frozen=True, slots=True)
+class FailedFetch:
+    """Where a ``getmany`` that raised met a record batch it could not read.
+
+    ``tp``: the partition; ``first``: the first offset of it not read (a batch is read in one
+    piece: the batch's first offset, or the one after the last record of it that was read);
+    ``end``: the offset after the batch; ``drained``: the records of other partitions the
+    call had already taken off the consumer (their positions moved on: they would be lost)."""
+
+    tp: TopicPartition
+    first: int
+    end: int
+    drained: Mapping[TopicPartition, list[Any]] = field(default_factory=dict)
+
+
+def failed_fetch(exc: BaseException) -> FailedFetch | None:
+    """Where ``exc``, raised by ``AIOKafkaConsumer.getmany``, met the batch it could not read
+    (a codec that is not installed, a CRC that fails, a record that does not parse); None
+    when it did not come from reading a batch (a broker error).
+
+    aiokafka 0.14.0 reads a fetched batch in ``PartitionRecords._unpack_records`` (a
+    generator: locals ``tp``, ``next_batch`` and ``self.next_fetch_offset``, the offset after
+    the last record it gave out) for ``Fetcher.fetched_records``, whose local ``drained``
+    holds what the call took from other partitions. The error leaves the position of ``tp``
+    where it was and drops ``drained``: the next ``getmany`` fetches the same batch again and
+    fails again, and the records in ``drained`` are never returned. Both are read off the
+    traceback here (nothing is changed); ``tests/stream/kafka/test_internals.py`` fails if
+    an upgrade moves them.
+
+    >>> failed_fetch(ValueError("not from a fetch")) is None
+    True
+    """
+    batch: FailedFetch | None = None
+    drained: Mapping[TopicPartition, list[Any]] = {}
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        names = frame.f_locals
+        if frame.f_code.co_name == "fetched_records" and isinstance(names.get("drained"), dict):
+            drained = dict(names["drained"])
+        elif frame.f_code.co_name == "_unpack_records" and "next_batch" in names:
+            read = names["self"]
+            found = names["next_batch"]
+            first = max(int(read.next_fetch_offset), int(found.base_offset))
+            end = max(int(found.next_offset), first + 1)
+            batch = FailedFetch(names["tp"], first, end)
+        tb = tb.tb_next
+    if batch is None:
+        return None
+    return FailedFetch(batch.tp, batch.first, batch.end, drained)

@@ -27,6 +27,11 @@ owns a model's pending requests, its labels and its (w, rho), as before.
   a label parked there waits for nothing more than ``orphan_label_seconds``.
 - **Revoked:** the batch in hand is finished, flushed and committed first; then the
   partitions' entries leave memory.
+- **A batch that cannot be read** (a codec, a CRC, a record that does not parse) stops its
+  partition there, loudly, while the others go on
+  (:class:`~service.stream.kafka.unreadable.Reader`); an operator's skip order moves it past,
+  and the offset after the batch is committed in turn. Offsets committed are the consumer's
+  positions after a batch (past a transaction's control record).
 
 An assigned partition is not consumed before Kafka says where it starts
 (:class:`~service.stream.kafka.groups.Starts`): the learn group's commit, else where the worker's
@@ -41,7 +46,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,9 +56,22 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.stream.kafka.groups import Rebalance, Starts, raw_message, seek_committed
+from service.stream.kafka.groups import (
+    Rebalance,
+    Starts,
+    fetched_ends,
+    raw_message,
+    seek_committed,
+)
 from service.stream.kafka.loop import LoopView, Progress, RecoveryState
 from service.stream.kafka.produce import BatchProducer
+from service.stream.kafka.unreadable import (
+    FetchFailed,
+    Reader,
+    SkipBook,
+    Unreadable,
+    UnreadableBatch,
+)
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.tables import ChangelogTable, Recovery, recover
@@ -111,6 +129,8 @@ class LearnLoop:
         reader_factory: Callable[[], AIOKafkaConsumer],
         admin_factory: Callable[[], AIOKafkaAdminClient] | None = None,
         defer: Callable[[], bool] = lambda: False,
+        unreadable: Unreadable | None = None,
+        skips: SkipBook | None = None,
     ) -> None:
         self.settings = settings
         self.joiner = joiner
@@ -122,8 +142,14 @@ class LearnLoop:
         self.reader_factory = reader_factory
         self.admin_factory = admin_factory
         self.defer = defer
+        self.unreadable = unreadable if unreadable is not None else Unreadable()
+        self.skips = skips if skips is not None else SkipBook()
         self._handled_for = 0.0  # seconds the last batch took to handle
         self.consumer: AIOKafkaConsumer | None = None
+        self.reader: Reader | None = None
+        #: a changelog batch that cannot be read is skipped (the tables are read back from
+        #: the start at every assignment) and handed here: its dead letter
+        self.on_skip: Callable[[UnreadableBatch], Awaitable[None]] | None = None
         self.producer: BatchProducer | None = None
         self.state = _State()
         self.recovery = Recovery()
@@ -162,9 +188,12 @@ class LearnLoop:
         if self.defer():  # decisions are waiting: the learner takes its share, no more
             pause = self._handled_for * (1.0 - LEARN_SHARE) / LEARN_SHARE
             await asyncio.sleep(min(MAX_DEFER_SECONDS, pause))
+        reader = self._reader(consumer)
+        if self.unreadable.stopped:
+            await self._skip_ordered(reader)
         try:
-            fetched = await consumer.getmany(timeout_ms=200, max_records=MAX_RECORDS)
-        except KafkaError as exc:
+            fetched = await reader.getmany(timeout_ms=200, max_records=MAX_RECORDS)
+        except (KafkaError, FetchFailed) as exc:
             log.warning("fetching label topics failed: %r", exc)
             await asyncio.sleep(RETRY_SECONDS)
             return
@@ -178,6 +207,7 @@ class LearnLoop:
                        if tp.partition in owned and tp in consumer.assignment()}  # fmt: skip
             if not fetched:
                 return
+            ends = await fetched_ends(consumer, fetched)
             try:
                 started = time.thread_time()  # CPU: waits for the broker do not count
                 await self._handle(fetched)
@@ -187,11 +217,26 @@ class LearnLoop:
                 log.warning("storing the learner's state failed (%r): reading it again", exc)
                 await self._reset(consumer)
                 return
-            for tp, rs in fetched.items():
-                self.checkpoint.handled(tp, rs[-1].offset + 1)
-                self.progress.mark(tp.topic, tp.partition, rs[-1].offset)
+            self._handled(ends)
         self._caught_up(consumer)
         await self._commit()
+
+    def _handled(self, ends: dict[TopicPartition, int]) -> None:
+        """Partitions done up to ``ends`` (their effects durable): committed in turn."""
+        for tp, end in ends.items():
+            self.checkpoint.handled(tp, end)
+            self.progress.mark(tp.topic, tp.partition, end - 1)
+
+    def _reader(self, consumer: AIOKafkaConsumer) -> Reader:
+        """The :class:`Reader` of ``consumer`` (made once)."""
+        if self.reader is None or self.reader.consumer is not consumer:
+            self.reader = Reader(consumer, policy="stop", unreadable=self.unreadable)
+        return self.reader
+
+    async def _skip_ordered(self, reader: Reader) -> None:
+        """Move past the stopped batches an operator's order names."""
+        async with self.lock:
+            self._handled(reader.release(self.skips))
 
     async def _handle(self, fetched: dict[TopicPartition, list[Any]]) -> None:
         requests = self.settings.topics.label_requests
@@ -236,14 +281,16 @@ class LearnLoop:
             wanted = self.state.unrecovered - {tp.partition for tp in self.starts.unknown}
             if not wanted:
                 return
-            count = await recover(self.reader_factory, self.tables, wanted, self.recovery)
+            count = await recover(self.reader_factory, self.tables, wanted, self.recovery,
+                                  on_skip=self.on_skip, unreadable=self.unreadable)  # fmt: skip
             assigned = {tp.partition for tp in consumer.assignment()}
             now = wanted & assigned
             for table in self.tables:
                 table.drop(wanted - assigned)  # revoked while it was read
             self.state.unrecovered -= wanted
             self._own((self.state.owned | now) & assigned)
-            tps = [tp for tp in consumer.assignment() if tp.partition in now]
+            tps = [tp for tp in consumer.assignment()
+                   if tp.partition in now and tp not in self.unreadable]  # fmt: skip
             consumer.resume(*tps)
             log.info("learner partitions %s: %d changelog records read", sorted(now), count)
 
@@ -259,6 +306,7 @@ class LearnLoop:
         await asyncio.sleep(RETRY_SECONDS)
         owned = set(self.state.owned)
         tps = sorted(tp for tp in consumer.assignment() if tp.partition in owned)
+        self._reader(consumer).forget(tps)  # read again from the commit: met anew
         if tps:
             consumer.pause(*tps)
         seek_committed(consumer, tps, self.state.committed, self.starts)
@@ -278,6 +326,7 @@ class LearnLoop:
                 for tp in revoked:
                     self.state.committed.pop(tp, None)
                 self.starts.forget(revoked)
+                self.unreadable.release(revoked)  # the next owner meets the batch itself
                 for table in self.tables:
                     table.drop(gone)
                 self.state.unrecovered -= gone
@@ -305,7 +354,8 @@ class LearnLoop:
 
     def resume(self) -> list[TopicPartition]:
         assert self.consumer is not None  # noqa: S101
-        tps = sorted(tp for tp in self.consumer.assignment() - self.starts.unknown
+        stopped = {batch.tp for batch in self.unreadable.of(self.consumer.assignment())}
+        tps = sorted(tp for tp in self.consumer.assignment() - self.starts.unknown - stopped
                      if tp.partition not in self.state.unrecovered)  # fmt: skip
         self.consumer.resume(*tps)
         return tps

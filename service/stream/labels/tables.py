@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaError
 
 from service.stream.errors import StreamError
 from service.stream.kafka.produce import OutRecord
+from service.stream.kafka.unreadable import FetchFailed, Reader, Unreadable, UnreadableBatch
 
 __all__ = [
     "ChangelogTable",
@@ -156,10 +157,14 @@ async def recover(
     tables: Sequence[ChangelogTable],
     partitions: Iterable[int],
     progress: Recovery,
+    *,
+    on_skip: Callable[[UnreadableBatch], Awaitable[None]] | None = None,
+    unreadable: Unreadable | None = None,
 ) -> int:
     """Read every changelog partition of ``partitions`` of ``tables`` from its start to the
     end it had when asked, into the tables; the records read. Retries (a second apart)
-    while the broker fails; cancel to give up."""
+    while the broker fails; cancel to give up. A batch that cannot be read is skipped and
+    handed to ``on_skip`` (:class:`~service.stream.kafka.unreadable.Reader`)."""
     by_topic = {t.topic: t for t in tables}
     tps = [TopicPartition(t.topic, p) for t in tables for p in sorted(set(partitions))]
     if not tps:
@@ -168,8 +173,9 @@ async def recover(
         consumer = reader()
         try:
             await consumer.start()
-            return await _read_all(consumer, tps, by_topic, progress)
-        except KafkaError as exc:
+            fetch = Reader(consumer, policy="skip", unreadable=unreadable, on_skip=on_skip)
+            return await _read_all(fetch, tps, by_topic, progress)
+        except (KafkaError, FetchFailed) as exc:
             log.warning("reading the learner's changelogs failed (%r); again", exc)
             await asyncio.sleep(RETRY_SECONDS)
         finally:
@@ -178,11 +184,12 @@ async def recover(
 
 
 async def _read_all(
-    consumer: AIOKafkaConsumer,
+    fetch: Reader,
     tps: list[TopicPartition],
     tables: dict[str, ChangelogTable],
     progress: Recovery,
 ) -> int:
+    consumer = fetch.consumer
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
     ends = await consumer.end_offsets(tps)
@@ -200,7 +207,7 @@ async def _read_all(
                 progress.remaining[(tp.topic, tp.partition)] = 0
         if not left:
             break
-        fetched = await consumer.getmany(*left, timeout_ms=200, max_records=10_000)
+        fetched = await fetch.getmany(*left, timeout_ms=200, max_records=10_000)
         for tp, records in fetched.items():
             mine = [r for r in records if r.offset < ends[tp]]
             tables[tp.topic].load(tp.partition, ((r.key, r.value) for r in mine))

@@ -34,6 +34,12 @@ decides, every server a member of its group). Which one is served:
 - without one, the newest record, as for snapshots: a forged record (whatever serial it
   claims) is replaced by the next ``promote``.
 
+Records under keys ``__skip__/...`` are operators' skip orders
+(:class:`~service.records.SkipOrder`, written by ``abstain skip``): checked the same way
+(signature, format, a topic the worker stops at) and kept in :attr:`ModelBook.skips`, where the
+loops look for an order naming a batch they stopped at. A batch of the models topic itself
+that cannot be read is skipped and dead-lettered (the learner publishes its models again).
+
 The scorer reads the models and the champions together, once per batch
 (:meth:`ModelBook.serving`). An adaptive learner counts the decisions its exploration floor
 raises (:attr:`service.learning.Adaptive.explore_decisions`); the label path's versions never
@@ -62,10 +68,20 @@ from service.records import (
     Reason,
     Signer,
     Source,
+    is_skip_key,
     parse_champions,
     parse_model_envelope,
+    parse_skip_order,
 )
 from service.stream.kafka.clients import reader, topic_partitions
+from service.stream.kafka.topics import watched
+from service.stream.kafka.unreadable import (
+    FetchFailed,
+    Reader,
+    SkipBook,
+    Unreadable,
+    UnreadableBatch,
+)
 from service.stream.models.served import ServedModel
 
 __all__ = ["ModelBook", "Refused", "champions_rank", "follow_models", "signer_for"]
@@ -123,6 +139,8 @@ class ModelBook:
         #: the bytes and signature of the champions record served (None: none read yet)
         self.champions_record: tuple[bytes, bytes | None] | None = None
         self._champions_rank = (-1, "")
+        #: operators' skip orders (``abstain skip``), checked
+        self.skips = SkipBook()
         self.loaded = asyncio.Event()
         self._on_swap = on_swap
         for served in self.models.values():
@@ -139,6 +157,8 @@ class ModelBook:
         a record is refused. ``origin``: where it was read (for :meth:`refuse`)."""
         if key == CHAMPIONS_KEY.encode():
             return self._offer_champions(key, raw, signature)
+        if is_skip_key(key):
+            return self._offer_skip(key, raw, signature)
         name = self._model_of(key)
         if raw is None:
             raise BadMessage("not_json", f"a tombstone for model {name!r}")
@@ -203,6 +223,23 @@ class ModelBook:
         self.champions_record = (raw, signature)
         return True
 
+    def _offer_skip(self, key: bytes | None, raw: bytes | None, signature: bytes | None) -> bool:
+        if raw is None:
+            raise BadMessage("not_json", "a tombstone for a skip order")
+        if self.signer is not None:
+            reason = self.signer.verify(key or b"", raw, signature)
+            if reason is not None:
+                raise BadMessage(reason, f"the skip order is {reason}")
+        order = parse_skip_order(raw, key=key, max_bytes=self.settings.fetch_bytes)
+        if order.topic not in watched(self.settings):
+            raise BadMessage("schema", f"a skip order for topic {order.topic!r}, which this "
+                             "worker does not stop at")  # fmt: skip
+        added = self.skips.add(order)
+        if added:
+            log.warning("skip order: %s[%s] offsets %s-%s, by %r", order.topic, order.partition,
+                        order.first, order.end - 1, order.by)  # fmt: skip
+        return added
+
     def serving(self) -> tuple[Mapping[str, ServedModel], Champions]:
         """The models and the champions record, taken together (what one batch uses)."""
         return self.models, self.champions
@@ -234,10 +271,13 @@ async def follow_models(
     *,
     consumer_kwargs: Mapping[str, Any],
     refused: Refused | None = None,
+    skipped: Callable[[UnreadableBatch], Awaitable[None]] | None = None,
+    unreadable: Unreadable | None = None,
     poll_ms: int = 500,
 ) -> None:
     """Follow the models topic forever (until cancelled), feeding ``book``; each refused
-    record goes to ``refused`` (the worker dead-letters it) and is otherwise skipped."""
+    record goes to ``refused`` (the worker dead-letters it) and is otherwise skipped, each
+    batch that cannot be read to ``skipped`` (counted in ``unreadable``)."""
     topic = settings.topics.models
     consumer = reader(
         settings.bootstrap_servers,
@@ -246,10 +286,11 @@ async def follow_models(
         client_kwargs=consumer_kwargs,
         fetch_max_bytes=max(52_428_800, settings.fetch_bytes * 2),
     )
+    fetch = Reader(consumer, policy="skip", unreadable=unreadable, on_skip=skipped)
     await consumer.start()
     try:
         tps = await topic_partitions(
-            settings.bootstrap_servers, topic, client_kwargs=consumer_kwargs
+            settings.bootstrap_servers, topic, client_kwargs=settings.security.aiokafka_kwargs()
         )
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -260,7 +301,12 @@ async def follow_models(
                 if all(positions[tp] >= end[tp] for tp in tps):
                     book.loaded.set()
                     log.info("models loaded: %s", {n: m.version for n, m in book.models.items()})
-            batch = await consumer.getmany(timeout_ms=poll_ms)
+            try:
+                batch = await fetch.getmany(timeout_ms=poll_ms)
+            except FetchFailed as exc:
+                log.warning("following models failed: %r; again in a second", exc)
+                await asyncio.sleep(1.0)
+                continue
             for records in batch.values():
                 for record in records:
                     await _offer(book, record, refused)

@@ -19,6 +19,13 @@ same coins, so the same decisions (at-least-once, as before).
   worker's acknowledged outputs end.
 - its :class:`~service.stream.kafka.loop.LoopView` shows the consumer to liveness
   (:mod:`service.stream.health.liveness`).
+- A batch of the features topic that cannot be read (a codec, a CRC, a record that does not
+  parse) stops its partition there, loudly, while the others go on
+  (:class:`~service.stream.kafka.unreadable.Reader`); an operator's skip order moves it past
+  the batch, and the offset after it is committed like a scored batch's.
+- The offsets committed are the consumer's positions after a batch: past the control record
+  that ends a transaction too (with ``isolation_level = read_committed``, the default, events
+  of an aborted transaction are never fetched).
 
 An assigned partition is paused until Kafka says where it starts
 (:class:`~service.stream.kafka.groups.Starts`): the score group's commit, else where the worker's
@@ -43,9 +50,17 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.stream.kafka.groups import Rebalance, Starts, commit, raw_message, seek_committed
+from service.stream.kafka.groups import (
+    Rebalance,
+    Starts,
+    commit,
+    fetched_ends,
+    raw_message,
+    seek_committed,
+)
 from service.stream.kafka.loop import LoopView, Progress
 from service.stream.kafka.produce import BatchProducer
+from service.stream.kafka.unreadable import FetchFailed, Reader, SkipBook, Unreadable
 from service.stream.scoring.scorer import Scorer
 
 __all__ = ["ScoreLoop", "score_group"]
@@ -96,6 +111,8 @@ class ScoreLoop:
         consumer_factory: Callable[[ConsumerRebalanceListener], AIOKafkaConsumer],
         producer_factory: Callable[[], AIOKafkaProducer],
         admin_factory: Callable[[], AIOKafkaAdminClient] | None = None,
+        unreadable: Unreadable | None = None,
+        skips: SkipBook | None = None,
     ) -> None:
         self.settings = settings
         self.scorer = scorer
@@ -103,7 +120,10 @@ class ScoreLoop:
         self.consumer_factory = consumer_factory
         self.producer_factory = producer_factory
         self.admin_factory = admin_factory
+        self.unreadable = unreadable if unreadable is not None else Unreadable()
+        self.skips = skips if skips is not None else SkipBook()
         self.consumer: AIOKafkaConsumer | None = None
+        self.reader: Reader | None = None
         self.producer: BatchProducer | None = None
         self.state = _State()
         self.lock = asyncio.Lock()  # one batch scored/sent at a time; rebalances wait for it
@@ -142,9 +162,13 @@ class ScoreLoop:
             await self._rewind(consumer)
         if self.starts.unknown:
             await self._start(consumer)
+        reader = self._reader(consumer)
+        if self.unreadable.stopped:
+            await self._skip_ordered(reader)
         try:
-            fetched = await consumer.getmany(timeout_ms=100, max_records=self.settings.batch_size)
-        except KafkaError as exc:
+            fetched = await reader.getmany(timeout_ms=100,
+                                                max_records=self.settings.batch_size)  # fmt: skip
+        except (KafkaError, FetchFailed) as exc:
             log.warning("fetching features failed: %r", exc)
             self.backlogged = False
             await asyncio.sleep(RETRY_SECONDS)
@@ -159,6 +183,7 @@ class ScoreLoop:
             fetched = {tp: rs for tp, rs in fetched.items() if tp in assigned}
             if not fetched or self.state.rewind:
                 return
+            ends = await fetched_ends(consumer, fetched)
             messages = [raw_message(r) for records in fetched.values() for r in records]
             _, records = self.scorer.decide(messages)
             assert self.producer is not None  # noqa: S101 - started in run()
@@ -168,18 +193,40 @@ class ScoreLoop:
                 log.warning("producing decisions failed: %r; scoring again", exc)
                 self.state.rewind = True
                 return
-            offsets = {tp: rs[-1].offset + 1 for tp, rs in fetched.items()}
-            self.state.in_flight.append(_InFlight(acked, offsets))
-            self.sent.set()
-            for tp, rs in fetched.items():
-                self.progress.mark(tp.topic, tp.partition, rs[-1].offset)
+            self._queue(acked, ends)
+
+    def _queue(self, acked: asyncio.Future[Any], ends: dict[TopicPartition, int]) -> None:
+        """``ends`` (the offset after what was handled, per partition) to be committed once
+        ``acked`` is done, in order (under :attr:`lock`)."""
+        self.state.in_flight.append(_InFlight(acked, ends))
+        self.sent.set()
+        for tp, end in ends.items():
+            self.progress.mark(tp.topic, tp.partition, end - 1)
+
+    def _reader(self, consumer: AIOKafkaConsumer) -> Reader:
+        """The :class:`Reader` of ``consumer`` (made once)."""
+        if self.reader is None or self.reader.consumer is not consumer:
+            self.reader = Reader(consumer, policy="stop", unreadable=self.unreadable)
+        return self.reader
+
+    async def _skip_ordered(self, reader: Reader) -> None:
+        """Move past the stopped batches an operator's order names; their ends are committed
+        in turn, like a scored batch's."""
+        async with self.lock:
+            moved = reader.release(self.skips)
+            if moved:
+                done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                self._queue(done, moved)
 
     async def _start(self, consumer: AIOKafkaConsumer) -> None:
         """Resume the partitions whose start Kafka told (:class:`Starts`); the others stay
-        paused, and are asked about again a second later."""
+        paused, and are asked about again a second later. A partition started again is read
+        again from its start: a batch it stopped at is met (and stopped at) anew."""
         async with self.lock:
             started = await self.starts.learn(consumer, self.state.committed)
             if started:
+                self._reader(consumer).forget(started)
                 consumer.resume(*started)
 
     async def _commit_forever(self) -> None:
@@ -236,7 +283,9 @@ class ScoreLoop:
                 await asyncio.wait(pending)
             self.state.in_flight.clear()
             await asyncio.sleep(RETRY_SECONDS)
-            seek_committed(consumer, consumer.assignment(), self.state.committed, self.starts)
+            assigned = consumer.assignment()
+            self._reader(consumer).forget(assigned)  # read again from the commit: met anew
+            seek_committed(consumer, assigned, self.state.committed, self.starts)
             self.state.rewind = False
 
     def listener(self) -> ConsumerRebalanceListener:
@@ -255,6 +304,7 @@ class ScoreLoop:
             for tp in revoked:
                 self.state.committed.pop(tp, None)
             self.starts.forget(revoked)
+            self.unreadable.release(revoked)  # the next owner meets the batch itself
         finally:
             self.state.rebalancing = False
 
@@ -274,6 +324,8 @@ class ScoreLoop:
 
     def resume(self) -> list[TopicPartition]:
         assert self.consumer is not None  # noqa: S101
-        tps = sorted(self.consumer.assignment() - self.starts.unknown)
+        assigned = self.consumer.assignment()
+        stopped = {batch.tp for batch in self.unreadable.of(assigned)}
+        tps = sorted(assigned - self.starts.unknown - stopped)
         self.consumer.resume(*tps)
         return tps

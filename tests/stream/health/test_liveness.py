@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from service.metrics import Metrics
 from service.stream.health.liveness import LivenessMonitor, LivenessReport
 from service.stream.kafka.loop import Progress, RecoveryState
+from service.stream.kafka.unreadable import Unreadable, UnreadableBatch
 
 from ..fakes import FakeConsumerView
 
@@ -230,3 +231,34 @@ def test_partitions_of_topics_not_watched_are_not_reported() -> None:
     assert report.live
     assert [(p.topic, p.partition) for p in report.partitions] == [(FEATURES, 0)]
     assert w.sample("abstain_consumer_lag", other) is None
+
+
+def test_a_partition_stopped_at_a_batch_it_cannot_read_is_stalled_at_once_named_once() -> None:
+    unreadable = Unreadable()
+    w = Worker(FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 9}))
+    w.monitor.unreadable = unreadable
+    assert w.check().live
+    unreadable.stop(UnreadableBatch(FEATURES, 0, 4, 6, "UnsupportedCodecError: lz4"))
+    report = w.check(after=1.0)  # far less than stall_seconds
+    assert not report.live
+    line = ("abstain.features[0] offsets 4-5 cannot be read (UnsupportedCodecError: lz4): "
+            "`abstain skip abstain.features 0` dead-letters it and goes on")  # fmt: skip
+    assert report.unreadable == (line,)
+    assert report.stalled == (line,)  # and not again as "lag without progress"
+    assert w.check(after=30.0).stalled == (line,)
+    unreadable.release([TP0])
+    w.progress.mark(FEATURES, 0, 8)
+    assert w.check(after=1.0).live
+
+
+def test_offsets_the_consumer_passed_without_handing_out_a_record_are_not_lag() -> None:
+    # a transaction's control record (offset 5) after the last event (offset 4): the
+    # consumer stands at 6 although the loop handled 4 last
+    view = FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 6}, positions={(FEATURES, 0): 6})
+    w = Worker(view)
+    w.progress.mark(FEATURES, 0, 4)
+    report = w.check(after=30.0)
+    assert report.live
+    assert [(p.high, p.position, p.lag) for p in report.partitions] == [(6, 6, 0)]
+    view.positions[(FEATURES, 0)] = 3  # behind what was handled: what was handled counts
+    assert [p.position for p in w.check(after=1.0).partitions] == [5]

@@ -9,7 +9,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.learning import Adaptive
-from service.records import BadMessage, Label, ModelEnvelope, RawMessage, Signer, request_id
+from service.records import (
+    BadMessage,
+    Label,
+    ModelEnvelope,
+    RawMessage,
+    Signer,
+    SkipOrder,
+    request_id,
+)
+from service.stream.kafka.unreadable import UnreadableBatch
 from service.stream.labels.protocol import apply_label
 from service.stream.models.book import ModelBook, signer_for
 from service.stream.models.served import initial_envelope, served_learner
@@ -154,3 +163,30 @@ async def test_a_model_without_a_budget_asks_a_window_of_decisions_after_a_chang
     probs = [d.query_probability for d in later.decisions]
     assert probs[:8] == [1.0] * 8
     assert max(probs[8:]) < 0.06  # the champion's own p and the model's 5 % audit
+
+
+def test_skip_orders_are_checked_like_snapshots() -> None:
+    s = settings()
+    features = s.topics.features
+    order = SkipOrder(features, 0, first=10, end=13, detail="d", by="ops", at=1.0)
+    key, raw = order.key.encode(), order.to_json()
+    signer = Signer(KEY)
+    book = ModelBook(s, signer=signer)
+    assert reason(book, key, raw) == "unsigned"
+    assert reason(book, key, raw, Signer(b"x" * 32).sign(key, raw)) == "bad_signature"
+    assert reason(book, key, None, signer.sign(key, b"")) == "not_json"  # a tombstone
+    other = SkipOrder(features, 0, first=11, end=13).to_json()
+    assert reason(book, key, other, signer.sign(key, other)) == "bad_key"  # not its own key
+    models = SkipOrder(s.topics.models, 0, first=1, end=2)
+    mk, mraw = models.key.encode(), models.to_json()
+    assert reason(book, mk, mraw, signer.sign(mk, mraw)) == "schema"  # not a topic we stop at
+    bad = edited(raw, end=5)  # end before first
+    assert reason(book, key, bad, signer.sign(key, bad)) == "schema"
+    assert book.skips.orders == {}
+    assert book.offer(key, raw, signature=signer.sign(key, raw))
+    assert not book.offer(key, raw, signature=signer.sign(key, raw))  # known
+    batch = UnreadableBatch(features, 0, 10, 13, "E")
+    assert book.skips.order_for(batch) == order
+    assert book.skips.order_for(UnreadableBatch(features, 0, 10, 14, "E")) is None
+    assert book.models["m"].version == 0  # no model touched
+    assert ModelBook(s).offer(key, raw)  # without a key: taken unsigned

@@ -56,6 +56,7 @@ class FakeConsumer:
     stored: dict[TopicPartition, int] = field(default_factory=dict)
     paused: set[TopicPartition] = field(default_factory=set)
     firsts: dict[TopicPartition, int] = field(default_factory=dict)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
 
     async def start(self) -> None: ...
 
@@ -63,9 +64,16 @@ class FakeConsumer:
 
     async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> Any:
         if self.fetches:
-            return self.fetches.pop(0)
+            fetched = self.fetches.pop(0)
+            for tp, records in fetched.items():
+                if records:
+                    self.positions[tp] = records[-1].offset + 1
+            return fetched
         await asyncio.sleep(timeout_ms / 1000)
         return {}
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.positions.get(tp, 0)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.assigned)
@@ -79,6 +87,7 @@ class FakeConsumer:
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.seeks.append((tp, offset))
+        self.positions[tp] = offset
 
     async def seek_to_beginning(self, *tps: TopicPartition) -> None:
         self.seeks += [(tp, 0) for tp in tps]

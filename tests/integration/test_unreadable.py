@@ -1,0 +1,144 @@
+"""A record batch the client cannot read, on a real broker: where aiokafka fails, and what
+:class:`~service.stream.kafka.unreadable.Reader` makes of it. The batch is real: a record
+whose header key is not UTF-8, written by kcat (librdkafka); Kafka's broker takes it,
+aiokafka cannot parse it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faults.kafkaio import Out, create_topics, produce_records
+from faults.kcat import write_unreadable
+
+from service.records import SkipOrder
+from service.stream.kafka.internals import failed_fetch
+from service.stream.kafka.unreadable import Reader, SkipBook, Unreadable, UnreadableBatch
+
+pytestmark = pytest.mark.integration
+
+
+def _bad_record(bootstrap: str, topic: str, partition: int, count: int = 1) -> None:
+    """``count`` records in one batch that the client cannot read."""
+    write_unreadable(bootstrap, topic, partition, [{"bad": i} for i in range(count)])
+
+
+def _good(topic: str, partition: int, names: list[str]) -> list[Out]:
+    return [Out(n.encode(), json.dumps({"id": n}).encode(), partition=partition) for n in names]
+
+
+def _topic(bootstrap: str, partitions: int) -> str:
+    name = f"unreadable-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {name: partitions})
+    return name
+
+
+async def _consumer(bootstrap: str, tps: list[TopicPartition]) -> AIOKafkaConsumer:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False)  # fmt: skip
+    await consumer.start()
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    return consumer
+
+
+async def _drain(reader: Reader, rounds: int = 30) -> list[Any]:
+    out: list[Any] = []
+    for _ in range(rounds):
+        for records in (await reader.getmany(timeout_ms=300)).values():
+            out += records
+    return out
+
+
+async def _until_it_fails(consumer: AIOKafkaConsumer) -> None:
+    for _ in range(20):
+        await consumer.getmany(timeout_ms=300)
+
+
+def test_aiokafka_fails_at_the_batch_and_the_failure_says_where(kafka_bootstrap: str) -> None:
+    topic = _topic(kafka_bootstrap, 1)
+    tp = TopicPartition(topic, 0)
+    produce_records(kafka_bootstrap, topic, _good(topic, 0, ["a", "b", "c"]))
+    _bad_record(kafka_bootstrap, topic, 0, count=2)
+    produce_records(kafka_bootstrap, topic, _good(topic, 0, ["d"]))
+
+    async def run() -> list[Any]:
+        consumer = await _consumer(kafka_bootstrap, [tp])
+        found = []
+        try:
+            for _ in range(3):  # the same failure every time, the position where it was
+                with pytest.raises(UnicodeDecodeError) as caught:
+                    await _until_it_fails(consumer)
+                found.append((failed_fetch(caught.value), await consumer.position(tp)))
+        finally:
+            await consumer.stop()
+        return found
+
+    for failed, position in asyncio.run(run()):
+        assert failed is not None
+        assert (failed.tp, failed.first, failed.end) == (tp, 3, 5)
+        assert position == 0  # the three records before it were never handed out
+
+
+def test_the_reader_returns_every_readable_record_once_and_stops_at_the_batch(
+    kafka_bootstrap: str,
+) -> None:
+    topic = _topic(kafka_bootstrap, 2)
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    produce_records(kafka_bootstrap, topic, _good(topic, 0, [f"a{i}" for i in range(200)]))
+    produce_records(kafka_bootstrap, topic, _good(topic, 1, [f"b{i}" for i in range(5)]))
+    _bad_record(kafka_bootstrap, topic, 1)
+    produce_records(kafka_bootstrap, topic, _good(topic, 1, [f"c{i}" for i in range(5)]))
+    produce_records(kafka_bootstrap, topic, _good(topic, 0, [f"d{i}" for i in range(50)]))
+
+    async def run() -> tuple[list[Any], list[Any], Unreadable, set[TopicPartition]]:
+        consumer = await _consumer(kafka_bootstrap, [p0, p1])
+        unreadable = Unreadable()
+        reader = Reader(consumer, policy="stop", unreadable=unreadable)
+        try:
+            before = await _drain(reader)
+            paused = set(consumer.paused())
+            books = SkipBook()
+            (batch,) = unreadable.of([p1])
+            books.add(SkipOrder(topic, 1, batch.first, batch.end))
+            assert reader.release(books) == {p1: batch.end}
+            after = await _drain(reader, rounds=10)
+        finally:
+            await consumer.stop()
+        return before, after, unreadable, paused
+
+    before, after, unreadable, paused = asyncio.run(run())
+    names = [json.loads(r.value)["id"] for r in before]
+    assert sorted(names) == sorted([f"a{i}" for i in range(200)] + [f"b{i}" for i in range(5)]
+                                   + [f"d{i}" for i in range(50)])  # fmt: skip
+    assert paused == {p1}
+    assert [json.loads(r.value)["id"] for r in after] == [f"c{i}" for i in range(5)]
+    assert unreadable.stopped == {}
+
+
+def test_the_skip_policy_reads_past_the_batch_and_hands_it_over(kafka_bootstrap: str) -> None:
+    topic = _topic(kafka_bootstrap, 1)
+    tp = TopicPartition(topic, 0)
+    produce_records(kafka_bootstrap, topic, _good(topic, 0, ["a", "b"]))
+    _bad_record(kafka_bootstrap, topic, 0, count=3)
+    produce_records(kafka_bootstrap, topic, _good(topic, 0, ["c"]))
+    skipped: list[UnreadableBatch] = []
+
+    async def on_skip(batch: UnreadableBatch) -> None:
+        skipped.append(batch)
+
+    async def run() -> list[Any]:
+        consumer = await _consumer(kafka_bootstrap, [tp])
+        try:
+            return await _drain(Reader(consumer, policy="skip", on_skip=on_skip), rounds=10)
+        finally:
+            await consumer.stop()
+
+    records = asyncio.run(run())
+    assert [json.loads(r.value)["id"] for r in records] == ["a", "b", "c"]
+    assert [(b.first, b.end) for b in skipped] == [(2, 5)]
+    assert "UnicodeDecodeError" in skipped[0].error
