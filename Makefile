@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-unit test-integration test-long test-kafka4 lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
+.PHONY: help venv run test test-unit test-integration test-long test-kafka4 test-image image lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.p
 	tests/integration/test_unreadable.py
 
 test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9 in TEST_JOBS=2 processes, then the Kafka 4 smoke subset)
-	$(BIN)/python -m pytest -m "not slow and not solo" $(XDIST) $(ARGS)
+	$(BIN)/python -m pytest -m "not slow and not solo and not image" $(XDIST) $(ARGS)
 	$(BIN)/python -m pytest -m "solo and not slow" $(ARGS)
 	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE)
 
@@ -42,7 +42,15 @@ test-kafka4: $(STAMP) ## the broker smoke tests on a Kafka 4 broker only
 	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE) $(ARGS)
 
 test-unit: $(STAMP) ## tests that need no broker
-	$(BIN)/python -m pytest -m "not integration and not slow" $(ARGS)
+	$(BIN)/python -m pytest -m "not integration and not slow and not image" $(ARGS)
+
+IMAGE ?= localhost/abstain:dev
+
+image: ## build the container image with buildah (no Docker engine; root, apt-get install buildah mmdebstrap): IMAGE=name, BASE_IMAGE=base
+	bash deploy/image/build.sh $(IMAGE)
+
+test-image: $(STAMP) ## build the image and run the worker in it against a test broker (marker image, ~3-5 min)
+	$(BIN)/python -m pytest -m image tests/image $(ARGS)
 
 test-long: $(STAMP) ## the full-size fault-injection tests and the three-broker cluster faults (tens of minutes)
 	$(BIN)/python -m pytest -m slow $(ARGS)

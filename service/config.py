@@ -442,10 +442,16 @@ class Web(BaseModel):
 
 
 class KafkaSecurity(BaseModel):
-    """How the worker authenticates to Kafka.
+    """How the worker authenticates to Kafka (docs/secure-kafka.md).
+
+    With TLS (``SSL``, ``SASL_SSL``) the broker's certificate must chain to ``ca_file`` (the
+    system CAs when unset) and name the host the client connects to: host-name verification
+    is on unless ``check_hostname`` is set to false explicitly.
 
     >>> KafkaSecurity(protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
     ...               username="svc", password="pw").uses_sasl
+    True
+    >>> KafkaSecurity(protocol="SSL").ssl_context().check_hostname
     True
     """
 
@@ -458,6 +464,11 @@ class KafkaSecurity(BaseModel):
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+    check_hostname: bool = Field(
+        default=True,
+        description="TLS: the broker's certificate must name the host connected to (turn off "
+        "only for a broker whose certificate cannot name it)",
+    )
 
     @property
     def uses_sasl(self) -> bool:
@@ -491,6 +502,7 @@ class KafkaSecurity(BaseModel):
         if not self.uses_ssl:
             return None
         ctx = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        ctx.check_hostname = self.check_hostname  # the chain is verified either way
         if self.cert_file is not None and self.key_file is not None:
             ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
         return ctx
