@@ -12,8 +12,10 @@ Roles and what they do with Kafka:
 - ``desk`` (``abstain desk``): reads the label requests, the labels, the pending changelog
   and the models, writes labels, and reads and writes its own leases and revocations topics
   (which it creates under ``creation = create``); no consumer group;
-- ``operator`` (``abstain labels``, ``abstain models``, ``abstain rebuild``): reads the label
-  topics and the models, writes labels and models; no consumer group.
+- ``operator`` (``abstain labels``, ``abstain models``, ``abstain rebuild``, ``abstain
+  skip``): reads the label topics, the features and the models, writes labels, models (skip
+  orders too) and dead letters; joins no consumer group, but describes the loops' groups
+  (``abstain skip`` reads where they committed).
 
 Kafka lets ``Read`` and ``Write`` on a topic imply ``Describe``; every ACL is a literal
 name, allowed from any host.
@@ -59,7 +61,7 @@ __all__ = [
 Role = Literal["worker", "desk", "operator"]
 ROLES: Final[tuple[Role, ...]] = ("worker", "desk", "operator")
 Resource = Literal["TOPIC", "GROUP", "CLUSTER"]
-Operation = Literal["READ", "WRITE", "CREATE", "DESCRIBE_CONFIGS"]
+Operation = Literal["READ", "WRITE", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS"]
 CLUSTER_NAME: Final = "kafka-cluster"
 
 #: Kafka's codes (org.apache.kafka.common.acl / resource): the Admin API speaks these
@@ -71,7 +73,7 @@ ALLOW: Final = 3
 LITERAL: Final = 3
 #: kafka-acls.sh's spelling of an operation
 _CLI_OPERATION: Final = {"READ": "Read", "WRITE": "Write", "CREATE": "Create",
-                         "DESCRIBE_CONFIGS": "DescribeConfigs"}  # fmt: skip
+                         "DESCRIBE": "Describe", "DESCRIBE_CONFIGS": "DescribeConfigs"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,9 @@ def role_acls(settings: Settings, role: str, principal: str) -> list[Acl]:
     if role == "worker":
         for group, why in _groups(settings):
             add("READ", "GROUP", group, why)
+    if role == "operator":
+        for group, why in _groups(settings)[1:]:
+            add("DESCRIBE", "GROUP", group, f"`abstain skip` reads where {why} committed")
     if role in ("worker", "desk") and creates and settings.topic_policy.replication_factor is None:
         add("DESCRIBE_CONFIGS", "CLUSTER", CLUSTER_NAME,
             "reads default.replication.factor to create topics (unset "

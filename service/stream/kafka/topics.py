@@ -21,8 +21,8 @@ it from here:
 | `abstain.decisions` | event id | `Decision` | the scorer | consumers |
 | `abstain.label-requests` | model | `LabelRequest` | the scorer | the learner (group `<app_id>-learn`), the desk, tools |
 | `abstain.labels` | model | `Label`, `Correction`, `Opinion`, `Rollback`, `Seed` | staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, `abstain models rollback`, `abstain models seed` | the learner (group `<app_id>-learn`), the desk |
-| `abstain.models` (compacted) | model, `__champions__` | `ModelEnvelope`, `Champions` | the learner, `abstain models promote`, `abstain rebuild --publish`, `abstain models seed` | every worker and desk (group-less) |
-| `abstain.dead-letters` | — | `DeadLetter` | the scorer, the learner, the model follower | people |
+| `abstain.models` (compacted) | model, `__champions__`, `__skip__/...` | `ModelEnvelope`, `Champions`, `SkipOrder` | the learner, `abstain models promote`, `abstain rebuild --publish`, `abstain models seed`, `abstain skip` | every worker and desk (group-less) |
+| `abstain.dead-letters` | — | `DeadLetter` | the scorer, the learner, the model follower, `abstain skip` | people |
 | `<app_id>-pending-changelog` (compacted) | request id | `PendingEntry` | the learner (pending table) | the learner (recovery), the desk |
 | `<app_id>-orphans-changelog` (compacted) | request id | `ParkedLabel` | the learner (parked table) | the learner (recovery) |
 | `<app_id>-models-changelog` (compacted) | model, `<model>@<version>` | `ModelEnvelope` | the learner (models table) | the learner (recovery) |
@@ -136,7 +136,8 @@ _LEARNER = "the learner (group `<app_id>-learn`)"
 #: every topic and table of the worker, in the order the docs and the checks list them
 CATALOGUE: tuple[Entry, ...] = (
     Entry("features", "features", "event id", "`FeatureEvent`", "producers",
-          "the scoring loop (group `<app_id>-score`)", scored=True, access=(_W + "r",)),
+          "the scoring loop (group `<app_id>-score`)", scored=True,
+          access=(_W + "r", _O + "r")),
     Entry("decisions", "decisions", "event id", "`Decision`", "the scorer", "consumers",
           access=(_W + "w",)),
     Entry("label_requests", "labels", _BY_MODEL, "`LabelRequest`", "the scorer",
@@ -147,13 +148,15 @@ CATALOGUE: tuple[Entry, ...] = (
           "`abstain models rollback`, `abstain models seed`",
           f"{_LEARNER}, the desk", keyed_by_model=True, learned=True, desk=True,
           access=(_W + "rw", _D + "rw", _O + "rw")),
-    Entry("models", "models", "model, `__champions__`", "`ModelEnvelope`, `Champions`",
+    Entry("models", "models", "model, `__champions__`, `__skip__/...`",
+          "`ModelEnvelope`, `Champions`, `SkipOrder`",
           "the learner, `abstain models promote`, `abstain rebuild --publish`, "
-          "`abstain models seed`",
+          "`abstain models seed`, `abstain skip`",
           "every worker and desk (group-less)", compacted=True,
           access=(_W + "rw", _D + "r", _O + "rw")),
     Entry("dead_letters", "dead_letters", "—", "`DeadLetter`",
-          "the scorer, the learner, the model follower", "people", access=(_W + "w",)),
+          "the scorer, the learner, the model follower, `abstain skip`", "people",
+          access=(_W + "w", _O + "w")),
     Entry("pending", "labels", "request id", "`PendingEntry`", "the learner (pending table)",
           "the learner (recovery), the desk", kind="table", compacted=True, desk=True,
           access=(_W + "rw", _D + "r")),

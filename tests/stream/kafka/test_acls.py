@@ -50,9 +50,11 @@ def test_the_desk_may_not_write_the_models_topic_nor_read_features() -> None:
     assert not {name for _, name in desk} & {s.topics.features, s.topics.decisions}
 
 
-def test_operators_have_no_group_and_no_create() -> None:
+def test_operators_join_no_group_and_create_nothing() -> None:
     ops = role_acls(Settings(), "operator", "User:o")
-    assert {a.resource for a in ops} == {"TOPIC"}
+    assert {a.resource for a in ops} == {"TOPIC", "GROUP"}
+    assert {(a.operation, a.name) for a in ops if a.resource == "GROUP"} == {
+        ("DESCRIBE", "abstain-score"), ("DESCRIBE", "abstain-learn")}  # fmt: skip
     assert "CREATE" not in {a.operation for a in ops}
 
 
