@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install abstain with its dev tools
 
-run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; ARGS=--prometheus: also a Prometheus with the alert rules, URL printed; Ctrl-C stops all)
+run: $(STAMP) ## local Kafka + worker + label desk (URL and login printed) + demo stream (Phishing, 20/s until Ctrl-C) + simulated labeller that leaves a quarter of the requests to you (ARGS="--events 3000": a bounded run; ARGS=--prometheus: also a Prometheus with the alert rules; Ctrl-C stops all)
 	$(BIN)/python -m service demo $(ARGS)
 
 # processes the suite runs in (pytest-xdist; each starts its own broker when it needs one,

@@ -204,20 +204,22 @@ async def test_a_team_page_is_served_from_the_last_tick() -> None:
 async def reviewing(n: int, tmp_path: Path) -> dict[str, int]:
     """Lines of desk code run by a tick, a ``next`` (a second opinion found), ``GET /team``
     and ``GET /metrics`` with ``n`` answers waiting for a second opinion, ``n // 2`` for a
-    reviewer and ``n`` open requests."""
+    reviewer and ``n`` open requests (an answer a second: the model's reach, 200 labels,
+    leaves time for the last 185)."""
     from .review.harness import Person as P
     from .review.harness import deployment, req
 
     topics, (replica,) = deployment(1)
     people = [f"p{i:02d}" for i in range(20)]
     for i in range(n):
-        r = req(f"a{i}", p=0.02, at=topics.clock.now, ttl=3600)
+        r = req(f"a{i}", p=0.02, at=topics.clock.now, ttl=20_000)
         topics.request(r)
         topics.label(Label(r.request_id, "m", 1, people[i % 20], topics.clock.now))
         if i % 2:
             topics.signed(Opinion(r.request_id, "m", 1 if i % 4 == 1 else -1,
                                   people[(i + 1) % 20], topics.clock.now))  # fmt: skip
-        topics.request(req(f"o{i}", at=topics.clock.now, ttl=3600))
+        topics.request(req(f"o{i}", at=topics.clock.now, ttl=20_000))
+        topics.clock.now += 1.0
     book = replica.book
     assert len(book.opinion_queue("m")) == n - n // 2
     assert len(list(book.review_queue("m"))) == n // 4

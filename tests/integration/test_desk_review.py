@@ -425,7 +425,7 @@ def test_bad_or_forged_corrections_are_refused_with_a_reason_and_write_nothing(
     wait_desk(desk, settled, "the desk to read the snapshot")
     got, answer = ann.api("/api/undo", {"request_id": rid})
     assert (got, answer["error"]) == (410, "beyond_reach"), answer
-    assert "older than the model" in answer["message"]
+    assert "can no longer change it" in answer["message"]
     # forged on the topics: an unsigned correction of her answer, a flag by someone else
     skipped = {t: desk.sample(f'abstain_desk_records_skipped_total{{topic="{t}"}}')
                for t in ("labels", "leases")}  # fmt: skip

@@ -131,8 +131,9 @@ class ReviewRoutes:
     async def api_opinion(self, request: web.Request) -> web.StreamResponse:
         person, body = await self.api_person(request)
         rid, value = request_id_of(body), answer_of(body)
-        await self._refusing(self.opinions.answer(person, rid, value))
-        return web.json_response({"saved": True, "request_id": rid})  # never the first answer
+        _, can_change = await self._refusing(self.opinions.answer(person, rid, value))
+        # never the first answer, nor whether this one agreed with it
+        return web.json_response({"saved": True, "request_id": rid, "can_change": can_change})
 
     async def api_opinion_skip(self, request: web.Request) -> web.StreamResponse:
         person, body = await self.api_person(request)

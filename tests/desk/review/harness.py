@@ -36,12 +36,15 @@ KEY = "k" * 40
 
 def settings(**desk: Any) -> Settings:
     """Models ``m`` and ``z`` (3 features), a shadow ``sh`` of ``m``; no second opinion at
-    random, one for every answer that trains with weight >= 20 (query probability <= 0.05)."""
+    random, one for every answer that trains with weight >= 20 (query probability <= 0.05);
+    ``reach``: how many labels ``m`` can still correct (the default else)."""
     opinions = {"share": 0.0, "min_weight": 20.0, "confident_margin": 1.0,
                 **desk.pop("second_opinions", {})}  # fmt: skip
     extra = {k: desk.pop(k) for k in ("snapshot_key",) if k in desk}
+    reach = desk.pop("reach", None)
+    corrections = {} if reach is None else {"corrections": {"reach": reach}}
     return load_settings(
-        models={"m": {"n_features": 3}, "z": {"n_features": 3},
+        models={"m": {"n_features": 3, **corrections}, "z": {"n_features": 3},
                 "sh": {"n_features": 3, "champion": "m"}},
         default_model="m", partitions={"labels": 4},
         desk={"answer_names": {"m": ["fraud", "legitimate"]}, **desk,

@@ -115,7 +115,7 @@ async def test_a_label_the_model_can_no_longer_reach_is_refused_beyond_reach() -
     offsets = {rid: item.offset for rid, item in desk.book.items.items()}
     # the model learned both; it keeps versions from the second label on
     reach(desk, "m", offset=offsets[new.request_id], corrections_from=offsets[new.request_id])
-    with pytest.raises(Refused, match="older than the model") as refused:
+    with pytest.raises(Refused, match="can no longer change it") as refused:
         await desk.review.correct(ANN, old.request_id, None)
     assert (refused.value.code, refused.value.status) == ("beyond_reach", 410)
     await desk.review.correct(ANN, new.request_id, None)  # within reach

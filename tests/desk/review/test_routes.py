@@ -175,7 +175,7 @@ async def test_a_second_opinion_is_served_without_the_first_answer(site: Site) -
     assert not {"label", "labelled_by", "first", "current", "answer"} & set(view)  # ... nor what
     assert (await site.api("/api/opinion/renew", {"request_id": r.request_id}))[0] == 200
     status, saved = await site.api("/api/opinion", {"request_id": r.request_id, "label": 1})
-    assert (status, saved) == (200, {"saved": True, "request_id": r.request_id})
+    assert (status, saved) == (200, {"saved": True, "request_id": r.request_id, "can_change": True})
     assert [type(w) for w in site.written()] == [Label, Opinion]
     await site.login("ann")
     status, got = await site.api("/api/next", {})
