@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-unit test-integration test-long test-kafka4 test-image image lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
+.PHONY: help venv run docs test test-unit test-integration test-long test-kafka4 test-image image lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -54,6 +54,10 @@ test-image: $(STAMP) ## build the image and run the worker in it against a test 
 
 test-long: $(STAMP) ## the full-size fault-injection tests and the three-broker cluster faults (tens of minutes)
 	$(BIN)/python -m pytest -m slow $(ARGS)
+
+docs: $(STAMP) ## the documentation site into var/site (mkdocs --strict: a broken link or a page missing fails); the reference pages are checked against the code first
+	$(BIN)/python -m service.reference --check
+	$(BIN)/mkdocs build --strict --quiet
 
 lint: $(STAMP) ## ruff check + format check
 	$(BIN)/ruff check service tests loadtest

@@ -22,7 +22,7 @@ from service.stream.kafka.acls import (
 )
 from service.stream.kafka.topics import CATALOGUE
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "secure-kafka.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "operate" / "secure-kafka.md"
 
 
 def test_the_docs_table_is_what_abstain_kafka_acls_prints_for_the_default_settings(
