@@ -43,6 +43,7 @@ __all__ = [
     "main",
     "metrics_markdown",
     "pages",
+    "records_markdown",
     "setting_rows",
     "topics_markdown",
 ]
@@ -316,6 +317,134 @@ def topics_markdown() -> str:
                       markdown_table(), ""])  # fmt: skip
 
 
+# --- records ------------------------------------------------------------------------------
+
+#: a feature event as producers write it: the parser is checked to take it (the test)
+FEATURE_EVENTS: Final = (
+    '{"id": "e-1842", "model": "fraud", "features": [0.7, 12.0, 1.0], "ts": 1795780000.5}',
+    '{"id": "e-1843", "features": {"amount": 0.7, "account_age_days": 12, "foreign_ip": 1}}',
+)
+
+
+def _examples() -> list[tuple[str, str, str, Any]]:
+    """(topic, key, record name, record) of every record written to a topic, with the
+    values a worker would give them."""
+    from service.records import (  # noqa: PLC0415
+        Action,
+        Champions,
+        Correction,
+        DeadLetter,
+        Decision,
+        Label,
+        LabelRequest,
+        Opinion,
+        Reason,
+        Rollback,
+        Seed,
+        SkipOrder,
+        Source,
+        request_id,
+    )
+    from service.stream.models.served import initial_envelope  # noqa: PLC0415
+
+    rid = request_id("fraud", "e-1842")
+    request = LabelRequest(rid, "e-1842", "fraud", [0.7, 12.0, 1.0], 0.4213, 0.9, 0, 0.7394,
+                           12, 1795780000.6, 1795783600.6, 0.81)  # fmt: skip
+    envelope = initial_envelope("fraud", ModelConfig(n_features=3))
+    return [
+        (
+            "decisions",
+            "event id",
+            "Decision",
+            Decision(
+                "e-1842", "fraud", Action.REJECT, None, 0.4213, 0.9, 12, True, 0.7394, 1795780000.6
+            ),
+        ),  # fmt: skip
+        ("label_requests", "model", "LabelRequest", request),
+        ("labels", "model", "Label", Label(rid, "fraud", -1, "ann", 1795780031.2)),
+        (
+            "labels",
+            "model",
+            "Correction",
+            Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0),
+        ),  # fmt: skip
+        ("labels", "model", "Opinion", Opinion(rid, "fraud", -1, "bob", 1795780100.0)),
+        ("labels", "model", "Rollback", Rollback("fraud", "fraud", 9, "ops", 1795782000.0)),
+        (
+            "labels",
+            "model",
+            "Seed",
+            Seed("fraud", "fraud", envelope.to_json(), None, "ops", 1795782100.0, rows=5000),
+        ),  # fmt: skip
+        ("models", "model", "ModelEnvelope", envelope),
+        (
+            "models",
+            "`__champions__`",
+            "Champions",
+            Champions(serial=3, servers={"fraud": "fraud-v2"}, updated_at=1795782000.0),
+        ),  # fmt: skip
+        (
+            "models",
+            "`__skip__/<topic>/<partition>/<first>`",
+            "SkipOrder",
+            SkipOrder(
+                "abstain.features",
+                3,
+                120,
+                123,
+                "abstain.features[3] offsets 120-122 cannot be read (UnsupportedCodecError: ...)",
+                "ops",
+                1795783000.0,
+            ),
+        ),  # fmt: skip
+        (
+            "dead_letters",
+            "none",
+            "DeadLetter",
+            DeadLetter(
+                Source.FEATURES,
+                "abstain.features",
+                2,
+                9151,
+                Reason.NOT_JSON,
+                "unexpected character: line 1 column 1 (char 0)",
+                b"{oops",
+            ),
+        ),  # fmt: skip
+    ]
+
+
+def _shown(record: Any) -> str:
+    """The record's JSON as written, indented; a model state's learned parts elided."""
+    value = json.loads(record.to_json())
+    for big in ("pipeline", "learner", "estimate"):
+        if isinstance(value.get(big), dict):
+            value[big] = {"…": "the learner's state (service.learning.state)"}
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def records_markdown() -> str:
+    """The records reference page: every record on every topic, as the code writes it."""
+    from service.stream.kafka.topics import CATALOGUE  # noqa: PLC0415
+
+    settings = Settings()
+    names = {e.field: e.name(settings) for e in CATALOGUE if e.kind == "topic"}
+    parts = ["# Records", "", _GENERATED, "",
+             "Every record abstain reads or writes on a topic, as the code writes it (JSON, "
+             "UTF-8; `service.records`). Readers take fields in any order and refuse anything "
+             "else with a dead letter ([Wire formats](wire-formats.md) says what is refused).",
+             "", f"## `{names['features']}`: feature events (producers write them)", "",
+             "Key: the event id (optional). `model` defaults to `default_model`, `ts` to the "
+             "record's time; `features` is a list in the model's order or an object by "
+             "`feature_names`:", ""]  # fmt: skip
+    for event in FEATURE_EVENTS:
+        parts += ["```json", event, "```", ""]
+    for topic, key, name, record in _examples():
+        parts += [f"## `{names[topic]}`: `{name}`", "", f"Key: {key}.", "", "```json",
+                  _shown(record), "```", ""]  # fmt: skip
+    return "\n".join(parts)
+
+
 # --- the pages ----------------------------------------------------------------------------
 
 PAGES: Final[dict[str, Callable[[], str]]] = {
@@ -323,6 +452,7 @@ PAGES: Final[dict[str, Callable[[], str]]] = {
     "cli.md": cli_markdown,
     "metrics.md": metrics_markdown,
     "topics.md": topics_markdown,
+    "records.md": records_markdown,
 }
 
 

@@ -3,6 +3,7 @@ series and topic is enumerated here from the code itself and must have its row."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from service.__main__ import COMMANDS
 from service.config import ModelConfig, Settings
 from service.desk.metrics import DeskMetrics
 from service.metrics import Metrics
-from service.reference import DOCS, HIDDEN_SUBCOMMANDS, main, pages
+from service.records import parse_feature_event
+from service.reference import DOCS, FEATURE_EVENTS, HIDDEN_SUBCOMMANDS, main, pages
 from service.stream.kafka.topics import CATALOGUE
 
 GENERATED = pages()
@@ -93,3 +95,14 @@ def test_check_names_a_stale_page_and_write_mends_it(tmp_path: Path) -> None:
     assert main(["--check", "--out", str(tmp_path)]) == 1
     assert main(["--out", str(tmp_path)]) == 0
     assert (tmp_path / "metrics.md").read_text() == GENERATED["metrics.md"]
+
+
+def test_every_record_of_the_catalogue_has_its_example_and_the_examples_parse() -> None:
+    page = GENERATED["records.md"]
+    named = {n for e in CATALOGUE for n in re.findall(r"`(\w+)`", e.value)}
+    assert {"Decision", "LabelRequest", "Label", "Correction", "SkipOrder"} <= named
+    for name in named - {"FeatureEvent", "Step", "PendingEntry", "ParkedLabel"}:
+        assert f": `{name}`\n" in page, name
+    for raw in FEATURE_EVENTS:
+        event = parse_feature_event(raw.encode(), default_model="fraud")
+        assert event.id.startswith("e-")
