@@ -330,88 +330,58 @@ def _examples() -> list[tuple[str, str, str, Any]]:
     """(topic, key, record name, record) of every record written to a topic, with the
     values a worker would give them."""
     from service.records import (  # noqa: PLC0415
-        Action,
         Champions,
         Correction,
-        DeadLetter,
-        Decision,
         Label,
         LabelRequest,
         Opinion,
-        Reason,
         Rollback,
         Seed,
-        SkipOrder,
-        Source,
         request_id,
-    )
+    )  # fmt: skip
     from service.stream.models.served import initial_envelope  # noqa: PLC0415
 
     rid = request_id("fraud", "e-1842")
     request = LabelRequest(rid, "e-1842", "fraud", [0.7, 12.0, 1.0], 0.4213, 0.9, 0, 0.7394,
                            12, 1795780000.6, 1795783600.6, 0.81)  # fmt: skip
     envelope = initial_envelope("fraud", ModelConfig(n_features=3))
+    seed = Seed("fraud", "fraud", envelope.to_json(), None, "ops", 1795782100.0, rows=5000)
+    champions = Champions(serial=3, servers={"fraud": "fraud-v2"}, updated_at=1795782000.0)
     return [
-        (
-            "decisions",
-            "event id",
-            "Decision",
-            Decision(
-                "e-1842", "fraud", Action.REJECT, None, 0.4213, 0.9, 12, True, 0.7394, 1795780000.6
-            ),
-        ),  # fmt: skip
+        ("decisions", "event id", "Decision", _decision()),
         ("label_requests", "model", "LabelRequest", request),
         ("labels", "model", "Label", Label(rid, "fraud", -1, "ann", 1795780031.2)),
-        (
-            "labels",
-            "model",
-            "Correction",
-            Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0),
-        ),  # fmt: skip
+        ("labels", "model", "Correction",
+         Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0)),
         ("labels", "model", "Opinion", Opinion(rid, "fraud", -1, "bob", 1795780100.0)),
         ("labels", "model", "Rollback", Rollback("fraud", "fraud", 9, "ops", 1795782000.0)),
-        (
-            "labels",
-            "model",
-            "Seed",
-            Seed("fraud", "fraud", envelope.to_json(), None, "ops", 1795782100.0, rows=5000),
-        ),  # fmt: skip
+        ("labels", "model", "Seed", seed),
         ("models", "model", "ModelEnvelope", envelope),
-        (
-            "models",
-            "`__champions__`",
-            "Champions",
-            Champions(serial=3, servers={"fraud": "fraud-v2"}, updated_at=1795782000.0),
-        ),  # fmt: skip
-        (
-            "models",
-            "`__skip__/<topic>/<partition>/<first>`",
-            "SkipOrder",
-            SkipOrder(
-                "abstain.features",
-                3,
-                120,
-                123,
-                "abstain.features[3] offsets 120-122 cannot be read (UnsupportedCodecError: ...)",
-                "ops",
-                1795783000.0,
-            ),
-        ),  # fmt: skip
-        (
-            "dead_letters",
-            "none",
-            "DeadLetter",
-            DeadLetter(
-                Source.FEATURES,
-                "abstain.features",
-                2,
-                9151,
-                Reason.NOT_JSON,
-                "unexpected character: line 1 column 1 (char 0)",
-                b"{oops",
-            ),
-        ),  # fmt: skip
-    ]
+        ("models", "`__champions__`", "Champions", champions),
+        ("models", "`__skip__/<topic>/<partition>/<first>`", "SkipOrder", _skip_order()),
+        ("dead_letters", "none", "DeadLetter", _dead_letter()),
+    ]  # fmt: skip
+
+
+def _decision() -> Any:
+    from service.records import Action, Decision  # noqa: PLC0415
+
+    return Decision("e-1842", "fraud", Action.REJECT, None, 0.4213, 0.9, 12, True, 0.7394,
+                    1795780000.6)  # fmt: skip
+
+
+def _skip_order() -> Any:
+    from service.records import SkipOrder  # noqa: PLC0415
+
+    detail = "abstain.features[3] offsets 120-122 cannot be read (UnsupportedCodecError: ...)"
+    return SkipOrder("abstain.features", 3, 120, 123, detail, "ops", 1795783000.0)
+
+
+def _dead_letter() -> Any:
+    from service.records import DeadLetter, Reason, Source  # noqa: PLC0415
+
+    return DeadLetter(Source.FEATURES, "abstain.features", 2, 9151, Reason.NOT_JSON,
+                      "unexpected character: line 1 column 1 (char 0)", b"{oops")  # fmt: skip
 
 
 def _shown(record: Any) -> str:

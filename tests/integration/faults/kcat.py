@@ -35,4 +35,6 @@ def kcat_read(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 def write_unreadable(bootstrap: str, topic: str, partition: int, values: list[Any]) -> None:
     """``values`` (JSON) as one batch on ``topic[partition]`` that the workers cannot read."""
     data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
-    kcat(bootstrap, "-P", "-t", topic, "-p", str(partition), "-H", UNREADABLE_HEADER, data=data)
+    # a linger long enough that every line goes into the one batch
+    kcat(bootstrap, "-P", "-t", topic, "-p", str(partition), "-H", UNREADABLE_HEADER,
+         "-X", "linger.ms=500", data=data)  # fmt: skip
