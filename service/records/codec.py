@@ -141,6 +141,27 @@ def decode_json(raw: bytes, *, max_bytes: int | None = None) -> Any:
         raise BadMessage("not_json", str(exc)) from exc
 
 
+def decode_versioned(
+    raw: bytes, *, fmt: str, version: int, what: str, max_bytes: int | None = None
+) -> dict[str, Any]:
+    """A JSON object whose ``format`` is ``fmt`` and ``format_version`` is ``version``;
+    ``what`` names the record in the refusal.
+
+    >>> decode_versioned(b'{"format": "x", "format_version": 2}', fmt="x", version=1, what="a")
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: schema: a has format_version 2; this worker reads 1: upgrade the worker
+    """  # noqa: E501
+    record = decode_object(raw, max_bytes=max_bytes)
+    if record.get("format") != fmt:
+        raise BadMessage("schema", f"{what} has an unknown format")
+    if record.get("format_version") != version:
+        raise BadMessage("schema", f"{what} has format_version "
+                         f"{record.get('format_version')!r}; this worker reads {version}: "
+                         "upgrade the worker")  # fmt: skip
+    return record
+
+
 def obj(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object."""
     if not isinstance(value, dict):

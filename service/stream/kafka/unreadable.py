@@ -289,6 +289,16 @@ class Reader:
             moved[tp] = batch.end
         return moved
 
+    @classmethod
+    def of(
+        cls, reader: Reader | None, consumer: AIOKafkaConsumer, unreadable: Unreadable
+    ) -> Reader:
+        """``reader`` if it reads ``consumer``, else a new one that stops at an unreadable
+        batch (a loop's consumer is made again when it restarts)."""
+        if reader is not None and reader.consumer is consumer:
+            return reader
+        return cls(consumer, policy="stop", unreadable=unreadable)
+
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Stop watching ``tps`` (revoked, or sought back to be read again): their batches,
         if they are met again, are found again."""
