@@ -78,9 +78,12 @@ def present(
         "request_id": request.request_id,
         "event_id": request.event_id,
         "model": request.model,
-        "features": [
-            {"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)
-        ],
+        # the features that are set first (one-hot data: the values the event has), each
+        # group in the model's order
+        "features": sorted(
+            ({"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)),
+            key=lambda f: f["value"] == 0,
+        ),
         "score": request.score,
         "rho": request.rho,
         "decision": decided,

@@ -117,7 +117,11 @@ def test_a_newcomer_answers_undoes_and_sees_the_team_view_and_nothing_is_refused
     page.get_by_label("Password").press("Enter")
     playwright_sync.expect(page.locator("#card")).to_be_visible(timeout=60_000)
     names = [str(n) for n in page.locator("#features tbody th").all_text_contents()]
-    assert names[:2] == ["having_ip_address=-1", "url_length=1"]  # not x0, x1
+    values = [float(v) for v in page.locator("#features tbody td").all_text_contents()]
+    assert len(names) == 68
+    assert all(re.fullmatch(r"[a-z_]+=-?[01]", n) for n in names), names  # not x0, x1
+    assert all(v != 0 for v in values[:30])  # the 30 attributes' values the site has, first
+    assert not any(values[30:])
     assert "legitimate" in str(page.locator("#a-pos").text_content())  # not +1
     assert "phishing" in str(page.locator("#a-neg").text_content())
     page.screenshot(path=str(SHOTS / "newcomer-request.png"), full_page=True)
