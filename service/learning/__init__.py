@@ -24,7 +24,9 @@ the replay command and notebooks share one implementation.
   $\|x\|^2 = n$ (in :mod:`.schedules` and :mod:`.kernel.defaults`, with the evidence from
   ``docs/replay/README.md``);
   :data:`DEFAULT_GAMMA` (1), :data:`DEFAULT_TAU` (1000).
-* Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`.
+* Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`;
+  :func:`serving_pipeline`, what a model serves (a standardiser that takes in the
+  :class:`Moments` of every event the scorers see, then one of the labelled rows).
 * Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
   with :class:`BatchStandardizer` for per-run online standardisation.
 * Risk and shadows: :class:`RiskEstimate` (importance-weighted 0-d-1 risk with a score
@@ -103,12 +105,15 @@ from .losses import (
     sigmoid_slope,
     zero_d_one_loss,
 )
+from .moments import Moments
 from .preprocessing import (
+    LABEL_PRIOR,
     Intercept,
     OnlineStandardizer,
     Pipeline,
     default_pipeline,
     preprocessor_from_state,
+    serving_pipeline,
 )
 from .registry import (
     ALGORITHM_NAMES,
@@ -210,6 +215,9 @@ __all__ = [
     "LINEAR_ALGORITHMS",
     "LearningError",
     "LinearLearner",
+    "LABEL_PRIOR",
+    "Moments",
+    "serving_pipeline",
     "NonFiniteError",
     "OnlineStandardizer",
     "Pipeline",
