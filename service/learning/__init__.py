@@ -27,6 +27,9 @@ the replay command and notebooks share one implementation.
 * Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`;
   :func:`serving_pipeline`, what a model serves (a standardiser that takes in the
   :class:`Moments` of every event the scorers see, then one of the labelled rows).
+* Update rules of the linear learners (``update_rule``): ``"sgd"``, the papers' step, and
+  ``"normalized"`` (:mod:`.linear.normalized`: importance-weight aware, per-coordinate
+  adaptive, $\rho$ in the units of the score).
 * Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
   with :class:`BatchStandardizer` for per-run online standardisation.
 * Risk and shadows: :class:`RiskEstimate` (importance-weighted 0-d-1 risk with a score
@@ -91,7 +94,7 @@ from .kernel.kernels import (
 from .kernel.learner import DEFAULT_BUDGET, DEFAULT_RHO_CAP, KernelLearner
 from .linear.dral import DRAL
 from .linear.dsal import DSAL, DSOL
-from .linear.learner import LinearLearner
+from .linear.learner import UPDATES, LinearLearner
 from .losses import (
     double_ramp_gradient,
     double_ramp_loss,
@@ -217,6 +220,7 @@ __all__ = [
     "LinearLearner",
     "LABEL_PRIOR",
     "Moments",
+    "UPDATES",
     "serving_pipeline",
     "NonFiniteError",
     "OnlineStandardizer",
