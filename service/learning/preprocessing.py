@@ -75,9 +75,10 @@ class Preprocessor(Protocol):
     def to_state(self) -> dict[str, Any]: ...
 
 
-MERGE_FLOOR: Final = 1000
+MERGE_FLOOR: Final = 100
 """Rows a moments record may count for when the statistics rest on fewer
-(:meth:`OnlineStandardizer.merge`)."""
+(:meth:`OnlineStandardizer.merge`): a first record of a model that asks rarely (one label
+in 100 events or fewer) still counts for 100 events."""
 
 
 def _finite_number(name: str, value: Any) -> float:
@@ -262,9 +263,10 @@ class OnlineStandardizer:
         :mod:`service.learning.moments`); return how many rows they counted for.
 
         A record counts for at most ``max(count, MERGE_FLOOR)`` rows (:data:`MERGE_FLOOR`:
-        1000), its mean and variance kept: one record can at most double what the
-        statistics rest on, so a record that lies (a forged or broken one) moves the mean at
-        most half way to its own and the variance likewise, whatever count it claims.
+        100), its mean and variance kept: once the statistics rest on 100 rows one record
+        can at most double what they rest on, so a record that lies (a forged or broken
+        one) moves the mean at most half way to its own and the variance likewise, whatever
+        count it claims.
 
         >>> z = OnlineStandardizer(1)
         >>> m = Moments(1); m.add_many([[1.0], [3.0]])
@@ -426,21 +428,23 @@ class Pipeline:
 
         A pipeline that :attr:`takes_moments` merges ``moments`` (of the events scored
         since the last ones, ``x`` among them) into its first step, and the labelled row,
-        as the first step now transforms it, into the steps after it. Any other pipeline,
-        or no moments, learns ``x`` in every step (:meth:`learn`), as it always did.
+        as the first step now transforms it, into the steps after it. Its first step learns
+        from moments only: a request without them (the second of a scorer's batch, whose
+        events came with the first) teaches the later steps alone. Any other pipeline learns
+        ``x`` in every step (:meth:`learn`), as it always did.
 
         >>> pipe = serving_pipeline(1)
         >>> seen = Moments(1); seen.add_many([[1.0], [3.0], [5.0]])
         >>> pipe.learn_label([5.0], seen), pipe.steps[0].mean.tolist(), pipe.steps[1].count
         (3, [3.0], 31)
         """
-        if moments is None or not self.takes_moments:
+        if not self.takes_moments:
             self.learn(x)
             return 0
         cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
         first = self.steps[0]
         assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
-        merged = first.merge(moments)
+        merged = 0 if moments is None else first.merge(moments)
         cur = first.transform(cur)
         last = len(self.steps) - 1
         for i, step in enumerate(self.steps[1:], start=1):

@@ -55,7 +55,6 @@ from .errors import HyperparameterError
 __all__ = [
     "DEFAULT_GAMMA",
     "DEFAULT_TAU",
-    "NORMALIZED_LENGTH",
     "Constant",
     "DSALTheory",
     "InverseTime",
@@ -242,18 +241,7 @@ The replay sweeps (``docs/replay/*/sweep.csv``, $\tau \in \{100, 1000, 10000\}$)
 best for DSAL/DSOL on Phishing and Guide; DRAL is less sensitive to it."""
 
 
-NORMALIZED_LENGTH: Final = 2.0
-r"""How much longer the default first step of ``update_rule="normalized"`` is than the paper's
-update's (:mod:`service.learning.linear.normalized`): its steps are along AdaGrad's
-per-coordinate rates, of the same mean length in the units of the score. Measured
-(``docs/results/learning.md``): with inputs standardised by every event, twice the paper's
-default step learns faster from the first labels (breast cancer at 5 % of the labels: risk
-0.069 against 0.086) and does as well later (Phishing, svmguide1)."""
-
-
-def default_ds_eta(
-    n_features: int, gamma: float = DEFAULT_GAMMA, *, update_rule: str = "sgd"
-) -> InverseTime:
+def default_ds_eta(n_features: int, gamma: float = DEFAULT_GAMMA) -> InverseTime:
     r"""Default DSAL/DSOL step for a learner of width $n$ = ``n_features``:
     $\eta_t = \eta_0 / (1 + t/1000)$ with $\eta_0 = 5 / (\gamma^2 (n + 1))$.
 
@@ -274,16 +262,13 @@ def default_ds_eta(
     0.0714
     >>> default_ds_eta(4, gamma=2.0).eta0              # 5 / (4 * 5)
     0.25
-    >>> default_ds_eta(4, gamma=2.0, update_rule="normalized").eta0
-    0.5
     """
     n = check_int("n_features", n_features, 1)
     g = check_param("gamma", gamma)
-    length = NORMALIZED_LENGTH if update_rule == "normalized" else 1.0
-    return InverseTime(eta0=length * 5.0 / (g * g * (n + 1.0)), tau=DEFAULT_TAU)
+    return InverseTime(eta0=5.0 / (g * g * (n + 1.0)), tau=DEFAULT_TAU)
 
 
-def default_dral_eta(n_features: int, *, update_rule: str = "sgd") -> InverseTime:
+def default_dral_eta(n_features: int) -> InverseTime:
     r"""Default DRAL step for a learner of width $n$ = ``n_features``:
     $\eta_t = \eta_0 / (1 + t/1000)$ with $\eta_0 = 1.5 / (n + 1)$.
 
@@ -308,5 +293,4 @@ def default_dral_eta(n_features: int, *, update_rule: str = "sgd") -> InverseTim
     0.0214
     """
     n = check_int("n_features", n_features, 1)
-    length = NORMALIZED_LENGTH if update_rule == "normalized" else 1.0
-    return InverseTime(eta0=length * 1.5 / (n + 1.0), tau=DEFAULT_TAU)
+    return InverseTime(eta0=1.5 / (n + 1.0), tau=DEFAULT_TAU)

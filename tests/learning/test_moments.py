@@ -172,6 +172,17 @@ def test_the_serving_pipeline_takes_every_events_moments_then_the_labelled_row()
     assert np.all(np.abs(z[:, :2].std(axis=0) - 1.0) < 0.1)
 
 
+def test_the_serving_pipeline_learns_its_first_step_from_moments_only() -> None:
+    # a request without moments (the second of a scorer's batch: its events came with the
+    # first) teaches the labelled row to the later steps alone, never twice to the first
+    pipe = serving_pipeline(2)
+    pipe.learn_label([5.0, 1.0], None)
+    first, second = pipe.steps[0], pipe.steps[1]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    assert (first.count, second.count) == (0, LABEL_PRIOR + 1)
+
+
 def test_a_pipeline_of_one_standardiser_learns_the_labelled_row_as_before() -> None:
     # a model made before the serving pipeline: the moments do not change what it learns
     seen = Moments(2)

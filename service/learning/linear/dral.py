@@ -53,7 +53,7 @@ class DRAL(DoubleRampRule, LinearLearner):
     update_rule:
         ``"sgd"`` (default): the paper's step; ``"normalized"``: the scale-free, importance
         weight aware step with per-coordinate adaptive rates of
-        :mod:`service.learning.linear.normalized` (its default ``eta`` is twice as long).
+        :mod:`service.learning.linear.normalized` (the same default ``eta``).
     rho, w:
         Initial rejection width (Algorithm 1: 1) and weights (Algorithm 1: zero).
     seed:
@@ -100,4 +100,4 @@ class DRAL(DoubleRampRule, LinearLearner):
         )
 
     def _default_eta(self) -> Schedule:
-        return default_dral_eta(self.n_features, update_rule=self.update_rule)
+        return default_dral_eta(self.n_features)

@@ -61,7 +61,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
     update_rule:
         ``"sgd"`` (default): the paper's step; ``"normalized"``: the scale-free, importance
         weight aware step with per-coordinate adaptive rates of
-        :mod:`service.learning.linear.normalized` (its default ``eta`` is twice as long).
+        :mod:`service.learning.linear.normalized` (the same default ``eta``).
     rho, w:
         Initial rejection width (default 1) and weights (default zero).
     seed:
@@ -122,7 +122,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         )
 
     def _default_eta(self) -> Schedule:
-        return default_ds_eta(self.n_features, self.gamma, update_rule=self.update_rule)
+        return default_ds_eta(self.n_features, self.gamma)
 
     def _width(self) -> float:
         return 1.0 / self.gamma

@@ -162,10 +162,10 @@ def test_an_unknown_update_rule_is_named() -> None:
         DSAL(n_features=2, cost=0.25, update_rule="adam")
 
 
-def test_the_normalized_default_step_is_twice_the_papers() -> None:
-    paper = DSAL(n_features=4, cost=0.25, gamma=2.0).eta
-    normalized = DSAL(n_features=4, cost=0.25, gamma=2.0, update_rule="normalized").eta
-    assert normalized(0) == 2 * paper(0)
-    assert DRAL(n_features=4, cost=0.25, update_rule="normalized").eta(0) == 2 * DRAL(
-        n_features=4, cost=0.25
-    ).eta(0)
+def test_the_normalized_update_takes_the_papers_default_step() -> None:
+    # the length of a step in the units of the score is the paper's; its split over the
+    # coordinates is AdaGrad's (docs/results/learning.md: longer first steps were measured)
+    for learner in (DSAL(n_features=4, cost=0.25, gamma=2.0), DRAL(n_features=4, cost=0.25)):
+        params = {**learner.get_params(), "update_rule": "normalized"}
+        del params["eta"]
+        assert type(learner)(**params).eta == learner.eta
