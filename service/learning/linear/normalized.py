@@ -156,21 +156,22 @@ def _flow(
     ``rho``). ``rho`` stays >= 0."""
     left, pushed = h, 0.0
     reach = _REACH * width
+    g, g_rho = gradient(z, rho)
     for _ in range(MAX_SUBSTEPS):
-        g, g_rho = gradient(z, rho)
         speed = max(a * abs(g), b * abs(g_rho))
         if speed == 0.0:
             break
         dt = min(left, reach / speed)
-        if gradient(z - a * g * dt, max(0.0, rho - b * g_rho * dt)) == (0.0, 0.0):
-            dt = _flat_edge(z, rho, a * g, b * g_rho, dt, gradient)
-            left = dt  # this sub-step ends where the loss is flat: the flow stops there
+        ahead = gradient(z - a * g * dt, max(0.0, rho - b * g_rho * dt))
+        if ahead == (0.0, 0.0):  # the sub-step ends where the loss is flat: stop at its edge
+            dt = left = _flat_edge(z, rho, a * g, b * g_rho, dt, gradient)
         z -= a * g * dt
         pushed -= g * dt
         rho = max(0.0, rho - b * g_rho * dt)
         left -= dt
         if left <= 0.0:
             break
+        g, g_rho = ahead  # the gradient where the sub-step ended
     return pushed, rho
 
 
