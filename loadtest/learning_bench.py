@@ -26,10 +26,14 @@ Streams (``d = 0.25`` everywhere):
 Models:
 
 * ``served``: the learner a stream worker serves for a model of the default configuration
-  (``service.learning.serving_stack``: preprocessing and learner as the worker builds them;
-  DSAL held to a :class:`~service.learning.QueryBudget` at each budget, DSOL with every
-  label), labels learnt with the probability they were asked with, as the label path does;
-* ``bare``: the paper's learners (``abstain replay --bare``): the same without the wrapper;
+  (:func:`service.replay.options.served_options` and
+  :func:`service.learning.serving_pipeline`: preprocessing and learner as the worker builds
+  them; DSAL held to a :class:`~service.learning.QueryBudget` at each budget, DSOL with
+  every label), labels learnt with the probability they were asked with, as the label path
+  does, and the standardiser of every event fed at each label with the moments of the events
+  scored since the last one, as the scorers send them;
+* ``bare``: the paper's learners: no wrapper, the paper's update, and a standardiser of the
+  labelled rows (a worker's before);
 * River's ``LogisticRegression`` behind a ``StandardScaler`` with every label, at a
   constant step picked on each run's first 10 % from 0.01-1 (``River LR (best step)``) and
   at 0.1; River's ``active.EntropySampler`` (discount 3) around the LR at 0.1, held to each
@@ -65,8 +69,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
-from service.learning import Parts, default_pipeline  # noqa: E402
-from service.replay.options import ReplayOptions  # noqa: E402
+from service.learning import DEFAULT_TAU, default_ds_eta, default_pipeline, serving_pipeline  # noqa: E402
+from service.replay.options import ReplayOptions, served_options  # noqa: E402
 from service.replay.prequential import Trace, run_stream  # noqa: E402
 from service.replay.protocol import plan_trials  # noqa: E402
 from service.replay.results import Variant  # noqa: E402
@@ -201,32 +205,52 @@ def runs_of(name: str, runs: int) -> Iterator[Run]:
 # -- abstain ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Abstain:
-    """abstain's model: served (inside the wrapper) or bare, with hyperparameters and the
-    standardiser learning from the labelled events (``"labels"``, as a worker's does),
-    from every event (``"events"``) or absent (``"none"``)."""
+    """abstain's model. ``served``: what a stream worker serves for a model of the default
+    configuration (:func:`service.replay.options.served_options`: the adaptive wrapper, the
+    served update rule, :func:`service.learning.serving_pipeline` fed by every event's
+    moments at each label, as the scorers send them); otherwise the paper's learner bare,
+    with a standardiser of the labelled rows (what a worker's was before). ``params``: the
+    learner's hyperparameters (``eta_scale=K``: the default first step times K, decaying
+    over ``eta_tau`` labels, 1000 by default); ``scaler`` (None: the model's own) one of
+    ``"served"`` (the
+    serving pipeline), ``"labels"`` (a standardiser of the labelled rows), ``"events"``
+    (one of every event) or ``"none"``."""
 
     served: bool = True
     params: tuple[tuple[str, Any], ...] = ()
-    scaler: str = "labels"
+    scaler: str | None = None
+
+    @property
+    def preprocessing(self) -> str:
+        if self.scaler is not None:
+            return self.scaler
+        return "served" if self.served else "labels"
 
     def name(self) -> str:
         base = "abstain served" if self.served else "abstain bare"
         extra = [f"{k}={json.dumps(v)}" for k, v in self.params]
-        if self.scaler != "labels":
+        if self.scaler is not None:
             extra.append(f"scaler={self.scaler}")
         return f"{base} ({', '.join(extra)})" if extra else base
 
     def __call__(self, run: Run, budget: float | None) -> Trace:
         variant = Variant("dsal", budget, "budget") if budget else Variant("dsol")
-        options = ReplayOptions(algorithms=(variant.algorithm,), costs=(COST,), seed=0,
-                                adaptive=Parts() if self.served else None,
-                                params=dict(self.params))  # fmt: skip
+        params = dict(self.params)
+        scale, tau = params.pop("eta_scale", None), params.pop("eta_tau", DEFAULT_TAU)
+        if scale is not None:  # the default first step times eta_scale, decaying over eta_tau
+            first = default_ds_eta(run.X.shape[1] + 1).eta0 * float(scale)
+            params["eta"] = {"kind": "inverse-time", "eta0": first, "tau": float(tau)}
+        fields: dict[str, Any] = {"algorithms": (variant.algorithm,), "costs": (COST,),
+                                  "seed": 0, "params": params}  # fmt: skip
+        options = served_options(**fields) if self.served else ReplayOptions(**fields)
         model = variant_learner(variant, COST, run.X.shape[1] + 1, options)
-        if self.scaler == "labels":
-            pipe = default_pipeline(run.X.shape[1])
+        kind = self.preprocessing
+        if kind in ("labels", "served"):
+            d = run.X.shape[1]
+            pipe = default_pipeline(d) if kind == "labels" else serving_pipeline(d)
             return run_stream(model, run.X, run.y, run.coins, COST, pipeline=pipe)
         X = run.X
-        if self.scaler == "events":
+        if kind == "events":
             X = _standardised(X)
         X = np.hstack([X, np.ones((X.shape[0], 1))])
         return run_stream(model, X, run.y, run.coins, COST)
@@ -470,7 +494,7 @@ def _abstain(text: str) -> Abstain:
     if kind not in ("served", "bare"):
         raise argparse.ArgumentTypeError(f"expected served or bare, got {kind!r}")
     settings = dict(_setting(item) for item in rest.split(";") if item)
-    scaler = str(settings.pop("scaler", "labels"))
+    scaler = settings.pop("scaler", None)
     return Abstain(kind == "served", tuple(sorted(settings.items())), scaler)
 
 
