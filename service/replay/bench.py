@@ -134,6 +134,36 @@ def _rules(X: FloatArray, y: npt.NDArray[np.int64], n: int, repeat: int) -> list
     return rows
 
 
+def _single_events(X: FloatArray, y: npt.NDArray[np.int64], args: argparse.Namespace) -> None:
+    """Print section 1's first tables: the learners alone, and against River's."""
+    rows, ours = _learners(X, y, args.events, args.repeat)
+    river = _river(X, y, args.events, args.repeat)
+    if river is not None:
+        rows += river[0]
+    header = ["learner", "call", "median", "min"]
+    print(_table(f"single events, {X.shape[1]} features (us per event)", header, rows))
+    if river is None:
+        print("river not installed: no reference (pip install river)")
+        return
+    theirs = river[1]
+    ratios = [
+        [
+            name,
+            f"{ours[f'{name} decide'] / theirs['predict_proba_one']:.2f}",
+            f"{ours[f'{name} decide+update'] / theirs['predict_proba_one+learn_one']:.2f}",
+        ]
+        for name in LINEAR
+    ]
+    print()
+    print(
+        _table(
+            "time ratio to River LogisticRegression (< 1: faster than River)",
+            ["learner", "decide / predict_proba_one", "decide+update / predict+learn"],
+            ratios,
+        )
+    )
+
+
 def _decide_many(X: FloatArray, sizes: Sequence[int], repeat: int) -> list[list[object]]:
     """Events/s of ``decide_many``; each timing loops over about a million events so
     that one measurement lasts long enough to be stable."""
@@ -310,37 +340,7 @@ def main(argv: list[str]) -> int:
         f"dataset {args.dataset}: {X.shape[0]} rows x {d} features; repeat {args.repeat} "
         "(median, min)\n"
     )
-    rows, ours = _learners(X, y, args.events, args.repeat)
-    river = _river(X, y, args.events, args.repeat)
-    if river is not None:
-        rows += river[0]
-    print(
-        _table(
-            f"single events, {d} features (us per event)",
-            ["learner", "call", "median", "min"],
-            rows,
-        )
-    )
-    if river is None:
-        print("river not installed: no reference (pip install river)")
-    else:
-        theirs = river[1]
-        ratios = [
-            [
-                name,
-                f"{ours[f'{name} decide'] / theirs['predict_proba_one']:.2f}",
-                f"{ours[f'{name} decide+update'] / theirs['predict_proba_one+learn_one']:.2f}",
-            ]
-            for name in LINEAR
-        ]
-        print()
-        print(
-            _table(
-                "time ratio to River LogisticRegression (< 1: faster than River)",
-                ["learner", "decide / predict_proba_one", "decide+update / predict+learn"],
-                ratios,
-            )
-        )
+    _single_events(X, y, args)
     print()
     print(
         _table(
