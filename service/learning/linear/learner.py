@@ -26,9 +26,9 @@ a floor on the last weight, the intercept's when an
 moving at its first pace while the other weights settle.
 
 ``update_rule="normalized"`` replaces this step by the one of
-:mod:`service.learning.linear.normalized` (scale-free, importance-weight aware, per-coordinate
-adaptive, with its own default length, :meth:`LinearLearner._default_eta`); the default,
-``"sgd"``, is the update above, exactly as the papers print it.
+:mod:`service.learning.linear.normalized` (importance-weight aware, per-coordinate adaptive,
+invariant to the scale of the loss, $\rho$ in the units of the score; the same schedule and
+bounds); the default, ``"sgd"``, is the update above, exactly as the papers print it.
 
 The hot path stays lean: one ``dot`` per decision (a NaN or an infinity in ``x`` makes
 the score non-finite, so checking the score checks ``x``), scalar math through
