@@ -27,7 +27,7 @@ ShadowSpec(name='dral', algorithm='dral', cost=None, weighting='importance', par
 Traceback (most recent call last):
 ...
 service.replay.errors.ReplayConfigError: --shadow 'dral:speed=3': dral takes no 'speed' \
-(it takes cost, weighting and eta, intercept_eta_min, rho, rho_eta_max)
+(it takes cost, weighting and eta, intercept_eta_min, rho, rho_eta_max, update_rule)
 """
 
 from __future__ import annotations
