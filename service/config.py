@@ -55,7 +55,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from service.errors import AbstainError
 from service.learning.adaptive import Parts
-from service.learning.registry import ALGORITHM_NAMES
+from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS
 
 __all__ = [
     "ALGORITHMS",
@@ -242,7 +242,17 @@ class ModelConfig(BaseModel):
         default_factory=dict,
         description="keywords of the learner (eta, gamma, kernel, budget, ...)",
     )
-    standardize: bool = Field(default=True, description="standardise the features online")
+    update_rule: Literal["sgd", "normalized"] = Field(
+        default="normalized",
+        description="how a linear learner (dral, dsal, dsol) steps on a label: 'normalized' "
+        "(importance-weight aware, per-coordinate adaptive; docs/results/learning.md) or "
+        "'sgd' (the paper's step); kernel learners take the paper's",
+    )
+    standardize: bool = Field(
+        default=True,
+        description="standardise features online: by every event (the moments the scorers "
+        "send with their label requests), then by the labelled rows",
+    )
     intercept: bool = Field(default=True, description="add an intercept feature")
     audit_rate: float = Field(
         default=0.01, ge=0.0, lt=1.0, description="extra uniform query probability (unbiased risk)"
@@ -313,6 +323,20 @@ class ModelConfig(BaseModel):
         if budget is None or budget.fraction is None or budget.explore == 0.0:
             return max_importance_weight
         return max(max_importance_weight, 1.0 / (budget.explore * budget.fraction))
+
+    @property
+    def learner_hyperparameters(self) -> dict[str, Any]:
+        """The learner's keyword hyperparameters: ``hyperparameters``, with ``update_rule``
+        for a linear learner unless they name one.
+
+        >>> ModelConfig(n_features=2).learner_hyperparameters
+        {'update_rule': 'normalized'}
+        >>> ModelConfig(n_features=2, algorithm="kernel-dsal").learner_hyperparameters
+        {}
+        """
+        if self.algorithm not in LINEAR_ALGORITHMS:
+            return dict(self.hyperparameters)
+        return {"update_rule": self.update_rule, **self.hyperparameters}
 
     @property
     def n_learner_features(self) -> int:

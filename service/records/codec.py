@@ -20,6 +20,7 @@ from service.records.reasons import Reason
 
 __all__ = [
     "DEAD_LETTER_REASONS",
+    "MAX_MAGNITUDE",
     "BadMessage",
     "RecordError",
     "decode_json",
@@ -36,6 +37,13 @@ __all__ = [
     "obj",
     "text",
 ]
+
+#: every learned number of a model's state (its weights and rho, the standardiser's sums, a
+#: kernel learner's coefficients and support, the risk sums), and the moments a label
+#: request carries, stay below this magnitude: a snapshot beyond it is refused when read,
+#: an update that would go beyond it is refused when made (a learner's configured
+#: ``params`` are not bounded)
+MAX_MAGNITUDE: Final = 1e100
 
 #: reasons a message can be dead-lettered for (every :class:`Reason` but ``redelivered``)
 DEAD_LETTER_REASONS: Final = frozenset(r for r in Reason if r is not Reason.REDELIVERED)

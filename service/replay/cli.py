@@ -1,5 +1,14 @@
 """``abstain replay DATASET ...``: the paper's protocol on a dataset, to files.
 
+By default the learners are replayed as a stream worker serves them for a model of the
+default configuration (:func:`service.replay.options.served_options`): inside the adaptive
+wrapper with every part on (``--adaptive PARTS`` turns some off), the linear learners with
+the served update rule, and the standardisers a worker runs (every event's moments merged at
+each label, then the labelled rows: ``--scaler-fit moments``), one learner at a time.
+``--bare`` replays the paper's learners instead: no wrapper, the paper's update, one
+standardiser of every event of the run (batched; ``make replay``), which reproduces the
+paper's protocol as before.
+
 Writes into ``--out``:
 
 * ``summary.json`` — ``{"dataset", "runs", "trials", "results": [{"algorithm",
@@ -61,6 +70,7 @@ from service.replay.options import (
     ReplayOptions,
     parse_algorithms,
     parse_params,
+    served_options,
 )
 from service.replay.plot import plot_budget, plot_replay, plot_shadow, plot_window
 from service.replay.protocol import SAMPLINGS
@@ -111,11 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="feed raw features (default: online standardiser per run)",
     )
     p.add_argument(
+        "--bare",
+        action="store_true",
+        help="the paper's learners (no adaptive wrapper, the paper's update, one standardiser "
+        "of every event of the run; batched) instead of what a stream worker serves",
+    )
+    p.add_argument(
         "--scaler-fit",
         choices=SCALER_FITS,
-        default="events",
-        help="the standardiser learns from every event of a run (default, batched) or, as "
-        "the stream service does, from each learner's labelled examples (sequential, slower)",
+        default=None,
+        help="what the standardiser learns from: every event of a run (--bare's default, "
+        "batched), each learner's labelled examples only (what a worker did before), or the "
+        "moments of every event merged at each label, then the labelled rows (a worker now; "
+        "the default)",
     )
     p.add_argument(
         "--no-intercept", dest="intercept", action="store_false", help="no constant feature"
@@ -270,25 +288,32 @@ def _options(args: argparse.Namespace, n_rows: int | None = None) -> ReplayOptio
         raise ReplayConfigError("--budget/--budgets apply to kernel algorithms; add --kernel")
     if args.grid_points < 2:
         raise ReplayConfigError(f"--grid-points must be >= 2, got {args.grid_points}")
-    return ReplayOptions(
-        algorithms=algorithms,
-        costs=tuple(_floats(args.costs)),
-        runs=args.runs,
-        trials=_trials(args, n_rows),
-        seed=args.seed,
-        sampling=args.sampling,
-        standardize=args.standardize,
-        scaler_fit=args.scaler_fit,
-        intercept=args.intercept,
-        params=parse_params(args.param),
-        kernel=kernel,
-        budget=args.budget,
-        grid_points=args.grid_points,
-        label_budgets=tuple(_floats(args.label_budget)) if args.label_budget else (),
-        budget_params=parse_params(args.budget_param),
-        adaptive=_adaptive_parts(args.adaptive),
-        window=args.window,
-    )
+    if args.bare and args.adaptive is not None:
+        raise ReplayConfigError("--adaptive chooses parts of the served wrapper; not with --bare")
+    fields: dict[str, Any] = {
+        "algorithms": algorithms,
+        "costs": tuple(_floats(args.costs)),
+        "runs": args.runs,
+        "trials": _trials(args, n_rows),
+        "seed": args.seed,
+        "sampling": args.sampling,
+        "standardize": args.standardize,
+        "intercept": args.intercept,
+        "params": parse_params(args.param),
+        "kernel": kernel,
+        "budget": args.budget,
+        "grid_points": args.grid_points,
+        "label_budgets": tuple(_floats(args.label_budget)) if args.label_budget else (),
+        "budget_params": parse_params(args.budget_param),
+        "window": args.window,
+    }
+    if args.scaler_fit is not None:
+        fields["scaler_fit"] = args.scaler_fit
+    if args.bare:
+        return ReplayOptions(**fields)
+    if args.adaptive is not None:
+        fields["adaptive"] = _adaptive_parts(args.adaptive)
+    return served_options(**fields)
 
 
 def _label_budget_arguments(p: argparse.ArgumentParser) -> None:
@@ -315,8 +340,7 @@ def _adaptive_argument(p: argparse.ArgumentParser) -> None:
         const="detector,challengers,explore,steps",
         default=None,
         metavar="PARTS",
-        help="run the learners as a stream worker serves a model by default, inside the "
-        "adaptive wrapper (sequential, slower); PARTS: the parts on, comma-separated, of "
+        help="the parts of the served adaptive wrapper that are on, comma-separated, of "
         "detector, challengers, explore, steps (default: all; '' for none)",
     )
 

@@ -297,7 +297,7 @@ def test_a_label_on_the_wrong_partition_is_refused_and_the_right_ones_applied(
         two = _envelope(dep, "m", 2)
         assert (two["labels_partition"], two["labels_offset"]) == landed[-1]
         config = ModelConfig(**dep.config["models"]["m"])
-        result = replay("m", config, [(a["features"], ya), (b["features"], yb)], two)
+        result = replay("m", config, [(a, ya), (b, yb)], two)  # features and moments
         assert result.equal, result
         assert worker.metric(
             "abstain_dead_letters_total", {"source": "labels", "reason": "wrong_partition"}
@@ -421,8 +421,8 @@ def test_an_event_id_reused_with_other_features_is_a_duplicate(
         observer.wait(lambda o: max_version(o, "full") == 1, 60, "the label applied")
         one = _envelope(dep, "full", 1)
         config = ModelConfig(**full)
-        assert replay("full", config, [(x1, -1)], one).equal
-        assert not replay("full", config, [(x2, -1)], one).equal
+        assert replay("full", config, [(first.json(), -1)], one).equal
+        assert not replay("full", config, [(second.json(), -1)], one).equal
         assert len(dead_letters_at(observer)) == 1
         _assert_healthy(worker, dep)
         observer.halt()

@@ -66,7 +66,7 @@ def _truth(x: list[float]) -> int:
     return 1 if x[0] + x[1] > 0 else -1
 
 
-def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
+def _replay(cfg: dict[str, Any], labelled: list[tuple[Any, int]]) -> tuple[Any, float]:
     """Offline: the same labels, in the same order, through the learner a worker serves."""
     _, learner = learn_offline("offline", cfg, labelled)
     return learner.w, learner.rho
@@ -129,8 +129,8 @@ def test_labels_update_the_model_exactly_like_an_offline_replay(
     states = _model_states(kafka_io, t["models"], "learn")
     assert [s["version"] for s in states] == list(range(1, 11))
     final = states[-1]
-    w, rho = _replay(
-        MODELS["learn"], [(q["features"], y) for q, (_, y) in zip(requests, labels, strict=True)]
+    w, rho = _replay(  # each request with its moments, as the worker's learner took it
+        MODELS["learn"], [(q, y) for q, (_, y) in zip(requests, labels, strict=True)]
     )
     np.testing.assert_allclose(
         final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15

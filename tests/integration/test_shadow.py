@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from service.config import ModelConfig
-from service.learning import learn_from_champion
+from service.learning import Moments, learn_from_champion
 from service.records import parse_model_envelope
 from service.stream.models.served import ServedModel
 
@@ -156,7 +156,10 @@ def test_the_shadow_equals_an_offline_replay_of_the_champions_labels(
     loss = weight = 0.0
     for q in run.answered:
         x, y, p = np.asarray(q["features"]), truth(q["features"]), q["query_probability"]
-        offline.pipeline.learn(x)
+        moments = q.get("moments")  # of the events scored before the request, when it has them
+        offline.pipeline.learn_label(
+            x, None if moments is None else Moments.from_record(moments, 3)
+        )
         learn_from_champion(offline.learner, offline.pipeline.transform(x), y, p,
                             max_weight=MAX_WEIGHT)  # fmt: skip
         decided = q["shadow_labels"]["s"]

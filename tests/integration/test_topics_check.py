@@ -203,7 +203,7 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
     after = _chain(b, [new.topics["models"], new.changelog("models")])
     assert max(after) == 10
     # every step is one label, old ones then new ones, and the end is the offline replay
-    features = {rid: r["features"] for o in (taught, taught_again) for rid, r in o.requests.items()}
+    features = {rid: r for o in (taught, taught_again) for rid, r in o.requests.items()}
     labelled = []
     config = ModelConfig(**old.config["models"]["m"])
     initial = initial_envelope("m", config).to_dict()

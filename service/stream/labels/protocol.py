@@ -24,6 +24,7 @@ from service.learning import (
     Adaptive,
     LearningError,
     LinearLearner,
+    Moments,
     Pipeline,
     RiskEstimate,
     learn_from_champion,
@@ -137,8 +138,9 @@ def apply_label(
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
-    The standardiser learns from the labelled example first, then the learner updates on the
-    transformed example. Inputs are never changed (records are frozen).
+    The standardisers learn first (the moments the request carries and the labelled
+    example), then the learner updates on the transformed example. Inputs are never changed
+    (records are frozen).
 
     ``partition``, ``offset``: where the label was read on the labels topic.
     ``parked``: the label was consumed earlier (before its request, see :func:`park_label`)
@@ -268,7 +270,9 @@ def _learn(
     request: LabelRequest,
     step: Callable[[Any, np.ndarray], None],
 ) -> tuple[dict[str, Any], dict[str, Any], tuple[int, int]] | LabelOutcome:
-    """(pipeline state, learner state) after the standardiser learns the request's features
+    """(pipeline state, learner state) after the standardisers learn what the request
+    brings (the moments of the events scored since the scorer's last request, when it
+    carries them, and the labelled row: :meth:`~service.learning.Pipeline.learn_label`)
     and ``step(learner, transformed x)`` updates the learner (the learner the configuration
     serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
     scorer's), and the changes and takeovers the step made; a refusal when not finite."""
@@ -277,8 +281,11 @@ def _learn(
     learner = learner_for(dict(model.learner), config.adaptive.parts(intercept=config.intercept))
     before = _adaptation(learner)
     try:
+        seen = None
+        if request.moments is not None:  # checked when read; bounded again when merged
+            seen = Moments.from_record(request.moments.to_dict(), x.shape[0])
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
-            pipeline.learn(x)
+            pipeline.learn_label(x, seen)
             step(learner, pipeline.transform(x))
         new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
     except ValueError as exc:

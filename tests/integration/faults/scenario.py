@@ -126,7 +126,7 @@ def learning_report(
         }
         valid = set(observer.answered) & set(requests) if answered is None else set(answered)
         dead = Counter(str(d.get("reason")) for d in observer.dead)
-    features = {rid: list(r["features"]) for rid, r in requests.items()}
+    features = {rid: dict(r) for rid, r in requests.items()}  # features and moments
     explained = explain_chain(chain, labels, features)
     labelled = []
     by_rid = {}

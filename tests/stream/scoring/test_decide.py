@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.config import ModelConfig, Settings
-from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.learning import make_learner, serving_pipeline
 from service.records import (
     BadMessage,
     DeadLetter,
@@ -160,7 +160,7 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
     assert len(out.decisions) == 40
     assert {d.action for d in out.decisions} == {"reject"}  # f = 0 at the start: inside rho
     assert out.label_requests, "an untrained model must ask for labels"
-    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
+    pipe = serving_pipeline(3)  # the requests carry no moments (the Scorer attaches them)
     offline = make_learner(algo, n_features=4, cost=0.25, seed=0)
     for offset, req in enumerate(out.label_requests):
         y = 1 if req.features[0] - req.features[1] > 0 else -1
@@ -175,7 +175,7 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
         assert parse_model_envelope(outcome.encoded, model="m") == outcome.model
         state = parse_model_envelope(outcome.encoded, model="m")
         x = np.array(req.features)
-        pipe.learn(x)
+        pipe.learn_label(x, None)  # as the label path learns a request without moments
         offline.update(pipe.transform(x), y)
     assert state.version == len(out.label_requests)
     served = ServedModel.from_envelope(cfg, state)

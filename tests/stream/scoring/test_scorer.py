@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
-from service.records import Champions, RawMessage, request_id
+from service.learning import Moments
+from service.records import Champions, RawMessage, parse_label_request, request_id
 from service.stream.models.book import ModelBook
 from service.stream.models.served import ServedModel
 from service.stream.scoring import scorer as scorer_module
@@ -232,3 +233,36 @@ async def test_an_event_that_overflows_alone_is_its_own_fault_and_the_model_stay
     dead = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
     assert [(d["topic"], d["reason"]) for d in dead] == [("abstain.features", "non_finite")]
     assert book.models["m"].version == 31
+
+
+async def test_each_label_request_carries_the_moments_of_the_events_scored_since_the_last() -> None:
+    scorer, kafka, _, _ = make(trained(CFG, 30))
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(60, 3)) * [1.0, 20.0, 0.5] + [0.0, 100.0, 0.0]
+    for start in range(0, 60, 7):  # batches of 7 events
+        batch = [msg({"id": f"v{i}", "features": rows[i].tolist()}, i)
+                 for i in range(start, min(start + 7, 60))]  # fmt: skip
+        await score(scorer, batch)
+    requests = [parse_label_request(r.value or b"") for r in kafka.sent(REQUESTS)]
+    assert len(requests) >= 2
+    carried = [r.moments for r in requests if r.moments is not None]
+    # the first request of a batch takes all that was gathered; the others of the batch none
+    assert 1 <= len(carried) <= len(requests)
+    total = Moments(3)
+    for m in carried:
+        total.merge(Moments.from_record({"count": m.count, "mean": list(m.mean),
+                                         "m2": list(m.m2)}, 3))  # fmt: skip
+    left = scorer.moments["m"]
+    total.merge(left)  # what the next request will carry
+    assert total.count == 60  # every event, once
+    np.testing.assert_allclose(total.mean, rows.mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(total.m2, ((rows - rows.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-7)
+
+
+def test_only_models_that_standardise_and_fit_in_a_message_gather_moments() -> None:
+    s = settings(models={"m": CFG, "raw": CFG.model_copy(update={"standardize": False}),
+                         "wide": CFG.model_copy(update={"n_features": 30_000})})  # fmt: skip
+    kafka, registry = MemoryKafka(), CollectorRegistry()
+    out = outputs(kafka, s, registry)
+    scorer = Scorer(s, lambda: ({}, Champions()), out, out.metrics, clock=lambda: 0.0)
+    assert set(scorer.moments) == {"m"}
