@@ -71,9 +71,11 @@ check: lint typecheck test ## everything CI runs on the code
 bench: $(STAMP) ## learner micro-benchmarks (prints a table)
 	$(BIN)/python -m service bench $(ARGS)
 
-replay: $(STAMP) ## paper protocol (the bare learners: --bare) on both shared datasets into docs/replay/
-	$(BIN)/python -m service replay ../shared/data/phishing/phishing --bare --out docs/replay/phishing $(ARGS)
-	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --bare --out docs/replay/svmguide1 $(ARGS)
+replay: $(STAMP) ## paper protocol (the bare learners: --bare) on both shared datasets: data into loadtest/results/replay/, figures into docs/results/replay/figures/
+	$(BIN)/python -m service replay ../shared/data/phishing/phishing --bare --out loadtest/results/replay/phishing \
+		--figures docs/results/replay/figures/phishing $(ARGS)
+	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --bare --out loadtest/results/replay/svmguide1 \
+		--figures docs/results/replay/figures/svmguide1 $(ARGS)
 
 kafka-start: $(STAMP) ## start the local single-node Kafka on 127.0.0.1:9092 (ARGS="--brokers 3": a cluster; "--kafka 4": Kafka 4)
 	$(BIN)/python -m service kafka start $(ARGS)

@@ -1,6 +1,7 @@
 """The peers benchmark: abstain against River on the same streams, budgets and coins.
 
-Usage: ``python loadtest/peers.py [--seeds 5] [--out docs/replay/peers] [--arf]``
+Usage: ``python loadtest/peers.py [--seeds 5] [--out loadtest/results/peers] [--figures DIR]
+[--arf]``
 (River and scikit-learn come with the ``bench`` extra: ``pip install -e '.[bench]'``).
 Prints one table and writes ``peers.md`` (the table), ``peers.json`` (every run's
 measures and the settings) and ``window-risk.png`` to ``--out``.
@@ -475,7 +476,10 @@ def figure(results: dict[str, dict[str, list[dict[str, Any]]]], path: Path, args
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--seeds", type=int, default=5, help="runs per stream (default 5)")
-    p.add_argument("--out", type=Path, default=Path("docs/replay/peers"))
+    p.add_argument("--out", type=Path, default=Path("loadtest/results/peers"))
+    p.add_argument(
+        "--figures", type=Path, default=None, help="directory of window-risk.png (default: --out)"
+    )
     p.add_argument("--events", type=int, default=15_000, help="drift stream length")
     p.add_argument("--change", type=int, default=5_000, help="event of the change")
     p.add_argument("--trials", type=int, default=10_000, help="events of a stationary run")
@@ -531,6 +535,13 @@ def _setting(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"{key}: not a JSON value: {raw!r}") from exc
 
 
+def _figures(args: argparse.Namespace) -> Path:
+    """Where the figure goes (created): ``--figures``, or ``--out``."""
+    figures: Path = args.out if args.figures is None else args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    return figures
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.adaptive = dict(args.adaptive)
@@ -538,7 +549,7 @@ def main(argv: list[str]) -> int:
     if args.replot:
         record = json.loads((args.out / "peers.json").read_text())
         saved = argparse.Namespace(**{**vars(args), **record["settings"]})
-        figure(record["results"], args.out / "window-risk.png", saved)
+        figure(record["results"], _figures(args) / "window-risk.png", saved)
         return 0
     started = time.perf_counter()
     results = run_all(args)
@@ -551,7 +562,7 @@ def main(argv: list[str]) -> int:
     (args.out / "peers.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
     (args.out / "peers.md").write_text(text + "\n")
     if args.plot and args.drift:
-        figure(results, args.out / "window-risk.png", args)
+        figure(results, _figures(args) / "window-risk.png", args)
     print(f"written to {args.out} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
 

@@ -2,7 +2,7 @@
 
 Usage: ``python loadtest/people.py [--runs 5] [--labellers noise=0.05,0.2]
 [--second-opinions share=0.05,min_weight=20,confident_margin=1] [--reviewer delay=20]
-[--undo share=0.5,delay=5] [--out docs/replay/people] [--jobs 2]``.
+[--undo share=0.5,delay=5] [--out loadtest/results/replay/people] [--figures DIR] [--jobs 2]``.
 Prints one table and writes ``people.md`` (the table and the command), ``people.json``
 (every run's measures and the settings) and ``people.png`` to ``--out``.
 
@@ -265,7 +265,10 @@ def second_opinions(text: str) -> SecondOpinions:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="runs per stream (default 5)")
-    p.add_argument("--out", type=Path, default=Path("docs/replay/people"))
+    p.add_argument("--out", type=Path, default=Path("loadtest/results/replay/people"))
+    p.add_argument(
+        "--figures", type=Path, default=None, help="directory of people.png (default: --out)"
+    )
     p.add_argument(
         "--streams",
         type=lambda t: t.split(","),
@@ -326,6 +329,13 @@ def _rows(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[Any]:
     return [(s, a, runs) for s, by_arm in results.items() for a, runs in by_arm.items()]
 
 
+def _figures(args: argparse.Namespace) -> Path:
+    """Where the figure goes (created): ``--figures``, or ``--out``."""
+    figures: Path = args.out if args.figures is None else args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    return figures
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.noise, args.team = args.labellers["noise"], args.labellers["team"]
@@ -333,7 +343,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
         saved = json.loads((out / "people.json").read_text(encoding="utf-8"))
-        figure(saved["results"], out / "people.png", saved["settings"]["after"])
+        figure(saved["results"], _figures(args) / "people.png", saved["settings"]["after"])
         return 0
     tic = time.perf_counter()
     results = run_all(args)
@@ -351,7 +361,7 @@ def main(argv: list[str]) -> int:
                                    f"machine, {args.jobs} processes)\n\n{text}\n",
                                    encoding="utf-8")  # fmt: skip
     if args.plot:
-        figure(results, out / "people.png", args.after)
+        figure(results, _figures(args) / "people.png", args.after)
     return 0
 
 

@@ -22,7 +22,7 @@ the replay command and notebooks share one implementation.
   learners the constants :func:`default_kernel_ds_eta` $= 5/(\gamma^2(\bar K+1))$ and
   :func:`default_kernel_dral_eta` $= 1.5/(\bar K+1)$ with $\bar K = K(x, x)$ at
   $\|x\|^2 = n$ (in :mod:`.schedules` and :mod:`.kernel.defaults`, with the evidence from
-  ``docs/replay/README.md``);
+  ``docs/results/replay/index.md``);
   :data:`DEFAULT_GAMMA` (1), :data:`DEFAULT_TAU` (1000).
 * Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`;
   :func:`serving_pipeline`, what a model serves (a standardiser that takes in the

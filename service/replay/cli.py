@@ -9,7 +9,7 @@ each label, then the labelled rows: ``--scaler-fit moments``), one learner at a 
 standardiser of every event of the run (batched; ``make replay``), which reproduces the
 paper's protocol as before.
 
-Writes into ``--out``:
+Writes into ``--out`` (the figures into ``--figures`` if given):
 
 * ``summary.json`` — ``{"dataset", "runs", "trials", "results": [{"algorithm",
   "label_budget", "sampling", "cost", "risk_mean", "risk_std", "asked", "misclassified",
@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=100, help="independent runs R")
     p.add_argument("--seed", type=int, default=0, help="run r uses SeedSequence(seed, (r,))")
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    p.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="directory of the PNG figures (created; default: --out)",
+    )
     _order_arguments(p)
     p.add_argument(
         "--no-standardize",
@@ -253,8 +259,9 @@ def run_shadow_command(
     written = [out / "shadow.json", out / "shadow.csv"]
     result.write_summary(written[0])
     result.write_curves(written[1])
-    if args.plot:
-        written.append(out / "shadow.png")
+    figures = _figures(args)
+    if figures is not None:
+        written.append(figures / "shadow.png")
         plot_shadow(result, written[-1])
     for track in result.tracks:
         print(f"{track.name} ({track.role}): true risk {track.true[-1].mean():.4f}, coverage "
@@ -367,20 +374,30 @@ def _dataset_name(path: Path) -> str:
     return path.stem if path.suffix.lower() in {".csv", ".svm", ".libsvm", ".txt"} else path.name
 
 
+def _figures(args: argparse.Namespace) -> Path | None:
+    """Where the PNGs go (created), or ``None`` with ``--no-plot``."""
+    if not args.plot:
+        return None
+    figures: Path = args.out if args.figures is None else args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    return figures
+
+
 def write_outputs(
-    result: ReplayResult, out: Path, *, plot: bool, window: int | None = None
+    result: ReplayResult, out: Path, *, figures: Path | None, window: int | None = None
 ) -> list[Path]:
-    """Write ``summary.json``, ``curves.csv`` and (with ``plot``) ``DATASET.png``, and with
-    a ``window`` (a sequential run) ``window.png``."""
+    """Write ``summary.json`` and ``curves.csv`` into ``out`` and (unless ``figures`` is
+    ``None``) ``DATASET.png`` into ``figures``, and with a ``window`` (a sequential run)
+    ``window.png``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.json", out / "curves.csv"]
     result.write_summary(written[0])
     result.write_curves(written[1])
-    if plot:
-        written.append(out / f"{result.dataset or 'replay'}.png")
+    if figures is not None:
+        written.append(figures / f"{result.dataset or 'replay'}.png")
         plot_replay(result, written[-1])
         if window is not None:
-            written.append(out / "window.png")
+            written.append(figures / "window.png")
             plot_window(result, written[-1], window=window)
     return written
 
@@ -411,7 +428,12 @@ def run_budget_study(
 
 
 def _write_budget(
-    rows: list[dict[str, Any]], out: Path, options: ReplayOptions, *, plot: bool, dataset: str
+    rows: list[dict[str, Any]],
+    out: Path,
+    options: ReplayOptions,
+    *,
+    figures: Path | None,
+    dataset: str,
 ) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     summary = {
@@ -427,8 +449,8 @@ def _write_budget(
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    if plot:
-        paths.append(out / "budget.png")
+    if figures is not None:
+        paths.append(figures / "budget.png")
         kernel = options.kernel or {}
         plot_budget(
             rows,
@@ -489,10 +511,12 @@ def main(argv: list[str]) -> int:
             else:
                 result = replay(X, y, options, dataset=dataset, progress=advance)
         if budgets:
-            written = _write_budget(rows, args.out, options, plot=args.plot, dataset=dataset)
+            written = _write_budget(
+                rows, args.out, options, figures=_figures(args), dataset=dataset
+            )
         else:
             window = options.window if options.sampling == "sequential" else None
-            written = write_outputs(result, args.out, plot=args.plot, window=window)
+            written = write_outputs(result, args.out, figures=_figures(args), window=window)
             print(
                 f"{dataset}: {options.runs} runs x {options.trials} trials in "
                 f"{result.seconds:.1f} s",

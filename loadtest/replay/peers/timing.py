@@ -1,6 +1,6 @@
 """What the adaptive wrapper costs per decision and per label, against DSAL alone.
 
-Usage: ``python docs/replay/peers/timing.py`` (best of 5 x 2,000 decisions; best of 3 x
+Usage: ``python loadtest/replay/peers/timing.py`` (best of 5 x 2,000 decisions; best of 3 x
 2,000 labels learned from scratch; widths 5 and 69, svmguide1's and Phishing's with an
 intercept; the wrapper's exploration at the start is off so both ask the same).
 """

@@ -1,6 +1,6 @@
 """SEA shift at 10 % labels: does a larger or non-decaying DSAL step bring the recovery down?
 
-Usage: ``python docs/replay/peers/sea_steps.py [RUNS] [PARTS]`` (default 20, and every part
+Usage: ``python loadtest/replay/peers/sea_steps.py [RUNS] [PARTS]`` (default 20, and every part
 of the wrapper on; PARTS ``nosteps``: the tracking steps off). The adaptive DSAL as a worker
 serves it (``serving_learner`` through ``variant_learner``) with other step sizes, on the
 peers benchmark's SEA-shift runs (same streams and coins); medians over the runs of the

@@ -1,10 +1,10 @@
-"""Sweep of the QueryBudget settings behind the defaults (``docs/replay/README.md``,
+"""Sweep of the QueryBudget settings behind the defaults (``docs/results/replay/index.md``,
 "Label budgets"): sharpness k and horizon H, on the paper's protocol.
 
 Usage::
 
-    python docs/replay/budget_sweep.py ../shared/data/phishing/phishing \\
-        --out docs/replay/phishing/budget-sweep.csv
+    python loadtest/replay/budget_sweep.py ../shared/data/phishing/phishing \\
+        --out loadtest/results/replay/phishing/budget-sweep.csv
 
 One replay per setting (20 runs x 10,000 trials, seed 0, DRAL and DSAL, d in {0.1, 0.25,
 0.4}, label budgets 2 / 10 / 20 %); writes one CSV row per (setting, algorithm, budget,

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python docs/replay/stationary_check.py [--runs 100] [--costs 0.25] [--fit events] \\
-        [--out docs/replay/peers/stationary.md]
+    python loadtest/replay/stationary_check.py [--runs 100] [--costs 0.25] [--fit events] \\
+        [--out loadtest/results/replay/peers/stationary.md]
 
 For Phishing and svmguide1, ``R`` runs of 10,000 trials drawn with replacement (the
 replay's own plan, seed 0: the trials and coins of ``abstain replay``), DSAL held to label
@@ -11,7 +11,7 @@ budgets of 5, 10 and 20 % and DSOL with every label, each learner alone (the bar
 and as a stream worker serves it by default (``serving_learner`` with every part of
 :class:`service.learning.adaptive.Adaptive` on, tracking steps included; ``--parts`` names
 the parts on), on the same trials and coins. ``--fit events``: the online standardiser
-of ``docs/replay/README.md``'s tables; ``--fit labels``: the one a stream worker uses
+of ``docs/results/replay/index.md``'s tables; ``--fit labels``: the one a stream worker uses
 (labelled examples only). Prints a markdown
 table of the mean final risk (std over runs), the ratio after / before, and the changes the
 wrapper detected and acted on over all runs.

@@ -1,6 +1,6 @@
 """What the recovery measure reads on SEA streams where nothing changes, and for the oracle.
 
-Usage: ``python docs/replay/peers/measure_check.py [RUNS]`` (default 20). SEA variant 0
+Usage: ``python loadtest/replay/peers/measure_check.py [RUNS]`` (default 20). SEA variant 0
 throughout (``sea_shift(before=0, after=0)``: no change at event 5,000) and variant 3
 throughout, the peers benchmark's coins and length; DSAL at 10 % labels, bare and as a worker
 serves it (``serving_learner``); then the SEA shift's oracle (the clean label of the concept in

@@ -1,6 +1,6 @@
-"""Markdown tables of a replay run with ``--label-budget`` (for ``docs/replay/README.md``).
+"""Markdown tables of a replay run with ``--label-budget`` (for ``docs/results/replay/index.md``).
 
-Usage: ``python docs/replay/budget_tables.py docs/replay/phishing``
+Usage: ``python loadtest/replay/budget_tables.py loadtest/results/replay/phishing``
 
 Reads ``summary.json`` and ``curves.csv`` of the directory and prints, per label budget and
 cost: the final risk (mean +/- std over runs) and the fraction asked of DSAL and DRAL held

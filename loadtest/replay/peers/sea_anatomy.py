@@ -1,6 +1,6 @@
 """What the expected loss is made of after the SEA shift, 100 events at a time.
 
-Usage: ``python docs/replay/peers/sea_anatomy.py [RUNS]`` (default 20). The peers benchmark's
+Usage: ``python loadtest/replay/peers/sea_anatomy.py [RUNS]`` (default 20). The peers benchmark's
 SEA-shift runs (threshold 8 to 9.5 at event 5,000) at 10 % labels: DSAL bare, and as a
 worker serves it with the tracking steps off (``Parts(steps=False)``) and on (the default).
 Per block of 100 events around the change, the mean over runs of: the share of the events

@@ -1,4 +1,4 @@
-"""Step-size / slope sweep behind the learners' default steps (docs/replay/README.md).
+"""Step-size / slope sweep behind the learners' default steps (docs/results/replay/index.md).
 
 Runs the paper's protocol (3 costs, R runs x T trials, online standardiser + intercept)
 for every combination of an inverse-time step ``eta_t = eta0 / (1 + t / tau)`` and, for
@@ -6,8 +6,8 @@ DSAL/DSOL, the sigmoid slope ``gamma``; DRAL ignores ``gamma`` and runs at ``gam
 only. Writes one CSV row per (configuration, algorithm, cost) and prints, per algorithm,
 the configurations ranked by risk averaged over the three costs.
 
-    python docs/replay/sweep.py phishing --eta0 0.02,0.05,0.07,0.1,0.2,0.5 \\
-        --out docs/replay/phishing/sweep.csv
+    python loadtest/replay/sweep.py phishing --eta0 0.02,0.05,0.07,0.1,0.2,0.5 \\
+        --out loadtest/results/replay/phishing/sweep.csv
 """
 
 from __future__ import annotations
