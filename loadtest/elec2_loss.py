@@ -69,8 +69,9 @@ def run(X: np.ndarray, y: np.ndarray, eta: float, loss: str, free_rho: bool) -> 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--steps", type=lambda t: [float(v) for v in t.split(",")],
-                   default=[0.1, 0.3, 1.0, 3.0])  # fmt: skip
+    p.add_argument(
+        "--steps", type=lambda t: [float(v) for v in t.split(",")], default=[0.1, 0.3, 1.0, 3.0]
+    )
     args = p.parse_args(argv)
     X, y = load_dataset(resolve_dataset_path("elec2/elec.csv"))
     Z = standardised(X)

@@ -87,14 +87,25 @@ def labels(
         seen = None
         if stack == "now":  # the moments of the events scored since the last request
             seen = moments_of(np.vstack([rng.normal(size=(BETWEEN - 1, X.shape[1])), X[i]]))
-        request = LabelRequest(request_id=rid, event_id=f"e{i}", model="m",
-                               features=X[i].tolist(), score=0.0, rho=1.0, decided_label=0,
-                               query_probability=0.3, model_version=model.version,
-                               requested_at=0.0, expires_at=1e12, priority=0.5,
-                               moments=seen)  # fmt: skip
+        request = LabelRequest(
+            request_id=rid,
+            event_id=f"e{i}",
+            model="m",
+            features=X[i].tolist(),
+            score=0.0,
+            rho=1.0,
+            decided_label=0,
+            query_probability=0.3,
+            model_version=model.version,
+            requested_at=0.0,
+            expires_at=1e12,
+            priority=0.5,
+            moments=seen,
+        )
         tic = time.perf_counter()
-        out = apply_label(config, model, PendingEntry(request, 0),
-                          Label(rid, "m", y, "bench", None), i, now=1.0)  # fmt: skip
+        out = apply_label(
+            config, model, PendingEntry(request, 0), Label(rid, "m", y, "bench", None), i, now=1.0
+        )
         times.append(time.perf_counter() - tic)
         assert out.model is not None  # noqa: S101 - every label applies
         assert out.encoded is not None  # noqa: S101
@@ -109,8 +120,12 @@ def decisions(stack: str, model: ModelEnvelope, X: np.ndarray, batches: int) -> 
     served = ServedModel.from_envelope(config, model)
     limits = Limits(default_model="m", request_ttl=1e9)
     rows = X[:100]
-    messages = [RawMessage(orjson.dumps({"id": f"d{i}", "features": rows[i].tolist()}),
-                           "abstain.features", 0, i) for i in range(100)]  # fmt: skip
+    messages = [
+        RawMessage(
+            orjson.dumps({"id": f"d{i}", "features": rows[i].tolist()}), "abstain.features", 0, i
+        )
+        for i in range(100)
+    ]
     gathered = Moments(X.shape[1])
     tic = time.perf_counter()
     for _ in range(batches):
@@ -145,10 +160,12 @@ def main() -> None:
     for stack in STACKS:
         ms = statistics.median(per_label[stack])
         us = statistics.median(per_event[stack])
-        print(f"{stack:>6}: {1e3 * ms:.3f} ms per label ({ms / label_base:.2f} x before), "
-              f"{1e6 * us:.2f} us per decision ({us / event_base:.2f} x before), snapshot "
-              f"median {statistics.median(size[stack]) / 1024:.1f} KiB, "
-              f"max {max(size[stack]) / 1024:.1f} KiB")  # fmt: skip
+        print(
+            f"{stack:>6}: {1e3 * ms:.3f} ms per label ({ms / label_base:.2f} x before), "
+            f"{1e6 * us:.2f} us per decision ({us / event_base:.2f} x before), snapshot "
+            f"median {statistics.median(size[stack]) / 1024:.1f} KiB, "
+            f"max {max(size[stack]) / 1024:.1f} KiB"
+        )
 
 
 if __name__ == "__main__":

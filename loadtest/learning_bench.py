@@ -184,8 +184,9 @@ def agrawal(runs: int, n: int = 15_000, change: int = 5_000) -> Iterator[Run]:
 
     for r in range(runs):
         before = itertools.islice(synth.Agrawal(classification_function=6, seed=r), change)
-        after = itertools.islice(synth.Agrawal(classification_function=8, seed=10_000 + r),
-                                 n - change)  # fmt: skip
+        after = itertools.islice(
+            synth.Agrawal(classification_function=8, seed=10_000 + r), n - change
+        )
         rows = list(before) + list(after)
         keys = list(rows[0][0])
         X = np.array([[float(x[k]) for k in keys] for x, _ in rows])
@@ -240,8 +241,12 @@ class Abstain:
         if scale is not None:  # the default first step times eta_scale, decaying over eta_tau
             first = default_ds_eta(run.X.shape[1] + 1).eta0 * float(scale)
             params["eta"] = {"kind": "inverse-time", "eta0": first, "tau": float(tau)}
-        fields: dict[str, Any] = {"algorithms": (variant.algorithm,), "costs": (COST,),
-                                  "seed": 0, "params": params}  # fmt: skip
+        fields: dict[str, Any] = {
+            "algorithms": (variant.algorithm,),
+            "costs": (COST,),
+            "seed": 0,
+            "params": params,
+        }
         options = served_options(**fields) if self.served else ReplayOptions(**fields)
         model = variant_learner(variant, COST, run.X.shape[1] + 1, options)
         kind = self.preprocessing
@@ -354,8 +359,11 @@ def skactiveml_run(run: Run, budget: float, strategy: str) -> Trace:
                 out.append([1.0 - p, p])
             return np.array(out)
 
-    kinds = {"VariableUncertainty": VariableUncertainty, "Split": Split,
-             "PAL": StreamProbabilisticAL}  # fmt: skip
+    kinds = {
+        "VariableUncertainty": VariableUncertainty,
+        "Split": Split,
+        "PAL": StreamProbabilisticAL,
+    }
     extra = {"metric": "rbf"} if strategy == "PAL" else {}
     query = kinds[strategy](budget=budget, random_state=run.run, **extra)
     clf = Proba()
@@ -436,8 +444,10 @@ def arms(group: str, args: argparse.Namespace) -> list[Arm]:
         return out
     for b in budgets:
         if b is None:
-            out += [Arm("River LR (best step)", None, "river-best"),
-                    Arm("River LR (step 0.1)", None, "river-lr")]  # fmt: skip
+            out += [
+                Arm("River LR (best step)", None, "river-best"),
+                Arm("River LR (step 0.1)", None, "river-lr"),
+            ]
             continue
         out.append(Arm("River entropy sampler", b, "river-es"))
         if group == "short":

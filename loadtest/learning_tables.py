@@ -23,8 +23,12 @@ BUDGETS = (" @5%", " @10%", " @20%", ", all labels")
 HEADS = ("5 %", "10 %", "20 %", "every label")
 SERVED, BARE = "abstain served", "abstain bare"
 #: the peers each budget is compared with (the best of them, per stream and budget)
-BUDGET_PEERS = ("River entropy sampler", "skactiveml VariableUncertainty", "skactiveml Split",
-                "skactiveml PAL")  # fmt: skip
+BUDGET_PEERS = (
+    "River entropy sampler",
+    "skactiveml VariableUncertainty",
+    "skactiveml Split",
+    "skactiveml PAL",
+)
 FULL_PEERS = ("River LR (best step)", "River LR (step 0.1)")
 
 
@@ -57,26 +61,37 @@ def models(before: dict[str, Any]) -> list[str]:
 
 def best_peer(before: dict[str, Any], stream: str, budget: str) -> tuple[str, float] | None:
     peers = FULL_PEERS if budget == ", all labels" else BUDGET_PEERS
-    found = [(p, median(before[p + budget][stream])) for p in peers
-             if stream in before.get(p + budget, {})]  # fmt: skip
+    found = [
+        (p, median(before[p + budget][stream]))
+        for p in peers
+        if stream in before.get(p + budget, {})
+    ]
     return min(found, key=lambda f: f[1]) if found else None
 
 
 def table(group: str, stream: str, before: dict[str, Any], after: dict[str, Any]) -> str:
-    rows = [("abstain served, now", after, SERVED), ("abstain served, before", before, SERVED),
-            ("abstain bare (the paper's learner)", before, BARE)]  # fmt: skip
+    rows = [
+        ("abstain served, now", after, SERVED),
+        ("abstain served, before", before, SERVED),
+        ("abstain bare (the paper's learner)", before, BARE),
+    ]
     rows += [(p, before, p) for p in models(before) if p not in (SERVED, BARE)]
     present = [i for i, b in enumerate(BUDGETS) if stream in after.get(SERVED + b, {})]
-    lines = ["| model | " + " | ".join(HEADS[i] for i in present) + " |",
-             "|---|" + "---|" * len(present)]  # fmt: skip
+    lines = [
+        "| model | " + " | ".join(HEADS[i] for i in present) + " |",
+        "|---|" + "---|" * len(present),
+    ]
     for title, source, name in rows:
         cells = [cell(source.get(name + BUDGETS[i], {}).get(stream)) for i in present]
         if any(cells):
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
     now = [median(after[SERVED + BUDGETS[i]][stream]) for i in present]
     then = [median(before[SERVED + BUDGETS[i]][stream]) for i in present]
-    lines.append("| *now / before* | " + " | ".join(
-        f"*{a / b:.3f}*" for a, b in zip(now, then, strict=True)) + " |")  # fmt: skip
+    lines.append(
+        "| *now / before* | "
+        + " | ".join(f"*{a / b:.3f}*" for a, b in zip(now, then, strict=True))
+        + " |"
+    )
     ratios = []
     for i, a in zip(present, now, strict=True):
         peer = best_peer(before, stream, BUDGETS[i])
@@ -89,8 +104,11 @@ def table(group: str, stream: str, before: dict[str, Any], after: dict[str, Any]
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--results", type=Path, default=HERE / "results" / "learning")
-    p.add_argument("--groups", type=lambda t: t.split(","),
-                   default=["short", "long", "replay", "elec2", "agrawal"])  # fmt: skip
+    p.add_argument(
+        "--groups",
+        type=lambda t: t.split(","),
+        default=["short", "long", "replay", "elec2", "agrawal"],
+    )
     args = p.parse_args(argv)
     for group in args.groups:
         before, after = load(args.results, group)

@@ -188,8 +188,12 @@ def _abstain_model(
     settings = {} if kind == "bare" else dict(adaptive or {})
     named = [k for k in PART_NAMES if isinstance(settings.get(k), bool)]
     parts = None if kind == "bare" else Parts(**{k: settings.pop(k) for k in named})
-    fields: dict[str, Any] = {"algorithms": (variant.algorithm,), "costs": (COST,), "seed": 0,
-                              "params": dict(params or {})}  # fmt: skip
+    fields: dict[str, Any] = {
+        "algorithms": (variant.algorithm,),
+        "costs": (COST,),
+        "seed": 0,
+        "params": dict(params or {}),
+    }
     if kind == "served":
         options = served_options(**fields, adaptive=parts)
     else:

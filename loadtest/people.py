@@ -107,8 +107,10 @@ def _percent(rate: float | tuple[float, ...]) -> str:
 def arms(args: argparse.Namespace) -> list[Arm]:
     """The table's rows for one stream, in order."""
     out = [Arm("perfect labels", People(team=args.team))]
-    review = {"reviewer_noise": args.reviewer.get("noise"),
-              "review_delay": int(args.reviewer.get("delay", 20))}  # fmt: skip
+    review = {
+        "reviewer_noise": args.reviewer.get("noise"),
+        "review_delay": int(args.reviewer.get("delay", 20)),
+    }
     for level in args.noise:
         name = _percent(level)
         base = People(noise=level, team=args.team)
@@ -116,23 +118,40 @@ def arms(args: argparse.Namespace) -> list[Arm]:
             out.append(Arm(name, base))
         if "review" in args.arms:
             rule = args.second_opinions
-            out.append(Arm(f"{name} + second opinions", People(
-                noise=level, team=args.team, second_opinions=rule, **review)))  # fmt: skip
+            out.append(
+                Arm(
+                    f"{name} + second opinions",
+                    People(noise=level, team=args.team, second_opinions=rule, **review),
+                )
+            )
         if "every" in args.arms:
             every = args.second_opinions.model_copy(update={"share": 1.0})
-            out.append(Arm(f"{name} + every answer checked", People(
-                noise=level, team=args.team, second_opinions=every, **review)))  # fmt: skip
+            out.append(
+                Arm(
+                    f"{name} + every answer checked",
+                    People(noise=level, team=args.team, second_opinions=every, **review),
+                )
+            )
         if "undo" in args.arms and args.undo.get("share", 0.0) > 0:
             share, delay = float(args.undo["share"]), int(args.undo.get("delay", 5))
             undo = f"{share:.0%}".replace("%", " %")
-            out.append(Arm(f"{name} + authors undo {undo}", People(
-                noise=level, team=args.team, undo=share, undo_delay=delay)))  # fmt: skip
+            out.append(
+                Arm(
+                    f"{name} + authors undo {undo}",
+                    People(noise=level, team=args.team, undo=share, undo_delay=delay),
+                )
+            )
     return out
 
 
 def _config(args: argparse.Namespace, n_features: int) -> ModelConfig:
-    return ModelConfig(algorithm=args.algorithm, cost=args.cost, n_features=n_features,
-                       label_budget=LabelBudget(fraction=args.budget), seed=0)  # fmt: skip
+    return ModelConfig(
+        algorithm=args.algorithm,
+        cost=args.cost,
+        n_features=n_features,
+        label_budget=LabelBudget(fraction=args.budget),
+        seed=0,
+    )
 
 
 def _one(stream: Stream, arm: Arm, config: ModelConfig, after: int) -> dict[str, Any]:
@@ -172,8 +191,10 @@ def run_all(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]
         for stream, arm, into, job in futures:
             into.append(job.result())
             if args.progress:
-                print(f"{stream.name} run {stream.run}, {arm.name}: "
-                      f"{into[-1]['seconds']:.1f} s", file=sys.stderr)  # fmt: skip
+                print(
+                    f"{stream.name} run {stream.run}, {arm.name}: {into[-1]['seconds']:.1f} s",
+                    file=sys.stderr,
+                )
     return results
 
 
@@ -199,8 +220,15 @@ def figure(results: dict[str, dict[str, list[dict[str, Any]]]], path: Path, afte
             colour = colours.setdefault(level, f"C{len(colours)}")
             marker = next((m for k, m in markers.items() if k in arm), "o")
             work = statistics.median(r["extra_work"] for r in runs)
-            ax.errorbar([work], [mid], yerr=[[mid - min(risk)], [max(risk) - mid]],
-                        fmt=marker, color=colour, capsize=3, label=arm)  # fmt: skip
+            ax.errorbar(
+                [work],
+                [mid],
+                yerr=[[mid - min(risk)], [max(risk) - mid]],
+                fmt=marker,
+                color=colour,
+                capsize=3,
+                label=arm,
+            )
         ax.set_title(f"{stream}: risk after {after:,} events")
         ax.set_xlabel("people's extra answers per label asked")
         ax.set_ylabel("risk (0-d-1, d = 0.25)")
@@ -354,12 +382,25 @@ def main(argv: list[str]) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("labellers", "out")}
     settings["second_opinions"] = args.second_opinions.model_dump()
     settings["people"] = {a.name: a.people.settings() for a in arms(args)}
-    (out / "people.json").write_text(json.dumps(
-        {"command": command.strip(), "seconds": round(seconds, 1), "settings": settings,
-         "results": results}, indent=1, default=str) + "\n", encoding="utf-8")  # fmt: skip
-    (out / "people.md").write_text(f"`{command.strip()}` ({seconds / 60:.0f} min on this "
-                                   f"machine, {args.jobs} processes)\n\n{text}\n",
-                                   encoding="utf-8")  # fmt: skip
+    (out / "people.json").write_text(
+        json.dumps(
+            {
+                "command": command.strip(),
+                "seconds": round(seconds, 1),
+                "settings": settings,
+                "results": results,
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    (out / "people.md").write_text(
+        f"`{command.strip()}` ({seconds / 60:.0f} min on this "
+        f"machine, {args.jobs} processes)\n\n{text}\n",
+        encoding="utf-8",
+    )
     if args.plot:
         figure(results, _figures(args) / "people.png", args.after)
     return 0

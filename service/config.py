@@ -100,8 +100,9 @@ def check_secret(value: SecretStr | None, name: str, minimum: int) -> SecretStr 
     text = value.get_secret_value()
     if not text.strip():
         off = "turn HTTP labelling off" if name == "label_token" else "turn signing off"
-        raise ValueError(f"{name} is empty: unset it to {off}, or give at least {minimum} "
-                         "characters")  # fmt: skip
+        raise ValueError(
+            f"{name} is empty: unset it to {off}, or give at least {minimum} characters"
+        )
     if text != text.strip():
         raise ValueError(
             f"{name} has white space at its start or end (a newline read from a file?): remove it"
@@ -780,8 +781,9 @@ def user_names(value: Any, field: str) -> tuple[str, ...]:
     out: list[str] = []
     for item in items:
         if not isinstance(item, str) or re.match(USER_NAME, item) is None:
-            raise ValueError(f"{field}: {item!r:.80} is not a user name (letters, digits, "
-                             ". _ @ + -; at most 64)")  # fmt: skip
+            raise ValueError(
+                f"{field}: {item!r:.80} is not a user name (letters, digits, . _ @ + -; at most 64)"
+            )
         if item in out:
             raise ValueError(f"{field}: {item!r} is named twice")
         out.append(item)
@@ -1005,8 +1007,10 @@ class Settings(BaseSettings):
             if not name or not all(c.isalnum() or c in "._-" for c in name):
                 raise ValueError(f"models: bad model name {name!r} (letters, digits, . _ -)")
             if name.startswith("__"):
-                raise ValueError(f"models: bad model name {name!r} (names starting with __ "
-                                 "are the service's own keys)")  # fmt: skip
+                raise ValueError(
+                    f"models: bad model name {name!r} (names starting with __ "
+                    "are the service's own keys)"
+                )
             if model.n_inputs > self.max_features:
                 raise ValueError(
                     f"models.{name}: {model.n_inputs} features exceeds max_features "

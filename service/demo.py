@@ -177,22 +177,16 @@ def main(argv: list[str]) -> int:
     try:
         broker = args.broker
         if broker is None:
-            from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
-
-            port, controller = find_free_ports(2)
-            kafka = LocalKafka(
-                port=port, controller_port=controller, data_dir=workdir / "kafka",
-                die_with_parent=True,
-            )  # fmt: skip
-            print(f"starting Kafka on 127.0.0.1:{port} (first run downloads the jars) ...")
-            kafka.start()
+            kafka = _start_kafka(workdir)
             broker = kafka.bootstrap
         names = feature_names(args.dataset, X.shape[1])
         config = _config(args, run, X.shape[1], workdir, names)
         settings = load_settings(workdir / "demo.json", broker=broker)
         worker = _start_worker(workdir, broker, args.web_port)
-        print(f"worker pid {worker.pid}, http://127.0.0.1:{args.web_port}/labels  "
-              f"(logs: {workdir}/worker.log)")  # fmt: skip
+        print(
+            f"worker pid {worker.pid}, http://127.0.0.1:{args.web_port}/labels  "
+            f"(logs: {workdir}/worker.log)"
+        )
         print(f"label token for this run: {config['label_token']}")
         password = None
         if args.desk:
@@ -202,19 +196,14 @@ def main(argv: list[str]) -> int:
         if desk is not None:
             _wait_ready(desk, args.desk_port, workdir, name="desk")
             print(f"label desk pid {desk.pid}  (logs: {workdir}/desk.log)")
-            print(f"\n  open the label desk at http://127.0.0.1:{args.desk_port}/ and sign in "
-                  f"as {DESK_USER}, password {password}\n  (1 / 2 answer, U undoes, S skips; "
-                  f"a quarter of the requests are left to you)\n")  # fmt: skip
+            print(
+                f"\n  open the label desk at http://127.0.0.1:{args.desk_port}/ and sign in "
+                f"as {DESK_USER}, password {password}\n  (1 / 2 answer, U undoes, S skips; "
+                f"a quarter of the requests are left to you)\n"
+            )
         if args.prometheus:
             prom = start_prometheus(workdir, args.web_port, args.desk_port if desk else None)
-        named = "named" if names else "unnamed"
-        print(f"model {config['models']['default']['algorithm']} d={args.cost} on "
-              f"{args.dataset}: {len(y)} rows x {X.shape[1]} {named} features, "
-              f"{args.rate:g} events/s; oracle answers after {args.label_delay:g}s (a stand-in "
-              "for operations staff)"
-              + ("; it leaves requests claimed at the desk to whoever claimed them"
-                 if desk is not None else "")
-              + ("; Ctrl-C stops everything" if not args.events else ""))  # fmt: skip
+        print(_intro(args, config, X.shape, named=bool(names), desk=desk is not None))
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(DemoStream(settings, args, X, y, run).run())
         return 0
@@ -229,6 +218,39 @@ def main(argv: list[str]) -> int:
         print("stopped everything the demo started")
 
 
+def _start_kafka(workdir: Path) -> Any:
+    """A local single-node Kafka under ``workdir``, started (it dies with the demo)."""
+    from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
+
+    port, controller = find_free_ports(2)
+    kafka = LocalKafka(
+        port=port, controller_port=controller, data_dir=workdir / "kafka", die_with_parent=True
+    )
+    print(f"starting Kafka on 127.0.0.1:{port} (first run downloads the jars) ...")
+    kafka.start()
+    return kafka
+
+
+def _intro(
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    shape: tuple[int, ...],
+    *,
+    named: bool,
+    desk: bool,
+) -> str:
+    """The line that says what the demo streams, and who answers."""
+    rows, width = shape
+    return (
+        f"model {config['models']['default']['algorithm']} d={args.cost} on "
+        f"{args.dataset}: {rows} rows x {width} {'named' if named else 'unnamed'} features, "
+        f"{args.rate:g} events/s; oracle answers after {args.label_delay:g}s (a stand-in "
+        "for operations staff)"
+        + ("; it leaves requests claimed at the desk to whoever claimed them" if desk else "")
+        + ("; Ctrl-C stops everything" if not args.events else "")
+    )
+
+
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "alerts.yml"
 PROMETHEUS_INTERVAL = 5.0  # s, scrape and rule evaluation
 
@@ -237,8 +259,9 @@ def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> Loc
     """A local Prometheus scraping the worker (job ``abstain``) and the desk (job
     ``abstain-desk``) with the alert rules of a source checkout; its URL printed."""
     rules = [RULES] if RULES.exists() else []
-    prom = LocalPrometheus(workdir / "prometheus", scrape_interval=PROMETHEUS_INTERVAL,
-                           rule_files=rules)  # fmt: skip
+    prom = LocalPrometheus(
+        workdir / "prometheus", scrape_interval=PROMETHEUS_INTERVAL, rule_files=rules
+    )
     prom.set_targets("abstain", {"worker-0": f"127.0.0.1:{web_port}"})
     if desk_port is not None:
         prom.set_targets("abstain-desk", {"desk-0": f"127.0.0.1:{desk_port}"})
@@ -247,14 +270,21 @@ def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> Loc
     except PrometheusError as exc:
         raise SystemExit(f"--prometheus: {exc}") from exc
     assert prom.proc is not None  # noqa: S101 - started
-    print(f"prometheus pid {prom.proc.pid}, {prom.page('graph')}  (every "
-          f"{PROMETHEUS_INTERVAL:g} s; alerts: {prom.page('alerts')}; logs: {prom.log}); try "
-          "sum by (model) (rate(abstain_events_total[1m]))")  # fmt: skip
+    print(
+        f"prometheus pid {prom.proc.pid}, {prom.page('graph')}  (every "
+        f"{PROMETHEUS_INTERVAL:g} s; alerts: {prom.page('alerts')}; logs: {prom.log}); try "
+        "sum by (model) (rate(abstain_events_total[1m]))"
+    )
     return prom
 
 
-def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path,
-            names: tuple[str, ...] | None = None) -> dict[str, Any]:  # fmt: skip
+def _config(
+    args: argparse.Namespace,
+    run: str,
+    n_features: int,
+    workdir: Path,
+    names: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
     width: dict[str, Any] = {"feature_names": list(names)} if names else {"n_features": n_features}
     config: dict[str, Any] = {
         "app_id": f"abstain-demo-{run}",
@@ -275,7 +305,7 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path,
             # is 1 %) caps a label's importance weight at 20, not 100, so the risk
             # estimate's interval is tight enough to follow the true risk line by line
             "default": {"algorithm": args.algorithm, "cost": args.cost, "audit_rate": 0.05, **width}
-        },  # fmt: skip
+        },
         "desk": {
             # Phishing's +1 is a legitimate site, -1 a phishing one (UCI's Result)
             **({"answer_names": {"default": ["legitimate", "phishing"]}} if names else {}),
@@ -306,20 +336,52 @@ def _start_desk(workdir: Path, broker: str, port: int, password: str) -> subproc
     users = workdir / "desk-users.toml"
     write_users(users, password)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    cmd = [sys.executable, "-m", "service", "desk", "--config", str(workdir / "demo.json"),
-           "--broker", broker, "--port", str(port), "--users", str(users)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "desk",
+        "--config",
+        str(workdir / "demo.json"),
+        "--broker",
+        broker,
+        "--port",
+        str(port),
+        "--users",
+        str(users),
+    ]
     with (workdir / "desk.log").open("wb") as log:
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603
-                                preexec_fn=parent_death_signal(signal.SIGTERM))  # fmt: skip
+        return subprocess.Popen(  # noqa: S603
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=parent_death_signal(signal.SIGTERM),
+        )
 
 
 def _start_worker(workdir: Path, broker: str, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    cmd = [sys.executable, "-m", "service", "worker", "--config", str(workdir / "demo.json"),
-           "--broker", broker, "--web-port", str(port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "worker",
+        "--config",
+        str(workdir / "demo.json"),
+        "--broker",
+        broker,
+        "--web-port",
+        str(port),
+    ]
     with (workdir / "worker.log").open("wb") as log:
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603
-                                preexec_fn=parent_death_signal(signal.SIGTERM))  # fmt: skip
+        return subprocess.Popen(  # noqa: S603
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=parent_death_signal(signal.SIGTERM),
+        )
 
 
 def _get(url: str, timeout: float = 2.0) -> bytes:
@@ -393,9 +455,11 @@ def done_line(tally: Tally, metrics: dict[str, float] | None = None) -> str:
     decided = tally.predict + tally.reject
     people = f" (and {tally.people} by people at the desk)" if tally.people else ""
     model = "" if metrics is None else f"; the model's {estimate(metrics)}"
-    return (f"done: {tally.sent} events, {decided} decisions "
-            f"({tally.reject} rejected), {tally.answered} labels given{people}; true 0-d-1 "
-            f"risk {tally.loss / max(1, decided):.3f}{model}")  # fmt: skip
+    return (
+        f"done: {tally.sent} events, {decided} decisions "
+        f"({tally.reject} rejected), {tally.answered} labels given{people}; true 0-d-1 "
+        f"risk {tally.loss / max(1, decided):.3f}{model}"
+    )
 
 
 class DemoStream:
@@ -494,8 +558,9 @@ class DemoStream:
         """Claim ``rid`` on the leases topic as the oracle; True once folded and won (the
         first claim in the topic's order wins, so the desk will not hand it to a person)."""
         now = time.time()
-        record = LeaseRecord(rid, "claim", ORACLE, at=now,
-                             expires_at=now + ORACLE_LEASE_SECONDS, replica="demo")  # fmt: skip
+        record = LeaseRecord(
+            rid, "claim", ORACLE, at=now, expires_at=now + ORACLE_LEASE_SECONDS, replica="demo"
+        )
         won = asyncio.get_running_loop().create_future()
         self.claims[(rid, now)] = won
         await self.client.send(self.settings.desk.leases_topic, rid, record.to_json())
@@ -528,10 +593,17 @@ class DemoStream:
         if self.desk and await self.leave_to_people(req):
             return
         label = int(self.y[self.row(req["event_id"])])
-        await self.client.send(self.settings.topics.labels, req["model"], {
-            "request_id": req["request_id"], "model": req["model"], "label": label,
-            "labelled_by": ORACLE, "ts": time.time(),
-        })  # fmt: skip
+        await self.client.send(
+            self.settings.topics.labels,
+            req["model"],
+            {
+                "request_id": req["request_id"],
+                "model": req["model"],
+                "label": label,
+                "labelled_by": ORACLE,
+                "ts": time.time(),
+            },
+        )
         self.tally.answered += 1
 
     async def feed(self) -> None:
@@ -542,9 +614,15 @@ class DemoStream:
         i = 0
         while total is None or i < total:
             event_id = f"{self.run_id}-{i}"
-            await self.client.send(self.settings.topics.features, event_id, {
-                "id": event_id, "features": self.X[i % len(self.y)].tolist(), "ts": time.time(),
-            })  # fmt: skip
+            await self.client.send(
+                self.settings.topics.features,
+                event_id,
+                {
+                    "id": event_id,
+                    "features": self.X[i % len(self.y)].tolist(),
+                    "ts": time.time(),
+                },
+            )
             self.tally.sent += 1
             i += 1
             next_at += interval

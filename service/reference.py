@@ -183,8 +183,16 @@ def setting_rows(settings: type[Settings] = Settings) -> list[Row]:
         env = "(in ABSTAIN_MODELS, JSON)" if model else "ABSTAIN_" + path.upper().replace(".", "__")
         sub = _section(info.annotation)
         kind = "map of name to model" if sub is ModelConfig else _type(info.annotation)
-        rows.append((path, kind, _default(info), env, _chart(path, schema),
-                     (info.description or "").replace("|", "/")))  # fmt: skip
+        rows.append(
+            (
+                path,
+                kind,
+                _default(info),
+                env,
+                _chart(path, schema),
+                (info.description or "").replace("|", "/"),
+            )
+        )
     return rows
 
 
@@ -209,8 +217,10 @@ def configuration_markdown() -> str:
         "| setting, environment variable | type, default | what it does; the chart's value |",
         "|---|---|---|",
     ]
-    body = [f"| `{name}`<br>{env} | {kind}<br>default {default} | {text}<br>chart: {chart} |"
-            for name, kind, default, env, chart, text in setting_rows()]  # fmt: skip
+    body = [
+        f"| `{name}`<br>{env} | {kind}<br>default {default} | {text}<br>chart: {chart} |"
+        for name, kind, default, env, chart, text in setting_rows()
+    ]
     return "\n".join(head + body) + "\n"
 
 
@@ -253,11 +263,20 @@ def cli_commands() -> list[list[str]]:
 
 def cli_markdown() -> str:
     """The command-line reference page: every command's ``--help``."""
-    parts = ["# Command line", "", _GENERATED, "",
-             "`abstain COMMAND ...` (also `python -m service COMMAND ...`). Every command that "
-             "reads the worker's settings takes `--broker`, `--config` and `--app-id` "
-             "([Configuration](configuration.md)).", "",
-             "```text", _help([]), "```", ""]  # fmt: skip
+    parts = [
+        "# Command line",
+        "",
+        _GENERATED,
+        "",
+        "`abstain COMMAND ...` (also `python -m service COMMAND ...`). Every command that "
+        "reads the worker's settings takes `--broker`, `--config` and `--app-id` "
+        "([Configuration](configuration.md)).",
+        "",
+        "```text",
+        _help([]),
+        "```",
+        "",
+    ]
     for argv in cli_commands():
         parts += [f"## abstain {' '.join(argv)}", "", "```text", _help(argv), "```", ""]
     return "\n".join(parts)
@@ -276,28 +295,38 @@ def _series() -> list[tuple[str, str, tuple[str, ...], str, str]]:
     from service.metrics import Metrics  # noqa: PLC0415
 
     out = []
-    for who, obj in (("worker", Metrics(CollectorRegistry())),
-                     ("desk", DeskMetrics(CollectorRegistry(), models=()))):  # fmt: skip
+    for who, obj in (
+        ("worker", Metrics(CollectorRegistry())),
+        ("desk", DeskMetrics(CollectorRegistry(), models=())),
+    ):
         for value in vars(obj).values():
             if isinstance(value, MetricWrapperBase):
                 (family,) = value.describe()
                 name = family.name + ("_total" if family.type == "counter" else "")
-                out.append((name, family.type, tuple(value._labelnames), family.documentation,
-                            who))  # fmt: skip
+                out.append((name, family.type, tuple(value._labelnames), family.documentation, who))
     return sorted(out)
 
 
 def metrics_markdown() -> str:
     """The metrics reference page."""
-    head = ["# Metrics", "", _GENERATED, "",
-            "Every Prometheus series, from `service.metrics.Metrics` (the worker's `/metrics`) "
-            "and `service.desk.metrics.DeskMetrics` (the desk's). Seconds are the unit of "
-            "time; counters end in `_total`; label values come from closed sets (model names "
-            "from the settings, topics, reasons), never from event or request ids.", "",
-            "| series | type | labels | exported by | what it measures |",
-            "|---|---|---|---|---|"]  # fmt: skip
-    rows = [f"| `{n}` | {t} | {', '.join(f'`{x}`' for x in labels) or '—'} | {who} | "
-            f"{doc.replace('|', '/')} |" for n, t, labels, doc, who in _series()]  # fmt: skip
+    head = [
+        "# Metrics",
+        "",
+        _GENERATED,
+        "",
+        "Every Prometheus series, from `service.metrics.Metrics` (the worker's `/metrics`) "
+        "and `service.desk.metrics.DeskMetrics` (the desk's). Seconds are the unit of "
+        "time; counters end in `_total`; label values come from closed sets (model names "
+        "from the settings, topics, reasons), never from event or request ids.",
+        "",
+        "| series | type | labels | exported by | what it measures |",
+        "|---|---|---|---|---|",
+    ]
+    rows = [
+        f"| `{n}` | {t} | {', '.join(f'`{x}`' for x in labels) or '—'} | {who} | "
+        f"{doc.replace('|', '/')} |"
+        for n, t, labels, doc, who in _series()
+    ]
     return "\n".join(head + rows) + "\n"
 
 
@@ -308,13 +337,22 @@ def topics_markdown() -> str:
     """The topics reference page (the catalogue's own table)."""
     from service.stream.kafka.topics import markdown_table  # noqa: PLC0415
 
-    return "\n".join(["# Topics", "", _GENERATED, "",
-                      "Every topic and table of a worker, from the catalogue "
-                      "(`service.stream.kafka.topics`), with the default names "
-                      "(`topics.*` settings rename them). The records are described in "
-                      "[Wire formats](wire-formats.md); who may write each topic, in "
-                      "[Secured Kafka](../operate/secure-kafka.md).", "",
-                      markdown_table(), ""])  # fmt: skip
+    return "\n".join(
+        [
+            "# Topics",
+            "",
+            _GENERATED,
+            "",
+            "Every topic and table of a worker, from the catalogue "
+            "(`service.stream.kafka.topics`), with the default names "
+            "(`topics.*` settings rename them). The records are described in "
+            "[Wire formats](wire-formats.md); who may write each topic, in "
+            "[Secured Kafka](../operate/secure-kafka.md).",
+            "",
+            markdown_table(),
+            "",
+        ]
+    )
 
 
 # --- records ------------------------------------------------------------------------------
@@ -338,12 +376,24 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         Rollback,
         Seed,
         request_id,
-    )  # fmt: skip
+    )
     from service.stream.models.served import initial_envelope  # noqa: PLC0415
 
     rid = request_id("fraud", "e-1842")
-    request = LabelRequest(rid, "e-1842", "fraud", [0.7, 12.0, 1.0], 0.4213, 0.9, 0, 0.7394,
-                           12, 1795780000.6, 1795783600.6, 0.81)  # fmt: skip
+    request = LabelRequest(
+        rid,
+        "e-1842",
+        "fraud",
+        [0.7, 12.0, 1.0],
+        0.4213,
+        0.9,
+        0,
+        0.7394,
+        12,
+        1795780000.6,
+        1795783600.6,
+        0.81,
+    )
     envelope = initial_envelope("fraud", ModelConfig(n_features=3))
     seed = Seed("fraud", "fraud", envelope.to_json(), None, "ops", 1795782100.0, rows=5000)
     champions = Champions(serial=3, servers={"fraud": "fraud-v2"}, updated_at=1795782000.0)
@@ -351,8 +401,12 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         ("decisions", "event id", "Decision", _decision()),
         ("label_requests", "model", "LabelRequest", request),
         ("labels", "model", "Label", Label(rid, "fraud", -1, "ann", 1795780031.2)),
-        ("labels", "model", "Correction",
-         Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0)),
+        (
+            "labels",
+            "model",
+            "Correction",
+            Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0),
+        ),
         ("labels", "model", "Opinion", Opinion(rid, "fraud", -1, "bob", 1795780100.0)),
         ("labels", "model", "Rollback", Rollback("fraud", "fraud", 9, "ops", 1795782000.0)),
         ("labels", "model", "Seed", seed),
@@ -360,14 +414,15 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         ("models", "`__champions__`", "Champions", champions),
         ("models", "`__skip__/<topic>/<partition>/<first>`", "SkipOrder", _skip_order()),
         ("dead_letters", "none", "DeadLetter", _dead_letter()),
-    ]  # fmt: skip
+    ]
 
 
 def _decision() -> Any:
     from service.records import Action, Decision  # noqa: PLC0415
 
-    return Decision("e-1842", "fraud", Action.REJECT, None, 0.4213, 0.9, 12, True, 0.7394,
-                    1795780000.6)  # fmt: skip
+    return Decision(
+        "e-1842", "fraud", Action.REJECT, None, 0.4213, 0.9, 12, True, 0.7394, 1795780000.6
+    )
 
 
 def _skip_order() -> Any:
@@ -380,8 +435,15 @@ def _skip_order() -> Any:
 def _dead_letter() -> Any:
     from service.records import DeadLetter, Reason, Source  # noqa: PLC0415
 
-    return DeadLetter(Source.FEATURES, "abstain.features", 2, 9151, Reason.NOT_JSON,
-                      "unexpected character: line 1 column 1 (char 0)", b"{oops")  # fmt: skip
+    return DeadLetter(
+        Source.FEATURES,
+        "abstain.features",
+        2,
+        9151,
+        Reason.NOT_JSON,
+        "unexpected character: line 1 column 1 (char 0)",
+        b"{oops",
+    )
 
 
 def _shown(record: Any) -> str:
@@ -399,19 +461,35 @@ def records_markdown() -> str:
 
     settings = Settings()
     names = {e.field: e.name(settings) for e in CATALOGUE if e.kind == "topic"}
-    parts = ["# Records", "", _GENERATED, "",
-             "Every record abstain reads or writes on a topic, as the code writes it (JSON, "
-             "UTF-8; `service.records`). Readers take fields in any order and refuse anything "
-             "else with a dead letter ([Wire formats](wire-formats.md) says what is refused).",
-             "", f"## `{names['features']}`: feature events (producers write them)", "",
-             "Key: the event id (optional). `model` defaults to `default_model`, `ts` to the "
-             "record's time; `features` is a list in the model's order or an object by "
-             "`feature_names`:", ""]  # fmt: skip
+    parts = [
+        "# Records",
+        "",
+        _GENERATED,
+        "",
+        "Every record abstain reads or writes on a topic, as the code writes it (JSON, "
+        "UTF-8; `service.records`). Readers take fields in any order and refuse anything "
+        "else with a dead letter ([Wire formats](wire-formats.md) says what is refused).",
+        "",
+        f"## `{names['features']}`: feature events (producers write them)",
+        "",
+        "Key: the event id (optional). `model` defaults to `default_model`, `ts` to the "
+        "record's time; `features` is a list in the model's order or an object by "
+        "`feature_names`:",
+        "",
+    ]
     for event in FEATURE_EVENTS:
         parts += ["```json", event, "```", ""]
     for topic, key, name, record in _examples():
-        parts += [f"## `{names[topic]}`: `{name}`", "", f"Key: {key}.", "", "```json",
-                  _shown(record), "```", ""]  # fmt: skip
+        parts += [
+            f"## `{names[topic]}`: `{name}`",
+            "",
+            f"Key: {key}.",
+            "",
+            "```json",
+            _shown(record),
+            "```",
+            "",
+        ]
     return "\n".join(parts)
 
 
@@ -432,8 +510,9 @@ def pages() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.reference",
-                                     description="write the generated reference pages")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m service.reference", description="write the generated reference pages"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if a page differs")
     parser.add_argument("--out", type=Path, default=DOCS)
     args = parser.parse_args(argv)

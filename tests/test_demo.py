@@ -139,10 +139,15 @@ def test_done_line() -> None:
 
 def test_done_line_carries_the_model_s_estimate_when_the_worker_answers() -> None:
     tally = Tally(sent=400, predict=390, reject=10, answered=60, loss=22.5)
-    metrics = {"abstain_labels_applied_total": 60.0, "abstain_risk_estimate": 0.061,
-               "abstain_risk_estimate_low": 0.031, "abstain_risk_estimate_high": 0.118}  # fmt: skip
+    metrics = {
+        "abstain_labels_applied_total": 60.0,
+        "abstain_risk_estimate": 0.061,
+        "abstain_risk_estimate_low": 0.031,
+        "abstain_risk_estimate_high": 0.118,
+    }
     assert done_line(tally, metrics).endswith(
-        "true 0-d-1 risk 0.056; the model's risk est 0.061 [0.031, 0.118]")  # fmt: skip
+        "true 0-d-1 risk 0.056; the model's risk est 0.061 [0.031, 0.118]"
+    )
 
 
 def test_a_quarter_of_the_requests_are_left_to_people_only_with_a_desk() -> None:
@@ -173,8 +178,10 @@ def test_the_demo_model_names_the_phishing_features(tmp_path: Path) -> None:
     names = feature_names("phishing", 68)
     assert names is not None
     config = _config(args, "run1", 68, tmp_path, names)
-    assert config["models"]["default"]["feature_names"][:2] == ["having_ip_address=-1",
-                                                                "url_length=1"]  # fmt: skip
+    assert config["models"]["default"]["feature_names"][:2] == [
+        "having_ip_address=-1",
+        "url_length=1",
+    ]
     assert "n_features" not in config["models"]["default"]
     assert config["desk"]["answer_names"] == {"default": ["legitimate", "phishing"]}
     assert load_settings(tmp_path / "demo.json").models["default"].n_inputs == 68

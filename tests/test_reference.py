@@ -48,8 +48,7 @@ def test_every_setting_has_its_row_with_a_description_and_its_environment_variab
     paths = _walk(Settings, "")
     assert len(paths) > 80
     for path in paths:
-        row = next((line for line in page.splitlines() if line.startswith(f"| `{path}`<br>")),
-                   None)  # fmt: skip
+        row = next((line for line in page.splitlines() if line.startswith(f"| `{path}`<br>")), None)
         assert row is not None, f"no row for {path}"
         first, _, text = (c.strip() for c in row.strip("|").split("|"))
         assert not text.startswith("<br>chart"), f"{path} has no description"

@@ -59,8 +59,10 @@ def main(directory: Path) -> None:
         return late[(algorithm, "" if budget is None else f"{budget:g}", sampling, f"{cost:g}")]
 
     costs = summary["settings"]["costs"]
-    print("| budget | d | DSAL budgeted | DSAL random | DRAL budgeted | DRAL random "
-          "| DSAL budgeted / DSOL | same, 2nd half |")  # fmt: skip
+    print(
+        "| budget | d | DSAL budgeted | DSAL random | DRAL budgeted | DRAL random "
+        "| DSAL budgeted / DSOL | same, 2nd half |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for budget in summary["settings"]["label_budgets"]:
         for cost in costs:
@@ -75,8 +77,11 @@ def main(directory: Path) -> None:
             ratio = own["risk_mean"] / dsol["risk_mean"]
             late_dsol = late_of("dsol", None, "own", cost)
             late_ratio = late_of("dsal", budget, "budget", cost) / late_dsol
-            print(f"| {budget:.0%} | {cost:g} | " + " | ".join(cells)
-                  + f" | {ratio:.2f} | {late_ratio:.2f} |")  # fmt: skip
+            print(
+                f"| {budget:.0%} | {cost:g} | "
+                + " | ".join(cells)
+                + f" | {ratio:.2f} | {late_ratio:.2f} |"
+            )
     print()
     print("| d | DSOL (every label) | DSAL (own rule) | DRAL (own rule) | DSOL, 2nd half |")
     print("|---|---|---|---|---|")

@@ -42,8 +42,7 @@ SETTINGS: tuple[float | None, ...] = (0.05, 0.1, 0.2, None)
 
 
 def model(variant: Variant, cost: float, n: int, parts: Parts | None) -> Any:
-    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(cost,), seed=0,
-                            adaptive=parts)  # fmt: skip
+    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(cost,), seed=0, adaptive=parts)
     return variant_learner(variant, cost, n, options)
 
 
@@ -89,8 +88,11 @@ def main() -> None:
     parser.add_argument("--fit", choices=("events", "labels"), default="events")
     parser.add_argument("--datasets", default="phishing,svmguide1")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
-    parser.add_argument("--parts", default="detector,challengers,explore,steps",
-                        help="the wrapper's parts on (comma-separated; default all)")  # fmt: skip
+    parser.add_argument(
+        "--parts",
+        default="detector,challengers,explore,steps",
+        help="the wrapper's parts on (comma-separated; default all)",
+    )
     args = parser.parse_args()
     names = {p.strip() for p in args.parts.split(",") if p.strip()}
     parts = Parts(**{p: p in names for p in ("detector", "challengers", "explore", "steps")})

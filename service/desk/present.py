@@ -56,8 +56,11 @@ def top_features(served: Any, features: list[float], names: list[str]) -> list[d
     labels = [*names, "(intercept)"][: len(w)]
     contrib = w * z
     order = np.argsort(-np.abs(contrib))[:TOP]
-    return [{"name": labels[i], "contribution": round(float(contrib[i]), 4)} for i in order
-            if math.isfinite(float(contrib[i])) and contrib[i] != 0.0]  # fmt: skip
+    return [
+        {"name": labels[i], "contribution": round(float(contrib[i]), 4)}
+        for i in order
+        if math.isfinite(float(contrib[i])) and contrib[i] != 0.0
+    ]
 
 
 def present(

@@ -266,9 +266,11 @@ class LocalKafka:
         if self.secure:
             passwords = self.secure_files.create(self.users)
             props = render_server_properties(
-                self.config, self.kraft_dir, listener="SASL_SSL",
+                self.config,
+                self.kraft_dir,
+                listener="SASL_SSL",
                 overrides=secure_properties(self.secure_files, passwords),
-            )  # fmt: skip
+            )
         else:
             props = render_server_properties(self.config, self.kraft_dir)
         fd = os.open(self.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -72,8 +72,13 @@ class Champions:
 def parse_champions(raw: bytes, *, max_bytes: int | None = None) -> Champions:
     """Check and decode a champions record (its names are checked against the settings by
     the reader, which knows the groups)."""
-    record = decode_versioned(raw, fmt=CHAMPIONS_FORMAT, version=_VERSION,
-                              what="the champions record", max_bytes=max_bytes)  # fmt: skip
+    record = decode_versioned(
+        raw,
+        fmt=CHAMPIONS_FORMAT,
+        version=_VERSION,
+        what="the champions record",
+        max_bytes=max_bytes,
+    )
     serial = integer(record, "serial")
     if not 0 <= serial < CHAMPIONS_MAX_SERIAL:
         raise BadMessage("schema", "the champions record's serial is out of range")

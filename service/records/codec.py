@@ -164,9 +164,12 @@ def decode_versioned(
     if record.get("format") != fmt:
         raise BadMessage("schema", f"{what} has an unknown format")
     if record.get("format_version") != version:
-        raise BadMessage("schema", f"{what} has format_version "
-                         f"{record.get('format_version')!r}; this worker reads {version}: "
-                         "upgrade the worker")  # fmt: skip
+        raise BadMessage(
+            "schema",
+            f"{what} has format_version "
+            f"{record.get('format_version')!r}; this worker reads {version}: "
+            "upgrade the worker",
+        )
     return record
 
 

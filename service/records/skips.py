@@ -95,8 +95,9 @@ class SkipOrder:
 
 def parse_skip_order(raw: bytes, *, key: bytes | None, max_bytes: int | None = None) -> SkipOrder:
     """Check and decode a skip order read under ``key`` (which must name what it holds)."""
-    record = decode_versioned(raw, fmt=SKIP_FORMAT, version=_VERSION, what="the skip order",
-                              max_bytes=max_bytes)  # fmt: skip
+    record = decode_versioned(
+        raw, fmt=SKIP_FORMAT, version=_VERSION, what="the skip order", max_bytes=max_bytes
+    )
     topic = record.get("topic")
     if not isinstance(topic, str) or not _TOPIC.match(topic):
         raise BadMessage("schema", "the skip order's topic is not a topic name")
@@ -106,8 +107,15 @@ def parse_skip_order(raw: bytes, *, key: bytes | None, max_bytes: int | None = N
     texts = {name: record.get(name, "") for name in ("detail", "by")}
     if not all(isinstance(v, str) and len(v) <= 2000 for v in texts.values()):
         raise BadMessage("schema", "the skip order's detail and by must be short strings")
-    order = SkipOrder(topic, partition, first, end, texts["detail"], texts["by"],
-                      number(record, "at", default=0.0))  # fmt: skip
+    order = SkipOrder(
+        topic,
+        partition,
+        first,
+        end,
+        texts["detail"],
+        texts["by"],
+        number(record, "at", default=0.0),
+    )
     if key is None or key.decode("utf-8", "replace") != order.key:
         raise BadMessage("bad_key", f"the skip order's key {key!r:.300} is not {order.key!r}")
     return order

@@ -42,12 +42,29 @@ class Demo:
         web, desk = find_free_ports(2)
         self.log = tmp / "demo.out"
         env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-        cmd = [sys.executable, "-m", "service", "demo", "--broker", bootstrap,
-               "--web-port", str(web), "--desk-port", str(desk), "--workdir", str(tmp / "run"),
-               *args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            "demo",
+            "--broker",
+            bootstrap,
+            "--web-port",
+            str(web),
+            "--desk-port",
+            str(desk),
+            "--workdir",
+            str(tmp / "run"),
+            *args,
+        ]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out,  # noqa: S603
-                                         stderr=subprocess.STDOUT)  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdout=out,  # noqa: S603
+                stderr=subprocess.STDOUT,
+            )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -63,8 +80,9 @@ class Demo:
         raise AssertionError(f"not printed in {timeout:g} s: {pattern.pattern}\n{self.text()}")
 
     def children(self) -> list[int]:
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True,
-                             text=True, check=False)  # fmt: skip
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True, check=False
+        )
         return [int(p) for p in out.stdout.split()]
 
     def stop(self) -> int:
@@ -173,8 +191,11 @@ def test_a_seeded_run_s_estimate_says_when_it_cannot_tell_then_holds_the_true_ri
     inside = [low <= true <= high for _, low, high, true in shown]
     assert len(shown) >= 60
     assert sum(inside) / len(shown) >= 0.75, list(zip(shown, inside, strict=True))
-    done = re.search(r"true 0-d-1 risk ([0-9.]+); the model's risk est [0-9.]+ \[([0-9.]+), "
-                     r"([0-9.]+)\]", run.text())  # fmt: skip
+    done = re.search(
+        r"true 0-d-1 risk ([0-9.]+); the model's risk est [0-9.]+ \[([0-9.]+), "
+        r"([0-9.]+)\]",
+        run.text(),
+    )
     assert done is not None, run.text()[-2000:]
     true, low, high = map(float, done.groups())
     assert low <= true <= high

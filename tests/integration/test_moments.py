@@ -57,18 +57,28 @@ def taught(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> dict[s
     rng = np.random.default_rng(5)
     rows = rng.normal(size=(300, 3)) * SPREAD + CENTRE
     for start in range(0, 300, 50):
-        batch = [(f"e{i}", {"id": f"e{i}", "model": "m", "features": rows[i].tolist()})
-                 for i in range(start, start + 50)]  # fmt: skip
+        batch = [
+            (f"e{i}", {"id": f"e{i}", "model": "m", "features": rows[i].tolist()})
+            for i in range(start, start + 50)
+        ]
         kafka_io.produce_json(t["features"], batch)
         kafka_io.wait_for(t["decisions"], lambda rs, n=start + 50: len(rs) >= n, timeout=60)
     requests = [r.json() for r in kafka_io.read(t["label_requests"]) if r.key == b"m"]
     assert requests, "a budget of 20 % asks"
-    kafka_io.produce_json(t["labels"], [
-        ("m", {"request_id": q["request_id"], "model": "m", "label": _truth(q["features"])})
-        for q in requests
-    ])  # fmt: skip
-    wait_until(lambda: max((s["version"] for s in _versions(kafka_io, service)), default=0)
-               == len(requests), 90, "every label applied")  # fmt: skip
+    kafka_io.produce_json(
+        t["labels"],
+        [
+            ("m", {"request_id": q["request_id"], "model": "m", "label": _truth(q["features"])})
+            for q in requests
+        ],
+    )
+    wait_until(
+        lambda: (
+            max((s["version"] for s in _versions(kafka_io, service)), default=0) == len(requests)
+        ),
+        90,
+        "every label applied",
+    )
     return {"service": service, "worker": worker, "rows": rows, "requests": requests}
 
 
@@ -84,8 +94,9 @@ def test_the_requests_carry_every_events_moments_once_in_order(taught: dict[str,
     assert 0 < k <= 300
     scored = rows[:k]  # one partition, one worker: the events in the order they were sent
     np.testing.assert_allclose(total.mean, scored.mean(axis=0), rtol=1e-9)
-    np.testing.assert_allclose(total.m2, ((scored - scored.mean(axis=0)) ** 2).sum(axis=0),
-                               rtol=1e-7)  # fmt: skip
+    np.testing.assert_allclose(
+        total.m2, ((scored - scored.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-7
+    )
     last = max(i for i, q in enumerate(requests) if q.get("moments") is not None)
     assert int(requests[last]["event_id"][1:]) < k  # the last carrier saw its own event
 
@@ -131,18 +142,26 @@ def test_moments_that_are_not_are_refused_and_moments_that_lie_are_bounded(
         event_id="lying",
         moments={"count": 10**12, "mean": [1e6, 1e6, 1e6], "m2": [0.0] * 3},
     )
-    where = produce_records(service.bootstrap, t["label_requests"], [
-        Out(b"m", json.dumps(broken).encode()), Out(b"m", json.dumps(lying).encode())])  # fmt: skip
+    where = produce_records(
+        service.bootstrap,
+        t["label_requests"],
+        [Out(b"m", json.dumps(broken).encode()), Out(b"m", json.dumps(lying).encode())],
+    )
     broken_at = where[0][1]
     time.sleep(1)
-    kafka_io.produce_json(t["labels"], [("m", {"request_id": lying["request_id"], "model": "m",
-                                               "label": 1})])  # fmt: skip
+    kafka_io.produce_json(
+        t["labels"], [("m", {"request_id": lying["request_id"], "model": "m", "label": 1})]
+    )
     version = int(before["version"]) + 1
-    wait_until(lambda: any(s["version"] == version for s in _versions(kafka_io, service)), 60,
-               "the lying request's label applied")  # fmt: skip
+    wait_until(
+        lambda: any(s["version"] == version for s in _versions(kafka_io, service)),
+        60,
+        "the lying request's label applied",
+    )
     dead = [d.json() for d in kafka_io.read(t["dead_letters"])]
-    assert [(d["offset"], d["reason"]) for d in dead
-            if d["topic"] == t["label_requests"]] == [(broken_at, "schema")]  # fmt: skip
+    assert [(d["offset"], d["reason"]) for d in dead if d["topic"] == t["label_requests"]] == [
+        (broken_at, "schema")
+    ]
     after = next(s for s in _versions(kafka_io, service) if s["version"] == version)
     first_after = _first_step(after)
     assert first_after.count == 2 * first_before.count  # counted as the rows it rests on

@@ -54,15 +54,18 @@ def main(runs: int) -> None:
             out: list[tuple[int | None, ...]] = []
             for r in range(runs):
                 s = sea_shift(seed=r, before=variant, after=variant)
-                options = ReplayOptions(algorithms=("dsal",), costs=(COST,), seed=0,
-                                        adaptive=parts)  # fmt: skip
+                options = ReplayOptions(algorithms=("dsal",), costs=(COST,), seed=0, adaptive=parts)
                 model = variant_learner(Variant("dsal", 0.1, "budget"), COST, 4, options)
-                trace = run_stream(model, s.X, s.y, coins(r, s.n), COST,
-                                   pipeline=default_pipeline(3))  # fmt: skip
+                trace = run_stream(
+                    model, s.X, s.y, coins(r, s.n), COST, pipeline=default_pipeline(3)
+                )
                 out.append(measured(s, trace.decision, trace.loss))
             rows = list(zip(*out, strict=True))
-            print(f"| SEA {variant}, no change | {name} | {cell(list(rows[0]))} | "
-                  f"{cell(list(rows[1]))} |", flush=True)  # fmt: skip
+            print(
+                f"| SEA {variant}, no change | {name} | {cell(list(rows[0]))} | "
+                f"{cell(list(rows[1]))} |",
+                flush=True,
+            )
     oracle = []
     for r in range(runs):
         s = sea_shift(seed=r)

@@ -57,8 +57,9 @@ def run(seed: int, parts: Parts | None) -> tuple[np.ndarray, list[float]]:
         sl = slice(s.change + a, s.change + a + 100)
         d, b = decision[sl], band[sl]
         wrong = (d != 0) & (d != s.clean[sl])
-        rows.append([((d == 0) & b).mean(), ((d == 0) & ~b).mean(), (wrong & b).mean(),
-                     expected[sl].mean()])  # fmt: skip
+        rows.append(
+            [((d == 0) & b).mean(), ((d == 0) & ~b).mean(), (wrong & b).mean(), expected[sl].mean()]
+        )
     return np.array(rows), rho
 
 
@@ -80,8 +81,10 @@ def main(runs: int) -> None:
     for name in arms:
         at = statistics.median(rho[100] for _, rho in results[name])
         peak = statistics.median(max(rho[100:]) for _, rho in results[name])
-        print(f"{name}: rho at the change {at:.2f}, peak in the 1,000 events after {peak:.2f} "
-              f"(medians of {runs} runs)")  # fmt: skip
+        print(
+            f"{name}: rho at the change {at:.2f}, peak in the 1,000 events after {peak:.2f} "
+            f"(medians of {runs} runs)"
+        )
 
 
 if __name__ == "__main__":

@@ -135,8 +135,13 @@ class ModelTally:
 class ReviewBook:
     """The fold (module docstring); ``clock`` gives the time of the queues' deadlines."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float],
-                 horizon: float = REVIEW_HORIZON_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float],
+        horizon: float = REVIEW_HORIZON_SECONDS,
+    ) -> None:
         self.rule = settings.desk.second_opinions
         self.max_weight = settings.max_importance_weight
         self.clock, self.horizon = clock, horizon
@@ -166,8 +171,15 @@ class ReviewBook:
 
     # --- the fold ---------------------------------------------------------------------
 
-    def on_label(self, label: Label, *, partition: int, offset: int, at: float,
-                 request: LabelRequest | None = None) -> bool:  # fmt: skip
+    def on_label(
+        self,
+        label: Label,
+        *,
+        partition: int,
+        offset: int,
+        at: float,
+        request: LabelRequest | None = None,
+    ) -> bool:
         """A label (admitted) at ``offset`` of labels ``partition``, read at time ``at``:
         the first for its request is the answer; a later one changes nothing (False)."""
         rid = label.request_id
@@ -240,8 +252,15 @@ class ReviewBook:
                 item.confirmed = kind == "confirmed"
             else:
                 item.author_at = at
-                kind = ("withdrew" if c.label is None else "kept" if c.label == before
-                        else "again" if before is None else "changed")  # fmt: skip
+                kind = (
+                    "withdrew"
+                    if c.label is None
+                    else "kept"
+                    if c.label == before
+                    else "again"
+                    if before is None
+                    else "changed"
+                )
             item.current = c.label
             item.steps.append(Step(kind, c.by, c.label, at))
         return kind
@@ -282,14 +301,16 @@ class ReviewBook:
         if item is None:
             raise missing(request_id, open_now=open_now)
         if item.model != model:
-            raise Refused(409, "unknown_request", f"request {request_id[:12]!r} is not one "
-                          f"of model {model!r}")  # fmt: skip
+            raise Refused(
+                409, "unknown_request", f"request {request_id[:12]!r} is not one of model {model!r}"
+            )
         return item
 
     # --- where each Kafka record of the labels topic got to (for the writer) ------------
 
-    def advance(self, partition: int, offset: int, *, review: bool = False,
-                refused: Refused | None = None) -> None:  # fmt: skip
+    def advance(
+        self, partition: int, offset: int, *, review: bool = False, refused: Refused | None = None
+    ) -> None:
         """The record at ``offset`` of labels ``partition`` is folded; for a correction or
         an opinion (``review``), whether it was ``refused`` (and why)."""
         self.positions[partition] = max(self.positions.get(partition, 0), offset + 1)
@@ -335,10 +356,16 @@ class ReviewBook:
 
     def _asking(self, item: Item) -> bool:
         """``item`` waits for a second opinion (reach and scope are checked when offered)."""
-        return (item.request is not None and not item.out_of_reach and item.ask is not None
-                and item.opinion is None
-                and item.decision is None and item.current is not None and item.flag is None
-                and self.clock() < item.at + self.rule.within_seconds)  # fmt: skip
+        return (
+            item.request is not None
+            and not item.out_of_reach
+            and item.ask is not None
+            and item.opinion is None
+            and item.decision is None
+            and item.current is not None
+            and item.flag is None
+            and self.clock() < item.at + self.rule.within_seconds
+        )
 
     def _refile(self, item: Item) -> None:
         """Put ``item`` in the queues its state says, and out of the others."""
@@ -394,8 +421,9 @@ class ReviewBook:
         waiting = [self.items[r] for ids in self.opinions.get(model, {}).values() for r in ids]
         return sorted(waiting, key=lambda i: (i.at, i.offset))
 
-    def opinion_heads(self, person: str, models: Iterable[str],
-                      since: Callable[[str], int] = lambda model: -1) -> list[Item]:  # fmt: skip
+    def opinion_heads(
+        self, person: str, models: Iterable[str], since: Callable[[str], int] = lambda model: -1
+    ) -> list[Item]:
         """The oldest answers of ``models`` waiting for a second opinion that ``person``
         did not give, from offset ``since(model)`` on (the oldest the model's reach still
         leaves time for): the first few of each other author, oldest first (what ``next``

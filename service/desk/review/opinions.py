@@ -40,22 +40,33 @@ class Opinions:
 
     def _claim_record(self, item: Item, person: Person) -> LeaseRecord:
         now = self.review.clock()
-        return LeaseRecord(opinion_lease(item.request_id), "claim", person.name, at=now,
-                           expires_at=now + self.lease_seconds,
-                           replica=self.review.replica)  # fmt: skip
+        return LeaseRecord(
+            opinion_lease(item.request_id),
+            "claim",
+            person.name,
+            at=now,
+            expires_at=now + self.lease_seconds,
+            replica=self.review.replica,
+        )
 
     def _open(self, item: Item, person: Person, *, now: float, offer: bool = False) -> bool:
         """``item`` still waits for a second opinion that ``person`` may give now; to
         ``offer`` it, with time enough to give it before the model's reach passes."""
         r = self.review
         rid = item.request_id
-        return (r.book.items.get(rid) is item and item.ask is not None and item.opinion is None
-                and item.current is not None and item.decision is None and item.flag is None
-                and person.name != item.by and person.may_answer(item.model)
-                and now < item.at + r.settings.desk.second_opinions.within_seconds
-                and r.skipped.get((person.name, rid), 0.0) <= now
-                and (not offer or self.until(item, now) - now
-                     >= r.settings.desk.min_time_left_seconds))  # fmt: skip
+        return (
+            r.book.items.get(rid) is item
+            and item.ask is not None
+            and item.opinion is None
+            and item.current is not None
+            and item.decision is None
+            and item.flag is None
+            and person.name != item.by
+            and person.may_answer(item.model)
+            and now < item.at + r.settings.desk.second_opinions.within_seconds
+            and r.skipped.get((person.name, rid), 0.0) <= now
+            and (not offer or self.until(item, now) - now >= r.settings.desk.min_time_left_seconds)
+        )
 
     def until(self, item: Item, now: float) -> float:
         """When the chance to give a second opinion on ``item`` that can change the model
@@ -81,13 +92,17 @@ class Opinions:
         r = self.review
         tries = 0
         now = r.clock()
-        heads = r.book.opinion_heads(person.name, r.models_of(person, model),
-                                     since=r.correctable_from)  # fmt: skip
+        heads = r.book.opinion_heads(
+            person.name, r.models_of(person, model), since=r.correctable_from
+        )
         for item in heads:
             lease_id = opinion_lease(item.request_id)
             holder = r.leases.holder(lease_id, now=now)
-            if (lease_id in r.claiming or not self._open(item, person, now=now, offer=True)
-                    or (holder is not None and holder.holder != person.name)):  # fmt: skip
+            if (
+                lease_id in r.claiming
+                or not self._open(item, person, now=now, offer=True)
+                or (holder is not None and holder.holder != person.name)
+            ):
                 continue
             r.claiming.add(lease_id)
             try:
@@ -125,8 +140,9 @@ class Opinions:
         label (closed; else to the review queue), and whether the model can still be
         corrected (False: it counts toward agreement only)."""
         item = self._mine(person, rid)
-        await self.review.write(rid, Opinion(rid, item.model, value, person.name,
-                                              self.review.clock()))  # fmt: skip
+        await self.review.write(
+            rid, Opinion(rid, item.model, value, person.name, self.review.clock())
+        )
         agrees = bool(item.agrees)
         outcome = "agree" if agrees else "disagree"
         self.review.metrics.second_opinions.labels(model=item.model, outcome=outcome).inc()
@@ -148,6 +164,7 @@ class Opinions:
         r.skipped[(person.name, rid)] = item.at + r.settings.desk.second_opinions.within_seconds
         if r.leases.holder(opinion_lease(rid), now=r.clock()) is not None:
             now = r.clock()
-            await r.lease_log.publish(LeaseRecord(opinion_lease(rid), "release", person.name,
-                                                  at=now, replica=r.replica))  # fmt: skip
+            await r.lease_log.publish(
+                LeaseRecord(opinion_lease(rid), "release", person.name, at=now, replica=r.replica)
+            )
         r.metrics.give_backs.labels(model=item.model, why=why).inc()

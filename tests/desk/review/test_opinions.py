@@ -19,12 +19,17 @@ WEIGHTY = {"p": 0.02}  # trains with weight 50: a second opinion is asked
 
 
 def opinions(topics: Topics) -> list[Opinion]:
-    return [rec for r in topics.records if r.topic == topics.settings.topics.labels
-            and isinstance(rec := parse_labels_record(r.value), Opinion)]  # fmt: skip
+    return [
+        rec
+        for r in topics.records
+        if r.topic == topics.settings.topics.labels
+        and isinstance(rec := parse_labels_record(r.value), Opinion)
+    ]
 
 
-async def test_an_answer_that_weighs_much_is_offered_to_someone_else_and_never_to_its_author(
-) -> None:  # fmt: skip
+async def test_an_answer_that_weighs_much_is_offered_to_someone_else_and_never_to_its_author() -> (
+    None
+):
     topics, (r0, r1) = deployment(2)
     heavy, light = req("heavy", **WEIGHTY), req("light")
     await answered(topics, r0.desk, ANN, heavy, 1)
@@ -60,7 +65,9 @@ async def test_agreement_closes_it_and_disagreement_goes_to_the_reviewers() -> N
     assert second is not None
     assert await r1.opinions.answer(BOB, differ.request_id, 1) == (False, True)
     assert [(o.request_id, o.by, o.label) for o in opinions(topics)] == [
-        (agree.request_id, "bob", -1), (differ.request_id, "bob", 1)]  # fmt: skip
+        (agree.request_id, "bob", -1),
+        (differ.request_id, "bob", 1),
+    ]
     for replica in (r0, r1):
         assert replica.book.opinion_queue("m") == []
         assert ids(list(replica.book.review_queue("m"))) == [differ.request_id]
@@ -70,7 +77,9 @@ async def test_agreement_closes_it_and_disagreement_goes_to_the_reviewers() -> N
     assert ids(r0.review.review_queue(RITA)) == [differ.request_id]
     assert r0.review.review_queue(BOB) == []  # his own second opinion: another reviewer's
     assert [a["status"] for a in r0.review.mine(ANN)] == [
-        "A second opinion differs: under review", "A second opinion agreed"]  # fmt: skip
+        "A second opinion differs: under review",
+        "A second opinion agreed",
+    ]
     assert r1.sample("abstain_desk_second_opinions_total", model="m", outcome="agree") == 1
     assert r1.sample("abstain_desk_second_opinions_total", model="m", outcome="disagree") == 1
     with pytest.raises(Refused) as twice:
@@ -167,8 +176,9 @@ async def test_second_opinions_come_before_new_requests_and_keep_to_the_model_fi
     assert (second.request.request_id, second.opinion) == (waiting.request_id, False)
 
 
-async def _answers(topics: Topics, desk: Replica, person: Person, names: list[str],
-                   every: float) -> None:  # fmt: skip
+async def _answers(
+    topics: Topics, desk: Replica, person: Person, names: list[str], every: float
+) -> None:
     """``person`` answers a fresh request of ``m`` per name, ``every`` seconds apart."""
     for name in names:
         topics.clock.now += every

@@ -29,8 +29,7 @@ def _offline_learner() -> Any:
     """The model's learner with its update rule and tracking steps, built by hand."""
     rule = CFG.learner_hyperparameters
     learner = make_learner("dsal", n_features=4, cost=0.25, seed=0, **rule)
-    return make_learner("dsal", n_features=4, cost=0.25, seed=0, **rule,
-                        **tracking_steps(learner))  # fmt: skip
+    return make_learner("dsal", n_features=4, cost=0.25, seed=0, **rule, **tracking_steps(learner))
 
 
 @pytest.mark.parametrize("with_moments", [False, True])

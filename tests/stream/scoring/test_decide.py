@@ -34,8 +34,9 @@ def models_(**configs: ModelConfig) -> dict[str, ServedModel]:
     return {name: ServedModel.initial(name, cfg) for name, cfg in configs.items()}
 
 
-def score(models: dict[str, ServedModel], msgs: list[RawMessage], now: float = 100.0
-          ) -> ScoreResult:  # fmt: skip
+def score(
+    models: dict[str, ServedModel], msgs: list[RawMessage], now: float = 100.0
+) -> ScoreResult:
     return score_batch(models, msgs, limits=Limits(default_model="m", request_ttl=60.0), now=now)
 
 
@@ -189,9 +190,12 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
 
 def test_finite_event_whose_score_overflows_is_refused_as_non_finite_alone() -> None:
     cfg = ModelConfig(
-        algorithm="dsal", cost=0.25, n_features=3, standardize=False,
+        algorithm="dsal",
+        cost=0.25,
+        n_features=3,
+        standardize=False,
         hyperparameters={"w": [1.0, 1.0, 1.0, 0.0]},
-    )  # fmt: skip
+    )
     models = models_(m=cfg)
     good = {"id": "ok", "features": [0.5, -0.2, 0.1]}
     huge = {"id": "big", "features": [1.7e308, 1.7e308, 1.7e308]}  # w.x = 5.1e308 = inf
@@ -225,8 +229,7 @@ def _event() -> st.SearchStrategy[bytes]:
         },
     )
     raw = st.sampled_from([b"", b"{", b"[1, 2]", b'{"id": "x", "features": [1e999, 0, 0]}'])
-    return st.one_of(record.map(lambda r: json.dumps(r).encode()),
-                     raw)  # fmt: skip
+    return st.one_of(record.map(lambda r: json.dumps(r).encode()), raw)
 
 
 @settings(max_examples=150, deadline=None)
