@@ -3,7 +3,7 @@
     python loadtest/throughput.py [--broker HOST:PORT] [--events 40000] [--pairs 3]
                                   [--latency-pairs 3] [--rate 200] [--latency-seconds 10]
                                   [--workers 2] [--learner 20000] [--budget 0.01]
-                                  [--same-output]
+                                  [--same-output] [--profile DIR]
 
 1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
 2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
@@ -32,6 +32,12 @@
    them; requests/s (broker timestamps of the first and last pending-table write) and CPU
    per request. Nothing else runs in that worker.
 
+With ``--profile DIR`` every measured run is sampled by py-spy (``pip install py-spy``) from
+its first output until its last (for a worker: until its learner stored the last label
+request), into collapsed stacks in ``DIR`` with ``DIR/runs.jsonl`` (each run's CPU per
+event over that interval); ``loadtest/flame.py DIR`` turns them into the table of where
+the microseconds of one event go and a flame graph per kind of run.
+
 Prints one table with every run, the medians, and as its last line
 ``worker/passthrough = R`` (median events/s of the worker runs over that of the passthrough
 runs); with ``--same-output`` it is preceded by ``worker/floor+requests = R`` (the same
@@ -45,6 +51,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,7 +83,8 @@ PARTITIONS = 4
 RUN_TIMEOUT = 300.0
 #: the worker's model: a fresh DSAL (it asks for about 80 % of the labels); --budget caps it
 MODEL: dict[str, Any] = {"algorithm": "dsal", "cost": 0.25, "n_features": 68}
-PROFILE = os.environ.get("THROUGHPUT_PROFILE") == "1"  # py-spy every run (results in the work dir)
+#: --profile DIR: py-spy samples every measured run into DIR (``loadtest/flame.py`` reads them)
+PROFILE: Path | None = None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -253,7 +261,7 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
 
     await write(broker, requests, ((b"default", request(i)) for i in range(n)))
     proc = _start(cmd, work / f"learner-{uuid.uuid4().hex[:6]}.log")
-    spy = _spy(proc.pid, work / f"learner-{proc.pid}.txt") if PROFILE else None
+    spy = None
     result = Run(kind="learner alone", events=n)
     try:
         stamps: list[int] = []
@@ -269,6 +277,7 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
                     stamps += [r.timestamp for r in records]
                 if first_cpu is None and stamps:
                     first_cpu, first_count = cpu_seconds(proc.pid), len(stamps)
+                    spy = _spy(proc.pid, "learner alone")
                 if proc.poll() is not None:
                     raise SystemExit(f"worker exited; logs in {work}")
         finally:
@@ -277,10 +286,10 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
             raise SystemExit(f"learner stored {len(stamps)} of {n} in {RUN_TIMEOUT} s")
         result.cpu_us = [(cpu_seconds(proc.pid) - first_cpu) / max(1, n - first_count) * 1e6]
         result.seconds = (max(stamps) - min(stamps)) / 1000.0
+        _spied(spy, result.cpu_us[0], result.rate)
     finally:
         stop(proc)
-        if spy is not None:
-            spy.wait(60)
+        _spied(spy)
     return result
 
 
@@ -316,7 +325,7 @@ async def throughput_run(
     extra = [] if app_id is None else [f"tput-{app_id[5:]}.label_requests",
                                        f"{app_id}-pending-changelog"]  # fmt: skip
     procs = [_start(c, work / f"{kind}-{uuid.uuid4().hex[:6]}.log") for c in cmds]
-    spies = [_spy(p.pid, work / f"{kind}-{p.pid}.txt") for p in procs] if PROFILE else []
+    spies: list[Spy] = []
     result = Run(kind=kind if count == 1 else f"{kind} x{count}", events=n)
     try:
         if count > 1:
@@ -330,6 +339,7 @@ async def throughput_run(
                 await tail.poll()
                 if first is None and tail.seen:
                     first, first_count = [cpu_seconds(p.pid) for p in procs], len(tail.seen)
+                    spies = [s for s in (_spy(p.pid, kind) for p in procs) if s is not None]
                 if any(p.poll() is not None for p in procs):
                     raise SystemExit(f"{kind} exited early; logs in {work}")
             if len(tail.seen) < n:
@@ -346,11 +356,14 @@ async def throughput_run(
             await feeding
         if extra:
             result.learner_behind = await learner_behind(broker, extra, last_decision)
+        # the profile runs on until every label request is stored: CPU per event up to then
+        for spy, p, before in zip(spies, procs, first, strict=False):  # none: not profiled
+            _spied(spy, (cpu_seconds(p.pid) - before) / max(1, done) * 1e6, result.rate)
     finally:
         for p in procs:
             stop(p)
         for spy in spies:
-            spy.wait(60)
+            _spied(spy)
     if requests is None and extra and ask is not None:
         requests = extra[0]  # the worker's, complete: it has stopped (outputs flushed)
     if requests is not None:
@@ -382,12 +395,43 @@ def _assigned(port: int, topic: str) -> set[str]:
             if line.startswith("abstain_consumer_lag{") and f'topic="{topic}"' in line}  # fmt: skip
 
 
-def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy (not a dependency: ``pip install py-spy``) recording ``pid`` into ``out``."""
-    fmt = "raw" if out.suffix == ".txt" else "flamegraph"
-    cmd = ["py-spy", "record", "--pid", str(pid), "--rate", "200", "--idle", "--output", str(out),
-           "--format", fmt]  # fmt: skip
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+@dataclass
+class Spy:
+    """py-spy sampling one process of a run (``--profile``)."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+    kind: str
+
+
+def _spy(pid: int, kind: str) -> Spy | None:
+    """With ``--profile``, py-spy (not a dependency: ``pip install py-spy``) sampling ``pid``
+    from now on (only while it runs Python code: a wait for the broker is not sampled) into
+    a collapsed-stacks file of the profile directory."""
+    if PROFILE is None:
+        return None
+    out = PROFILE / f"{kind.replace(' ', '-').replace('+', '-')}-{pid}.txt"
+    cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid),
+           "--rate", "250", "--format", "raw", "--output", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Spy(proc, out, kind)
+
+
+def _spied(spy: Spy | None, cpu_us: float | None = None, rate: float | None = None) -> None:
+    """Stop ``spy`` (it writes its file on SIGINT) and, given the run's CPU per event over
+    the sampled interval, note the run in ``runs.jsonl`` beside the samples."""
+    if spy is None or spy.proc.poll() is not None:
+        return
+    spy.proc.send_signal(signal.SIGINT)
+    try:
+        spy.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        spy.proc.kill()
+        spy.proc.wait(10)
+    if cpu_us is not None and PROFILE is not None:
+        line = {"kind": spy.kind, "samples": spy.out.name, "cpu_us": cpu_us, "rate": rate}
+        with (PROFILE / "runs.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 async def learner_behind(broker: str, topics: list[str], last_decision: float) -> float:
@@ -600,7 +644,12 @@ def main() -> int:
         action="store_true",
         help="also a floor that writes the label requests the worker wrote (floor+requests)",
     )
+    p.add_argument("--profile", type=Path, help="DIR: py-spy samples of every run (flame.py)")
     args = p.parse_args()
+    if args.profile is not None:
+        global PROFILE
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE = args.profile.resolve()
     if args.budget is not None:
         MODEL["label_budget"] = {"fraction": args.budget}
     work = Path(tempfile.mkdtemp(prefix="abstain-tput-"))
