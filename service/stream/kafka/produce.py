@@ -2,21 +2,25 @@
 partition) and :func:`partition_for`, Kafka's default partitioner.
 
 Both loops write through a :class:`BatchProducer` over their own aiokafka producer: the
-scorer its decisions, label requests and dead letters, the learner its table writes.
+scorer its decisions, label requests and dead letters, the learner its table writes. The
+scorer's records come as :class:`Outgoing`: columns of many records to one topic
+(:class:`Column`: the values, and one key for all or one each, or a partition each), so a
+batch of decisions is grouped by partition in one step and no record object is made for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
 
+import numpy as np
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-__all__ = ["BatchProducer", "Headers", "OutRecord", "partition_for"]
+__all__ = ["BatchProducer", "Column", "Headers", "OutRecord", "Outgoing", "partition_for"]
 
 #: Kafka record headers, as aiokafka takes them
 Headers = list[tuple[str, bytes]]
@@ -33,6 +37,54 @@ class OutRecord:
     value: bytes | None
     partition: int | None = None
     headers: Headers | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """Many records to one topic, in order: their ``values``; their keys, ``keys`` (one
+    each) or ``key`` (the same for all); where they go, ``partitions`` (one each, taken
+    modulo the topic's count) or, when None, by key as :class:`OutRecord` says."""
+
+    topic: str
+    values: Sequence[bytes]
+    keys: Sequence[bytes | None] | None = None
+    key: bytes | None = None
+    partitions: Sequence[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def record(self, i: int) -> OutRecord:
+        """The ``i``-th record."""
+        key = self.key if self.keys is None else self.keys[i]
+        partition = None if self.partitions is None else self.partitions[i]
+        return OutRecord(self.topic, key, self.values[i], partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing(Sequence[OutRecord]):
+    """Records to write: the records of ``columns``, then ``records``, in that order (each
+    record made on demand when it is read one by one)."""
+
+    columns: Sequence[Column] = ()
+    records: Sequence[OutRecord] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.columns)) + len(self.records)
+
+    def __iter__(self) -> Iterator[OutRecord]:
+        for column in self.columns:
+            yield from map(column.record, range(len(column)))
+        yield from self.records
+
+    @overload
+    def __getitem__(self, index: int) -> OutRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[OutRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> OutRecord | list[OutRecord]:
+        return list(self)[index]
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -66,41 +118,106 @@ class BatchProducer:
         """Queue ``records``; the returned future is done once the broker acknowledged all
         of them (and fails if any one fails). A record's ``partition`` is taken modulo the
         topic's partition count (the count the topic really has)."""
-        counts = {topic: await self.partitions(topic) for topic in {r.topic for r in records}}
+        columns = records.columns if isinstance(records, Outgoing) else ()
+        rest = records.records if isinstance(records, Outgoing) else records
+        topics = {c.topic for c in columns} | {r.topic for r in rest}
+        counts = {topic: await self.partitions(topic) for topic in topics}
+        groups: dict[tuple[str, int], _Group] = {}
+        for column in columns:
+            self._group_column(column, counts[column.topic], groups)
         keyed: dict[tuple[bytes, int], int] = {}  # label requests share a few keys (models)
-        groups: dict[tuple[str, int], list[OutRecord]] = {}
-        for r in records:
+        for r in rest:
             count = counts[r.topic]
             if r.partition is not None:
                 p = r.partition % count
             elif r.key is not None:
-                p = keyed.get((r.key, count), -1)
-                if p < 0:
-                    p = keyed[(r.key, count)] = partition_for(r.key, count)
+                p = self._keyed(r.key, count, keyed)
             else:
                 p = next(self._spread) % count
-            groups.setdefault((r.topic, p), []).append(r)
+            group = groups.get((r.topic, p))
+            if group is None:
+                group = groups[(r.topic, p)] = _Group()
+            group.add(r.key, r.value, r.headers)
         futures = []
         for (topic, p), group in groups.items():
             futures += await self._send(topic, p, group)
         return asyncio.gather(*futures)
 
-    async def _send(self, topic: str, partition: int, records: list[OutRecord]) -> list[Any]:
+    @staticmethod
+    def _keyed(key: bytes, count: int, keyed: dict[tuple[bytes, int], int]) -> int:
+        p = keyed.get((key, count), -1)
+        if p < 0:
+            p = keyed[(key, count)] = partition_for(key, count)
+        return p
+
+    def _group_column(
+        self, column: Column, count: int, groups: dict[tuple[str, int], _Group]
+    ) -> None:
+        """``column``'s records into ``groups`` by (topic, partition), in order."""
+        topic, values, keys, n = column.topic, column.values, column.keys, len(column)
+        if not n:
+            return
+        if column.partitions is not None:  # by partition: one stable sort for all
+            places = np.asarray(column.partitions, dtype=np.int64) % count
+            order = np.argsort(places, kind="stable")
+            cuts = np.flatnonzero(np.diff(places[order])) + 1
+            for chosen in np.split(order, cuts):
+                rows = chosen.tolist()
+                group = groups.setdefault((topic, int(places[rows[0]])), _Group())
+                group.extend([column.key] * len(rows) if keys is None else [keys[i] for i in rows],
+                             [values[i] for i in rows])  # fmt: skip
+            return
+        if keys is None and column.key is not None:  # one key: one partition
+            group = groups.setdefault((topic, partition_for(column.key, count)), _Group())
+            group.extend([column.key] * n, list(values))
+            return
+        keyed: dict[tuple[bytes, int], int] = {}
+        for i, value in enumerate(values):  # as each record alone would go
+            key = column.key if keys is None else keys[i]
+            p = next(self._spread) % count if key is None else self._keyed(key, count, keyed)
+            groups.setdefault((topic, p), _Group()).add(key, value, None)
+
+    async def _send(self, topic: str, partition: int, group: _Group) -> list[Any]:
         futures: list[Any] = []
         batch = self.producer.create_batch()
-        for r in records:
-            headers = r.headers or []
-            if batch.append(key=r.key, value=r.value, timestamp=None, headers=headers):
+        none: Headers = []
+        headers = group.headers or itertools.repeat(none)
+        for key, value, h in zip(group.keys, group.values, headers, strict=False):
+            h = h or none
+            if batch.append(key=key, value=value, timestamp=None, headers=h):
                 continue
             if batch.record_count():  # full: send it, start the next
                 futures.append(await self.producer.send_batch(batch, topic, partition=partition))
                 batch = self.producer.create_batch()
-                if batch.append(key=r.key, value=r.value, timestamp=None, headers=headers):
+                if batch.append(key=key, value=value, timestamp=None, headers=h):
                     continue
             # larger than a batch may be: the record alone (the producer checks its size)
-            alone = self.producer.send(topic, r.value, key=r.key, partition=partition,
-                                       headers=headers)  # fmt: skip
+            alone = self.producer.send(topic, value, key=key, partition=partition, headers=h)
             futures.append(await alone)
         if batch.record_count():
             futures.append(await self.producer.send_batch(batch, topic, partition=partition))
         return futures
+
+
+@dataclass(slots=True)
+class _Group:
+    """The records of one topic partition, in order, as columns (``headers``: empty while
+    no record has any)."""
+
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[Headers | None] = field(default_factory=list)
+
+    def add(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
+        if headers and not self.headers:
+            self.headers = [None] * len(self.values)
+        self.keys.append(key)
+        self.values.append(value)
+        if self.headers:
+            self.headers.append(headers)
+
+    def extend(self, keys: list[bytes | None], values: list[bytes]) -> None:
+        self.keys += keys
+        self.values += values
+        if self.headers:
+            self.headers += [None] * len(values)
