@@ -11,7 +11,9 @@ batch of decisions is grouped by partition in one step and no record object is m
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -99,12 +101,22 @@ def partition_for(key: bytes, partitions: int) -> int:
 
 class BatchProducer:
     """Records out in one produce batch per topic partition (aiokafka's batch API: no
-    future, partitioner call or log record per record)."""
+    future, partitioner call or log record per record).
 
-    def __init__(self, producer: AIOKafkaProducer) -> None:
+    aiokafka takes a partition's next batch only once its last one has left for the broker
+    (``send_batch`` waits until then). ``pipelined``: each partition's batches are handed
+    over by a task of its own (:class:`_Lane`), so :meth:`send_many` never waits for the
+    broker, and the records that come while a batch waits join it: a request carries what
+    came while the last was on its way (the scorer). Otherwise :meth:`send_many` hands its
+    batches over itself, and has when it returns (the learner, whose flush waits for
+    what it handed over)."""
+
+    def __init__(self, producer: AIOKafkaProducer, *, pipelined: bool = False) -> None:
         self.producer = producer
+        self.pipelined = pipelined
         self._partitions: dict[str, int] = {}
         self._spread = itertools.count()  # where records without key or partition go
+        self._lanes: dict[tuple[str, int], _Lane] = {}
 
     async def partitions(self, topic: str) -> int:
         """How many partitions ``topic`` has (asked once, then cached)."""
@@ -138,9 +150,15 @@ class BatchProducer:
             if group is None:
                 group = groups[(r.topic, p)] = _Group()
             group.add(r.key, r.value, r.headers)
-        futures = []
+        futures: list[Any] = []
         for (topic, p), group in groups.items():
-            futures += await self._send(topic, p, group)
+            if self.pipelined:
+                lane = self._lanes.get((topic, p))
+                if lane is None:
+                    lane = self._lanes[(topic, p)] = _Lane(self.producer, topic, p)
+                futures += lane.add(group)
+            else:
+                futures += await self._send(topic, p, group)
         return asyncio.gather(*futures)
 
     @staticmethod
@@ -197,6 +215,106 @@ class BatchProducer:
         if batch.record_count():
             futures.append(await self.producer.send_batch(batch, topic, partition=partition))
         return futures
+
+
+@dataclass(slots=True)
+class _Item:
+    """What a lane hands over next: a batch still filling, or one record too large for a
+    batch; ``acked`` is done once the broker acknowledged it."""
+
+    acked: asyncio.Future[Any]
+    batch: Any | None = None  # aiokafka's BatchBuilder
+    alone: tuple[bytes | None, bytes | None, Headers] | None = None
+
+
+class _Lane:
+    """The records of one topic partition on their way to aiokafka, in order: batches
+    handed over one at a time by a task of the lane's own, the last batch filling until its
+    turn (see :class:`BatchProducer`)."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, partition: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.partition = partition
+        self.queue: deque[_Item] = deque()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, group: _Group) -> list[asyncio.Future[Any]]:
+        """Queue ``group``'s records; the futures of the batches that hold them."""
+        touched: list[asyncio.Future[Any]] = []
+        none: Headers = []
+        headers = group.headers or itertools.repeat(none)
+        for key, value, h in zip(group.keys, group.values, headers, strict=False):
+            h = h or none
+            item = self._open()
+            if not item.batch.append(key=key, value=value, timestamp=None, headers=h):
+                if item.batch.record_count():  # full: the next batch takes it
+                    item = self._open(new=True)
+                if not item.batch.append(key=key, value=value, timestamp=None, headers=h):
+                    # larger than a batch may be: the record alone (the producer checks it)
+                    item = _Item(asyncio.get_running_loop().create_future(), alone=(key, value, h))
+                    self.queue.append(item)
+            if not touched or touched[-1] is not item.acked:
+                touched.append(item.acked)
+        if self.queue and (self.task is None or self.task.done()):
+            self.task = asyncio.create_task(self._hand())
+        return touched
+
+    def _open(self, *, new: bool = False) -> Any:
+        """The batch that fills now (a new one after a full batch or a record alone)."""
+        last = self.queue[-1] if self.queue else None
+        if new or last is None or last.batch is None:
+            last = _Item(asyncio.get_running_loop().create_future(), self.producer.create_batch())
+            self.queue.append(last)
+        return last
+
+    async def _hand(self) -> None:
+        """Hand the queue to aiokafka, oldest first; each item's future follows the
+        broker's acknowledgement (or the error that kept it from the broker)."""
+        item: _Item | None = None
+        try:
+            while self.queue:
+                item = self.queue.popleft()  # taken: records that come now start a new batch
+                if item.batch is not None and not item.batch.record_count():
+                    item.acked.set_result(None)  # opened for a record that went alone
+                    continue
+                try:
+                    sent = await self._handed(item)
+                except Exception as exc:  # any error: it goes to whoever waits for the records
+                    item.acked.set_exception(exc)
+                    continue
+                sent.add_done_callback(functools.partial(_follow, item.acked))
+                item = None  # handed over: its future follows aiokafka's
+        finally:  # cancelled: what was not handed over never will be
+            for left in [item, *self.queue]:
+                if left is not None and not left.acked.done():
+                    left.acked.cancel()
+
+    async def _handed(self, item: _Item) -> asyncio.Future[Any]:
+        """``item`` handed to aiokafka (waits while its last batch of the partition waits)."""
+        if item.batch is not None:
+            sent: asyncio.Future[Any] = await self.producer.send_batch(
+                item.batch, self.topic, partition=self.partition
+            )
+            return sent
+        assert item.alone is not None  # noqa: S101 - a batch or a record alone
+        key, value, headers = item.alone
+        alone: asyncio.Future[Any] = await self.producer.send(
+            self.topic, value, key=key, partition=self.partition, headers=headers
+        )
+        return alone
+
+
+def _follow(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> None:
+    """``target`` ends as ``source`` did."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(None)
 
 
 @dataclass(slots=True)

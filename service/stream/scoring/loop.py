@@ -152,7 +152,7 @@ class ScoreLoop:
         await ready.wait()
         producer = self.producer_factory()
         await producer.start()
-        self.producer = BatchProducer(producer)
+        self.producer = BatchProducer(producer, pipelined=True)
         consumer = self.consumer = self.consumer_factory(self.listener())
         await consumer.start()
         committer = asyncio.create_task(self._commit_forever())
