@@ -3,13 +3,16 @@
     python loadtest/throughput.py [--broker HOST:PORT] [--events 40000] [--pairs 3]
                                   [--latency-pairs 3] [--rate 200] [--latency-seconds 10]
                                   [--workers 2] [--learner 20000] [--budget 0.01]
-                                  [--same-output] [--profile DIR]
+                                  [--same-output] [--profile DIR] [--compression CODEC]
+                                  [--worker-setting NAME=JSON ...]
 
 1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
 2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
    ``--pairs`` times each, every run with its own consumer group and a fresh output topic
    (created with ``message.timestamp.type=LogAppendTime``, so every output carries the
-   broker's time). A run is timed from the broker timestamp of its first output to that of
+   broker's time). The passthrough's clients take the worker's options (``read_committed``,
+   the ``compression`` codec: ``--compression``, default the setting's default, zstd, for
+   both). A run is timed from the broker timestamp of its first output to that of
    its last, and checks that every event id arrived. CPU per event is read from
    ``/proc/PID/stat`` (user + system) between the first and the last output. For the
    worker (a fresh DSAL model, which asks for most labels; ``--budget F`` gives it a label
@@ -83,6 +86,10 @@ PARTITIONS = 4
 RUN_TIMEOUT = 300.0
 #: the worker's model: a fresh DSAL (it asks for about 80 % of the labels); --budget caps it
 MODEL: dict[str, Any] = {"algorithm": "dsal", "cost": 0.25, "n_features": 68}
+#: the codec the worker and the passthrough write with (--compression; None: the default)
+COMPRESSION: str | None = None
+#: the worker's settings besides its model (--worker-setting NAME=VALUE)
+WORKER: dict[str, Any] = {}
 #: --profile DIR: py-spy samples every measured run into DIR (``loadtest/flame.py`` reads them)
 PROFILE: Path | None = None
 
@@ -191,8 +198,9 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def passthrough_cmd(broker: str, topic: str, out: str, work: Path) -> list[list[str]]:
     group = f"pt-{uuid.uuid4().hex[:6]}"
+    codec = [] if COMPRESSION is None else ["--compression", COMPRESSION]
     return [[sys.executable, str(HERE / "passthrough.py"), "--broker", broker, "--topic", topic,
-             "--out", out, "--group", group]]  # fmt: skip
+             "--out", out, "--group", group, *codec]]  # fmt: skip
 
 
 async def records_on(broker: str, topic: str) -> int:
@@ -219,6 +227,8 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
         "partitions": {"features": PARTITIONS, "decisions": PARTITIONS, "labels": 1},
         "models": {"default": MODEL},
         "log_level": "warning",
+        **({} if COMPRESSION is None else {"compression": COMPRESSION}),
+        **WORKER,
     }  # fmt: skip
     path = work / f"tput-{run}.json"
     path.write_text(json.dumps(config))
@@ -645,7 +655,24 @@ def main() -> int:
         help="also a floor that writes the label requests the worker wrote (floor+requests)",
     )
     p.add_argument("--profile", type=Path, help="DIR: py-spy samples of every run (flame.py)")
+    p.add_argument(
+        "--compression",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="the codec worker and passthrough write with (default: the setting's)",
+    )
+    p.add_argument(
+        "--worker-setting",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a setting of the worker's configuration (e.g. batch_size=1000)",
+    )
     args = p.parse_args()
+    global COMPRESSION
+    COMPRESSION = args.compression
+    for setting in args.worker_setting:
+        name, _, value = setting.partition("=")
+        WORKER[name] = json.loads(value)
     if args.profile is not None:
         global PROFILE
         args.profile.mkdir(parents=True, exist_ok=True)
