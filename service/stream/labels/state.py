@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 from service.records import (
     BadMessage,
     ModelEnvelope,
@@ -114,6 +116,7 @@ class PendingStore:
         self._expiry: dict[int, list[tuple[float, str]]] = {}
         self._indexed: frozenset[int] | None = None
         self._queue: list[QueueKey] = []  # sorted; unanswered requests of the index
+        self._fresh: list[QueueKey] = []  # queued since the queue was last sorted
         self._open: Counter[str] = Counter()  # queued requests, by model
 
     def get(self, request_id: str) -> PendingEntry | None:
@@ -144,7 +147,7 @@ class PendingStore:
             return False
 
     def put(self, entry: PendingEntry) -> None:
-        self._table[entry.request_id.encode()] = entry.to_json()
+        self._table[entry.request_id.encode()] = _encoded(entry)
         self._add(entry.request_id, PendingSummary.of(entry))
 
     def delete(self, request_id: str) -> None:
@@ -176,6 +179,7 @@ class PendingStore:
         for entry in self.entries():
             self._add(entry.request_id, PendingSummary.of(entry), queue=False)
         self._queue = sorted(s.queue_key(k) for k, s in self._index.items() if not s.applied)
+        self._fresh = []
         self._open = Counter(s.model for s in self._index.values() if not s.applied)
         self._indexed = partitions
         return True
@@ -189,16 +193,26 @@ class PendingStore:
             self._unqueue(key, old)
         self._index[key] = summary
         if queue and not summary.applied:
-            bisect.insort(self._queue, summary.queue_key(key))
+            self._fresh.append(summary.queue_key(key))  # sorted in when the queue is read
             self._open[summary.model] += 1
+
+    def _sorted(self) -> list[QueueKey]:
+        """The queue, the requests queued since it was last read sorted in (one sort of a
+        sorted run and the new places: a burst of requests costs no shift per request)."""
+        if self._fresh:
+            self._queue += self._fresh
+            self._queue.sort()
+            self._fresh = []
+        return self._queue
 
     def _unqueue(self, key: str, summary: PendingSummary) -> None:
         if summary.applied:
             return  # answered requests are not queued
         place = summary.queue_key(key)
-        i = bisect.bisect_left(self._queue, place)
-        if i < len(self._queue) and self._queue[i] == place:
-            del self._queue[i]
+        queue = self._sorted()
+        i = bisect.bisect_left(queue, place)
+        if i < len(queue) and queue[i] == place:
+            del queue[i]
             self._open[summary.model] -= 1
 
     def due(self, partition: int, *, now: float, grace: float) -> list[tuple[str, PendingSummary]]:
@@ -215,7 +229,7 @@ class PendingStore:
 
     def least_urgent(self, model: str) -> str | None:
         """The open request of ``model`` that comes last in the queue (None: no open one)."""
-        for place in reversed(self._queue):
+        for place in reversed(self._sorted()):
             summary = self._index.get(place[2])
             if summary is not None and summary.model == model:
                 return place[2]
@@ -234,7 +248,7 @@ class PendingStore:
         Only the entries on the page are read from the table and decoded; at most
         ``max_scan`` queue places are looked at (expired requests wait there for the sweep),
         so a page costs O(log n + max_scan + limit) whatever the queue holds."""
-        queue = self._queue
+        queue = self._sorted()
         start = 0 if after is None else bisect.bisect_right(queue, after)
         end = min(len(queue), start + max_scan)
         out: list[PendingEntry] = []
@@ -267,6 +281,24 @@ class PendingStore:
             count[s.model] += 1
             oldest[s.model] = min(oldest[s.model], s.requested_at)
         return {m: (count[m], now - oldest[m]) for m in count}
+
+
+def _encoded(entry: PendingEntry) -> bytes:
+    """``entry.to_json()``: for an entry not yet answered, its request's record with the
+    entry's two fields after it (the same bytes, without a dict of the request's fields on
+    the way; ``tests/stream/labels/test_state.py`` holds the two together)."""
+    request = entry.request
+    if (
+        entry.applied is not False
+        or type(request.shadow_labels) is not dict
+        or type(entry.partition) is not int
+    ):
+        return entry.to_json()
+    try:
+        head = request.to_json()
+    except orjson.JSONEncodeError:  # what only the entry's own encoding writes (numpy)
+        return entry.to_json()
+    return head[:-1] + b',"partition":%d,"applied":false}' % entry.partition
 
 
 class ParkedStore:
