@@ -12,9 +12,12 @@ Every sample is given to one stage. A sample taken in the learner's loop (a fram
 ``service/stream/labels/``) is ``learner``; any other goes to the stage of the innermost
 frame that a rule of :data:`RULES` names (the scoring path's own functions, aiokafka's
 producer and consumer, prometheus_client), ``other`` when none does (the event loop,
-faust's timers and web server). A stage's microseconds per event are its share of a
-run's samples times the run's CPU per event; the table gives the median over the runs of
-each kind. ``DIR/<kind>.svg`` is the flame graph of all runs of that kind (root at the
+faust's timers and web server). A sample in the event loop's ``select`` is no stage: py-spy
+samples a process that is runnable, and on a busy machine a process that ``epoll``
+woke waits there for a core (the call itself costs next to nothing); the table gives their
+share of the samples apart (``waiting``). A stage's microseconds per event are its share of
+a run's other samples times the run's CPU per event; the table gives the median over the
+runs of each kind. ``DIR/<kind>.svg`` is the flame graph of all runs of that kind (root at the
 bottom, frames coloured by stage, a frame's title says its samples).
 """
 
@@ -64,12 +67,13 @@ RULES: tuple[tuple[str, str], ...] = (
 )
 _RULES = [(re.compile(pattern), stage) for pattern, stage in RULES]
 _LEARNER = re.compile(r"service/stream/labels/|^(LearnLoop|LabelJoiner|PendingStore)\.")
+_WAITING = re.compile(r"^(EpollSelector|PollSelector|SelectSelector)\.select ")
 
 #: fill colour of each stage in the flame graph
 COLOURS = {
     "fetch": "#8fb8de", "parse": "#f4a259", "route": "#bc4b51", "coin": "#e9c46a",
     "decide": "#5b8e7d", "encode": "#f28482", "produce": "#84a59d", "commit": "#a8dadc",
-    "metrics": "#b5838d", "learner": "#9d8189", "other": "#d8d8d8",
+    "metrics": "#b5838d", "learner": "#9d8189", "other": "#d8d8d8", "waiting": "#f5f5f5",
 }  # fmt: skip
 
 
@@ -83,7 +87,11 @@ def stage_of(frames: list[str]) -> str:
     'learner'
     >>> stage_of(["run_forever (asyncio/base_events.py:1)"])
     'other'
+    >>> stage_of(["_run_once (asyncio/base_events.py:1)", "EpollSelector.select (selectors.py:4)"])
+    'waiting'
     """
+    if frames and _WAITING.search(frames[-1]):
+        return "waiting"
     if any(_LEARNER.search(f) for f in frames):
         return "learner"
     for frame in reversed(frames):
@@ -110,6 +118,7 @@ class Kind:
     name: str
     runs: list[dict[str, float]] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    waiting: list[float] = field(default_factory=list)  # share of the samples
     stacks: Counter[tuple[str, ...]] = field(default_factory=Counter)
 
     def median(self, stage: str) -> float:
@@ -127,9 +136,11 @@ def load(directory: Path) -> dict[str, Kind]:
         by_stage: Counter[str] = Counter()
         for stack, n in stacks.items():
             by_stage[stage_of(list(stack))] += n
+        busy = max(1, total - by_stage["waiting"])
         kind = kinds.setdefault(run["kind"], Kind(run["kind"]))
-        kind.runs.append({s: by_stage[s] / total * run["cpu_us"] for s in STAGES})
+        kind.runs.append({s: by_stage[s] / busy * run["cpu_us"] for s in STAGES})
         kind.cpu.append(run["cpu_us"])
+        kind.waiting.append(by_stage["waiting"] / total)
         kind.stacks.update(stacks)
     return kinds
 
@@ -145,6 +156,8 @@ def table(kinds: dict[str, Kind]) -> str:
         rows.append(f"| {stage} | " + " | ".join(cells) + " |")
     cpu = [f"**{statistics.median(kinds[n].cpu):.1f}**" for n in names]
     rows.append("| **CPU per event** | " + " | ".join(cpu) + " |")
+    waiting = [f"{100 * statistics.median(kinds[n].waiting):.0f} %" for n in names]
+    rows.append("| waiting in select (share of samples, not CPU) | " + " | ".join(waiting) + " |")
     runs = [str(len(kinds[n].runs)) for n in names]
     rows.append("| runs (median of) | " + " | ".join(runs) + " |")
     return "\n".join(rows)
