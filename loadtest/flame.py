@@ -18,7 +18,8 @@ woke waits there for a core (the call itself costs next to nothing); the table g
 share of the samples apart (``waiting``). A stage's microseconds per event are its share of
 a run's other samples times the run's CPU per event; the table gives the median over the
 runs of each kind. ``DIR/<kind>.svg`` is the flame graph of all runs of that kind (root at the
-bottom, frames coloured by stage, a frame's title says its samples).
+bottom; a frame is coloured by the stage of its samples, grey when they are of several;
+its title says how many samples it holds).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ RULES: tuple[tuple[str, str], ...] = (
 )
 _RULES = [(re.compile(pattern), stage) for pattern, stage in RULES]
 _LEARNER = re.compile(r"service/stream/labels/|^(LearnLoop|LabelJoiner|PendingStore)\.")
+_LINE = re.compile(r":\d+\)$")
 _WAITING = re.compile(r"^(EpollSelector|PollSelector|SelectSelector)\.select ")
 
 #: fill colour of each stage in the flame graph
@@ -74,6 +76,7 @@ COLOURS = {
     "fetch": "#8fb8de", "parse": "#f4a259", "route": "#bc4b51", "coin": "#e9c46a",
     "decide": "#5b8e7d", "encode": "#f28482", "produce": "#84a59d", "commit": "#a8dadc",
     "metrics": "#b5838d", "learner": "#9d8189", "other": "#d8d8d8", "waiting": "#f5f5f5",
+    "mixed": "#eeeeee",
 }  # fmt: skip
 
 
@@ -168,19 +171,27 @@ class _Node:
     name: str
     count: int = 0
     children: dict[str, _Node] = field(default_factory=dict)
-    stage: str = "other"
+    stages: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def stage(self) -> str:
+        """The stage of (nearly) all the samples under this frame; ``mixed`` otherwise."""
+        stage, n = self.stages.most_common(1)[0]
+        return stage if n >= 0.9 * self.count else "mixed"
 
 
 def _tree(stacks: Counter[tuple[str, ...]]) -> _Node:
     root = _Node("all")
     for stack, n in stacks.items():
-        root.count += n
-        node = root
         stage = stage_of(list(stack))
+        root.count += n
+        root.stages[stage] += n
+        node = root
         for frame in stack:
+            frame = _LINE.sub(")", frame)  # one frame per function, whatever its line
             node = node.children.setdefault(frame, _Node(frame))
             node.count += n
-            node.stage = stage
+            node.stages[stage] += n
     return root
 
 
@@ -203,7 +214,7 @@ def flame_svg(stacks: Counter[tuple[str, ...]], title: str, width: int = 1600) -
         y = 30 + (levels - level - 1) * height
         share = 100.0 * node.count / total
         label = html.escape(f"{node.name} ({node.count} samples, {share:.1f} %; {node.stage})")
-        colour = COLOURS[node.stage] if node.name != "all" else "#eeeeee"
+        colour = COLOURS[node.stage]
         text = node.name if w > 60 else ""
         text = html.escape(text[: int(w / 6.5)])
         rows.append(f'<g><title>{label}</title><rect x="{x + 10:.1f}" y="{y}" width="{w:.1f}" '
@@ -215,9 +226,9 @@ def flame_svg(stacks: Counter[tuple[str, ...]], title: str, width: int = 1600) -
 
     draw(root, 0.0, 0)
     legend = " ".join(
-        f'<rect x="{10 + i * 110}" y="8" width="12" height="12" fill="{COLOURS[s]}"/>'
-        f'<text x="{26 + i * 110}" y="18">{s}</text>'
-        for i, s in enumerate(STAGES)
+        f'<rect x="{10 + i * 110}" y="8" width="12" height="12" fill="{COLOURS[s]}" '
+        f'stroke="#999"/><text x="{26 + i * 110}" y="18">{s}</text>'
+        for i, s in enumerate((*STAGES, "waiting", "mixed"))
     )
     full = 40 + levels * height
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full}" '
