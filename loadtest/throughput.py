@@ -486,6 +486,7 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
     result = Run(kind=kind)
     producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=0)
     await producer.start()
+    spy: Spy | None = None
     try:
         async with Tail(broker, [out]) as tail:
             deadline = time.monotonic() + 180
@@ -505,6 +506,7 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
             total = int(rate * seconds)
             interval, next_at = 1.0 / rate, time.monotonic()
             poller = asyncio.create_task(_poll_forever(tail))
+            spy, cpu = _spy(proc.pid, f"latency {kind}"), cpu_seconds(proc.pid)
             for j in range(total):
                 event_id = f"lat-{j}"
                 sent[event_id] = time.time()
@@ -519,6 +521,8 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
             while not all(k in tail.arrived for k in sent) and time.monotonic() < end:
                 await asyncio.sleep(0.1)
             poller.cancel()
+            result.cpu_us = [(cpu_seconds(proc.pid) - cpu) / total * 1e6]
+            _spied(spy, result.cpu_us[0], rate)
             lat = np.array([tail.arrived[k] - sent[k] for k in sent if k in tail.arrived]) * 1e3
             if len(lat) < total:
                 raise SystemExit(f"{kind}: {len(lat)} of {total} latency events answered")
@@ -528,6 +532,7 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
     finally:
         await producer.stop()
         stop(proc)
+        _spied(spy)
     return result
 
 
@@ -550,10 +555,11 @@ def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
         print(f"{r.kind:<16}{r.events:>8}{r.seconds:>9.2f}{r.rate:>10,.0f}{cpu:>14}"
               f"{r.learner_behind:>18.1f}")  # fmt: skip
     if latency:
-        print(f"\n{'latency run':<16}{'events':>8}{'p50 ms':>9}{'p99 ms':>10}")
-        print("-" * 43)
+        print(f"\n{'latency run':<16}{'events':>8}{'p50 ms':>9}{'p99 ms':>10}{'CPU us/event':>14}")
+        print("-" * 57)
         for r in latency:
-            print(f"{r.kind:<16}{r.events:>8}{r.p50_ms:>9.1f}{r.p99_ms:>10.1f}")
+            cpu = r.cpu_us[0] if r.cpu_us else float("nan")
+            print(f"{r.kind:<16}{r.events:>8}{r.p50_ms:>9.1f}{r.p99_ms:>10.1f}{cpu:>14.0f}")
     by = {k: [r for r in runs if r.kind == k] for k in ("passthrough", "worker")}
     pt_rate = _median([r.rate for r in by["passthrough"]])
     wk_rate = _median([r.rate for r in by["worker"]])
