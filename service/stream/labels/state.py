@@ -121,6 +121,9 @@ class PendingStore:
         self._queue: list[QueueKey] = []  # sorted; unanswered requests of the index
         self._fresh: list[QueueKey] = []  # queued since the queue was last sorted
         self._open: Counter[str] = Counter()  # queued requests, by model
+        # per model, (requested_at, request id) of its queued requests, oldest first; an
+        # answered or deleted request leaves when it comes to the top (open_requests)
+        self._ages: dict[str, list[tuple[float, str]]] = {}
 
     def get(self, request_id: str) -> PendingEntry | None:
         """The entry of ``request_id``; None when there is none or the learner's checks
@@ -184,6 +187,12 @@ class PendingStore:
         self._queue = sorted(s.queue_key(k) for k, s in self._index.items() if not s.applied)
         self._fresh = []
         self._open = Counter(s.model for s in self._index.values() if not s.applied)
+        self._ages = {}
+        for k, summary in self._index.items():
+            if not summary.applied:
+                self._age(k, summary, ordered=False)
+        for heap in self._ages.values():
+            heapq.heapify(heap)
         self._indexed = partitions
         return True
 
@@ -198,6 +207,7 @@ class PendingStore:
         if queue and not summary.applied:
             self._fresh.append(summary.queue_key(key))  # sorted in when the queue is read
             self._open[summary.model] += 1
+            self._age(key, summary)
 
     def _sorted(self) -> list[QueueKey]:
         """The queue, with the requests queued since it was last read sorted in: a few
@@ -281,15 +291,38 @@ class PendingStore:
             return None
 
     def open_requests(self, models: Iterable[str], now: float) -> dict[str, tuple[int, float]]:
-        """Per model: (unanswered requests, age in seconds of the oldest; 0 if none)."""
-        count = dict.fromkeys(models, 0)
-        oldest = dict.fromkeys(count, now)
-        for s in self._index.values():
-            if s.applied or s.model not in count:
-                continue
-            count[s.model] += 1
-            oldest[s.model] = min(oldest[s.model], s.requested_at)
-        return {m: (count[m], now - oldest[m]) for m in count}
+        """Per model: (unanswered requests, age in seconds of the oldest; 0 if none), from
+        the counts and the per-model age heaps (no scan of the index: the one-second check
+        asks for it)."""
+        out = {}
+        for model in dict.fromkeys(models):
+            count = self._open.get(model, 0)
+            oldest = self._oldest(model) if count else None
+            out[model] = (count, 0.0 if oldest is None else now - min(now, oldest))
+        return out
+
+    def _age(self, key: str, summary: PendingSummary, *, ordered: bool = True) -> None:
+        """Put a queued request's time on its model's age heap (``ordered`` False: at its
+        end, the caller heapifies). Requests are stamped with finite times (their parse
+        refuses others); one that is not is left out of the age."""
+        if not math.isfinite(summary.requested_at):
+            return
+        heap = self._ages.setdefault(summary.model, [])
+        if ordered:
+            heapq.heappush(heap, (summary.requested_at, key))
+        else:
+            heap.append((summary.requested_at, key))
+
+    def _oldest(self, model: str) -> float | None:
+        """When the oldest queued request of ``model`` was made (stale tops leave the heap)."""
+        heap = self._ages.get(model)
+        while heap:
+            at, key = heap[0]
+            s = self._index.get(key)
+            if s is not None and not s.applied and s.model == model and s.requested_at == at:
+                return at
+            heapq.heappop(heap)
+        return None
 
 
 def _encoded(entry: PendingEntry) -> bytes:

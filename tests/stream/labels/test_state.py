@@ -239,3 +239,36 @@ def test_the_queue_keeps_its_order_across_bursts_reads_and_answers() -> None:
         assert [e.request_id for e in page] == [e.request_id for e in expected]
         assert store.least_urgent("m") == expected[-1].request_id
         assert store.open_count("m") == len(kept)
+
+
+def _scanned(store: PendingStore, models: list[str], now: float) -> dict[str, tuple[int, float]]:
+    """What the gauges read: every unanswered entry of the index, looked at."""
+    count = dict.fromkeys(models, 0)
+    oldest = dict.fromkeys(models, now)
+    for entry in store.entries():
+        if not entry.applied and entry.model in count:
+            count[entry.model] += 1
+            oldest[entry.model] = min(oldest[entry.model], entry.request.requested_at)
+    return {m: (count[m], now - oldest[m]) for m in models}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put", "answer", "delete", "refresh"]),
+                          st.integers(0, 30), st.sampled_from(["m", "n"]),
+                          st.floats(0.0, 100.0)), max_size=60))  # fmt: skip
+def test_the_open_requests_and_the_oldest_age_are_what_a_scan_of_the_entries_finds(
+    steps: list[tuple[str, int, str, float]],
+) -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    for action, n, model, at in steps:
+        rid = f"{model}{n}"
+        held = store.get(rid)
+        if action == "put":
+            store.put(pending([1.0], rid, model=model, requested_at=at))
+        elif action == "answer" and held is not None and not held.applied:
+            store.put(answer(held))
+        elif action == "delete" and held is not None:
+            store.delete(rid)
+        elif action == "refresh":
+            store.refresh(frozenset({len(steps), n}))  # a new assignment: read again
+        assert store.open_requests(["m", "n", "x"], 50.0) == _scanned(store, ["m", "n", "x"], 50.0)
