@@ -126,6 +126,8 @@ class Scorer:
             )
             for m in settings.models
         }
+        # the collapse gauges of each model, bound when its first window completes
+        self._collapse_gauges: dict[str, tuple[Any, Any]] = {}
 
     def decide(self, messages: Sequence[RawMessage]) -> tuple[ScoreResult, Outgoing]:
         """Score ``messages``: what was decided, and the records to write for it (each
@@ -257,8 +259,16 @@ class Scorer:
             watch.observe_many(b.labels, float(models[model].learner.rho))
             status = watch.status()
             if status.windows:
-                self.metrics.model_collapsed.labels(model=model).set(int(status.collapsed))
-                self.metrics.model_reject_fraction.labels(model=model).set(status.reject_fraction)
+                gauges = self._collapse_gauges.get(model)
+                if gauges is None:
+                    m = self.metrics
+                    gauges = self._collapse_gauges[model] = (
+                        m.model_collapsed.labels(model=model),
+                        m.model_reject_fraction.labels(model=model),
+                    )
+                collapsed, reject_fraction = gauges
+                collapsed.set(int(status.collapsed))
+                reject_fraction.set(status.reject_fraction)
         for model, n in result.suppressed.items():
             self.metrics.label_requests_suppressed.labels(model=model).inc(n)
 
