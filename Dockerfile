@@ -34,6 +34,7 @@ RUN /opt/abstain/bin/pip install --no-cache-dir .
 FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="abstain" \
+      org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.description="Kafka stream worker with online active learning of reject-option classifiers" \
       org.opencontainers.image.licenses="Apache-2.0"
 

@@ -4,7 +4,6 @@ report on one ``kafka.Kafka`` child process per data directory."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -48,28 +47,13 @@ from service.localkafka.wire import (
     read_state,
     write_state,
 )
+from service.processes import parent_death_signal
 
 __all__ = ["FETCH_TIMEOUT", "STORAGE_TOOL", "BrokerStatus", "LocalKafka"]
 
 STORAGE_TOOL = "kafka.tools.StorageTool"
 FETCH_TIMEOUT = 900.0  # seconds; a cold fetch of ~46 MB of jars
 _HEAP_RE = re.compile(r"[1-9][0-9]*[kmgKMG]?")
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has Linux SIGKILL the child when this process dies."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the line above
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,9 +266,11 @@ class LocalKafka:
         if self.secure:
             passwords = self.secure_files.create(self.users)
             props = render_server_properties(
-                self.config, self.kraft_dir, listener="SASL_SSL",
+                self.config,
+                self.kraft_dir,
+                listener="SASL_SSL",
                 overrides=secure_properties(self.secure_files, passwords),
-            )  # fmt: skip
+            )
         else:
             props = render_server_properties(self.config, self.kraft_dir)
         fd = os.open(self.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -417,7 +403,7 @@ class LocalKafka:
         # Linux delivers the parent-death signal when the *thread* that forked exits, so a
         # broker started from a worker thread (asyncio.to_thread) relies on stop() alone.
         if self.die_with_parent and threading.current_thread() is threading.main_thread():
-            return _parent_death_signal()
+            return parent_death_signal()
         return None
 
     def _format_storage(self, extra: list[str]) -> None:

@@ -137,14 +137,18 @@ def _start_cluster(args: argparse.Namespace) -> int:
 def _say_secure(kafka: LocalKafka) -> None:
     """The secure broker's client settings (the passwords stay in the files)."""
     files = kafka.secure_files
-    _say(f"secure: SASL_SSL with {MECHANISM}, ACLs on (StandardAuthorizer); super user "
-         f"{ADMIN_USER!r} for set-up only; CA {files.ca_file}")  # fmt: skip
+    _say(
+        f"secure: SASL_SSL with {MECHANISM}, ACLs on (StandardAuthorizer); super user "
+        f"{ADMIN_USER!r} for set-up only; CA {files.ca_file}"
+    )
     _say("client settings: --config FILE (or ABSTAIN_CONFIG=FILE), one file per user:")
     for user in (ADMIN_USER, *kafka.users):
         _say(f"  {user:<18} {files.settings_file(user)}")
-    _say(f"each holds ABSTAIN_BROKER={kafka.bootstrap} ABSTAIN_SECURITY__PROTOCOL=SASL_SSL "
-         f"ABSTAIN_SECURITY__SASL_MECHANISM={MECHANISM} ABSTAIN_SECURITY__CA_FILE="
-         f"{files.ca_file}, the user and its password")  # fmt: skip
+    _say(
+        f"each holds ABSTAIN_BROKER={kafka.bootstrap} ABSTAIN_SECURITY__PROTOCOL=SASL_SSL "
+        f"ABSTAIN_SECURITY__SASL_MECHANISM={MECHANISM} ABSTAIN_SECURITY__CA_FILE="
+        f"{files.ca_file}, the user and its password"
+    )
     _say(
         "least-privilege ACLs: abstain kafka acls --role worker --apply --config "
         f"{files.settings_file(ADMIN_USER)}"

@@ -282,8 +282,9 @@ async def _admin_ready(files: SecureFiles, bootstrap: str, timeout: float) -> bo
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - only in secure mode
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **admin_kwargs(files),
-                                request_timeout_ms=int(timeout * 1000))  # fmt: skip
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, **admin_kwargs(files), request_timeout_ms=int(timeout * 1000)
+    )
     try:
         await asyncio.wait_for(admin.start(), timeout)
         cluster: dict[str, Any] = await asyncio.wait_for(admin.describe_cluster(), timeout)

@@ -42,8 +42,11 @@ def secured(**changes: str | None) -> list[str]:
         else:
             values[name] = value
     flag = {"true": "--set", "false": "--set"}
-    return [arg for name, value in values.items()
-            for arg in (flag.get(value, "--set-string"), f"{name}={value}")]  # fmt: skip
+    return [
+        arg
+        for name, value in values.items()
+        for arg in (flag.get(value, "--set-string"), f"{name}={value}")
+    ]
 
 
 def render(*args: str) -> list[dict[str, Any]]:
@@ -62,8 +65,9 @@ def refusal(*args: str) -> str:
 
 
 def pod(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"
-                     and d["metadata"]["name"].endswith(component)]  # fmt: skip
+    (deployment,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(component)
+    ]
     spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
     return spec
 
@@ -95,9 +99,11 @@ def test_worker_and_desk_log_in_as_their_own_principals_with_passwords_from_the_
     assert worker["ABSTAIN_SECURITY__USERNAME"] == "abstain-worker"
     assert desk["ABSTAIN_SECURITY__USERNAME"] == "abstain-desk"
     assert worker["ABSTAIN_SECURITY__PASSWORD"] == {
-        "secretKeyRef": {"name": "abstain-secrets", "key": "sasl-password"}}  # fmt: skip
+        "secretKeyRef": {"name": "abstain-secrets", "key": "sasl-password"}
+    }
     assert desk["ABSTAIN_SECURITY__PASSWORD"] == {
-        "secretKeyRef": {"name": "abstain-secrets", "key": "desk-sasl-password"}}  # fmt: skip
+        "secretKeyRef": {"name": "abstain-secrets", "key": "desk-sasl-password"}
+    }
     assert not [d for d in docs if d["kind"] == "Secret"]  # an existing Secret: none made
 
 
@@ -108,11 +114,17 @@ def test_without_a_desk_username_the_desk_shares_the_workers_login() -> None:
 
 
 def test_a_created_secret_holds_the_desk_password_and_the_client_certificate_is_mounted() -> None:
-    docs = render(*secured(
-        secrets__existingSecret=None, secrets__saslPassword="worker-password-123",
-        secrets__deskSaslPassword="desk-password-123", kafka__tls__certKey="tls.crt",
-        kafka__tls__keyKey="tls.key", secrets__deskSessionKey="k" * 40,
-        secrets__deskUsers='ann = "x"'))  # fmt: skip
+    docs = render(
+        *secured(
+            secrets__existingSecret=None,
+            secrets__saslPassword="worker-password-123",
+            secrets__deskSaslPassword="desk-password-123",
+            kafka__tls__certKey="tls.crt",
+            kafka__tls__keyKey="tls.key",
+            secrets__deskSessionKey="k" * 40,
+            secrets__deskUsers='ann = "x"',
+        )
+    )
     (secret,) = [d for d in docs if d["kind"] == "Secret"]
     assert {"sasl-password", "desk-sasl-password"} <= set(secret["data"])
     env = env_of(pod(docs, "desk"))

@@ -39,14 +39,29 @@ IMAGE = f"localhost/abstain-test:{uuid.uuid4().hex[:8]}"
 BUILDAH = ["buildah", "--storage-driver", os.environ.get("STORAGE_DRIVER", "vfs")]
 BUILD_TIMEOUT = 900.0  # the Debian-made base (~1-2 min) and the build (~2-3 min, vfs)
 #: what only the dev extras bring: none of it belongs in the image
-DEV_ONLY = {"pytest", "mypy", "ruff", "hypothesis", "playwright", "river", "cryptography",
-            "pytest_xdist", "pytest_asyncio", "pyyaml"}  # fmt: skip
+DEV_ONLY = {
+    "pytest",
+    "mypy",
+    "ruff",
+    "hypothesis",
+    "playwright",
+    "river",
+    "cryptography",
+    "pytest_xdist",
+    "pytest_asyncio",
+    "pyyaml",
+}
 TOKEN = "image-test-token-" + uuid.uuid4().hex
 
 
 def buildah(*args: str, timeout: float = 60.0) -> str:
-    done = subprocess.run([*BUILDAH, *args], capture_output=True, text=True,  # noqa: S603
-                          timeout=timeout, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*BUILDAH, *args],
+        capture_output=True,
+        text=True,  # noqa: S603
+        timeout=timeout,
+        check=False,
+    )
     assert done.returncode == 0, f"buildah {' '.join(args)}: {done.stderr}"
     return done.stdout
 
@@ -61,9 +76,14 @@ def image() -> Iterator[dict[str, Any]]:
         env["DOCKERFILE"] = os.environ["ABSTAIN_TEST_DOCKERFILE"]
     began = time.monotonic()
     done = subprocess.run(  # noqa: S603
-        ["bash", str(REPO / "deploy" / "image" / "build.sh"), IMAGE], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
-    )  # fmt: skip
+        ["bash", str(REPO / "deploy" / "image" / "build.sh"), IMAGE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
+    )
     took = time.monotonic() - began
     assert done.returncode == 0, f"make image failed:\n{done.stderr[-5000:]}"
     inspected = json.loads(buildah("inspect", "--type", "image", IMAGE))
@@ -96,8 +116,14 @@ def test_the_image_runs_as_the_unprivileged_user_and_reports_its_size(
     finally:
         buildah("rm", container)
     assert ident == "10001"
-    size = int(subprocess.run(["du", "-sb", str(rootfs)], capture_output=True, text=True,  # noqa: S607
-                              check=True).stdout.split()[0])  # fmt: skip
+    size = int(
+        subprocess.run(
+            ["du", "-sb", str(rootfs)],
+            capture_output=True,
+            text=True,  # noqa: S607
+            check=True,
+        ).stdout.split()[0]
+    )
     record_property("image_bytes", size)
     record_property("build_seconds", round(image["build_seconds"], 1))
     print(f"\nimage {IMAGE}: {size / 1e6:.0f} MB, built in {image['build_seconds']:.0f} s")
@@ -137,12 +163,12 @@ def test_no_secret_ca_bundle_of_the_build_machine_or_dev_dependency_is_in_the_im
 
 def _certificates(pem: str) -> set[str]:
     marker = "-----BEGIN CERTIFICATE-----"
-    return {marker + part.split("-----END CERTIFICATE-----")[0]
-            for part in pem.split(marker)[1:]}  # fmt: skip
+    return {marker + part.split("-----END CERTIFICATE-----")[0] for part in pem.split(marker)[1:]}
 
 
-def _get(url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None
-         ) -> tuple[int, bytes]:  # fmt: skip
+def _get(
+    url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=data, headers=headers or {})  # noqa: S310
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310
@@ -153,8 +179,9 @@ def _get(url: str, *, data: bytes | None = None, headers: dict[str, str] | None 
         return 0, b""
 
 
-def _wait(check: Any, what: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 90
-          ) -> None:  # fmt: skip
+def _wait(
+    check: Any, what: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 90
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, (
@@ -186,32 +213,67 @@ def test_the_worker_in_the_image_scores_events_and_learns_from_a_label(
     entry = image["inspect"]["OCIv1"]["config"]
     container = buildah("from", "--pull-never", IMAGE).strip()
     log = tmp_path / "worker.log"
-    argv = [*BUILDAH, "run", "--isolation", "chroot",
-            "--volume", f"{tmp_path / 'config.json'}:/etc/abstain/config.json:ro",
-            "--env", "ABSTAIN_CONFIG=/etc/abstain/config.json",
-            "--env", f"ABSTAIN_BROKER={kafka_bootstrap}",
-            "--env", f"ABSTAIN_WEB__PORT={port}",
-            "--env", f"ABSTAIN_LABEL_TOKEN={TOKEN}",
-            container, "--", *entry["Entrypoint"], *entry["Cmd"]]  # fmt: skip
+    argv = [
+        *BUILDAH,
+        "run",
+        "--isolation",
+        "chroot",
+        "--volume",
+        f"{tmp_path / 'config.json'}:/etc/abstain/config.json:ro",
+        "--env",
+        "ABSTAIN_CONFIG=/etc/abstain/config.json",
+        "--env",
+        f"ABSTAIN_BROKER={kafka_bootstrap}",
+        "--env",
+        f"ABSTAIN_WEB__PORT={port}",
+        "--env",
+        f"ABSTAIN_LABEL_TOKEN={TOKEN}",
+        container,
+        "--",
+        *entry["Entrypoint"],
+        *entry["Cmd"],
+    ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,  # noqa: S603
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: _get(url + "/readyz")[0] == 200, "/readyz", proc, log)
         asyncio.run(_send_events(settings))
-        _wait(lambda: len(asyncio.run(read_topic(settings, settings.topics.decisions))) >= 10,
-              "decisions", proc, log)  # fmt: skip
-        _wait(lambda: bool(asyncio.run(read_topic(settings, settings.topics.label_requests))),
-              "a label request", proc, log)  # fmt: skip
-        request = json.loads(asyncio.run(read_topic(settings, settings.topics.label_requests))[0]
-                             .value)  # fmt: skip
+        _wait(
+            lambda: len(asyncio.run(read_topic(settings, settings.topics.decisions))) >= 10,
+            "decisions",
+            proc,
+            log,
+        )
+        _wait(
+            lambda: bool(asyncio.run(read_topic(settings, settings.topics.label_requests))),
+            "a label request",
+            proc,
+            log,
+        )
+        request = json.loads(
+            asyncio.run(read_topic(settings, settings.topics.label_requests))[0].value
+        )
         body = json.dumps({"request_id": request["request_id"], "model": "m", "label": 1})
-        status, answer = _get(url + "/labels", data=body.encode(), headers={
-            "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})  # fmt: skip
+        status, answer = _get(
+            url + "/labels",
+            data=body.encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
         assert status == 202, answer
-        _wait(lambda: json.loads(_get(url + "/readyz")[1] or b"{}").get("models", {}).get("m", 0)
-              >= 1, "model version 1", proc, log)  # fmt: skip
+        _wait(
+            lambda: (
+                json.loads(_get(url + "/readyz")[1] or b"{}").get("models", {}).get("m", 0) >= 1
+            ),
+            "model version 1",
+            proc,
+            log,
+        )
     finally:
         _stop(proc)
         subprocess.run([*BUILDAH, "rm", container], capture_output=True, check=False)  # noqa: S603

@@ -54,9 +54,13 @@ async def _assignments(
 
 def _settings(bootstrap: str, labels: int) -> Settings:
     suffix = uuid.uuid4().hex[:8]
-    return Settings(broker=(bootstrap,), app_id=f"copart-{suffix}",
-                    topics=Topics.prefixed(f"copart-{suffix}"),
-                    partitions={"labels": labels}, session_timeout_seconds=6)  # fmt: skip
+    return Settings(
+        broker=(bootstrap,),
+        app_id=f"copart-{suffix}",
+        topics=Topics.prefixed(f"copart-{suffix}"),
+        partitions={"labels": labels},
+        session_timeout_seconds=6,
+    )
 
 
 @pytest.mark.parametrize(("labels", "members"), [(1, 2), (3, 2), (3, 3), (5, 2)])
@@ -82,10 +86,14 @@ def test_a_member_of_an_earlier_release_still_joins_the_group(kafka_bootstrap: s
     earlier = (RoundRobinPartitionAssignor,)  # what members of earlier releases offer
 
     def old() -> AIOKafkaConsumer:
-        consumer = AIOKafkaConsumer(bootstrap_servers=[kafka_bootstrap],
-                                    group_id=learn_group(s.app_id), enable_auto_commit=False,
-                                    session_timeout_ms=6000, heartbeat_interval_ms=2000,
-                                    partition_assignment_strategy=earlier)  # fmt: skip
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=[kafka_bootstrap],
+            group_id=learn_group(s.app_id),
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=2000,
+            partition_assignment_strategy=earlier,
+        )
         consumer.subscribe(list(learned(s)))
         return consumer
 

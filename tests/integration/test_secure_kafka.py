@@ -49,8 +49,13 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
     data_dir = tmp_path_factory.mktemp("secure-kafka")
     for attempt in range(3):
         port, controller = find_free_ports(2)
-        kafka = LocalKafka(port=port, controller_port=controller, data_dir=data_dir,
-                           secure=True, die_with_parent=True)  # fmt: skip
+        kafka = LocalKafka(
+            port=port,
+            controller_port=controller,
+            data_dir=data_dir,
+            secure=True,
+            die_with_parent=True,
+        )
         try:
             kafka.start()
             break
@@ -70,9 +75,14 @@ def security_of(kafka: LocalKafka, user: str) -> dict[str, Any]:
 def cli(*args: str, config: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
     return subprocess.run(  # noqa: S603 - fixed argv
-        [sys.executable, "-m", "service", *args, "--config", str(config)], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "service", *args, "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,17 +95,23 @@ def deployment(
     # two label partitions for two workers: the learner's consumer does not set an assignor,
     # and aiokafka's default (round robin) splits one partition of each label topic between
     # two members (the label and its request would meet on no worker)
-    config = service_config(tmp, partitions={"features": 2, "decisions": 1, "labels": 2,
-                                             "models": 1},
-                            models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3,
-                                          "audit_rate": 0.5}},
-                            desk={"session_key": "s" * 40, "min_time_left_seconds": 0,
-                                  "leases_topic": f"{tmp.name}.desk-leases",
-                                  "revocations_topic": f"{tmp.name}.desk-revocations"})  # fmt: skip
+    config = service_config(
+        tmp,
+        partitions={"features": 2, "decisions": 1, "labels": 2, "models": 1},
+        models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.5}},
+        desk={
+            "session_key": "s" * 40,
+            "min_time_left_seconds": 0,
+            "leases_topic": f"{tmp.name}.desk-leases",
+            "revocations_topic": f"{tmp.name}.desk-revocations",
+        },
+    )
     config["app_id"] = f"secure-{tmp.name[-6:]}"
     config["broker"] = [secure_kafka.bootstrap]
-    roles = {role: {**config, "security": security_of(secure_kafka, user)}
-             for role, user in {**ROLE_USERS, "admin": ADMIN_USER}.items()}  # fmt: skip
+    roles = {
+        role: {**config, "security": security_of(secure_kafka, user)}
+        for role, user in {**ROLE_USERS, "admin": ADMIN_USER}.items()
+    }
     paths = {}
     for role, conf in roles.items():
         paths[role] = tmp / f"{role}.json"
@@ -118,8 +134,12 @@ def deployment(
         desk = DeskProcess(desk_side, users)
         started.append(desk)
         desk.wait_ready()
-        yield {"workers": [first, second], "desk": desk, "paths": paths,
-               "settings": {r: load_settings(p) for r, p in paths.items()}}  # fmt: skip
+        yield {
+            "workers": [first, second],
+            "desk": desk,
+            "paths": paths,
+            "settings": {r: load_settings(p) for r, p in paths.items()},
+        }
     finally:
         for proc in started:
             proc.stop()
@@ -139,14 +159,18 @@ def test_the_whole_loop_runs_with_each_part_logged_in_as_its_own_least_privilege
     before = [served_version(w) for w in workers]
 
     async def events() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=admin.bootstrap_servers, acks="all",
-                                    **admin.security.aiokafka_kwargs())  # fmt: skip
+        producer = AIOKafkaProducer(
+            bootstrap_servers=admin.bootstrap_servers,
+            acks="all",
+            **admin.security.aiokafka_kwargs(),
+        )
         await producer.start()
         try:
             for i in range(20):
                 event = {"id": f"e{i}", "model": "m", "features": [1.0, -0.5, 0.25 * i]}
-                await producer.send_and_wait(admin.topics.features, json.dumps(event).encode(),
-                                             key=f"e{i}".encode())  # fmt: skip
+                await producer.send_and_wait(
+                    admin.topics.features, json.dumps(event).encode(), key=f"e{i}".encode()
+                )
         finally:
             await producer.stop()
 
@@ -167,17 +191,26 @@ def test_the_whole_loop_runs_with_each_part_logged_in_as_its_own_least_privilege
     assert person.api("/api/answer", {"request_id": rid, "label": 1})[0] == 200
 
     try:
-        wait_until(lambda: all(served_version(w) > b for w, b in zip(workers, before, strict=True)),
-                   60, "every worker serving the new model version")  # fmt: skip
+        wait_until(
+            lambda: all(served_version(w) > b for w, b in zip(workers, before, strict=True)),
+            60,
+            "every worker serving the new model version",
+        )
     except Exception as exc:
         dead = [r.value[:300] for r in asyncio.run(read_topic(admin, admin.topics.dead_letters))]
         labels = [r.value[:300] for r in asyncio.run(read_topic(admin, admin.topics.labels))]
         models = [r.value[:200] for r in asyncio.run(read_topic(admin, admin.topics.models))]
-        seen = [[line for line in w.get("/metrics")[1].decode().splitlines()
-                 if "label" in line and not line.startswith("#") and not line.endswith(" 0.0")]
-                for w in workers]  # fmt: skip
-        raise AssertionError(f"{exc}; labels {labels}; dead letters {dead}; models {models}; "
-                             f"workers {seen}") from None  # fmt: skip
+        seen = [
+            [
+                line
+                for line in w.get("/metrics")[1].decode().splitlines()
+                if "label" in line and not line.startswith("#") and not line.endswith(" 0.0")
+            ]
+            for w in workers
+        ]
+        raise AssertionError(
+            f"{exc}; labels {labels}; dead letters {dead}; models {models}; workers {seen}"
+        ) from None
 
     done = cli("labels", "list", config=deployment["paths"]["operator"])
     assert done.returncode == 0, done.stderr  # the operator's principal reads the label topics
@@ -201,8 +234,9 @@ def test_the_desk_principal_cannot_write_the_models_topic(deployment: dict[str, 
     served = [served_version(w) for w in deployment["workers"]]
 
     async def forge() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=desk.bootstrap_servers,
-                                    **desk.security.aiokafka_kwargs())  # fmt: skip
+        producer = AIOKafkaProducer(
+            bootstrap_servers=desk.bootstrap_servers, **desk.security.aiokafka_kwargs()
+        )
         await producer.start()
         try:
             await producer.send_and_wait(desk.topics.models, b'{"forged": true}', key=b"m")
@@ -222,11 +256,24 @@ def start_worker(config: dict[str, Any], tmp: Path) -> tuple[int, float, str]:
     path = tmp / "config.json"
     path.write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    cmd = [sys.executable, "-m", "service", "worker", "--config", str(path),
-           "--web-port", str(find_free_ports(1)[0])]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "worker",
+        "--config",
+        str(path),
+        "--web-port",
+        str(find_free_ports(1)[0]),
+    ]
     began = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,  # noqa: S603
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,  # noqa: S603
+        stderr=subprocess.STDOUT,
+    )
     try:
         out, _ = proc.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -245,8 +292,7 @@ def test_a_wrong_password_stops_the_worker_at_start_naming_the_setting_not_the_s
     secure_kafka: LocalKafka, tmp_path: Path
 ) -> None:
     secret = "not-the-password-" + os.urandom(6).hex()
-    code, took, out = start_worker(worker_config(secure_kafka, tmp_path, password=secret),
-                                   tmp_path)  # fmt: skip
+    code, took, out = start_worker(worker_config(secure_kafka, tmp_path, password=secret), tmp_path)
     assert code == 2, out
     assert took < 10, (took, out)
     assert "security.password" in out, out
@@ -260,8 +306,9 @@ def test_an_untrusted_certificate_stops_the_worker_at_start(
     other_ca = tmp_path / "other-ca.pem"
     other_ca.write_bytes(make_tls(hosts=("127.0.0.1",), common_name="someone else").ca_pem)
     password = security_of(secure_kafka, ROLE_USERS["worker"])["password"]
-    code, took, out = start_worker(worker_config(secure_kafka, tmp_path, ca_file=str(other_ca)),
-                                   tmp_path)  # fmt: skip
+    code, took, out = start_worker(
+        worker_config(secure_kafka, tmp_path, ca_file=str(other_ca)), tmp_path
+    )
     assert code == 2, out
     assert took < 10, (took, out)
     assert "security.ca_file" in out, out
@@ -281,7 +328,8 @@ def test_host_name_verification_is_on_unless_turned_off_explicitly(
         asyncio.run(check_login(strict))
     lenient = load_settings(broker=by_name, security={**security, "check_hostname": False})
     asyncio.run(check_login(lenient))
-    code, _, out = start_worker({**worker_config(secure_kafka, tmp_path), "broker": [by_name]},
-                                tmp_path)  # fmt: skip
+    code, _, out = start_worker(
+        {**worker_config(secure_kafka, tmp_path), "broker": [by_name]}, tmp_path
+    )
     assert code == 2, out
     assert "does not name that host" in out, out

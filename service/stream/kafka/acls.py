@@ -67,13 +67,22 @@ CLUSTER_NAME: Final = "kafka-cluster"
 #: Kafka's codes (org.apache.kafka.common.acl / resource): the Admin API speaks these
 RESOURCE_CODES: Final[dict[str, int]] = {"TOPIC": 2, "GROUP": 3, "CLUSTER": 4}
 OPERATION_CODES: Final[dict[str, int]] = {
-    "READ": 3, "WRITE": 4, "CREATE": 5, "DESCRIBE": 8, "DESCRIBE_CONFIGS": 10,
-}  # fmt: skip
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DESCRIBE": 8,
+    "DESCRIBE_CONFIGS": 10,
+}
 ALLOW: Final = 3
 LITERAL: Final = 3
 #: kafka-acls.sh's spelling of an operation
-_CLI_OPERATION: Final = {"READ": "Read", "WRITE": "Write", "CREATE": "Create",
-                         "DESCRIBE": "Describe", "DESCRIBE_CONFIGS": "DescribeConfigs"}  # fmt: skip
+_CLI_OPERATION: Final = {
+    "READ": "Read",
+    "WRITE": "Write",
+    "CREATE": "Create",
+    "DESCRIBE": "Describe",
+    "DESCRIBE_CONFIGS": "DescribeConfigs",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +100,16 @@ class Acl:
         return f"ALLOW {self.principal} {self.operation} {self.resource} {self.name}"
 
     def to_json(self) -> dict[str, str]:
-        return {"principal": self.principal, "host": "*", "permission": "ALLOW",
-                "operation": self.operation, "resource_type": self.resource,
-                "resource_name": self.name, "pattern_type": "LITERAL", "why": self.why}  # fmt: skip
+        return {
+            "principal": self.principal,
+            "host": "*",
+            "permission": "ALLOW",
+            "operation": self.operation,
+            "resource_type": self.resource,
+            "resource_name": self.name,
+            "pattern_type": "LITERAL",
+            "why": self.why,
+        }
 
 
 def default_principal(role: str) -> str:
@@ -107,9 +123,11 @@ def default_principal(role: str) -> str:
 
 def _groups(settings: Settings) -> list[tuple[str, str]]:
     app = settings.app_id
-    return [(app, "faust's group (leader election)"),
-            (f"{app}-score", "the scoring loop's group"),
-            (f"{app}-learn", "the learner's group")]  # fmt: skip
+    return [
+        (app, "faust's group (leader election)"),
+        (f"{app}-score", "the scoring loop's group"),
+        (f"{app}-learn", "the learner's group"),
+    ]
 
 
 def _desk_topics(settings: Settings) -> list[str]:
@@ -152,9 +170,13 @@ def role_acls(settings: Settings, role: str, principal: str) -> list[Acl]:
         for group, why in _groups(settings)[1:]:
             add("DESCRIBE", "GROUP", group, f"`abstain skip` reads where {why} committed")
     if role in ("worker", "desk") and creates and settings.topic_policy.replication_factor is None:
-        add("DESCRIBE_CONFIGS", "CLUSTER", CLUSTER_NAME,
+        add(
+            "DESCRIBE_CONFIGS",
+            "CLUSTER",
+            CLUSTER_NAME,
             "reads default.replication.factor to create topics (unset "
-            "topic_policy.replication_factor)")  # fmt: skip
+            "topic_policy.replication_factor)",
+        )
     return out
 
 
@@ -211,9 +233,18 @@ def create_requests(acls: Iterable[Acl]) -> list[Any]:
     """aiokafka ``CreateAclsRequest`` objects (one ACL each) for ``acls``."""
     from aiokafka.protocol.admin import CreateAclsRequest  # noqa: PLC0415
 
-    return [CreateAclsRequest(RESOURCE_CODES[a.resource], a.name, LITERAL, a.principal, "*",
-                              OPERATION_CODES[a.operation], ALLOW)
-            for a in acls]  # fmt: skip
+    return [
+        CreateAclsRequest(
+            RESOURCE_CODES[a.resource],
+            a.name,
+            LITERAL,
+            a.principal,
+            "*",
+            OPERATION_CODES[a.operation],
+            ALLOW,
+        )
+        for a in acls
+    ]
 
 
 async def apply_acls(settings: Settings, acls: Sequence[Acl]) -> None:
@@ -226,8 +257,9 @@ async def apply_acls(settings: Settings, acls: Sequence[Acl]) -> None:
     from aiokafka.client import AIOKafkaClient  # noqa: PLC0415
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    client = AIOKafkaClient(bootstrap_servers=settings.bootstrap_servers,
-                            **settings.security.aiokafka_kwargs())  # fmt: skip
+    client = AIOKafkaClient(
+        bootstrap_servers=settings.bootstrap_servers, **settings.security.aiokafka_kwargs()
+    )
     try:
         await client.bootstrap()
         node = client.get_random_node()
@@ -267,8 +299,10 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     roles = list(ROLES) if args.role == "all" else [args.role]
     if args.principal and len(roles) > 1:
-        print("abstain kafka acls: --principal names one role's principal: give --role",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "abstain kafka acls: --principal names one role's principal: give --role",
+            file=sys.stderr,
+        )
         return 2
     try:
         settings = settings_from_arguments(args)

@@ -164,8 +164,9 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
     the whole of it."""
     kwargs = settings.security.aiokafka_kwargs()
     try:
-        tps = await topic_partitions(settings.bootstrap_servers, topic, client_kwargs=kwargs,
-                                     attempts=1)  # fmt: skip
+        tps = await topic_partitions(
+            settings.bootstrap_servers, topic, client_kwargs=kwargs, attempts=1
+        )
     except TopicError:
         return []
     consumer = reader(
@@ -187,8 +188,10 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
             if all(pos >= end[tp] for pos, tp in zip(positions, tps, strict=True)):
                 return out
             if time.monotonic() > deadline:
-                raise TopicError(f"{topic}: read {len(out)} records, then nothing for "
-                                 f"{timeout:g}s before its end")  # fmt: skip
+                raise TopicError(
+                    f"{topic}: read {len(out)} records, then nothing for "
+                    f"{timeout:g}s before its end"
+                )
             batch = await fetch.getmany(timeout_ms=200)
             for records in batch.values():
                 out.extend(records)
@@ -274,9 +277,10 @@ class Client:
 
     async def __aenter__(self) -> Client:
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers, linger_ms=5,
+            bootstrap_servers=self.settings.bootstrap_servers,
+            linger_ms=5,
             **producer_options(self.settings),
-        )  # fmt: skip
+        )
         await self._producer.start()
         return self
 

@@ -113,10 +113,15 @@ async def check_login(settings: Settings, *, timeout: float = 10.0) -> None:
         host, port = _address(server)
         try:
             conn = await asyncio.wait_for(
-                create_conn(host, port, request_timeout_ms=int(left * 1000),
-                            max_idle_ms=int(left * 1000) + 1000, **kwargs),
+                create_conn(
+                    host,
+                    port,
+                    request_timeout_ms=int(left * 1000),
+                    max_idle_ms=int(left * 1000) + 1000,
+                    **kwargs,
+                ),
                 left,
-            )  # fmt: skip
+            )
         except (OSError, KafkaError, TimeoutError) as exc:
             problem = describe_refusal(settings, server, exc)
             if problem is not None:

@@ -135,43 +135,127 @@ _LEARNER = "the learner (group `<app_id>-learn`)"
 
 #: every topic and table of the worker, in the order the docs and the checks list them
 CATALOGUE: tuple[Entry, ...] = (
-    Entry("features", "features", "event id", "`FeatureEvent`", "producers",
-          "the scoring loop (group `<app_id>-score`)", scored=True,
-          access=(_W + "r", _O + "r")),
-    Entry("decisions", "decisions", "event id", "`Decision`", "the scorer", "consumers",
-          access=(_W + "w",)),
-    Entry("label_requests", "labels", _BY_MODEL, "`LabelRequest`", "the scorer",
-          f"{_LEARNER}, the desk, tools", keyed_by_model=True, learned=True, desk=True,
-          access=(_W + "rw", _D + "r", _O + "r")),
-    Entry("labels", "labels", _BY_MODEL, "`Label`, `Correction`, `Opinion`, `Rollback`, `Seed`",
-          "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, "
-          "`abstain models rollback`, `abstain models seed`",
-          f"{_LEARNER}, the desk", keyed_by_model=True, learned=True, desk=True,
-          access=(_W + "rw", _D + "rw", _O + "rw")),
-    Entry("models", "models", "model, `__champions__`, `__skip__/...`",
-          "`ModelEnvelope`, `Champions`, `SkipOrder`",
-          "the learner, `abstain models promote`, `abstain rebuild --publish`, "
-          "`abstain models seed`, `abstain skip`",
-          "every worker and desk (group-less)", compacted=True,
-          access=(_W + "rw", _D + "r", _O + "rw")),
-    Entry("dead_letters", "dead_letters", "—", "`DeadLetter`",
-          "the scorer, the learner, the model follower, `abstain skip`", "people",
-          access=(_W + "w", _O + "w")),
-    Entry("pending", "labels", "request id", "`PendingEntry`", "the learner (pending table)",
-          "the learner (recovery), the desk", kind="table", compacted=True, desk=True,
-          access=(_W + "rw", _D + "r")),
-    Entry("parked", "labels", "request id", "`ParkedLabel`", "the learner (parked table)",
-          "the learner (recovery)", kind="table", compacted=True, changelog="orphans",
-          access=(_W + "rw",)),
-    Entry("models", "labels", "model, `<model>@<version>`", "`ModelEnvelope`",
-          "the learner (models table)", "the learner (recovery)", kind="table", compacted=True,
-          access=(_W + "rw",)),
-    Entry("history", "labels", "`<model>@<labels offset>`, `<member>#<seq>`",
-          "`Step`, `ModelEnvelope`", "the learner (history table: what corrections reach)",
-          "the learner (recovery)", kind="table", compacted=True, access=(_W + "rw",)),
-    Entry("__assignor-__leader", None, "—", "—", "faust", "faust (leader election)",
-          kind="faust", access=(_W + "rw",)),
-)  # fmt: skip
+    Entry(
+        "features",
+        "features",
+        "event id",
+        "`FeatureEvent`",
+        "producers",
+        "the scoring loop (group `<app_id>-score`)",
+        scored=True,
+        access=(_W + "r", _O + "r"),
+    ),
+    Entry(
+        "decisions",
+        "decisions",
+        "event id",
+        "`Decision`",
+        "the scorer",
+        "consumers",
+        access=(_W + "w",),
+    ),
+    Entry(
+        "label_requests",
+        "labels",
+        _BY_MODEL,
+        "`LabelRequest`",
+        "the scorer",
+        f"{_LEARNER}, the desk, tools",
+        keyed_by_model=True,
+        learned=True,
+        desk=True,
+        access=(_W + "rw", _D + "r", _O + "r"),
+    ),
+    Entry(
+        "labels",
+        "labels",
+        _BY_MODEL,
+        "`Label`, `Correction`, `Opinion`, `Rollback`, `Seed`",
+        "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, "
+        "`abstain models rollback`, `abstain models seed`",
+        f"{_LEARNER}, the desk",
+        keyed_by_model=True,
+        learned=True,
+        desk=True,
+        access=(_W + "rw", _D + "rw", _O + "rw"),
+    ),
+    Entry(
+        "models",
+        "models",
+        "model, `__champions__`, `__skip__/...`",
+        "`ModelEnvelope`, `Champions`, `SkipOrder`",
+        "the learner, `abstain models promote`, `abstain rebuild --publish`, "
+        "`abstain models seed`, `abstain skip`",
+        "every worker and desk (group-less)",
+        compacted=True,
+        access=(_W + "rw", _D + "r", _O + "rw"),
+    ),
+    Entry(
+        "dead_letters",
+        "dead_letters",
+        "—",
+        "`DeadLetter`",
+        "the scorer, the learner, the model follower, `abstain skip`",
+        "people",
+        access=(_W + "w", _O + "w"),
+    ),
+    Entry(
+        "pending",
+        "labels",
+        "request id",
+        "`PendingEntry`",
+        "the learner (pending table)",
+        "the learner (recovery), the desk",
+        kind="table",
+        compacted=True,
+        desk=True,
+        access=(_W + "rw", _D + "r"),
+    ),
+    Entry(
+        "parked",
+        "labels",
+        "request id",
+        "`ParkedLabel`",
+        "the learner (parked table)",
+        "the learner (recovery)",
+        kind="table",
+        compacted=True,
+        changelog="orphans",
+        access=(_W + "rw",),
+    ),
+    Entry(
+        "models",
+        "labels",
+        "model, `<model>@<version>`",
+        "`ModelEnvelope`",
+        "the learner (models table)",
+        "the learner (recovery)",
+        kind="table",
+        compacted=True,
+        access=(_W + "rw",),
+    ),
+    Entry(
+        "history",
+        "labels",
+        "`<model>@<labels offset>`, `<member>#<seq>`",
+        "`Step`, `ModelEnvelope`",
+        "the learner (history table: what corrections reach)",
+        "the learner (recovery)",
+        kind="table",
+        compacted=True,
+        access=(_W + "rw",),
+    ),
+    Entry(
+        "__assignor-__leader",
+        None,
+        "—",
+        "—",
+        "faust",
+        "faust (leader election)",
+        kind="faust",
+        access=(_W + "rw",),
+    ),
+)
 
 #: the learner's tables, by name, in the order it reads them back
 TABLES: tuple[Entry, ...] = tuple(e for e in CATALOGUE if e.kind == "table")
@@ -200,8 +284,9 @@ def table_topic(settings: Settings, table: str) -> str:
 def declared(settings: Settings) -> list[tuple[str, int, bool]]:
     """(name, partitions, compacted) of every topic the worker declares (faust's own topic is
     faust's to declare)."""
-    return [(e.name(settings), e.count(settings), e.compacted)
-            for e in CATALOGUE if e.kind != "faust"]  # fmt: skip
+    return [
+        (e.name(settings), e.count(settings), e.compacted) for e in CATALOGUE if e.kind != "faust"
+    ]
 
 
 def learned(settings: Settings) -> tuple[str, ...]:
@@ -238,9 +323,17 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     >>> [(s.name, s.partitions, s.compacted) for s in topic_specs(Settings())][:2]
     [('abstain.features', 8, False), ('abstain.decisions', 8, False)]
     """
-    return [TopicSpec(e.name(settings), e.count(settings), e.role, compacted=e.compacted,
-                      copartitioned=e.copartitioned, keyed_by_model=e.keyed_by_model)
-            for e in CATALOGUE]  # fmt: skip
+    return [
+        TopicSpec(
+            e.name(settings),
+            e.count(settings),
+            e.role,
+            compacted=e.compacted,
+            copartitioned=e.copartitioned,
+            keyed_by_model=e.keyed_by_model,
+        )
+        for e in CATALOGUE
+    ]
 
 
 def markdown_table(settings: Settings | None = None) -> str:

@@ -10,7 +10,11 @@ through the learner's ``decide_many`` and keeps what it decided as columns: one
 input order when asked; the scorer encodes them from the columns
 (:mod:`~service.stream.scoring.encode`). Every event keeps its own coin
 (:func:`~service.records.coin`), so batching never changes a decision. A finite event that
-overflows once scaled is refused alone (``non_finite``), not with its batch.
+overflows once scaled is refused alone (``non_finite``), not with its batch. The result
+also holds the :class:`~service.learning.Moments` of the raw features each route scored
+(``ScoreResult.moments``: one ``add_many`` of the route's matrix per batch), which the
+scorer gathers for the route's next label request (:mod:`service.stream.scoring.scorer`;
+``Decided.moments``).
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from service.learning import NonFiniteError, QueryBudget
+from service.learning import Moments, NonFiniteError, QueryBudget
 from service.records import (
     Action,
     Champions,
     DeadLetter,
     Decision,
     FeatureEvent,
+    FeatureMoments,
     LabelRequest,
     RawMessage,
     Source,
@@ -66,6 +71,8 @@ class Decided:
     rho: float
     # per row, the decision of each shadow of the group (None: the route has no shadows)
     shadow_labels: list[dict[str, int]] | None = None
+    # the moments the first row that asks carries (the scorer attaches them)
+    moments: FeatureMoments | None = None
 
     def decisions(self, now: float) -> list[Decision]:
         """The :class:`Decision` of each row."""
@@ -97,6 +104,7 @@ class Decided:
                 requested_at=now, expires_at=now + ttl, priority=priority[k],
                 shadow_labels={} if shadows is None else dict(shadows[j]),
                 served_by=None if name == route else name,
+                moments=self.moments if k == 0 else None,
             )
             for k, (j, rid) in enumerate(zip(rows, request_ids(route, ids), strict=True))
         ]  # fmt: skip
@@ -115,6 +123,8 @@ class ScoreResult:
     # scaled features or the score overflowed (``non_finite``)
     scored: Counter[str] = field(default_factory=Counter)
     overflowed: Counter[str] = field(default_factory=Counter)
+    # by route: the moments of the raw features of the events scored
+    moments: dict[str, Moments] = field(default_factory=dict)
     size: int = 0
     now: float = 0.0
     ttl: float = 0.0
@@ -152,6 +162,11 @@ class ScoreResult:
         self.now, self.ttl = other.now, other.ttl
         self.scored += other.scored
         self.overflowed += other.overflowed
+        for route, seen in other.moments.items():
+            if route in self.moments:
+                self.moments[route].merge(seen)
+            else:
+                self.moments[route] = seen
         self.dead_letters += other.dead_letters
         self.suppressed += other.suppressed
         self.shadow += other.shadow
@@ -179,6 +194,8 @@ def score_batch(
     for rows in found:
         served = rows.model
         budget = None if budgets is None else budgets.get(rows.route)
+        seen = out.moments.setdefault(rows.route, Moments(served.config.n_inputs))
+        seen.add_many(rows.x)
         block, refused, suppressed = _decide(served, rows, batch, budget, now)
         out.dead_letters += refused
         out.scored[served.name] += len(rows)

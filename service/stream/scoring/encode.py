@@ -27,6 +27,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from service.records import FeatureMoments
 from service.records.ids import request_ids
 
 __all__ = ["decisions", "floats", "label_requests", "priorities"]
@@ -92,26 +93,31 @@ def label_requests(
     route: str, server: str, ids: Sequence[str], x: np.ndarray, labels: Any, scores: Any,
     rho: float, version: int, probabilities: Any, *, now: float, ttl: float,
     shadow_labels: Sequence[Mapping[str, int]] | None = None,
+    moments: FeatureMoments | None = None,
 ) -> list[bytes]:  # fmt: skip
     """The label requests for ``route``'s events ``ids`` (raw features ``x``, a row each),
-    decided by ``server``, as :meth:`LabelRequest.to_json` writes them."""
+    decided by ``server``, as :meth:`LabelRequest.to_json` writes them (``moments``: those
+    the first request carries)."""
     served_by = b"null" if server == route else _text(server)
     template = (b'{"request_id":"%b","event_id":%b,"model":' + _text(route)
                 + b',"features":[%b],"score":%b,"rho":' + _text(float(rho))
                 + b',"decided_label":%d,"query_probability":%b,"model_version":'
                 + _text(int(version)) + b',"requested_at":' + _text(float(now))
                 + b',"expires_at":' + _text(float(now + ttl)) + b',"priority":%b'
-                + b',"shadow_labels":%b,"served_by":' + served_by + b"}")  # fmt: skip
+                + b',"shadow_labels":%b,"served_by":' + served_by + b',"moments":%b}')  # fmt: skip
     shadows = [b"{}"] * len(ids) if shadow_labels is None else [
         orjson.dumps(dict(s)) for s in shadow_labels
     ]  # fmt: skip
+    carried = [b"null"] * len(ids)
+    if moments is not None and carried:
+        carried[0] = orjson.dumps(moments)
     dumps = orjson.dumps
     columns = zip(request_ids(route, ids), ids, _rows(x), floats(scores),
                   np.asarray(labels).tolist(), floats(probabilities),
-                  floats(priorities(scores, rho)), shadows, strict=True)  # fmt: skip
+                  floats(priorities(scores, rho)), shadows, carried, strict=True)  # fmt: skip
     return [
-        template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow)
-        for rid, i, row, score, label, p, priority, shadow in columns
+        template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow, m)
+        for rid, i, row, score, label, p, priority, shadow, m in columns
     ]
 
 

@@ -22,14 +22,15 @@ from service.stream.kafka.acls import (
 )
 from service.stream.kafka.topics import CATALOGUE
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "secure-kafka.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "operate" / "secure-kafka.md"
 
 
 def test_the_docs_table_is_what_abstain_kafka_acls_prints_for_the_default_settings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    block = re.search(r"<!-- acls:begin[^>]*-->\n(.*?)\n<!-- acls:end -->", DOC.read_text(),
-                      re.DOTALL)  # fmt: skip
+    block = re.search(
+        r"<!-- acls:begin[^>]*-->\n(.*?)\n<!-- acls:end -->", DOC.read_text(), re.DOTALL
+    )
     assert block is not None, f"{DOC} has no acls:begin/end block"
     assert main(["--format", "markdown"]) == 0
     printed = capsys.readouterr().out.rstrip("\n")
@@ -54,7 +55,9 @@ def test_operators_join_no_group_and_create_nothing() -> None:
     ops = role_acls(Settings(), "operator", "User:o")
     assert {a.resource for a in ops} == {"TOPIC", "GROUP"}
     assert {(a.operation, a.name) for a in ops if a.resource == "GROUP"} == {
-        ("DESCRIBE", "abstain-score"), ("DESCRIBE", "abstain-learn")}  # fmt: skip
+        ("DESCRIBE", "abstain-score"),
+        ("DESCRIBE", "abstain-learn"),
+    }
     assert "CREATE" not in {a.operation for a in ops}
 
 
@@ -73,7 +76,10 @@ def test_the_app_id_and_topic_names_come_from_the_settings() -> None:
     s = Settings(app_id="fraud", topics={"labels": "fraud.labels"})
     worker = role_acls(s, "worker", "User:w")
     assert {a.name for a in worker if a.resource == "GROUP"} == {
-        "fraud", "fraud-score", "fraud-learn"}  # fmt: skip
+        "fraud",
+        "fraud-score",
+        "fraud-learn",
+    }
     assert "fraud.labels" in {a.name for a in worker}
     assert "fraud-pending-changelog" in {a.name for a in worker}
 

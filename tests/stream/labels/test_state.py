@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.records import Label, PendingEntry
+from service.records import FeatureMoments, Label, PendingEntry
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
 from service.stream.models.served import initial_envelope
 
@@ -201,14 +201,16 @@ def test_the_summary_carries_the_priority_and_orders_non_finite_values_as_zero()
 @given(
     st.lists(st.one_of(st.floats(allow_nan=False), st.integers(-5, 5)), max_size=5),
     st.integers(0, 7), st.booleans(), st.sampled_from([{}, {"s": 1}, {"s": 0, "t": -1}]),
-    st.sampled_from([None, "s"]), st.text(min_size=1, max_size=5),
+    st.sampled_from([None, "s"]), st.text(min_size=1, max_size=5), st.booleans(),
 )  # fmt: skip
 def test_a_stored_entry_is_the_bytes_of_its_own_encoding(
     features: list[float], partition: int, answered: bool, shadows: dict[str, int],
-    served_by: str | None, rid: str,
+    served_by: str | None, rid: str, with_moments: bool,
 ) -> None:  # fmt: skip
+    n = len(features)
+    moments = FeatureMoments(4, (0.5,) * n, (2.0,) * n) if with_moments and n else None
     entry = pending(features, rid, partition=partition, shadow_labels=shadows,
-                    served_by=served_by)  # fmt: skip
+                    served_by=served_by, moments=moments)  # fmt: skip
     if answered:
         entry = answer(entry)
     table = MemoryKafka().table("pending")

@@ -1,11 +1,15 @@
 """The scoring path as it was before batches went through it as columns: each event parsed
 into its own records, decided, emitted as a :class:`Decision` and a :class:`LabelRequest`
-and encoded one at a time. Kept, unchanged but for its name, as the reference the batch
-path is compared with byte for byte (``test_records.py``); nothing in the service uses it.
+and encoded one at a time, each route's moments gathered as ``main`` gathered them (one
+``add_many`` of the route's events per batch, merged into the scorer's, the first request
+of the route taking them: :func:`gather`). Kept, unchanged but for its name and the moments
+of ``main``'s path, as the reference the batch path is compared with byte for byte
+(``test_records.py``); nothing in the service uses it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +17,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from service.learning import NonFiniteError, QueryBudget
+from service.learning import Moments, NonFiniteError, QueryBudget
 from service.records import (
     Action,
     BadMessage,
@@ -21,6 +25,7 @@ from service.records import (
     DeadLetter,
     Decision,
     FeatureEvent,
+    FeatureMoments,
     LabelRequest,
     RawMessage,
     Source,
@@ -76,11 +81,18 @@ class ScoreResult:
     # scaled features or the score overflowed (``non_finite``)
     scored: Counter[str] = field(default_factory=Counter)
     overflowed: Counter[str] = field(default_factory=Counter)
+    # by route: the moments of the raw features of the events scored
+    moments: dict[str, Moments] = field(default_factory=dict)
 
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
         self.scored += other.scored
         self.overflowed += other.overflowed
+        for route, seen in other.moments.items():
+            if route in self.moments:
+                self.moments[route].merge(seen)
+            else:
+                self.moments[route] = seen
         self.decisions += other.decisions
         self.partitions += other.partitions
         self.label_requests += other.label_requests
@@ -137,6 +149,8 @@ def score_batch(
         route = parsed[members[0]].route
         budget = None if budgets is None else budgets.get(route)
         items = [parsed[i] for i in members]
+        seen = out.moments.setdefault(route, Moments(served.config.n_inputs))
+        seen.add_many(np.stack([it.x for it in items]))
         decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
@@ -377,6 +391,24 @@ def _emit(
                 served_by=None if served.name == route else served.name,
             )
         )
+
+
+def gather(moments: Mapping[str, Moments], result: ScoreResult) -> None:
+    """What the scorer did with a result's moments: merged into ``moments`` (the routes that
+    gather them), and each route's handed to its first label request of ``result``."""
+    for route, seen in result.moments.items():
+        if route in moments:
+            moments[route].merge(seen)
+    requests = []
+    for request in result.label_requests:
+        seen = moments.get(request.model)
+        if seen:
+            taken = seen.take()
+            carried = FeatureMoments(taken.count, tuple(taken.mean.tolist()),
+                                     tuple(taken.m2.tolist()))  # fmt: skip
+            request = dataclasses.replace(request, moments=carried)
+        requests.append(request)
+    result.label_requests = requests
 
 
 def records(outputs: Outputs, result: ScoreResult) -> list[OutRecord]:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget, ModelConfig, Settings
+from service.learning import Moments
 from service.records import (
     Champions,
     Label,
@@ -32,7 +33,7 @@ from service.records import (
 from service.stream.kafka.produce import BatchProducer, Outgoing, OutRecord
 from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
-from service.stream.scoring.scorer import Scorer, make_budget
+from service.stream.scoring.scorer import Scorer, gathers_moments, make_budget
 
 from ..memory import MemoryKafka, outputs
 from . import reference
@@ -46,6 +47,7 @@ MODELS: dict[str, ModelConfig] = {
     "b": DSAL.model_copy(update={"label_budget": LabelBudget(fraction=0.2)}),
     "h": DSAL.model_copy(update={"label_budget": LabelBudget(per_hour=1800.0)}),
     "n": ModelConfig(algorithm="dsal", cost=0.25, n_features=2, feature_names=("u", "v")),
+    "r": DSAL.model_copy(update={"standardize": False}),  # gathers no moments
 }
 
 
@@ -109,6 +111,8 @@ class Both:
                         self.s.models.items() if c.label_budget is not None}  # fmt: skip
         self.groups = {m: self.s.group(m) for m in self.s.models if self.s.shadows_of(m)}
         self.outputs = out
+        self.moments = {m: Moments(c.n_inputs) for m, c in self.s.models.items()
+                        if gathers_moments(c, self.s.max_message_bytes)}  # fmt: skip
 
     def batch(self, messages: Sequence[RawMessage]) -> tuple[list[OutRecord], Outgoing]:
         self.now = float(next(self.clock)) + 0.125
@@ -117,6 +121,7 @@ class Both:
             self.old_models, messages, limits=self.scorer.limits, now=self.now,
             budgets=self.budgets, groups=self.groups, champions=self.champions,
         )  # fmt: skip
+        reference.gather(self.moments, old_result)
         old = reference.records(self.outputs, old_result)
         assert result.scored == old_result.scored
         assert result.overflowed == old_result.overflowed
@@ -124,11 +129,21 @@ class Both:
         assert result.shadow == old_result.shadow
         assert result.decisions == old_result.decisions
         assert result.label_requests == old_result.label_requests
+        assert result.moments.keys() == old_result.moments.keys()
+        for route, seen in result.moments.items():
+            them = old_result.moments[route]
+            assert (seen.count, seen.mean.tolist(), seen.m2.tolist()) == (
+                them.count, them.mean.tolist(), them.m2.tolist())  # fmt: skip
         return old, new
 
     def same_state(self) -> None:
-        """Budgets and learners moved on alike (an adaptive learner counts what its
-        exploration floor raised while it decides)."""
+        """Budgets, learners and the moments gathered for the next request moved on alike
+        (an adaptive learner counts what its exploration floor raised while it decides)."""
+        assert self.moments.keys() == self.scorer.moments.keys()
+        for name, seen in self.moments.items():
+            ours = self.scorer.moments[name]
+            assert (ours.count, ours.mean.tolist(), ours.m2.tolist()) == (
+                seen.count, seen.mean.tolist(), seen.m2.tolist())  # fmt: skip
         for name, budget in self.budgets.items():
             assert budget.report() == self.scorer.budgets[name].report()
         for name, model in self.new_models.items():
@@ -159,7 +174,7 @@ _number = st.one_of(
 @st.composite
 def _event(draw: st.DrawFn) -> bytes:
     """A features message: mostly scorable, often not (every kind of refusal)."""
-    kind = draw(st.sampled_from(["m", "m", "m", "w", "b", "h", "n", "s", "zzz", "raw"]))
+    kind = draw(st.sampled_from(["m", "m", "m", "w", "b", "h", "n", "r", "s", "zzz", "raw"]))
     if kind == "raw":
         return draw(st.sampled_from([
             b"", b"{", b"[1, 2]", b"null", b'{"id": "x", "features": [1e999, 0, 0]}',
@@ -218,7 +233,12 @@ def test_the_benchmarks_events_give_the_same_records_with_and_without_a_budget()
                                 partition=(j // 64) % 4, ts=1e9 + j) for j in at]  # fmt: skip
             old, new = both.batch(messages)
             assert rows(new) == rows(old)
-            assert len(old) == 256 + sum(r.topic == "abstain.label-requests" for r in old)
+            asked = [r for r in old if r.topic == "abstain.label-requests"]
+            assert len(old) == 256 + len(asked)
+            # the first request of the batch carries the moments of the events since the last
+            carried = [orjson.loads(r.value or b"")["moments"] for r in asked]
+            assert not carried or carried[0]["count"] >= 1
+            assert all(m is None for m in carried[1:])
         both.same_state()
 
 
