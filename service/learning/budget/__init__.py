@@ -6,3 +6,13 @@
   its learner from a state record through the registry, so it sits above it (and
   :mod:`service.learning.batch`, which the registry does not know, below neither).
 """
+
+from .budgeted import Budgeted
+from .query import BudgetReport, BudgetRows, QueryBudget
+
+__all__ = [
+    "Budgeted",
+    "BudgetReport",
+    "BudgetRows",
+    "QueryBudget",
+]

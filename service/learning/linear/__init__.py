@@ -8,3 +8,15 @@ r"""Linear reject-option learners, $f(x) = w \cdot x$.
 
 Many of them in lockstep (the replay): :class:`service.learning.batch.BatchLearner`.
 """
+
+from .dral import DRAL
+from .dsal import DSAL, DSOL
+from .learner import UPDATES, LinearLearner
+
+__all__ = [
+    "DRAL",
+    "DSAL",
+    "DSOL",
+    "LinearLearner",
+    "UPDATES",
+]

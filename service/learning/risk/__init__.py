@@ -7,3 +7,36 @@
 - :mod:`.collapse`: :class:`~.collapse.CollapseWatch`, a model that rejects (nearly)
   everything while rho keeps growing.
 """
+
+from .collapse import CollapseStatus, CollapseWatch
+from .estimate import (
+    DEFAULT_LEVEL,
+    DEFAULT_MAX_WEIGHT,
+    RiskEstimate,
+    RiskInterval,
+    importance_weight,
+)
+from .shadow import (
+    ESTIMATORS,
+    WEIGHTINGS,
+    Comparison,
+    Scorecard,
+    decision_loss,
+    learn_from_champion,
+)
+
+__all__ = [
+    "CollapseStatus",
+    "CollapseWatch",
+    "Comparison",
+    "DEFAULT_LEVEL",
+    "DEFAULT_MAX_WEIGHT",
+    "ESTIMATORS",
+    "RiskEstimate",
+    "RiskInterval",
+    "Scorecard",
+    "WEIGHTINGS",
+    "decision_loss",
+    "importance_weight",
+    "learn_from_champion",
+]

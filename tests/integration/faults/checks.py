@@ -315,8 +315,10 @@ def _finite_state(pipeline: Pipeline, learner: Any) -> bool:
     values = [np.asarray(learner.w, dtype=float), np.asarray([float(learner.rho)])]
     finite = bool(all(np.isfinite(v).all() for v in values))
     small = bool(all((np.abs(v) < MAX_MAGNITUDE).all() for v in values))
-    state = pipeline.to_state()
-    return finite and small and not non_finite_floats(state) and not _huge(state)
+    # the whole record, as the service's encoder checks it: the champion's and also the
+    # challengers' and the detector's numbers of an adaptive learner
+    states = [pipeline.to_state(), learner.to_state()]
+    return finite and small and not any(non_finite_floats(s) or _huge(s) for s in states)
 
 
 def expect_update(state: Mapping[str, Any], x: list[float], y: int) -> dict[str, Any] | None:
