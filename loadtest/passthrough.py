@@ -2,7 +2,12 @@
 
     python loadtest/passthrough.py --broker HOST:PORT --topic IN --out OUT --group G
                                    [--n-features 68] [--max-records 2000] [--idle-exit 0]
-                                   [--requests-topic T --ask F]
+                                   [--requests-topic T --ask F] [--compression CODEC]
+
+Its clients take the options a worker's do (``service.stream.kafka.clients``:
+``consumer_options``, ``producer_options``): it reads with the worker's ``isolation_level``
+(``read_committed``) and writes with the worker's ``compression`` (``zstd`` unless
+``--compression`` says otherwise), acks=all, so the floor pays what the worker pays for them.
 
 Consumes ``IN`` from the group's committed offsets (earliest when it has none), one fetched
 batch at a time: orjson-parses every event (``{"id", "features": [...]}``), checks the
@@ -35,6 +40,9 @@ import numpy as np
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from service.config import Settings
+from service.stream.kafka.clients import consumer_options, producer_options
+
 
 async def _run(args: argparse.Namespace) -> None:
     w = np.random.default_rng(0).normal(size=args.n_features)
@@ -42,6 +50,7 @@ async def _run(args: argparse.Namespace) -> None:
     requests = args.requests_topic if args.ask > 0 else None
     ask_below = int(args.ask * 2**32)  # the coin: crc32(id) < ask * 2**32
     query_probability = args.ask if requests else 0.0
+    settings = Settings(compression=args.compression)  # the worker's client options
     consumer = AIOKafkaConsumer(
         args.topic,
         bootstrap_servers=args.broker,
@@ -50,8 +59,10 @@ async def _run(args: argparse.Namespace) -> None:
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=32 * 1024 * 1024,
+        **consumer_options(settings),
     )
-    producer = AIOKafkaProducer(bootstrap_servers=args.broker, acks="all", max_batch_size=262_144)
+    producer = AIOKafkaProducer(bootstrap_servers=args.broker, acks="all", max_batch_size=262_144,
+                                **producer_options(settings))  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -147,6 +158,11 @@ def main() -> int:
     p.add_argument("--idle-exit", type=float, default=0.0)
     p.add_argument("--requests-topic", help="also write label requests here (with --ask)")
     p.add_argument("--ask", type=float, default=0.0, help="the fraction of events asked about")
+    p.add_argument(
+        "--compression",
+        default=Settings().compression,
+        help="codec of the batches it writes (default: the worker's default)",
+    )
     asyncio.run(_run(p.parse_args()))
     return 0
 

@@ -3,13 +3,16 @@
     python loadtest/throughput.py [--broker HOST:PORT] [--events 40000] [--pairs 3]
                                   [--latency-pairs 3] [--rate 200] [--latency-seconds 10]
                                   [--workers 2] [--learner 20000] [--budget 0.01]
-                                  [--same-output]
+                                  [--same-output] [--profile DIR] [--compression CODEC]
+                                  [--worker-setting NAME=JSON ...]
 
 1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
 2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
    ``--pairs`` times each, every run with its own consumer group and a fresh output topic
    (created with ``message.timestamp.type=LogAppendTime``, so every output carries the
-   broker's time). A run is timed from the broker timestamp of its first output to that of
+   broker's time). The passthrough's clients take the worker's options (``read_committed``,
+   the ``compression`` codec: ``--compression``, default the setting's default, zstd, for
+   both). A run is timed from the broker timestamp of its first output to that of
    its last, and checks that every event id arrived. CPU per event is read from
    ``/proc/PID/stat`` (user + system) between the first and the last output. For the
    worker (a fresh DSAL model, which asks for most labels; ``--budget F`` gives it a label
@@ -32,6 +35,12 @@
    them; requests/s (broker timestamps of the first and last pending-table write) and CPU
    per request. Nothing else runs in that worker.
 
+With ``--profile DIR`` every measured run is sampled by py-spy (``pip install py-spy``) from
+its first output until its last (for a worker: until its learner stored the last label
+request), into collapsed stacks in ``DIR`` with ``DIR/runs.jsonl`` (each run's CPU per
+event over that interval); ``loadtest/flame.py DIR`` turns them into the table of where
+the microseconds of one event go and a flame graph per kind of run.
+
 Prints one table with every run, the medians, and as its last line
 ``worker/passthrough = R`` (median events/s of the worker runs over that of the passthrough
 runs); with ``--same-output`` it is preceded by ``worker/floor+requests = R`` (the same
@@ -45,6 +54,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,7 +86,12 @@ PARTITIONS = 4
 RUN_TIMEOUT = 300.0
 #: the worker's model: a fresh DSAL (it asks for about 80 % of the labels); --budget caps it
 MODEL: dict[str, Any] = {"algorithm": "dsal", "cost": 0.25, "n_features": 68}
-PROFILE = os.environ.get("THROUGHPUT_PROFILE") == "1"  # py-spy every run (results in the work dir)
+#: the codec the worker and the passthrough write with (--compression; None: the default)
+COMPRESSION: str | None = None
+#: the worker's settings besides its model (--worker-setting NAME=VALUE)
+WORKER: dict[str, Any] = {}
+#: --profile DIR: py-spy samples every measured run into DIR (``loadtest/flame.py`` reads them)
+PROFILE: Path | None = None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -183,8 +198,9 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def passthrough_cmd(broker: str, topic: str, out: str, work: Path) -> list[list[str]]:
     group = f"pt-{uuid.uuid4().hex[:6]}"
+    codec = [] if COMPRESSION is None else ["--compression", COMPRESSION]
     return [[sys.executable, str(HERE / "passthrough.py"), "--broker", broker, "--topic", topic,
-             "--out", out, "--group", group]]  # fmt: skip
+             "--out", out, "--group", group, *codec]]  # fmt: skip
 
 
 async def records_on(broker: str, topic: str) -> int:
@@ -211,6 +227,8 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
         "partitions": {"features": PARTITIONS, "decisions": PARTITIONS, "labels": 1},
         "models": {"default": MODEL},
         "log_level": "warning",
+        **({} if COMPRESSION is None else {"compression": COMPRESSION}),
+        **WORKER,
     }  # fmt: skip
     path = work / f"tput-{run}.json"
     path.write_text(json.dumps(config))
@@ -253,7 +271,7 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
 
     await write(broker, requests, ((b"default", request(i)) for i in range(n)))
     proc = _start(cmd, work / f"learner-{uuid.uuid4().hex[:6]}.log")
-    spy = _spy(proc.pid, work / f"learner-{proc.pid}.txt") if PROFILE else None
+    spy = None
     result = Run(kind="learner alone", events=n)
     try:
         stamps: list[int] = []
@@ -269,6 +287,7 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
                     stamps += [r.timestamp for r in records]
                 if first_cpu is None and stamps:
                     first_cpu, first_count = cpu_seconds(proc.pid), len(stamps)
+                    spy = _spy(proc.pid, "learner alone")
                 if proc.poll() is not None:
                     raise SystemExit(f"worker exited; logs in {work}")
         finally:
@@ -277,10 +296,10 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
             raise SystemExit(f"learner stored {len(stamps)} of {n} in {RUN_TIMEOUT} s")
         result.cpu_us = [(cpu_seconds(proc.pid) - first_cpu) / max(1, n - first_count) * 1e6]
         result.seconds = (max(stamps) - min(stamps)) / 1000.0
+        _spied(spy, result.cpu_us[0], result.rate)
     finally:
         stop(proc)
-        if spy is not None:
-            spy.wait(60)
+        _spied(spy)
     return result
 
 
@@ -316,7 +335,7 @@ async def throughput_run(
     extra = [] if app_id is None else [f"tput-{app_id[5:]}.label_requests",
                                        f"{app_id}-pending-changelog"]  # fmt: skip
     procs = [_start(c, work / f"{kind}-{uuid.uuid4().hex[:6]}.log") for c in cmds]
-    spies = [_spy(p.pid, work / f"{kind}-{p.pid}.txt") for p in procs] if PROFILE else []
+    spies: list[Spy] = []
     result = Run(kind=kind if count == 1 else f"{kind} x{count}", events=n)
     try:
         if count > 1:
@@ -330,6 +349,7 @@ async def throughput_run(
                 await tail.poll()
                 if first is None and tail.seen:
                     first, first_count = [cpu_seconds(p.pid) for p in procs], len(tail.seen)
+                    spies = [s for s in (_spy(p.pid, kind) for p in procs) if s is not None]
                 if any(p.poll() is not None for p in procs):
                     raise SystemExit(f"{kind} exited early; logs in {work}")
             if len(tail.seen) < n:
@@ -346,11 +366,14 @@ async def throughput_run(
             await feeding
         if extra:
             result.learner_behind = await learner_behind(broker, extra, last_decision)
+        # the profile runs on until every label request is stored: CPU per event up to then
+        for spy, p, before in zip(spies, procs, first, strict=False):  # none: not profiled
+            _spied(spy, (cpu_seconds(p.pid) - before) / max(1, done) * 1e6, result.rate)
     finally:
         for p in procs:
             stop(p)
         for spy in spies:
-            spy.wait(60)
+            _spied(spy)
     if requests is None and extra and ask is not None:
         requests = extra[0]  # the worker's, complete: it has stopped (outputs flushed)
     if requests is not None:
@@ -382,12 +405,43 @@ def _assigned(port: int, topic: str) -> set[str]:
             if line.startswith("abstain_consumer_lag{") and f'topic="{topic}"' in line}  # fmt: skip
 
 
-def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy (not a dependency: ``pip install py-spy``) recording ``pid`` into ``out``."""
-    fmt = "raw" if out.suffix == ".txt" else "flamegraph"
-    cmd = ["py-spy", "record", "--pid", str(pid), "--rate", "200", "--idle", "--output", str(out),
-           "--format", fmt]  # fmt: skip
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+@dataclass
+class Spy:
+    """py-spy sampling one process of a run (``--profile``)."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+    kind: str
+
+
+def _spy(pid: int, kind: str) -> Spy | None:
+    """With ``--profile``, py-spy (not a dependency: ``pip install py-spy``) sampling ``pid``
+    from now on (only while it runs Python code: a wait for the broker is not sampled) into
+    a collapsed-stacks file of the profile directory."""
+    if PROFILE is None:
+        return None
+    out = PROFILE / f"{kind.replace(' ', '-').replace('+', '-')}-{pid}.txt"
+    cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid),
+           "--rate", "250", "--format", "raw", "--output", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Spy(proc, out, kind)
+
+
+def _spied(spy: Spy | None, cpu_us: float | None = None, rate: float | None = None) -> None:
+    """Stop ``spy`` (it writes its file on SIGINT) and, given the run's CPU per event over
+    the sampled interval, note the run in ``runs.jsonl`` beside the samples."""
+    if spy is None or spy.proc.poll() is not None:
+        return
+    spy.proc.send_signal(signal.SIGINT)
+    try:
+        spy.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        spy.proc.kill()
+        spy.proc.wait(10)
+    if cpu_us is not None and PROFILE is not None:
+        line = {"kind": spy.kind, "samples": spy.out.name, "cpu_us": cpu_us, "rate": rate}
+        with (PROFILE / "runs.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 async def learner_behind(broker: str, topics: list[str], last_decision: float) -> float:
@@ -432,6 +486,7 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
     result = Run(kind=kind)
     producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=0)
     await producer.start()
+    spy: Spy | None = None
     try:
         async with Tail(broker, [out]) as tail:
             deadline = time.monotonic() + 180
@@ -451,6 +506,7 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
             total = int(rate * seconds)
             interval, next_at = 1.0 / rate, time.monotonic()
             poller = asyncio.create_task(_poll_forever(tail))
+            spy, cpu = _spy(proc.pid, f"latency {kind}"), cpu_seconds(proc.pid)
             for j in range(total):
                 event_id = f"lat-{j}"
                 sent[event_id] = time.time()
@@ -465,6 +521,8 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
             while not all(k in tail.arrived for k in sent) and time.monotonic() < end:
                 await asyncio.sleep(0.1)
             poller.cancel()
+            result.cpu_us = [(cpu_seconds(proc.pid) - cpu) / total * 1e6]
+            _spied(spy, result.cpu_us[0], rate)
             lat = np.array([tail.arrived[k] - sent[k] for k in sent if k in tail.arrived]) * 1e3
             if len(lat) < total:
                 raise SystemExit(f"{kind}: {len(lat)} of {total} latency events answered")
@@ -474,6 +532,7 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
     finally:
         await producer.stop()
         stop(proc)
+        _spied(spy)
     return result
 
 
@@ -496,10 +555,11 @@ def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
         print(f"{r.kind:<16}{r.events:>8}{r.seconds:>9.2f}{r.rate:>10,.0f}{cpu:>14}"
               f"{r.learner_behind:>18.1f}")  # fmt: skip
     if latency:
-        print(f"\n{'latency run':<16}{'events':>8}{'p50 ms':>9}{'p99 ms':>10}")
-        print("-" * 43)
+        print(f"\n{'latency run':<16}{'events':>8}{'p50 ms':>9}{'p99 ms':>10}{'CPU us/event':>14}")
+        print("-" * 57)
         for r in latency:
-            print(f"{r.kind:<16}{r.events:>8}{r.p50_ms:>9.1f}{r.p99_ms:>10.1f}")
+            cpu = r.cpu_us[0] if r.cpu_us else float("nan")
+            print(f"{r.kind:<16}{r.events:>8}{r.p50_ms:>9.1f}{r.p99_ms:>10.1f}{cpu:>14.0f}")
     by = {k: [r for r in runs if r.kind == k] for k in ("passthrough", "worker")}
     pt_rate = _median([r.rate for r in by["passthrough"]])
     wk_rate = _median([r.rate for r in by["worker"]])
@@ -600,7 +660,29 @@ def main() -> int:
         action="store_true",
         help="also a floor that writes the label requests the worker wrote (floor+requests)",
     )
+    p.add_argument("--profile", type=Path, help="DIR: py-spy samples of every run (flame.py)")
+    p.add_argument(
+        "--compression",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="the codec worker and passthrough write with (default: the setting's)",
+    )
+    p.add_argument(
+        "--worker-setting",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a setting of the worker's configuration (e.g. batch_size=1000)",
+    )
     args = p.parse_args()
+    global COMPRESSION
+    COMPRESSION = args.compression
+    for setting in args.worker_setting:
+        name, _, value = setting.partition("=")
+        WORKER[name] = json.loads(value)
+    if args.profile is not None:
+        global PROFILE
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE = args.profile.resolve()
     if args.budget is not None:
         MODEL["label_budget"] = {"fraction": args.budget}
     work = Path(tempfile.mkdtemp(prefix="abstain-tput-"))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import replace
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.records import (
     DEAD_LETTER_REASONS,
@@ -15,10 +18,13 @@ from service.records import (
     FeatureMoments,
     Label,
     LabelRequest,
+    label_request_from_dict,
     parse_feature_event,
     parse_label,
     parse_label_request,
 )
+from service.records.codec import decode_json, obj
+from service.records.wire import _label_request
 
 
 def _reason(fn, raw: bytes, **kw) -> str:  # type: ignore[no-untyped-def]
@@ -200,3 +206,58 @@ def test_dead_letter_of_a_message_with_broken_text_still_serialises() -> None:
     out = orjson.loads(letter.to_json())
     assert out["reason"] == "schema"
     assert "\\udc00" in out["detail"]
+
+
+# --------------------------------------------------------------------------- label requests
+
+_value = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(0.0, 1.0),
+    st.text(max_size=4), st.sampled_from(["\ud800", "x" * 257, ""]), st.just([1.0]),
+    st.just({}), st.just({"s": 1}), st.just({"s": True}),
+)  # fmt: skip
+_FIELDS = ("request_id", "event_id", "model", "features", "score", "rho", "decided_label",
+           "query_probability", "model_version", "requested_at", "expires_at", "priority",
+           "shadow_labels", "served_by", "moments")  # fmt: skip
+
+
+@st.composite
+def _request_record(draw: st.DrawFn) -> dict[str, object]:
+    """A label request as a scorer writes it, with some fields changed or left out."""
+    record: dict[str, object] = LabelRequest(
+        request_id="r", event_id="e", model="m", features=draw(st.lists(
+            st.floats(-1e6, 1e6), max_size=4)), score=0.5, rho=1.0, decided_label=0,
+        query_probability=0.5, model_version=2, requested_at=1.5, expires_at=9.5,
+        priority=0.25,
+    ).to_dict()  # fmt: skip
+    features = record["features"]
+    if draw(st.booleans()) and isinstance(features, list):  # moments as a scorer writes them
+        record["moments"] = {"count": 3, "mean": [0.5] * len(features), "m2": [2.0] * len(features)}
+    for name in draw(st.lists(st.sampled_from(_FIELDS), max_size=3)):
+        if draw(st.booleans()):
+            record.pop(name, None)
+        else:
+            record[name] = draw(_value)
+    if draw(st.booleans()) and isinstance(record.get("features"), list):
+        record["features"] = [*record["features"], draw(_value)]  # type: ignore[misc]
+    return record
+
+
+def _outcome(parse: object, raw: object) -> object:
+    try:
+        return parse(raw)  # type: ignore[operator]
+    except BadMessage as bad:
+        return (bad.reason, bad.detail)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_request_record())
+def test_a_label_request_parses_as_checking_it_field_by_field_does(
+    record: dict[str, object],
+) -> None:
+    raw = json.dumps(record).encode()  # NaN, Infinity and lone surrogates as Python writes them
+    by_field = _outcome(lambda r: _label_request(obj(decode_json(r))), raw)
+    assert _outcome(parse_label_request, raw) == by_field
+    assert _outcome(label_request_from_dict, json.loads(raw)) == _outcome(
+        _label_request, json.loads(raw)
+    )

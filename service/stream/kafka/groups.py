@@ -19,7 +19,8 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from service.records import SIGNATURE_HEADER, RawMessage
 
-__all__ = ["Rebalance", "Starts", "commit", "fetched_ends", "raw_message", "seek_committed"]
+__all__ = ["Rebalance", "Starts", "commit", "fetched_ends", "raw_message", "record_seconds",
+           "seek_committed"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,15 @@ def raw_message(record: Any) -> RawMessage:
     """A fetched aiokafka ``ConsumerRecord`` as a :class:`RawMessage` (no value: empty; no
     timestamp: None; its signature header, if any)."""
     value = record.value if record.value is not None else b""
-    ts = record.timestamp / 1000.0 if record.timestamp > 0 else None
+    ts = record_seconds(record)
     signature = next((v for k, v in record.headers or () if k == SIGNATURE_HEADER), None)
     return RawMessage(value, record.topic, record.partition, record.offset, record.key, ts,
                       signature)  # fmt: skip
+
+
+def record_seconds(record: Any) -> float | None:
+    """A fetched record's Kafka timestamp in seconds (None: it has none)."""
+    return record.timestamp / 1000.0 if record.timestamp > 0 else None
 
 
 async def fetched_ends(

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 from service.records import (
     BadMessage,
     ModelEnvelope,
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 #: where an open request stands in the label queue, ``(-priority, requested_at, request_id)``:
 #: the queue is sorted by it (highest priority first, then the oldest; the id breaks ties)
 QueueKey = tuple[float, float, str]
+#: new places are sorted in one by one while there are fewer than 1/64 of the queue's
+#: (measured: 50,000 places, one sort of them and 800 new ones costs what 800 insertions do)
+_SORT_AFTER = 64
 
 
 class Table(Protocol):
@@ -114,7 +119,11 @@ class PendingStore:
         self._expiry: dict[int, list[tuple[float, str]]] = {}
         self._indexed: frozenset[int] | None = None
         self._queue: list[QueueKey] = []  # sorted; unanswered requests of the index
+        self._fresh: list[QueueKey] = []  # queued since the queue was last sorted
         self._open: Counter[str] = Counter()  # queued requests, by model
+        # per model, (requested_at, request id) of its queued requests, oldest first; an
+        # answered or deleted request leaves when it comes to the top (open_requests)
+        self._ages: dict[str, list[tuple[float, str]]] = {}
 
     def get(self, request_id: str) -> PendingEntry | None:
         """The entry of ``request_id``; None when there is none or the learner's checks
@@ -144,7 +153,7 @@ class PendingStore:
             return False
 
     def put(self, entry: PendingEntry) -> None:
-        self._table[entry.request_id.encode()] = entry.to_json()
+        self._table[entry.request_id.encode()] = _encoded(entry)
         self._add(entry.request_id, PendingSummary.of(entry))
 
     def delete(self, request_id: str) -> None:
@@ -176,7 +185,14 @@ class PendingStore:
         for entry in self.entries():
             self._add(entry.request_id, PendingSummary.of(entry), queue=False)
         self._queue = sorted(s.queue_key(k) for k, s in self._index.items() if not s.applied)
+        self._fresh = []
         self._open = Counter(s.model for s in self._index.values() if not s.applied)
+        self._ages = {}
+        for k, summary in self._index.items():
+            if not summary.applied:
+                self._age(k, summary, ordered=False)
+        for heap in self._ages.values():
+            heapq.heapify(heap)
         self._indexed = partitions
         return True
 
@@ -189,16 +205,33 @@ class PendingStore:
             self._unqueue(key, old)
         self._index[key] = summary
         if queue and not summary.applied:
-            bisect.insort(self._queue, summary.queue_key(key))
+            self._fresh.append(summary.queue_key(key))  # sorted in when the queue is read
             self._open[summary.model] += 1
+            self._age(key, summary)
+
+    def _sorted(self) -> list[QueueKey]:
+        """The queue, with the requests queued since it was last read sorted in: a few
+        one by one, many (a burst) with one sort of the queue and them (a sort looks at
+        every place once, an insertion shifts the places after it)."""
+        fresh = self._fresh
+        if fresh:
+            if len(fresh) * _SORT_AFTER < len(self._queue):
+                for place in fresh:
+                    bisect.insort(self._queue, place)
+            else:
+                self._queue += fresh
+                self._queue.sort()
+            self._fresh = []
+        return self._queue
 
     def _unqueue(self, key: str, summary: PendingSummary) -> None:
         if summary.applied:
             return  # answered requests are not queued
         place = summary.queue_key(key)
-        i = bisect.bisect_left(self._queue, place)
-        if i < len(self._queue) and self._queue[i] == place:
-            del self._queue[i]
+        queue = self._sorted()
+        i = bisect.bisect_left(queue, place)
+        if i < len(queue) and queue[i] == place:
+            del queue[i]
             self._open[summary.model] -= 1
 
     def due(self, partition: int, *, now: float, grace: float) -> list[tuple[str, PendingSummary]]:
@@ -215,7 +248,7 @@ class PendingStore:
 
     def least_urgent(self, model: str) -> str | None:
         """The open request of ``model`` that comes last in the queue (None: no open one)."""
-        for place in reversed(self._queue):
+        for place in reversed(self._sorted()):
             summary = self._index.get(place[2])
             if summary is not None and summary.model == model:
                 return place[2]
@@ -234,7 +267,7 @@ class PendingStore:
         Only the entries on the page are read from the table and decoded; at most
         ``max_scan`` queue places are looked at (expired requests wait there for the sweep),
         so a page costs O(log n + max_scan + limit) whatever the queue holds."""
-        queue = self._queue
+        queue = self._sorted()
         start = 0 if after is None else bisect.bisect_right(queue, after)
         end = min(len(queue), start + max_scan)
         out: list[PendingEntry] = []
@@ -258,15 +291,56 @@ class PendingStore:
             return None
 
     def open_requests(self, models: Iterable[str], now: float) -> dict[str, tuple[int, float]]:
-        """Per model: (unanswered requests, age in seconds of the oldest; 0 if none)."""
-        count = dict.fromkeys(models, 0)
-        oldest = dict.fromkeys(count, now)
-        for s in self._index.values():
-            if s.applied or s.model not in count:
-                continue
-            count[s.model] += 1
-            oldest[s.model] = min(oldest[s.model], s.requested_at)
-        return {m: (count[m], now - oldest[m]) for m in count}
+        """Per model: (unanswered requests, age in seconds of the oldest; 0 if none), from
+        the counts and the per-model age heaps (no scan of the index: the one-second check
+        asks for it)."""
+        out = {}
+        for model in dict.fromkeys(models):
+            count = self._open.get(model, 0)
+            oldest = self._oldest(model) if count else None
+            out[model] = (count, 0.0 if oldest is None else now - min(now, oldest))
+        return out
+
+    def _age(self, key: str, summary: PendingSummary, *, ordered: bool = True) -> None:
+        """Put a queued request's time on its model's age heap (``ordered`` False: at its
+        end, the caller heapifies). Requests are stamped with finite times (their parse
+        refuses others); one that is not is left out of the age."""
+        if not math.isfinite(summary.requested_at):
+            return
+        heap = self._ages.setdefault(summary.model, [])
+        if ordered:
+            heapq.heappush(heap, (summary.requested_at, key))
+        else:
+            heap.append((summary.requested_at, key))
+
+    def _oldest(self, model: str) -> float | None:
+        """When the oldest queued request of ``model`` was made (stale tops leave the heap)."""
+        heap = self._ages.get(model)
+        while heap:
+            at, key = heap[0]
+            s = self._index.get(key)
+            if s is not None and not s.applied and s.model == model and s.requested_at == at:
+                return at
+            heapq.heappop(heap)
+        return None
+
+
+def _encoded(entry: PendingEntry) -> bytes:
+    """``entry.to_json()``: for an entry not yet answered, its request's record with the
+    entry's two fields after it (the same bytes, without a dict of the request's fields on
+    the way; ``tests/stream/labels/test_state.py`` holds the two together)."""
+    request = entry.request
+    if (
+        entry.applied is not False
+        or type(request.shadow_labels) is not dict
+        or type(entry.partition) is not int
+    ):
+        return entry.to_json()
+    try:
+        head = request.to_json()
+    except orjson.JSONEncodeError:  # what only the entry's own encoding writes (numpy)
+        return entry.to_json()
+    return head[:-1] + b',"partition":%d,"applied":false}' % entry.partition
 
 
 class ParkedStore:

@@ -1,90 +1,120 @@
 """Scoring as a pure function: consumed messages in, decisions, label requests and dead
 letters out (no Kafka, no clock, no metrics).
 
-:func:`score_batch` parses every message into a :class:`ParsedEvent` (or a dead letter),
-decides each model's events together through the learner's ``decide_many`` and emits, in
-input order, one :class:`~service.records.Decision` per valid event and a
-:class:`~service.records.LabelRequest` per queried one. Every event keeps its own coin
-(:func:`~service.records.coin`), so batching never changes a decision. A finite event
-that overflows once scaled is refused alone (``non_finite``), not with its batch. The
-result also holds the :class:`~service.learning.Moments` of the raw features each route
-scored (``ScoreResult.moments``), which the scorer gathers for the route's next label
-request (:mod:`service.stream.scoring.scorer`).
+:func:`score_batch` parses the batch in one pass (:func:`~.batch.parse_batch`: one matrix
+of raw features per model, a dead letter for each event that cannot be scored), draws each
+model's coins together (:func:`~service.records.ids.coins`), decides each model's events
+through the learner's ``decide_many`` and keeps what it decided as columns: one
+:class:`Decided` per model, in the order of its first event. :class:`ScoreResult` gives the
+:class:`~service.records.Decision` and :class:`~service.records.LabelRequest` records in
+input order when asked; the scorer encodes them from the columns
+(:mod:`~service.stream.scoring.encode`). Every event keeps its own coin
+(:func:`~service.records.coin`), so batching never changes a decision. A finite event that
+overflows once scaled is refused alone (``non_finite``), not with its batch. The result
+also holds the :class:`~service.learning.Moments` of the raw features each route scored
+(``ScoreResult.moments``: one ``add_many`` of the route's matrix per batch), which the
+scorer gathers for the route's next label request (:mod:`service.stream.scoring.scorer`;
+``Decided.moments``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from service.learning import Moments, NonFiniteError, QueryBudget
 from service.records import (
     Action,
-    BadMessage,
     Champions,
     DeadLetter,
     Decision,
     FeatureEvent,
+    FeatureMoments,
     LabelRequest,
     RawMessage,
     Source,
-    coin,
-    parse_feature_event,
-    plain_feature_row,
-    request_id,
 )
+from service.records.ids import coins, request_ids
 from service.stream.models.served import ServedModel
+from service.stream.scoring.batch import (
+    Limits,
+    Messages,
+    ParsedEvent,
+    Rows,
+    parse_batch,
+    parse_event,
+)
+from service.stream.scoring.encode import priorities
 
-__all__ = ["Limits", "ParsedEvent", "ScoreResult", "Verdict", "parse_event", "score_batch"]
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What scoring needs from the settings."""
-
-    default_model: str
-    request_ttl: float
-    max_bytes: int | None = None
-    max_features: int = 100_000
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedEvent:
-    """A valid event with the model that scores it and its raw feature vector."""
-
-    message: RawMessage
-    event: FeatureEvent
-    model: ServedModel  # the model that decides it (its route's server)
-    x: np.ndarray
-
-    @property
-    def route(self) -> str:
-        """The model the event is addressed to (its group's name)."""
-        return self.event.model
+__all__ = ["Decided", "Limits", "ParsedEvent", "ScoreResult", "parse_event", "score_batch"]
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What the learner decided for one event; ``query_probability`` includes the audit."""
+@dataclass(slots=True)
+class Decided:
+    """The events one model decided in a batch, as columns (a row per event, in input
+    order; ``positions``: where each sits among the result's events)."""
 
-    label: int  # +1, -1, 0 = reject
-    score: float
-    queried: bool
-    query_probability: float
-    suppressed: bool = False  # the learner would have asked; its budget did not
+    route: str  # the model the events are addressed to (the group's name)
+    model: ServedModel  # the member that decided them
+    positions: np.ndarray
+    ids: list[str]
+    partitions: list[int]  # of each event's features partition
+    x: np.ndarray  # raw features
+    labels: np.ndarray  # +1, -1, 0 = reject
+    scores: np.ndarray
+    queried: np.ndarray
+    probabilities: np.ndarray  # the query probability, audit included
+    rho: float
+    # per row, the decision of each shadow of the group (None: the route has no shadows)
+    shadow_labels: list[dict[str, int]] | None = None
+    # the moments the first row that asks carries (the scorer attaches them)
+    moments: FeatureMoments | None = None
+
+    def decisions(self, now: float) -> list[Decision]:
+        """The :class:`Decision` of each row."""
+        name, version, rho = self.model.name, self.model.version, self.rho
+        return [
+            Decision(event_id, name, Action.REJECT if label == 0 else Action.PREDICT,
+                     None if label == 0 else label, score, rho, version, asked, p, now)
+            for event_id, label, score, asked, p in zip(
+                self.ids, self.labels.tolist(), self.scores.tolist(), self.queried.tolist(),
+                self.probabilities.tolist(), strict=True)
+        ]  # fmt: skip
+
+    def asked(self) -> np.ndarray:
+        """The rows that ask for their label."""
+        return np.flatnonzero(self.queried)
+
+    def label_requests(self, now: float, ttl: float) -> list[LabelRequest]:
+        """The :class:`LabelRequest` of each row that asks."""
+        rows = self.asked().tolist()
+        route, name, version, rho = self.route, self.model.name, self.model.version, self.rho
+        ids = [self.ids[j] for j in rows]
+        priority = priorities(self.scores[rows], rho).tolist()
+        shadows = self.shadow_labels
+        return [
+            LabelRequest(
+                request_id=rid, event_id=ids[k], model=route, features=self.x[j].tolist(),
+                score=float(self.scores[j]), rho=rho, decided_label=int(self.labels[j]),
+                query_probability=float(self.probabilities[j]), model_version=version,
+                requested_at=now, expires_at=now + ttl, priority=priority[k],
+                shadow_labels={} if shadows is None else dict(shadows[j]),
+                served_by=None if name == route else name,
+                moments=self.moments if k == 0 else None,
+            )
+            for k, (j, rid) in enumerate(zip(rows, request_ids(route, ids), strict=True))
+        ]  # fmt: skip
 
 
 @dataclass(slots=True)
 class ScoreResult:
-    """Outputs of scoring one batch (decisions in input order)."""
+    """Outputs of scoring one batch of ``size`` messages."""
 
-    decisions: list[Decision] = field(default_factory=list)
-    partitions: list[int] = field(default_factory=list)  # of each decision's event
-    label_requests: list[LabelRequest] = field(default_factory=list)
+    blocks: list[Decided] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     suppressed: Counter[str] = field(default_factory=Counter)  # by model
     # shadow decisions, counted and never written: (shadow model, +1 / -1 / 0) -> count
@@ -95,9 +125,41 @@ class ScoreResult:
     overflowed: Counter[str] = field(default_factory=Counter)
     # by route: the moments of the raw features of the events scored
     moments: dict[str, Moments] = field(default_factory=dict)
+    size: int = 0
+    now: float = 0.0
+    ttl: float = 0.0
+
+    def order(self) -> list[tuple[int, int]]:
+        """(block, row) of every decided event, in input order."""
+        if len(self.blocks) == 1:
+            return [(0, j) for j in range(len(self.blocks[0].ids))]
+        places = [(int(p), b, j) for b, block in enumerate(self.blocks)
+                  for j, p in enumerate(block.positions.tolist())]  # fmt: skip
+        return [(b, j) for _, b, j in sorted(places)]
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """Every decision, in input order."""
+        each = [block.decisions(self.now) for block in self.blocks]
+        return [each[b][j] for b, j in self.order()]
+
+    @property
+    def partitions(self) -> list[int]:
+        """The features partition of each decision's event, in the order of :attr:`decisions`."""
+        return [self.blocks[b].partitions[j] for b, j in self.order()]
+
+    @property
+    def label_requests(self) -> list[LabelRequest]:
+        """Every label request, in input order."""
+        each = [dict(zip(block.asked().tolist(), block.label_requests(self.now, self.ttl),
+                         strict=True)) for block in self.blocks]  # fmt: skip
+        return [each[b][j] for b, j in self.order() if j in each[b]]
 
     def extend(self, other: ScoreResult) -> None:
-        """Append ``other``'s outputs to this result's."""
+        """Append ``other``'s outputs (a later batch) to this result's."""
+        self.blocks += [replace(b, positions=b.positions + self.size) for b in other.blocks]
+        self.size += other.size
+        self.now, self.ttl = other.now, other.ttl
         self.scored += other.scored
         self.overflowed += other.overflowed
         for route, seen in other.moments.items():
@@ -105,36 +167,9 @@ class ScoreResult:
                 self.moments[route].merge(seen)
             else:
                 self.moments[route] = seen
-        self.decisions += other.decisions
-        self.partitions += other.partitions
-        self.label_requests += other.label_requests
         self.dead_letters += other.dead_letters
         self.suppressed += other.suppressed
         self.shadow += other.shadow
-
-
-def parse_event(
-    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits,
-    champions: Champions | None = None,
-) -> ParsedEvent:  # fmt: skip
-    """Parse and resolve one message (decided by the server ``champions`` names for its
-    model); :class:`BadMessage` says why it cannot be scored."""
-    event = parse_feature_event(
-        message.value,
-        default_model=limits.default_model,
-        max_bytes=limits.max_bytes,
-        max_features=limits.max_features,
-    )
-    served = models.get(event.model)
-    if served is None:
-        raise BadMessage("unknown_model", f"no model named {event.model!r}")
-    champion = served.config.champion
-    if champion is not None:
-        detail = f"model {event.model!r} is a shadow of {champion!r}: it scores {champion!r}'s"
-        raise BadMessage("unknown_model", f"{detail} events and decides none of its own")
-    if champions is not None:
-        served = models.get(champions.server(event.model), served)
-    return ParsedEvent(message, event, served, served.raw_vector(event))
 
 
 def score_batch(
@@ -153,152 +188,126 @@ def score_batch(
     members) are decided by the member ``champions`` names (the route itself by default)
     and by every other member as a shadow: those decisions are counted in
     ``ScoreResult.shadow`` and travel with the label requests, never as decisions."""
-    out = ScoreResult()
-    parsed = _parse_all(messages, models, limits, out.dead_letters, champions)
-    verdicts: dict[int, Verdict] = {}
-    shadow_labels: dict[int, dict[str, int]] = {}
-    for served, members in _by_model(parsed):
-        route = parsed[members[0]].route
-        budget = None if budgets is None else budgets.get(route)
-        items = [parsed[i] for i in members]
-        seen = out.moments.setdefault(route, Moments(served.config.n_inputs))
-        seen.add_many(np.stack([it.x for it in items]))
-        decided, refused = _decide(served, items, budget, now)
-        verdicts.update((members[j], v) for j, v in decided.items())
+    batch = Messages.of(messages)
+    out = ScoreResult(size=len(batch), now=now, ttl=limits.request_ttl)
+    found, out.dead_letters = parse_batch(batch, models, limits, champions)
+    for rows in found:
+        served = rows.model
+        budget = None if budgets is None else budgets.get(rows.route)
+        seen = out.moments.setdefault(rows.route, Moments(served.config.n_inputs))
+        seen.add_many(rows.x)
+        block, refused, suppressed = _decide(served, rows, batch, budget, now)
         out.dead_letters += refused
-        out.scored[served.name] += len(items)
+        out.scored[served.name] += len(rows)
         if refused:
             out.overflowed[served.name] += len(refused)
-        group = () if groups is None else groups.get(route, ())
-        for shadow in [m for m in group if m != served.name]:
-            for j, label in _shadow_decide(models[shadow], items).items():
-                if members[j] in verdicts:
-                    shadow_labels.setdefault(members[j], {})[shadow] = label
-                    out.shadow[(shadow, label)] += 1
-    for i, item in enumerate(parsed):
-        verdict = verdicts.get(i)
-        if verdict is not None:
-            _emit(out, item, verdict, now=now, ttl=limits.request_ttl,
-                  shadow_labels=shadow_labels.get(i, {}))  # fmt: skip
+        if suppressed:
+            out.suppressed[served.name] += suppressed
+        group = () if groups is None else groups.get(rows.route, ())
+        shadows = [models[m] for m in group if m != served.name]
+        if shadows:
+            _shadows(block, rows, shadows, out.shadow)
+        if block is not None:
+            out.blocks.append(block)
     return out
 
 
-def _shadow_decide(shadow: ServedModel, items: Sequence[ParsedEvent]) -> dict[int, int]:
-    """A shadow's decision (+1, -1, 0) on each of its champion's ``items``, by position;
+def _shadows(
+    block: Decided | None, rows: Rows, shadows: list[ServedModel],
+    counts: Counter[tuple[str, int]],
+) -> None:  # fmt: skip
+    """Each shadow's decision on its champion's ``rows``, kept per row of ``block`` for the
+    events the champion decided and counted in ``counts`` (rows that overflow for a shadow
+    are left out for it)."""
+    positions = [] if block is None else block.positions.tolist()
+    decided = {p: j for j, p in enumerate(positions)}
+    per_row: list[dict[str, int]] = [{} for _ in positions]
+    for shadow in shadows:
+        kept, labels = _shadow_decide(shadow, rows)
+        for k, label in zip(kept, labels, strict=True):
+            j = decided.get(rows.positions[k])
+            if j is not None:
+                per_row[j][shadow.name] = label
+                counts[(shadow.name, label)] += 1
+    if block is not None:
+        block.shadow_labels = per_row
+
+
+def _shadow_decide(shadow: ServedModel, rows: Rows) -> tuple[list[int], list[int]]:
+    """A shadow's decision (+1, -1, 0) on each of its champion's ``rows``: (rows, labels);
     rows that overflow for the shadow are left out (the shadow decides nothing there)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        z = shadow.pipeline.transform_many(np.stack([it.x for it in items]))
-    coins = np.array([coin(shadow.name, it.event.id, shadow.version) for it in items])
+        z = shadow.pipeline.transform_many(rows.x)
+    drawn = coins(shadow.name, rows.ids, shadow.version)
     try:
-        labels = shadow.learner.decide_many(z, coins=coins)[0]
-        return {j: int(label) for j, label in enumerate(labels)}
+        labels = shadow.learner.decide_many(z, coins=drawn)[0]
+        return list(range(len(rows))), [int(label) for label in labels]
     except NonFiniteError:
-        rows, labels = _decide_rows(shadow, z, coins)[:2]
-        return {j: int(label) for j, label in zip(rows, labels, strict=True)}
-
-
-def _parse_all(
-    messages: Sequence[RawMessage],
-    models: Mapping[str, ServedModel],
-    limits: Limits,
-    dead: list[DeadLetter],
-    champions: Champions | None = None,
-) -> list[ParsedEvent]:
-    """:func:`parse_event` for a batch, in input order; refusals go to ``dead``.
-
-    The common shape (``{"id": "...", "features": [numbers], "model"?, "ts"?}`` for a model
-    that takes a list: :func:`~service.records.plain_feature_row`) is checked for the whole
-    batch at once: the types of each row in one pass, then one array per model and one
-    finiteness check. Anything else, and any row the
-    batch check doubts (a non-finite value, an integer beyond a float), goes through
-    :func:`parse_event` alone, which names the exact problem."""
-    slots: list[ParsedEvent | None] = [None] * len(messages)
-    rows: dict[str, list[tuple[int, str, list[Any], float | None]]] = {}
-    slow: list[int] = []
-    # the models that decide events (a shadow decides none of its own), by their width
-    inputs = {n: m.config.n_inputs for n, m in models.items() if m.config.champion is None}
-    for i, message in enumerate(messages):
-        fast = plain_feature_row(message.value, inputs, default_model=limits.default_model,
-                                 max_bytes=limits.max_bytes,
-                                 max_features=limits.max_features)  # fmt: skip
-        if fast is None:
-            slow.append(i)
-        else:
-            rows.setdefault(fast[0], []).append((i, *fast[1:]))
-    for name, members in rows.items():
-        served = models[name]
-        if champions is not None:  # the member that serves the group decides
-            served = models.get(champions.server(name), served)
-        try:
-            matrix = np.array([row[2] for row in members], dtype=np.float64)
-        except OverflowError:  # an integer beyond any float: row by row
-            slow += [row[0] for row in members]
-            continue
-        finite = cast("list[bool]", np.isfinite(matrix).all(axis=1).tolist())
-        for (i, event_id, feats, ts), x, ok in zip(members, matrix, finite, strict=True):
-            if ok:
-                event = FeatureEvent(id=event_id, model=name, features=feats, ts=ts)
-                slots[i] = ParsedEvent(messages[i], event, served, x)
-            else:
-                slow.append(i)
-    for i in sorted(slow):  # refusals in input order
-        try:
-            slots[i] = parse_event(messages[i], models, limits, champions)
-        except BadMessage as bad:
-            dead.append(DeadLetter.of(Source.FEATURES, messages[i], bad.reason, bad.detail))
-    return [p for p in slots if p is not None]
-
-
-def _by_model(parsed: Sequence[ParsedEvent]) -> list[tuple[ServedModel, list[int]]]:
-    """Positions of ``parsed`` grouped by the model that scores them."""
-    groups: dict[str, list[int]] = {}
-    for i, item in enumerate(parsed):
-        groups.setdefault(item.model.name, []).append(i)
-    return [(parsed[idx[0]].model, idx) for idx in groups.values()]
+        kept, labels = _decide_rows(shadow, z, drawn)[:2]
+        return kept, [int(label) for label in labels]
 
 
 def _decide(
-    served: ServedModel, items: Sequence[ParsedEvent], budget: QueryBudget | None, now: float
-) -> tuple[dict[int, Verdict], list[DeadLetter]]:
-    """Verdicts by position in ``items``; dead letters for rows that overflow once scaled."""
+    served: ServedModel, rows: Rows, batch: Messages, budget: QueryBudget | None, now: float
+) -> tuple[Decided | None, list[DeadLetter], int]:
+    """The rows' decisions (None when every row overflows once scaled), the dead letters of
+    the rows that overflow, and how many the learner alone would have asked about that its
+    budget did not."""
     name, version = served.name, served.version
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
-        z = served.pipeline.transform_many(np.stack([it.x for it in items]))
-    coins = np.array([coin(name, it.event.id, version) for it in items])
+        z = served.pipeline.transform_many(rows.x)
+    drawn = coins(name, rows.ids, version)
+    dead: list[DeadLetter] = []
     try:
-        labels, scores, probs, queries = served.learner.decide_many(z, coins=coins)
-        rows = list(range(len(items)))
+        labels, scores, probs, queries = served.learner.decide_many(z, coins=drawn)
     except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
-        rows, labels, scores, probs, queries = _decide_rows(served, z, coins)
-    refused = sorted(set(range(len(items))) - set(rows))
-    dead = [
-        DeadLetter.of(Source.FEATURES, items[j].message, "non_finite",
-                      f"model {name!r}: the scaled features or the score overflow")
-        for j in refused
-    ]  # fmt: skip
-    ids = [items[j].event.id for j in rows]
+        kept, labels, scores, probs, queries = _decide_rows(served, z, drawn)
+        dead = [
+            DeadLetter.of(Source.FEATURES, batch[rows.positions[j]], "non_finite",
+                          f"model {name!r}: the scaled features or the score overflow")
+            for j in sorted(set(range(len(rows))) - set(kept))
+        ]  # fmt: skip
+        if not kept:
+            return None, dead, 0
+        rows, drawn = _take(rows, kept), drawn[kept]
+    scores = np.asarray(scores, dtype=np.float64)
+    queries = np.asarray(queries, dtype=bool)
+    suppressed = 0
     if budget is None:
-        asks = _audited(served, ids, probs, queries)
+        queried, probabilities = _audited(served, rows.ids, probs, queries)
     else:
-        stamps = [items[j].message.timestamp for j in rows]
-        asks = _budgeted(
-            served, budget, scores, coins[rows], queries, _event_times(budget, stamps, now)
-        )
-    verdicts = {j: Verdict(int(labels[k]), float(scores[k]), *asks[k]) for k, j in enumerate(rows)}
-    return verdicts, dead
+        stamps = batch.timestamps()
+        times = _event_times(budget, [stamps[p] for p in rows.positions], now)
+        queried, probabilities = _budgeted(served, budget, scores, drawn, times)
+        suppressed = int(np.count_nonzero(queries & ~queried))
+    block = Decided(rows.route, served, np.asarray(rows.positions, dtype=np.int64), rows.ids,
+                    [batch.partitions[p] for p in rows.positions], rows.x,
+                    np.asarray(labels, dtype=np.int64), scores, queried, probabilities,
+                    float(served.learner.rho))  # fmt: skip
+    return block, dead, suppressed
+
+
+def _take(rows: Rows, kept: list[int]) -> Rows:
+    """The ``kept`` rows of ``rows``."""
+    return Rows(rows.route, rows.model, [rows.positions[j] for j in kept],
+                [rows.ids[j] for j in kept], [rows.ts[j] for j in kept],
+                rows.x[kept])  # fmt: skip
 
 
 def _audited(
-    served: ServedModel, ids: Sequence[str], probs: Sequence[float], queries: Sequence[bool]
-) -> list[tuple[bool, float, bool]]:
-    """(queried, probability, suppressed) with the model's uniform audit on top of the
-    learner's own rule: asked if either coin says so."""
-    audit, name, version = served.config.audit_rate, served.name, served.version
-    out = []
-    for event_id, p, q in zip(ids, probs, queries, strict=True):
-        audited = coin(name, event_id, version, "audit") < audit
-        out.append((bool(q) or audited, float(p) + audit - float(p) * audit, False))
-    return out
+    served: ServedModel, ids: Sequence[str], probs: Any, queries: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(queried, probability) with the model's uniform audit on top of the learner's own
+    rule: asked if either coin says so (the audit coin is drawn only where the learner's
+    did not ask: it cannot change a request that is made anyway)."""
+    audit = served.config.audit_rate
+    p = np.asarray(probs, dtype=np.float64)
+    queried = queries.copy()
+    rest = np.flatnonzero(~queries)
+    if audit > 0.0 and len(rest):
+        drawn = coins(served.name, [ids[j] for j in rest.tolist()], served.version, "audit")
+        queried[rest] = drawn < audit
+    return queried, p + audit - p * audit
 
 
 def _event_times(budget: QueryBudget, stamps: Sequence[float | None], now: float) -> np.ndarray:
@@ -319,21 +328,18 @@ def _event_times(budget: QueryBudget, stamps: Sequence[float | None], now: float
 
 
 def _budgeted(
-    served: ServedModel, budget: QueryBudget, scores: Any, coins: np.ndarray,
-    queries: Sequence[bool], times: np.ndarray,
-) -> list[tuple[bool, float, bool]]:  # fmt: skip
-    """(queried, probability, suppressed) through the model's budget: the learner's utility
-    of each score, scaled to the budget's rate (its explore share replaces the audit);
-    suppressed: the learner alone would have asked, the budget did not."""
-    scores = np.asarray(scores, dtype=np.float64)
+    served: ServedModel, budget: QueryBudget, scores: np.ndarray, drawn: np.ndarray,
+    times: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(queried, probability) through the model's budget: the learner's utility of each
+    score, scaled to the budget's rate (its explore share replaces the audit)."""
     utilities = np.clip(served.learner.query_utility(scores), 0.0, 1.0)
-    probs, asked = budget.ask_many(utilities, coins=coins, ts=times)
-    return [(bool(a), float(p), bool(q) and not bool(a))
-            for a, p, q in zip(asked, probs, queries, strict=True)]  # fmt: skip
+    probs, asked = budget.ask_many(utilities, coins=drawn, ts=times)
+    return np.asarray(asked, dtype=bool), np.asarray(probs, dtype=np.float64)
 
 
 def _decide_rows(
-    served: ServedModel, z: np.ndarray, coins: np.ndarray
+    served: ServedModel, z: np.ndarray, drawn: np.ndarray
 ) -> tuple[list[int], list[int], list[float], list[float], list[bool]]:
     """Row-by-row decisions of the rows that stay finite: (kept rows, labels, scores,
     probabilities, queries)."""
@@ -344,7 +350,7 @@ def _decide_rows(
     queries: list[bool] = []
     for j in range(z.shape[0]):
         try:
-            d = served.learner.decide(z[j], coin=float(coins[j]))
+            d = served.learner.decide(z[j], coin=float(drawn[j]))
         except NonFiniteError:
             continue
         kept.append(j)
@@ -355,51 +361,22 @@ def _decide_rows(
     return kept, labels, scores, probs, queries
 
 
-def _priority(score: float, rho: float) -> float:
-    """Closer to either threshold (+-rho) -> higher priority, in (0, 1]."""
-    return 1.0 / (1.0 + min(abs(score - rho), abs(score + rho)))
-
-
-def _emit(
-    out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float,
-    shadow_labels: Mapping[str, int],
-) -> None:  # fmt: skip
-    served, event = item.model, item.event
-    if v.suppressed:
-        out.suppressed[served.name] += 1
-    rho = float(served.learner.rho)
-    out.partitions.append(item.message.partition)
-    out.decisions.append(
-        Decision(
-            id=event.id,
-            model=served.name,
-            action=Action.REJECT if v.label == 0 else Action.PREDICT,
-            label=None if v.label == 0 else v.label,
-            score=v.score,
-            rho=rho,
-            model_version=served.version,
-            queried=v.queried,
-            query_probability=v.query_probability,
-            ts=now,
-        )
-    )
-    if v.queried:
-        route = item.route
-        out.label_requests.append(
-            LabelRequest(
-                request_id=request_id(route, event.id),
-                event_id=event.id,
-                model=route,
-                features=item.x.tolist(),
-                score=v.score,
-                rho=rho,
-                decided_label=v.label,
-                query_probability=v.query_probability,
-                model_version=served.version,
-                requested_at=now,
-                expires_at=now + ttl,
-                priority=_priority(v.score, rho),
-                shadow_labels=dict(shadow_labels),
-                served_by=None if served.name == route else served.name,
-            )
-        )
+def _parse_all(
+    messages: Sequence[RawMessage],
+    models: Mapping[str, ServedModel],
+    limits: Limits,
+    dead: list[DeadLetter],
+    champions: Champions | None = None,
+) -> list[ParsedEvent]:
+    """:func:`~.batch.parse_batch` event by event, in input order (each event the record
+    :func:`parse_event` makes of it alone); refusals go to ``dead``."""
+    batch = Messages.of(messages)
+    found, refused = parse_batch(batch, models, limits, champions)
+    dead += refused
+    events = [
+        (p, ParsedEvent(batch[p], FeatureEvent(i, rows.route, rows.x[j].tolist(), ts),
+                        rows.model, rows.x[j]))
+        for rows in found
+        for j, (p, i, ts) in enumerate(zip(rows.positions, rows.ids, rows.ts, strict=True))
+    ]  # fmt: skip
+    return [event for _, event in sorted(events, key=lambda pe: pe[0])]

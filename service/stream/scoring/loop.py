@@ -56,11 +56,13 @@ from service.stream.kafka.groups import (
     commit,
     fetched_ends,
     raw_message,
+    record_seconds,
     seek_committed,
 )
 from service.stream.kafka.loop import LoopView, Progress
 from service.stream.kafka.produce import BatchProducer
 from service.stream.kafka.unreadable import FetchFailed, Reader, SkipBook, Unreadable
+from service.stream.scoring.batch import Messages
 from service.stream.scoring.scorer import Scorer
 
 __all__ = ["ScoreLoop", "score_group"]
@@ -71,6 +73,16 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 8
 #: seconds between attempts after the broker failed a fetch or a produce
 RETRY_SECONDS = 1.0
+
+
+def _messages(fetched: dict[TopicPartition, list[Any]]) -> Messages:
+    """A fetched batch as :class:`Messages`: its values and partitions as columns, no
+    message object per record (one is made for a record only when asked for: a dead
+    letter)."""
+    records = [r for rs in fetched.values() for r in rs]
+    return Messages(records, raw_message, values=[r.value or b"" for r in records],
+                    partitions=[r.partition for r in records],
+                    timestamps=lambda: [record_seconds(r) for r in records])  # fmt: skip
 
 
 def score_group(app_id: str) -> str:
@@ -140,7 +152,7 @@ class ScoreLoop:
         await ready.wait()
         producer = self.producer_factory()
         await producer.start()
-        self.producer = BatchProducer(producer)
+        self.producer = BatchProducer(producer, pipelined=True)
         consumer = self.consumer = self.consumer_factory(self.listener())
         await consumer.start()
         committer = asyncio.create_task(self._commit_forever())
@@ -184,8 +196,7 @@ class ScoreLoop:
             if not fetched or self.state.rewind:
                 return
             ends = await fetched_ends(consumer, fetched)
-            messages = [raw_message(r) for records in fetched.values() for r in records]
-            _, records = self.scorer.decide(messages)
+            _, records = self.scorer.decide(_messages(fetched))
             assert self.producer is not None  # noqa: S101 - started in run()
             try:
                 acked = await self.producer.send_many(records)

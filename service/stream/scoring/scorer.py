@@ -33,6 +33,9 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
+
+import numpy as np
 
 from service.config import LabelBudget, ModelConfig, Settings
 from service.learning import CollapseWatch, Moments, QueryBudget
@@ -48,10 +51,11 @@ from service.records import (
     Source,
 )
 from service.stream.errors import DATA_ERRORS
-from service.stream.kafka.produce import OutRecord
+from service.stream.kafka.produce import Column, Outgoing
 from service.stream.models.served import ServedModel
 from service.stream.outputs import Outputs
-from service.stream.scoring.decide import Limits, ScoreResult, score_batch
+from service.stream.scoring import encode
+from service.stream.scoring.decide import Decided, Limits, ScoreResult, score_batch
 
 __all__ = ["DecisionTally", "Scorer", "attach_moments", "gathers_moments"]
 
@@ -92,12 +96,14 @@ def attach_moments(
     for request in requests:
         seen = gathered.get(request.model)
         if seen:
-            taken = seen.take()
-            moments = FeatureMoments(taken.count, tuple(taken.mean.tolist()),
-                                     tuple(taken.m2.tolist()))  # fmt: skip
-            request = dataclasses.replace(request, moments=moments)
+            request = dataclasses.replace(request, moments=feature_moments(seen.take()))
         out.append(request)
     return out
+
+
+def feature_moments(taken: Moments) -> FeatureMoments:
+    """``taken`` as a label request carries it."""
+    return FeatureMoments(taken.count, tuple(taken.mean.tolist()), tuple(taken.m2.tolist()))
 
 
 def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
@@ -179,8 +185,10 @@ class Scorer:
             )
             for m in settings.models
         }
+        # the collapse gauges of each model, bound when its first window completes
+        self._collapse_gauges: dict[str, tuple[Any, Any]] = {}
 
-    def decide(self, messages: Sequence[RawMessage]) -> tuple[ScoreResult, list[OutRecord]]:
+    def decide(self, messages: Sequence[RawMessage]) -> tuple[ScoreResult, Outgoing]:
         """Score ``messages``: what was decided, and the records to write for it (each
         decision and dead letter to the partition of its event's features partition, label
         requests by model). Counted in the metrics; nothing is written."""
@@ -192,17 +200,62 @@ class Scorer:
             models, result = self._fall_back(models, champions, messages, result, now)
         self._remember(models, result)
         self._watch(models, result)
+        self._attach_moments(result)
+        records = self._records(result)
+        self._count(result, (time.perf_counter() - started) / max(1, len(messages)))
+        return result, records
+
+    def _attach_moments(self, result: ScoreResult) -> None:
+        """The moments ``result`` gathered merged into each route's, and those of each route
+        handed to its first label request of the batch (in input order), as
+        :func:`attach_moments` does: on the first block of the route that asks."""
         for route, seen in result.moments.items():
             if route in self.moments:
                 self.moments[route].merge(seen)
-        result.label_requests = attach_moments(result.label_requests, self.moments)
-        out = self.outputs
-        records = [out.decision_record(d, p)
-                   for d, p in zip(result.decisions, result.partitions, strict=True)]  # fmt: skip
-        records += [out.label_request_record(r) for r in result.label_requests]
-        records += [out.dead_letter_record(x, x.partition) for x in result.dead_letters]
-        self._count(result, (time.perf_counter() - started) / max(1, len(messages)))
-        return result, records
+        for b in result.blocks:
+            gathered = self.moments.get(b.route)
+            if gathered and b.queried.any():
+                b.moments = feature_moments(gathered.take())
+
+    def _records(self, result: ScoreResult) -> Outgoing:
+        """The records of ``result``, encoded from its columns: the decisions and the label
+        requests in input order, then the dead letters."""
+        topics, blocks = self.outputs.topics, result.blocks
+        encoded = [self._encode(b, result.now, result.ttl) for b in blocks]
+        dead = [self.outputs.dead_letter_record(x, x.partition) for x in result.dead_letters]
+        if len(blocks) == 1:  # one model: its columns as they are
+            (decided, asked, _), b = encoded[0], blocks[0]
+            return Outgoing([
+                Column(topics.decisions, decided, keys=[i.encode() for i in b.ids],
+                       partitions=b.partitions),
+                Column(topics.label_requests, asked, key=b.route.encode()),
+            ], dead)  # fmt: skip
+        order = result.order()
+        asking = [dict(zip(rows.tolist(), range(len(rows)), strict=True)) for _, _, rows in encoded]
+        asks = [(b, asking[b][j]) for b, j in order if j in asking[b]]
+        return Outgoing([
+            Column(topics.decisions, [encoded[b][0][j] for b, j in order],
+                   keys=[blocks[b].ids[j].encode() for b, j in order],
+                   partitions=[blocks[b].partitions[j] for b, j in order]),
+            Column(topics.label_requests, [encoded[b][1][k] for b, k in asks],
+                   keys=[blocks[b].route.encode() for b, _ in asks]),
+        ], dead)  # fmt: skip
+
+    @staticmethod
+    def _encode(b: Decided, now: float, ttl: float) -> tuple[list[bytes], list[bytes], np.ndarray]:
+        """A block's decisions and label requests, encoded, and the rows that ask."""
+        name, version = b.model.name, b.model.version
+        decided = encode.decisions(name, b.ids, b.labels, b.scores, b.rho, version, b.queried,
+                                   b.probabilities, now=now)  # fmt: skip
+        rows = b.asked()
+        chosen = rows.tolist()
+        shadows = None if b.shadow_labels is None else [b.shadow_labels[j] for j in chosen]
+        asked = encode.label_requests(
+            b.route, name, [b.ids[j] for j in chosen], b.x[rows], b.labels[rows],
+            b.scores[rows], b.rho, version, b.probabilities[rows], now=now, ttl=ttl,
+            shadow_labels=shadows, moments=b.moments,
+        )  # fmt: skip
+        return decided, asked, rows
 
     def _fall_back(
         self, models: Mapping[str, ServedModel], champions: Champions,
@@ -272,16 +325,22 @@ class Scorer:
 
     def _watch(self, models: Mapping[str, ServedModel], result: ScoreResult) -> None:
         """Collapse watch over the decisions, and the suppressed-request counter."""
-        labels: dict[str, list[int]] = {}
-        for d in result.decisions:
-            labels.setdefault(d.model, []).append(0 if d.label is None else d.label)
-        for model, seen in labels.items():
+        for b in result.blocks:
+            model = b.model.name
             watch = self.collapse[model]
-            watch.observe_many(seen, float(models[model].learner.rho))
+            watch.observe_many(b.labels, float(models[model].learner.rho))
             status = watch.status()
             if status.windows:
-                self.metrics.model_collapsed.labels(model=model).set(int(status.collapsed))
-                self.metrics.model_reject_fraction.labels(model=model).set(status.reject_fraction)
+                gauges = self._collapse_gauges.get(model)
+                if gauges is None:
+                    m = self.metrics
+                    gauges = self._collapse_gauges[model] = (
+                        m.model_collapsed.labels(model=model),
+                        m.model_reject_fraction.labels(model=model),
+                    )
+                collapsed, reject_fraction = gauges
+                collapsed.set(int(status.collapsed))
+                reject_fraction.set(status.reject_fraction)
         for model, n in result.suppressed.items():
             self.metrics.label_requests_suppressed.labels(model=model).inc(n)
 
@@ -312,22 +371,37 @@ class Scorer:
         return result
 
     def _count(self, result: ScoreResult, per_event: float) -> None:
-        counts: dict[str, list[int]] = {}
-        for d in result.decisions:
-            counts.setdefault(d.model, [0, 0, 0])[0 if d.action is Action.PREDICT else 1] += 1
-            self.recent[d.model].append(d.queried)
-        for r in result.label_requests:
-            counts.setdefault(r.model, [0, 0, 0])[2] += 1
+        for b in result.blocks:  # decisions by the model that decided, requests by route
+            model, n = b.model.name, len(b.ids)
+            rejected = int(np.count_nonzero(b.labels == 0))
+            self.recent[model].extend(b.queried[-RECENT:].tolist())
+            self.tally[model].add(n, rejected=rejected)
+            predict, reject, events, latency, _ = self._bound[model]
+            events.inc(n)
+            predict.inc(n - rejected)
+            reject.inc(rejected)
+            _observe_many(latency, per_event, n)
+            self._bound[b.route][4].inc(int(np.count_nonzero(b.queried)))
         for (shadow, label), n in result.shadow.items():
             action = Action.REJECT if label == 0 else Action.PREDICT
             self.metrics.shadow_decisions.labels(model=shadow, action=action).inc(n)
             self.tally[shadow].add(n, rejected=n if label == 0 else 0)
-        for model, (predicted, rejected, requested) in counts.items():
-            self.tally[model].add(predicted + rejected, rejected=rejected)
-            predict, reject, events, latency, label_requests = self._bound[model]
-            events.inc(predicted + rejected)
-            predict.inc(predicted)
-            reject.inc(rejected)
-            label_requests.inc(requested)
-            for _ in range(predicted + rejected):
-                latency.observe(per_event)
+
+
+def _observe_many(histogram: Any, value: float, n: int) -> None:
+    """``histogram.observe(value)`` ``n`` times in one step: prometheus_client (0.2x) keeps a
+    histogram child as a sum and a count per bucket (``_sum``, ``_buckets`` for
+    ``_upper_bounds``); one call per observation where it does not."""
+    buckets, bounds, total = (getattr(histogram, name, None)
+                              for name in ("_buckets", "_upper_bounds", "_sum"))  # fmt: skip
+    if buckets is None or bounds is None or total is None or len(buckets) != len(bounds):
+        for _ in range(n):
+            histogram.observe(value)
+        return
+    if n <= 0:
+        return
+    total.inc(value * n)
+    for bucket, bound in zip(buckets, bounds, strict=True):
+        if value <= bound:
+            bucket.inc(n)
+            return

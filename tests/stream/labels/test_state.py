@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from service.records import Label, PendingEntry
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.records import FeatureMoments, Label, PendingEntry
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
 from service.stream.models.served import initial_envelope
 
@@ -192,3 +195,82 @@ def test_the_summary_carries_the_priority_and_orders_non_finite_values_as_zero()
     assert summary.queue_key("r") == (-0.75, 3.0, "r")
     odd = PendingSummary("m", 0, float("nan"), 9.0, False, float("inf"))
     assert odd.queue_key("r") == (-0.0, 0.0, "r")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.floats(allow_nan=False), st.integers(-5, 5)), max_size=5),
+    st.integers(0, 7), st.booleans(), st.sampled_from([{}, {"s": 1}, {"s": 0, "t": -1}]),
+    st.sampled_from([None, "s"]), st.text(min_size=1, max_size=5), st.booleans(),
+)  # fmt: skip
+def test_a_stored_entry_is_the_bytes_of_its_own_encoding(
+    features: list[float], partition: int, answered: bool, shadows: dict[str, int],
+    served_by: str | None, rid: str, with_moments: bool,
+) -> None:  # fmt: skip
+    n = len(features)
+    moments = FeatureMoments(4, (0.5,) * n, (2.0,) * n) if with_moments and n else None
+    entry = pending(features, rid, partition=partition, shadow_labels=shadows,
+                    served_by=served_by, moments=moments)  # fmt: skip
+    if answered:
+        entry = answer(entry)
+    table = MemoryKafka().table("pending")
+    PendingStore(table).put(entry)
+    assert table.data[rid.encode()] == entry.to_json()
+
+
+def test_the_queue_keeps_its_order_across_bursts_reads_and_answers() -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    rng = random.Random(4)
+    kept: dict[str, PendingEntry] = {}
+    for burst in range(12):  # bursts sorted in together, then one at a time
+        for i in range(50 if burst < 6 else 1):
+            entry = pending([1.0], f"r{burst}-{i}", priority=rng.random(),
+                            requested_at=float(rng.randrange(9)))  # fmt: skip
+            store.put(entry)
+            kept[entry.request_id] = entry
+        for rid in rng.sample(sorted(kept), 10 if burst < 6 else 1):  # answered or expired
+            if rng.random() < 0.5:
+                store.put(answer(kept.pop(rid)))
+            else:
+                store.delete(rid)
+                del kept[rid]
+        page, _ = store.page(after=None, limit=1000, now=0.0)
+        expected = sorted(
+            kept.values(), key=lambda e: (-e.request.priority, e.request.requested_at, e.request_id)
+        )
+        assert [e.request_id for e in page] == [e.request_id for e in expected]
+        assert store.least_urgent("m") == expected[-1].request_id
+        assert store.open_count("m") == len(kept)
+
+
+def _scanned(store: PendingStore, models: list[str], now: float) -> dict[str, tuple[int, float]]:
+    """What the gauges read: every unanswered entry of the index, looked at."""
+    count = dict.fromkeys(models, 0)
+    oldest = dict.fromkeys(models, now)
+    for entry in store.entries():
+        if not entry.applied and entry.model in count:
+            count[entry.model] += 1
+            oldest[entry.model] = min(oldest[entry.model], entry.request.requested_at)
+    return {m: (count[m], now - oldest[m]) for m in models}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put", "answer", "delete", "refresh"]),
+                          st.integers(0, 30), st.sampled_from(["m", "n"]),
+                          st.floats(0.0, 100.0)), max_size=60))  # fmt: skip
+def test_the_open_requests_and_the_oldest_age_are_what_a_scan_of_the_entries_finds(
+    steps: list[tuple[str, int, str, float]],
+) -> None:
+    store = PendingStore(MemoryKafka().table("pending"))
+    for action, n, model, at in steps:
+        rid = f"{model}{n}"
+        held = store.get(rid)
+        if action == "put":
+            store.put(pending([1.0], rid, model=model, requested_at=at))
+        elif action == "answer" and held is not None and not held.applied:
+            store.put(answer(held))
+        elif action == "delete" and held is not None:
+            store.delete(rid)
+        elif action == "refresh":
+            store.refresh(frozenset({len(steps), n}))  # a new assignment: read again
+        assert store.open_requests(["m", "n", "x"], 50.0) == _scanned(store, ["m", "n", "x"], 50.0)

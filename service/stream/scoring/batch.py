@@ -1,0 +1,281 @@
+"""A fetched batch parsed in one pass: consumed messages in, one feature matrix per model out
+(pure: no Kafka, no clock, no metrics).
+
+:class:`Messages` is a batch of consumed messages as columns (values, partitions) with each
+message on demand (its :class:`~service.records.RawMessage`, for a dead letter). The scoring
+loop makes one from aiokafka's records without a record object per event; a list of
+messages is one too (:meth:`Messages.of`).
+
+:func:`parse_batch` gives the valid events of each model as :class:`Rows` (ids, positions
+in the batch, one matrix of raw features) and a dead letter for each of the others. The
+common shape (``{"id": "...", "features": [numbers], "model"?, "ts"?}`` for a model that
+takes a list) is checked for the whole batch at once: the types of each row in one pass,
+then one array per model and one finiteness check. Anything else, and any row the batch
+check doubts (a non-finite value, an integer beyond a float), goes through
+:func:`parse_event` alone, which names the exact problem. Either way an event is what
+parsing it alone gives (``tests/stream/scoring/test_decide.py`` holds the two together).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, overload
+
+import numpy as np
+import orjson
+
+from service.records import (
+    BadMessage,
+    Champions,
+    DeadLetter,
+    FeatureEvent,
+    RawMessage,
+    Source,
+    parse_feature_event,
+)
+from service.stream.models.served import ServedModel
+
+__all__ = ["Limits", "Messages", "ParsedEvent", "Rows", "parse_batch", "parse_event"]
+
+_PLAIN: Final[frozenset[type]] = frozenset({float, int})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What scoring needs from the settings."""
+
+    default_model: str
+    request_ttl: float
+    max_bytes: int | None = None
+    max_features: int = 100_000
+
+
+class Messages(Sequence[RawMessage]):
+    """Consumed messages as columns: ``values`` and ``partitions`` for the whole batch, each
+    message's :class:`RawMessage` made from its record (``make``) only when asked for, and
+    their Kafka timestamps when a budget asks for them (``timestamps``)."""
+
+    __slots__ = ("_items", "_make", "_stamps", "_timestamps", "partitions", "values")
+
+    def __init__(
+        self,
+        items: Sequence[Any],
+        make: Callable[[Any], RawMessage],
+        *,
+        values: list[bytes],
+        partitions: list[int],
+        timestamps: Callable[[], list[float | None]] | None = None,
+    ) -> None:
+        self._items = items
+        self._make = make
+        self.values = values
+        self.partitions = partitions
+        self._timestamps = timestamps
+        self._stamps: list[float | None] | None = None
+
+    @classmethod
+    def of(cls, messages: Sequence[RawMessage]) -> Messages:
+        """``messages`` as a batch (itself if it is one)."""
+        if isinstance(messages, Messages):
+            return messages
+        return cls(messages, _same, values=[m.value for m in messages],
+                   partitions=[m.partition for m in messages])  # fmt: skip
+
+    def timestamps(self) -> list[float | None]:
+        """Each message's Kafka timestamp in seconds (None: unknown), made once when asked
+        (by ``timestamps`` when given: the column without the messages)."""
+        if self._stamps is None:
+            make = self._timestamps
+            self._stamps = [m.timestamp for m in self] if make is None else make()
+        return self._stamps
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> RawMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RawMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> RawMessage | list[RawMessage]:
+        if isinstance(index, slice):
+            return [self._make(item) for item in self._items[index]]
+        return self._make(self._items[index])
+
+    def __iter__(self) -> Iterator[RawMessage]:
+        return map(self._make, self._items)
+
+
+def _same(message: RawMessage) -> RawMessage:
+    return message
+
+
+@dataclass(slots=True)
+class Rows:
+    """The valid events of a batch addressed to one model (its *route*), in batch order:
+    where each sits in the batch, its id and Kafka timestamp (``ts``: the event's own
+    field), and one row of raw features each in ``x``."""
+
+    route: str
+    model: ServedModel  # the member of the route's group that decides them
+    positions: list[int]
+    ids: list[str]
+    ts: list[float | None]
+    x: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Rows of one route while the batch is read (the features still lists)."""
+
+    positions: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    ts: list[float | None] = field(default_factory=list)
+    features: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    """A valid event parsed alone, with the model that scores it and its raw feature vector."""
+
+    message: RawMessage
+    event: FeatureEvent
+    model: ServedModel  # the model that decides it (its route's server)
+    x: np.ndarray
+
+    @property
+    def route(self) -> str:
+        """The model the event is addressed to (its group's name)."""
+        return self.event.model
+
+
+def parse_event(
+    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits,
+    champions: Champions | None = None,
+) -> ParsedEvent:  # fmt: skip
+    """Parse and resolve one message (decided by the server ``champions`` names for its
+    model); :class:`BadMessage` says why it cannot be scored."""
+    event = parse_feature_event(
+        message.value,
+        default_model=limits.default_model,
+        max_bytes=limits.max_bytes,
+        max_features=limits.max_features,
+    )
+    served = models.get(event.model)
+    if served is None:
+        raise BadMessage("unknown_model", f"no model named {event.model!r}")
+    champion = served.config.champion
+    if champion is not None:
+        detail = f"model {event.model!r} is a shadow of {champion!r}: it scores {champion!r}'s"
+        raise BadMessage("unknown_model", f"{detail} events and decides none of its own")
+    if champions is not None:
+        served = models.get(champions.server(event.model), served)
+    return ParsedEvent(message, event, served, served.raw_vector(event))
+
+
+def parse_batch(
+    messages: Messages, models: Mapping[str, ServedModel], limits: Limits,
+    champions: Champions | None = None,
+) -> tuple[list[Rows], list[DeadLetter]]:  # fmt: skip
+    """The valid events of ``messages`` by route (routes in the order of their first event)
+    and the dead letters of the others (in batch order); see the module docstring."""
+    pending, slow = _read(messages.values, models, limits)
+    found: dict[str, Rows] = {}
+    for route, rows in pending.items():
+        served = models[route]
+        if champions is not None:  # the member that serves the group decides
+            served = models.get(champions.server(route), served)
+        try:
+            matrix = np.array(rows.features, dtype=np.float64)
+        except OverflowError:  # an integer beyond any float: row by row
+            slow += rows.positions
+            continue
+        finite = np.isfinite(matrix).all(axis=1)
+        if not finite.all():
+            slow += [rows.positions[k] for k in np.flatnonzero(~finite).tolist()]
+            keep = np.flatnonzero(finite).tolist()
+            rows.positions = [rows.positions[k] for k in keep]
+            rows.ids = [rows.ids[k] for k in keep]
+            rows.ts = [rows.ts[k] for k in keep]
+            matrix = matrix[finite]
+        if rows.positions:
+            found[route] = Rows(route, served, rows.positions, rows.ids, rows.ts, matrix)
+    dead: list[DeadLetter] = []
+    for i in sorted(slow):  # refusals in batch order
+        message = messages[i]
+        try:
+            one = parse_event(message, models, limits, champions)
+        except BadMessage as bad:
+            dead.append(DeadLetter.of(Source.FEATURES, message, bad.reason, bad.detail))
+            continue
+        _join(found, Rows(one.route, one.model, [i], [one.event.id], [one.event.ts],
+                          one.x[np.newaxis, :]))  # fmt: skip
+    return sorted(found.values(), key=lambda r: r.positions[0]), dead
+
+
+def _read(
+    values: Sequence[bytes], models: Mapping[str, ServedModel], limits: Limits
+) -> tuple[dict[str, _Pending], list[int]]:
+    """One pass over the raw values: the events in the common shape by route (features as
+    lists), and the positions of the others."""
+    # the models that decide events (a shadow decides none of its own), by their width
+    inputs = {n: m.config.n_inputs for n, m in models.items() if m.config.champion is None}
+    default, max_bytes, max_features = limits.default_model, limits.max_bytes, limits.max_features
+    loads, plain, isfinite = orjson.loads, _PLAIN.issuperset, math.isfinite
+    pending: dict[str, _Pending] = {}
+    slow: list[int] = []
+    for i, raw in enumerate(values):
+        if max_bytes is not None and len(raw) > max_bytes:
+            slow.append(i)
+            continue
+        try:
+            record = loads(raw)  # refuses lone surrogates: every str encodes as UTF-8
+        except orjson.JSONDecodeError:
+            slow.append(i)
+            continue
+        if type(record) is not dict:
+            slow.append(i)
+            continue
+        event_id, feats, model, ts = (record.get("id"), record.get("features"),
+                                      record.get("model"), record.get("ts"))  # fmt: skip
+        name = default if model is None else model
+        n_inputs = inputs.get(name) if type(name) is str else None
+        if (
+            n_inputs is None
+            or type(event_id) is not str
+            or not 0 < len(event_id) <= 256
+            or type(feats) is not list
+            or len(feats) != n_inputs
+            or n_inputs > max_features
+            or not (ts is None or (type(ts) in _PLAIN and isfinite(ts)))
+            or not plain(map(type, feats))
+        ):
+            slow.append(i)
+            continue
+        rows = pending.get(name)
+        if rows is None:
+            rows = pending[name] = _Pending()
+        rows.positions.append(i)
+        rows.ids.append(event_id)
+        rows.ts.append(None if ts is None else float(ts))
+        rows.features.append(feats)
+    return pending, slow
+
+
+def _join(found: dict[str, Rows], one: Rows) -> None:
+    """Add an event parsed alone to its route's rows, in batch order."""
+    rows = found.get(one.route)
+    if rows is None:
+        found[one.route] = one
+        return
+    at = int(np.searchsorted(np.asarray(rows.positions), one.positions[0]))
+    rows.positions.insert(at, one.positions[0])
+    rows.ids.insert(at, one.ids[0])
+    rows.ts.insert(at, one.ts[0])
+    rows.x = np.insert(rows.x, at, one.x[0], axis=0)
