@@ -216,7 +216,7 @@ def create_app(
                          outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
                          clock=clock, signer=signer, runner=ProcessRunner(s))  # fmt: skip
     learning = _learn_loop(s, joiner, tables, checkpoint, progress, unreadable, book.skips)
-    joiner.corrector.read_labels = learning.read_labels
+    joiner.corrector.readback.read_labels = learning.read_labels
     joiner.corrector.scope = writes.partition
     learning.on_skip = partial(outputs.skipped_batch, Source.CHANGELOGS)
     learning.defer = lambda: scoring.backlogged

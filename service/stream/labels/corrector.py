@@ -6,8 +6,9 @@ of milliseconds of CPU. :class:`Corrector` keeps that work off the worker's proc
 off its learn loop:
 
 1. **Noted** (:meth:`Corrector.correct`, in the learn loop, at the correction's place): the
-   history it reaches is checked first (:meth:`Corrector.trusted`: what was read back of it
-   agrees with the labels topic and, without a key, re-derives to what the members hold);
+   history it reaches is checked first (:class:`~service.stream.labels.readback.ReadBack`:
+   what was read back of it agrees with the labels topic and, without a key, re-derives to
+   what the members hold);
    the correction is checked (:func:`~.history.note`: refusals, copies) and its note
    written on its step, with the label in force changed. The note is durable before the
    correction's offset is committed, like any write of the learn loop.
@@ -40,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -68,17 +69,15 @@ from service.stream.labels.history import (
     job,
     kind_of,
     note,
-    refuted,
-    same_state,
-    step_key,
 )
 from service.stream.labels.history.runner import InlineRunner, Runner, broken
 from service.stream.labels.protocol import LabelOutcome, Outcome
 from service.stream.labels.publish import Publisher
+from service.stream.labels.readback import ReadBack, corrected_to
 from service.stream.labels.state import ModelStore, PendingStore
 from service.stream.outputs import Outputs
 
-__all__ = ["MAX_QUEUED", "Corrector", "LabelsReader"]
+__all__ = ["MAX_QUEUED", "Corrector"]
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +86,6 @@ MAX_QUEUED: Final = 1000
 #: seconds a queue rebuilt after a restart waits for the redo of its last label
 REDO_WAIT: Final = 30.0
 
-#: reads records of the labels topic: (partition, offsets) -> offset -> value
-LabelsReader = Callable[[int, Collection[int]], Awaitable[Mapping[int, bytes]]]
 #: states derived before steps: seq -> member -> encoded state
 Checkpoints = Mapping[int, Mapping[str, bytes]]
 
@@ -150,12 +147,11 @@ class Corrector:
     ) -> None:
         self.settings, self.history, self.models, self.pending = settings, history, models, pending
         self.publisher, self.outputs, self.metrics, self.clock = publisher, outputs, metrics, clock
-        self.keyed = keyed
         self.runner: Runner = runner if runner is not None else InlineRunner(settings)
         self.eager = isinstance(self.runner, InlineRunner)
-        #: reads the labels topic (what a history read back is checked against); None: no
-        #: history is read back (memory tables)
-        self.read_labels: LabelsReader | None = None
+        #: what the history read back must agree with before a correction uses it
+        self.readback = ReadBack(settings, history=history, models=models, outputs=outputs,
+                                 runner=self.runner, keyed=keyed)  # fmt: skip
         #: the context in which table writes go to changelog partition ``p``
         self.scope: Callable[[int], AbstractContextManager[None]] = _nowhere
         self._queues: dict[str, _Queue] = {}
@@ -170,7 +166,7 @@ class Corrector:
         queue = self._queues.get(group)
         if queue is not None and len(queue.waiting) >= MAX_QUEUED:
             await self.drain(group)  # back-pressure: the learn loop waits here
-        await self.trusted(group)
+        await self.readback.trusted(group)
         noted = note(self.history, correction, self.pending.get(correction.request_id),
                      offset=offset)  # fmt: skip
         if noted.redelivered:
@@ -415,8 +411,7 @@ class Corrector:
                             "again", group, len(self._queues[group].waiting))  # fmt: skip
 
     def _corrected_to(self, member: str, partition: int) -> int:
-        model = self.models.get(member)
-        return model.corrected_to if model.labels_partition == partition else -1
+        return corrected_to(self.models.get(member), partition)
 
     async def _ready(self, group: str, queue: _Queue, *, wait: bool = False) -> bool:
         """A queue rebuilt after a restart may start once the history is trusted and its
@@ -424,7 +419,7 @@ class Corrector:
         :data:`REDO_WAIT`)."""
         with self.scope(queue.partition):
             try:
-                await self.trusted(group)
+                await self.readback.trusted(group)
             except BadMessage as bad:
                 await self._give_up(group, bad.detail)
                 return False
@@ -450,78 +445,3 @@ class Corrector:
         marks = {step.request.server: entry.applied_version or 0, **entry.shadow_versions}
         return any(m in self.settings.models and self.models.get(m).version < v
                    for m, v in marks.items())  # fmt: skip
-
-    # -- what was read back
-
-    async def trusted(self, group: str) -> None:
-        """Check what was read back of ``group``'s history before a correction uses it
-        (:mod:`~.history.trust`): steps the labels topic does not bear out are dead-lettered
-        and left out (with what precedes them); without a key, the checkpoints must
-        re-derive to what the members hold, else the history starts again and
-        :class:`BadMessage` (``history_untrusted``) is raised."""
-        history = self.history
-        if history.checked(group):
-            return
-        steps = [s for s in history.steps_from(group, 0)
-                 if history.origin(step_key(group, s.offset).encode()) is not None]  # fmt: skip
-        if steps and self.read_labels is not None:
-            offsets = {s.offset for s in steps} | {n.offset for s in steps for n in s.notes}
-            records = await self.read_labels(history.partition(group), offsets)
-            bad = refuted(steps, records)
-            for step, why in bad:
-                await self._refused_entry(group, step, why)
-            history.distrust(group, [s.seq for s, _ in bad])
-        if not self.keyed and steps and not await self._rederives(group):
-            history.cut(group)
-            raise BadMessage(Reason.HISTORY_UNTRUSTED, f"the history of model {group!r} read "
-                             "back does not re-derive to what its members hold: it starts "
-                             "again")  # fmt: skip
-        history.mark_checked(group)
-
-    async def _refused_entry(self, group: str, step: Step, why: str) -> None:
-        key = step_key(group, step.offset).encode()
-        partition, offset = self.history.origin(key) or (step.partition, -1)
-        message = RawMessage(step.to_json(), self.history.topic, partition, offset, key)
-        log.error("history entry %r of model %s refused: %s", key, group, why)
-        await self.outputs.dead_letter(
-            DeadLetter.of(Source.CHANGELOGS, message, Reason.HISTORY_UNTRUSTED, why)
-        )
-
-    async def _rederives(self, group: str) -> bool:
-        """Without a key: True if the group's history, from its oldest checkpoint, with the
-        labels each member holds (the corrections up to its ``corrected_to``), re-derives to
-        the state it holds; the checkpoints derived are written (re-derived rather than read
-        back)."""
-        history, partition = self.history, self.history.partition(group)
-        current = {m: self.models.get(m) for m in history.members(group)
-                   if m in self.settings.models}  # fmt: skip
-        first = history.first_checkpoint(group)
-        found = None if first is None else job(history, group, first)
-        if found is None or not current:
-            return False
-        at, start = found
-        newest = max((c.labels_offset for c in current.values()
-                      if c.labels_partition == partition), default=-1)  # fmt: skip
-        steps = [raw for raw in start.steps if parse_step(raw).offset <= newest]
-        keep = tuple(history.checkpoints_after(group, at))
-        derived: Derived | None = None
-        for held in sorted({self._corrected_to(m, partition) for m in current}):
-            work = Job(group, start.base, steps, keep, held=held)
-            try:
-                derived = await asyncio.wrap_future(self.runner.submit(work))
-            except BadMessage:
-                return False
-            for member, state in current.items():
-                if self._corrected_to(member, partition) != held:
-                    continue
-                mine = derived.states.get(member)
-                if mine is None or not same_state(parse_model_envelope(mine, model=member),
-                                                  state):  # fmt: skip
-                    log.error("the history of model %s read back does not re-derive to the "
-                              "state %s holds", group, member)  # fmt: skip
-                    return False
-        assert derived is not None  # noqa: S101 - one member at least
-        for seq, members in derived.checkpoints.items():
-            for member, raw in members.items():
-                history.put_raw_checkpoint(member, seq, raw)
-        return True

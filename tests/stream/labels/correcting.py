@@ -90,7 +90,7 @@ class Learner:
             outputs=out, metrics=out.metrics, clock=Clock(), signer=signer, runner=runner,
         )  # fmt: skip
         made = cls(kafka, s, joiner.clock, registry, joiner, log if log is not None else [])  # type: ignore[arg-type]
-        joiner.corrector.read_labels = made.read_labels
+        joiner.corrector.readback.read_labels = made.read_labels
         joiner.own(frozenset(range(s.partitions.labels)))
         return made
 

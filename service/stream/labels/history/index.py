@@ -333,6 +333,10 @@ class History:
             states[member] = raw
         return at, states
 
+    def raw_checkpoint(self, member: str, seq: int) -> bytes | None:
+        """``member``'s state before step ``seq`` as the table holds it (None: none)."""
+        return self._table.get(checkpoint_key(member, seq).encode())
+
     def base(self, group: str, seq: int) -> tuple[int, dict[str, ModelEnvelope]] | None:
         """:meth:`raw_base`, parsed."""
         found = self.raw_base(group, seq)
