@@ -143,8 +143,7 @@ class DeskWeb:
             name = self._proxy_user(request)
             if not valid_name(name) or session is None or session.user != name:
                 return None
-            fallback = Person(name).with_role(self.settings.desk.reviewers)
-            return self._person(name) or fallback, session
+            return self.accounts.proxied(name).with_role(self.settings.desk.reviewers), session
         if session is None:
             return None
         person = self._person(session.user)
@@ -173,7 +172,7 @@ class DeskWeb:
             cookie = self.sessions.issue(name)
             session = self.sessions.read(cookie)
             assert session is not None  # noqa: S101 - just issued
-            person = self._person(name) or Person(name).with_role(self.settings.desk.reviewers)
+            person = self.accounts.proxied(name).with_role(self.settings.desk.reviewers)
             return person, session, cookie
         if self.settings.desk.auth == "proxy":
             raise web.HTTPUnauthorized(text="the proxy sent no user")
