@@ -1,5 +1,6 @@
 """What the team view shows of a model's learning: its last detected change, the changes
-and takeovers so far, and whether it is relearning now.
+and takeovers so far, whether it is relearning now, and the corrections it does not hold
+yet (:class:`CorrectionsWaiting`).
 
 A model served inside :class:`service.learning.Adaptive` (the default) carries in its
 snapshot the label count at its last detected change, how many changes were detected and
@@ -31,7 +32,7 @@ from typing import Any
 
 from service.learning import Adaptive
 
-__all__ = ["ChangeRow", "Changes", "change_of"]
+__all__ = ["ChangeRow", "Changes", "CorrectionsWaiting", "change_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,4 +102,48 @@ class Changes:
                 self._rows[name] = known
             if known[1] is not None:
                 out[name] = known[1]
+        return out
+
+
+class CorrectionsWaiting:
+    """Corrections the desk read on the labels topic (and its book took) that the model it
+    serves does not hold yet: the learner applies them together once derived
+    (``ModelEnvelope.corrected_to`` says up to which labels offset a snapshot holds them).
+
+    >>> from service.records import ModelEnvelope
+    >>> waiting = CorrectionsWaiting()
+    >>> for offset in (40, 41, 45):
+    ...     waiting.add("m", 0, offset)
+    >>> served = ModelEnvelope("m", 9, {}, {}, labels_partition=0, corrected_to=41)
+    >>> waiting.count("m", served)
+    1
+    """
+
+    def __init__(self) -> None:
+        self._read: dict[str, list[tuple[int, int]]] = {}  # model -> (partition, offset)
+
+    def add(self, model: str, partition: int, offset: int) -> None:
+        """A correction of ``model`` read at labels ``partition``, ``offset``."""
+        self._read.setdefault(model, []).append((partition, offset))
+
+    def count(self, model: str, envelope: Any) -> int:
+        """The corrections of ``model`` its served ``envelope`` does not hold (those it holds
+        are forgotten)."""
+        read = self._read.get(model)
+        if not read:
+            return 0
+        partition = getattr(envelope, "labels_partition", -1)
+        held = getattr(envelope, "corrected_to", -1)
+        read[:] = [(p, o) for p, o in read if p != partition or o > held]
+        return len(read)
+
+    def counts(self, served: Mapping[str, Any]) -> dict[str, int]:
+        """:meth:`count` of every model with corrections waiting, given the served models
+        (name -> a served model with its ``envelope``)."""
+        out = {}
+        for name in list(self._read):
+            model = served.get(name)
+            n = self.count(name, getattr(model, "envelope", None))
+            if n:
+                out[name] = n
         return out

@@ -308,8 +308,10 @@ class DeskWeb:
             section = "" if agreement is None else agreement_section(
                 agreement, {p.person: p.median_answer_seconds for p in team.people},
                 {row.model: row for row in team.models})  # fmt: skip
-            return html(team_page(person.name, csrf, team, self.changes.rows(self.models()),
-                                  reviewer=person.reviewer, agreement=section))  # fmt: skip
+            served = self.models()
+            return html(team_page(person.name, csrf, team, self.changes.rows(served),
+                                  reviewer=person.reviewer, agreement=section,
+                                  waiting=self.desk.waiting.counts(served)))  # fmt: skip
 
         return await self.page(request, build)
 
