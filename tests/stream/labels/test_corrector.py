@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from service.records import Seed
+from service.records import Rollback, Seed, Signer
 
 from ..memory import MemoryKafka
 from .correcting import Learner, ManualRunner, learned, stream
@@ -191,3 +191,22 @@ async def test_without_a_key_a_genuine_history_read_back_is_re_derived_and_used(
     await stream(clean, {2: -1})
     for m in ("m", "m-dral"):
         assert learned(restarted.model(m)) == learned(clean.model(m))
+
+
+async def test_a_copy_of_a_rollback_order_is_refused() -> None:
+    learner = Learner.start(snapshot_key="k" * 40)
+    await stream(learner, {}, requests=6)
+    order = Rollback("m", "m", 2, "ops", 1.0, base_version=learner.model().version).to_json()
+    signature = Signer(b"k" * 40).sign(b"m", order)
+    await learner.feed(order, 20, signature=signature)
+    rolled = learner.model()
+    assert rolled.version == 7
+    assert rolled.line_from == 7
+    await learner.request("after", 21)
+    await learner.label("after", 22, 1)
+    await learner.feed(order, 23, signature=signature)  # the same order, written again
+    assert learner.dead() == [("replayed", 23)]
+    assert learner.model().version == 8
+    legacy = Rollback("m", "m", 2, "ops", 1.0).to_json()  # written before orders named a base
+    await learner.feed(legacy, 24, signature=Signer(b"k" * 40).sign(b"m", legacy))
+    assert learner.dead()[-1] == ("replayed", 24)
