@@ -120,3 +120,29 @@ def test_a_replayed_seed_order_is_refused_and_the_model_unchanged(
     assert letter["reason"] == "replayed", letter
     assert run.states()[-1]["learner"] == served["learner"]
     assert run.version() == before + 1
+
+
+def test_without_a_key_a_copy_of_an_older_snapshot_is_never_served(
+    service_factory: Callable[..., Any], kafka_io: Any
+) -> None:
+    """No key: an older version copied onto the models topic is held back and dropped once
+    the learner publishes its newest again (at once): no sample of the served version and no
+    decision names the older one."""
+    run = learned(service_factory, kafka_io, models=MODELS, labels=20, key=None)
+    newest = run.version()
+    old = next(r for r in run.records("models") if r.key == b"m" and r.json()["version"] == 3)
+    run.write("models", [Out(b"m", old.value)])
+    seen = set()
+    deadline = time.monotonic() + 6.0
+    while time.monotonic() < deadline:
+        seen.add(int(run.worker.wait_ready()["models"]["m"]))
+        time.sleep(0.1)
+    assert seen == {newest}
+    t = run.topics
+    kafka_io.produce_json(t["features"], [(f"after-{i}", {"id": f"after-{i}", "model": "m",
+                                                         "features": [0.1, 0.2, 0.3]})
+                                          for i in range(20)])  # fmt: skip
+    decided = kafka_io.wait_for(t["decisions"], lambda rs: sum(
+        r.json()["id"].startswith("after-") for r in rs) == 20, timeout=60)  # fmt: skip
+    assert {r.json()["model_version"] for r in decided if r.json()["id"].startswith("after-")} \
+        == {newest}  # fmt: skip

@@ -17,14 +17,14 @@ width, or, when ``snapshot_key`` is set, is unsigned or mis-signed. Which accept
 is served:
 
 - with a key, the highest version (a replayed older snapshot changes nothing);
-- without one, the newest record, except that an older version than the one served waits
-  :data:`HOLD_BACK` seconds first, and is dropped if the version served (or a newer one) is
-  published again meanwhile: the learner does so at once when its own worker holds back an
-  older version of a model it owns, so a copy of a superseded snapshot is never served. A
-  forged record of a higher version is replaced by the learner (a model served at another
-  version than the learner holds is republished after a few seconds, see
-  :class:`~service.stream.health.housekeeping.Housekeeping`); its version goes back after
-  the hold.
+- without one, the newest record, except that once the topic is read (``loaded``) an older
+  version than the one served waits :data:`HOLD_BACK` seconds first, and is dropped if the
+  version served (or a newer one) is published again meanwhile: the learner does so at once
+  when its own worker holds back an older version of a model it owns, so a copy of a
+  superseded snapshot is never served. A forged record of a higher version is replaced by
+  the learner (a model served at another version than the learner holds is republished
+  after a few seconds, see :class:`~service.stream.health.housekeeping.Housekeeping`); its
+  version goes back after the hold.
 
 The record under key ``__champions__`` (:class:`~service.records.Champions`, written by
 ``abstain models promote``) says which member of each group serves its route; it is
@@ -194,13 +194,16 @@ class ModelBook:
             self._held.pop(name, None)  # the line served is confirmed, or moves on
         if served.version == current or (self.signer is not None and served.version < current):
             return False
-        if served.version < current:  # without a key: held back (module docstring)
+        if served.version < current and self.loaded.is_set():  # no key: held back (docstring)
             held = self._held.get(name)
             since = held[2] if held is not None else self.clock()
             self._held[name] = (served, origin, since)
             log.warning("model %s: version %s read while %s is served; held back %.1f s",
                         name, served.version, current, HOLD_BACK)  # fmt: skip
             return False
+        if served.version < current:
+            log.warning("model %s goes from version %s back to %s (the newest record wins "
+                        "without a snapshot key)", name, current, served.version)  # fmt: skip
         self._swap(served, origin)
         return True
 

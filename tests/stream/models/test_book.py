@@ -91,6 +91,7 @@ def test_hostile_snapshots_are_refused_and_the_served_model_stays() -> None:
 def test_without_a_key_the_newest_record_wins_so_a_forged_version_cannot_pin() -> None:
     now = [0.0]
     book = ModelBook(settings(), clock=lambda: now[0])
+    book.loaded.set()  # read to the end: what comes now is live
     assert book.offer(b"m", learned(3))
     forged = edited(learned(1), version=10**15)
     assert book.offer(b"m", forged)
@@ -105,6 +106,9 @@ def test_without_a_key_a_copy_of_an_older_version_is_never_served() -> None:
     now = [0.0]
     book = ModelBook(settings(), clock=lambda: now[0])
     assert book.offer(b"m", learned(3))
+    assert book.offer(b"m", learned(1))  # while the topic is read: the newest record wins
+    assert book.offer(b"m", learned(3))
+    book.loaded.set()
     assert not book.offer(b"m", learned(2))  # an older version, written again: held back
     assert book.held() == {"m": 2}
     now[0] += 1.0
