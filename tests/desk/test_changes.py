@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from service.config import AdaptiveConfig, ModelConfig
-from service.desk.changes import ChangeRow, Changes, CorrectionsWaiting, change_of
+from service.desk.changes import (
+    WAIT_AT_MOST,
+    ChangeRow,
+    Changes,
+    CorrectionsWaiting,
+    change_of,
+)
 from service.desk.pages import team_page
 from service.desk.team import ModelRow, TeamStats
 from service.learning import DSAL, Adaptive
@@ -195,3 +201,13 @@ def test_corrections_the_served_model_does_not_hold_are_shown_queued() -> None:
                                                                      corrected_to=45))  # fmt: skip
     assert waiting.counts({EVIL: done}) == {}
     assert "Corrections queued" not in team_page("ann", "t", stats(EVIL), {}, waiting={})
+
+
+def test_a_correction_the_learner_refused_is_not_shown_queued_for_ever() -> None:
+    now = [0.0]
+    waiting = CorrectionsWaiting(clock=lambda: now[0])
+    waiting.add("m", 0, 40)
+    model = served("m")
+    assert waiting.counts({"m": model}) == {"m": 1}
+    now[0] += WAIT_AT_MOST + 1.0
+    assert waiting.counts({"m": model}) == {}
