@@ -14,16 +14,17 @@ off its learn loop:
    correction's offset is committed, like any write of the learn loop.
 2. **Queued**, per model group: at most one derivation of a group runs at a time, in the
    learner's derivation process (:mod:`~.history.runner`), from the checkpoint before the
-   earliest step whose label changed to the newest step. Corrections noted meanwhile wait
-   and are derived together by the next one: a storm of corrections costs about one
-   derivation per derivation time, not one per correction. The checkpoint it starts from
-   stays kept while it waits (:meth:`~.history.History.pin`).
-3. **Applied** (:meth:`Corrector.tick`, called by the learn loop between batches): the
-   derivation's result is taken if no label it derived changed meanwhile (else it is done
-   again, with the new corrections); labels applied meanwhile are derived on top of it
-   first (another, short, derivation). Then the checkpoints it rewrote are written and made
-   durable, then each member's next version: one version per correction the member did not
-   hold (:func:`~.history.finish`), so the versions count as ``abstain rebuild`` counts them.
+   earliest step whose label changed to the newest step, with the corrections noted when it
+   starts (up to a labels offset: ``held``). Corrections noted meanwhile wait and are
+   derived together by the next one: a storm of corrections costs about one derivation per
+   derivation time, not one per correction, and a derivation is never thrown away. The
+   checkpoint it starts from stays kept while it waits (:meth:`~.history.History.pin`).
+3. **Applied** (:meth:`Corrector.tick`, called by the learn loop between batches): labels
+   applied meanwhile are derived on top of the result first (another, short, derivation,
+   with the same corrections). Then the checkpoints it rewrote are written and made
+   durable, then each member's next version, holding the corrections it covers: one version
+   per correction the member did not hold (:func:`~.history.finish`), so the versions count
+   as ``abstain rebuild`` counts them.
 
 Labels keep being applied while corrections wait (to the states the members hold); rollback
 and seed orders wait for the group's queue (:meth:`Corrector.drain`). A group whose queue
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -83,6 +85,12 @@ log = logging.getLogger(__name__)
 
 #: corrections of one group that may wait; the next one waits for the derivation in flight
 MAX_QUEUED: Final = 1000
+#: seconds between the starts of two derivations of a group: the corrections noted meanwhile
+#: are derived together (a storm costs fewer derivations; a lone correction starts at once)
+MIN_GAP: Final = 1.0
+#: checkpoints a correction rewrote written per produce batch (each batch is compressed and
+#: sent at once: in pieces, the event loop scores events between them)
+CHECKPOINTS_PER_WRITE: Final = 2
 #: seconds a queue rebuilt after a restart waits for the redo of its last label
 REDO_WAIT: Final = 30.0
 
@@ -108,10 +116,13 @@ class _Waiting:
 @dataclass(slots=True)
 class _Flight:
     """A derivation of a group in flight: its result, from which step it re-derives, the
-    seq of the last step it reads, the checkpoints earlier legs derived."""
+    corrections it covers (those read up to labels offset ``held``: the ones noted when it
+    started; later ones are left out of every step it reads), the seq of the last step it
+    reads, the checkpoints earlier legs derived."""
 
     future: Future[Derived]
     since: int
+    held: int
     last_seq: int
     epoch: tuple[int, int]  # the corrector's epoch and the group's history generation
     checkpoints: dict[int, dict[str, bytes]] = field(default_factory=dict)
@@ -156,6 +167,8 @@ class Corrector:
         self.scope: Callable[[int], AbstractContextManager[None]] = _nowhere
         self._queues: dict[str, _Queue] = {}
         self._epoch = 0
+        self.monotonic: Callable[[], float] = time.monotonic  # spaces derivations (MIN_GAP)
+        self._started: dict[str, float] = {}  # group -> when its last derivation started
 
     # -- the learn loop's side
 
@@ -184,7 +197,7 @@ class Corrector:
         self._changed(group, noted.step.seq)
         if self.eager:
             await self.drain(group)
-        elif self._queues[group].flight is None:
+        elif self._due(group, self._queues[group]):
             await self._dispatch(group)
 
     def _redelivered(self, group: str, step: Step, noted: Note, message: RawMessage) -> None:
@@ -227,7 +240,8 @@ class Corrector:
         return 0 if queue is None else len(queue.waiting)
 
     def busy(self) -> bool:
-        """True while a derivation is in flight or waits to start."""
+        """True while a derivation is in flight or waits to start (the learn loop fetches
+        with a shorter wait meanwhile)."""
         return any(q.flight is not None or q.since is not None for q in self._queues.values())
 
     async def tick(self) -> None:
@@ -240,7 +254,7 @@ class Corrector:
             if queue.flight is not None and queue.flight.future.done():
                 await self._landed(group)
             queue = self._queues.get(group)
-            if queue is not None and queue.flight is None and queue.since is not None:
+            if queue is not None and self._due(group, queue):
                 if queue.resumed_at is not None and not await self._ready(group, queue):
                     continue
                 await self._dispatch(group)
@@ -273,21 +287,31 @@ class Corrector:
 
     # -- derivations
 
+    def _due(self, group: str, queue: _Queue) -> bool:
+        """A derivation of ``group`` may start now (:data:`MIN_GAP`)."""
+        started = self._started.get(group, -MIN_GAP)
+        return (queue.flight is None and queue.since is not None
+                and self.monotonic() - started >= MIN_GAP)  # fmt: skip
+
     def _epoch_of(self, group: str) -> tuple[int, int]:
         return self._epoch, self.history.generation(group)
 
     async def _dispatch(self, group: str) -> None:
+        """Start the derivation of the corrections noted so far (it covers them; those noted
+        while it runs wait for the next one)."""
         queue = self._queues[group]
         since = queue.since
         assert since is not None  # noqa: S101 - dispatched only when a label changed
         found = job(self.history, group, since)
         queue.since = None
-        if found is None:  # the checkpoint it needs is gone (it cannot be: pinned)
+        if found is None or not queue.waiting:  # the checkpoint it needs is gone: it is pinned
             await self._give_up(group, "no checkpoint of the history before the corrected label")
             return
-        _, work = found
-        queue.flight = _Flight(self.runner.submit(work), since, self.history.last_seq(group),
-                               self._epoch_of(group))  # fmt: skip
+        held = max(queue.waiting)
+        work = dataclasses.replace(found[1], held=held)
+        self._started[group] = self.monotonic()
+        queue.flight = _Flight(self.runner.submit(work), since, held,
+                               self.history.last_seq(group), self._epoch_of(group))  # fmt: skip
 
     async def _landed(self, group: str) -> None:
         """A derivation of ``group`` is done: taken, done again, continued or applied."""
@@ -310,38 +334,41 @@ class Corrector:
             log.exception("the derivation of model %s failed", group)
             await self._give_up(group, f"the derivation failed: {exc!r}")
             return
-        if queue.since is not None and queue.since <= derived.last_seq:
-            queue.since = min(queue.since, flight.since)  # a label it derived changed: again
-            return
         checkpoints = {**flight.checkpoints, **derived.checkpoints}
         if self.history.last_seq(group) > derived.last_seq:  # labels came meanwhile
             steps = self.history.raw_steps(group, derived.last_seq + 1)
             keep = tuple(self.history.checkpoints_after(group, derived.last_seq))
-            future = self.runner.submit(Job(group, derived.states, steps, keep))
-            queue.flight = _Flight(future, flight.since, self.history.last_seq(group),
-                                   self._epoch_of(group), checkpoints)  # fmt: skip
-            queue.since = None
+            future = self.runner.submit(Job(group, derived.states, steps, keep, held=flight.held))
+            queue.flight = _Flight(future, flight.since, flight.held,
+                                   self.history.last_seq(group), self._epoch_of(group),
+                                   checkpoints)  # fmt: skip
             if self.eager:
                 await self._landed(group)
             return
-        await self._apply(group, derived.states, checkpoints)
+        await self._apply(group, derived.states, checkpoints, flight.held)
 
     async def _apply(
-        self, group: str, states: Mapping[str, bytes], checkpoints: Checkpoints
+        self, group: str, states: Mapping[str, bytes], checkpoints: Checkpoints, held: int
     ) -> None:
-        """Write the checkpoints derived (durably), then each member's next version."""
+        """Write the checkpoints derived (durably), then each member's next version: they
+        hold the corrections read up to labels offset ``held``."""
         queue = self._queues[group]
-        waiting, queue.waiting = queue.waiting, {}  # every one noted is derived: applied now
+        applied = {o: w for o, w in queue.waiting.items() if o <= held}
         with self.scope(queue.partition):
             async with self.publisher.lock:
-                for seq, members in sorted(checkpoints.items()):
+                for i, (seq, members) in enumerate(sorted(checkpoints.items())):
                     for member, raw in members.items():
                         self.history.put_raw_checkpoint(member, seq, raw)
+                    if i % CHECKPOINTS_PER_WRITE == CHECKPOINTS_PER_WRITE - 1:
+                        await self.outputs.durable()  # in pieces: scoring runs between
                 await self.outputs.durable()
-                await self.write_versions(group, states, waiting, queue.partition)
+                await self.write_versions(group, states, applied, queue.partition)
+        queue.waiting = {o: w for o, w in queue.waiting.items() if o > held}
         self.history.unpin(group)
-        self.metrics.corrections_queued.labels(model=group).set(0)
-        self._counted(group, waiting)
+        if queue.since is not None:  # noted meanwhile: its checkpoint stays for the next
+            self._changed(group, queue.since)
+        self.metrics.corrections_queued.labels(model=group).set(len(queue.waiting))
+        self._counted(group, applied)
 
     async def write_versions(
         self, group: str, states: Mapping[str, bytes], waiting: Mapping[int, _Waiting],

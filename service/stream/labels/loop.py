@@ -245,19 +245,27 @@ class LearnLoop:
                 log.warning("applying a correction failed (%r): reading the state again", exc)
                 await self._reset(consumer)
 
-    async def read_labels(self, partition: int, offsets: Collection[int]) -> dict[int, bytes]:
+    async def read_labels(
+        self, partition: int, offsets: Collection[int]
+    ) -> dict[int, bytes | None]:
         """The values of the labels topic's records at ``offsets`` of ``partition`` (what
-        a history read back is checked against; a record not there is left out)."""
+        a history read back is checked against): None for an offset the topic no longer
+        holds (below its first offset: retention), left out for one it never held."""
         wanted = set(offsets)
         if not wanted:
             return {}
         tp = TopicPartition(self.settings.topics.labels, partition)
         consumer = self.reader_factory()
-        out: dict[int, bytes] = {}
+        out: dict[int, bytes | None] = {}
         await consumer.start()
         try:
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
+            first = (await consumer.beginning_offsets([tp]))[tp]
+            out.update({o: None for o in wanted if o < first})
+            wanted -= set(out)
+            if not wanted:
+                return out
             consumer.seek(tp, min(wanted))
             last = min(max(wanted) + 1, end)
             while await consumer.position(tp) < last:

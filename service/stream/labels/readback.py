@@ -51,8 +51,9 @@ __all__ = ["LabelsReader", "ReadBack", "corrected_to"]
 
 log = logging.getLogger(__name__)
 
-#: reads records of the labels topic: (partition, offsets) -> offset -> value
-LabelsReader = Callable[[int, Collection[int]], Awaitable[Mapping[int, bytes]]]
+#: reads records of the labels topic: (partition, offsets) -> offset -> value (None: the
+#: topic no longer holds it, its retention passed)
+LabelsReader = Callable[[int, Collection[int]], Awaitable[Mapping[int, bytes | None]]]
 
 
 def corrected_to(model: ModelEnvelope, partition: int) -> int:

@@ -94,7 +94,9 @@ class Learner:
         joiner.own(frozenset(range(s.partitions.labels)))
         return made
 
-    async def read_labels(self, partition: int, offsets: Collection[int]) -> Mapping[int, bytes]:
+    async def read_labels(
+        self, partition: int, offsets: Collection[int]
+    ) -> Mapping[int, bytes | None]:
         """The labels log as the learner reads it back (what it was fed)."""
         wanted = set(offsets)
         return {m.offset: m.value for m in self.log if m.topic == LABELS

@@ -5,9 +5,12 @@ against its own re-derivation) before a correction uses it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from service.records import Rollback, Seed, Signer
+from service.stream.labels.corrector import MIN_GAP
 
 from ..memory import MemoryKafka
 from .correcting import Learner, ManualRunner, learned, stream
@@ -17,6 +20,8 @@ def _manual(**kw: object) -> tuple[Learner, ManualRunner]:
     runner = ManualRunner(Learner.start().settings)
     learner = Learner.start(runner=runner, **kw)  # type: ignore[arg-type]
     runner.settings = learner.settings
+    ticks = iter(range(0, 10**6, 10))  # every look at the clock: ten seconds later
+    learner.joiner.corrector.monotonic = lambda: float(next(ticks))
     return learner, runner
 
 
@@ -45,8 +50,15 @@ async def test_corrections_noted_during_a_derivation_are_applied_together_with_l
     await learner.label("late", 44, 1)  # applied meanwhile, to the state the model holds
     assert learner.model().version == before.version + 1
     assert runner.jobs == 1  # one derivation in flight per group
+    runner.run()
+    await learner.joiner.corrector.tick()  # it covers e21: the label on top of it first
+    runner.run()
+    await learner.joiner.corrector.tick()  # applied; the two noted meanwhile start
+    first = learner.model()
+    assert (first.version, first.corrected_to) == (before.version + 2, 40)
+    assert learner.joiner.corrector.queued("m") == 2
     await _landed(learner, runner)
-    assert runner.jobs == 2  # the first one was done again, with every correction noted
+    assert runner.jobs == 3  # never thrown away: the first, the label, the two together
     clean = Learner.start()
     await stream(clean, {21: 1, 6: 1, 8: -1})
     await clean.request("late", 43)
@@ -210,3 +222,51 @@ async def test_a_copy_of_a_rollback_order_is_refused() -> None:
     legacy = Rollback("m", "m", 2, "ops", 1.0).to_json()  # written before orders named a base
     await learner.feed(legacy, 24, signature=Signer(b"k" * 40).sign(b"m", legacy))
     assert learner.dead()[-1] == ("replayed", 24)
+
+
+async def test_steps_whose_labels_the_topic_no_longer_holds_are_not_refuted() -> None:
+    """The labels topic's retention may have dropped the records the oldest steps name: they
+    cannot be checked against it, and are not taken for forgeries (with a key their HMAC
+    vouches for them; without one the history is re-derived)."""
+    kafka = MemoryKafka()
+    learner = Learner.start(kafka)
+    await stream(learner, {})
+    await kafka.flush()
+    restarted = Learner.start(kafka, log=learner.log)
+    restarted.clock.now = learner.clock.now
+
+    async def retained(partition: int, offsets: Any) -> dict[int, bytes | None]:
+        found = await restarted.read_labels(partition, offsets)
+        return {o: (None if o < 10 else found.get(o)) for o in offsets}
+
+    restarted.joiner.corrector.readback.read_labels = retained
+    await restarted.correct("e21", 40, 1)
+    assert restarted.dead() == []
+    clean = Learner.start()
+    await stream(clean, {21: 1})
+    assert learned(restarted.model()) == learned(clean.model())
+
+
+async def test_derivations_of_a_group_start_at_most_once_per_min_gap() -> None:
+    now = [100.0]
+    runner = ManualRunner(Learner.start().settings)
+    learner = Learner.start(runner=runner)
+    learner.joiner.corrector.monotonic = lambda: now[0]
+    await stream(learner, {})
+    await learner.correct("e21", 40, 1)  # the first after a quiet while: at once
+    assert runner.jobs == 1
+    runner.run()
+    await learner.joiner.corrector.tick()  # applied
+    await learner.correct("e6", 41, 1)
+    await learner.correct("e9", 42, 1)
+    await learner.joiner.corrector.tick()
+    assert runner.jobs == 1  # within MIN_GAP of the last start: they wait, together
+    now[0] += MIN_GAP
+    await learner.joiner.corrector.tick()
+    assert runner.jobs == 2
+    runner.run()
+    await learner.joiner.corrector.tick()
+    assert learner.model().corrected_to == 42
+    clean = Learner.start()
+    await stream(clean, {21: 1, 6: 1, 9: 1})
+    assert learned(learner.model()) == learned(clean.model())

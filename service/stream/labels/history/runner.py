@@ -7,7 +7,7 @@ CPU). In the worker's process it would compete for the interpreter with scoring,
 shares it: a storm of corrections slowed every decision. The worker's learner therefore
 hands its derivations (:class:`~.derive.Job`) to one process of its own, started with
 ``spawn`` (a fork would copy the event loop and aiokafka's sockets), at a lower CPU
-priority (``nice`` +10: decisions come first when the CPU is short), that ignores the
+priority (``nice`` +19: decisions come first when the CPU is short), that ignores the
 terminal's SIGINT (the worker stops it) and dies with the worker (``PR_SET_PDEATHSIG``, and a
 thread that watches the parent). A job in flight when the worker dies is lost with it; the
 learner's history says what is left to do after a restart
@@ -36,8 +36,9 @@ __all__ = ["NICE", "InlineRunner", "ProcessRunner", "Runner", "broken"]
 
 log = logging.getLogger(__name__)
 
-#: how much lower the derivation process's CPU priority is than the worker's
-NICE: Final = 10
+#: how much lower the derivation process's CPU priority is than the worker's (the lowest:
+#: when the CPU is short, corrections wait, decisions do not)
+NICE: Final = 19
 
 
 class Runner(Protocol):

@@ -19,9 +19,10 @@ from service.records import BadMessage, Correction, Label, ModelEnvelope, Step, 
 __all__ = ["refuted", "same_state"]
 
 
-def refuted(steps: Sequence[Step], records: Mapping[int, bytes]) -> list[tuple[Step, str]]:
+def refuted(steps: Sequence[Step], records: Mapping[int, bytes | None]) -> list[tuple[Step, str]]:
     """The ``steps`` the labels records (``records``: offset -> value, of the steps'
-    partition) do not bear out, each with what is wrong: its label is not a label of its
+    partition; None: a record the topic no longer holds, its retention passed, which cannot
+    be checked) do not bear out, each with what is wrong: its label is not a label of its
     request with the label it was first given, or a note is not a correction of it to its
     label by its author in its role.
 
@@ -35,13 +36,18 @@ def refuted(steps: Sequence[Step], records: Mapping[int, bytes]) -> list[tuple[S
     >>> fixed = step.corrected(Note(9, "bob", "reviewer", -1, 12.0, id="c9"))
     >>> refuted([fixed], {7: Label("r1", "m", 1, "alice", 11.0).to_json()})[0][1]
     'labels offset 9 holds no correction c9 of request r1 to -1 by bob (reviewer)'
+    >>> refuted([fixed], {7: None, 9: None})  # gone with the topic's retention
+    []
     """
     out = []
     for step in steps:
-        why = _label_refutes(step, records.get(step.offset))
+        gone = step.offset in records and records[step.offset] is None
+        why = None if gone else _label_refutes(step, records.get(step.offset))
         for note in step.notes:
             if why is not None:
                 break
+            if note.offset in records and records[note.offset] is None:
+                continue  # no longer in the topic
             found = _parsed(records.get(note.offset))
             if not (
                 isinstance(found, Correction)
