@@ -11,11 +11,13 @@ back: event -> decision latency from the two records' timestamps.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,7 @@ from . import HarnessError
 from .corrections import Learned, concept
 from .workers import http
 
-__all__ = ["HealthProbe", "Storm", "latencies", "percentile"]
+__all__ = ["HealthProbe", "Storm", "cpu_seconds", "latencies", "percentile"]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -194,6 +196,26 @@ class HealthProbe(threading.Thread):
         self.stopping.set()
         self.join(10)
         return self.times
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) process ``pid`` and its children have used so far: its
+    own, and its live children's (the worker's derivation process)."""
+
+    def used(p: int) -> float:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return used(pid), sum(used(c) for c in children)
 
 
 def latencies(run: Learned, phase: Phase) -> list[float]:
