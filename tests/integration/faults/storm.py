@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from service.records import SIGNATURE_HEADER, Signer
 
 from . import HarnessError
 from .corrections import Learned, concept
+from .kafkaio import partitions_of
 from .workers import http
 
 __all__ = ["HealthProbe", "Storm", "cpu_seconds", "latencies", "percentile"]
@@ -76,6 +77,7 @@ class Storm(threading.Thread):
         self.stopping = threading.Event()
         self.error: BaseException | None = None
         self._rng = np.random.default_rng(11)
+        self._fresh: list[dict[str, Any]] = []  # requests read since the storm began
         self._signer = None if run.key is None else Signer(run.key.encode())
 
     def rage(self) -> None:
@@ -96,13 +98,29 @@ class Storm(threading.Thread):
             self.error = exc
 
     async def _main(self) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.run_.service.bootstrap, acks="all",
-                                    linger_ms=0)  # fmt: skip
+        bootstrap = self.run_.service.bootstrap
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        # the requests made from now on, followed (not read again from the start: the test's
+        # own CPU is not to weigh on the worker's latency during the storm only)
+        follower = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    enable_auto_commit=False)  # fmt: skip
         await producer.start()
+        await follower.start()
         try:
-            await asyncio.gather(self._events(producer), self._corrections(producer))
+            tps = await partitions_of(bootstrap, self.run_.topics["label_requests"])
+            follower.assign(tps)
+            await follower.seek_to_end(*tps)
+            await asyncio.gather(self._events(producer), self._corrections(producer),
+                                 self._follow(follower))  # fmt: skip
         finally:
+            await follower.stop()
             await producer.stop()
+
+    async def _follow(self, follower: AIOKafkaConsumer) -> None:
+        while not self.stopping.is_set():
+            batch = await follower.getmany(timeout_ms=200)
+            for records in batch.values():
+                self._fresh += [orjson.loads(r.value) for r in records if r.value]
 
     async def _events(self, producer: AIOKafkaProducer) -> None:
         topic = self.run_.topics["features"]
@@ -153,10 +171,7 @@ class Storm(threading.Thread):
     async def _answer(self, producer: AIOKafkaProducer) -> None:
         """Answer one request made during the storm (if one is there yet)."""
         run = self.run_
-        known = set(run.answers)
-        records = await asyncio.to_thread(run.kio.read, run.topics["label_requests"])
-        fresh = [r.json() for r in records]
-        fresh = [q for q in fresh if q["request_id"] not in known]
+        fresh = [q for q in self._fresh if q["request_id"] not in run.answers]
         if not fresh:
             return
         q = fresh[0]
