@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-unit test-integration test-long test-kafka4 lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
+.PHONY: help venv run docs test test-unit test-integration test-long test-kafka4 test-image image lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install abstain with its dev tools
 
-run: $(STAMP) ## local Kafka + worker + label desk (URL and a login printed) + demo stream (Phishing) + simulated labeller that leaves requests you claim at the desk to you (ARGS="--events 0": until Ctrl-C; ARGS=--prometheus: also a Prometheus with the alert rules, URL printed; Ctrl-C stops all)
+run: $(STAMP) ## local Kafka + worker + label desk (URL and login printed) + demo stream (Phishing, 20/s until Ctrl-C) + simulated labeller that leaves a quarter of the requests to you (ARGS="--events 3000": a bounded run; ARGS=--prometheus: also a Prometheus with the alert rules; Ctrl-C stops all)
 	$(BIN)/python -m service demo $(ARGS)
 
 # processes the suite runs in (pytest-xdist; each starts its own broker when it needs one,
@@ -34,7 +34,7 @@ KAFKA4_SMOKE := tests/integration/test_kafka4.py tests/integration/test_broker.p
 	tests/integration/test_unreadable.py
 
 test: $(STAMP) ## unit, doctest and real-Kafka integration tests (Kafka 3.9 in TEST_JOBS=2 processes, then the Kafka 4 smoke subset)
-	$(BIN)/python -m pytest -m "not slow and not solo" $(XDIST) $(ARGS)
+	$(BIN)/python -m pytest -m "not slow and not solo and not image" $(XDIST) $(ARGS)
 	$(BIN)/python -m pytest -m "solo and not slow" $(ARGS)
 	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE)
 
@@ -42,10 +42,22 @@ test-kafka4: $(STAMP) ## the broker smoke tests on a Kafka 4 broker only
 	ABSTAIN_TEST_KAFKA=4 $(BIN)/python -m pytest -m "not slow" $(KAFKA4_SMOKE) $(ARGS)
 
 test-unit: $(STAMP) ## tests that need no broker
-	$(BIN)/python -m pytest -m "not integration and not slow" $(ARGS)
+	$(BIN)/python -m pytest -m "not integration and not slow and not image" $(ARGS)
+
+IMAGE ?= localhost/abstain:dev
+
+image: ## build the container image with buildah (no Docker engine; root, apt-get install buildah mmdebstrap): IMAGE=name, BASE_IMAGE=base
+	bash deploy/image/build.sh $(IMAGE)
+
+test-image: $(STAMP) ## build the image and run the worker in it against a test broker (marker image, ~3-5 min)
+	$(BIN)/python -m pytest -m image tests/image $(ARGS)
 
 test-long: $(STAMP) ## the full-size fault-injection tests and the three-broker cluster faults (tens of minutes)
 	$(BIN)/python -m pytest -m slow $(ARGS)
+
+docs: $(STAMP) ## the documentation site into var/site (mkdocs --strict: a broken link or a page missing fails); the reference pages are checked against the code first
+	$(BIN)/python -m service.reference --check
+	$(BIN)/mkdocs build --strict --quiet
 
 lint: $(STAMP) ## ruff check + format check
 	$(BIN)/ruff check service tests loadtest
@@ -59,9 +71,11 @@ check: lint typecheck test ## everything CI runs on the code
 bench: $(STAMP) ## learner micro-benchmarks (prints a table)
 	$(BIN)/python -m service bench $(ARGS)
 
-replay: $(STAMP) ## paper protocol on both shared datasets into docs/replay/
-	$(BIN)/python -m service replay ../shared/data/phishing/phishing --out docs/replay/phishing $(ARGS)
-	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --out docs/replay/svmguide1 $(ARGS)
+replay: $(STAMP) ## paper protocol (the bare learners: --bare) on both shared datasets: data into loadtest/results/replay/, figures into docs/results/replay/figures/
+	$(BIN)/python -m service replay ../shared/data/phishing/phishing --bare --out loadtest/results/replay/phishing \
+		--figures docs/results/replay/figures/phishing $(ARGS)
+	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --bare --out loadtest/results/replay/svmguide1 \
+		--figures docs/results/replay/figures/svmguide1 $(ARGS)
 
 kafka-start: $(STAMP) ## start the local single-node Kafka on 127.0.0.1:9092 (ARGS="--brokers 3": a cluster; "--kafka 4": Kafka 4)
 	$(BIN)/python -m service kafka start $(ARGS)

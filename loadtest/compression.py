@@ -58,16 +58,32 @@ def records(n: int) -> list[tuple[bytes, bytes]]:
         decision = Decision(eid, "default", action, decided, score, 0.3, 12, i % 5 != 4, p, ts)
         out.append((eid.encode(), decision.to_json()))
         if i % 5 != 4:
-            request = LabelRequest(request_id("default", eid), eid, "default", x, score, 0.3,
-                                   label, p, 12, ts, ts + 3600, 1 - abs(score))  # fmt: skip
+            request = LabelRequest(
+                request_id("default", eid),
+                eid,
+                "default",
+                x,
+                score,
+                0.3,
+                label,
+                p,
+                12,
+                ts,
+                ts + 3600,
+                1 - abs(score),
+            )
             out.append((b"default", request.to_json()))
     return out
 
 
 async def _write(settings: Settings, topic: str, batch: list[tuple[bytes, bytes]]) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all",
-                                max_batch_size=1_048_576 - 1024, linger_ms=5,
-                                **producer_options(settings))  # fmt: skip
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        max_batch_size=1_048_576 - 1024,
+        linger_ms=5,
+        **producer_options(settings),
+    )
     await producer.start()
     try:
         began = time.process_time()
@@ -79,9 +95,13 @@ async def _write(settings: Settings, topic: str, batch: list[tuple[bytes, bytes]
 
 
 async def _read(settings: Settings, topic: str, count: int) -> float:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers,
-                                group_id=None, auto_offset_reset="earliest",
-                                **consumer_options(settings))  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=None,
+        auto_offset_reset="earliest",
+        **consumer_options(settings),
+    )
     await consumer.start()
     try:
         began, seen = time.process_time(), 0
@@ -97,8 +117,12 @@ def _stored(data: Path, topic: str) -> int:
     return sum(f.stat().st_size for f in data.glob(f"**/{topic}-0/*.log"))
 
 
-async def _round(bootstrap: str, data: Path, batch: list[tuple[bytes, bytes]], codec: str,
-                 ) -> tuple[float, float, int]:  # fmt: skip
+async def _round(
+    bootstrap: str,
+    data: Path,
+    batch: list[tuple[bytes, bytes]],
+    codec: str,
+) -> tuple[float, float, int]:
     settings = Settings(broker=(bootstrap,), compression=codec)
     topic = f"compression-{codec}-{uuid.uuid4().hex[:8]}"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -141,8 +165,10 @@ def main() -> int:
     def med(codec: str, i: int) -> float:
         return statistics.median(row[i] for row in rows[codec])
 
-    print(f"{n} records ({args.records} decisions, label requests for 80 %), "
-          f"{args.rounds} rounds, medians")  # fmt: skip
+    print(
+        f"{n} records ({args.records} decisions, label requests for 80 %), "
+        f"{args.rounds} rounds, medians"
+    )
     print(
         "| codec | write CPU µs/record | read CPU µs/record | bytes/record stored | "
         "write CPU / none | read CPU / none | bytes / none |"
@@ -150,9 +176,11 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for codec in CODECS:
         w, r, b = med(codec, 0), med(codec, 1), med(codec, 2)
-        print(f"| {codec} | {w / n * 1e6:.1f} | {r / n * 1e6:.1f} | {b / n:.0f} | "
-              f"{w / med('none', 0):.2f} | {r / med('none', 1):.2f} | "
-              f"{b / med('none', 2):.2f} |")  # fmt: skip
+        print(
+            f"| {codec} | {w / n * 1e6:.1f} | {r / n * 1e6:.1f} | {b / n:.0f} | "
+            f"{w / med('none', 0):.2f} | {r / med('none', 1):.2f} | "
+            f"{b / med('none', 2):.2f} |"
+        )
     return 0
 
 

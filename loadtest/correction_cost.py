@@ -55,8 +55,11 @@ class Sink:
 
 
 def learner(n_features: int, *, reach: int, shadow: bool) -> tuple[LabelJoiner, dict[bytes, bytes]]:
-    model: dict[str, Any] = {"algorithm": "dsal", "n_features": n_features,
-                             "corrections": {"reach": reach}}  # fmt: skip
+    model: dict[str, Any] = {
+        "algorithm": "dsal",
+        "n_features": n_features,
+        "corrections": {"reach": reach},
+    }
     models = {"m": ModelConfig.model_validate(model)}
     if shadow:
         models["m-dral"] = ModelConfig.model_validate(
@@ -67,10 +70,15 @@ def learner(n_features: int, *, reach: int, shadow: bool) -> tuple[LabelJoiner, 
     history: dict[bytes, bytes] = {}
     metrics = Metrics(CollectorRegistry(), models=s.models)
     joiner = LabelJoiner(
-        s, pending=PendingStore({}, admission(s)), parked=ParkedStore({}),
-        models=ModelStore({}, initial), history=History(history, s, admission(s)),
-        outputs=Outputs(Sink(), s.topics, metrics), metrics=metrics, clock=time.time,
-    )  # fmt: skip
+        s,
+        pending=PendingStore({}, admission(s)),
+        parked=ParkedStore({}),
+        models=ModelStore({}, initial),
+        history=History(history, s, admission(s)),
+        outputs=Outputs(Sink(), s.topics, metrics),
+        metrics=metrics,
+        clock=time.time,
+    )
     joiner.own(frozenset({0}))
     return joiner, history
 
@@ -114,8 +122,7 @@ async def main_async(args: argparse.Namespace) -> None:
             if reach:
                 kept = sum(len(k) + len(v) for k, v in history.items())
                 for j, depth in enumerate(DEPTHS):
-                    fixes[depth].append(await correct(joiner, args.labels, depth,
-                                                      args.labels + j))  # fmt: skip
+                    fixes[depth].append(await correct(joiner, args.labels, depth, args.labels + j))
     off, on = statistics.median(per[0]), statistics.median(per[200])
     members = "champion and a shadow" if args.shadow else "champion"
     print(f"{args.features} features, {args.labels} labels, {members}, adaptive (default)")

@@ -185,10 +185,19 @@ async def fill(settings: Settings, n: int, X: np.ndarray) -> None:
         for i in range(n):
             event_id = f"fill-{i}"
             req = LabelRequest(
-                request_id(MODEL, event_id), event_id, MODEL, X[i % len(X)].tolist(),
-                rng.uniform(-1, 1), 1.0, 0, rng.uniform(0.05, 1.0), 0, now, now + 3600,
+                request_id(MODEL, event_id),
+                event_id,
+                MODEL,
+                X[i % len(X)].tolist(),
+                rng.uniform(-1, 1),
+                1.0,
+                0,
+                rng.uniform(0.05, 1.0),
+                0,
+                now,
+                now + 3600,
                 rng.random(),
-            )  # fmt: skip
+            )
             await client.send(settings.topics.label_requests, MODEL, req.to_json())
         await client.flush()
 
@@ -340,9 +349,11 @@ def _report(args: argparse.Namespace, facts: dict[str, Any], out: dict[str, Any]
         f"(model {MODEL}, {N_FEATURES} features), {args.clients} people, {args.seconds:g} s "
         "per phase"
     )
-    print(f"desk read the topics from their beginning in {facts['read_seconds']:.1f} s "
-          f"(ready with {facts['open']} open); resident memory {facts['rss_ready']:.0f} MiB "
-          f"ready, {facts['rss_end']:.0f} MiB at the end")  # fmt: skip
+    print(
+        f"desk read the topics from their beginning in {facts['read_seconds']:.1f} s "
+        f"(ready with {facts['open']} open); resident memory {facts['rss_ready']:.0f} MiB "
+        f"ready, {facts['rss_end']:.0f} MiB at the end"
+    )
     print(f"{args.clients} logins (scrypt) in {out['login_seconds']:.2f} s")
     print(f"{'phase':<28}{'calls/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'desk CPU':>10}  statuses")
     print("-" * 90)
@@ -360,14 +371,18 @@ def _report(args: argparse.Namespace, facts: dict[str, Any], out: dict[str, Any]
         )
     answer = out["answer"]
     rate = answer["answered"] / args.seconds
-    print(f"answers saved in the answer phase: {answer['answered']} ({rate:.1f}/s; the "
-          "latency above is the answer call's)")  # fmt: skip
+    print(
+        f"answers saved in the answer phase: {answer['answered']} ({rate:.1f}/s; the "
+        "latency above is the answer call's)"
+    )
     for kind in ("next", "answer"):
         r = out[kind]
         loops = sum(r["statuses"].values())
-        print(f"{kind} phase: /api/next found no request for the person {r['empty']} times in "
-              f"{loops} loops, with {facts['open']} requests open; {r['lost']:.0f} claims "
-              "lost")  # fmt: skip
+        print(
+            f"{kind} phase: /api/next found no request for the person {r['empty']} times in "
+            f"{loops} loops, with {facts['open']} requests open; {r['lost']:.0f} claims "
+            "lost"
+        )
     lab = out["label"]
     print(
         f"label -> model ({len(lab['seen'])} labels, one at a time): submit -> Saved p50 "
@@ -409,25 +424,45 @@ def main() -> int:
         path = _config(work, run, args.requests)
         settings = load_settings(path, broker=broker)
         worker_port, desk_port = find_free_ports(2)
-        worker = _spawn(["worker", "--config", str(path), "--broker", broker,
-                         "--web-port", str(worker_port)], work / "worker.log")  # fmt: skip
-        took = _wait(lambda: json.loads(_get(worker_port, "/readyz"))["ready"], 180, "worker",
-                     worker)  # fmt: skip
-        print(f"worker {worker.pid} ready after {took:.1f} s; filling {args.requests} "
-              "requests", flush=True)  # fmt: skip
+        worker = _spawn(
+            ["worker", "--config", str(path), "--broker", broker, "--web-port", str(worker_port)],
+            work / "worker.log",
+        )
+        took = _wait(
+            lambda: json.loads(_get(worker_port, "/readyz"))["ready"], 180, "worker", worker
+        )
+        print(
+            f"worker {worker.pid} ready after {took:.1f} s; filling {args.requests} requests",
+            flush=True,
+        )
         began = time.monotonic()
         asyncio.run(fill(settings, args.requests, X))
         print(f"produced {args.requests} requests in {time.monotonic() - began:.1f} s", flush=True)
-        took = _wait(lambda: _metric(worker_port, "abstain_pending_requests") >= args.requests,
-                     900, "the worker to hold the requests", worker)  # fmt: skip
+        took = _wait(
+            lambda: _metric(worker_port, "abstain_pending_requests") >= args.requests,
+            900,
+            "the worker to hold the requests",
+            worker,
+        )
         print(f"worker holds them after {took:.1f} s more", flush=True)
 
         users = {f"bench-{i}": secrets.token_urlsafe(12) for i in range(args.clients)}
         lines = [f'[users.{u}]\npassword = "{hash_password(pw)}"' for u, pw in users.items()]
         (work / "users.toml").write_text("\n".join(lines) + "\n")
-        desk = _spawn(["desk", "--config", str(path), "--broker", broker, "--port",
-                       str(desk_port), "--users", str(work / "users.toml")],
-                      work / "desk.log")  # fmt: skip
+        desk = _spawn(
+            [
+                "desk",
+                "--config",
+                str(path),
+                "--broker",
+                broker,
+                "--port",
+                str(desk_port),
+                "--users",
+                str(work / "users.toml"),
+            ],
+            work / "desk.log",
+        )
         usage = Usage(desk.pid)
 
         def read_all() -> bool:
@@ -440,10 +475,14 @@ def main() -> int:
             "open": json.loads(_get(desk_port, "/readyz"))["open"],
             "rss_ready": usage.rss_mib(),
         }
-        print(f"desk {desk.pid} ready with {facts['open']} open requests after {took:.1f} s; "
-              f"measuring", flush=True)  # fmt: skip
-        out = asyncio.run(measure(args, f"http://127.0.0.1:{desk_port}", worker_port, usage,
-                                  users, desk_port))  # fmt: skip
+        print(
+            f"desk {desk.pid} ready with {facts['open']} open requests after {took:.1f} s; "
+            f"measuring",
+            flush=True,
+        )
+        out = asyncio.run(
+            measure(args, f"http://127.0.0.1:{desk_port}", worker_port, usage, users, desk_port)
+        )
         facts["rss_end"] = usage.rss_mib()
     finally:
         _stop(desk, 15)

@@ -107,15 +107,19 @@ async def probe(base: str, seconds: float, cookie: str, csrf: str) -> dict[str, 
     import aiohttp  # noqa: PLC0415
 
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(),
-                                     timeout=timeout) as person, \
-            aiohttp.ClientSession(timeout=timeout) as prober:  # fmt: skip
+    async with (
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), timeout=timeout) as person,
+        aiohttp.ClientSession(timeout=timeout) as prober,
+    ):
         out: dict[str, Any] = {"next": [], "healthz": [], "next_status": {}}
         end = time.monotonic() + seconds
 
         async def next_loop() -> None:
-            headers = {"X-CSRF-Token": csrf, "X-Forwarded-For": "192.0.2.10",
-                       "Cookie": f"abstain_desk={cookie}"}  # fmt: skip
+            headers = {
+                "X-CSRF-Token": csrf,
+                "X-Forwarded-For": "192.0.2.10",
+                "Cookie": f"abstain_desk={cookie}",
+            }
             while time.monotonic() < end:
                 began = time.perf_counter()
                 async with person.post(base + "/api/next", json={}, headers=headers) as r:
@@ -161,8 +165,7 @@ async def flood(base: str, seconds: float, clients: int, mode: str, run: int) ->
         # one login form, kept: its pre-login cookie and token, sent with every guess (the
         # desk's answers would hand out new ones; an attacker need not take them)
         timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(),
-                                         timeout=timeout) as s:  # fmt: skip
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), timeout=timeout) as s:
             async with s.get(base + "/login") as r:
                 token = re.search(r'name="token" value="([^"]+)"', await r.text())
                 nonce = r.cookies["abstain_desk_login"].value
@@ -172,8 +175,9 @@ async def flood(base: str, seconds: float, clients: int, mode: str, run: int) ->
                 group, user, address = _guess(mode, run, client, n, clients)
                 data = {"user": user, "password": f"guess-{n}", "token": token.group(1)}
                 headers = {"X-Forwarded-For": address, "Cookie": f"abstain_desk_login={nonce}"}
-                async with s.post(base + "/login", data=data, allow_redirects=False,
-                                  headers=headers) as r:  # fmt: skip
+                async with s.post(
+                    base + "/login", data=data, allow_redirects=False, headers=headers
+                ) as r:
                     await r.read()
                 by_status = counts.setdefault(group, {})
                 by_status[r.status] = by_status.get(r.status, 0) + 1
@@ -191,15 +195,22 @@ def _spawn(args: list[str], log: Path, *, module: bool = True) -> subprocess.Pop
     cmd = [sys.executable, "-m", "service", *args] if module else [sys.executable, *args]
     with log.open("wb") as out:
         return subprocess.Popen(  # noqa: S603 - fixed argv
-            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
-        )  # fmt: skip
+        )
 
 
 def _child(work: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
     """This script again, as the prober or the flooder; it writes its JSON to a file."""
-    return _spawn([str(Path(__file__).resolve()), *args, "--out", str(work / f"{name}.json")],
-                  work / f"{name}.log", module=False)  # fmt: skip
+    return _spawn(
+        [str(Path(__file__).resolve()), *args, "--out", str(work / f"{name}.json")],
+        work / f"{name}.log",
+        module=False,
+    )
 
 
 def _get(port: int, path: str) -> bytes:
@@ -259,19 +270,38 @@ async def _topics_and_requests(settings: Any) -> None:
     await admin.start()
     try:
         t = settings.topics
-        await admin.create_topics([
-            NewTopic(t.label_requests, 1, 1), NewTopic(t.labels, 1, 1),
-            NewTopic(f"{settings.app_id}-pending-changelog", 1, 1,
-                     topic_configs={"cleanup.policy": "compact"}),
-        ])  # fmt: skip
+        await admin.create_topics(
+            [
+                NewTopic(t.label_requests, 1, 1),
+                NewTopic(t.labels, 1, 1),
+                NewTopic(
+                    f"{settings.app_id}-pending-changelog",
+                    1,
+                    1,
+                    topic_configs={"cleanup.policy": "compact"},
+                ),
+            ]
+        )
     finally:
         await admin.close()
     now = time.time()
     async with Client(settings) as client:
         for i in range(REQUESTS):
             event = f"flood-{i}"
-            req = LabelRequest(request_id(MODEL, event), event, MODEL, [0.1 * i, 1.0, -1.0],
-                               0.1, 1.0, 0, 0.5, 0, now, now + 3600, 0.5)  # fmt: skip
+            req = LabelRequest(
+                request_id(MODEL, event),
+                event,
+                MODEL,
+                [0.1 * i, 1.0, -1.0],
+                0.1,
+                1.0,
+                0,
+                0.5,
+                0,
+                now,
+                now + 3600,
+                0.5,
+            )
             await client.send(t.label_requests, MODEL, req.to_json())
         await client.flush()
 
@@ -287,20 +317,34 @@ def _start(args: argparse.Namespace, work: Path) -> tuple[Any, subprocess.Popen[
     broker = args.broker
     if broker is None:
         port, ctl = find_free_ports(2)
-        kafka = LocalKafka(port=port, controller_port=ctl, data_dir=work / "kafka",
-                           die_with_parent=True)  # fmt: skip
+        kafka = LocalKafka(
+            port=port, controller_port=ctl, data_dir=work / "kafka", die_with_parent=True
+        )
         kafka.start()
         broker = kafka.bootstrap
     path = _config(work, uuid.uuid4().hex[:6])
     asyncio.run(_topics_and_requests(load_settings(path, broker=broker)))
     password = secrets.token_urlsafe(12)
-    secret = {"person": password} | {f"ann{r}": secrets.token_urlsafe(12)
-                                     for r in range(1, args.runs + 1)}  # fmt: skip
+    secret = {"person": password} | {
+        f"ann{r}": secrets.token_urlsafe(12) for r in range(1, args.runs + 1)
+    }
     lines = [f'[users.{u}]\npassword = "{hash_password(pw)}"' for u, pw in secret.items()]
     (work / "users.toml").write_text("\n".join(lines) + "\n")
     desk_port = find_free_ports(1)[0]
-    desk = _spawn(["desk", "--config", str(path), "--broker", broker, "--port", str(desk_port),
-                   "--users", str(work / "users.toml")], work / "desk.log")  # fmt: skip
+    desk = _spawn(
+        [
+            "desk",
+            "--config",
+            str(path),
+            "--broker",
+            broker,
+            "--port",
+            str(desk_port),
+            "--users",
+            str(work / "users.toml"),
+        ],
+        work / "desk.log",
+    )
 
     def ready() -> bool:
         body = json.loads(_get(desk_port, "/readyz"))
@@ -310,17 +354,47 @@ def _start(args: argparse.Namespace, work: Path) -> tuple[Any, subprocess.Popen[
     return kafka, desk, desk_port, password
 
 
-def _phase(work: Path, base: str, args: argparse.Namespace, run: int, loaded: bool,
-           person: tuple[str, str], desk_pid: int) -> dict[str, Any]:  # fmt: skip
+def _phase(
+    work: Path,
+    base: str,
+    args: argparse.Namespace,
+    run: int,
+    loaded: bool,
+    person: tuple[str, str],
+    desk_pid: int,
+) -> dict[str, Any]:
     name = f"run{run}-{'loaded' if loaded else 'unloaded'}"
     cpu = _cpu(desk_pid)
-    probe_args = ["--probe", base, "--seconds", str(args.seconds), "--cookie", person[0],
-                  "--csrf", person[1]]  # fmt: skip
+    probe_args = [
+        "--probe",
+        base,
+        "--seconds",
+        str(args.seconds),
+        "--cookie",
+        person[0],
+        "--csrf",
+        person[1],
+    ]
     procs = [_child(work, f"{name}-probe", probe_args)]
     if loaded:
-        procs.append(_child(work, f"{name}-flood", [
-            "--flood", base, "--seconds", str(args.seconds), "--clients", str(args.clients),
-            "--mode", args.mode, "--run", str(run + 1)]))  # fmt: skip
+        procs.append(
+            _child(
+                work,
+                f"{name}-flood",
+                [
+                    "--flood",
+                    base,
+                    "--seconds",
+                    str(args.seconds),
+                    "--clients",
+                    str(args.clients),
+                    "--mode",
+                    args.mode,
+                    "--run",
+                    str(run + 1),
+                ],
+            )
+        )
     for proc, kind in zip(procs, ("probe", "flood"), strict=False):
         if proc.wait(args.seconds + 120) != 0:
             tail = (work / f"{name}-{kind}.log").read_text()[-2000:]
@@ -337,11 +411,15 @@ def _phase(work: Path, base: str, args: argparse.Namespace, run: int, loaded: bo
 
 def _report(args: argparse.Namespace, runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
     ms = 1000.0
-    print(f"\nabstain desk login flood: 1 desk replica, {args.clients} flooding clients "
-          f"({args.mode}), {args.seconds:g} s unloaded then {args.seconds:g} s loaded per run, "
-          f"{len(runs)} run(s); the person and /healthz every {PACE * 1000:.0f} ms")  # fmt: skip
-    head = (f"{'run':<5}{'next p50':>10}{'next p99':>10}{'loaded':>10}{'x':>7}"
-            f"{'healthz p99':>13}{'loaded':>10}{'x':>7}{'desk CPU':>16}")  # fmt: skip
+    print(
+        f"\nabstain desk login flood: 1 desk replica, {args.clients} flooding clients "
+        f"({args.mode}), {args.seconds:g} s unloaded then {args.seconds:g} s loaded per run, "
+        f"{len(runs)} run(s); the person and /healthz every {PACE * 1000:.0f} ms"
+    )
+    head = (
+        f"{'run':<5}{'next p50':>10}{'next p99':>10}{'loaded':>10}{'x':>7}"
+        f"{'healthz p99':>13}{'loaded':>10}{'x':>7}{'desk CPU':>16}"
+    )
     print(head + "\n" + "-" * len(head))
     ratios: dict[str, list[float]] = {"next": [], "healthz": []}
     p99: dict[str, list[float]] = {k: [] for k in ("next", "next_l", "healthz", "healthz_l")}
@@ -352,16 +430,20 @@ def _report(args: argparse.Namespace, runs: list[tuple[dict[str, Any], dict[str,
             ratios[kind].append(row[kind + "_l"] / row[kind])
             p99[kind].append(row[kind])
             p99[kind + "_l"].append(row[kind + "_l"])
-        print(f"{i + 1:<5}{_pct(quiet['next'], 50) * ms:>10.1f}{row['next'] * ms:>10.1f}"
-              f"{row['next_l'] * ms:>10.1f}{ratios['next'][-1]:>7.2f}"
-              f"{row['healthz'] * ms:>13.1f}{row['healthz_l'] * ms:>10.1f}"
-              f"{ratios['healthz'][-1]:>7.2f}"
-              f"{quiet['desk_cpu'] * 100:>8.0f}%/{busy['desk_cpu'] * 100:.0f}%")  # fmt: skip
+        print(
+            f"{i + 1:<5}{_pct(quiet['next'], 50) * ms:>10.1f}{row['next'] * ms:>10.1f}"
+            f"{row['next_l'] * ms:>10.1f}{ratios['next'][-1]:>7.2f}"
+            f"{row['healthz'] * ms:>13.1f}{row['healthz_l'] * ms:>10.1f}"
+            f"{ratios['healthz'][-1]:>7.2f}"
+            f"{quiet['desk_cpu'] * 100:>8.0f}%/{busy['desk_cpu'] * 100:.0f}%"
+        )
     med = statistics.median
-    print(f"median: next p99 {med(p99['next']) * ms:.1f} -> {med(p99['next_l']) * ms:.1f} ms "
-          f"({med(ratios['next']):.2f}x), /healthz p99 {med(p99['healthz']) * ms:.1f} -> "
-          f"{med(p99['healthz_l']) * ms:.1f} ms ({med(ratios['healthz']):.2f}x); goal: within "
-          "1.5x unloaded")  # fmt: skip
+    print(
+        f"median: next p99 {med(p99['next']) * ms:.1f} -> {med(p99['next_l']) * ms:.1f} ms "
+        f"({med(ratios['next']):.2f}x), /healthz p99 {med(p99['healthz']) * ms:.1f} -> "
+        f"{med(p99['healthz_l']) * ms:.1f} ms ({med(ratios['healthz']):.2f}x); goal: within "
+        "1.5x unloaded"
+    )
     for i, (_, busy) in enumerate(runs):
         counts = busy["flood"]["counts"]
         total = sum(sum(c.values()) for c in counts.values())
@@ -371,9 +453,11 @@ def _report(args: argparse.Namespace, runs: list[tuple[dict[str, Any], dict[str,
                 statuses[int(status)] = statuses.get(int(status), 0) + n
         guesses = {group: c.get("401", 0) / args.seconds for group, c in counts.items()}
         said = ", ".join(f"{group} {rate:.2f}/s" for group, rate in sorted(guesses.items()))
-        print(f"run {i + 1}: flood {total / args.seconds:.0f} requests/s, answered "
-              f"{dict(sorted(statuses.items()))}; guesses checked: {said} "
-              "(account: the one flooded account; address: the one flooding address)")  # fmt: skip
+        print(
+            f"run {i + 1}: flood {total / args.seconds:.0f} requests/s, answered "
+            f"{dict(sorted(statuses.items()))}; guesses checked: {said} "
+            "(account: the one flooded account; address: the one flooding address)"
+        )
 
 
 # --------------------------------------------------------------------------- main

@@ -199,7 +199,7 @@ def _config(work: Path, X: np.ndarray, args: argparse.Namespace, budget: Any) ->
         **({} if args.batch_size is None else {"batch_size": args.batch_size}),
         "models": {"default": model},
         "log_level": "warning",
-    }  # fmt: skip
+    }
 
 
 def _measure(
@@ -217,10 +217,23 @@ def _measure(
     try:
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "service", "worker", "--config", str(path),
-                 "--broker", broker, "--web-port", str(port)],
-                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "service",
+                    "worker",
+                    "--config",
+                    str(path),
+                    "--broker",
+                    broker,
+                    "--web-port",
+                    str(port),
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         _ready(port, proc, log)
         run_args = argparse.Namespace(**{**vars(args), "web_port": port})
         return asyncio.run(_run(settings, X, run_args)), settings
@@ -275,8 +288,9 @@ def main() -> int:
             from service.localkafka import LocalKafka, find_free_ports
 
             port, ctl = find_free_ports(2)
-            kafka = LocalKafka(port=port, controller_port=ctl, data_dir=work / "kafka",
-                               die_with_parent=True)  # fmt: skip
+            kafka = LocalKafka(
+                port=port, controller_port=ctl, data_dir=work / "kafka", die_with_parent=True
+            )
             kafka.start()
             broker = kafka.bootstrap
         results, settings = _measure(work, broker, X, args, None, args.web_port)

@@ -50,8 +50,12 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def collect(results: Path) -> tuple[str, list[dict[str, Any]]]:
     """The combined table and the summaries found in ``results``."""
     found = [json.loads(p.read_text()) for p in sorted(results.glob("summary-*.json"))]
-    found.sort(key=lambda f: (ORDER.index(f["row"]["scenario"]) if f["row"]["scenario"] in ORDER
-                              else len(ORDER), f["row"]["size"]))  # fmt: skip
+    found.sort(
+        key=lambda f: (
+            ORDER.index(f["row"]["scenario"]) if f["row"]["scenario"] in ORDER else len(ORDER),
+            f["row"]["size"],
+        )
+    )
     return _table([f["row"] for f in found]), [f["summary"] for f in found]
 
 
@@ -69,8 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, ABSTAIN_FAULTS_RESULTS=str(results))
     if args.bootstrap:
         env["ABSTAIN_TEST_BOOTSTRAP"] = args.bootstrap
-    cmd = [sys.executable, "-m", "pytest", *TESTS, "-q", "-p", "no:cacheprovider",
-           "-m", "slow" if args.full else "not slow"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *TESTS,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "slow" if args.full else "not slow",
+    ]
     if args.keyword:
         cmd += ["-k", args.keyword]
     print("$", " ".join(cmd), flush=True)
@@ -80,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
 
     table, summaries = collect(results)
     size = "full" if args.full else "CI"
-    text = [f"\n## Fault-injection summary ({size} size, {took:.0f} s, pytest exit {code})\n",
-            table, ""]  # fmt: skip
+    text = [
+        f"\n## Fault-injection summary ({size} size, {took:.0f} s, pytest exit {code})\n",
+        table,
+        "",
+    ]
     for s in summaries:
         notes = "; ".join(f"{k} {v}" for k, v in s["notes"].items() if v != "")
         text.append(f"- **{s['scenario']} ({s['size']})**: {notes}")

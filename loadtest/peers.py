@@ -1,6 +1,7 @@
 """The peers benchmark: abstain against River on the same streams, budgets and coins.
 
-Usage: ``python loadtest/peers.py [--seeds 5] [--out docs/replay/peers] [--arf]``
+Usage: ``python loadtest/peers.py [--seeds 5] [--out loadtest/results/peers] [--figures DIR]
+[--arf]``
 (River and scikit-learn come with the ``bench`` extra: ``pip install -e '.[bench]'``).
 Prints one table and writes ``peers.md`` (the table), ``peers.json`` (every run's
 measures and the settings) and ``window-risk.png`` to ``--out``.
@@ -11,22 +12,27 @@ Streams (``d = 0.25`` everywhere; run ``r`` of ``--seeds``):
   (variant 0 to 3), rotating hyperplane; 15,000 events, change at 5,000, stream seed ``r``;
 * stationary Phishing and svmguide1 (``../shared/data``): the replay's own trials
   (``plan_trials(n, runs, 10_000, seed=0)``, drawn with replacement), so abstain's rows
-  are those of ``abstain replay --scaler-fit labels`` on the same runs;
+  are those of ``abstain replay`` on the same runs;
 * a short stream: scikit-learn's copy of the breast-cancer data (569 events), in a random
   order per run.
 
-Models (every one learns its standardisation from the labelled examples only, as a
-stream worker does; River's pipelines do the same):
+Models (River's pipelines learn their standardisation from the labelled examples only):
 
-* ``abstain``: today's defaults through the replay's own code
-  (:func:`service.replay.sequential.variant_learner`): DSAL held to a
-  :class:`~service.learning.QueryBudget` at 5/10/20 %, DSOL with every label;
-* ``abstain adaptive``: the learner a stream worker serves by default, inside
+* ``abstain served`` (first in the table): the learner a stream worker serves for a model of
+  the default configuration, built by the worker's own functions
+  (:func:`service.replay.options.served_options`, :func:`service.learning.serving_learner`
+  through ``variant_learner``, :func:`service.learning.serving_pipeline`): inside
   :class:`service.learning.adaptive.Adaptive` (change detection, challengers, exploration,
-  tracking steps), built by the worker's own function
-  (:func:`service.learning.serving_learner`, through ``variant_learner`` with
-  ``ReplayOptions.adaptive``); ``--adaptive KEY=VALUE`` runs it with one setting changed (a
-  part, e.g. ``steps=false``, or a keyword of ``Adaptive``);
+  tracking steps), the normalized update, a standardiser of every event's moments (merged
+  at each label, as the scorers send them) then one of the labelled rows; DSAL held to a
+  :class:`~service.learning.QueryBudget` at 5/10/20 %, DSOL with every label;
+  ``--adaptive KEY=VALUE`` runs it with one setting changed (a part, e.g. ``steps=false``,
+  or a keyword of ``Adaptive``);
+* ``abstain served before`` (``--models before``): what a worker served before, the same
+  wrapper with the paper's update and a standardiser of the labelled rows;
+* ``abstain bare``: the paper's learner through the replay's own code
+  (:func:`service.replay.sequential.variant_learner`) with a standardiser of the labelled
+  rows;
 * River's ``LogisticRegression`` with every label, at River's default step (SGD 0.01) and
   at 0.1 (the step that recovers fastest from the label flip, within a few % of the best on
   the stationary sets), and at 0.1 reset by ``drift.ADWIN``
@@ -61,10 +67,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
-from service.learning import Budgeted, Parts, default_pipeline  # noqa: E402
+from service.learning import Budgeted, Parts, default_pipeline, serving_pipeline  # noqa: E402
 from service.learning.adaptive import Adaptive  # noqa: E402
 from service.learning.drift import ADWIN  # noqa: E402
-from service.replay.options import ReplayOptions  # noqa: E402
+from service.replay.options import ReplayOptions, served_options  # noqa: E402
 from service.replay.prequential import (  # noqa: E402
     Trace,
     ends_rejecting,
@@ -166,20 +172,32 @@ def _adaptive_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 def _abstain_model(
     stream: Stream,
     budget: float | None,
-    adaptive: dict[str, Any] | None,
+    kind: str,
+    adaptive: dict[str, Any] | None = None,
     params: dict[str, Any] | None = None,
 ) -> Any:
-    """abstain's model for ``stream``: the bare learner (``adaptive=None``), or the one a
-    worker serves (``serving_learner`` through ``variant_learner``) with the ``--adaptive``
-    settings: a part named with a boolean (``steps=false``) turned on or off, any other an
-    ``Adaptive`` keyword (``challengers=["fresh"]``) on top of the served wrapper's own;
-    ``params``: the learner's hyperparameters (``--param``, as ``abstain replay --param``)."""
+    """abstain's model for ``stream`` (:data:`ABSTAIN_KINDS`): ``"served"``, what a worker
+    serves for a model of the default configuration (``served_options``, built by
+    ``serving_learner`` through ``variant_learner``); ``"before"``, what it served before
+    (the wrapper, the paper's update; its pipeline is :func:`abstain_arm`'s); ``"bare"``, the
+    paper's learner alone. The wrapped ones take the ``--adaptive`` settings: a part named
+    with a boolean (``steps=false``) turned on or off, any other an ``Adaptive`` keyword
+    (``challengers=["fresh"]``) on top of the served wrapper's own; ``params``: the learner's
+    hyperparameters (``--param``, as ``abstain replay --param``)."""
     variant = Variant("dsal", budget, "budget") if budget else Variant("dsol")
-    settings = {} if adaptive is None else dict(adaptive)
+    settings = {} if kind == "bare" else dict(adaptive or {})
     named = [k for k in PART_NAMES if isinstance(settings.get(k), bool)]
-    parts = None if adaptive is None else Parts(**{k: settings.pop(k) for k in named})
-    options = ReplayOptions(algorithms=(variant.algorithm,), costs=(COST,), seed=0,
-                            adaptive=parts, params=dict(params or {}))  # fmt: skip
+    parts = None if kind == "bare" else Parts(**{k: settings.pop(k) for k in named})
+    fields: dict[str, Any] = {
+        "algorithms": (variant.algorithm,),
+        "costs": (COST,),
+        "seed": 0,
+        "params": dict(params or {}),
+    }
+    if kind == "served":
+        options = served_options(**fields, adaptive=parts)
+    else:
+        options = ReplayOptions(**fields, adaptive=parts)
     model = variant_learner(variant, COST, stream.X.shape[1] + 1, options)
     if not settings:
         return model
@@ -189,17 +207,28 @@ def _abstain_model(
     return Budgeted(wrapper, model.budget) if isinstance(model, Budgeted) else wrapper
 
 
+#: abstain's models: what a worker serves, what it served before (the paper's update and a
+#: standardiser of the labelled rows), the paper's learner bare
+ABSTAIN_KINDS = ("served", "before", "bare")
+_NAMES = {"served": "abstain served", "before": "abstain served before", "bare": "abstain bare"}
+
+
 def abstain_arm(
-    budget: float | None, *, adaptive: dict[str, Any] | None, params: dict[str, Any] | None = None
+    budget: float | None,
+    kind: str,
+    *,
+    adaptive: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Arm:
     def run(stream: Stream) -> Trace:
-        model = _abstain_model(stream, budget, adaptive, params)
-        pipe = default_pipeline(stream.X.shape[1])
+        model = _abstain_model(stream, budget, kind, adaptive, params)
+        d = stream.X.shape[1]
+        pipe = serving_pipeline(d) if kind == "served" else default_pipeline(d)
         return run_stream(model, stream.X, stream.y, stream.coins, COST, pipeline=pipe)
 
-    named = {**(adaptive or {}), **(params or {})}
+    named = {**({} if kind == "bare" else adaptive or {}), **(params or {})}
     settings = ", ".join(f"{k}={json.dumps(v)}" for k, v in named.items())
-    name = "abstain" if adaptive is None else "abstain adaptive"
+    name = _NAMES[kind]
     return Arm(f"{name} ({settings})" if settings else name, budget, run)
 
 
@@ -381,19 +410,21 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
 
 
 # -- running ---------------------------------------------------------------------------
-MODEL_KINDS = ("abstain", "adaptive", "river", "oracle")
+MODEL_KINDS = (*ABSTAIN_KINDS, "river", "oracle")
+#: the names the kinds had before (``abstain``: the bare learner, ``adaptive``: the wrapper)
+ALIASES = {"abstain": "bare", "adaptive": "served"}
 
 
 def arms(args: argparse.Namespace) -> list[Arm]:
     out: list[Arm] = []
+    kinds = [ALIASES.get(k, k) for k in args.models]
     for b in args.budgets:
-        if "abstain" in args.models:
-            out.append(abstain_arm(b, adaptive=None, params=args.param))
-        if "adaptive" in args.models:
-            out.append(abstain_arm(b, adaptive=args.adaptive, params=args.param))
-    if "river" in args.models:
+        for kind in ABSTAIN_KINDS:  # the served stack first
+            if kind in kinds:
+                out.append(abstain_arm(b, kind, adaptive=args.adaptive, params=args.param))
+    if "river" in kinds:
         out += river_arms(tuple(args.budgets), args.arf)
-    if "oracle" in args.models:
+    if "oracle" in kinds:
         out.append(oracle_arm())
     return out
 
@@ -449,7 +480,10 @@ def figure(results: dict[str, dict[str, list[dict[str, Any]]]], path: Path, args
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--seeds", type=int, default=5, help="runs per stream (default 5)")
-    p.add_argument("--out", type=Path, default=Path("docs/replay/peers"))
+    p.add_argument("--out", type=Path, default=Path("loadtest/results/peers"))
+    p.add_argument(
+        "--figures", type=Path, default=None, help="directory of window-risk.png (default: --out)"
+    )
     p.add_argument("--events", type=int, default=15_000, help="drift stream length")
     p.add_argument("--change", type=int, default=5_000, help="event of the change")
     p.add_argument("--trials", type=int, default=10_000, help="events of a stationary run")
@@ -482,8 +516,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--models",
         type=lambda t: t.split(","),
-        default=list(MODEL_KINDS),
-        help="which models: some of abstain,adaptive,river,oracle (default all)",
+        default=["served", "bare", "river", "oracle"],
+        help="which models: some of served, before (what a worker served before), bare, "
+        "river, oracle (default served,bare,river,oracle; 'adaptive' and 'abstain' name "
+        "served and bare)",
     )
     p.add_argument("--no-figure", dest="plot", action="store_false")
     p.add_argument(
@@ -503,6 +539,13 @@ def _setting(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"{key}: not a JSON value: {raw!r}") from exc
 
 
+def _figures(args: argparse.Namespace) -> Path:
+    """Where the figure goes (created): ``--figures``, or ``--out``."""
+    figures: Path = args.out if args.figures is None else args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    return figures
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.adaptive = dict(args.adaptive)
@@ -510,7 +553,7 @@ def main(argv: list[str]) -> int:
     if args.replot:
         record = json.loads((args.out / "peers.json").read_text())
         saved = argparse.Namespace(**{**vars(args), **record["settings"]})
-        figure(record["results"], args.out / "window-risk.png", saved)
+        figure(record["results"], _figures(args) / "window-risk.png", saved)
         return 0
     started = time.perf_counter()
     results = run_all(args)
@@ -523,7 +566,7 @@ def main(argv: list[str]) -> int:
     (args.out / "peers.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
     (args.out / "peers.md").write_text(text + "\n")
     if args.plot and args.drift:
-        figure(results, args.out / "window-risk.png", args)
+        figure(results, _figures(args) / "window-risk.png", args)
     print(f"written to {args.out} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
 

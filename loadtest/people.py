@@ -2,7 +2,7 @@
 
 Usage: ``python loadtest/people.py [--runs 5] [--labellers noise=0.05,0.2]
 [--second-opinions share=0.05,min_weight=20,confident_margin=1] [--reviewer delay=20]
-[--undo share=0.5,delay=5] [--out docs/replay/people] [--jobs 2]``.
+[--undo share=0.5,delay=5] [--out loadtest/results/replay/people] [--figures DIR] [--jobs 2]``.
 Prints one table and writes ``people.md`` (the table and the command), ``people.json``
 (every run's measures and the settings) and ``people.png`` to ``--out``.
 
@@ -107,8 +107,10 @@ def _percent(rate: float | tuple[float, ...]) -> str:
 def arms(args: argparse.Namespace) -> list[Arm]:
     """The table's rows for one stream, in order."""
     out = [Arm("perfect labels", People(team=args.team))]
-    review = {"reviewer_noise": args.reviewer.get("noise"),
-              "review_delay": int(args.reviewer.get("delay", 20))}  # fmt: skip
+    review = {
+        "reviewer_noise": args.reviewer.get("noise"),
+        "review_delay": int(args.reviewer.get("delay", 20)),
+    }
     for level in args.noise:
         name = _percent(level)
         base = People(noise=level, team=args.team)
@@ -116,23 +118,40 @@ def arms(args: argparse.Namespace) -> list[Arm]:
             out.append(Arm(name, base))
         if "review" in args.arms:
             rule = args.second_opinions
-            out.append(Arm(f"{name} + second opinions", People(
-                noise=level, team=args.team, second_opinions=rule, **review)))  # fmt: skip
+            out.append(
+                Arm(
+                    f"{name} + second opinions",
+                    People(noise=level, team=args.team, second_opinions=rule, **review),
+                )
+            )
         if "every" in args.arms:
             every = args.second_opinions.model_copy(update={"share": 1.0})
-            out.append(Arm(f"{name} + every answer checked", People(
-                noise=level, team=args.team, second_opinions=every, **review)))  # fmt: skip
+            out.append(
+                Arm(
+                    f"{name} + every answer checked",
+                    People(noise=level, team=args.team, second_opinions=every, **review),
+                )
+            )
         if "undo" in args.arms and args.undo.get("share", 0.0) > 0:
             share, delay = float(args.undo["share"]), int(args.undo.get("delay", 5))
             undo = f"{share:.0%}".replace("%", " %")
-            out.append(Arm(f"{name} + authors undo {undo}", People(
-                noise=level, team=args.team, undo=share, undo_delay=delay)))  # fmt: skip
+            out.append(
+                Arm(
+                    f"{name} + authors undo {undo}",
+                    People(noise=level, team=args.team, undo=share, undo_delay=delay),
+                )
+            )
     return out
 
 
 def _config(args: argparse.Namespace, n_features: int) -> ModelConfig:
-    return ModelConfig(algorithm=args.algorithm, cost=args.cost, n_features=n_features,
-                       label_budget=LabelBudget(fraction=args.budget), seed=0)  # fmt: skip
+    return ModelConfig(
+        algorithm=args.algorithm,
+        cost=args.cost,
+        n_features=n_features,
+        label_budget=LabelBudget(fraction=args.budget),
+        seed=0,
+    )
 
 
 def _one(stream: Stream, arm: Arm, config: ModelConfig, after: int) -> dict[str, Any]:
@@ -172,8 +191,10 @@ def run_all(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]
         for stream, arm, into, job in futures:
             into.append(job.result())
             if args.progress:
-                print(f"{stream.name} run {stream.run}, {arm.name}: "
-                      f"{into[-1]['seconds']:.1f} s", file=sys.stderr)  # fmt: skip
+                print(
+                    f"{stream.name} run {stream.run}, {arm.name}: {into[-1]['seconds']:.1f} s",
+                    file=sys.stderr,
+                )
     return results
 
 
@@ -199,8 +220,15 @@ def figure(results: dict[str, dict[str, list[dict[str, Any]]]], path: Path, afte
             colour = colours.setdefault(level, f"C{len(colours)}")
             marker = next((m for k, m in markers.items() if k in arm), "o")
             work = statistics.median(r["extra_work"] for r in runs)
-            ax.errorbar([work], [mid], yerr=[[mid - min(risk)], [max(risk) - mid]],
-                        fmt=marker, color=colour, capsize=3, label=arm)  # fmt: skip
+            ax.errorbar(
+                [work],
+                [mid],
+                yerr=[[mid - min(risk)], [max(risk) - mid]],
+                fmt=marker,
+                color=colour,
+                capsize=3,
+                label=arm,
+            )
         ax.set_title(f"{stream}: risk after {after:,} events")
         ax.set_xlabel("people's extra answers per label asked")
         ax.set_ylabel("risk (0-d-1, d = 0.25)")
@@ -265,7 +293,10 @@ def second_opinions(text: str) -> SecondOpinions:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="runs per stream (default 5)")
-    p.add_argument("--out", type=Path, default=Path("docs/replay/people"))
+    p.add_argument("--out", type=Path, default=Path("loadtest/results/replay/people"))
+    p.add_argument(
+        "--figures", type=Path, default=None, help="directory of people.png (default: --out)"
+    )
     p.add_argument(
         "--streams",
         type=lambda t: t.split(","),
@@ -326,6 +357,13 @@ def _rows(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[Any]:
     return [(s, a, runs) for s, by_arm in results.items() for a, runs in by_arm.items()]
 
 
+def _figures(args: argparse.Namespace) -> Path:
+    """Where the figure goes (created): ``--figures``, or ``--out``."""
+    figures: Path = args.out if args.figures is None else args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    return figures
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.noise, args.team = args.labellers["noise"], args.labellers["team"]
@@ -333,7 +371,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
         saved = json.loads((out / "people.json").read_text(encoding="utf-8"))
-        figure(saved["results"], out / "people.png", saved["settings"]["after"])
+        figure(saved["results"], _figures(args) / "people.png", saved["settings"]["after"])
         return 0
     tic = time.perf_counter()
     results = run_all(args)
@@ -344,14 +382,27 @@ def main(argv: list[str]) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("labellers", "out")}
     settings["second_opinions"] = args.second_opinions.model_dump()
     settings["people"] = {a.name: a.people.settings() for a in arms(args)}
-    (out / "people.json").write_text(json.dumps(
-        {"command": command.strip(), "seconds": round(seconds, 1), "settings": settings,
-         "results": results}, indent=1, default=str) + "\n", encoding="utf-8")  # fmt: skip
-    (out / "people.md").write_text(f"`{command.strip()}` ({seconds / 60:.0f} min on this "
-                                   f"machine, {args.jobs} processes)\n\n{text}\n",
-                                   encoding="utf-8")  # fmt: skip
+    (out / "people.json").write_text(
+        json.dumps(
+            {
+                "command": command.strip(),
+                "seconds": round(seconds, 1),
+                "settings": settings,
+                "results": results,
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    (out / "people.md").write_text(
+        f"`{command.strip()}` ({seconds / 60:.0f} min on this "
+        f"machine, {args.jobs} processes)\n\n{text}\n",
+        encoding="utf-8",
+    )
     if args.plot:
-        figure(results, out / "people.png", args.after)
+        figure(results, _figures(args) / "people.png", args.after)
     return 0
 
 

@@ -10,6 +10,8 @@ import importlib
 import os
 import sys
 
+from service import __version__
+
 # Scoring is many small vector products: BLAS threads only add contention on small
 # machines. Set before any command imports numpy; an explicit setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -31,7 +33,7 @@ _SEED = ("service.stream.cli", "train a model from labelled history and publish 
 
 
 def _usage() -> str:
-    lines = ["usage: abstain COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: abstain COMMAND [ARGS...]   (abstain --version)", "", "commands:"]
     lines += [f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help", "help"}:
         print(_usage())
+        return 0
+    if args[0] in {"-V", "--version", "version"}:
+        print(f"abstain {__version__}")
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:

@@ -55,7 +55,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from service.errors import AbstainError
 from service.learning.adaptive import Parts
-from service.learning.registry import ALGORITHM_NAMES
+from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS
 
 __all__ = [
     "ALGORITHMS",
@@ -100,8 +100,9 @@ def check_secret(value: SecretStr | None, name: str, minimum: int) -> SecretStr 
     text = value.get_secret_value()
     if not text.strip():
         off = "turn HTTP labelling off" if name == "label_token" else "turn signing off"
-        raise ValueError(f"{name} is empty: unset it to {off}, or give at least {minimum} "
-                         "characters")  # fmt: skip
+        raise ValueError(
+            f"{name} is empty: unset it to {off}, or give at least {minimum} characters"
+        )
     if text != text.strip():
         raise ValueError(
             f"{name} has white space at its start or end (a newline read from a file?): remove it"
@@ -231,11 +232,29 @@ class ModelConfig(BaseModel):
 
     algorithm: str = Field(default="dsal", description="one of service.learning.ALGORITHM_NAMES")
     cost: float = Field(default=0.25, gt=0.0, lt=0.5, description="reject cost d in (0, 0.5)")
-    n_features: int | None = Field(None, ge=1)
-    feature_names: tuple[str, ...] | None = None
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    standardize: bool = True
-    intercept: bool = True
+    n_features: int | None = Field(
+        None, ge=1, description="features an event carries (or feature_names)"
+    )
+    feature_names: tuple[str, ...] | None = Field(
+        default=None,
+        description="the features' names: events may send {name: value}; the desk shows them",
+    )
+    hyperparameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keywords of the learner (eta, gamma, kernel, budget, ...)",
+    )
+    update_rule: Literal["sgd", "normalized"] = Field(
+        default="normalized",
+        description="how a linear learner (dral, dsal, dsol) steps on a label: 'normalized' "
+        "(importance-weight aware, per-coordinate adaptive; docs/results/learning.md) or "
+        "'sgd' (the paper's step); kernel learners take the paper's",
+    )
+    standardize: bool = Field(
+        default=True,
+        description="standardise features online: by every event (the moments the scorers "
+        "send with their label requests), then by the labelled rows",
+    )
+    intercept: bool = Field(default=True, description="add an intercept feature")
     audit_rate: float = Field(
         default=0.01, ge=0.0, lt=1.0, description="extra uniform query probability (unbiased risk)"
     )
@@ -247,7 +266,7 @@ class ModelConfig(BaseModel):
         ge=1,
         description="open label requests kept per model; beyond, the least urgent is dropped",
     )
-    seed: int = 0
+    seed: int = Field(default=0, description="seed of the learner's own randomness")
     champion: str | None = Field(
         default=None,
         description="run as a shadow of this model: score its events, learn from its labels, "
@@ -307,6 +326,20 @@ class ModelConfig(BaseModel):
         return max(max_importance_weight, 1.0 / (budget.explore * budget.fraction))
 
     @property
+    def learner_hyperparameters(self) -> dict[str, Any]:
+        """The learner's keyword hyperparameters: ``hyperparameters``, with ``update_rule``
+        for a linear learner unless they name one.
+
+        >>> ModelConfig(n_features=2).learner_hyperparameters
+        {'update_rule': 'normalized'}
+        >>> ModelConfig(n_features=2, algorithm="kernel-dsal").learner_hyperparameters
+        {}
+        """
+        if self.algorithm not in LINEAR_ALGORITHMS:
+            return dict(self.hyperparameters)
+        return {"update_rule": self.update_rule, **self.hyperparameters}
+
+    @property
     def n_learner_features(self) -> int:
         """Dimension the learner sees: raw features plus the intercept column."""
         return self.n_inputs + (1 if self.intercept else 0)
@@ -317,12 +350,20 @@ class Topics(BaseModel):
 
     model_config = _FROZEN
 
-    features: str = "abstain.features"
-    decisions: str = "abstain.decisions"
-    label_requests: str = "abstain.label-requests"
-    labels: str = "abstain.labels"
-    models: str = "abstain.models"
-    dead_letters: str = "abstain.dead-letters"
+    features: str = Field(default="abstain.features", description="feature events (input)")
+    decisions: str = Field(default="abstain.decisions", description="one decision per event")
+    label_requests: str = Field(
+        default="abstain.label-requests", description="the events the learner asks labels for"
+    )
+    labels: str = Field(
+        default="abstain.labels", description="labels, corrections, second opinions and orders"
+    )
+    models: str = Field(
+        default="abstain.models", description="model snapshots (compacted), read by every worker"
+    )
+    dead_letters: str = Field(
+        default="abstain.dead-letters", description="refused input, with the reason"
+    )
 
     @classmethod
     def prefixed(cls, prefix: str) -> dict[str, str]:
@@ -347,11 +388,17 @@ class Partitions(BaseModel):
 
     model_config = _FROZEN
 
-    features: int = Field(default=8, ge=1)
-    decisions: int = Field(default=8, ge=1)
-    labels: int = Field(default=2, ge=1)
-    models: int = Field(default=1, ge=1)
-    dead_letters: int = Field(default=1, ge=1)
+    features: int = Field(
+        default=8, ge=1, description="of the features topic: the workers' parallelism"
+    )
+    decisions: int = Field(default=8, ge=1, description="of the decisions topic")
+    labels: int = Field(
+        default=2,
+        ge=1,
+        description="of the label topics and the learner's changelogs (fixed once used)",
+    )
+    models: int = Field(default=1, ge=1, description="of the models topic")
+    dead_letters: int = Field(default=1, ge=1, description="of the dead-letters topic")
 
 
 class TopicPolicy(BaseModel):
@@ -377,7 +424,9 @@ class TopicPolicy(BaseModel):
 
     model_config = _FROZEN
 
-    creation: Literal["create", "check"] = "create"
+    creation: Literal["create", "check"] = Field(
+        default="create", description="create missing topics, or only check that they fit"
+    )
     replication_factor: int | None = Field(
         default=None, ge=1, le=32767, description="copies of each topic (None: broker default)"
     )
@@ -426,7 +475,9 @@ class Web(BaseModel):
     model_config = _FROZEN
 
     host: str = Field(default="127.0.0.1", description="bind address")
-    port: int = Field(default=6066, ge=0, le=65535)
+    port: int = Field(
+        default=6066, ge=0, le=65535, description="HTTP port: /metrics, /healthz, /readyz, /labels"
+    )
     advertised_host: str | None = Field(
         default=None, description="host name to advertise (default: see class docstring)"
     )
@@ -442,22 +493,44 @@ class Web(BaseModel):
 
 
 class KafkaSecurity(BaseModel):
-    """How the worker authenticates to Kafka.
+    """How the worker authenticates to Kafka (docs/secure-kafka.md).
+
+    With TLS (``SSL``, ``SASL_SSL``) the broker's certificate must chain to ``ca_file`` (the
+    system CAs when unset) and name the host the client connects to: host-name verification
+    is on unless ``check_hostname`` is set to false explicitly.
 
     >>> KafkaSecurity(protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
     ...               username="svc", password="pw").uses_sasl
+    True
+    >>> KafkaSecurity(protocol="SSL").ssl_context().check_hostname
     True
     """
 
     model_config = _FROZEN
 
-    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    username: SecretStr | None = None
-    password: SecretStr | None = None
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="Kafka's security.protocol"
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="with SASL_*: the login mechanism"
+    )
+    username: SecretStr | None = Field(default=None, description="with SASL_*: the login")
+    password: SecretStr | None = Field(default=None, description="with SASL_*: its password")
+    ca_file: Path | None = Field(
+        default=None,
+        description="with *SSL: CA bundle the brokers' certificates chain to (none: the system's)",
+    )
+    cert_file: Path | None = Field(
+        default=None, description="with *SSL: client certificate (mutual TLS), with key_file"
+    )
+    key_file: Path | None = Field(
+        default=None, description="with *SSL: the client certificate's key"
+    )
+    check_hostname: bool = Field(
+        default=True,
+        description="TLS: the broker's certificate must name the host connected to (turn off "
+        "only for a broker whose certificate cannot name it)",
+    )
 
     @property
     def uses_sasl(self) -> bool:
@@ -491,6 +564,7 @@ class KafkaSecurity(BaseModel):
         if not self.uses_ssl:
             return None
         ctx = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        ctx.check_hostname = self.check_hostname  # the chain is verified either way
         if self.cert_file is not None and self.key_file is not None:
             ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
         return ctx
@@ -598,8 +672,10 @@ class Desk(BaseModel):
     model_config = _FROZEN
 
     host: str = Field(default="127.0.0.1", description="bind address")
-    port: int = Field(default=6070, ge=0, le=65535)
-    auth: Literal["users", "proxy"] = "users"
+    port: int = Field(default=6070, ge=0, le=65535, description="the desk's HTTP port")
+    auth: Literal["users", "proxy"] = Field(
+        default="users", description="sign-in: the users file, or a trusted proxy's header"
+    )
     users_file: Path | None = Field(default=None, description="accounts (auth = users)")
     proxy_header: str = Field(
         default="X-Forwarded-User", description="who the proxy says it is (auth = proxy)"
@@ -609,14 +685,18 @@ class Desk(BaseModel):
         description=f"HMAC key of session cookies (>= {MIN_KEY} characters), the same on every "
         "replica; unset: a random key per process (sessions end with a restart)",
     )
-    session_seconds: float = Field(default=8 * 3600.0, gt=0.0, le=7 * 86400.0)
+    session_seconds: float = Field(
+        default=8 * 3600.0, gt=0.0, le=7 * 86400.0, description="how long a sign-in lasts"
+    )
     secure_cookie: bool = Field(
         default=False, description="mark the cookie Secure (always when served over TLS)"
     )
     lease_seconds: float = Field(
         default=120.0, ge=5.0, le=3600.0, description="how long a claim lasts unless renewed"
     )
-    leases_topic: str = Field(default="abstain.desk-leases", pattern=_TOPIC)
+    leases_topic: str = Field(
+        default="abstain.desk-leases", pattern=_TOPIC, description="the desk's claims and answers"
+    )
     revocations_topic: str = Field(
         default="abstain.desk-revocations",
         pattern=_TOPIC,
@@ -701,8 +781,9 @@ def user_names(value: Any, field: str) -> tuple[str, ...]:
     out: list[str] = []
     for item in items:
         if not isinstance(item, str) or re.match(USER_NAME, item) is None:
-            raise ValueError(f"{field}: {item!r:.80} is not a user name (letters, digits, "
-                             ". _ @ + -; at most 64)")  # fmt: skip
+            raise ValueError(
+                f"{field}: {item!r:.80} is not a user name (letters, digits, . _ @ + -; at most 64)"
+            )
         if item in out:
             raise ValueError(f"{field}: {item!r} is named twice")
         out.append(item)
@@ -796,9 +877,20 @@ class Settings(BaseSettings):
         extra="forbid",
     )
 
-    broker: Annotated[tuple[str, ...], NoDecode] = ("kafka://127.0.0.1:9092",)
-    app_id: str = Field(default="abstain", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    datadir: Path = Path("/tmp/abstain")  # noqa: S108 - per-worker scratch, overridable
+    broker: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("kafka://127.0.0.1:9092",),
+        description="bootstrap servers, comma separated host:port (kafka:// optional)",
+    )
+    app_id: str = Field(
+        default="abstain",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="names the consumer groups and the changelogs: one per deployment",
+    )
+    datadir: Path = Field(
+        default=Path("/tmp/abstain"),  # noqa: S108 - per-worker scratch, overridable
+        description="scratch directory of the worker (nothing in it must survive)",
+    )
     topics: Topics = Topics()
     partitions: Partitions = Partitions()
     topic_policy: TopicPolicy = TopicPolicy()
@@ -831,10 +923,16 @@ class Settings(BaseSettings):
     label_ack_timeout_seconds: float = Field(
         default=5.0, gt=0.0, le=60.0, description="longest wait for Kafka to acknowledge a label"
     )
-    request_ttl_seconds: float = Field(default=3600.0, gt=0.0)
-    max_message_bytes: int = Field(default=1_000_000, ge=64)
-    max_features: int = Field(default=100_000, ge=1)
-    stall_seconds: float = Field(default=60.0, gt=0.0)
+    request_ttl_seconds: float = Field(
+        default=3600.0, gt=0.0, description="how long a label request waits for its label"
+    )
+    max_message_bytes: int = Field(
+        default=1_000_000, ge=64, description="largest record read or written; larger: dead letter"
+    )
+    max_features: int = Field(default=100_000, ge=1, description="most features a model may have")
+    stall_seconds: float = Field(
+        default=60.0, gt=0.0, description="lag without progress this long fails /healthz"
+    )
     batch_size: int = Field(
         default=256, ge=1, description="most events scored together (one decide_many)"
     )
@@ -873,9 +971,13 @@ class Settings(BaseSettings):
     sweep_every: int = Field(
         default=100, ge=1, description="labels between sweeps of expired requests"
     )
-    models: dict[str, ModelConfig] = Field(default_factory=_default_models)
-    default_model: str = "default"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    models: dict[str, ModelConfig] = Field(
+        default_factory=_default_models, description="the served models, by name"
+    )
+    default_model: str = Field(default="default", description="the model of events that name none")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="log level of the worker and the desk"
+    )
 
     @field_validator("label_token", "snapshot_key", "snapshot_key_previous")
     @classmethod
@@ -905,8 +1007,10 @@ class Settings(BaseSettings):
             if not name or not all(c.isalnum() or c in "._-" for c in name):
                 raise ValueError(f"models: bad model name {name!r} (letters, digits, . _ -)")
             if name.startswith("__"):
-                raise ValueError(f"models: bad model name {name!r} (names starting with __ "
-                                 "are the service's own keys)")  # fmt: skip
+                raise ValueError(
+                    f"models: bad model name {name!r} (names starting with __ "
+                    "are the service's own keys)"
+                )
             if model.n_inputs > self.max_features:
                 raise ValueError(
                     f"models.{name}: {model.n_inputs} features exceeds max_features "

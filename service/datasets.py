@@ -13,7 +13,8 @@ Either may be gzipped: a file whose name ends in ``.gz`` is decompressed while i
 Dataset names resolve under :func:`data_dir` (``ABSTAIN_DATA_DIR``, else ``../shared/data``
 beside the repository); the demo dataset, Phishing, also ships gzipped inside the package
 (``service/data/phishing.gz``, attribution in ``service/data/README.md``) and is used when
-neither place has it.
+neither place has it, with the names of its 68 one-hot columns
+(``service/data/phishing-features.txt``, :func:`feature_names`).
 
 Labels are returned in ``{-1, +1}``: files may store ``{0, 1}`` (``0`` becomes ``-1``) or
 ``{-1, +1}``; anything else is an error naming the line.
@@ -58,6 +59,7 @@ __all__ = [
     "csv_header",
     "dataset_format",
     "data_dir",
+    "feature_names",
     "load_csv",
     "load_dataset",
     "load_libsvm",
@@ -106,6 +108,25 @@ def packaged_dataset_path(name: str) -> Path | None:
         return None
     packaged = files("service").joinpath("data", f"{name}.gz")
     return packaged if isinstance(packaged, Path) else None
+
+
+def feature_names(name_or_path: str | os.PathLike[str], n_features: int) -> tuple[str, ...] | None:
+    """The column names of a packaged dataset (``service/data/NAME-features.txt``, one per
+    line) when ``name_or_path`` is that dataset (its name, or a file named after it) and
+    it has ``n_features`` columns; None otherwise.
+
+    >>> names = feature_names("phishing", 68)
+    >>> names[:3], len(names)
+    (('having_ip_address=-1', 'url_length=1', 'shortining_service=1'), 68)
+    >>> feature_names("phishing", 4) is None, feature_names("svmguide1", 4) is None
+    (True, True)
+    """
+    stem = Path(name_or_path).name.removesuffix(".gz")
+    if stem not in PACKAGED:
+        return None
+    text = files("service").joinpath("data", f"{stem}-features.txt").read_text("utf-8")
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
+    return names if len(names) == n_features else None
 
 
 def resolve_dataset_path(name_or_path: str | os.PathLike[str]) -> Path:

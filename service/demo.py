@@ -5,14 +5,18 @@
 3. starts the label desk (``python -m service desk``, docs/desk.md) on ``--desk-port`` with a
    users file in the demo's directory: one user, ``demo``, whose random password is printed
    once (``--no-desk``: no desk);
-4. streams a dataset (default: Phishing, LIBSVM, labels 0 -> -1) as feature events at
-   ``--rate`` events/s, ``--events`` of them (0 = until Ctrl-C);
+4. streams a dataset (default: Phishing, LIBSVM, labels 0 -> -1, its 68 one-hot columns
+   named after the UCI attributes) as feature events at ``--rate`` events/s (20), until
+   Ctrl-C (``--events N``: N of them);
 5. runs a simulated labeller, the *oracle*: a stand-in for operations staff that answers each
    label request with the dataset's true label after ``--label-delay`` seconds, except the
-   requests a person at the desk has claimed (see ``--help``);
+   requests a person at the desk has claimed and a share it leaves to people
+   (``--left-to-you``, a quarter: answered by the oracle only if nobody did within
+   ``--leave-seconds``; see ``--help``);
 6. prints one line per second: events/s, decisions (predict / reject), labels asked /
-   applied, model version, the worker's importance-weighted risk estimate and, because the
-   demo knows every true label, the true 0-d-1 risk of the decisions served so far;
+   applied, model version, the worker's importance-weighted risk estimate with its 95 %
+   interval (or "not enough labels yet" before :data:`MIN_LABELS`) and, because the demo
+   knows every true label, the true 0-d-1 risk of the decisions served so far;
 7. with ``--prometheus``, starts Debian's ``prometheus`` on 127.0.0.1 (a free port) scraping
    the worker and the desk with the project's alert rules, and prints its URL, so the
    dashboard's queries can be tried on the graph page (:mod:`service.localprom`).
@@ -29,6 +33,7 @@ import io
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,11 +47,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from service.config import Settings, Topics, load_settings
-from service.datasets import load_dataset, resolve_dataset_path
+from service.datasets import feature_names, load_dataset, resolve_dataset_path
 from service.desk.leases import LeaseBook, LeaseRecord, parse_lease_record
 from service.localprom import LocalPrometheus, PrometheusError
-from service.processes import stop_process
+from service.processes import parent_death_signal, stop_process
 from service.records import BadMessage
+from service.records import coin as coin_of
 
 if TYPE_CHECKING:
     from service.stream.kafka.clients import Client
@@ -64,10 +70,12 @@ the label desk and the simulated labeller:
   to a person. This was chosen over a head start (the labeller waiting longer) because a
   head start still races: the desk hands out the most urgent request, often the very one the
   labeller is about to answer, and the person would then read "already answered".
-  Your answers teach the model like the labeller's (the demo cannot tell if they are right;
-  the true risk it prints counts the decisions, not your labels). A bounded run ends soon
-  after its last event and the labeller answers whatever is open within --label-delay
-  seconds: to label at leisure run with --events 0 (until Ctrl-C) or a lower --rate.
+  The labeller leaves a share of the requests (--left-to-you, a quarter) to people: it
+  answers one of those only if nobody did within --leave-seconds (40), so there is always
+  something to answer at the desk and nothing expires. Your answers teach the model like
+  the labeller's (the demo cannot tell if they are right; the true risk it prints counts
+  the decisions, not your labels). The demo runs until Ctrl-C; a bounded run (--events N)
+  ends soon after its last event.
 """
 
 
@@ -87,6 +95,8 @@ class Tally:
 
 ORACLE = "oracle"  # the simulated labeller's name: labelled_by, and its lease records
 ORACLE_LEASE_SECONDS = 30.0
+#: labels applied before the live line prints the model's risk estimate
+MIN_LABELS = 30
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,9 +113,21 @@ def _parser() -> argparse.ArgumentParser:
         help="name under the data dir (phishing also ships with the package), or a path",
     )
     p.add_argument("--format", choices=["libsvm", "csv"], default=None)
-    p.add_argument("--rate", type=float, default=200.0, help="events per second")
-    p.add_argument("--events", type=int, default=3000, help="how many (0 = until Ctrl-C)")
+    p.add_argument("--rate", type=float, default=20.0, help="events per second")
+    p.add_argument("--events", type=int, default=0, help="how many (0 = until Ctrl-C)")
     p.add_argument("--label-delay", type=float, default=1.0, help="oracle answer delay, s")
+    p.add_argument(
+        "--left-to-you",
+        type=_share,
+        default=0.25,
+        help="share of the label requests the oracle leaves to people at the desk (0 to 1)",
+    )
+    p.add_argument(
+        "--leave-seconds",
+        type=float,
+        default=40.0,
+        help="after this long the oracle answers a request left to people that nobody answered",
+    )
     p.add_argument("--algorithm", default="dsal", help="dral, dsal, dsol, kernel-...")
     p.add_argument("--cost", type=float, default=0.25, help="reject cost d in (0, 0.5)")
     p.add_argument("--web-port", type=int, default=6066)
@@ -124,9 +146,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share is between 0 and 1, got {text}")
+    return value
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the demo as Ctrl-C does: everything it started
+
+
 def main(argv: list[str]) -> int:
     """Run the demo; returns the exit code."""
     args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)
     if isinstance(sys.stdout, io.TextIOWrapper):
         # the URLs and the login reach a pipe (`make run | tee`) or a file when printed
         sys.stdout.reconfigure(line_buffering=True)
@@ -143,21 +177,16 @@ def main(argv: list[str]) -> int:
     try:
         broker = args.broker
         if broker is None:
-            from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
-
-            port, controller = find_free_ports(2)
-            kafka = LocalKafka(
-                port=port, controller_port=controller, data_dir=workdir / "kafka",
-                die_with_parent=True,
-            )  # fmt: skip
-            print(f"starting Kafka on 127.0.0.1:{port} (first run downloads the jars) ...")
-            kafka.start()
+            kafka = _start_kafka(workdir)
             broker = kafka.bootstrap
-        config = _config(args, run, X.shape[1], workdir)
+        names = feature_names(args.dataset, X.shape[1])
+        config = _config(args, run, X.shape[1], workdir, names)
         settings = load_settings(workdir / "demo.json", broker=broker)
         worker = _start_worker(workdir, broker, args.web_port)
-        print(f"worker pid {worker.pid}, http://127.0.0.1:{args.web_port}/labels  "
-              f"(logs: {workdir}/worker.log)")  # fmt: skip
+        print(
+            f"worker pid {worker.pid}, http://127.0.0.1:{args.web_port}/labels  "
+            f"(logs: {workdir}/worker.log)"
+        )
         print(f"label token for this run: {config['label_token']}")
         password = None
         if args.desk:
@@ -166,16 +195,15 @@ def main(argv: list[str]) -> int:
         _wait_ready(worker, args.web_port, workdir)
         if desk is not None:
             _wait_ready(desk, args.desk_port, workdir, name="desk")
-            print(f"label desk pid {desk.pid}, http://127.0.0.1:{args.desk_port}/  "
-                  f"(logs: {workdir}/desk.log)")  # fmt: skip
-            print(f"desk login for this run: user {DESK_USER}, password {password}")
+            print(f"label desk pid {desk.pid}  (logs: {workdir}/desk.log)")
+            print(
+                f"\n  open the label desk at http://127.0.0.1:{args.desk_port}/ and sign in "
+                f"as {DESK_USER}, password {password}\n  (1 / 2 answer, U undoes, S skips; "
+                f"a quarter of the requests are left to you)\n"
+            )
         if args.prometheus:
             prom = start_prometheus(workdir, args.web_port, args.desk_port if desk else None)
-        print(f"model {config['models']['default']['algorithm']} d={args.cost} on "
-              f"{args.dataset}: {len(y)} rows x {X.shape[1]} features; oracle answers after "
-              f"{args.label_delay:g}s (a stand-in for operations staff)"
-              + ("; it leaves requests claimed at the desk to whoever claimed them"
-                 if desk is not None else ""))  # fmt: skip
+        print(_intro(args, config, X.shape, named=bool(names), desk=desk is not None))
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(DemoStream(settings, args, X, y, run).run())
         return 0
@@ -190,6 +218,39 @@ def main(argv: list[str]) -> int:
         print("stopped everything the demo started")
 
 
+def _start_kafka(workdir: Path) -> Any:
+    """A local single-node Kafka under ``workdir``, started (it dies with the demo)."""
+    from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
+
+    port, controller = find_free_ports(2)
+    kafka = LocalKafka(
+        port=port, controller_port=controller, data_dir=workdir / "kafka", die_with_parent=True
+    )
+    print(f"starting Kafka on 127.0.0.1:{port} (first run downloads the jars) ...")
+    kafka.start()
+    return kafka
+
+
+def _intro(
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    shape: tuple[int, ...],
+    *,
+    named: bool,
+    desk: bool,
+) -> str:
+    """The line that says what the demo streams, and who answers."""
+    rows, width = shape
+    return (
+        f"model {config['models']['default']['algorithm']} d={args.cost} on "
+        f"{args.dataset}: {rows} rows x {width} {'named' if named else 'unnamed'} features, "
+        f"{args.rate:g} events/s; oracle answers after {args.label_delay:g}s (a stand-in "
+        "for operations staff)"
+        + ("; it leaves requests claimed at the desk to whoever claimed them" if desk else "")
+        + ("; Ctrl-C stops everything" if not args.events else "")
+    )
+
+
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "alerts.yml"
 PROMETHEUS_INTERVAL = 5.0  # s, scrape and rule evaluation
 
@@ -198,8 +259,9 @@ def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> Loc
     """A local Prometheus scraping the worker (job ``abstain``) and the desk (job
     ``abstain-desk``) with the alert rules of a source checkout; its URL printed."""
     rules = [RULES] if RULES.exists() else []
-    prom = LocalPrometheus(workdir / "prometheus", scrape_interval=PROMETHEUS_INTERVAL,
-                           rule_files=rules)  # fmt: skip
+    prom = LocalPrometheus(
+        workdir / "prometheus", scrape_interval=PROMETHEUS_INTERVAL, rule_files=rules
+    )
     prom.set_targets("abstain", {"worker-0": f"127.0.0.1:{web_port}"})
     if desk_port is not None:
         prom.set_targets("abstain-desk", {"desk-0": f"127.0.0.1:{desk_port}"})
@@ -208,13 +270,22 @@ def start_prometheus(workdir: Path, web_port: int, desk_port: int | None) -> Loc
     except PrometheusError as exc:
         raise SystemExit(f"--prometheus: {exc}") from exc
     assert prom.proc is not None  # noqa: S101 - started
-    print(f"prometheus pid {prom.proc.pid}, {prom.page('graph')}  (every "
-          f"{PROMETHEUS_INTERVAL:g} s; alerts: {prom.page('alerts')}; logs: {prom.log}); try "
-          "sum by (model) (rate(abstain_events_total[1m]))")  # fmt: skip
+    print(
+        f"prometheus pid {prom.proc.pid}, {prom.page('graph')}  (every "
+        f"{PROMETHEUS_INTERVAL:g} s; alerts: {prom.page('alerts')}; logs: {prom.log}); try "
+        "sum by (model) (rate(abstain_events_total[1m]))"
+    )
     return prom
 
 
-def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) -> dict[str, Any]:
+def _config(
+    args: argparse.Namespace,
+    run: str,
+    n_features: int,
+    workdir: Path,
+    names: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    width: dict[str, Any] = {"feature_names": list(names)} if names else {"n_features": n_features}
     config: dict[str, Any] = {
         "app_id": f"abstain-demo-{run}",
         "datadir": str(workdir / "worker"),
@@ -224,16 +295,20 @@ def _config(args: argparse.Namespace, run: str, n_features: int, workdir: Path) 
         # signed snapshots, champions records and rollback orders, as in production (the
         # chart's default): a key for this run, in the config file only (mode 0600)
         "snapshot_key": secrets.token_urlsafe(32),
-        "request_ttl_seconds": max(60.0, 10 * args.label_delay),
+        # long enough for a request left to people to be answered by the oracle after all
+        "request_ttl_seconds": max(
+            120.0, 10 * args.label_delay, getattr(args, "leave_seconds", 0.0) + 60.0
+        ),
         "session_timeout_seconds": 10,
         "models": {
-            "default": {
-                "algorithm": args.algorithm,
-                "cost": args.cost,
-                "n_features": n_features,
-            }
-        },  # fmt: skip
+            # the demo's labeller costs nothing: a 5 % uniform audit (the production default
+            # is 1 %) caps a label's importance weight at 20, not 100, so the risk
+            # estimate's interval is tight enough to follow the true risk line by line
+            "default": {"algorithm": args.algorithm, "cost": args.cost, "audit_rate": 0.05, **width}
+        },
         "desk": {
+            # Phishing's +1 is a legitimate site, -1 a phishing one (UCI's Result)
+            **({"answer_names": {"default": ["legitimate", "phishing"]}} if names else {}),
             "leases_topic": f"demo-{run}.desk-leases",
             "revocations_topic": f"demo-{run}.desk-revocations",
             "session_key": secrets.token_urlsafe(32),  # this run only, like the label token
@@ -261,18 +336,52 @@ def _start_desk(workdir: Path, broker: str, port: int, password: str) -> subproc
     users = workdir / "desk-users.toml"
     write_users(users, password)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    cmd = [sys.executable, "-m", "service", "desk", "--config", str(workdir / "demo.json"),
-           "--broker", broker, "--port", str(port), "--users", str(users)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "desk",
+        "--config",
+        str(workdir / "demo.json"),
+        "--broker",
+        broker,
+        "--port",
+        str(port),
+        "--users",
+        str(users),
+    ]
     with (workdir / "desk.log").open("wb") as log:
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+        return subprocess.Popen(  # noqa: S603
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=parent_death_signal(signal.SIGTERM),
+        )
 
 
 def _start_worker(workdir: Path, broker: str, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    cmd = [sys.executable, "-m", "service", "worker", "--config", str(workdir / "demo.json"),
-           "--broker", broker, "--web-port", str(port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "worker",
+        "--config",
+        str(workdir / "demo.json"),
+        "--broker",
+        broker,
+        "--web-port",
+        str(port),
+    ]
     with (workdir / "worker.log").open("wb") as log:
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+        return subprocess.Popen(  # noqa: S603
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=parent_death_signal(signal.SIGTERM),
+        )
 
 
 def _get(url: str, timeout: float = 2.0) -> bytes:
@@ -304,15 +413,29 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
-def live_line(tally: Tally, now: float, rate: float, metrics: dict[str, float]) -> str:
-    """The once-a-second status line, from the tally, the worker's metrics and the send rate.
+def estimate(metrics: dict[str, float]) -> str:
+    """The model's risk estimate as a person reads it: the importance-weighted estimate and
+    its 95 % interval, once :data:`MIN_LABELS` labels are applied; before, how many are.
 
-    The risk estimate shows ``nan`` until the worker has applied a label; the true risk shows
-    ``nan`` until a decision has been seen.
+    >>> estimate({"abstain_labels_applied_total": 12.0})
+    'risk est: not enough labels yet, 12 of 30'
+    >>> estimate({"abstain_labels_applied_total": 40.0, "abstain_risk_estimate": 0.1034,
+    ...           "abstain_risk_estimate_low": 0.08, "abstain_risk_estimate_high": 0.131})
+    'risk est 0.103 [0.080, 0.131]'
     """
+    applied = int(metrics.get("abstain_labels_applied_total", 0.0))
+    if applied < MIN_LABELS:
+        return f"risk est: not enough labels yet, {applied} of {MIN_LABELS}"
+    nan = float("nan")
+    est, low, high = (metrics.get(f"abstain_risk_estimate{s}", nan) for s in ("", "_low", "_high"))
+    return f"risk est {est:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def live_line(tally: Tally, now: float, rate: float, metrics: dict[str, float]) -> str:
+    """The once-a-second status line, from the tally, the worker's metrics and the send rate
+    (the true risk shows ``nan`` until a decision has been seen)."""
     decided = tally.predict + tally.reject
     applied = metrics.get("abstain_labels_applied_total", 0.0)
-    est = metrics.get("abstain_risk_estimate", float("nan")) if applied else float("nan")
     true_risk = tally.loss / decided if decided else float("nan")
     return (
         f"[{now - tally.started:6.0f}s] {rate:6.0f} ev/s  sent {tally.sent:6d}  "
@@ -320,19 +443,23 @@ def live_line(tally: Tally, now: float, rate: float, metrics: dict[str, float]) 
         f"labels asked {tally.asked:5d} applied "
         f"{applied:5.0f}  "
         f"model v{metrics.get('abstain_model_version', 0):.0f}  "
-        f"risk est {est:.3f} "
+        f"{estimate(metrics)} "
         f"(true {true_risk:.3f})"
         + (f"  answered at the desk {tally.people}" if tally.people else "")
     )
 
 
-def done_line(tally: Tally) -> str:
-    """The summary printed once the stream has ended."""
+def done_line(tally: Tally, metrics: dict[str, float] | None = None) -> str:
+    """The summary printed once the stream has ended (with the model's estimate when the
+    worker's ``metrics`` are given)."""
     decided = tally.predict + tally.reject
     people = f" (and {tally.people} by people at the desk)" if tally.people else ""
-    return (f"done: {tally.sent} events, {decided} decisions "
-            f"({tally.reject} rejected), {tally.answered} labels given{people}; true 0-d-1 "
-            f"risk {tally.loss / max(1, decided):.3f}")  # fmt: skip
+    model = "" if metrics is None else f"; the model's {estimate(metrics)}"
+    return (
+        f"done: {tally.sent} events, {decided} decisions "
+        f"({tally.reject} rejected), {tally.answered} labels given{people}; true 0-d-1 "
+        f"risk {tally.loss / max(1, decided):.3f}{model}"
+    )
 
 
 class DemoStream:
@@ -393,7 +520,15 @@ class DemoStream:
         async for rec in self.client.follow([topic], positioned=self.ready[1]):
             req = json.loads(rec.value)
             self.tally.asked += 1
-            asyncio.get_running_loop().call_later(self.args.label_delay, self.schedule, req)
+            delay = self.args.leave_seconds if self.left_to_people(req) else self.args.label_delay
+            asyncio.get_running_loop().call_later(delay, self.schedule, req)
+
+    def left_to_people(self, req: dict[str, Any]) -> bool:
+        """True for the share of requests (``--left-to-you``) the oracle leaves to people at
+        the desk: chosen by a hash coin of the request id (the same in every run)."""
+        share = float(getattr(self.args, "left_to_you", 0.0)) if self.desk else 0.0
+        rid = str(req.get("request_id", ""))
+        return share > 0 and coin_of("demo", rid, 0, purpose="left-to-people") < share
 
     def schedule(self, req: dict[str, Any]) -> None:
         task = asyncio.ensure_future(self.answer(req))
@@ -423,8 +558,9 @@ class DemoStream:
         """Claim ``rid`` on the leases topic as the oracle; True once folded and won (the
         first claim in the topic's order wins, so the desk will not hand it to a person)."""
         now = time.time()
-        record = LeaseRecord(rid, "claim", ORACLE, at=now,
-                             expires_at=now + ORACLE_LEASE_SECONDS, replica="demo")  # fmt: skip
+        record = LeaseRecord(
+            rid, "claim", ORACLE, at=now, expires_at=now + ORACLE_LEASE_SECONDS, replica="demo"
+        )
         won = asyncio.get_running_loop().create_future()
         self.claims[(rid, now)] = won
         await self.client.send(self.settings.desk.leases_topic, rid, record.to_json())
@@ -457,10 +593,17 @@ class DemoStream:
         if self.desk and await self.leave_to_people(req):
             return
         label = int(self.y[self.row(req["event_id"])])
-        await self.client.send(self.settings.topics.labels, req["model"], {
-            "request_id": req["request_id"], "model": req["model"], "label": label,
-            "labelled_by": ORACLE, "ts": time.time(),
-        })  # fmt: skip
+        await self.client.send(
+            self.settings.topics.labels,
+            req["model"],
+            {
+                "request_id": req["request_id"],
+                "model": req["model"],
+                "label": label,
+                "labelled_by": ORACLE,
+                "ts": time.time(),
+            },
+        )
         self.tally.answered += 1
 
     async def feed(self) -> None:
@@ -471,9 +614,15 @@ class DemoStream:
         i = 0
         while total is None or i < total:
             event_id = f"{self.run_id}-{i}"
-            await self.client.send(self.settings.topics.features, event_id, {
-                "id": event_id, "features": self.X[i % len(self.y)].tolist(), "ts": time.time(),
-            })  # fmt: skip
+            await self.client.send(
+                self.settings.topics.features,
+                event_id,
+                {
+                    "id": event_id,
+                    "features": self.X[i % len(self.y)].tolist(),
+                    "ts": time.time(),
+                },
+            )
             self.tally.sent += 1
             i += 1
             next_at += interval
@@ -516,4 +665,4 @@ class DemoStream:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 self._client = None
-        print(done_line(self.tally))
+                print(done_line(self.tally, _metrics(self.args.web_port)))

@@ -16,7 +16,9 @@ the one place that catches broadly, and it records why.
      ├── RecordError        (ValueError)   service.records: a record cannot be used
      │    └── BadMessage                    one consumed message refused, with a reason
      ├── StreamError        (RuntimeError) service.stream: the stream cannot go on
-     │    └── TopicError                     a topic is missing or cannot be described
+     │    ├── TopicError                     a topic is missing or cannot be described
+     │    ├── KafkaLoginError                Kafka refused the certificate or the login
+     │    └── AclError                       Kafka refused to add an ACL
      ├── ReplayError        (ValueError)   service.replay
      │    └── ReplayConfigError
      └── LocalKafkaError    (RuntimeError) service.localkafka

@@ -128,13 +128,20 @@ class LocalPrometheus:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         config.write_text(json.dumps(self.config(), indent=2))  # JSON is YAML
-        cmd = [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-               f"--web.listen-address={HOST}:{self.port}", "--log.level=warn"]  # fmt: skip
+        cmd = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address={HOST}:{self.port}",
+            "--log.level=warn",
+        ]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
-                cmd, stdout=log, stderr=subprocess.STDOUT,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent if self.die_with_parent else None,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

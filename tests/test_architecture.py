@@ -189,8 +189,7 @@ def private_uses(root: Path = SERVICE) -> list[str]:
 
 
 def _run(probe: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return set(out.stdout.split())
 
 
@@ -233,8 +232,11 @@ def test_the_units_side_by_side_in_every_package_import_each_other_without_cycle
 def test_the_health_check_imports_nothing_of_the_learner() -> None:
     graph = module_graph(modules())
     health = {n: t for n, t in graph.items() if n.startswith("service.stream.health")}
-    assert {n: sorted(t) for n, t in health.items()
-            if any(x.startswith("service.stream.labels") for x in t)} == {}  # fmt: skip
+    assert {
+        n: sorted(t)
+        for n, t in health.items()
+        if any(x.startswith("service.stream.labels") for x in t)
+    } == {}
 
 
 def test_only_the_stream_layer_and_the_tools_on_top_import_kafka_clients() -> None:

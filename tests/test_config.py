@@ -298,7 +298,11 @@ def test_desk_review_settings_default_and_come_from_the_environment(
     assert (desk.undo_seconds, desk.reviewers) == (600.0, ())
     rule = desk.second_opinions
     assert (rule.enabled, rule.share, rule.min_weight, rule.within_seconds) == (
-        True, 0.05, 20.0, 86400.0)  # fmt: skip
+        True,
+        0.05,
+        20.0,
+        86400.0,
+    )
     monkeypatch.setenv("ABSTAIN_DESK__REVIEWERS", "rita, sam@example.org")
     monkeypatch.setenv("ABSTAIN_DESK__SECOND_OPINIONS__SHARE", "0.2")
     monkeypatch.setenv("ABSTAIN_DESK__UNDO_SECONDS", "60")

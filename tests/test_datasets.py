@@ -13,6 +13,7 @@ from service import datasets
 from service.datasets import (
     DatasetError,
     data_dir,
+    feature_names,
     load_csv,
     load_dataset,
     load_libsvm,
@@ -358,3 +359,21 @@ def test_packaged_phishing_equals_the_shared_file(monkeypatch: pytest.MonkeyPatc
     X_shared, y_shared = load_dataset(SHARED_PHISHING)
     np.testing.assert_array_equal(X_packaged, X_shared)
     np.testing.assert_array_equal(y_packaged, y_shared)
+
+
+def test_phishing_feature_names_are_one_value_of_each_attribute_per_row(
+    no_shared_data: Path,
+) -> None:
+    names = feature_names("phishing", 68)
+    assert names is not None
+    X, _ = load_dataset(resolve_dataset_path("phishing"))
+    attributes: dict[str, list[int]] = {}
+    for column, name in enumerate(names):
+        attribute, _, value = name.partition("=")
+        assert value in {"-1", "0", "1"}, name
+        attributes.setdefault(attribute, []).append(column)
+    assert len(attributes) == 30
+    assert sorted(len(c) for c in attributes.values()) == [2] * 22 + [3] * 8
+    for columns in attributes.values():  # exactly one value of each attribute in every row
+        assert ((X[:, columns] != 0).sum(axis=1) == 1).all()
+    assert feature_names(resolve_dataset_path("phishing"), 68) == names  # by its file too

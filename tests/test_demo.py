@@ -19,6 +19,7 @@ import pytest
 from service.config import Settings, load_settings
 from service.demo import (
     DESK_USER,
+    MIN_LABELS,
     ORACLE,
     DemoStream,
     Tally,
@@ -80,34 +81,43 @@ class FakeClient:
         return [parse_lease_record(v) for t, _, v in self.sent if t == topic]
 
 
-def test_live_line_before_any_label_or_decision_shows_nan_risks() -> None:
+def test_live_line_before_any_label_or_decision_says_so() -> None:
     tally = Tally(sent=7, started=100.0)
     line = live_line(tally, now=103.2, rate=199.6, metrics={})
     assert line == (
         "[     3s]    200 ev/s  sent      7  decided      0 predict /      0 reject  "
-        "labels asked     0 applied     0  model v0  risk est nan (true nan)"
+        "labels asked     0 applied     0  model v0  risk est: not enough labels yet, 0 of 30 "
+        "(true nan)"
     )
 
 
-def test_live_line_reports_metrics_and_true_risk() -> None:
+def test_live_line_reports_the_estimate_with_its_interval_and_the_true_risk() -> None:
     tally = Tally(sent=1200, predict=900, reject=100, asked=50, answered=40, loss=125.0)
     tally.started = 0.0
     metrics = {
         "abstain_labels_applied_total": 38.0,
         "abstain_risk_estimate": 0.1234,
+        "abstain_risk_estimate_low": 0.0912,
+        "abstain_risk_estimate_high": 0.1651,
         "abstain_model_version": 3.0,
     }
     line = live_line(tally, now=12.0, rate=201.0, metrics=metrics)
     assert line == (
         "[    12s]    201 ev/s  sent   1200  decided    900 predict /    100 reject  "
-        "labels asked    50 applied    38  model v3  risk est 0.123 (true 0.125)"
+        "labels asked    50 applied    38  model v3  risk est 0.123 [0.091, 0.165] "
+        "(true 0.125)"
     )
 
 
-def test_live_line_hides_the_estimate_until_a_label_is_applied() -> None:
+def test_live_line_hides_the_estimate_until_enough_labels_are_applied() -> None:
     tally = Tally(predict=1, started=0.0)
-    metrics = {"abstain_risk_estimate": 0.5, "abstain_labels_applied_total": 0.0}
-    assert "risk est nan (true 0.000)" in live_line(tally, 1.0, 0.0, metrics)
+    for applied in (0, 1, MIN_LABELS - 1):
+        metrics = {"abstain_risk_estimate": 0.5, "abstain_labels_applied_total": applied}
+        line = live_line(tally, 1.0, 0.0, metrics)
+        assert f"not enough labels yet, {applied} of {MIN_LABELS} (true 0.000)" in line
+        assert "0.500" not in line
+    metrics = {"abstain_risk_estimate": 0.5, "abstain_labels_applied_total": MIN_LABELS}
+    assert "risk est 0.500" in live_line(tally, 1.0, 0.0, metrics)
 
 
 def test_lines_count_what_people_answered_at_the_desk() -> None:
@@ -125,6 +135,57 @@ def test_done_line() -> None:
         "done: 400 events, 400 decisions (10 rejected), 25 labels given; true 0-d-1 risk 0.056"
     )
     assert done_line(Tally()).endswith("0 labels given; true 0-d-1 risk 0.000")
+
+
+def test_done_line_carries_the_model_s_estimate_when_the_worker_answers() -> None:
+    tally = Tally(sent=400, predict=390, reject=10, answered=60, loss=22.5)
+    metrics = {
+        "abstain_labels_applied_total": 60.0,
+        "abstain_risk_estimate": 0.061,
+        "abstain_risk_estimate_low": 0.031,
+        "abstain_risk_estimate_high": 0.118,
+    }
+    assert done_line(tally, metrics).endswith(
+        "true 0-d-1 risk 0.056; the model's risk est 0.061 [0.031, 0.118]"
+    )
+
+
+def test_a_quarter_of_the_requests_are_left_to_people_only_with_a_desk() -> None:
+    demo = _stream(desk=True)
+    demo.args.left_to_you = 0.25
+    requests = [{"request_id": f"{i:032x}"} for i in range(4000)]
+    left = [r for r in requests if demo.left_to_people(r)]
+    assert 0.22 < len(left) / len(requests) < 0.28
+    assert left == [r for r in requests if demo.left_to_people(r)]  # the same every time
+    alone = _stream(desk=False)
+    alone.args.left_to_you = 0.25
+    assert not any(alone.left_to_people(r) for r in requests)
+    demo.args.left_to_you = 0.0
+    assert not any(demo.left_to_people(r) for r in requests)
+
+
+def test_the_demo_runs_until_ctrl_c_at_a_pace_a_person_can_follow() -> None:
+    args = _parser().parse_args([])
+    assert (args.events, args.rate, args.left_to_you) == (0, 20.0, 0.25)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--left-to-you", "1.5"])
+
+
+def test_the_demo_model_names_the_phishing_features(tmp_path: Path) -> None:
+    from service.datasets import feature_names  # noqa: PLC0415
+
+    args = _parser().parse_args([])
+    names = feature_names("phishing", 68)
+    assert names is not None
+    config = _config(args, "run1", 68, tmp_path, names)
+    assert config["models"]["default"]["feature_names"][:2] == [
+        "having_ip_address=-1",
+        "url_length=1",
+    ]
+    assert "n_features" not in config["models"]["default"]
+    assert config["desk"]["answer_names"] == {"default": ["legitimate", "phishing"]}
+    assert load_settings(tmp_path / "demo.json").models["default"].n_inputs == 68
+    assert _config(args, "run2", 4, tmp_path)["models"]["default"]["n_features"] == 4
 
 
 def test_row_wraps_around_the_dataset() -> None:

@@ -174,8 +174,9 @@ class DeskQueue:
         """``request`` expired more than an hour ago: it is not even counted as expired."""
         return request.expires_at <= self.clock() - _HOUR
 
-    def on_pending(self, request_id: str, entry: PendingEntry | None, *,
-                   at: float | None = None) -> None:  # fmt: skip
+    def on_pending(
+        self, request_id: str, entry: PendingEntry | None, *, at: float | None = None
+    ) -> None:
         """A pending-changelog record (written at ``at``): an entry (applied: closes; open:
         nothing to do, the request came from the label-requests topic) or a delete
         (closes)."""
@@ -184,16 +185,16 @@ class DeskQueue:
             over = request is not None and request.expires_at <= self.clock()
             self.close(request_id, "expired" if over else "removed", when=at)
         elif entry.applied:
-            self.close(request_id, "applied", by=entry.labelled_by,
-                       when=entry.applied_at or at)  # fmt: skip
+            self.close(request_id, "applied", by=entry.labelled_by, when=entry.applied_at or at)
 
     def on_label(self, label: Label, *, at: float) -> None:
         """A label on the labels topic: its request is answered."""
         request = self.requests.get(label.request_id)
         if request is not None and request.model != label.model:
             return  # the learner refuses it: the request stays open
-        answer = Answer(label.request_id, label.model, label.label, label.labelled_by,
-                        label.ts or at)  # fmt: skip
+        answer = Answer(
+            label.request_id, label.model, label.label, label.labelled_by, label.ts or at
+        )
         self._count(answer)
         rid = label.request_id
         if request is None and (rid not in self.closed or rid in self._labelled_as):
@@ -233,8 +234,15 @@ class DeskQueue:
         if self._day_times.add(at, (person, seconds), now=now):
             bisect.insort(self._times.setdefault(person, []), seconds)
 
-    def close(self, request_id: str, why: Why, *, at: float | None = None, by: str = "",
-              when: float | None = None) -> None:  # fmt: skip
+    def close(
+        self,
+        request_id: str,
+        why: Why,
+        *,
+        at: float | None = None,
+        by: str = "",
+        when: float | None = None,
+    ) -> None:
         """Take ``request_id`` out of the queue (remembered until it would have expired);
         ``when``: the time of the record that closed it (its expiry, if it expired)."""
         now = self.clock() if at is None else at
@@ -346,8 +354,10 @@ class DeskQueue:
         answers in each (:mod:`service.desk.charts`)."""
         depth, answers = self.depth.get(model), self.answers.get(model)
         empty = Timeline().counts(now)
-        return (empty if depth is None else depth.levels(now),
-                empty if answers is None else answers.counts(now))  # fmt: skip
+        return (
+            empty if depth is None else depth.levels(now),
+            empty if answers is None else answers.counts(now),
+        )
 
     def answer_counts(self, *, now: float) -> AnswerCounts:
         """Answers in the last hour per model and person, in the last day per person, and

@@ -82,7 +82,9 @@ def sparkline(values: list[float], *, label: str, width: int = 216, height: int 
         if (h := round(max(v, 0.0) / top * height, 1)) > 0
     )
     name = html.escape(label, quote=True)
-    return (f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" '
-            f'height="{height}" role="img" aria-label="{name}"><title>{name}</title>'
-            f'<rect class="axis" x="0" y="{height - 0.5}" width="{width}" height="0.5"/>'
-            f"{bars}</svg>")  # fmt: skip
+    return (
+        f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{name}"><title>{name}</title>'
+        f'<rect class="axis" x="0" y="{height - 0.5}" width="{width}" height="0.5"/>'
+        f"{bars}</svg>"
+    )

@@ -49,6 +49,8 @@ from service.desk.leases import LeaseBook
 from service.desk.metrics import DeskMetrics
 from service.desk.review import Review, ReviewBook
 from service.desk.web import DeskWeb
+from service.stream.errors import KafkaLoginError
+from service.stream.kafka.login import check_login
 
 __all__ = ["main", "serve"]
 
@@ -70,7 +72,8 @@ def main(argv: list[str]) -> int:
     try:
         settings = _settings(args)
         accounts = _accounts(settings)
-    except (ConfigError, AccountsError) as exc:
+        asyncio.run(check_login(settings))
+    except (ConfigError, AccountsError, KafkaLoginError) as exc:
         print(f"abstain desk: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(),

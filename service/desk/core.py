@@ -66,6 +66,8 @@ class Claimed:
     request: LabelRequest
     lease_expires_at: float
     opinion: bool = False
+    #: a second opinion: when the chance to give it ends (the request's own expiry else)
+    until: float | None = None
 
 
 class Desk:
@@ -332,4 +334,4 @@ def _offered(offered: Offered) -> Claimed:
     """A second opinion as the labelling view shows it (the request, not the answer)."""
     request = offered.item.request
     assert request is not None  # noqa: S101 - only answers joined with a request are offered
-    return Claimed(request, offered.lease_expires_at, opinion=True)
+    return Claimed(request, offered.lease_expires_at, opinion=True, until=offered.until)

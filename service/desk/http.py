@@ -24,13 +24,20 @@ __all__ = ["answer_of", "form", "html", "json_error", "redirect", "request_id_of
 def json_error(status: int, code: str, message: str) -> web.HTTPException:
     """An HTTP error whose body is ``{"error": code, "message": message}``."""
     classes: dict[int, type[web.HTTPException]] = {
-        400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
-        404: web.HTTPNotFound, 409: web.HTTPConflict, 410: web.HTTPGone,
-        429: web.HTTPTooManyRequests, 503: web.HTTPServiceUnavailable,
-    }  # fmt: skip
+        400: web.HTTPBadRequest,
+        401: web.HTTPUnauthorized,
+        403: web.HTTPForbidden,
+        404: web.HTTPNotFound,
+        409: web.HTTPConflict,
+        410: web.HTTPGone,
+        429: web.HTTPTooManyRequests,
+        503: web.HTTPServiceUnavailable,
+    }
     cls = classes.get(status, web.HTTPBadRequest)
-    return cls(text=f'{{"error": "{code}", "message": {orjson.dumps(message).decode()}}}',
-               content_type="application/json")  # fmt: skip
+    return cls(
+        text=f'{{"error": "{code}", "message": {orjson.dumps(message).decode()}}}',
+        content_type="application/json",
+    )
 
 
 def request_id_of(body: dict[str, Any]) -> str:

@@ -69,43 +69,70 @@ class DeskMetrics:
 
     def __init__(self, registry: CollectorRegistry, *, models: Iterable[str]) -> None:
         self.registry = registry
-        self.open = Gauge("abstain_desk_open_requests", "open label requests",
-                          ["model"], registry=registry)  # fmt: skip
+        self.open = Gauge(
+            "abstain_desk_open_requests", "open label requests", ["model"], registry=registry
+        )
         self.oldest = Gauge(
-            "abstain_desk_oldest_open_age_seconds", "age of the oldest open request", ["model"],
+            "abstain_desk_oldest_open_age_seconds",
+            "age of the oldest open request",
+            ["model"],
             registry=registry,
-        )  # fmt: skip
-        self.expired = Gauge("abstain_desk_expired_last_hour",
-                             "requests that expired unanswered in the last hour", ["model"],
-                             registry=registry)  # fmt: skip
-        self.leases = Gauge("abstain_desk_active_leases", "requests held by someone now",
-                            registry=registry)  # fmt: skip
-        self.ready = Gauge("abstain_desk_ready", "1 once the topics are read to their end",
-                           registry=registry)  # fmt: skip
-        self.answers = Counter("abstain_desk_answers_total", "labels sent and acknowledged",
-                               ["model", "answer"], registry=registry)  # fmt: skip
+        )
+        self.expired = Gauge(
+            "abstain_desk_expired_last_hour",
+            "requests that expired unanswered in the last hour",
+            ["model"],
+            registry=registry,
+        )
+        self.leases = Gauge(
+            "abstain_desk_active_leases", "requests held by someone now", registry=registry
+        )
+        self.ready = Gauge(
+            "abstain_desk_ready", "1 once the topics are read to their end", registry=registry
+        )
+        self.answers = Counter(
+            "abstain_desk_answers_total",
+            "labels sent and acknowledged",
+            ["model", "answer"],
+            registry=registry,
+        )
         self.give_backs = Counter(
-            "abstain_desk_give_backs_total", "requests skipped or not answerable",
-            ["model", "why"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_give_backs_total",
+            "requests skipped or not answerable",
+            ["model", "why"],
+            registry=registry,
+        )
         self.answer_seconds = Histogram(
-            "abstain_desk_answer_seconds", "from claim to answer", ["model"], registry=registry,
+            "abstain_desk_answer_seconds",
+            "from claim to answer",
+            ["model"],
+            registry=registry,
             buckets=(2, 5, 10, 20, 30, 60, 120, 300, 600),
-        )  # fmt: skip
-        self.claims = Counter("abstain_desk_claims_total", "claims on the leases topic",
-                              ["outcome"], registry=registry)  # fmt: skip
-        self.refusals = Counter("abstain_desk_refusals_total", "actions refused",
-                                ["code"], registry=registry)  # fmt: skip
-        self.send_failures = Counter("abstain_desk_send_failures_total",
-                                     "labels Kafka did not acknowledge in time",
-                                     registry=registry)  # fmt: skip
-        self.logins = Counter("abstain_desk_logins_total", "login attempts", ["outcome"],
-                              registry=registry)  # fmt: skip
+        )
+        self.claims = Counter(
+            "abstain_desk_claims_total",
+            "claims on the leases topic",
+            ["outcome"],
+            registry=registry,
+        )
+        self.refusals = Counter(
+            "abstain_desk_refusals_total", "actions refused", ["code"], registry=registry
+        )
+        self.send_failures = Counter(
+            "abstain_desk_send_failures_total",
+            "labels Kafka did not acknowledge in time",
+            registry=registry,
+        )
+        self.logins = Counter(
+            "abstain_desk_logins_total", "login attempts", ["outcome"], registry=registry
+        )
         self.skipped = Counter(
             "abstain_desk_records_skipped_total",
             "records of a followed topic the desk did not take (they fail the learner's checks "
-            "or are unreadable)", ["topic"], registry=registry,
-        )  # fmt: skip
+            "or are unreadable)",
+            ["topic"],
+            registry=registry,
+        )
         self._review_series(registry)
         for model in models:
             self._review_children(model)
@@ -131,33 +158,47 @@ class DeskMetrics:
         """Corrections, second opinions and reviews (docs/desk.md): written by this replica
         (counters), waiting on the topics (gauges: the same on every replica)."""
         self.corrections = Counter(
-            "abstain_desk_corrections_total", "corrections written (undo, change, review)",
-            ["model", "kind"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_corrections_total",
+            "corrections written (undo, change, review)",
+            ["model", "kind"],
+            registry=registry,
+        )
         self.second_opinions = Counter(
-            "abstain_desk_second_opinions_total", "second opinions written, by whether they "
-            "agreed with the label", ["model", "outcome"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_second_opinions_total",
+            "second opinions written, by whether they agreed with the label",
+            ["model", "outcome"],
+            registry=registry,
+        )
         self.reviews = Counter(
-            "abstain_desk_reviews_total", "reviewers' decisions written (confirmed, corrected)",
-            ["model", "outcome"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_reviews_total",
+            "reviewers' decisions written (confirmed, corrected)",
+            ["model", "outcome"],
+            registry=registry,
+        )
         self.review_requests = Counter(
-            "abstain_desk_review_requests_total", "authors who asked for a review of their "
-            "answer", ["model"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_review_requests_total",
+            "authors who asked for a review of their answer",
+            ["model"],
+            registry=registry,
+        )
         self.opinions_open = Gauge(
-            "abstain_desk_second_opinions_open", "answers waiting for a second opinion",
-            ["model"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_second_opinions_open",
+            "answers waiting for a second opinion",
+            ["model"],
+            registry=registry,
+        )
         self.reviews_open = Gauge(
-            "abstain_desk_reviews_open", "answers waiting for a reviewer (disagreements, "
-            "requests for review)", ["model"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_reviews_open",
+            "answers waiting for a reviewer (disagreements, requests for review)",
+            ["model"],
+            registry=registry,
+        )
         self.corrected_ratio = Gauge(
-            "abstain_desk_labels_corrected_ratio", "share of the labels of the last two days "
-            "later withdrawn or changed", ["model"], registry=registry,
-        )  # fmt: skip
+            "abstain_desk_labels_corrected_ratio",
+            "share of the labels of the last two days later withdrawn or changed",
+            ["model"],
+            registry=registry,
+        )
 
     def _review_children(self, model: str) -> None:
         for kind in CORRECTION_KINDS:

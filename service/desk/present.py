@@ -56,8 +56,11 @@ def top_features(served: Any, features: list[float], names: list[str]) -> list[d
     labels = [*names, "(intercept)"][: len(w)]
     contrib = w * z
     order = np.argsort(-np.abs(contrib))[:TOP]
-    return [{"name": labels[i], "contribution": round(float(contrib[i]), 4)} for i in order
-            if math.isfinite(float(contrib[i])) and contrib[i] != 0.0]  # fmt: skip
+    return [
+        {"name": labels[i], "contribution": round(float(contrib[i]), 4)}
+        for i in order
+        if math.isfinite(float(contrib[i])) and contrib[i] != 0.0
+    ]
 
 
 def present(
@@ -78,9 +81,12 @@ def present(
         "request_id": request.request_id,
         "event_id": request.event_id,
         "model": request.model,
-        "features": [
-            {"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)
-        ],
+        # the features that are set first (one-hot data: the values the event has), each
+        # group in the model's order
+        "features": sorted(
+            ({"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)),
+            key=lambda f: f["value"] == 0,
+        ),
         "score": request.score,
         "rho": request.rho,
         "decision": decided,

@@ -47,8 +47,9 @@ class TeamStats:
     answers_last_hour: int
 
 
-def team_stats(queue: DeskQueue, leases: LeaseBook, models: Iterable[str], *, now: float
-               ) -> TeamStats:  # fmt: skip
+def team_stats(
+    queue: DeskQueue, leases: LeaseBook, models: Iterable[str], *, now: float
+) -> TeamStats:
     """Per model and per person (answers seen on the labels topic: the desk's and others').
 
     Reads counts the queue keeps as records arrive: the cost grows with the number of
@@ -62,9 +63,20 @@ def team_stats(queue: DeskQueue, leases: LeaseBook, models: Iterable[str], *, no
         request = queue.requests.get(rid)
         if request is not None:
             held[request.model] += 1
-    rows = [ModelRow(m, open_[m], oldest.get(m), answers.hour_by_model[m], expired[m], held[m],
-                     *map(tuple, queue.charts(m, now=now)))
-            for m in models]  # fmt: skip
-    people = [PersonRow(p, answers.hour_by_person[p], n, answers.median_seconds.get(p))
-              for p, n in sorted(answers.day_by_person.items())]  # fmt: skip
+    rows = [
+        ModelRow(
+            m,
+            open_[m],
+            oldest.get(m),
+            answers.hour_by_model[m],
+            expired[m],
+            held[m],
+            *map(tuple, queue.charts(m, now=now)),
+        )
+        for m in models
+    ]
+    people = [
+        PersonRow(p, answers.hour_by_person[p], n, answers.median_seconds.get(p))
+        for p, n in sorted(answers.day_by_person.items())
+    ]
     return TeamStats(rows, people, answers.hour_total)

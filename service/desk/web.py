@@ -18,6 +18,7 @@ reloads itself, and the API ``503 loading``. A body that is not what the route t
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -346,6 +347,8 @@ class DeskWeb:
                        now=time.time(), lease_expires_at=claimed.lease_expires_at,
                        names=self.settings.desk.answer_names.get(req.model))  # fmt: skip
         view["second_opinion"] = claimed.opinion  # (and never the first answer)
+        if claimed.until is not None and math.isfinite(claimed.until):
+            view["expires_at"] = claimed.until  # the time left is the model's reach
         return web.json_response({"request": view})
 
     async def api_renew(self, request: web.Request) -> web.StreamResponse:

@@ -22,9 +22,14 @@ the replay command and notebooks share one implementation.
   learners the constants :func:`default_kernel_ds_eta` $= 5/(\gamma^2(\bar K+1))$ and
   :func:`default_kernel_dral_eta` $= 1.5/(\bar K+1)$ with $\bar K = K(x, x)$ at
   $\|x\|^2 = n$ (in :mod:`.schedules` and :mod:`.kernel.defaults`, with the evidence from
-  ``docs/replay/README.md``);
+  ``docs/results/replay/index.md``);
   :data:`DEFAULT_GAMMA` (1), :data:`DEFAULT_TAU` (1000).
-* Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`.
+* Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`;
+  :func:`serving_pipeline`, what a model serves (a standardiser that takes in the
+  :class:`Moments` of every event the scorers see, then one of the labelled rows).
+* Update rules of the linear learners (``update_rule``): ``"sgd"``, the papers' step, and
+  ``"normalized"`` (:mod:`.linear.normalized`: importance-weight aware, per-coordinate
+  adaptive, $\rho$ in the units of the score).
 * Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
   with :class:`BatchStandardizer` for per-run online standardisation.
 * Risk and shadows: :class:`RiskEstimate` (importance-weighted 0-d-1 risk with a score
@@ -89,7 +94,7 @@ from .kernel.kernels import (
 from .kernel.learner import DEFAULT_BUDGET, DEFAULT_RHO_CAP, KernelLearner
 from .linear.dral import DRAL
 from .linear.dsal import DSAL, DSOL
-from .linear.learner import LinearLearner
+from .linear.learner import UPDATES, LinearLearner
 from .losses import (
     double_ramp_gradient,
     double_ramp_loss,
@@ -103,12 +108,15 @@ from .losses import (
     sigmoid_slope,
     zero_d_one_loss,
 )
+from .moments import Moments
 from .preprocessing import (
+    LABEL_PRIOR,
     Intercept,
     OnlineStandardizer,
     Pipeline,
     default_pipeline,
     preprocessor_from_state,
+    serving_pipeline,
 )
 from .registry import (
     ALGORITHM_NAMES,
@@ -210,6 +218,10 @@ __all__ = [
     "LINEAR_ALGORITHMS",
     "LearningError",
     "LinearLearner",
+    "LABEL_PRIOR",
+    "Moments",
+    "UPDATES",
+    "serving_pipeline",
     "NonFiniteError",
     "OnlineStandardizer",
     "Pipeline",

@@ -6,6 +6,12 @@ the paper does) and composed with :class:`Pipeline`.
   not above ``min_std`` is only centred, never divided by (near) zero.
 * :class:`Intercept` — appends a constant feature, so $w$'s last weight is a bias.
 
+A standardiser learns from rows one at a time (:meth:`OnlineStandardizer.learn`) or takes in
+the :class:`~service.learning.moments.Moments` of many rows at once
+(:meth:`OnlineStandardizer.merge`, :meth:`Pipeline.merge`): a stream worker's scorers gather
+the moments of every event they score and the learner merges them into the model's next
+version, so the statistics come from every event and still depend only on the version.
+
 Put the :class:`Intercept` *after* the standardiser: a constant feature has zero variance,
 so a standardiser after it would centre it to 0. :func:`default_pipeline` does this.
 
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,14 +40,18 @@ from . import state as st
 from .base import check_int, features, features_matrix, quiet, raise_non_finite
 from .errors import DimensionError, HyperparameterError, InputError, StateError
 from .losses import FloatArray
+from .moments import Moments
 
 __all__ = [
+    "LABEL_PRIOR",
+    "MERGE_FLOOR",
     "Intercept",
     "OnlineStandardizer",
     "Pipeline",
     "Preprocessor",
     "default_pipeline",
     "preprocessor_from_state",
+    "serving_pipeline",
 ]
 
 
@@ -63,6 +73,12 @@ class Preprocessor(Protocol):
     def learn(self, x: Any) -> None: ...
 
     def to_state(self) -> dict[str, Any]: ...
+
+
+MERGE_FLOOR: Final = 100
+"""Rows a moments record may count for when the statistics rest on fewer
+(:meth:`OnlineStandardizer.merge`): a first record of a model that asks rarely (one label
+in 100 events or fewer) still counts for 100 events."""
 
 
 def _finite_number(name: str, value: Any) -> float:
@@ -166,6 +182,11 @@ class OnlineStandardizer:
     ``1e-300``) keeps $1/\hat s$ finite. ``learn`` refuses NaN/inf and leaves the
     statistics unchanged.
 
+    ``prior`` (default 0) starts the statistics at ``prior`` pseudo-rows of mean 0 and
+    variance 1: a standardiser of inputs that are standardised already (the second step of
+    :func:`serving_pipeline`) then moves away from the identity only as the rows it learns
+    outweigh them, instead of standardising by the statistics of its first few rows.
+
     >>> z = OnlineStandardizer(1)
     >>> for v in (1.0, 2.0, 3.0, 4.0):
     ...     z.learn([v])
@@ -174,14 +195,15 @@ class OnlineStandardizer:
     """
 
     kind: ClassVar[str] = "standardizer"
-    __slots__ = ("_count", "_m2", "_mean", "_n", "_scale", "min_std")
+    __slots__ = ("_count", "_m2", "_mean", "_n", "_scale", "min_std", "prior")
 
-    def __init__(self, n_features: int, *, min_std: float = 1e-9) -> None:
+    def __init__(self, n_features: int, *, min_std: float = 1e-9, prior: int = 0) -> None:
         self._n = check_int("n_features", n_features, 1)
         self.min_std = check_min_std(min_std)
-        self._count = 0
+        self.prior = check_int("prior", prior, 0)
+        self._count = self.prior
         self._mean = np.zeros(self._n)
-        self._m2 = np.zeros(self._n)
+        self._m2 = np.full(self._n, float(self.prior))
         self._scale = np.ones(self._n)
 
     @property
@@ -236,10 +258,42 @@ class OnlineStandardizer:
         self._count = count
         self._refresh_scale()
 
+    def merge(self, moments: Moments) -> int:
+        r"""Take in the moments of rows learnt elsewhere (Chan's merge,
+        :mod:`service.learning.moments`); return how many rows they counted for.
+
+        A record counts for at most ``max(count, MERGE_FLOOR)`` rows (:data:`MERGE_FLOOR`:
+        100), its mean and variance kept: once the statistics rest on 100 rows one record
+        can at most double what they rest on, so a record that lies (a forged or broken
+        one) moves the mean at most half way to its own and the variance likewise, whatever
+        count it claims.
+
+        >>> z = OnlineStandardizer(1)
+        >>> m = Moments(1); m.add_many([[1.0], [3.0]])
+        >>> z.merge(m), z.count, z.mean.tolist(), z.std.tolist()
+        (2, 2, [2.0], [1.0])
+        """
+        if moments.n_features != self._n:
+            raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
+        if not moments.count:
+            return 0
+        count = min(moments.count, max(self._count, MERGE_FLOOR))
+        m2 = moments.m2 * (count / moments.count) if count < moments.count else moments.m2
+        total = self._count + count
+        delta = moments.mean - self._mean
+        self._m2 = self._m2 + m2 + delta * delta * (self._count * count / total)
+        self._mean = self._mean + delta * (count / total)
+        self._count = total
+        self._refresh_scale()
+        return count
+
     def to_state(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"n_features": self._n, "min_std": self.min_std}
+        if self.prior:  # a standardiser without one writes the record it always wrote
+            params["prior"] = self.prior
         return _record(
             self.kind,
-            {"n_features": self._n, "min_std": self.min_std},
+            params,
             {
                 "count": self._count,
                 "mean": st.float_list(self._mean),
@@ -264,7 +318,10 @@ class OnlineStandardizer:
         return step
 
     def __repr__(self) -> str:
-        return f"OnlineStandardizer({self._n}, min_std={self.min_std!r}, count={self._count})"
+        prior = f", prior={self.prior}" if self.prior else ""
+        return (
+            f"OnlineStandardizer({self._n}, min_std={self.min_std!r}{prior}, count={self._count})"
+        )
 
 
 _STEPS: dict[str, Any] = {"intercept": Intercept, "standardizer": OnlineStandardizer}
@@ -357,6 +414,45 @@ class Pipeline:
             out = out.copy()
         return out
 
+    @property
+    def takes_moments(self) -> bool:
+        """Whether the pipeline standardises twice, first by the moments of every event
+        (:meth:`learn_label`): the shape :func:`serving_pipeline` builds."""
+        return len(self.steps) >= 2 and all(
+            isinstance(step, OnlineStandardizer) for step in self.steps[:2]
+        )
+
+    def learn_label(self, x: Any, moments: Moments | None = None) -> int:
+        """What the statistics learn when the label of raw row ``x`` arrives; return how
+        many events the moments counted for.
+
+        A pipeline that :attr:`takes_moments` merges ``moments`` (of the events scored
+        since the last ones, ``x`` among them) into its first step, and the labelled row,
+        as the first step now transforms it, into the steps after it. Its first step learns
+        from moments only: a request without them (the second of a scorer's batch, whose
+        events came with the first) teaches the later steps alone. Any other pipeline learns
+        ``x`` in every step (:meth:`learn`), as it always did.
+
+        >>> pipe = serving_pipeline(1)
+        >>> seen = Moments(1); seen.add_many([[1.0], [3.0], [5.0]])
+        >>> pipe.learn_label([5.0], seen), pipe.steps[0].mean.tolist(), pipe.steps[1].count
+        (3, [3.0], 31)
+        """
+        if not self.takes_moments:
+            self.learn(x)
+            return 0
+        cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
+        first = self.steps[0]
+        assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
+        merged = 0 if moments is None else first.merge(moments)
+        cur = first.transform(cur)
+        last = len(self.steps) - 1
+        for i, step in enumerate(self.steps[1:], start=1):
+            step.learn(cur)
+            if i < last:
+                cur = step.transform(cur)
+        return merged
+
     def learn(self, x: Any) -> None:
         """Update the running statistics of every step with one raw example."""
         cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
@@ -397,3 +493,35 @@ class Pipeline:
 def default_pipeline(n_features: int) -> Pipeline:
     """Standardise online, then append an intercept: ``n_features + 1`` outputs."""
     return Pipeline([OnlineStandardizer(n_features), Intercept()])
+
+
+LABEL_PRIOR: Final = 30
+"""Pseudo-rows (mean 0, variance 1) the second standardiser of :func:`serving_pipeline`
+starts with."""
+
+
+def serving_pipeline(
+    n_features: int, *, standardize: bool = True, intercept: bool = True
+) -> Pipeline:
+    r"""The preprocessing a model serves (a stream worker's, and the replay's served stack).
+
+    With ``standardize``: two standardisers. The first learns from every event, through the
+    moments the scorers gather and the learner merges into each new version
+    (:meth:`Pipeline.learn_label`): its statistics rest on every event from the first label
+    on, and a score still depends only on the version. The second learns from the labelled
+    rows as the first transforms them, starting from :data:`LABEL_PRIOR` pseudo-rows of
+    mean 0 and variance 1: once the labels outweigh them it centres and scales by the events
+    the learner asks about, which for an active learner lie near the boundary (the curvature
+    of the loss is there; a diagonal preconditioner of the steps). Without moments (a scorer
+    that sends none) the first step stays the identity. With ``intercept``: a constant
+    feature last.
+
+    >>> serving_pipeline(3).n_features_out, serving_pipeline(3, standardize=False).steps
+    (4, (Intercept(value=1.0),))
+    """
+    steps: list[Preprocessor] = []
+    if standardize:
+        steps += [OnlineStandardizer(n_features), OnlineStandardizer(n_features, prior=LABEL_PRIOR)]
+    if intercept:
+        steps.append(Intercept())
+    return Pipeline(steps, n_features=n_features)

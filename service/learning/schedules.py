@@ -13,8 +13,8 @@ an ``int`` or with an integer array (the batched engine evaluates all rows at on
 **Default steps**, and the replay evidence behind them. A learner built without ``eta``
 takes its step size from its width $n$ = ``n_features`` (every column it sees, the
 intercept included), because the best step scales like $1/\|x\|^2$ and standardised
-features plus an intercept have $\|x\|^2 \approx n$ (``docs/replay/README.md``, "Step
-sizes"; sweeps in ``docs/replay/*/sweep.csv``): :func:`default_ds_eta`,
+features plus an intercept have $\|x\|^2 \approx n$ (``docs/results/replay/index.md``, "Step
+sizes"; sweeps in ``loadtest/results/replay/*/sweep.csv``): :func:`default_ds_eta`,
 :func:`default_dral_eta` and, for the kernel learners,
 :mod:`service.learning.kernel.defaults`:
 
@@ -237,8 +237,9 @@ higher risk)."""
 DEFAULT_TAU: Final = 1000.0
 r"""Decay constant $\tau$ of the linear learners' default steps (labels until the step halves).
 
-The replay sweeps (``docs/replay/*/sweep.csv``, $\tau \in \{100, 1000, 10000\}$) found 1000
-best for DSAL/DSOL on Phishing and Guide; DRAL is less sensitive to it."""
+The replay sweeps (``loadtest/results/replay/*/sweep.csv``,
+$\tau \in \{100, 1000, 10000\}$) found 1000 best for DSAL/DSOL on Phishing and Guide; DRAL
+is less sensitive to it."""
 
 
 def default_ds_eta(n_features: int, gamma: float = DEFAULT_GAMMA) -> InverseTime:
@@ -248,9 +249,9 @@ def default_ds_eta(n_features: int, gamma: float = DEFAULT_GAMMA) -> InverseTime
     $\eta_0$ is the paper's DSAL theory step $5/(\gamma^2(R^2 + 1))$
     (:class:`~service.learning.schedules.DSALTheory`) with $R^2 = n$: $n$ counts every
     column the learner sees, the intercept included, and standardised features plus an
-    intercept have $\|x\|^2 \approx n$. The replay (``docs/replay/README.md``, "Step
-    sizes"; 20-run sweeps in ``docs/replay/*/sweep.csv``) found the best step scaling like
-    $1/\|x\|^2$, with this value at the optimum on both datasets: DSAL's risk averaged
+    intercept have $\|x\|^2 \approx n$. The replay (``docs/results/replay/index.md``, "Step
+    sizes"; 20-run sweeps in ``loadtest/results/replay/*/sweep.csv``) found the best step
+    scaling like $1/\|x\|^2$, with this value at the optimum on both datasets: DSAL's risk averaged
     over $d \in \{0.1, 0.25, 0.4\}$ is 0.0489 on Phishing ($n = 69$, $\eta_0 = 0.0714$;
     best of the sweep 0.0487) and 0.0408 on Guide ($n = 5$, $\eta_0 = 0.833$; best 0.0399),
     where the former fixed default 0.1 gave 0.0492 and 0.0546. $\tau = 1000$ was the
@@ -276,8 +277,8 @@ def default_dral_eta(n_features: int) -> InverseTime:
     features plus an intercept $\|x\|^2 \approx n$, so one DRAL label moves $f$ on its own
     example by $\eta\, d\, \|x\|^2$ or $\eta (1-d) \|x\|^2$, about $1.5\, d$ or
     $1.5 (1-d)$: of the order of the ramps' unit width whatever the width of the data.
-    The replay (``docs/replay/README.md``, "Step sizes"; 20-run sweeps in
-    ``docs/replay/*/sweep.csv``) found the best DRAL step scaling like $1/n$ and smaller
+    The replay (``docs/results/replay/index.md``, "Step sizes"; 20-run sweeps in
+    ``loadtest/results/replay/*/sweep.csv``) found the best DRAL step scaling like $1/n$ and smaller
     than DSAL's: the sweeps' risk, averaged over $d \in \{0.1, 0.25, 0.4\}$, is 0.0525 at
     $\eta_0 = 0.02 \approx 1.5/70$ on Phishing ($n = 69$) and 0.0470 at
     $\eta_0 = 0.3 \approx 1.5/6$ on Guide ($n = 5$), against 0.0552 and 0.0530 for the

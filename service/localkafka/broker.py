@@ -4,7 +4,6 @@ report on one ``kafka.Kafka`` child process per data directory."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -31,6 +30,13 @@ from service.localkafka.config import (
     render_server_properties,
 )
 from service.localkafka.errors import FetchError, LocalKafkaError, StartError
+from service.localkafka.secure import (
+    ROLE_USERS,
+    SecureFiles,
+    admin_ready,
+    scram_arguments,
+    secure_properties,
+)
 from service.localkafka.wire import (
     HOST,
     STATE_FILE,
@@ -41,28 +47,13 @@ from service.localkafka.wire import (
     read_state,
     write_state,
 )
+from service.processes import parent_death_signal
 
 __all__ = ["FETCH_TIMEOUT", "STORAGE_TOOL", "BrokerStatus", "LocalKafka"]
 
 STORAGE_TOOL = "kafka.tools.StorageTool"
 FETCH_TIMEOUT = 900.0  # seconds; a cold fetch of ~46 MB of jars
 _HEAP_RE = re.compile(r"[1-9][0-9]*[kmgKMG]?")
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has Linux SIGKILL the child when this process dies."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the line above
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +87,10 @@ class LocalKafka:
     ``kafka`` picks the Kafka line (``"3"`` or ``"4"``, :data:`KAFKA_LINES`: each pins one
     version in its pom). ``node_id``, ``voters``, ``cluster_id`` and the replication
     settings make the broker one node of a cluster (:class:`~service.localkafka.LocalCluster`).
+
+    ``secure=True`` (one node only) serves TLS, SCRAM-SHA-512 logins and ACLs
+    (:mod:`~service.localkafka.secure`; ``users``: the SCRAM users besides ``admin``,
+    created when storage is formatted). A data directory keeps the mode it was formatted in.
     """
 
     def __init__(
@@ -117,6 +112,8 @@ class LocalKafka:
         replication_factor: int = 1,
         min_insync_replicas: int = 1,
         cluster_id: str | None = None,
+        secure: bool = False,
+        users: tuple[str, ...] = tuple(ROLE_USERS.values()),
     ) -> None:
         if not _HEAP_RE.fullmatch(heap):
             raise ValueError(f"heap must look like 512m or 1g, got {heap!r}")
@@ -124,6 +121,8 @@ class LocalKafka:
             raise ValueError(f"ready_timeout must be > 0, got {ready_timeout}")
         if kafka not in KAFKA_LINES:
             raise ValueError(f"kafka must be one of {sorted(KAFKA_LINES)}, got {kafka!r}")
+        if secure and voters:
+            raise ValueError("secure mode runs one node, not a cluster")
         self.config = BrokerConfig(
             port=port,
             controller_port=port + 1 if controller_port is None else controller_port,
@@ -143,6 +142,8 @@ class LocalKafka:
         self.die_with_parent = die_with_parent
         self.java = java
         self.mvn = mvn
+        self.secure = secure
+        self.users = users
         self._proc: subprocess.Popen[bytes] | None = None
 
     # paths -----------------------------------------------------------------------------
@@ -173,6 +174,15 @@ class LocalKafka:
     @property
     def kraft_dir(self) -> Path:
         return self.data_dir / "kraft"
+
+    @property
+    def secure_files(self) -> SecureFiles:
+        """The secure mode's CA, broker key, passwords and client settings files."""
+        return SecureFiles(self.data_dir / "secure")
+
+    def settings_file(self, user: str) -> Path:
+        """The settings file (``--config``) of ``user`` of a secure broker."""
+        return self.secure_files.settings_file(user)
 
     # jars ------------------------------------------------------------------------------
     def jars_present(self) -> bool:
@@ -246,9 +256,30 @@ class LocalKafka:
             if not port_is_free(port):
                 raise StartError(f"{name} {HOST}:{port} is already in use")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.properties_path.write_text(render_server_properties(self.config, self.kraft_dir))
-        if not (self.kraft_dir / "meta.properties").is_file():
-            self._format_storage()
+        formatted = (self.kraft_dir / "meta.properties").is_file()
+        passwords: dict[str, str] = {}
+        if formatted and self.secure != self.secure_files.exists():
+            raise StartError(
+                f"{self.data_dir} was formatted {'with' if not self.secure else 'without'} "
+                "--secure; start it as it was, or use another --data-dir"
+            )
+        if self.secure:
+            passwords = self.secure_files.create(self.users)
+            props = render_server_properties(
+                self.config,
+                self.kraft_dir,
+                listener="SASL_SSL",
+                overrides=secure_properties(self.secure_files, passwords),
+            )
+        else:
+            props = render_server_properties(self.config, self.kraft_dir)
+        fd = os.open(self.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:  # the secure mode's holds the admin password
+            out.write(props)
+        if not formatted:
+            self._format_storage(scram_arguments(passwords) if self.secure else [])
+        if self.secure:
+            self.secure_files.write_settings(self.bootstrap, passwords)
         cmd = [*self._java_prefix(self.heap), "kafka.Kafka", str(self.properties_path)]
         with open(self.log_dir / "stdout.log", "ab") as out:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
@@ -320,10 +351,13 @@ class LocalKafka:
         state = self.running_state()
         if state is None:
             return BrokerStatus(False, False, None, None, None, self.data_dir)
-        try:
-            answering = bool(probe_metadata(HOST, state.port, timeout=1.0))
-        except (OSError, ValueError):
-            answering = False
+        if self.secure_files.exists():
+            answering = admin_ready(self.secure_files, state.bootstrap, timeout=1.0)
+        else:
+            try:
+                answering = bool(probe_metadata(HOST, state.port, timeout=1.0))
+            except (OSError, ValueError):
+                answering = False
         return BrokerStatus(
             True, answering, state.pid, state.bootstrap, state.kafka_version, self.data_dir
         )
@@ -369,16 +403,16 @@ class LocalKafka:
         # Linux delivers the parent-death signal when the *thread* that forked exits, so a
         # broker started from a worker thread (asyncio.to_thread) relies on stop() alone.
         if self.die_with_parent and threading.current_thread() is threading.main_thread():
-            return _parent_death_signal()
+            return parent_death_signal()
         return None
 
-    def _format_storage(self) -> None:
+    def _format_storage(self, extra: list[str]) -> None:
         cmd = [*self._java_prefix("256m"), STORAGE_TOOL, "format", "--ignore-formatted"]
         cmd += ["-t", self.cluster_id or new_cluster_id(), "-c", str(self.properties_path)]
         done = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            cmd, capture_output=True, text=True, timeout=120, check=False
+            [*cmd, *extra], capture_output=True, text=True, timeout=120, check=False
         )
-        if done.returncode != 0:
+        if done.returncode != 0:  # extra (SCRAM passwords) is not repeated in the message
             raise StartError(f"formatting {self.kraft_dir} failed:\n{done.stdout}{done.stderr}")
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
@@ -388,11 +422,8 @@ class LocalKafka:
             if code is not None:
                 self.state_path.unlink(missing_ok=True)
                 raise StartError(f"broker exited with code {code}\n{self.log_tail()}")
-            try:
-                if any(port == self.port for _, _, port in probe_metadata(HOST, self.port)):
-                    return
-            except (OSError, ValueError):
-                pass
+            if self._answers():
+                return
             if time.monotonic() > deadline:
                 self.stop(timeout=5.0)
                 raise StartError(
@@ -400,6 +431,15 @@ class LocalKafka:
                     f"{self.ready_timeout:.0f} s\n{self.log_tail()}"
                 )
             time.sleep(0.2)
+
+    def _answers(self) -> bool:
+        """The broker answers and names itself (in secure mode: to a logged-in admin)."""
+        if self.secure:
+            return admin_ready(self.secure_files, self.bootstrap)
+        try:
+            return any(port == self.port for _, _, port in probe_metadata(HOST, self.port))
+        except (OSError, ValueError):
+            return False
 
     def _wait_gone(self, pid: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -13,6 +13,7 @@ from service.localkafka.broker import LocalKafka, _say
 from service.localkafka.cluster import LocalCluster, stop_all
 from service.localkafka.config import DEFAULT_DATA_DIR, KAFKA_LINES
 from service.localkafka.errors import LocalKafkaError
+from service.localkafka.secure import ADMIN_USER, MECHANISM
 
 __all__ = ["main"]
 
@@ -37,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for it")
     start.add_argument("--foreground", action="store_true", help="run until Ctrl-C")
+    start.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS, SCRAM-SHA-512 logins and ACLs (one node; client settings files printed)",
+    )
     stop = sub.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
     stop.add_argument("--timeout", type=float, default=30.0)
     sub.add_parser("status", help="is it running and answering? (exit 0 yes, 3 no)")
@@ -60,7 +66,12 @@ def _cluster_nodes(data_dir: Path, kafka: str) -> list[LocalKafka]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m service kafka start|stop|status|fetch``; returns the exit code."""
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["acls"]:  # the catalogue's ACLs: a command of the stream's package
+        from service.stream.kafka.acls import main as acls_main  # noqa: PLC0415
+
+        return acls_main(argv[1:])
+    args = _parser().parse_args(argv)
     try:
         if args.action == "start" and args.brokers > 1:
             return _start_cluster(args)
@@ -74,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ready_timeout=args.timeout,
                 die_with_parent=args.foreground,
                 kafka=args.kafka,
+                secure=args.secure,
             )
             return _start(kafka, foreground=args.foreground)
         kafka = LocalKafka(data_dir=args.data_dir, kafka=args.kafka)
@@ -122,6 +134,27 @@ def _start_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_secure(kafka: LocalKafka) -> None:
+    """The secure broker's client settings (the passwords stay in the files)."""
+    files = kafka.secure_files
+    _say(
+        f"secure: SASL_SSL with {MECHANISM}, ACLs on (StandardAuthorizer); super user "
+        f"{ADMIN_USER!r} for set-up only; CA {files.ca_file}"
+    )
+    _say("client settings: --config FILE (or ABSTAIN_CONFIG=FILE), one file per user:")
+    for user in (ADMIN_USER, *kafka.users):
+        _say(f"  {user:<18} {files.settings_file(user)}")
+    _say(
+        f"each holds ABSTAIN_BROKER={kafka.bootstrap} ABSTAIN_SECURITY__PROTOCOL=SASL_SSL "
+        f"ABSTAIN_SECURITY__SASL_MECHANISM={MECHANISM} ABSTAIN_SECURITY__CA_FILE="
+        f"{files.ca_file}, the user and its password"
+    )
+    _say(
+        "least-privilege ACLs: abstain kafka acls --role worker --apply --config "
+        f"{files.settings_file(ADMIN_USER)}"
+    )
+
+
 def _start(kafka: LocalKafka, *, foreground: bool) -> int:
     began = time.monotonic()
     if not kafka.start():
@@ -133,6 +166,8 @@ def _start(kafka: LocalKafka, *, foreground: bool) -> int:
         f"Kafka {kafka.kafka_version} ready on {kafka.bootstrap} after "
         f"{time.monotonic() - began:.1f} s (logs in {kafka.log_dir})"
     )
+    if kafka.secure:
+        _say_secure(kafka)
     print(kafka.bootstrap, flush=True)
     if not foreground:
         return 0

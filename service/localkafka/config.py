@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,9 +95,17 @@ class BrokerConfig:
         return ",".join(f"{node}@{self.host}:{port}" for node, port in voters)
 
 
-def render_server_properties(config: BrokerConfig, log_dir: Path) -> str:
+def render_server_properties(
+    config: BrokerConfig,
+    log_dir: Path,
+    *,
+    listener: str = "PLAINTEXT",
+    overrides: Mapping[str, str] | None = None,
+) -> str:
     """A KRaft ``server.properties`` for one combined broker+controller node (of a quorum
-    of one, or of ``config.voters``).
+    of one, or of ``config.voters``). ``listener`` names the client listener (its security
+    protocol too); ``overrides`` replace or add lines (the secure mode's:
+    :func:`~service.localkafka.secure.secure_properties`).
 
     >>> text = render_server_properties(BrokerConfig(port=9092), Path("/d/kraft"))
     >>> [line for line in text.splitlines() if line.startswith("listeners=")]
@@ -108,10 +117,10 @@ def render_server_properties(config: BrokerConfig, log_dir: Path) -> str:
         "node.id": str(config.node_id),
         "controller.quorum.voters": config.quorum_voters,
         "listeners": (
-            f"PLAINTEXT://{config.host}:{config.port},"
+            f"{listener}://{config.host}:{config.port},"
             f"CONTROLLER://{config.host}:{config.controller_port}"
         ),
-        "advertised.listeners": f"PLAINTEXT://{config.host}:{config.port}",
+        "advertised.listeners": f"{listener}://{config.host}:{config.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -131,6 +140,7 @@ def render_server_properties(config: BrokerConfig, log_dir: Path) -> str:
         "num.io.threads": "4",
         "num.recovery.threads.per.data.dir": "1",
         "log.cleaner.threads": "1",
+        **(overrides or {}),
     }
     lines = ["# Written by service.localkafka; rewritten at every start."]
     lines += [f"{key}={value}" for key, value in props.items()]

@@ -62,8 +62,10 @@ class Admission:
             return width
         champion = self.shadows.get(model)
         if champion is not None:
-            raise BadMessage("unknown_model", f"model {model!r} is a shadow of {champion!r}: "
-                             f"it takes {champion!r}'s labels")  # fmt: skip
+            raise BadMessage(
+                "unknown_model",
+                f"model {model!r} is a shadow of {champion!r}: it takes {champion!r}'s labels",
+            )
         raise BadMessage("unknown_model", f"no model named {model!r}")
 
     def placement(self, model: str, *, key: bytes | None, partition: int) -> None:
@@ -73,30 +75,39 @@ class Admission:
             raise BadMessage("bad_key", f"key {key!r} is not the model name {model!r}")
         expected = self.partitions[model]
         if partition != expected:
-            raise BadMessage("wrong_partition", f"model {model!r} maps to partition "
-                             f"{expected}, not {partition}")  # fmt: skip
+            raise BadMessage(
+                "wrong_partition", f"model {model!r} maps to partition {expected}, not {partition}"
+            )
 
     def request(self, request: LabelRequest) -> LabelRequest:
         """A request's content: a deciding model, its width, the derived id (where it was
         read is :meth:`placement`'s, its serving model :meth:`server`'s)."""
         width = self.deciding(request.model)
         if len(request.features) != width:
-            raise BadMessage("feature_count", f"model {request.model!r} takes {width} "
-                             f"features, got {len(request.features)}")  # fmt: skip
+            raise BadMessage(
+                "feature_count",
+                f"model {request.model!r} takes {width} features, got {len(request.features)}",
+            )
         if request.request_id != self.derive_id(request.model, request.event_id):
-            raise BadMessage("forged_id", f"{request.request_id} is not the id of event "
-                             f"{request.event_id!r} of model {request.model!r}")  # fmt: skip
+            raise BadMessage(
+                "forged_id",
+                f"{request.request_id} is not the id of event "
+                f"{request.event_id!r} of model {request.model!r}",
+            )
         return request
 
     def server(self, request: LabelRequest) -> LabelRequest:
         """The model that decided ``request`` is one of its group."""
         if request.server not in self.groups[request.model]:
-            raise BadMessage("unknown_model", f"{request.server!r} cannot serve "
-                             f"{request.model!r} (not in its group)")  # fmt: skip
+            raise BadMessage(
+                "unknown_model",
+                f"{request.server!r} cannot serve {request.model!r} (not in its group)",
+            )
         return request
 
-    def label_request(self, request: LabelRequest, *, key: bytes | None,
-                      partition: int) -> LabelRequest:  # fmt: skip
+    def label_request(
+        self, request: LabelRequest, *, key: bytes | None, partition: int
+    ) -> LabelRequest:
         """A record of the label-requests topic, as the learner takes it, in the learner's
         order of checks (but for ``duplicate_id``, which needs what the learner holds and
         comes between the placement and the server)."""
@@ -116,8 +127,7 @@ class Admission:
         its request's id, on its model's partition, only for a request it took."""
         request = self.server(self.request(entry.request))
         if key != request.request_id.encode():
-            raise BadMessage("bad_key", f"key {key!r} is not the request id "
-                             f"{request.request_id!r}")  # fmt: skip
+            raise BadMessage("bad_key", f"key {key!r} is not the request id {request.request_id!r}")
         expected = self.partitions[request.model]
         if partition != expected or entry.partition != expected:
             where = f"partition {expected}, not {partition} (the entry says {entry.partition})"

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from service.records.codec import BadMessage, decode_object, dumps, ident, integer, number
+from service.records.codec import BadMessage, decode_versioned, dumps, ident, integer, number
 
 __all__ = [
     "CHAMPIONS_FORMAT",
@@ -72,13 +72,13 @@ class Champions:
 def parse_champions(raw: bytes, *, max_bytes: int | None = None) -> Champions:
     """Check and decode a champions record (its names are checked against the settings by
     the reader, which knows the groups)."""
-    record = decode_object(raw, max_bytes=max_bytes)
-    if record.get("format") != CHAMPIONS_FORMAT:
-        raise BadMessage("schema", "the champions record has an unknown format")
-    if record.get("format_version") != _VERSION:
-        raise BadMessage("schema", f"the champions record has format_version "
-                         f"{record.get('format_version')!r}; this worker reads {_VERSION}: "
-                         "upgrade the worker")  # fmt: skip
+    record = decode_versioned(
+        raw,
+        fmt=CHAMPIONS_FORMAT,
+        version=_VERSION,
+        what="the champions record",
+        max_bytes=max_bytes,
+    )
     serial = integer(record, "serial")
     if not 0 <= serial < CHAMPIONS_MAX_SERIAL:
         raise BadMessage("schema", "the champions record's serial is out of range")

@@ -20,6 +20,7 @@ from service.records.reasons import Reason
 
 __all__ = [
     "DEAD_LETTER_REASONS",
+    "MAX_MAGNITUDE",
     "BadMessage",
     "RecordError",
     "decode_json",
@@ -36,6 +37,13 @@ __all__ = [
     "obj",
     "text",
 ]
+
+#: every learned number of a model's state (its weights and rho, the standardiser's sums, a
+#: kernel learner's coefficients and support, the risk sums), and the moments a label
+#: request carries, stay below this magnitude: a snapshot beyond it is refused when read,
+#: an update that would go beyond it is refused when made (a learner's configured
+#: ``params`` are not bounded)
+MAX_MAGNITUDE: Final = 1e100
 
 #: reasons a message can be dead-lettered for (every :class:`Reason` but ``redelivered``)
 DEAD_LETTER_REASONS: Final = frozenset(r for r in Reason if r is not Reason.REDELIVERED)
@@ -139,6 +147,30 @@ def decode_json(raw: bytes, *, max_bytes: int | None = None) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise BadMessage("not_json", str(exc)) from exc
+
+
+def decode_versioned(
+    raw: bytes, *, fmt: str, version: int, what: str, max_bytes: int | None = None
+) -> dict[str, Any]:
+    """A JSON object whose ``format`` is ``fmt`` and ``format_version`` is ``version``;
+    ``what`` names the record in the refusal.
+
+    >>> decode_versioned(b'{"format": "x", "format_version": 2}', fmt="x", version=1, what="a")
+    Traceback (most recent call last):
+    ...
+    service.records.codec.BadMessage: schema: a has format_version 2; this worker reads 1: upgrade the worker
+    """  # noqa: E501
+    record = decode_object(raw, max_bytes=max_bytes)
+    if record.get("format") != fmt:
+        raise BadMessage("schema", f"{what} has an unknown format")
+    if record.get("format_version") != version:
+        raise BadMessage(
+            "schema",
+            f"{what} has format_version "
+            f"{record.get('format_version')!r}; this worker reads {version}: "
+            "upgrade the worker",
+        )
+    return record
 
 
 def obj(value: Any) -> dict[str, Any]:

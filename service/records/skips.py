@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from service.records.codec import BadMessage, decode_object, dumps, integer, number
+from service.records.codec import BadMessage, decode_versioned, dumps, integer, number
 
 __all__ = ["SKIP_FORMAT", "SKIP_PREFIX", "SkipOrder", "is_skip_key", "parse_skip_order", "skip_key"]
 
@@ -95,13 +95,9 @@ class SkipOrder:
 
 def parse_skip_order(raw: bytes, *, key: bytes | None, max_bytes: int | None = None) -> SkipOrder:
     """Check and decode a skip order read under ``key`` (which must name what it holds)."""
-    record = decode_object(raw, max_bytes=max_bytes)
-    if record.get("format") != SKIP_FORMAT:
-        raise BadMessage("schema", "the skip order has an unknown format")
-    if record.get("format_version") != _VERSION:
-        raise BadMessage("schema", f"the skip order has format_version "
-                         f"{record.get('format_version')!r}; this worker reads {_VERSION}: "
-                         "upgrade the worker")  # fmt: skip
+    record = decode_versioned(
+        raw, fmt=SKIP_FORMAT, version=_VERSION, what="the skip order", max_bytes=max_bytes
+    )
     topic = record.get("topic")
     if not isinstance(topic, str) or not _TOPIC.match(topic):
         raise BadMessage("schema", "the skip order's topic is not a topic name")
@@ -111,8 +107,15 @@ def parse_skip_order(raw: bytes, *, key: bytes | None, max_bytes: int | None = N
     texts = {name: record.get(name, "") for name in ("detail", "by")}
     if not all(isinstance(v, str) and len(v) <= 2000 for v in texts.values()):
         raise BadMessage("schema", "the skip order's detail and by must be short strings")
-    order = SkipOrder(topic, partition, first, end, texts["detail"], texts["by"],
-                      number(record, "at", default=0.0))  # fmt: skip
+    order = SkipOrder(
+        topic,
+        partition,
+        first,
+        end,
+        texts["detail"],
+        texts["by"],
+        number(record, "at", default=0.0),
+    )
     if key is None or key.decode("utf-8", "replace") != order.key:
         raise BadMessage("bad_key", f"the skip order's key {key!r:.300} is not {order.key!r}")
     return order

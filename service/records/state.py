@@ -48,6 +48,7 @@ from typing import Any, Final
 import numpy as np
 
 from service.records.codec import (
+    MAX_MAGNITUDE,
     BadMessage,
     RecordError,
     decode_object,
@@ -77,11 +78,6 @@ MODEL_FORMAT: Final = "abstain.model"
 MODEL_FORMAT_VERSION: Final = 1
 #: versions, offsets and counts stay below 2**53 (exact in every JSON reader)
 MAX_COUNTER: Final = 2**53
-#: every learned number of a model's state (its weights and rho, the standardiser's sums, a
-#: kernel learner's coefficients and support, the risk sums) stays below this magnitude: a
-#: snapshot beyond it is refused when read, an update that would go beyond it is refused
-#: when made (a learner's configured ``params`` are not bounded)
-MAX_MAGNITUDE: Final = 1e100
 # a number of 1e100 or more as orjson writes it: its shortest form, an exponent of three
 # digits after "e+" (every finite float of 1e16 or more is written so; a literal parsed from
 # elsewhere, 1E100 or a 101-digit mantissa, is written so again once re-encoded)

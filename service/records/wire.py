@@ -25,6 +25,7 @@ from typing import Any, Final
 import orjson
 
 from service.records.codec import (
+    MAX_MAGNITUDE,
     BadMessage,
     decode_json,
     dumps,
@@ -43,6 +44,7 @@ __all__ = [
     "Decision",
     "DeadLetter",
     "FeatureEvent",
+    "FeatureMoments",
     "Label",
     "LabelRequest",
     "RawMessage",
@@ -171,6 +173,23 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
+class FeatureMoments:
+    """The moments of the events a scorer scored for a model since its last label request
+    for it (the requested event among them): count, per-feature mean and sum of squared
+    deviations of the raw features. The learner merges them into the model's standardiser
+    (``service.learning.Moments``). Read from the topic like everything else: a count >= 1,
+    as many finite means (within +-:data:`~service.records.codec.MAX_MAGNITUDE`) and sums
+    (>= 0, below ``count * MAX_MAGNITUDE**2``) as the request has features."""
+
+    count: int
+    mean: tuple[float, ...]
+    m2: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "mean": list(self.mean), "m2": list(self.m2)}
+
+
+@dataclass(frozen=True, slots=True)
 class LabelRequest:
     """A request for the true label of one scored event (``abstain.label-requests``,
     key = model). ``features`` are the raw features, before preprocessing."""
@@ -192,6 +211,9 @@ class LabelRequest:
     shadow_labels: Mapping[str, int] = field_(default_factory=dict)
     # the member of the model's group that decided (a promoted shadow); None: the model
     served_by: str | None = None
+    # the moments of the events scored since the scorer's last request for the model;
+    # None: records written before they existed, or a scorer that sends none
+    moments: FeatureMoments | None = None
 
     @property
     def server(self) -> str:
@@ -207,6 +229,7 @@ class LabelRequest:
         out = {name: getattr(self, name) for name in self.__slots__}
         out["features"] = list(self.features)
         out["shadow_labels"] = dict(self.shadow_labels)
+        out["moments"] = None if self.moments is None else self.moments.to_dict()
         return out
 
 
@@ -227,11 +250,12 @@ def label_request_from_dict(record: dict[str, Any]) -> LabelRequest:
     p = number(record, "query_probability")
     if not 0.0 < p <= 1.0:
         raise BadMessage("schema", f"query_probability must be in (0, 1], got {p}")
+    features = feature_list(feats)
     return LabelRequest(
         request_id=ident(record, "request_id"),
         event_id=ident(record, "event_id"),
         model=ident(record, "model"),
-        features=feature_list(feats),
+        features=features,
         score=number(record, "score"),
         rho=number(record, "rho"),
         decided_label=decided,
@@ -242,7 +266,32 @@ def label_request_from_dict(record: dict[str, Any]) -> LabelRequest:
         priority=number(record, "priority", default=0.0),
         shadow_labels=_shadow_labels(record),
         served_by=ident(record, "served_by") if record.get("served_by") is not None else None,
+        moments=_moments(record, len(features)),
     )
+
+
+def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
+    """The optional ``moments`` of a label request (:class:`FeatureMoments`)."""
+    value = record.get("moments")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadMessage("schema", "field 'moments' must be an object")
+    count = integer(value, "count")
+    if count < 1:
+        raise BadMessage("schema", f"moments count must be >= 1, got {count}")
+    parts = []
+    for key in ("mean", "m2"):
+        items = field(value, key)
+        if not isinstance(items, list) or len(items) != n:
+            raise BadMessage("schema", f"moments {key!r} must be a list of {n} numbers")
+        parts.append(feature_list(items))
+    mean, m2 = parts
+    if any(abs(v) > MAX_MAGNITUDE for v in mean):
+        raise BadMessage("schema", f"moments 'mean' must be within +-{MAX_MAGNITUDE:g}")
+    if any(not 0.0 <= v < count * MAX_MAGNITUDE * MAX_MAGNITUDE for v in m2):
+        raise BadMessage("schema", "moments 'm2' must be >= 0 and below count * 1e200")
+    return FeatureMoments(count, tuple(mean), tuple(m2))
 
 
 def _shadow_labels(record: dict[str, Any]) -> dict[str, int]:

@@ -7,6 +7,9 @@ Inputs are the dataset's rows standardised once with whole-dataset statistics.
 
 1. single events at the dataset's width (Phishing: 68 features): ``decide`` alone, and
    ``decide`` + ``update`` (every event labelled: the learner's most expensive path);
+   then the update rules side by side in the same run (``update_rule`` ``"sgd"``, the
+   paper's, and ``"normalized"``): a label of weight 1 and one of weight 100 (a shadow's or
+   a challenger's, ``1/p``), with the ratio normalized / sgd;
 2. ``decide_many`` throughput in events/s for large batches;
 3. the paper's full protocol on the dataset (3 algorithms x 3 costs x 100 runs x 10,000
    trials, batched), with and without the per-run online standardiser;
@@ -34,6 +37,7 @@ import numpy.typing as npt
 from service.datasets import DatasetError, load_dataset, resolve_dataset_path
 from service.learning import (
     LINEAR_ALGORITHMS,
+    UPDATES,
     OnlineStandardizer,
     learner_from_state,
     make_learner,
@@ -106,6 +110,58 @@ def _learners(
             medians[f"{name} {label}"] = med / n * 1e6
             rows.append([name, label, f"{med / n * 1e6:.2f}", f"{best / n * 1e6:.2f}"])
     return rows, medians
+
+
+def _rules(X: FloatArray, y: npt.NDArray[np.int64], n: int, repeat: int) -> list[list[object]]:
+    """Microseconds per label of each update rule, at weight 1 and 100 (the same learners,
+    events and labels), and the ratio normalized / sgd."""
+    Xs, ys = list(_events(X, n)), np.resize(y, n).tolist()
+    rows: list[list[object]] = []
+    for name in LINEAR:
+        for weight in (1.0, 100.0):
+            times = {}
+            for rule in UPDATES:
+
+                def labels(rule: str = rule, name: str = name, weight: float = weight) -> None:
+                    learner = make_learner(name, n_features=X.shape[1], cost=0.25,
+                                           update_rule=rule)  # fmt: skip
+                    for x, yt in zip(Xs, ys, strict=True):
+                        learner.update(x, yt, weight=weight)
+
+                times[rule] = timed(labels, repeat)[0] / n * 1e6
+            rows.append([name, f"{weight:g}", f"{times['sgd']:.2f}", f"{times['normalized']:.2f}",
+                         f"{times['normalized'] / times['sgd']:.2f}"])  # fmt: skip
+    return rows
+
+
+def _single_events(X: FloatArray, y: npt.NDArray[np.int64], args: argparse.Namespace) -> None:
+    """Print section 1's first tables: the learners alone, and against River's."""
+    rows, ours = _learners(X, y, args.events, args.repeat)
+    river = _river(X, y, args.events, args.repeat)
+    if river is not None:
+        rows += river[0]
+    header = ["learner", "call", "median", "min"]
+    print(_table(f"single events, {X.shape[1]} features (us per event)", header, rows))
+    if river is None:
+        print("river not installed: no reference (pip install river)")
+        return
+    theirs = river[1]
+    ratios = [
+        [
+            name,
+            f"{ours[f'{name} decide'] / theirs['predict_proba_one']:.2f}",
+            f"{ours[f'{name} decide+update'] / theirs['predict_proba_one+learn_one']:.2f}",
+        ]
+        for name in LINEAR
+    ]
+    print()
+    print(
+        _table(
+            "time ratio to River LogisticRegression (< 1: faster than River)",
+            ["learner", "decide / predict_proba_one", "decide+update / predict+learn"],
+            ratios,
+        )
+    )
 
 
 def _decide_many(X: FloatArray, sizes: Sequence[int], repeat: int) -> list[list[object]]:
@@ -284,37 +340,15 @@ def main(argv: list[str]) -> int:
         f"dataset {args.dataset}: {X.shape[0]} rows x {d} features; repeat {args.repeat} "
         "(median, min)\n"
     )
-    rows, ours = _learners(X, y, args.events, args.repeat)
-    river = _river(X, y, args.events, args.repeat)
-    if river is not None:
-        rows += river[0]
+    _single_events(X, y, args)
+    print()
     print(
         _table(
-            f"single events, {d} features (us per event)",
-            ["learner", "call", "median", "min"],
-            rows,
+            f"update rules, {d} features (us per label, median; weight: importance weight)",
+            ["learner", "weight", "sgd", "normalized", "normalized / sgd"],
+            _rules(X, y, args.events, args.repeat),
         )
     )
-    if river is None:
-        print("river not installed: no reference (pip install river)")
-    else:
-        theirs = river[1]
-        ratios = [
-            [
-                name,
-                f"{ours[f'{name} decide'] / theirs['predict_proba_one']:.2f}",
-                f"{ours[f'{name} decide+update'] / theirs['predict_proba_one+learn_one']:.2f}",
-            ]
-            for name in LINEAR
-        ]
-        print()
-        print(
-            _table(
-                "time ratio to River LogisticRegression (< 1: faster than River)",
-                ["learner", "decide / predict_proba_one", "decide+update / predict+learn"],
-                ratios,
-            )
-        )
     print()
     print(
         _table(

@@ -1,6 +1,15 @@
 """``abstain replay DATASET ...``: the paper's protocol on a dataset, to files.
 
-Writes into ``--out``:
+By default the learners are replayed as a stream worker serves them for a model of the
+default configuration (:func:`service.replay.options.served_options`): inside the adaptive
+wrapper with every part on (``--adaptive PARTS`` turns some off), the linear learners with
+the served update rule, and the standardisers a worker runs (every event's moments merged at
+each label, then the labelled rows: ``--scaler-fit moments``), one learner at a time.
+``--bare`` replays the paper's learners instead: no wrapper, the paper's update, one
+standardiser of every event of the run (batched; ``make replay``), which reproduces the
+paper's protocol as before.
+
+Writes into ``--out`` (the figures into ``--figures`` if given):
 
 * ``summary.json`` — ``{"dataset", "runs", "trials", "results": [{"algorithm",
   "label_budget", "sampling", "cost", "risk_mean", "risk_std", "asked", "misclassified",
@@ -61,6 +70,7 @@ from service.replay.options import (
     ReplayOptions,
     parse_algorithms,
     parse_params,
+    served_options,
 )
 from service.replay.plot import plot_budget, plot_replay, plot_shadow, plot_window
 from service.replay.protocol import SAMPLINGS
@@ -103,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=100, help="independent runs R")
     p.add_argument("--seed", type=int, default=0, help="run r uses SeedSequence(seed, (r,))")
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    p.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="directory of the PNG figures (created; default: --out)",
+    )
     _order_arguments(p)
     p.add_argument(
         "--no-standardize",
@@ -111,11 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="feed raw features (default: online standardiser per run)",
     )
     p.add_argument(
+        "--bare",
+        action="store_true",
+        help="the paper's learners (no adaptive wrapper, the paper's update, one standardiser "
+        "of every event of the run; batched) instead of what a stream worker serves",
+    )
+    p.add_argument(
         "--scaler-fit",
         choices=SCALER_FITS,
-        default="events",
-        help="the standardiser learns from every event of a run (default, batched) or, as "
-        "the stream service does, from each learner's labelled examples (sequential, slower)",
+        default=None,
+        help="what the standardiser learns from: every event of a run (--bare's default, "
+        "batched), each learner's labelled examples only (what a worker did before), or the "
+        "moments of every event merged at each label, then the labelled rows (a worker now; "
+        "the default)",
     )
     p.add_argument(
         "--no-intercept", dest="intercept", action="store_false", help="no constant feature"
@@ -235,8 +259,9 @@ def run_shadow_command(
     written = [out / "shadow.json", out / "shadow.csv"]
     result.write_summary(written[0])
     result.write_curves(written[1])
-    if args.plot:
-        written.append(out / "shadow.png")
+    figures = _figures(args)
+    if figures is not None:
+        written.append(figures / "shadow.png")
         plot_shadow(result, written[-1])
     for track in result.tracks:
         print(f"{track.name} ({track.role}): true risk {track.true[-1].mean():.4f}, coverage "
@@ -270,25 +295,32 @@ def _options(args: argparse.Namespace, n_rows: int | None = None) -> ReplayOptio
         raise ReplayConfigError("--budget/--budgets apply to kernel algorithms; add --kernel")
     if args.grid_points < 2:
         raise ReplayConfigError(f"--grid-points must be >= 2, got {args.grid_points}")
-    return ReplayOptions(
-        algorithms=algorithms,
-        costs=tuple(_floats(args.costs)),
-        runs=args.runs,
-        trials=_trials(args, n_rows),
-        seed=args.seed,
-        sampling=args.sampling,
-        standardize=args.standardize,
-        scaler_fit=args.scaler_fit,
-        intercept=args.intercept,
-        params=parse_params(args.param),
-        kernel=kernel,
-        budget=args.budget,
-        grid_points=args.grid_points,
-        label_budgets=tuple(_floats(args.label_budget)) if args.label_budget else (),
-        budget_params=parse_params(args.budget_param),
-        adaptive=_adaptive_parts(args.adaptive),
-        window=args.window,
-    )
+    if args.bare and args.adaptive is not None:
+        raise ReplayConfigError("--adaptive chooses parts of the served wrapper; not with --bare")
+    fields: dict[str, Any] = {
+        "algorithms": algorithms,
+        "costs": tuple(_floats(args.costs)),
+        "runs": args.runs,
+        "trials": _trials(args, n_rows),
+        "seed": args.seed,
+        "sampling": args.sampling,
+        "standardize": args.standardize,
+        "intercept": args.intercept,
+        "params": parse_params(args.param),
+        "kernel": kernel,
+        "budget": args.budget,
+        "grid_points": args.grid_points,
+        "label_budgets": tuple(_floats(args.label_budget)) if args.label_budget else (),
+        "budget_params": parse_params(args.budget_param),
+        "window": args.window,
+    }
+    if args.scaler_fit is not None:
+        fields["scaler_fit"] = args.scaler_fit
+    if args.bare:
+        return ReplayOptions(**fields)
+    if args.adaptive is not None:
+        fields["adaptive"] = _adaptive_parts(args.adaptive)
+    return served_options(**fields)
 
 
 def _label_budget_arguments(p: argparse.ArgumentParser) -> None:
@@ -315,8 +347,7 @@ def _adaptive_argument(p: argparse.ArgumentParser) -> None:
         const="detector,challengers,explore,steps",
         default=None,
         metavar="PARTS",
-        help="run the learners as a stream worker serves a model by default, inside the "
-        "adaptive wrapper (sequential, slower); PARTS: the parts on, comma-separated, of "
+        help="the parts of the served adaptive wrapper that are on, comma-separated, of "
         "detector, challengers, explore, steps (default: all; '' for none)",
     )
 
@@ -343,20 +374,30 @@ def _dataset_name(path: Path) -> str:
     return path.stem if path.suffix.lower() in {".csv", ".svm", ".libsvm", ".txt"} else path.name
 
 
+def _figures(args: argparse.Namespace) -> Path | None:
+    """Where the PNGs go (created), or ``None`` with ``--no-plot``."""
+    if not args.plot:
+        return None
+    figures: Path = args.out if args.figures is None else args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    return figures
+
+
 def write_outputs(
-    result: ReplayResult, out: Path, *, plot: bool, window: int | None = None
+    result: ReplayResult, out: Path, *, figures: Path | None, window: int | None = None
 ) -> list[Path]:
-    """Write ``summary.json``, ``curves.csv`` and (with ``plot``) ``DATASET.png``, and with
-    a ``window`` (a sequential run) ``window.png``."""
+    """Write ``summary.json`` and ``curves.csv`` into ``out`` and (unless ``figures`` is
+    ``None``) ``DATASET.png`` into ``figures``, and with a ``window`` (a sequential run)
+    ``window.png``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.json", out / "curves.csv"]
     result.write_summary(written[0])
     result.write_curves(written[1])
-    if plot:
-        written.append(out / f"{result.dataset or 'replay'}.png")
+    if figures is not None:
+        written.append(figures / f"{result.dataset or 'replay'}.png")
         plot_replay(result, written[-1])
         if window is not None:
-            written.append(out / "window.png")
+            written.append(figures / "window.png")
             plot_window(result, written[-1], window=window)
     return written
 
@@ -387,7 +428,12 @@ def run_budget_study(
 
 
 def _write_budget(
-    rows: list[dict[str, Any]], out: Path, options: ReplayOptions, *, plot: bool, dataset: str
+    rows: list[dict[str, Any]],
+    out: Path,
+    options: ReplayOptions,
+    *,
+    figures: Path | None,
+    dataset: str,
 ) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     summary = {
@@ -403,8 +449,8 @@ def _write_budget(
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    if plot:
-        paths.append(out / "budget.png")
+    if figures is not None:
+        paths.append(figures / "budget.png")
         kernel = options.kernel or {}
         plot_budget(
             rows,
@@ -465,10 +511,12 @@ def main(argv: list[str]) -> int:
             else:
                 result = replay(X, y, options, dataset=dataset, progress=advance)
         if budgets:
-            written = _write_budget(rows, args.out, options, plot=args.plot, dataset=dataset)
+            written = _write_budget(
+                rows, args.out, options, figures=_figures(args), dataset=dataset
+            )
         else:
             window = options.window if options.sampling == "sequential" else None
-            written = write_outputs(result, args.out, plot=args.plot, window=window)
+            written = write_outputs(result, args.out, figures=_figures(args), window=window)
             print(
                 f"{dataset}: {options.runs} runs x {options.trials} trials in "
                 f"{result.seconds:.1f} s",

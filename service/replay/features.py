@@ -5,8 +5,10 @@ online standardiser: at trial ``t`` it first learns ``x_t`` (a feature vector is
 before its label, so this uses no label) and then transforms it, so ``x_t`` is scaled with
 the statistics of ``x_1 .. x_t`` of that run. The intercept is appended last. Every
 (algorithm, cost) learner of a run sees the same inputs. (The alternative the stream
-service uses, a standardiser per model that learns from labelled examples only, is run by
-:mod:`service.replay.sequential` with ``scaler_fit="labels"``.)
+service used to, a standardiser per model that learns from labelled examples only, is run by
+:mod:`service.replay.sequential` with ``scaler_fit="labels"``; what it does now, the
+moments of every event merged at each label, with ``scaler_fit="moments"``:
+:class:`LabelScaler`.)
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import BatchStandardizer, Intercept, OnlineStandardizer, Pipeline
+from service.learning import BatchStandardizer, Intercept, Moments, OnlineStandardizer, Pipeline
 from service.replay.errors import ReplayConfigError
 from service.replay.protocol import TrialPlan
 
-__all__ = ["RunFeatures"]
+__all__ = ["LabelScaler", "RunFeatures"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -84,3 +86,42 @@ class RunFeatures:
             pipe.learn(self.X[i])
             z[t] = pipe.transform(self.X[i])
         return z
+
+
+class LabelScaler:
+    """One model's preprocessing as a stream worker runs it, event by event.
+
+    :meth:`seen` is every event the model scores (its scorers gather their moments when the
+    pipeline takes them, :attr:`~service.learning.Pipeline.takes_moments`); :meth:`learn` is
+    a label: the pipeline learns as the worker's label path makes it learn,
+    :meth:`~service.learning.Pipeline.learn_label` with the moments of the events scored
+    since the last label (the labelled one among them), which the scorer sent with the
+    label's request. Labels come back at once here; in a worker they come later, and the
+    moments of the events in between wait for the next request.
+
+    >>> from service.learning import serving_pipeline
+    >>> scaler = LabelScaler(serving_pipeline(1))
+    >>> for v in (1.0, 2.0, 3.0):
+    ...     _ = scaler.seen(np.array([v]))
+    >>> scaler.learn(np.array([3.0])).round(4).tolist()   # 1.2247 by the events, then the labels
+    [1.1767, 1.0]
+    """
+
+    __slots__ = ("_moments", "pipeline")
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        n = pipeline.n_features_in
+        self._moments = Moments(n) if pipeline.takes_moments and n is not None else None
+
+    def seen(self, x: FloatArray) -> FloatArray:
+        """The model's input for raw row ``x`` (counted among the events scored)."""
+        if self._moments is not None:
+            self._moments.add_many(x[None, :])
+        return self.pipeline.transform(x)
+
+    def learn(self, x: FloatArray) -> FloatArray:
+        """Learn from the label of raw row ``x``; return its input as transformed now."""
+        taken = self._moments.take() if self._moments is not None else None
+        self.pipeline.learn_label(x, taken)
+        return self.pipeline.transform(x)

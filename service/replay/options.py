@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from service.config import ModelConfig
 from service.learning import ALGORITHMS as LEARNER_CLASSES
-from service.learning import Parts
+from service.learning import UPDATES, Parts
 from service.replay.errors import ReplayConfigError
 from service.replay.protocol import (
     ALGORITHMS,
@@ -49,12 +50,15 @@ __all__ = [
     "parse_algorithms",
     "parse_params",
     "params_for",
+    "served_options",
 ]
 
-ScalerFit = Literal["events", "labels"]
-#: what the online standardiser learns from: every event of a run, or (as the stream
-#: service does) only the labelled examples of each learner.
-SCALER_FITS: tuple[ScalerFit, ...] = ("events", "labels")
+ScalerFit = Literal["events", "labels", "moments"]
+#: what the online standardiser learns from: every event of a run (the paper's protocol,
+#: batched), only the labelled examples of each learner (a stream worker before), or the
+#: moments of every event merged at each label and then the labelled rows (a stream worker
+#: now: :func:`service.learning.serving_pipeline`).
+SCALER_FITS: tuple[ScalerFit, ...] = ("events", "labels", "moments")
 
 #: command-line kernel names -> kernel kinds of :mod:`service.learning.kernel.kernels`.
 KERNEL_NAMES = {
@@ -86,6 +90,9 @@ class ReplayOptions:
     label_budgets: tuple[float, ...] = ()
     budget_params: Mapping[str, Any] = field(default_factory=dict)
     adaptive: Parts | None = None  # the learners inside Adaptive with these parts (sequential)
+    #: the linear learners' update rule (None: the learner's default, the papers' "sgd"; a
+    #: ``params`` entry wins over it)
+    update_rule: str | None = None
     #: events of the windowed risk drawn for a sequential run (``sampling="sequential"``)
     window: int = 500
 
@@ -101,6 +108,10 @@ class ReplayOptions:
         if self.scaler_fit not in SCALER_FITS:
             raise ReplayConfigError(
                 f"scaler_fit must be one of {SCALER_FITS}, got {self.scaler_fit!r}"
+            )
+        if self.update_rule is not None and self.update_rule not in UPDATES:
+            raise ReplayConfigError(
+                f"update_rule must be one of {UPDATES}, got {self.update_rule!r}"
             )
         if self.budget is not None and self.budget < 1:
             raise ReplayConfigError(f"budget must be >= 1, got {self.budget}")
@@ -125,6 +136,7 @@ class ReplayOptions:
             "kernel": None if self.kernel is None else dict(self.kernel),
             "budget": self.budget,
             "label_budgets": list(self.label_budgets),
+            "update_rule": self.update_rule,
             "budget_params": dict(self.budget_params),
             "adaptive": None
             if self.adaptive is None
@@ -152,6 +164,27 @@ class ReplayOptions:
                 if a not in FULL_LABEL_ALGORITHMS:
                     out += [Variant(a, b, "budget"), Variant(a, b, "random")]
         return out
+
+
+def served_options(**overrides: Any) -> ReplayOptions:
+    """The options that replay what a stream worker serves for a model of the default
+    configuration (:class:`~service.config.ModelConfig`'s defaults, so the two cannot part):
+    the learners inside :class:`~service.learning.Adaptive` with every part on, the linear
+    learners' update rule, and the preprocessing of :func:`~service.learning.serving_pipeline`
+    (``scaler_fit="moments"``); ``overrides`` are other fields (an explicit ``adaptive``,
+    ``update_rule`` or ``scaler_fit`` among them).
+
+    >>> o = served_options(costs=(0.25,))
+    >>> o.adaptive is not None, o.update_rule, o.scaler_fit
+    (True, 'normalized', 'moments')
+    """
+    config = ModelConfig(n_features=1)
+    base: dict[str, Any] = {
+        "adaptive": config.adaptive.parts(intercept=overrides.get("intercept", config.intercept)),
+        "update_rule": config.update_rule,
+        "scaler_fit": "moments" if config.standardize else "events",
+    }
+    return ReplayOptions(**{**base, **overrides})
 
 
 def _check_label_budgets(
@@ -269,9 +302,12 @@ def check_params(algorithms: Sequence[str], params: Mapping[str, Any]) -> None:
 
 def learner_kwargs(algorithm: str, options: ReplayOptions) -> dict[str, Any]:
     """Keyword hyperparameters for ``make_learner(algorithm, ...)``: the routed
-    ``params`` plus, for kernel learners, the kernel and the budget."""
+    ``params`` plus the update rule of a linear learner and, for kernel learners, the kernel
+    and the budget."""
     kwargs = params_for(algorithm, options.params)
     accepted = accepted_params(algorithm)
+    if options.update_rule is not None and "update_rule" in accepted:
+        kwargs.setdefault("update_rule", options.update_rule)
     if options.kernel is not None and "kernel" in accepted:
         kwargs.setdefault("kernel", dict(options.kernel))
     if options.budget is not None and "budget" in accepted:

@@ -4,9 +4,9 @@ r"""One learner on one stream in time order, event by event, and what drift does
 single run, keeping every event instead of the cumulative counts at a time grid: at event
 ``t`` the model decides on ``x_t`` (its 0-d-1 loss ``L_t`` is charged from the score and
 the width it used), then asks for ``y_t`` or not, and only an asked label updates it. With
-``scaler_fit="labels"`` (what a stream worker does) the model owns a
-:class:`~service.learning.Pipeline` that learns from asked examples only; with
-``"events"`` the caller passes inputs already preprocessed. Any object with
+a pipeline the model owns a :class:`~service.learning.Pipeline` that learns as a stream
+worker's does (:class:`~service.replay.features.LabelScaler`); without one the caller passes
+inputs already preprocessed. Any object with
 ``decide(x, coin)`` and ``update(x, y)`` runs (a learner of :mod:`service.learning`, a
 :class:`~service.learning.Budgeted` one, a wrapper); when the learner's ``update`` takes
 the keyword ``query_probability`` it receives the probability the label was asked with.
@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from service.learning import Adaptive, Budgeted, Pipeline, zero_d_one_loss
 from service.replay.errors import ReplayConfigError
+from service.replay.features import LabelScaler
 from service.replay.sequential import detecting, learn_function
 
 __all__ = [
@@ -110,8 +111,10 @@ def run_stream(
     """Decide every row of ``X`` in order, asking with ``coins[t]``, learning asked labels.
 
     ``pipeline`` given: ``X`` holds raw rows; the pipeline transforms each one with what it
-    has learned so far and learns a row only when its label is asked (the service's
-    ``scaler_fit="labels"``). ``pipeline`` omitted: ``X`` holds the model's inputs.
+    has learned so far and learns when a label is asked, as a stream worker's does
+    (:class:`~service.replay.features.LabelScaler`: a pipeline that takes moments learns
+    those of every event, any other the labelled rows). ``pipeline`` omitted: ``X`` holds
+    the model's inputs.
     """
     n = X.shape[0]
     if y.shape != (n,) or len(coins) != n:
@@ -121,6 +124,7 @@ def run_stream(
     asked = np.zeros(n, dtype=np.bool_)
     prob = np.empty(n)
     learner = _learner_of(model)
+    scaler = None if pipeline is None else LabelScaler(pipeline)
     with_p = _takes_probability(learner)
     adaptive, learn = isinstance(learner, Adaptive), learn_function(model)
     ys = y.tolist()
@@ -130,16 +134,15 @@ def run_stream(
     seen = 0 if watched is None else int(watched.changes_detected)
     for t in range(n):
         yt = ys[t]
-        x = pipeline.transform(X[t]) if pipeline is not None else X[t]
+        x = scaler.seen(X[t]) if scaler is not None else X[t]
         dec = model.decide(x, coin=cs[t])
         loss[t] = zero_d_one_loss(yt * dec.score, dec.rho, cost)
         decision[t] = dec.label
         prob[t] = dec.query_probability
         if dec.query:
             asked[t] = True
-            if pipeline is not None:
-                pipeline.learn(X[t])
-                x = pipeline.transform(X[t])
+            if scaler is not None:
+                x = scaler.learn(X[t])
             if adaptive:  # as the replay and the worker's label path give it a label
                 learn(x, yt, dec.query_probability)
             elif with_p:

@@ -75,12 +75,16 @@ def _engine_factory(
 
 
 #: hyperparameters the batched engine does not apply (a learner with them runs alone)
-_UNBATCHED_PARAMS = ("rho_eta_max", "intercept_eta_min")
+_UNBATCHED_PARAMS = ("rho_eta_max", "intercept_eta_min", "update_rule")
 
 
 def _batched(options: ReplayOptions) -> list[Variant]:
     """Variants that run in the batched engine (the rest run sequentially)."""
-    if (options.standardize and options.scaler_fit == "labels") or options.adaptive is not None:
+    if (
+        (options.standardize and options.scaler_fit != "events")
+        or options.adaptive is not None
+        or options.update_rule not in (None, "sgd")
+    ):
         return []
     return [
         v

@@ -12,12 +12,14 @@ Inputs:
 
 * ``scaler_fit="events"`` (or no standardiser): the run's inputs from
   :meth:`service.replay.features.RunFeatures.run`, shared by all learners of the run;
-* ``scaler_fit="labels"`` (with a standardiser): what a stream worker does. Each learner
-  owns a :class:`~service.learning.Pipeline`; a decision uses ``pipeline.transform(x)``
-  with the statistics learned so far, and a queried label first ``pipeline.learn(x)``,
-  then updates the learner with the re-transformed ``x``
-  (:func:`service.stream.labels.protocol.apply_label`). The statistics then come from labelled
-  examples only.
+* ``scaler_fit="moments"`` (with a standardiser): what a stream worker does. Each learner
+  owns the :func:`~service.learning.serving_pipeline`; a decision uses its transform with
+  the statistics learned so far, and a queried label first makes it learn the moments of
+  the events scored since the last label and the labelled row
+  (:class:`~service.replay.features.LabelScaler`), then updates the learner with the
+  re-transformed ``x`` (:func:`service.stream.labels.protocol.apply_label`);
+* ``scaler_fit="labels"``: what a worker did before, a standardiser that learns from the
+  labelled examples only.
 """
 
 from __future__ import annotations
@@ -36,15 +38,17 @@ from service.learning import (
     Budgeted,
     QueryBudget,
     serving_learner,
+    serving_pipeline,
     zero_d_one_loss,
 )
-from service.replay.features import RunFeatures
+from service.replay.features import LabelScaler, RunFeatures
 from service.replay.options import ReplayOptions, learner_kwargs
 from service.replay.protocol import Progress, TrialPlan
 from service.replay.results import COUNTS, Series, Variant, time_grid
 
 __all__ = [
     "champion_weight_cap",
+    "scaler_for",
     "detecting",
     "learn_function",
     "replay_sequential",
@@ -71,7 +75,7 @@ def replay_sequential(
     rho = {k: np.zeros(runs) for k in keys}
     changes: dict[tuple[Variant, float], list[tuple[int, ...]]] = {k: [] for k in keys}
     seconds = dict.fromkeys(keys, 0.0)
-    per_label = options.standardize and options.scaler_fit == "labels"
+    per_label = options.standardize and options.scaler_fit in ("labels", "moments")
     labels_all = y[plan.indices]
     slots = slot.tolist()
     for r in range(runs):
@@ -81,7 +85,7 @@ def replay_sequential(
         for v, c in keys:
             learner = variant_learner(v, c, features.n_features, options)
             learn = learn_function(learner)
-            pipe = features.pipeline() if per_label else None
+            pipe = scaler_for(features, options) if per_label else None
             watched = detecting(learner)
             seen = 0 if watched is None else int(watched.changes_detected)
             found: list[int] = []
@@ -90,7 +94,7 @@ def replay_sequential(
             tic = time.perf_counter()
             for t in range(trials):
                 yt = ys[t]
-                x = pipe.transform(raw[t]) if pipe is not None else z[t]
+                x = pipe.seen(raw[t]) if pipe is not None else z[t]
                 dec = learner.decide(x, coin=coins[t])
                 loss += zero_d_one_loss(yt * dec.score, dec.rho, c)
                 if dec.label == 0:
@@ -100,8 +104,7 @@ def replay_sequential(
                 if dec.query:
                     asked += 1.0
                     if pipe is not None:
-                        pipe.learn(raw[t])
-                        x = pipe.transform(raw[t])
+                        x = pipe.learn(raw[t])
                     learn(x, yt, dec.query_probability)
                     if watched is not None and int(watched.changes_detected) > seen:
                         seen = int(watched.changes_detected)
@@ -131,6 +134,16 @@ def replay_sequential(
         )
         for v, c in keys
     ]
+
+
+def scaler_for(features: RunFeatures, options: ReplayOptions) -> LabelScaler:
+    """One learner's preprocessing for ``scaler_fit="labels"`` (a standardiser of the
+    labelled rows) or ``"moments"`` (what a worker serves: every event's moments, then the
+    labelled rows, :func:`~service.learning.serving_pipeline`)."""
+    if options.scaler_fit == "moments":
+        n = features.X.shape[1]
+        return LabelScaler(serving_pipeline(n, intercept=options.intercept))
+    return LabelScaler(features.pipeline())
 
 
 def variant_learner(variant: Variant, cost: float, n_features: int, options: ReplayOptions) -> Any:

@@ -27,7 +27,7 @@ ShadowSpec(name='dral', algorithm='dral', cost=None, weighting='importance', par
 Traceback (most recent call last):
 ...
 service.replay.errors.ReplayConfigError: --shadow 'dral:speed=3': dral takes no 'speed' \
-(it takes cost, weighting and eta, intercept_eta_min, rho, rho_eta_max)
+(it takes cost, weighting and eta, intercept_eta_min, rho, rho_eta_max, update_rule)
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions, accepted_params
 from service.replay.protocol import Progress, plan_trials, validate_costs
 from service.replay.results import Variant
-from service.replay.sequential import champion_weight_cap, variant_learner
+from service.replay.sequential import champion_weight_cap, scaler_for, variant_learner
 from service.replay.shadow_results import ShadowResult, Track, checkpoints
 
 __all__ = [
@@ -205,7 +205,7 @@ class _Model:
         self.true_loss = 0.0
 
     def decide(self, raw: FloatArray, z: FloatArray, y: int, coin: float) -> Decision:
-        x = z if self.pipe is None else self.pipe.transform(raw)
+        x = z if self.pipe is None else self.pipe.seen(raw)
         decision: Decision = self.learner.decide(x, coin=coin)
         self.card.decided(decision.label)
         self.true_loss += decision_loss(decision.label, y, self.cost)
@@ -215,8 +215,7 @@ class _Model:
         self.card.labelled(label, y, p)
         x = z
         if self.pipe is not None:
-            self.pipe.learn(raw)
-            x = self.pipe.transform(raw)
+            x = self.pipe.learn(raw)
         if self.weighting is None:  # the champion learns as it does on the stream
             self.learner.update(x, y)
         else:
@@ -300,7 +299,7 @@ class _Lineup:
 
     @property
     def per_label(self) -> bool:
-        return self.options.standardize and self.options.scaler_fit == "labels"
+        return self.options.standardize and self.options.scaler_fit != "events"
 
     def models(self) -> list[_Model]:
         n, seed = self.features.n_features, self.options.seed
@@ -312,7 +311,7 @@ class _Lineup:
         return models
 
     def _pipe(self) -> Any:
-        return self.features.pipeline() if self.per_label else None
+        return scaler_for(self.features, self.options) if self.per_label else None
 
     def tracks(self, rec: _Recorder) -> list[Track]:
         v = self.variant

@@ -46,9 +46,10 @@ from service.records import (
     decode_json,
     dumps,
 )
-from service.stream.errors import TopicError
+from service.stream.errors import KafkaLoginError, TopicError
 from service.stream.kafka.clients import produce_one, read_topic, topic_partitions
 from service.stream.kafka.groups import raw_message
+from service.stream.kafka.login import check_login
 from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.labels.seed import Seeded, SeedError, read_rows, seed_model
 from service.stream.models.book import signer_for
@@ -94,6 +95,11 @@ def run_worker(settings: Settings, *, loglevel: str = "info") -> int:
     from service.stream.app import create_app  # noqa: PLC0415 - keep `abstain labels` light
     from service.stream.kafka.internals import Worker  # noqa: PLC0415
 
+    try:  # a wrong password or certificate stops the start, saying which setting
+        asyncio.run(check_login(settings))
+    except KafkaLoginError as exc:
+        print(f"abstain worker: {exc}", file=sys.stderr)
+        return 2
     app = create_app(settings)
     worker = Worker(app, loglevel=loglevel, redirect_stdouts=False)
     try:

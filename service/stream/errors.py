@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.errors import AbstainError
 
-__all__ = ["DATA_ERRORS", "StreamError", "TopicError"]
+__all__ = ["DATA_ERRORS", "AclError", "KafkaLoginError", "StreamError", "TopicError"]
 
 #: errors bad data could still provoke despite validation (a bug met by odd data): the
 #: scorer and the learner dead-letter the record (reason ``schema``, the error in the detail)
@@ -19,3 +19,12 @@ class StreamError(AbstainError, RuntimeError):
 
 class TopicError(StreamError):
     """A topic is missing or cannot be described."""
+
+
+class KafkaLoginError(StreamError):
+    """Kafka refused the connection for good at start-up: an untrusted or mismatched
+    certificate, or a refused login. The message names the setting to fix, never a secret."""
+
+
+class AclError(StreamError):
+    """Kafka refused to add an ACL (``abstain kafka acls --apply``)."""

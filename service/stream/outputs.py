@@ -59,8 +59,7 @@ class Outputs:
     def decision_record(self, decision: Decision, partition: int | None = None) -> OutRecord:
         """A decision (key: event id); ``partition``: the scoring path writes it to the
         partition of its event's features partition (None: by key)."""
-        return OutRecord(self.topics.decisions, decision.id.encode(), decision.to_json(),
-                         partition)  # fmt: skip
+        return OutRecord(self.topics.decisions, decision.id.encode(), decision.to_json(), partition)
 
     def label_request_record(self, request: LabelRequest) -> OutRecord:
         """A label request (key: model, so it lands where the model's labels do)."""

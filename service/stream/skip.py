@@ -69,9 +69,11 @@ def target_of(settings: Settings, topic: str, partition: int) -> Target:
         t.labels: (learn_group(app), Source.LABELS, settings.partitions.labels),
     }
     if topic not in known:
-        raise StreamError(f"{topic!r} is none of the topics a worker stops at ({sorted(known)}); "
-                          "a batch of the models topic or a changelog is skipped (and "
-                          "dead-lettered) by the worker itself")  # fmt: skip
+        raise StreamError(
+            f"{topic!r} is none of the topics a worker stops at ({sorted(known)}); "
+            "a batch of the models topic or a changelog is skipped (and "
+            "dead-lettered) by the worker itself"
+        )
     group, source, count = known[topic]
     if not 0 <= partition < count:
         raise StreamError(f"{topic} has partitions 0..{count - 1} in the settings")
@@ -80,8 +82,9 @@ def target_of(settings: Settings, topic: str, partition: int) -> Target:
 
 async def _committed(settings: Settings, target: Target) -> int | None:
     tp = TopicPartition(target.topic, target.partition)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
-                                **settings.security.aiokafka_kwargs())  # fmt: skip
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers, **settings.security.aiokafka_kwargs()
+    )
     await admin.start()
     try:
         found = await admin.list_consumer_group_offsets(target.group, partitions=[tp])
@@ -99,9 +102,12 @@ async def find_unreadable(
     it reads to the end)."""
     tp = TopicPartition(target.topic, target.partition)
     start = offset if offset is not None else await _committed(settings, target)
-    consumer = reader(settings.bootstrap_servers, f"{settings.app_id}-skip",
-                      max_partition_fetch_bytes=settings.fetch_bytes,
-                      client_kwargs=consumer_options(settings))  # fmt: skip
+    consumer = reader(
+        settings.bootstrap_servers,
+        f"{settings.app_id}-skip",
+        max_partition_fetch_bytes=settings.fetch_bytes,
+        client_kwargs=consumer_options(settings),
+    )
     await consumer.start()
     try:
         consumer.assign([tp])
@@ -118,8 +124,10 @@ async def find_unreadable(
             if await fetch.getmany(tp, timeout_ms=500):
                 quiet_until = time.monotonic() + QUIET_SECONDS
             elif time.monotonic() > quiet_until:
-                raise TopicError(f"{tp.topic}[{tp.partition}]: nothing read for "
-                                 f"{QUIET_SECONDS:g} s before its end")  # fmt: skip
+                raise TopicError(
+                    f"{tp.topic}[{tp.partition}]: nothing read for "
+                    f"{QUIET_SECONDS:g} s before its end"
+                )
         found = unreadable.of([tp])
         return start, (found[0] if found else None)
     finally:
@@ -131,8 +139,15 @@ async def skip_batch(settings: Settings, target: Target, batch: UnreadableBatch,
     skipped only once its dead letter is written)."""
     letter = batch.dead_letter(target.source)
     await produce_one(settings, settings.topics.dead_letters, None, letter.to_json())
-    order = SkipOrder(batch.topic, batch.partition, batch.first, batch.end,
-                      detail=batch.describe(), by=by, at=time.time())  # fmt: skip
+    order = SkipOrder(
+        batch.topic,
+        batch.partition,
+        batch.first,
+        batch.end,
+        detail=batch.describe(),
+        by=by,
+        at=time.time(),
+    )
     key, value = order.key.encode(), order.to_json()
     signer = signer_for(settings)
     headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
@@ -155,7 +170,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--by", default=None, help="who orders it (default: the user name)")
     parser.add_argument("--dry-run", action="store_true", help="find the batch, write nothing")
-    common_arguments(parser)  # fmt: skip
+    common_arguments(parser)
     args = parser.parse_args(argv)
     try:
         settings = settings_from_arguments(args)
@@ -164,10 +179,21 @@ def main(argv: list[str]) -> int:
             raise StreamError("--offset must be 0 or more")
         start, batch = asyncio.run(find_unreadable(settings, target, args.offset))
         if batch is None:
-            print(dumps({"topic": target.topic, "partition": target.partition, "read_from": start,
-                         "unreadable": None}).decode())  # fmt: skip
-            print(f"abstain: {target.topic}[{target.partition}] reads to its end from offset "
-                  f"{start}: nothing to skip", file=sys.stderr)  # fmt: skip
+            print(
+                dumps(
+                    {
+                        "topic": target.topic,
+                        "partition": target.partition,
+                        "read_from": start,
+                        "unreadable": None,
+                    }
+                ).decode()
+            )
+            print(
+                f"abstain: {target.topic}[{target.partition}] reads to its end from offset "
+                f"{start}: nothing to skip",
+                file=sys.stderr,
+            )
             return 1
         by = args.by or getpass.getuser()
         if not args.dry_run:
@@ -175,7 +201,18 @@ def main(argv: list[str]) -> int:
     except (ConfigError, StreamError, KafkaError) as exc:
         print(f"abstain: {exc}", file=sys.stderr)
         return 2
-    print(dumps({"topic": batch.topic, "partition": batch.partition, "read_from": start,
-                 "first": batch.first, "last": batch.end - 1, "error": batch.error,
-                 "skipped": not args.dry_run, "by": by}).decode())  # fmt: skip
+    print(
+        dumps(
+            {
+                "topic": batch.topic,
+                "partition": batch.partition,
+                "read_from": start,
+                "first": batch.first,
+                "last": batch.end - 1,
+                "error": batch.error,
+                "skipped": not args.dry_run,
+                "by": by,
+            }
+        ).decode()
+    )
     return 0

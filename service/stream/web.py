@@ -54,8 +54,9 @@ class LabelSender:
 
     async def __call__(self, label: Label) -> None:
         try:
-            delivery = await self.topic.send(key=label.model.encode(), value=label.to_json(),
-                                             force=True)  # fmt: skip
+            delivery = await self.topic.send(
+                key=label.model.encode(), value=label.to_json(), force=True
+            )
             await asyncio.shield(delivery)  # a timeout must not cancel the delivery itself
         except (KafkaError, ProducerSendError) as exc:
             log.warning("label for request %s not acknowledged: %r", label.request_id, exc)
@@ -108,8 +109,12 @@ def mount_web(app: Any, parts: Worker, labels_topic: Any, pending: PendingStore)
         async def get(self, request: Any) -> Any:
             status = parts.housekeeping.status
             models = {name: m.version for name, m in parts.book.snapshot().items()}  # live
-            detail = {"recovered": status.recovered, "models_loaded": status.models_loaded,
-                      "models": models, "unreadable": list(status.unreadable)}  # fmt: skip
+            detail = {
+                "recovered": status.recovered,
+                "models_loaded": status.models_loaded,
+                "models": models,
+                "unreadable": list(status.unreadable),
+            }
             return _reply(self, views.ready(status.ready, detail))
 
     @app.page("/models")

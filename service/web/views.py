@@ -130,8 +130,9 @@ def authorize(authorization: str | None, token: str | None, *, what: str) -> Rep
     if authorization and authorization.startswith("Bearer "):
         given = authorization[len("Bearer ") :].strip()
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return _json(401, {"error": "missing or wrong bearer token"},
-                     (("WWW-Authenticate", "Bearer"),))  # fmt: skip
+        return _json(
+            401, {"error": "missing or wrong bearer token"}, (("WWW-Authenticate", "Bearer"),)
+        )
     return None
 
 
@@ -247,8 +248,11 @@ async def labels_get(
     except ValueError as bad:
         return _json(400, {"error": str(bad)})
     if pacer is not None and not await pacer.slot(limit / DEFAULT_LIMIT):
-        return _json(429, {"error": "too many label-queue requests, try again in a second"},
-                     (("Retry-After", "1"),))  # fmt: skip
+        return _json(
+            429,
+            {"error": "too many label-queue requests, try again in a second"},
+            (("Retry-After", "1"),),
+        )
     rows, nxt = await _read_page(queue, after, limit, clock)
     cursor = None if nxt is None else encode_cursor(nxt)
     if not as_html:
@@ -328,8 +332,18 @@ async def labels_post(
     try:
         await asyncio.wait_for(produce(label), ack_timeout)
     except (TimeoutError, AbstainError) as exc:
-        why = (f"Kafka did not acknowledge the label within {ack_timeout:g} s"
-               if isinstance(exc, TimeoutError) else "Kafka did not take the label")  # fmt: skip
-        return _json(503, {"error": f"{why}: not saved, try again", "request_id": label.request_id,
-                           "model": label.model}, (("Retry-After", "1"),))  # fmt: skip
+        why = (
+            f"Kafka did not acknowledge the label within {ack_timeout:g} s"
+            if isinstance(exc, TimeoutError)
+            else "Kafka did not take the label"
+        )
+        return _json(
+            503,
+            {
+                "error": f"{why}: not saved, try again",
+                "request_id": label.request_id,
+                "model": label.model,
+            },
+            (("Retry-After", "1"),),
+        )
     return _json(202, {"accepted": True, "request_id": label.request_id, "model": label.model})

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+import service
 from service.config import (
     MIN_KEY,
     USER_NAME,
@@ -391,9 +392,11 @@ def test_rendered_config_with_a_typo_is_refused_by_the_worker(tmp_path: Path) ->
 
 def test_chart_app_version_is_the_package_version() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["dynamic"] == ["version"]  # read from the package
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "service.__version__"}
     assert chart["apiVersion"] == "v2"
-    assert chart["appVersion"] == project["version"]
+    assert chart["appVersion"] == service.__version__
 
 
 def test_expiry_alert_threshold_is_80_percent_of_the_request_ttl(values: dict[str, Any]) -> None:

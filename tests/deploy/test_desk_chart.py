@@ -167,8 +167,10 @@ def test_session_key_and_users_file_come_from_the_chart_made_secret(tmp_path: Pa
     assert out.env["ABSTAIN_DESK__USERS_FILE"]["value"] == "/etc/abstain/desk-users/desk-users.toml"
     mounts = {m["name"]: m for m in out.container["volumeMounts"]}
     assert mounts["users"] == {
-        "name": "users", "mountPath": "/etc/abstain/desk-users", "readOnly": True,
-    }  # fmt: skip
+        "name": "users",
+        "mountPath": "/etc/abstain/desk-users",
+        "readOnly": True,
+    }
     volumes = {v["name"]: v for v in out.desk["spec"]["template"]["spec"]["volumes"]}
     assert volumes["users"]["secret"] == {
         "secretName": "rel-abstain",
@@ -301,9 +303,15 @@ def test_behind_a_proxy_only_the_proxy_and_prometheus_reach_the_desk(tmp_path: P
 
 
 def test_behind_a_proxy_the_proxy_addresses_are_required(tmp_path: Path) -> None:
-    values = {**DESK, "networkPolicy": {"enabled": True},
-              "desk": {"enabled": True, "auth": "proxy",
-                       "networkPolicy": {"from": [{"podSelector": {}}]}}}  # fmt: skip
+    values = {
+        **DESK,
+        "networkPolicy": {"enabled": True},
+        "desk": {
+            "enabled": True,
+            "auth": "proxy",
+            "networkPolicy": {"from": [{"podSelector": {}}]},
+        },
+    }
     with pytest.raises(subprocess.CalledProcessError) as failed:
         render(tmp_path, values)
     assert "config.desk.trusted_proxies" in failed.value.stderr

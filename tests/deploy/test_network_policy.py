@@ -27,8 +27,13 @@ CASES = ROOT / "tests" / "deploy" / "helm"
 
 def policies(*args: str) -> list[dict[str, Any]]:
     assert HELM is not None
-    out = subprocess.run([HELM, "template", "rel", str(CHART), "--namespace", "ml", *args],
-                         capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [HELM, "template", "rel", str(CHART), "--namespace", "ml", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     # the workers' policy (the desk's own is tested in test_desk_chart.py)
     return [
@@ -44,8 +49,9 @@ def test_by_default_only_prometheus_and_this_releases_desk_reach_the_web_port() 
     (policy,) = policies()
     spec = policy["spec"]
     assert spec["podSelector"]["matchLabels"] == {
-        "app.kubernetes.io/name": "abstain", "app.kubernetes.io/instance": "rel",
-    }  # fmt: skip
+        "app.kubernetes.io/name": "abstain",
+        "app.kubernetes.io/instance": "rel",
+    }
     assert spec["policyTypes"] == ["Ingress"]  # egress is not restricted
     (rule,) = spec["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 6066}]
@@ -54,8 +60,14 @@ def test_by_default_only_prometheus_and_this_releases_desk_reach_the_web_port() 
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
     }
-    assert desk == {"podSelector": {"matchLabels": {
-        "app.kubernetes.io/component": "desk", "app.kubernetes.io/instance": "rel"}}}  # fmt: skip
+    assert desk == {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/component": "desk",
+                "app.kubernetes.io/instance": "rel",
+            }
+        }
+    }
 
 
 @needs_helm
@@ -65,15 +77,21 @@ def test_selectors_ports_and_extra_rules_follow_the_values() -> None:
     assert first["ports"] == [{"protocol": "TCP", "port": 8080}]  # web.port
     prometheus, desk = first["from"]
     assert prometheus["podSelector"]["matchExpressions"][0]["values"] == ["prometheus", "agent"]
-    assert desk == {"podSelector": {"matchLabels": {"app": "label-desk"}},
-                    "namespaceSelector": {"matchLabels": {"team": "labelling"}}}  # fmt: skip
+    assert desk == {
+        "podSelector": {"matchLabels": {"app": "label-desk"}},
+        "namespaceSelector": {"matchLabels": {"team": "labelling"}},
+    }
     assert extra["from"] == [{"ipBlock": {"cidr": "10.0.0.0/16"}}]
 
 
 @needs_helm
 def test_the_policy_can_be_narrowed_or_switched_off() -> None:
-    (policy,) = policies("--set", "networkPolicy.labelDesk.enabled=false",
-                         "--set", "networkPolicy.prometheus.namespaceSelector=null")  # fmt: skip
+    (policy,) = policies(
+        "--set",
+        "networkPolicy.labelDesk.enabled=false",
+        "--set",
+        "networkPolicy.prometheus.namespaceSelector=null",
+    )
     assert policy["spec"]["ingress"][0]["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
     ]  # a peer without namespaceSelector: Prometheus in the release namespace only

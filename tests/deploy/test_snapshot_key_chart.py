@@ -47,8 +47,9 @@ def secret_data(docs: list[dict[str, Any]]) -> dict[str, str] | None:
 def key_env(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The worker's ABSTAIN_SNAPSHOT_KEY (None: not set)."""
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    (worker,) = [d for d in deployments
-                 if d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"]  # fmt: skip
+    (worker,) = [
+        d for d in deployments if d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    ]
     env = {e["name"]: e for e in worker["spec"]["template"]["spec"]["containers"][0]["env"]}
     return env.get("ABSTAIN_SNAPSHOT_KEY")
 
@@ -76,13 +77,31 @@ class _Api(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
         self.asked.append(path)
-        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "code": 404,
-                                "status": "Failure", "reason": "NotFound"}  # fmt: skip
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "code": 404,
+            "status": "Failure",
+            "reason": "NotFound",
+        }
         status = 404
         if path == "/api/v1":
-            status, body = 200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                {"name": "secrets", "singularName": "secret", "namespaced": True,
-                 "kind": "Secret", "verbs": ["get"]}]}  # fmt: skip
+            status, body = (
+                200,
+                {
+                    "kind": "APIResourceList",
+                    "groupVersion": "v1",
+                    "resources": [
+                        {
+                            "name": "secrets",
+                            "singularName": "secret",
+                            "namespaced": True,
+                            "kind": "Secret",
+                            "verbs": ["get"],
+                        }
+                    ],
+                },
+            )
         elif path == "/api/v1/namespaces/ml/secrets/rel-abstain":
             status, body = 200, self.secret
         data = json.dumps(body).encode()
@@ -99,20 +118,33 @@ class _Api(BaseHTTPRequestHandler):
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Path]:
     """A kubeconfig for a stand-in API on 127.0.0.1 holding an earlier install's Secret."""
-    _Api.secret = {"apiVersion": "v1", "kind": "Secret",
-                   "metadata": {"name": "rel-abstain", "namespace": "ml"},
-                   "data": {"snapshot-key": base64.b64encode(KEPT.encode()).decode()}}  # fmt: skip
+    _Api.secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "rel-abstain", "namespace": "ml"},
+        "data": {"snapshot-key": base64.b64encode(KEPT.encode()).decode()},
+    }
     _Api.asked = []
     server = HTTPServer(("127.0.0.1", 0), _Api)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     config = tmp_path / "kubeconfig"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}
+                ],
+                "contexts": [
+                    {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
     try:
         yield config
     finally:
@@ -151,7 +183,8 @@ def test_an_existing_secret_must_hold_the_key_unless_unsigned_is_chosen() -> Non
     ref = key_env(docs)
     assert ref is not None
     assert ref["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "snapshot-key"}
-    unsigned = key_env(render("--set", "secrets.existingSecret=mine",
-                              "--set", "secrets.unsignedSnapshots=true"))  # fmt: skip
+    unsigned = key_env(
+        render("--set", "secrets.existingSecret=mine", "--set", "secrets.unsignedSnapshots=true")
+    )
     assert unsigned is not None
     assert unsigned["valueFrom"]["secretKeyRef"]["optional"] is True

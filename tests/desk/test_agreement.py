@@ -63,11 +63,14 @@ class Both:
         out = outputs(kafka, s, CollectorRegistry())
         initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
         joiner = LabelJoiner(
-            s, pending=PendingStore(kafka.table("abstain-pending")),
+            s,
+            pending=PendingStore(kafka.table("abstain-pending")),
             parked=ParkedStore(kafka.table("abstain-orphans")),
             models=ModelStore(kafka.table("abstain-models"), initial),
-            outputs=out, metrics=out.metrics, clock=clock,
-        )  # fmt: skip
+            outputs=out,
+            metrics=out.metrics,
+            clock=clock,
+        )
         if review:
             return cls(s, joiner, replica.feeds, kafka)
         (desk,), *_ = make_desks(clock=clock)
@@ -84,17 +87,25 @@ class Both:
         if value is not None:
             await self.joiner.handle(msg(value, self.offset, topic, part, key))
 
-    async def request(self, req: LabelRequest, *, key: bytes | None = None,
-                      part: int | None = None) -> None:  # fmt: skip
-        await self.both(self.settings.topics.label_requests, req.to_json(),
-                        req.model.encode() if key is None else key,
-                        self.where(req.model) if part is None else part)  # fmt: skip
+    async def request(
+        self, req: LabelRequest, *, key: bytes | None = None, part: int | None = None
+    ) -> None:
+        await self.both(
+            self.settings.topics.label_requests,
+            req.to_json(),
+            req.model.encode() if key is None else key,
+            self.where(req.model) if part is None else part,
+        )
 
-    async def label(self, label: Label, *, key: bytes | None = None,
-                    part: int | None = None) -> None:  # fmt: skip
-        await self.both(self.settings.topics.labels, label.to_json(),
-                        label.model.encode() if key is None else key,
-                        self.where(label.model) if part is None else part)  # fmt: skip
+    async def label(
+        self, label: Label, *, key: bytes | None = None, part: int | None = None
+    ) -> None:
+        await self.both(
+            self.settings.topics.labels,
+            label.to_json(),
+            label.model.encode() if key is None else key,
+            self.where(label.model) if part is None else part,
+        )
 
     def changelog(self, key: bytes, value: bytes | None, part: int) -> None:
         """A record of the pending changelog, read by the desk (the running learner writes
@@ -120,11 +131,19 @@ class Both:
 
 def req(event: str, model: str = "m", n: int = 3, **kw: object) -> LabelRequest:
     fields: dict[str, object] = {
-        "request_id": request_id(model, event), "event_id": event, "model": model,
-        "features": [0.5] * n, "score": 0.1, "rho": 1.0, "decided_label": 0,
-        "query_probability": 0.5, "model_version": 0, "requested_at": 1000.0,
-        "expires_at": 9000.0, "priority": 0.5,
-    }  # fmt: skip
+        "request_id": request_id(model, event),
+        "event_id": event,
+        "model": model,
+        "features": [0.5] * n,
+        "score": 0.1,
+        "rho": 1.0,
+        "decided_label": 0,
+        "query_probability": 0.5,
+        "model_version": 0,
+        "requested_at": 1000.0,
+        "expires_at": 9000.0,
+        "priority": 0.5,
+    }
     fields.update(kw)
     return LabelRequest(**fields)  # type: ignore[arg-type]
 
@@ -153,8 +172,7 @@ async def test_hostile_requests_labels_and_changelog_records_leave_them_in_agree
 
     await both.label(Label(good_m.request_id, "m", 1, "ann", None))  # applied
     await both.label(Label(good_z.request_id, "z", 1, "eve", None), key=b"m")  # bad key
-    await both.label(Label(served.request_id, "m", 1, "eve", None),
-                     part=(both.where("m") + 1) % 4)  # fmt: skip
+    await both.label(Label(served.request_id, "m", 1, "eve", None), part=(both.where("m") + 1) % 4)
     await both.label(Label(served.request_id, "sh", 1, "eve", None))  # a shadow's name
     await both.label(Label(good_z.request_id, "ghost", 1, "eve", None), key=b"ghost")
     await both.label(Label(good_z.request_id, "m", 1, "eve", None))  # another model's

@@ -31,12 +31,14 @@ def test_a_sparkline_scales_to_its_largest_value_and_escapes_its_label() -> None
     assert "<a " not in svg
 
 
-async def test_the_depth_and_the_answers_follow_the_records_times_and_a_restart_draws_the_same(
-) -> None:  # fmt: skip
+async def test_the_depth_and_the_answers_follow_the_records_times_and_a_restart_draws_the_same() -> (  # noqa: E501
+    None
+):
     topics, (desk,) = deployment(1)
     start = topics.clock.now = 10 * BUCKET_SECONDS * BUCKETS  # a bucket's start
-    requests = [req(f"e{i}", at=start + i * BUCKET_SECONDS, ttl=3 * BUCKET_SECONDS)
-                for i in range(4)]  # fmt: skip
+    requests = [
+        req(f"e{i}", at=start + i * BUCKET_SECONDS, ttl=3 * BUCKET_SECONDS) for i in range(4)
+    ]
     for r in requests:
         topics.request(r)
     topics.clock.now = start + 4.5 * BUCKET_SECONDS
@@ -53,5 +55,7 @@ async def test_the_depth_and_the_answers_follow_the_records_times_and_a_restart_
     again.desk.tick()
     desk.desk.tick()
     later = again.desk.team_view().models[0]
-    assert (later.depth, later.answered) == (desk.desk.team_view().models[0].depth,
-                                             desk.desk.team_view().models[0].answered)  # fmt: skip
+    assert (later.depth, later.answered) == (
+        desk.desk.team_view().models[0].depth,
+        desk.desk.team_view().models[0].answered,
+    )

@@ -61,8 +61,9 @@ def urgency(desk: Desk, rid: str) -> tuple[float, float]:
 
 async def test_twenty_people_asking_at_once_each_get_one_of_the_most_urgent() -> None:
     (desk,), _, _, clock = make_desks(lag=True)
-    offer = [request(f"e{i}", priority=(i % 97) / 97, at=clock.now, ttl=600 + i)
-             for i in range(200)]  # fmt: skip
+    offer = [
+        request(f"e{i}", priority=(i % 97) / 97, at=clock.now, ttl=600 + i) for i in range(200)
+    ]
     for r in offer:
         desk.queue.offer(r)
     got = await asyncio.gather(*(desk.next(p) for p in PEOPLE))
@@ -85,8 +86,7 @@ async def test_people_on_two_replicas_asking_at_once_never_share_a_request() -> 
         d1.queue.offer(r)
         d2.queue.offer(r)
     for _ in range(3):  # rounds of next + answer, everyone at once
-        got = await asyncio.gather(*(d.next(p) for d, p in zip([d1, d2] * 10, PEOPLE,
-                                                               strict=True)))  # fmt: skip
+        got = await asyncio.gather(*(d.next(p) for d, p in zip([d1, d2] * 10, PEOPLE, strict=True)))
         assert all(g is not None for g in got)
         ids = [g.request.request_id for g in got if g is not None]
         assert len(set(ids)) == len(PEOPLE)
@@ -94,8 +94,9 @@ async def test_people_on_two_replicas_asking_at_once_never_share_a_request() -> 
             holders = {d.leases.holder(rid, now=clock.now) for d in (d1, d2)}
             assert len(holders) == 1  # both replicas agree
         desks = [d1, d2] * 10
-        await asyncio.gather(*(d.answer(p, rid, 1)
-                               for d, p, rid in zip(desks, PEOPLE, ids, strict=True)))  # fmt: skip
+        await asyncio.gather(
+            *(d.answer(p, rid, 1) for d, p, rid in zip(desks, PEOPLE, ids, strict=True))
+        )
         for d in (d1, d2):
             for rid in ids:
                 d.queue.close(rid, "answered")  # as read back from the labels topic
@@ -121,13 +122,15 @@ async def busy(n: int) -> tuple[Desk, MemoryLeaseLog, Clock]:
         clock.now = at = began + i * 80_000 / n
         rid, who = request(f"done-{i}", at=at - 60).request_id, PEOPLE[i % 20].name
         await log.publish(LeaseRecord(rid, "claim", who, at=at - 30, expires_at=at + 90))
-        await log.publish(LeaseRecord(rid, "answer", who, at=at, expires_at=at + 120,
-                                      attempt="a"))  # fmt: skip
+        await log.publish(LeaseRecord(rid, "answer", who, at=at, expires_at=at + 120, attempt="a"))
         desk.queue.on_label(Label(rid, "m", 1, who, at), at=at)
     clock.now = began + 80_200
     for i in range(n):
-        desk.queue.offer(request(f"open-{i}", model="mz"[i % 2], priority=(i % 13) / 13,
-                                 at=clock.now, ttl=3600 + i))  # fmt: skip
+        desk.queue.offer(
+            request(
+                f"open-{i}", model="mz"[i % 2], priority=(i % 13) / 13, at=clock.now, ttl=3600 + i
+            )
+        )
     for person in PEOPLE[:5]:
         assert await desk.next(person) is not None
     desk.tick()
@@ -204,20 +207,29 @@ async def test_a_team_page_is_served_from_the_last_tick() -> None:
 async def reviewing(n: int, tmp_path: Path) -> dict[str, int]:
     """Lines of desk code run by a tick, a ``next`` (a second opinion found), ``GET /team``
     and ``GET /metrics`` with ``n`` answers waiting for a second opinion, ``n // 2`` for a
-    reviewer and ``n`` open requests."""
+    reviewer and ``n`` open requests (an answer a second: the model's reach, 200 labels,
+    leaves time for the last 185)."""
     from .review.harness import Person as P
     from .review.harness import deployment, req
 
     topics, (replica,) = deployment(1)
     people = [f"p{i:02d}" for i in range(20)]
     for i in range(n):
-        r = req(f"a{i}", p=0.02, at=topics.clock.now, ttl=3600)
+        r = req(f"a{i}", p=0.02, at=topics.clock.now, ttl=20_000)
         topics.request(r)
         topics.label(Label(r.request_id, "m", 1, people[i % 20], topics.clock.now))
         if i % 2:
-            topics.signed(Opinion(r.request_id, "m", 1 if i % 4 == 1 else -1,
-                                  people[(i + 1) % 20], topics.clock.now))  # fmt: skip
-        topics.request(req(f"o{i}", at=topics.clock.now, ttl=3600))
+            topics.signed(
+                Opinion(
+                    r.request_id,
+                    "m",
+                    1 if i % 4 == 1 else -1,
+                    people[(i + 1) % 20],
+                    topics.clock.now,
+                )
+            )
+        topics.request(req(f"o{i}", at=topics.clock.now, ttl=20_000))
+        topics.clock.now += 1.0
     book = replica.book
     assert len(book.opinion_queue("m")) == n - n // 2
     assert len(list(book.review_queue("m"))) == n // 4
@@ -235,8 +247,9 @@ async def reviewing(n: int, tmp_path: Path) -> dict[str, int]:
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"p07": hash_password("p07-secret", n=2**8)}))
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: topics.clock.now)
-    app = DeskWeb(replica.desk.settings, replica.desk, Accounts.load(users, weak_ok=True),
-                  sessions).app()  # fmt: skip
+    app = DeskWeb(
+        replica.desk.settings, replica.desk, Accounts.load(users, weak_ok=True), sessions
+    ).app()
     async with TestClient(TestServer(app)) as c:
         page = await (await c.get("/login")).text()
         token = re.search(r'name="token" value="([^"]+)"', page)

@@ -73,8 +73,16 @@ class Service(Deployment):
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``python -m service ARGS --broker ... --config ...`` and return its output."""
         path = self.write_config()
-        cmd = [sys.executable, "-m", "service", *args, "--broker", self.bootstrap,
-               "--config", str(path)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            *args,
+            "--broker",
+            self.bootstrap,
+            "--config",
+            str(path),
+        ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
         done = subprocess.run(
             cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
@@ -112,8 +120,15 @@ def make_config(tmp: Path, **overrides: Any) -> dict[str, Any]:
 CHROMIUM = os.environ.get("ABSTAIN_CHROMIUM", "/usr/bin/chromium")
 # as root, headless; without the background-networking flags Chromium keeps trying the
 # network, which this machine refuses
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic", "--disable-gpu"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-gpu",
+]
 
 
 @pytest.fixture(scope="module")

@@ -70,9 +70,11 @@ class Flipped:
 def flipped(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Flipped:
     """The worker after every round, the served losses per round (by the round's concept)
     and the labels answered."""
-    service = service_factory(models={"m": MODEL}, default_model="m",
-                              partitions={"features": 1, "decisions": 1, "labels": 1,
-                                          "models": 1})  # fmt: skip
+    service = service_factory(
+        models={"m": MODEL},
+        default_model="m",
+        partitions={"features": 1, "decisions": 1, "labels": 1, "models": 1},
+    )
     worker = service.start()
     worker.wait_ready()
     t = service.topics
@@ -80,8 +82,10 @@ def flipped(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Flipp
     run = Flipped(service, worker)
     for r in range(BEFORE + AFTER):
         sign = 1 if r < BEFORE else -1
-        batch = [{"id": f"r{r}-{i}", "model": "m", "features": rng.normal(size=2).round(4).tolist()}
-                 for i in range(ROUND)]  # fmt: skip
+        batch = [
+            {"id": f"r{r}-{i}", "model": "m", "features": rng.normal(size=2).round(4).tolist()}
+            for i in range(ROUND)
+        ]
         kafka_io.produce_json(t["features"], [(e["id"], e) for e in batch])
         ids = {e["id"] for e in batch}
         decided = kafka_io.wait_for(
@@ -98,15 +102,28 @@ def flipped(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Flipp
         )
         round_requests = [q.json() for q in requests if q.json()["event_id"] in ids]
         assert len(round_requests) == asked  # one request per queried event, no more
-        kafka_io.produce_json(t["labels"], [
-            ("m", {"request_id": q["request_id"], "model": "m",
-                   "label": sign * concept(q["features"]), "labelled_by": "test"})
-            for q in round_requests
-        ])  # fmt: skip
+        kafka_io.produce_json(
+            t["labels"],
+            [
+                (
+                    "m",
+                    {
+                        "request_id": q["request_id"],
+                        "model": "m",
+                        "label": sign * concept(q["features"]),
+                        "labelled_by": "test",
+                    },
+                )
+                for q in round_requests
+            ],
+        )
         run.answered += len(round_requests)
         run.before += len(round_requests) if sign > 0 else 0
-        wait(lambda n=run.answered: worker.metric("abstain_model_version", {"model": "m"}) == n,
-             90, f"version {run.answered} in use")  # fmt: skip
+        wait(
+            lambda n=run.answered: worker.metric("abstain_model_version", {"model": "m"}) == n,
+            90,
+            f"version {run.answered} in use",
+        )
     return run
 
 
@@ -159,7 +176,13 @@ def test_every_label_is_applied_once_and_the_rebuild_is_the_same_model(
     after = states(kafka_io, topic)
     assert len(after) > len(chain)
     rebuilt, served = after[-1], chain[-1]
-    for key in ("version", "learner", "pipeline", "labels_offset", "labels_applied",
-                "corrections_from"):  # fmt: skip
+    for key in (
+        "version",
+        "learner",
+        "pipeline",
+        "labels_offset",
+        "labels_applied",
+        "corrections_from",
+    ):
         assert rebuilt[key] == served[key], key
     assert rebuilt["iw_loss"] == pytest.approx(served["iw_loss"])

@@ -116,11 +116,12 @@ def replicated_deployment(bootstrap: str, tmp: Path, **overrides: Any) -> Iterat
     ka.create(
         bootstrap,
         {
-            t[k]: ka.Wanted(counts[k], RF, {**isr, "cleanup.policy": "compact"} if k == "models"
-                            else isr)
+            t[k]: ka.Wanted(
+                counts[k], RF, {**isr, "cleanup.policy": "compact"} if k == "models" else isr
+            )
             for k in t
         },
-    )  # fmt: skip
+    )
     try:
         yield dep
     finally:
@@ -156,8 +157,10 @@ def test_worker_topics_take_the_clusters_replication(cluster: LocalCluster, tmp_
         check.close()
     err = worker.stderr.read_text(errors="replace")
     assert worker.proc.returncode != 0, worker.tail()
-    assert f"{t['labels']} (topics.labels) has 1 replica, topic_policy.replication_factor " \
-           "asks for 3" in err  # fmt: skip
+    assert (
+        f"{t['labels']} (topics.labels) has 1 replica, topic_policy.replication_factor "
+        "asks for 3" in err
+    )
     assert (
         f"{t['label_requests']} (topics.label_requests) has min.insync.replicas=1, "
         "topic_policy.min_insync_replicas asks for 2" not in err
@@ -237,8 +240,9 @@ def _run(
     with replicated_deployment(b, tmp_path, session_timeout_seconds=10) as dep:
         src = EventSource(scenario.replace(" ", "-"), seed=11)
         answer = answer_fraction(min(1.0, 2.5 * labels / events))
-        observer = Observer(b, dep.topics, src.truth, budget=labels, duplicate_every=10,
-                            answer=answer).begin()  # fmt: skip
+        observer = Observer(
+            b, dep.topics, src.truth, budget=labels, duplicate_every=10, answer=answer
+        ).begin()
         workers = [dep.start(), dep.start()]
         for worker in workers:
             worker.wait_ready(timeout=120)
@@ -273,9 +277,11 @@ def _run(
         with capsys.disabled():
             gaps = [f.decisions_gap_s for f in faults]
             versions = [f.first_version_s for f in faults]
-            print(f"{scenario} ({size}): longest decision gap median "
-                  f"{statistics.median(gaps):.1f} s, first model version after a fault median "
-                  f"{statistics.median(versions):.1f} s")  # fmt: skip
+            print(
+                f"{scenario} ({size}): longest decision gap median "
+                f"{statistics.median(gaps):.1f} s, first model version after a fault median "
+                f"{statistics.median(versions):.1f} s"
+            )
 
 
 def _wait_events(src: EventSource, target: int, timeout: float = 300.0) -> None:
@@ -295,10 +301,12 @@ def test_kill9_of_leading_brokers_loses_nothing_and_applies_every_label_once(
         faults = []
         for point, (topic, what) in zip(
             (0.25, 0.6),
-            ((dep.topics["labels"], "labels[0] leader"),
-             (dep.changelog("models"), "models changelog[0] leader")),
+            (
+                (dep.topics["labels"], "labels[0] leader"),
+                (dep.changelog("models"), "models changelog[0] leader"),
+            ),
             strict=True,
-        ):  # fmt: skip
+        ):
             _wait_events(src, int(point * n))
             node = leader_of(b, topic, 0)
             fault = Fault(node, f"kill -9 of {what}", time.time())
@@ -311,8 +319,15 @@ def test_kill9_of_leading_brokers_loses_nothing_and_applies_every_label_once(
             faults.append(fault)
         return faults
 
-    _run(cluster, tmp_path, capsys, scenario="broker kill -9", size=size, inject=inject,
-         feed_pause=1.3)  # fmt: skip
+    _run(
+        cluster,
+        tmp_path,
+        capsys,
+        scenario="broker kill -9",
+        size=size,
+        inject=inject,
+        feed_pause=1.3,
+    )
 
 
 @pytest.mark.slow
@@ -338,5 +353,12 @@ def test_rolling_restart_of_every_broker_loses_nothing_and_applies_every_label_o
             faults.append(fault)
         return faults
 
-    _run(cluster, tmp_path, capsys, scenario="rolling restart", size="ci", inject=inject,
-         feed_pause=1.5)  # three restarts of ~15 s inside the feed  # fmt: skip
+    _run(
+        cluster,
+        tmp_path,
+        capsys,
+        scenario="rolling restart",
+        size="ci",
+        inject=inject,
+        feed_pause=1.5,
+    )  # three restarts of ~15 s inside the feed

@@ -53,8 +53,16 @@ LABELS = 8
 def run_cli(service: Service, *args: str) -> subprocess.Popen[str]:
     """Start ``python -m service ARGS`` against ``service`` (not waited for)."""
     path = service.write_config()
-    cmd = [sys.executable, "-m", "service", *args, "--broker", service.bootstrap,
-           "--config", str(path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        *args,
+        "--broker",
+        service.bootstrap,
+        "--config",
+        str(path),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
     return subprocess.Popen(  # noqa: S603 - fixed argv
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -77,8 +85,9 @@ def finish(proc: subprocess.Popen[str]) -> Done:
 
 
 def versions(kio: KafkaIO, service: Service, model: str) -> list[int]:
-    return [r.json()["version"] for r in kio.read(service.topics["models"])
-            if r.key == model.encode()]  # fmt: skip
+    return [
+        r.json()["version"] for r in kio.read(service.topics["models"]) if r.key == model.encode()
+    ]
 
 
 def dead_letters(kio: KafkaIO, service: Service, topic: str) -> list[tuple[int, str]]:
@@ -100,17 +109,29 @@ def train(service: Service, kio: KafkaIO) -> None:
     events = [(f"e{i}", {"id": f"e{i}", "model": "c", "features": x[i]}) for i in range(40)]
     kio.produce_json(t["features"], events)
     requests = kio.wait_for(t["label_requests"], lambda rs: len(rs) >= LABELS, timeout=60)
-    labels = [("c", {"request_id": q.json()["request_id"], "model": "c",
-                     "label": 1 if q.json()["features"][0] > 0 else -1})
-              for q in requests[:LABELS]]  # fmt: skip
+    labels = [
+        (
+            "c",
+            {
+                "request_id": q.json()["request_id"],
+                "model": "c",
+                "label": 1 if q.json()["features"][0] > 0 else -1,
+            },
+        )
+        for q in requests[:LABELS]
+    ]
     kio.produce_json(t["labels"], labels)
     kio.wait_for(t["models"], lambda rs: LABELS in versions(kio, service, "c"), timeout=60)
 
 
 @pytest.fixture(scope="module")
 def signed(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> tuple[Service, Worker]:
-    service = service_factory(models={"c": CHAMPION, "s": SHADOW}, default_model="c",
-                              partitions=PARTITIONS, snapshot_key=KEY)  # fmt: skip
+    service = service_factory(
+        models={"c": CHAMPION, "s": SHADOW},
+        default_model="c",
+        partitions=PARTITIONS,
+        snapshot_key=KEY,
+    )
     worker = service.start()
     worker.wait_ready()
     train(service, kafka_io)
@@ -124,20 +145,29 @@ def test_an_unsigned_or_mis_signed_rollback_order_is_dead_lettered_and_changes_n
     t = service.topics
     order = json.dumps({"kind": "rollback", "model": "c", "target": "c", "to_version": 0}).encode()
     other = Signer(b"another-key-of-at-least-32-characters").sign(b"c", order)
-    where = produce_records(service.bootstrap, t["labels"], [
-        Out(b"c", order), Out(b"c", order, headers=((SIGNATURE_HEADER, other),)),
-    ])  # fmt: skip
+    where = produce_records(
+        service.bootstrap,
+        t["labels"],
+        [
+            Out(b"c", order),
+            Out(b"c", order, headers=((SIGNATURE_HEADER, other),)),
+        ],
+    )
     offsets = {o for _, o in where}
     kio = kafka_io
-    kio.wait_for(t["dead_letters"], lambda rs: offsets <= {o for o, _ in
-                 dead_letters(kio, service, t["labels"])}, timeout=60)  # fmt: skip
+    kio.wait_for(
+        t["dead_letters"],
+        lambda rs: offsets <= {o for o, _ in dead_letters(kio, service, t["labels"])},
+        timeout=60,
+    )
     got = {o: r for o, r in dead_letters(kio, service, t["labels"]) if o in offsets}
     assert sorted(got.values()) == ["bad_signature", "unsigned"]
     time.sleep(2)  # a model write would have followed its order at once
     assert max(versions(kio, service, "c")) == LABELS
     assert json.loads(worker.get("/readyz")[1])["models"]["c"] == LABELS
-    assert worker.metric("abstain_dead_letters_total", {"source": "labels",
-                                                        "reason": "unsigned"}) == 1  # fmt: skip
+    assert (
+        worker.metric("abstain_dead_letters_total", {"source": "labels", "reason": "unsigned"}) == 1
+    )
     # the CLI signs its order: taken
     assert finish(run_cli(service, "models", "rollback", "c", "--to-version", "2")).code == 0
     kio.wait_for(t["models"], lambda rs: LABELS + 1 in versions(kio, service, "c"), timeout=60)
@@ -152,12 +182,20 @@ def test_an_unsigned_or_mis_signed_champions_record_is_dead_lettered_and_changes
     t, key = service.topics, CHAMPIONS_KEY.encode()
     forged = Champions(serial=10**6, servers={"c": "s"}, updated_at=time.time()).to_json()
     other = Signer(b"another-key-of-at-least-32-characters").sign(key, forged)
-    where = produce_records(service.bootstrap, t["models"], [
-        Out(key, forged), Out(key, forged, headers=((SIGNATURE_HEADER, other),)),
-    ])  # fmt: skip
+    where = produce_records(
+        service.bootstrap,
+        t["models"],
+        [
+            Out(key, forged),
+            Out(key, forged, headers=((SIGNATURE_HEADER, other),)),
+        ],
+    )
     offsets = {o for _, o in where}
-    kafka_io.wait_for(t["dead_letters"], lambda rs: offsets <= {o for o, _ in
-                      dead_letters(kafka_io, service, t["models"])}, timeout=60)  # fmt: skip
+    kafka_io.wait_for(
+        t["dead_letters"],
+        lambda rs: offsets <= {o for o, _ in dead_letters(kafka_io, service, t["models"])},
+        timeout=60,
+    )
     got = {o: r for o, r in dead_letters(kafka_io, service, t["models"]) if o in offsets}
     assert sorted(got.values()) == ["bad_signature", "unsigned"]
     assert served_by(worker) == "c"
@@ -172,8 +210,13 @@ def test_racing_promotes_never_both_win_and_every_reader_serves_the_winner(
     for attempt in range(3):
         # two promotions started at the same moment, to different members
         first, second = ("s", "c") if attempt % 2 == 0 else ("c", "s")
-        done = [finish(p) for p in [run_cli(service, "models", "promote", first),
-                                    run_cli(service, "models", "promote", second)]]  # fmt: skip
+        done = [
+            finish(p)
+            for p in [
+                run_cli(service, "models", "promote", first),
+                run_cli(service, "models", "promote", second),
+            ]
+        ]
         rounds.append(done)
         results = [d.json() for d in done]
         assert all(d.code in (0, 1) for d in done), [d.err for d in done]
@@ -220,11 +263,18 @@ def test_a_promote_that_races_another_of_its_serial_wins_or_says_it_lost_and_all
         before = len(champions_records(kafka_io, service))
         name = "s" if served_by(worker) == "c" else "c"
         proc = run_cli(service, "models", "promote", name)
-        wait_until(lambda n=before: len(champions_records(kafka_io, service)) > n, 30,
-                   "the promote's record", every=0.05)  # fmt: skip
+        wait_until(
+            lambda n=before: len(champions_records(kafka_io, service)) > n,
+            30,
+            "the promote's record",
+            every=0.05,
+        )
         serial = champions_records(kafka_io, service)[before].json()["serial"]
-        rival = Champions(serial=serial, servers={} if name == "s" else {"c": "s"},
-                          updated_at=time.time() + round_).to_json()  # fmt: skip
+        rival = Champions(
+            serial=serial,
+            servers={} if name == "s" else {"c": "s"},
+            updated_at=time.time() + round_,
+        ).to_json()
         produce_records(
             service.bootstrap,
             service.topics["models"],
@@ -253,11 +303,14 @@ def test_promote_if_serial_is_compare_and_set(
     signed: tuple[Service, Worker], kafka_io: KafkaIO
 ) -> None:
     service, worker = signed
-    records = [r for r in kafka_io.read(service.topics["models"])
-               if r.key == CHAMPIONS_KEY.encode()]  # fmt: skip
+    records = [
+        r for r in kafka_io.read(service.topics["models"]) if r.key == CHAMPIONS_KEY.encode()
+    ]
     current = records[-1].json()["serial"] if records else 0
-    procs = [run_cli(service, "models", "promote", name, "--if-serial", str(current))
-             for name in ("s", "c")]  # fmt: skip
+    procs = [
+        run_cli(service, "models", "promote", name, "--if-serial", str(current))
+        for name in ("s", "c")
+    ]
     done = [finish(p) for p in procs]
     assert sorted(d.code for d in done) == [0, 1], [d.err for d in done]
     winner = next(d for d in done if d.code == 0).json()
@@ -269,13 +322,15 @@ def test_promote_if_serial_is_compare_and_set(
 def test_without_a_key_a_forged_absurd_serial_is_replaced_by_the_next_promote(
     service_factory: Callable[..., Service], kafka_io: KafkaIO
 ) -> None:
-    service = service_factory(models={"c": CHAMPION, "s": SHADOW}, default_model="c",
-                              partitions=PARTITIONS)  # fmt: skip
+    service = service_factory(
+        models={"c": CHAMPION, "s": SHADOW}, default_model="c", partitions=PARTITIONS
+    )
     worker = service.start()
     worker.wait_ready()
     forged = Champions(serial=2**53 - 1, servers={"c": "s"}, updated_at=time.time()).to_json()
-    produce_records(service.bootstrap, service.topics["models"],
-                    [Out(CHAMPIONS_KEY.encode(), forged)])  # fmt: skip
+    produce_records(
+        service.bootstrap, service.topics["models"], [Out(CHAMPIONS_KEY.encode(), forged)]
+    )
     wait_until(lambda: served_by(worker) == "s", 30, "the forged record served")
     done = finish(run_cli(service, "models", "promote", "c"))
     assert done.code == 0, done.err
@@ -289,9 +344,13 @@ def test_the_champions_record_served_is_republished_after_a_forged_one(
     """A refused champions record written after the genuine one would be all that compaction
     keeps; the learner publishes the record served again every ``republish_seconds``, signed
     with the current key, so the last record is the genuine one again."""
-    service = service_factory(models={"c": CHAMPION, "s": SHADOW}, default_model="c",
-                              partitions=PARTITIONS, snapshot_key=KEY,
-                              republish_seconds=2)  # fmt: skip
+    service = service_factory(
+        models={"c": CHAMPION, "s": SHADOW},
+        default_model="c",
+        partitions=PARTITIONS,
+        snapshot_key=KEY,
+        republish_seconds=2,
+    )
     worker = service.start()
     worker.wait_ready()
     assert finish(run_cli(service, "models", "promote", "s")).code == 0

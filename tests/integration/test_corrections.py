@@ -37,10 +37,15 @@ Service = KafkaIO = Worker = Any  # fixtures' types live in conftest.py
 FAULT_WORKER = Path(__file__).resolve().parent / "faults" / "faultworker.py"
 KEY = "correction-key-" + "x" * 30
 MODELS = {
-    "m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05,
-          "corrections": {"reach": 300}},
+    "m": {
+        "algorithm": "dsal",
+        "cost": 0.25,
+        "n_features": 3,
+        "audit_rate": 0.05,
+        "corrections": {"reach": 300},
+    },
     "m-dral": {"algorithm": "dral", "cost": 0.25, "n_features": 3, "champion": "m"},
-}  # fmt: skip
+}
 EVENTS = 160
 
 
@@ -55,8 +60,9 @@ class Answered:
     requests: list[dict[str, Any]]  # answered, in the order of their labels
 
     def states(self, kio: KafkaIO, model: str = "m") -> list[dict[str, Any]]:
-        return [r.json() for r in kio.read(self.service.topics["models"])
-                if r.key == model.encode()]  # fmt: skip
+        return [
+            r.json() for r in kio.read(self.service.topics["models"]) if r.key == model.encode()
+        ]
 
     def version(self, model: str = "m") -> float:
         return self.worker.metric("abstain_model_version", {"model": model})
@@ -64,38 +70,57 @@ class Answered:
     def send(self, kio: KafkaIO, correction: Correction, *, key: str | None = KEY) -> None:
         """The correction on the labels topic, signed with ``key`` (None: unsigned)."""
         value = correction.to_json()
-        headers = () if key is None else (
-            (SIGNATURE_HEADER, Signer(key.encode()).sign(b"m", value)),)  # fmt: skip
-        produce_records(kio.bootstrap, self.service.topics["labels"],
-                        [Out(b"m", value, headers=headers)])  # fmt: skip
+        headers = (
+            () if key is None else ((SIGNATURE_HEADER, Signer(key.encode()).sign(b"m", value)),)
+        )
+        produce_records(
+            kio.bootstrap, self.service.topics["labels"], [Out(b"m", value, headers=headers)]
+        )
 
     def dead(self, kio: KafkaIO) -> list[tuple[str, str]]:
-        return [(r.json()["reason"], r.json()["detail"])
-                for r in kio.read(self.service.topics["dead_letters"])]  # fmt: skip
+        return [
+            (r.json()["reason"], r.json()["detail"])
+            for r in kio.read(self.service.topics["dead_letters"])
+        ]
 
 
 @pytest.fixture(scope="module")
 def answered(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Answered:
     """A worker whose model learned the label of every request of 160 events (by alice)."""
-    service = service_factory(models=MODELS, default_model="m", snapshot_key=KEY,
-                              partitions={"features": 1, "decisions": 1, "labels": 1,
-                                          "models": 1})  # fmt: skip
+    service = service_factory(
+        models=MODELS,
+        default_model="m",
+        snapshot_key=KEY,
+        partitions={"features": 1, "decisions": 1, "labels": 1, "models": 1},
+    )
     worker = service.start()
     worker.wait_ready()
     t = service.topics
     rng = np.random.default_rng(23)
-    events = [{"id": f"e{i}", "model": "m", "features": rng.normal(size=3).round(4).tolist()}
-              for i in range(EVENTS)]  # fmt: skip
+    events = [
+        {"id": f"e{i}", "model": "m", "features": rng.normal(size=3).round(4).tolist()}
+        for i in range(EVENTS)
+    ]
     kafka_io.produce_json(t["features"], [(e["id"], e) for e in events])
     kafka_io.wait_for(t["decisions"], lambda rs: len(rs) >= EVENTS, timeout=60)
     time.sleep(1.0)  # the requests follow their decisions
     requests = [r.json() for r in kafka_io.read(t["label_requests"])]
     assert len(requests) > 40
-    kafka_io.produce_json(t["labels"], [
-        ("m", {"request_id": q["request_id"], "model": "m", "label": concept(q["features"]),
-               "labelled_by": "alice"})
-        for q in requests
-    ])  # fmt: skip
+    kafka_io.produce_json(
+        t["labels"],
+        [
+            (
+                "m",
+                {
+                    "request_id": q["request_id"],
+                    "model": "m",
+                    "label": concept(q["features"]),
+                    "labelled_by": "alice",
+                },
+            )
+            for q in requests
+        ],
+    )
     run = Answered(service, worker, requests)
     wait_until(lambda: run.version() == len(requests), 90, "every label learned")
     return run
@@ -107,8 +132,15 @@ def _rebuilt_equals_served(run: Answered, kio: KafkaIO) -> dict[str, Any]:
     out = json.loads(run.service.cli("rebuild", "--model", "m", "--publish").stdout)
     rebuilt = run.states(kio)[-1]
     assert out["version"] == served["version"]
-    for key in ("version", "learner", "pipeline", "labels_offset", "labels_applied",
-                "corrections_from", "estimate"):  # fmt: skip
+    for key in (
+        "version",
+        "learner",
+        "pipeline",
+        "labels_offset",
+        "labels_applied",
+        "corrections_from",
+        "estimate",
+    ):
         assert rebuilt[key] == served[key], key
     assert rebuilt["iw_loss"] == pytest.approx(served["iw_loss"], rel=1e-12)
     return served
@@ -122,11 +154,24 @@ def test_a_correction_makes_the_model_the_replay_of_the_corrected_log(
     old = run.states(kafka_io)[-1]
     target = run.requests[5]
     y = concept(target["features"])
-    out = run.service.cli("labels", "correct", "--request-id", target["request_id"],
-                          "--label", str(-y), "--by", "alice", "--role", "author")  # fmt: skip
+    out = run.service.cli(
+        "labels",
+        "correct",
+        "--request-id",
+        target["request_id"],
+        "--label",
+        str(-y),
+        "--by",
+        "alice",
+        "--role",
+        "author",
+    )
     assert "corrected to" in out.stdout
-    wait_until(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 30,
-         "a version of the champion and of the shadow")  # fmt: skip
+    wait_until(
+        lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1,
+        30,
+        "a version of the champion and of the shadow",
+    )
     served = _rebuilt_equals_served(run, kafka_io)
     assert served["learner"] != old["learner"]  # it did change the model
     assert served["labels_applied"] == old["labels_applied"]
@@ -134,8 +179,18 @@ def test_a_correction_makes_the_model_the_replay_of_the_corrected_log(
     value = run.worker.metric("abstain_corrections_total", {"model": "m", "outcome": "changed"})
     assert value == 1.0
     # withdrawn (undo): one label fewer learned, and the replay still agrees
-    run.service.cli("labels", "correct", "--request-id", run.requests[8]["request_id"],
-                    "--label", "none", "--by", "carol", "--role", "reviewer")  # fmt: skip
+    run.service.cli(
+        "labels",
+        "correct",
+        "--request-id",
+        run.requests[8]["request_id"],
+        "--label",
+        "none",
+        "--by",
+        "carol",
+        "--role",
+        "reviewer",
+    )
     wait_until(lambda: run.version() == before + 2, 30, "the withdrawal's version")
     served = _rebuilt_equals_served(run, kafka_io)
     assert served["labels_applied"] == old["labels_applied"] - 1
@@ -173,15 +228,22 @@ def test_a_kill_9_in_the_middle_of_a_correction_leaves_the_replay_after_a_restar
     del service.env["FAULTS_KILL_IN_CORRECTION"]
     doomed.wait_ready()
     target = run.requests[3 if where == "replaying" else 4]
-    run.send(kafka_io, Correction(target["request_id"], "m", -concept(target["features"]),
-                                  "carol", "reviewer", 2.0))  # fmt: skip
+    run.send(
+        kafka_io,
+        Correction(
+            target["request_id"], "m", -concept(target["features"]), "carol", "reviewer", 2.0
+        ),
+    )
     wait_until(lambda: doomed.proc.poll() is not None, 60, "the worker to die")
     assert doomed.proc.returncode == -signal.SIGKILL
     assert f"SIGKILL while {where}" in doomed.stderr.read_text()
     run.worker = service.start()
     run.worker.wait_ready()
-    wait_until(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 60,
-         "the correction redone after the restart")  # fmt: skip
+    wait_until(
+        lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1,
+        60,
+        "the correction redone after the restart",
+    )
     served = _rebuilt_equals_served(run, kafka_io)
     assert served["version"] == before + 1  # one version for the correction, no more
     assert run.states(kafka_io, "m-dral")[-1]["version"] == shadow + 1

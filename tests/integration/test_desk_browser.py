@@ -454,8 +454,10 @@ def test_two_people_on_two_replicas_never_see_the_same_request_and_label_each_on
         mine = {lab["request_id"][:12] for lab in new if lab["labelled_by"] == person}
         assert mine == set(pressed[person]), person
     assert applied == before + len(answered)  # and applied once
-    print(f"{seconds} s: {samples} samples of both pages, {len(answered)} answered "
-          f"(ann {len(pressed['ann'])}, bob {len(pressed['bob'])})")  # fmt: skip
+    print(
+        f"{seconds} s: {samples} samples of both pages, {len(answered)} answered "
+        f"(ann {len(pressed['ann'])}, bob {len(pressed['bob'])})"
+    )
     pages["bob"].screenshot(path=str(SHOTS / "labelling-tablet.png"), full_page=True)
     for page in pages.values():
         page.context.close()
@@ -544,8 +546,11 @@ def test_a_login_flood_gets_a_clear_wait_and_a_signed_in_person_works_on(
         assert statuses[:5] == [401] * 5  # then the account waits: 1 s, 2 s, 4 s, ...
         assert statuses[-1] == 429
         alert = str(page.get_by_role("alert").text_content())
-        assert re.fullmatch(r"Too many login attempts for this account or from your "
-                            r"address: try again in \d+ seconds?\.", alert), alert  # fmt: skip
+        assert re.fullmatch(
+            r"Too many login attempts for this account or from your "
+            r"address: try again in \d+ seconds?\.",
+            alert,
+        ), alert
         assert int(waits[-1]) >= 1
         assert page.get_by_label("User name").input_value() == "ann"  # the form stays filled
         page.screenshot(path=str(SHOTS / "login-throttled.png"), full_page=True)

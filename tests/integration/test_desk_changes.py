@@ -70,14 +70,16 @@ def produce_events(service: Service, kafka_io: KafkaIO, model: str, n: int) -> N
 
 @pytest.fixture(scope="module")
 def deployment(
-    service_factory: Callable[..., Service], kafka_io: KafkaIO,
+    service_factory: Callable[..., Service],
+    kafka_io: KafkaIO,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[Service, DeskProcess]]:  # fmt: skip
+) -> Iterator[tuple[Service, DeskProcess]]:
     fraud = {"algorithm": "dsal", "cost": 0.25, "feature_names": FEATURES, "audit_rate": 0.05}
     payments = {**fraud, "adaptive": {"enabled": False}}
     desk = {"session_key": "s" * 40, "min_time_left_seconds": 0}
-    service = service_factory(models={"fraud": fraud, "payments": payments},
-                              default_model="fraud", desk=desk)  # fmt: skip
+    service = service_factory(
+        models={"fraud": fraud, "payments": payments}, default_model="fraud", desk=desk
+    )
     worker = service.start()
     worker.wait_ready()
     for model in ("fraud", "payments"):
@@ -123,8 +125,11 @@ def test_a_model_whose_detector_fired_is_marked_relearning_on_the_team_view(
     assert page.locator(".relearning-note").count() == 0
     assert page.locator("#models .mark").count() == 0
 
-    out = json.loads(service.cli("models", "seed", "--model", "fraud",
-                                 str(history(tmp_path / "history.csv"))).stdout)  # fmt: skip
+    out = json.loads(
+        service.cli(
+            "models", "seed", "--model", "fraud", str(history(tmp_path / "history.csv"))
+        ).stdout
+    )
     assert out["rows"] == BEFORE + FLIPPED
 
     def marked() -> bool:

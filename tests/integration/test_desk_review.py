@@ -69,8 +69,12 @@ if not Path(CHROMIUM).exists():
 Service = Worker = KafkaIO = Any  # fixtures' types live in conftest.py
 SHOTS = REPO / "docs" / "desk"
 FEATURES = ["amount", "account_age_days", "foreign_ip"]
-PASSWORDS = {"ann": "ann-password-1", "bob": "bob-password-2", "cat": "cat-password-3",
-             "rita": "rita-password-4"}  # fmt: skip
+PASSWORDS = {
+    "ann": "ann-password-1",
+    "bob": "bob-password-2",
+    "cat": "cat-password-3",
+    "rita": "rita-password-4",
+}
 KEY = "review-snapshot-key-0123456789abcdef"
 URGENT = 10.0  # above every request the worker asks
 PARTITIONS = 2  # of the label topics (make_config)
@@ -94,8 +98,13 @@ def users(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def deployment(
     service_factory: Callable[..., Service], users: Path
 ) -> Iterator[tuple[Service, Worker, DeskProcess]]:
-    model = {"algorithm": "dsal", "cost": 0.25, "feature_names": FEATURES, "audit_rate": 0.05,
-             "corrections": {"reach": REACH}}  # fmt: skip
+    model = {
+        "algorithm": "dsal",
+        "cost": 0.25,
+        "feature_names": FEATURES,
+        "audit_rate": 0.05,
+        "corrections": {"reach": REACH},
+    }
     desk = {
         "session_key": "r" * 40,
         "lease_seconds": 30,
@@ -105,8 +114,7 @@ def deployment(
         "second_opinions": {"share": 0.0, "min_weight": 90.0, "confident_margin": 1e6},
         "leases_topic": f"review-{uuid.uuid4().hex[:8]}.desk-leases",
     }
-    service = service_factory(models={"m": model}, default_model="m", desk=desk,
-                              snapshot_key=KEY)  # fmt: skip
+    service = service_factory(models={"m": model}, default_model="m", desk=desk, snapshot_key=KEY)
     worker = service.start()
     worker.wait_ready()
     proc = DeskProcess(service, users)
@@ -135,9 +143,18 @@ def replayed(service: Service, kafka_io: KafkaIO, *, without: str | None = None)
 
     def records(topic: str) -> list[LogRecord]:
         read = off_loop(lambda: kafka_io.read(topic))
-        return [LogRecord(r.partition, r.offset, r.timestamp, r.value, r.key,
-                          dict(r.headers).get(SIGNATURE_HEADER)) for r in read
-                if r.value and (without is None or without.encode() not in r.value)]  # fmt: skip
+        return [
+            LogRecord(
+                r.partition,
+                r.offset,
+                r.timestamp,
+                r.value,
+                r.key,
+                dict(r.headers).get(SIGNATURE_HEADER),
+            )
+            for r in read
+            if r.value and (without is None or without.encode() not in r.value)
+        ]
 
     t = service.topics
     return rebuild_model(settings, "m", records(t["label_requests"]), records(t["labels"])).model
@@ -146,8 +163,14 @@ def replayed(service: Service, kafka_io: KafkaIO, *, without: str | None = None)
 def learned(model: ModelEnvelope | None) -> tuple[Any, ...]:
     """What a model learned, without where and when it was written."""
     assert model is not None
-    return (model.pipeline, model.learner, model.labels_applied, model.iw_loss,
-            model.iw_weight, model.estimate)  # fmt: skip
+    return (
+        model.pipeline,
+        model.learner,
+        model.labels_applied,
+        model.iw_loss,
+        model.iw_weight,
+        model.estimate,
+    )
 
 
 def served_after(service: Service, kafka_io: KafkaIO, record: Any) -> ModelEnvelope:
@@ -165,12 +188,27 @@ def inject(service: Service, *, p: float = 0.5, ttl: float = 900.0) -> str:
     """A label request as the worker writes it, the most urgent of all; its id."""
     event = f"injected-{uuid.uuid4().hex[:12]}"
     rid, now = request_id("m", event), time.time()
-    request = {"request_id": rid, "event_id": event, "model": "m",
-               "features": [0.5, -1.25, 2.0], "score": 0.1, "rho": 1.0, "decided_label": 0,
-               "query_probability": p, "model_version": 0, "requested_at": now,
-               "expires_at": now + ttl, "priority": URGENT}  # fmt: skip
-    off_loop(lambda: produce(service.bootstrap, service.topics["label_requests"],
-                             [(b"m", json.dumps(request).encode())]))  # fmt: skip
+    request = {
+        "request_id": rid,
+        "event_id": event,
+        "model": "m",
+        "features": [0.5, -1.25, 2.0],
+        "score": 0.1,
+        "rho": 1.0,
+        "decided_label": 0,
+        "query_probability": p,
+        "model_version": 0,
+        "requested_at": now,
+        "expires_at": now + ttl,
+        "priority": URGENT,
+    }
+    off_loop(
+        lambda: produce(
+            service.bootstrap,
+            service.topics["label_requests"],
+            [(b"m", json.dumps(request).encode())],
+        )
+    )
     return rid
 
 
@@ -227,7 +265,10 @@ def press(page: Any, key: str) -> str:
     page.keyboard.press(key)
     page.wait_for_function(
         "id => document.getElementById('card').hidden || "
-        "document.getElementById('rid').textContent !== id", arg=done, timeout=20_000)  # fmt: skip
+        "document.getElementById('rid').textContent !== id",
+        arg=done,
+        timeout=20_000,
+    )
     return done
 
 
@@ -265,8 +306,7 @@ def test_an_answer_undone_with_the_keyboard_comes_back_and_is_answered_again(
     model = served_after(service, kafka_io, withdrawal)
     assert learned(model) == learned(replayed(service, kafka_io, without=injected[2]))
     page.keyboard.press("2")  # answered again: legitimate
-    playwright_sync.expect(mine.first).to_contain_text("Changed to legitimate",
-                                                       timeout=20_000)  # fmt: skip
+    playwright_sync.expect(mine.first).to_contain_text("Changed to legitimate", timeout=20_000)
     _, again = corrections(service, kafka_io)
     assert (again.json()["label"], again.json()["role"]) == (-1, "author")
     assert again.json()["request_id"] == injected[2]
@@ -302,8 +342,12 @@ def test_a_second_opinion_goes_to_someone_else_and_a_disagreement_to_the_reviewe
     assert "ann" not in card
     assert "fraud (" not in card  # her answer is nowhere on it
     press(page, "2")  # legitimate: he disagrees
-    (opinion,) = off_loop(lambda: kafka_io.wait_for(service.topics["labels"], lambda rs: [
-        r for r in rs if (r.json() or {}).get("kind") == "opinion"]))[-1:]  # fmt: skip
+    (opinion,) = off_loop(
+        lambda: kafka_io.wait_for(
+            service.topics["labels"],
+            lambda rs: [r for r in rs if (r.json() or {}).get("kind") == "opinion"],
+        )
+    )[-1:]
     assert (opinion.json()["labelled_by"], opinion.json()["label"]) == ("bob", -1)
     assert opinion.json()["request_id"] == heavy
     rita = login(browser, desk, "rita")
@@ -312,15 +356,21 @@ def test_a_second_opinion_goes_to_someone_else_and_a_disagreement_to_the_reviewe
     rita.get_by_role("link", name=heavy[:12]).click()
     playwright_sync.expect(rita.locator("#item")).to_have_attribute("data-request", heavy)
     playwright_sync.expect(rita.locator("#item-steps")).to_contain_text(
-        "bob second opinion: legitimate")  # fmt: skip
+        "bob second opinion: legitimate"
+    )
     playwright_sync.expect(rita.locator('[data-review="1"]')).to_be_focused()  # (review.js)
     rita.screenshot(path=str(SHOTS / "review.png"), full_page=True)
     rita.keyboard.press("2")
     playwright_sync.expect(rita.locator("#status")).to_contain_text(
-        f"{heavy[:12]} corrected", timeout=20_000)  # fmt: skip
+        f"{heavy[:12]} corrected", timeout=20_000
+    )
     decision = corrections(service, kafka_io)[-1].json()
-    assert (decision["request_id"], decision["role"], decision["labelled_by"],
-            decision["label"]) == (heavy, "reviewer", "rita", -1)  # fmt: skip
+    assert (
+        decision["request_id"],
+        decision["role"],
+        decision["labelled_by"],
+        decision["label"],
+    ) == (heavy, "reviewer", "rita", -1)
     playwright_sync.expect(rita.locator("#queue tbody")).not_to_contain_text(heavy[:12])
     # an older answer of anyone, found by who gave it
     rita.goto(desk.url + "/review?person=ann")
@@ -329,11 +379,11 @@ def test_a_second_opinion_goes_to_someone_else_and_a_disagreement_to_the_reviewe
     playwright_sync.expect(rita.locator('[data-review="1"]')).to_be_focused()  # (review.js)
     rita.keyboard.press("2")
     playwright_sync.expect(rita.locator("#status")).to_contain_text(
-        f"{old[:12]} corrected", timeout=20_000)  # fmt: skip
+        f"{old[:12]} corrected", timeout=20_000
+    )
     record = corrections(service, kafka_io)[-1]
     decision = record.json()
-    assert (decision["request_id"], decision["role"], decision["label"]) == (
-        old, "reviewer", -1)  # fmt: skip
+    assert (decision["request_id"], decision["role"], decision["label"]) == (old, "reviewer", -1)
     # the older label corrected: the model is the replay of the corrected log
     model = served_after(service, kafka_io, record)
     assert learned(model) == learned(replayed(service, kafka_io))
@@ -343,9 +393,11 @@ def test_a_second_opinion_goes_to_someone_else_and_a_disagreement_to_the_reviewe
 
 
 def test_after_the_grace_period_an_author_asks_for_a_review(
-    deployment: tuple[Service, Worker, DeskProcess], users: Path, browser: Any,
+    deployment: tuple[Service, Worker, DeskProcess],
+    users: Path,
+    browser: Any,
     kafka_io: KafkaIO,
-) -> None:  # fmt: skip
+) -> None:
     service, _, desk = deployment
     quick = DeskProcess(service, users, undo_seconds=3).wait_ready()  # a replica of its own
     try:
@@ -362,8 +414,7 @@ def test_after_the_grace_period_an_author_asks_for_a_review(
         playwright_sync.expect(ask).to_be_visible(timeout=20_000)
         assert row.get_by_role("button", name="Undo your answer to").count() == 0
         ask.click()
-        playwright_sync.expect(row).to_contain_text("Under review (you asked)",
-                                                    timeout=20_000)  # fmt: skip
+        playwright_sync.expect(row).to_contain_text("Under review (you asked)", timeout=20_000)
         leases = off_loop(lambda: kafka_io.read(service.config["desk"]["leases_topic"]))
         flags = [r.json() for r in leases if r.json().get("kind") == "flag"]
         assert [(f["request_id"], f["holder"]) for f in flags] == [(rid, "cat")]
@@ -380,8 +431,11 @@ def beyond_reach(service: Service, kafka_io: KafkaIO, offset: int) -> bool:
     """The model's newest snapshot has learned the label at ``offset`` and can no longer
     correct it."""
     model = newest(service, kafka_io)
-    return (model is not None and model.labels_offset >= offset
-            and (model.corrections_from < 0 or model.corrections_from > offset))  # fmt: skip
+    return (
+        model is not None
+        and model.labels_offset >= offset
+        and (model.corrections_from < 0 or model.corrections_from > offset)
+    )
 
 
 def test_bad_or_forged_corrections_are_refused_with_a_reason_and_write_nothing(
@@ -407,15 +461,21 @@ def test_bad_or_forged_corrections_are_refused_with_a_reason_and_write_nothing(
         assert answer["message"]
     # the learner learns the label, then more labels (bob's) until the label is beyond the
     # model's reach (REACH labels back)
-    (label,) = [r for r in labels_records(service, kafka_io) if (r.json() or {}).get(
-        "request_id") == rid and "kind" not in r.json()]  # fmt: skip
+    (label,) = [
+        r
+        for r in labels_records(service, kafka_io)
+        if (r.json() or {}).get("request_id") == rid and "kind" not in r.json()
+    ]
     deadline = time.monotonic() + 90
     while not beyond_reach(service, kafka_io, label.offset):
         assert time.monotonic() < deadline, "the label never left the model's reach"
         inject(service)
         given: list[str] = []  # he answers whatever the desk gives him (the most urgent)
-        wait_desk(desk, lambda: bool(given.append(bob.next() or "") or given[-1]),  # noqa: B023
-                  "another request")  # fmt: skip
+        wait_desk(
+            desk,
+            lambda: bool(given.append(bob.next() or "") or given[-1]),  # noqa: B023
+            "another request",
+        )
         assert bob.api("/api/answer", {"request_id": given[-1], "label": 1})[0] == 200
 
     def settled() -> bool:  # the desk has read that snapshot too
@@ -425,23 +485,45 @@ def test_bad_or_forged_corrections_are_refused_with_a_reason_and_write_nothing(
     wait_desk(desk, settled, "the desk to read the snapshot")
     got, answer = ann.api("/api/undo", {"request_id": rid})
     assert (got, answer["error"]) == (410, "beyond_reach"), answer
-    assert "older than the model" in answer["message"]
+    assert "can no longer change it" in answer["message"]
     # forged on the topics: an unsigned correction of her answer, a flag by someone else
-    skipped = {t: desk.sample(f'abstain_desk_records_skipped_total{{topic="{t}"}}')
-               for t in ("labels", "leases")}  # fmt: skip
-    forged = {"kind": "correction", "request_id": rid, "model": "m", "label": -1,
-              "labelled_by": "ann", "role": "author", "ts": time.time()}  # fmt: skip
+    skipped = {
+        t: desk.sample(f'abstain_desk_records_skipped_total{{topic="{t}"}}')
+        for t in ("labels", "leases")
+    }
+    forged = {
+        "kind": "correction",
+        "request_id": rid,
+        "model": "m",
+        "label": -1,
+        "labelled_by": "ann",
+        "role": "author",
+        "ts": time.time(),
+    }
     part = partition_for(b"m", PARTITIONS)
-    off_loop(lambda: produce_records(service.bootstrap, service.topics["labels"], [
-        Out(b"m", json.dumps(forged).encode(), part)]))  # fmt: skip
+    off_loop(
+        lambda: produce_records(
+            service.bootstrap,
+            service.topics["labels"],
+            [Out(b"m", json.dumps(forged).encode(), part)],
+        )
+    )
     flag = {"request_id": rid, "kind": "flag", "holder": "bob", "at": time.time()}
     leases = service.config["desk"]["leases_topic"]
-    off_loop(lambda: produce_records(service.bootstrap, leases, [
-        Out(rid.encode(), json.dumps(flag).encode(), 0)]))  # fmt: skip
+    off_loop(
+        lambda: produce_records(
+            service.bootstrap, leases, [Out(rid.encode(), json.dumps(flag).encode(), 0)]
+        )
+    )
     for topic in ("labels", "leases"):
-        wait_desk(desk, lambda: desk.sample(  # noqa: B023
-            f'abstain_desk_records_skipped_total{{topic="{topic}"}}') > skipped[topic],  # noqa: B023
-            f"the forged record on {topic} skipped")  # fmt: skip
+        wait_desk(
+            desk,
+            lambda topic=topic: (
+                desk.sample(f'abstain_desk_records_skipped_total{{topic="{topic}"}}')
+                > skipped[topic]
+            ),
+            f"the forged record on {topic} skipped",
+        )
     status, mine = ann.api("/api/mine", {})
     (row,) = [a for a in mine["answers"] if a["request_id"] == rid]
     assert (row["label"], row["actions"]) == (1, [])
@@ -459,8 +541,10 @@ def test_the_team_view_shows_agreement_and_charts(
     waiting = [inject(service, ttl=3600) for _ in range(5)]  # open: the queue's chart
     wait_desk(desk, lambda: desk.open_requests() >= len(waiting), "the injected requests")
     cat = person(desk, "cat")
-    desk.wait(lambda: f"now {desk.open_requests()},".encode() in cat.request("/team")[1],
-              "the charts of the next tick")  # fmt: skip
+    desk.wait(
+        lambda: f"now {desk.open_requests()},".encode() in cat.request("/team")[1],
+        "the charts of the next tick",
+    )
     page = login(browser, desk, "bob")
     page.goto(desk.url + "/team")
     table = page.locator("#agreement")
@@ -469,8 +553,9 @@ def test_the_team_view_shows_agreement_and_charts(
     assert int(cells[0]) >= 5  # her answers
     assert cells[2].startswith("0 / 1")  # bob's second opinion differed from her answer
     assert cells[3].startswith("0 / 2")  # both reviewed answers of hers were corrected
-    bob = [str(c) for c in table.locator("tbody tr", has_text="bob").locator("td")
-           .all_text_contents()]  # fmt: skip
+    bob = [
+        str(c) for c in table.locator("tbody tr", has_text="bob").locator("td").all_text_contents()
+    ]
     assert bob[1] == "1"  # one second opinion given
     quality = page.locator("#quality tbody tr", has_text="m")
     assert quality.locator("svg.spark").count() == 2

@@ -91,29 +91,56 @@ def signed_in(desk: DeskProcess, user: str) -> Person:
     return person
 
 
-def request_record(event: str, *, priority: float, ttl: float = 600.0, n: int = 3,
-                   model: str = "m") -> LabelRequest:  # fmt: skip
+def request_record(
+    event: str, *, priority: float, ttl: float = 600.0, n: int = 3, model: str = "m"
+) -> LabelRequest:
     now = time.time()
-    return LabelRequest(request_id(model, event), event, model, [0.5, -1.0, 2.0, 1.0, 1.0][:n],
-                        0.1, 1.0, 0, 0.5, 0, now, now + ttl, priority)  # fmt: skip
+    return LabelRequest(
+        request_id(model, event),
+        event,
+        model,
+        [0.5, -1.0, 2.0, 1.0, 1.0][:n],
+        0.1,
+        1.0,
+        0,
+        0.5,
+        0,
+        now,
+        now + ttl,
+        priority,
+    )
 
 
 def ask(service: Service, *requests: LabelRequest) -> None:
     """Write well-formed label requests as the worker does (key = model, its partition)."""
-    produce_records(service.bootstrap, service.topics["label_requests"], [
-        Out(r.model.encode(), r.to_json(), partition_for(r.model.encode(), PARTITIONS))
-        for r in requests
-    ])  # fmt: skip
+    produce_records(
+        service.bootstrap,
+        service.topics["label_requests"],
+        [
+            Out(r.model.encode(), r.to_json(), partition_for(r.model.encode(), PARTITIONS))
+            for r in requests
+        ],
+    )
 
 
 def forged_claim(service: Service, rid: str, *, holder: str = "mallory") -> None:
     """A claim on the leases topic that says it lasts ten years."""
     now = time.time()
     decade = 10 * 365 * 86400.0
-    record = {"request_id": rid, "kind": "claim", "holder": holder, "at": now,
-              "expires_at": now + decade, "attempt": None, "replica": "forger"}  # fmt: skip
-    produce_records(service.bootstrap, service.config["desk"]["leases_topic"],
-                    [Out(rid.encode(), json.dumps(record).encode(), 0)])  # fmt: skip
+    record = {
+        "request_id": rid,
+        "kind": "claim",
+        "holder": holder,
+        "at": now,
+        "expires_at": now + decade,
+        "attempt": None,
+        "replica": "forger",
+    }
+    produce_records(
+        service.bootstrap,
+        service.config["desk"]["leases_topic"],
+        [Out(rid.encode(), json.dumps(record).encode(), 0)],
+    )
 
 
 def test_a_forged_claim_holds_its_request_for_lease_seconds_only_also_after_a_restart(
@@ -156,18 +183,29 @@ def test_records_the_learner_refuses_are_not_offered_and_a_wrongly_keyed_label_c
     wide = PendingEntry(request_record(f"wide-{tag}", priority=299.0, n=5), m)
     unread = PendingEntry(request_record(f"unread-{tag}", priority=298.0), m)
     real = request_record(f"real-{tag}", priority=200.0)
-    produce_records(service.bootstrap, service.changelog("pending"), [
-        pending_record(ghost, m), pending_record(wide, m), pending_record(unread, m),
-        Out(b"\xff\xfe", unread.to_json(), m), Out(b"x" * 32, b"[" * 3000 + b"]" * 3000, m),
-    ])  # fmt: skip
+    produce_records(
+        service.bootstrap,
+        service.changelog("pending"),
+        [
+            pending_record(ghost, m),
+            pending_record(wide, m),
+            pending_record(unread, m),
+            Out(b"\xff\xfe", unread.to_json(), m),
+            Out(b"x" * 32, b"[" * 3000 + b"]" * 3000, m),
+        ],
+    )
     ask(service, real)
     wrong_key = Label(real.request_id, "m", 1, "mallory", time.time())
-    produce_records(service.bootstrap, service.topics["labels"],
-                    [Out(b"boom", wrong_key.to_json(), m)])  # fmt: skip
+    produce_records(
+        service.bootstrap, service.topics["labels"], [Out(b"boom", wrong_key.to_json(), m)]
+    )
     # the learner dead-letters that label (bad_key): the request stays open there
-    kafka_io.wait_for(service.topics["dead_letters"], lambda rs: any(
-        r.json()["reason"] == "bad_key" and real.request_id in r.json()["raw"] for r in rs
-    ))  # fmt: skip
+    kafka_io.wait_for(
+        service.topics["dead_letters"],
+        lambda rs: any(
+            r.json()["reason"] == "bad_key" and real.request_id in r.json()["raw"] for r in rs
+        ),
+    )
     desk.wait(lambda: desk.open_requests() >= 1, "the real request")
     time.sleep(2.0)  # the desk has read the label too by now (it reads every topic at once)
     before = json.loads(worker.get("/readyz")[1])["models"]["m"]
@@ -209,8 +247,12 @@ def test_every_bad_body_is_a_4xx_and_the_desk_serves_on(
     for path in ("/api/next", "/api/renew", "/api/answer", "/api/skip"):
         for i, body in enumerate(BAD_BODIES):
             statuses[(path, i)] = ann.api(path, body)[0]
-    forms = [("multipart/form-data; boundary=x", b"--x\r\nbroken"), (FORM, b"user=%ff%fe&\xff"),
-             ("text/plain", b"user=ann"), (FORM, b"[" * 3000)]  # fmt: skip
+    forms = [
+        ("multipart/form-data; boundary=x", b"--x\r\nbroken"),
+        (FORM, b"user=%ff%fe&\xff"),
+        ("text/plain", b"user=ann"),
+        (FORM, b"[" * 3000),
+    ]
     for path in ("/login", "/logout"):
         for i, (kind, body) in enumerate(forms):
             statuses[(path, i)] = ann.request(path, body, {"Content-Type": kind})[0]
@@ -249,9 +291,11 @@ def flood(desk: DeskProcess, guesses: list[tuple[str, str]]) -> list[tuple[int, 
         _, page, _ = person.request("/login")
         token = re.search(rb'name="token" value="([^"]+)"', page)
         assert token is not None
-        forms.append(urllib.parse.urlencode(
-            {"user": user, "password": "not-the-password", "token": token.group(1).decode()}
-        ).encode())  # fmt: skip
+        forms.append(
+            urllib.parse.urlencode(
+                {"user": user, "password": "not-the-password", "token": token.group(1).decode()}
+            ).encode()
+        )
 
     def post(i: int) -> tuple[int, str | None]:
         headers = {"Content-Type": FORM, "X-Forwarded-For": guesses[i][1]}

@@ -111,19 +111,37 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
                 for r, e in zip(expired_ids, expired_events, strict=True)
             ],
         )
-        semantic = [
-            Bad(json.dumps({"request_id": f"unknown-{i}", "model": "m", "label": 1}).encode(),
-                "labels", "unknown_request", b"m")
-            for i in range(n_unknown)
-        ] + [
-            Bad(json.dumps({"request_id": r, "model": "m", "label": -1}).encode(),
-                "labels", "expired", b"m")
-            for r in expired_ids
-        ] + [
-            Bad(json.dumps({"request_id": r, "model": "m", "label": y}).encode(),
-                "labels", "already_applied", b"m")
-            for r, y in itertools.islice(itertools.cycle(answered.items()), n_again)  # some twice
-        ]  # fmt: skip
+        semantic = (
+            [
+                Bad(
+                    json.dumps({"request_id": f"unknown-{i}", "model": "m", "label": 1}).encode(),
+                    "labels",
+                    "unknown_request",
+                    b"m",
+                )
+                for i in range(n_unknown)
+            ]
+            + [
+                Bad(
+                    json.dumps({"request_id": r, "model": "m", "label": -1}).encode(),
+                    "labels",
+                    "expired",
+                    b"m",
+                )
+                for r in expired_ids
+            ]
+            + [
+                Bad(
+                    json.dumps({"request_id": r, "model": "m", "label": y}).encode(),
+                    "labels",
+                    "already_applied",
+                    b"m",
+                )
+                for r, y in itertools.islice(
+                    itertools.cycle(answered.items()), n_again
+                )  # some twice
+            ]
+        )
         _, bad_at_l = _send_mixed(dep, t["labels"], [], bad_l + semantic, 3)
         good_at2, bad_at2 = _send_mixed(
             dep, t["features"], src.make(n.events - half), bad_f[n_feat // 2 :], 4
@@ -140,8 +158,9 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
         def not_dead() -> list[tuple[str, str, bytes]]:
             with observer.lock:
                 seen = {(d["topic"], d["partition"], d["offset"]) for d in observer.dead}
-            return [(b.source, b.reason, b.value[:60]) for k, b in expected.items()
-                    if k not in seen]  # fmt: skip
+            return [
+                (b.source, b.reason, b.value[:60]) for k, b in expected.items() if k not in seen
+            ]
 
         def all_dead() -> bool:
             return not not_dead()
@@ -181,9 +200,10 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
         # every bad message is dead-lettered once, with the reason its defect calls for
         got = {(d["topic"], d["partition"], d["offset"]): d["reason"] for d in dead}
         wrong = {
-            k: (b.reason, got.get(k), b.value[:80]) for k, b in expected.items()
+            k: (b.reason, got.get(k), b.value[:80])
+            for k, b in expected.items()
             if got.get(k) != b.reason
-        }  # fmt: skip
+        }
         assert not wrong, (
             f"{len(wrong)} bad messages with a wrong or no reason: {list(wrong.values())[:10]}"
         )
@@ -236,9 +256,10 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
             requests_pending=len(r.pending),
             runtime_s=time.monotonic() - began,
             notes={
-                "dead letters by (source, reason)": dict(sorted(
-                    (f"{s}/{x}", c) for (s, x), c in sent_by.items())),
+                "dead letters by (source, reason)": dict(
+                    sorted((f"{s}/{x}", c) for (s, x), c in sent_by.items())
+                ),
                 "replay": f"bit-identical={r.replay.equal}, max |diff|={r.replay.max_abs_diff:g}",
             },
-        )  # fmt: skip
+        )
         emit(summary, tmp_path, capsys)

@@ -91,10 +91,11 @@ def _genuine(observer: Observer, config: ModelConfig, partitions: int, key: str 
             partitions,
             snapshot_key=None if key is None else key.encode(),
             requests=[dict(r) for r in observer.requests.values()],
-            labels=[{"request_id": r, "model": "m", "label": y}
-                    for r, y in observer.answered.items()],
+            labels=[
+                {"request_id": r, "model": "m", "label": y} for r, y in observer.answered.items()
+            ],
             snapshots=[dict(s) for k, s in observer.models if k == b"m"],
-        )  # fmt: skip
+        )
 
 
 def _check_reasons(observer: Observer, sent: Sent, copies: int = 1) -> None:
@@ -251,8 +252,9 @@ def test_bad_snapshots_are_refused_and_only_the_learners_models_served(
                 s for s in foreign if not (s.until >= written_at and s.at <= recovered_at)
             ][:5]
         with observer.lock:
-            decided = [(d.model_version, d.ts) for seen in observer.decisions.values()
-                       for d in seen]  # fmt: skip
+            decided = [
+                (d.model_version, d.ts) for seen in observer.decisions.values() for d in seen
+            ]
         strange = [(v, ts) for v, ts in decided if v > report.chain.version]
         if signed:
             assert not strange, strange[:5]
@@ -324,16 +326,29 @@ def test_a_flood_of_label_requests_loses_no_label(kafka_bootstrap: str, tmp_path
         worker.wait_ready()
         far = time.time() + 3600
         flood = [
-            Hostile("label_requests", "forged id", "forged_id", b"m", json.dumps(
-                label_request(uuid.uuid4().hex, "m", [1.0, 2.0, 3.0], expires_at=far,
-                              event_id=f"flood-{i}")).encode())
+            Hostile(
+                "label_requests",
+                "forged id",
+                "forged_id",
+                b"m",
+                json.dumps(
+                    label_request(
+                        uuid.uuid4().hex,
+                        "m",
+                        [1.0, 2.0, 3.0],
+                        expires_at=far,
+                        event_id=f"flood-{i}",
+                    )
+                ).encode(),
+            )
             for i in range(FLOOD)
-        ]  # fmt: skip
+        ]
         write_hostile(dep, flood)
         # a genuine request behind the flood, and its answer (the labels topic has no backlog)
         eid = "after-the-flood"
-        request = label_request(request_id("m", eid), "m", [0.2, 0.1, -0.3], expires_at=far,
-                                event_id=eid)  # fmt: skip
+        request = label_request(
+            request_id("m", eid), "m", [0.2, 0.1, -0.3], expires_at=far, event_id=eid
+        )
         produce(dep.bootstrap, t["label_requests"], [(b"m", json.dumps(request).encode())])
         label = {"request_id": request["request_id"], "model": "m", "label": 1}
         ((p, o),) = produce(dep.bootstrap, t["labels"], [(b"m", json.dumps(label).encode())])

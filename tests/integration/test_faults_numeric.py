@@ -40,10 +40,13 @@ from service.records import coin, request_id
 MODELS = {
     "m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05},
     "boom": {  # no scaling and a huge step: most updates overflow
-        "algorithm": "dsal", "cost": 0.25, "n_features": 3, "standardize": False,
+        "algorithm": "dsal",
+        "cost": 0.25,
+        "n_features": 3,
+        "standardize": False,
         "hyperparameters": {"eta": 1e300},
     },
-}  # fmt: skip
+}
 HOSTILE = [  # finite features (they pass validation) that can overflow downstream
     [1e300, -1e300, 1e300],
     [1.7e308, 1.7e308, 1.7e308],
@@ -228,8 +231,11 @@ def test_updates_that_would_overflow_are_refused_and_nothing_non_finite_is_writt
                 value = rec.json()
                 paths = non_finite_floats(value)
                 if name == t["decisions"]:  # orjson writes NaN / inf as null: look for it
-                    paths += [k for k in ("score", "rho", "query_probability")
-                              if not isinstance(value[k], float | int)]  # fmt: skip
+                    paths += [
+                        k
+                        for k in ("score", "rho", "query_probability")
+                        if not isinstance(value[k], float | int)
+                    ]
                 if paths:
                     bad_floats.setdefault(name, []).extend(paths[:3])
         assert not bad_floats, bad_floats

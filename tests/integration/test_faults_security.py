@@ -91,14 +91,21 @@ def test_labels_need_the_token_and_secrets_never_leak(kafka_bootstrap: str, tmp_
     assert password not in logs
 
     # ... and in no error message about a bad configuration that holds them
-    bad = dict(dep.config, request_ttl_seconds=-1, security={"protocol": "SASL_PLAINTEXT",
-               "username": "svc", "password": password})  # fmt: skip
+    bad = dict(
+        dep.config,
+        request_ttl_seconds=-1,
+        security={"protocol": "SASL_PLAINTEXT", "username": "svc", "password": password},
+    )
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad))
     done = subprocess.run(
         [sys.executable, "-m", "service", "worker", "--config", str(path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert "request_ttl_seconds" in done.stderr
     assert token not in done.stdout + done.stderr

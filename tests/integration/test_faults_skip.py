@@ -60,8 +60,9 @@ def test_nothing_faust_drops_can_reach_the_workers_inputs(
 
         def skip(topic: str, count: int) -> dict[str, int]:
             """Order a drop; the drops still owed, by topic."""
-            status, body = worker.post("/__faults/skip", json.dumps(
-                {"topic": t[topic], "count": count}).encode())  # fmt: skip
+            status, body = worker.post(
+                "/__faults/skip", json.dumps({"topic": t[topic], "count": count}).encode()
+            )
             assert status == 200, body
             owed: dict[str, int] = json.loads(body)["skipping"]
             return owed

@@ -70,10 +70,21 @@ def _emit(
         decided = len(observer.decisions)
         records = sum(len(v) for v in observer.decisions.values())
         dead = len(observer.dead)
-    summary = Summary(scenario, "ci", events_sent=events, bad_sent=bad, labels_sent=labels,
-                      decided=decided, decision_records=records, duplicates=records - decided,
-                      dead_lettered=dead, labels_applied=applied, labels_lost=labels - applied,
-                      runtime_s=time.monotonic() - began, notes=notes)  # fmt: skip
+    summary = Summary(
+        scenario,
+        "ci",
+        events_sent=events,
+        bad_sent=bad,
+        labels_sent=labels,
+        decided=decided,
+        decision_records=records,
+        duplicates=records - decided,
+        dead_lettered=dead,
+        labels_applied=applied,
+        labels_lost=labels - applied,
+        runtime_s=time.monotonic() - began,
+        notes=notes,
+    )
     emit(summary, tmp, capsys)
 
 
@@ -114,17 +125,26 @@ KEY = "snapshot-key-0123456789abcdef-0123456789"  # noqa: S105 - a valid one (>=
 BAD_SECRETS = [
     pytest.param({"ABSTAIN_LABEL_TOKEN": ""}, {}, "label_token", "is empty", id="token-empty"),
     pytest.param({"ABSTAIN_LABEL_TOKEN": "   "}, {}, "label_token", "is empty", id="token-blank"),
-    pytest.param({"ABSTAIN_LABEL_TOKEN": TOKEN + "\n"}, {}, "label_token", "white space",
-                 id="token-newline"),
-    pytest.param({}, {"label_token": TOKEN + "\n"}, "label_token", "white space",
-                 id="token-newline-in-file"),
-    pytest.param({"ABSTAIN_LABEL_TOKEN": "fifteen-chars-x"}, {}, "label_token", "at least 16",
-                 id="token-short"),
-    pytest.param({"ABSTAIN_SNAPSHOT_KEY": KEY[:31]}, {}, "snapshot_key", "at least 32",
-                 id="key-short"),
-    pytest.param({}, {"snapshot_key": KEY + "\n"}, "snapshot_key", "white space",
-                 id="key-newline-in-file"),
-]  # fmt: skip
+    pytest.param(
+        {"ABSTAIN_LABEL_TOKEN": TOKEN + "\n"}, {}, "label_token", "white space", id="token-newline"
+    ),
+    pytest.param(
+        {}, {"label_token": TOKEN + "\n"}, "label_token", "white space", id="token-newline-in-file"
+    ),
+    pytest.param(
+        {"ABSTAIN_LABEL_TOKEN": "fifteen-chars-x"},
+        {},
+        "label_token",
+        "at least 16",
+        id="token-short",
+    ),
+    pytest.param(
+        {"ABSTAIN_SNAPSHOT_KEY": KEY[:31]}, {}, "snapshot_key", "at least 32", id="key-short"
+    ),
+    pytest.param(
+        {}, {"snapshot_key": KEY + "\n"}, "snapshot_key", "white space", id="key-newline-in-file"
+    ),
+]
 
 
 @pytest.mark.parametrize(("env", "in_file", "name", "why"), BAD_SECRETS)
@@ -187,18 +207,39 @@ def test_a_forged_label_request_changes_nothing_and_weights_are_capped(
         # a request whose id the service would not derive: features and query probability of
         # the attacker's choosing (a label for it would weigh 1000 and drag the standardiser)
         forged_id = uuid.uuid4().hex
-        forged = label_request(forged_id, "m", [80.0, -80.0, 80.0], expires_at=far,
-                               event_id="forged-event", query_probability=0.001,
-                               decided_label=-1)  # fmt: skip
-        sent = write_hostile(dep, [
-            Hostile("label_requests", "forged id", "forged_id", b"m", json.dumps(forged).encode()),
-        ])  # fmt: skip
+        forged = label_request(
+            forged_id,
+            "m",
+            [80.0, -80.0, 80.0],
+            expires_at=far,
+            event_id="forged-event",
+            query_probability=0.001,
+            decided_label=-1,
+        )
+        sent = write_hostile(
+            dep,
+            [
+                Hostile(
+                    "label_requests", "forged id", "forged_id", b"m", json.dumps(forged).encode()
+                ),
+            ],
+        )
         await_dead_letters(observer, sent, 60)
         label = {"request_id": forged_id, "model": "m", "label": 1}
-        sent.update(write_hostile(dep, [
-            Hostile("labels", "label of a forged request", "unknown_request", b"m",
-                    json.dumps(label).encode()),
-        ]))  # fmt: skip
+        sent.update(
+            write_hostile(
+                dep,
+                [
+                    Hostile(
+                        "labels",
+                        "label of a forged request",
+                        "unknown_request",
+                        b"m",
+                        json.dumps(label).encode(),
+                    ),
+                ],
+            )
+        )
         await_dead_letters(observer, sent, 60, nudge=lambda: tick_labels(dep, sent))
         await_dead_letters(observer, sent, 30)  # the ticks too
         dead = dead_letters_at(observer)
@@ -208,21 +249,39 @@ def test_a_forged_label_request_changes_nothing_and_weights_are_capped(
         assert json.loads(worker.get("/readyz")[1])["models"]["m"] == 0
         assert read_topic(dep.bootstrap, dep.changelog("models")) == []
         assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 0
-        assert worker.metric(
-            "abstain_dead_letters_total", {"source": "label-requests", "reason": "forged_id"}
-        ) == 1  # fmt: skip
+        assert (
+            worker.metric(
+                "abstain_dead_letters_total", {"source": "label-requests", "reason": "forged_id"}
+            )
+            == 1
+        )
 
         # genuine requests (derived ids): p = 0.001 weighs max_importance_weight, not 1000;
         # p = 0.5 weighs 2
         x1, x2 = [0.3, -0.2, 0.1], [-0.5, 0.4, 0.9]
         genuine = [
-            label_request(request_id("m", "g-1"), "m", x1, expires_at=far, event_id="g-1",
-                          query_probability=0.001, decided_label=-1),
-            label_request(request_id("m", "g-2"), "m", x2, expires_at=far, event_id="g-2",
-                          query_probability=0.5, decided_label=1),
-        ]  # fmt: skip
-        produce(dep.bootstrap, t["label_requests"],
-                [(b"m", json.dumps(r).encode()) for r in genuine])  # fmt: skip
+            label_request(
+                request_id("m", "g-1"),
+                "m",
+                x1,
+                expires_at=far,
+                event_id="g-1",
+                query_probability=0.001,
+                decided_label=-1,
+            ),
+            label_request(
+                request_id("m", "g-2"),
+                "m",
+                x2,
+                expires_at=far,
+                event_id="g-2",
+                query_probability=0.5,
+                decided_label=1,
+            ),
+        ]
+        produce(
+            dep.bootstrap, t["label_requests"], [(b"m", json.dumps(r).encode()) for r in genuine]
+        )
         labels = [{"request_id": r["request_id"], "model": "m", "label": 1} for r in genuine]
         produce(dep.bootstrap, t["labels"], [(b"m", json.dumps(lab).encode()) for lab in labels])
         observer.wait(lambda o: max_version(o, "m") == 2, 60, "both genuine labels applied")
@@ -243,10 +302,21 @@ def test_a_forged_label_request_changes_nothing_and_weights_are_capped(
         )
         _assert_healthy(worker, dep)
         observer.halt()
-        _emit("forged request id", began, tmp_path, capsys, observer, events=0, bad=len(sent),
-              labels=2, applied=max_version(observer, "m"),
-              notes={"dead letters": {h.kind: h.reason for h in sent.values()},
-                     "iw_weight after p = 0.001 and p = 0.5": two["iw_weight"]})  # fmt: skip
+        _emit(
+            "forged request id",
+            began,
+            tmp_path,
+            capsys,
+            observer,
+            events=0,
+            bad=len(sent),
+            labels=2,
+            applied=max_version(observer, "m"),
+            notes={
+                "dead letters": {h.kind: h.reason for h in sent.values()},
+                "iw_weight after p = 0.001 and p = 0.5": two["iw_weight"],
+            },
+        )
 
 
 # --- 4. the wrong labels partition ---------------------------------------------------------
@@ -285,8 +355,10 @@ def test_a_label_on_the_wrong_partition_is_refused_and_the_right_ones_applied(
         assert max(o for (_, p, o) in sent if p == away) >= 40
         assert max_version(observer, "m") == 0
 
-        right = [(b"m", json.dumps({"request_id": r, "model": "m", "label": y}).encode())
-                 for r, y in ((ra, ya), (rb, yb))]  # fmt: skip
+        right = [
+            (b"m", json.dumps({"request_id": r, "model": "m", "label": y}).encode())
+            for r, y in ((ra, ya), (rb, yb))
+        ]
         landed = produce(dep.bootstrap, t["labels"], right)
         assert {p for p, _ in landed} == {home}
         observer.wait(lambda o: max_version(o, "m") == 2, 60, "the right labels applied")
@@ -297,19 +369,33 @@ def test_a_label_on_the_wrong_partition_is_refused_and_the_right_ones_applied(
         two = _envelope(dep, "m", 2)
         assert (two["labels_partition"], two["labels_offset"]) == landed[-1]
         config = ModelConfig(**dep.config["models"]["m"])
-        result = replay("m", config, [(a["features"], ya), (b["features"], yb)], two)
+        result = replay("m", config, [(a, ya), (b, yb)], two)  # features and moments
         assert result.equal, result
-        assert worker.metric(
-            "abstain_dead_letters_total", {"source": "labels", "reason": "wrong_partition"}
-        ) == 1  # fmt: skip
+        assert (
+            worker.metric(
+                "abstain_dead_letters_total", {"source": "labels", "reason": "wrong_partition"}
+            )
+            == 1
+        )
         assert worker.metric("abstain_labels_ignored_total", {"reason": "redelivered"}) == 0
         assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 2
         _assert_healthy(worker, dep)
         observer.halt()
-        _emit("wrong partition", began, tmp_path, capsys, observer, events=src.count,
-              bad=len(sent), labels=2, applied=max_version(observer, "m"),
-              notes={"wrong label's offset": max(o for (_, p, o) in sent if p == away),
-                     "right labels' offsets": [o for _, o in landed]})  # fmt: skip
+        _emit(
+            "wrong partition",
+            began,
+            tmp_path,
+            capsys,
+            observer,
+            events=src.count,
+            bad=len(sent),
+            labels=2,
+            applied=max_version(observer, "m"),
+            notes={
+                "wrong label's offset": max(o for (_, p, o) in sent if p == away),
+                "right labels' offsets": [o for _, o in landed],
+            },
+        )
 
 
 # --- 5. tombstones --------------------------------------------------------------------------
@@ -369,9 +455,18 @@ def test_tombstones_are_dead_lettered_and_crash_no_agent(
         _assert_healthy(worker, dep)
         assert worker.metric("abstain_ready") == 1.0
         observer.halt()
-        _emit("tombstones", began, tmp_path, capsys, observer, events=src.count, bad=len(sent),
-              labels=observer.labels_sent, applied=max_version(observer, "m"),
-              notes={"/healthz answers (all 200)": len(health)})  # fmt: skip
+        _emit(
+            "tombstones",
+            began,
+            tmp_path,
+            capsys,
+            observer,
+            events=src.count,
+            bad=len(sent),
+            labels=observer.labels_sent,
+            applied=max_version(observer, "m"),
+            notes={"/healthz answers (all 200)": len(health)},
+        )
 
 
 # --- 6. an event id reused with other features ----------------------------------------------
@@ -393,14 +488,23 @@ def test_an_event_id_reused_with_other_features_is_a_duplicate(
         rid = request_id("full", "dup-1")
 
         def requests() -> list[Any]:
-            return [r for r in read_topic(dep.bootstrap, t["label_requests"])
-                    if rid.encode() in (r.value or b"")]  # fmt: skip
+            return [
+                r
+                for r in read_topic(dep.bootstrap, t["label_requests"])
+                if rid.encode() in (r.value or b"")
+            ]
 
-        produce(dep.bootstrap, t["features"], [(b"dup-1", json.dumps(
-            {"id": "dup-1", "features": x1}).encode())])  # fmt: skip
+        produce(
+            dep.bootstrap,
+            t["features"],
+            [(b"dup-1", json.dumps({"id": "dup-1", "features": x1}).encode())],
+        )
         observer.wait(lambda o: rid in o.requests, 60, "the first request")
-        produce(dep.bootstrap, t["features"], [(b"dup-1", json.dumps(
-            {"id": "dup-1", "features": x2}).encode())])  # fmt: skip
+        produce(
+            dep.bootstrap,
+            t["features"],
+            [(b"dup-1", json.dumps({"id": "dup-1", "features": x2}).encode())],
+        )
         deadline = time.monotonic() + 60
         while len(requests()) < 2 and time.monotonic() < deadline:
             time.sleep(0.3)
@@ -410,22 +514,37 @@ def test_an_event_id_reused_with_other_features_is_a_duplicate(
         await_dead_letters(observer, [(second.topic, second.partition, second.offset)], 60)
         where = (second.topic, second.partition, second.offset)
         assert dead_letters_at(observer)[where] == ["duplicate_id"]
-        assert worker.metric(
-            "abstain_dead_letters_total", {"source": "label-requests", "reason": "duplicate_id"}
-        ) == 1  # fmt: skip
+        assert (
+            worker.metric(
+                "abstain_dead_letters_total", {"source": "label-requests", "reason": "duplicate_id"}
+            )
+            == 1
+        )
         with observer.lock:
             assert len(observer.decisions["dup-1"]) == 2  # both events were decided
 
-        produce(dep.bootstrap, t["labels"], [(b"full", json.dumps(
-            {"request_id": rid, "model": "full", "label": -1}).encode())])  # fmt: skip
+        produce(
+            dep.bootstrap,
+            t["labels"],
+            [(b"full", json.dumps({"request_id": rid, "model": "full", "label": -1}).encode())],
+        )
         observer.wait(lambda o: max_version(o, "full") == 1, 60, "the label applied")
         one = _envelope(dep, "full", 1)
         config = ModelConfig(**full)
-        assert replay("full", config, [(x1, -1)], one).equal
-        assert not replay("full", config, [(x2, -1)], one).equal
+        assert replay("full", config, [(first.json(), -1)], one).equal
+        assert not replay("full", config, [(second.json(), -1)], one).equal
         assert len(dead_letters_at(observer)) == 1
         _assert_healthy(worker, dep)
         observer.halt()
-        _emit("duplicate event id", began, tmp_path, capsys, observer, events=2, bad=1,
-              labels=1, applied=max_version(observer, "full"),
-              notes={"trained on": "the first event's features"})  # fmt: skip
+        _emit(
+            "duplicate event id",
+            began,
+            tmp_path,
+            capsys,
+            observer,
+            events=2,
+            bad=1,
+            labels=1,
+            applied=max_version(observer, "full"),
+            notes={"trained on": "the first event's features"},
+        )

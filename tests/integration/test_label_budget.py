@@ -398,18 +398,28 @@ def test_budget_paces_requests_and_the_risk_estimate_is_unbiased(
             w.wait_ready()
         # every worker holds its share of the features (the budget splits by them)
         wait_until(
-            lambda: all(w.metric("abstain_label_budget_labels_per_hour", {"model": MODEL}) > 0
-                        for w in workers)
-            and math.isclose(gauge_sum(workers, "abstain_label_budget_labels_per_hour"),
-                             pace.per_hour, rel_tol=1e-9),
-            60, "the budget split between the workers",
-        )  # fmt: skip
-        shares = [w.metric("abstain_label_budget_labels_per_hour", {"model": MODEL})
-                  for w in workers]  # fmt: skip
+            lambda: (
+                all(
+                    w.metric("abstain_label_budget_labels_per_hour", {"model": MODEL}) > 0
+                    for w in workers
+                )
+                and math.isclose(
+                    gauge_sum(workers, "abstain_label_budget_labels_per_hour"),
+                    pace.per_hour,
+                    rel_tol=1e-9,
+                )
+            ),
+            60,
+            "the budget split between the workers",
+        )
+        shares = [
+            w.metric("abstain_label_budget_labels_per_hour", {"model": MODEL}) for w in workers
+        ]
         ready_s = time.monotonic() - began
 
-        feeder = PacedFeeder(dep.bootstrap, dep.topics["features"], src.make,
-                             rate=pace.rate, seconds=pace.seconds)  # fmt: skip
+        feeder = PacedFeeder(
+            dep.bootstrap, dep.topics["features"], src.make, rate=pace.rate, seconds=pace.seconds
+        )
         feeder.start()
         feeder.finish(pace.seconds + 60)
         n = feeder.total
@@ -424,10 +434,12 @@ def test_budget_paces_requests_and_the_risk_estimate_is_unbiased(
         )
         version = max_version(observer, MODEL)
         wait_until(
-            lambda: all(w.metric("abstain_model_version", {"model": MODEL}) == version
-                        for w in workers),
-            30, "the workers serving the last version",
-        )  # fmt: skip
+            lambda: all(
+                w.metric("abstain_model_version", {"model": MODEL}) == version for w in workers
+            ),
+            30,
+            "the workers serving the last version",
+        )
         gauges = [w.metric("abstain_risk_estimate", {"model": MODEL}) for w in workers]
         spent = [w.metric("abstain_label_budget_spent_ratio", {"model": MODEL}) for w in workers]
         suppressed = gauge_sum(workers, "abstain_label_requests_suppressed_total")
@@ -456,11 +468,13 @@ def test_budget_paces_requests_and_the_risk_estimate_is_unbiased(
     for d in decisions:
         first.setdefault(d["id"], d)
     design_se = design_standard_error(list(first.values()), src.truth, pace.max_weight)
-    tolerance = (pace.risk_tolerance if pace.risk_tolerance is not None
-                 else max(0.02, 4 * se, 4 * design_se))  # fmt: skip
+    tolerance = (
+        pace.risk_tolerance if pace.risk_tolerance is not None else max(0.02, 4 * se, 4 * design_se)
+    )
     p_sum = sum(float(d["query_probability"]) for d in first.values())
-    p_var = sum(float(d["query_probability"]) * (1 - float(d["query_probability"]))
-                for d in first.values())  # fmt: skip
+    p_var = sum(
+        float(d["query_probability"]) * (1 - float(d["query_probability"])) for d in first.values()
+    )
     queried = sum(1 for d in first.values() if d["queried"])
     p_min = min(float(d["query_probability"]) for d in first.values())
 
@@ -533,8 +547,11 @@ def _queue_key(request: dict[str, Any]) -> tuple[float, float, str]:
         v = float(x)
         return v if math.isfinite(v) else 0.0
 
-    return (-finite(request["priority"]), finite(request["requested_at"]),
-            str(request["request_id"]))  # fmt: skip
+    return (
+        -finite(request["priority"]),
+        finite(request["requested_at"]),
+        str(request["request_id"]),
+    )
 
 
 def test_open_request_cap_holds_under_a_burst_with_no_answers(
@@ -563,8 +580,9 @@ def test_open_request_cap_holds_under_a_burst_with_no_answers(
         worker.wait_ready()
         sampler = GaugeSampler(worker, "abstain_pending_requests")
         sampler.start()
-        feeder = PacedFeeder(dep.bootstrap, dep.topics["features"], src.make,
-                             rate=b.rate, seconds=b.seconds)  # fmt: skip
+        feeder = PacedFeeder(
+            dep.bootstrap, dep.topics["features"], src.make, rate=b.rate, seconds=b.seconds
+        )
         feeder.start()
         feeder.finish(b.seconds + 60)
         n = feeder.total

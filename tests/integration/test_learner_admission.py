@@ -29,8 +29,9 @@ PARTITIONS = {"features": 1, "decisions": 1, "labels": 1, "models": 1}
 
 
 def request_record(event: str, features: list[float]) -> dict[str, Any]:
-    return label_request(request_id("m", event), "m", features,
-                         expires_at=time.time() + 3600, event_id=event)  # fmt: skip
+    return label_request(
+        request_id("m", event), "m", features, expires_at=time.time() + 3600, event_id=event
+    )
 
 
 def label(event: str, y: int) -> bytes:
@@ -55,8 +56,9 @@ def test_a_forged_pending_entry_neither_blocks_nor_takes_the_genuine_request(
     worker.stop()
     forged = PendingEntry(label_request_from_dict(request_record("e1", [9.0] * 5)), 0)
     key = request_id("m", "e1").encode()
-    produce_records(service.bootstrap, service.changelog("pending"),
-                    [Out(key, forged.to_json(), partition=0)])  # fmt: skip
+    produce_records(
+        service.bootstrap, service.changelog("pending"), [Out(key, forged.to_json(), partition=0)]
+    )
     worker = service.start()  # recovers the changelog
     worker.wait_ready()
     t = service.topics
@@ -75,16 +77,23 @@ def test_a_second_label_for_a_waiting_request_does_not_replace_the_first(
     worker = service.start()
     worker.wait_ready()
     t = service.topics
-    where = produce_records(service.bootstrap, t["labels"],
-                            [Out(b"m", label("e2", -1)), Out(b"m", label("e2", 1))])  # fmt: skip
+    where = produce_records(
+        service.bootstrap, t["labels"], [Out(b"m", label("e2", -1)), Out(b"m", label("e2", 1))]
+    )
     first, second = (o for _, o in where)
-    wait_until(lambda: (t["labels"], second, "already_applied") in dead(kafka_io, service), 60,
-               "the second answer refused")  # fmt: skip
+    wait_until(
+        lambda: (t["labels"], second, "already_applied") in dead(kafka_io, service),
+        60,
+        "the second answer refused",
+    )
     record = json.dumps(request_record("e2", [0.5, -1.0, 2.0])).encode()
     produce_records(service.bootstrap, t["label_requests"], [Out(b"m", record)])
     wait_until(lambda: 1 in versions(kafka_io, service), 60, "the waiting label applied")
-    entries = [r for r in kafka_io.read(service.changelog("pending"))
-               if r.key == request_id("m", "e2").encode() and r.value]  # fmt: skip
+    entries = [
+        r
+        for r in kafka_io.read(service.changelog("pending"))
+        if r.key == request_id("m", "e2").encode() and r.value
+    ]
     applied = [r.json() for r in entries if r.json().get("applied")]
     assert applied, entries
     assert applied[-1]["label"] == -1

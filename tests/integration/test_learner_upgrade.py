@@ -41,8 +41,9 @@ def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tup
 
 def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
     async def run() -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                    enable_auto_commit=False)  # fmt: skip
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+        )
         await consumer.start()
         try:
             consumer.assign(list(offsets))
@@ -55,8 +56,9 @@ def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> N
 
 def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
     async def run() -> int | None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                    enable_auto_commit=False)  # fmt: skip
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+        )
         await consumer.start()
         try:
             offset: int | None = await consumer.committed(tp)
@@ -82,9 +84,19 @@ def test_the_learner_goes_on_from_what_the_faust_agent_and_tables_left(
     now = time.time()
     rid = request_id("m", "old-1")
     request = LabelRequest(
-        request_id=rid, event_id="old-1", model="m", features=FEATURES, score=0.1, rho=0.5,
-        decided_label=0, query_probability=0.9, model_version=0, requested_at=now,
-        expires_at=now + 600, priority=0.5)  # fmt: skip
+        request_id=rid,
+        event_id="old-1",
+        model="m",
+        features=FEATURES,
+        score=0.1,
+        rho=0.5,
+        decided_label=0,
+        query_probability=0.9,
+        model_version=0,
+        requested_at=now,
+        expires_at=now + 600,
+        priority=0.5,
+    )
     kafka_io.produce(t["label_requests"], [(b"m", request.to_json())])
     kafka_io.produce(t["labels"], [(b"m", b"handled long ago, not JSON")])
     entry = PendingEntry(request, 0).to_json()  # what faust's table wrote for it
@@ -96,8 +108,9 @@ def test_the_learner_goes_on_from_what_the_faust_agent_and_tables_left(
     worker.wait_ready()
     # the request the faust agent stored is pending here: its label applies at once
     kafka_io.produce_json(t["labels"], [("m", {"request_id": rid, "model": "m", "label": 1})])
-    models = kafka_io.wait_for(t["models"], lambda rs: any(
-        r.key == b"m" and r.json()["version"] == 1 for r in rs))  # fmt: skip
+    models = kafka_io.wait_for(
+        t["models"], lambda rs: any(r.key == b"m" and r.json()["version"] == 1 for r in rs)
+    )
     final = [r.json() for r in models if r.key == b"m"][-1]
     w, rho = _replay(MODEL, [(FEATURES, 1)])  # the learner a worker serves, offline
     np.testing.assert_allclose(final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12)
@@ -135,8 +148,11 @@ def test_a_start_kafka_cannot_tell_is_waited_for_never_taken_from_the_first_reco
     create_topics(kafka_bootstrap, {t["features"]: 1, t["label_requests"]: 1, t["labels"]: 1})
     kafka_io.produce(t["features"], [(b"old", b"handled long ago, not JSON")])
     kafka_io.produce(t["labels"], [(b"m", b"handled long ago, not JSON")])
-    _commit(kafka_bootstrap, app, {TopicPartition(t["features"], 0): 1,
-                                   TopicPartition(t["labels"], 0): 1})  # fmt: skip
+    _commit(
+        kafka_bootstrap,
+        app,
+        {TopicPartition(t["features"], 0): 1, TopicPartition(t["labels"], 0): 1},
+    )
     kafka_io.produce_json(t["features"], [("new-1", {"id": "new-1", "features": FEATURES})])
 
     worker = service.start(argv=[sys.executable, str(FAULT_WORKER)])
@@ -161,8 +177,9 @@ def test_a_start_kafka_cannot_tell_is_waited_for_never_taken_from_the_first_reco
     (asked,) = kafka_io.wait_for(t["label_requests"], lambda rs: len(rs) >= 1)
     rid = asked.json()["request_id"]
     kafka_io.produce_json(t["labels"], [("m", {"request_id": rid, "model": "m", "label": 1})])
-    kafka_io.wait_for(t["models"], lambda rs: any(
-        r.key == b"m" and r.json()["version"] == 1 for r in rs))  # fmt: skip
+    kafka_io.wait_for(
+        t["models"], lambda rs: any(r.key == b"m" and r.json()["version"] == 1 for r in rs)
+    )
     assert kafka_io.read(t["dead_letters"]) == []  # neither garbage record was read
     assert worker.metric("abstain_labels_applied_total", {"model": "m"}) == 1.0
     assert worker.alive()
@@ -194,8 +211,9 @@ def test_hostile_changelog_records_are_skipped_on_recovery_and_learning_goes_on(
     assert first.stop() == 0
 
     gone = requests[0]["request_id"]
-    kafka_io.produce(pending, [(b"forged", b"not a pending entry"),
-                               (b"\xff\xfe", b"{}"), (gone.encode(), None)])  # fmt: skip
+    kafka_io.produce(
+        pending, [(b"forged", b"not a pending entry"), (b"\xff\xfe", b"{}"), (gone.encode(), None)]
+    )
     kafka_io.produce(service.changelog("orphans"), [(b"forged", b"not a parked label")])
     kafka_io.produce(service.changelog("models"), [(b"m@999", b"not an envelope")])
 
@@ -203,14 +221,16 @@ def test_hostile_changelog_records_are_skipped_on_recovery_and_learning_goes_on(
     second.wait_ready()
     labels = [{"request_id": q["request_id"], "model": "m", "label": 1} for q in requests]
     kafka_io.produce_json(t["labels"], [("m", lab) for lab in labels])
-    kafka_io.wait_for(t["models"], lambda rs: any(
-        r.key == b"m" and r.json()["version"] == 5 for r in rs))  # fmt: skip
+    kafka_io.wait_for(
+        t["models"], lambda rs: any(r.key == b"m" and r.json()["version"] == 5 for r in rs)
+    )
     # the orphaned label waits orphan_label_seconds (2 s here), then is swept on the
     # learner's next record of that partition: one more event brings one
     time.sleep(2.5)
     kafka_io.produce_json(t["features"], [("h-late", {"id": "h-late", "features": [0, 0, 1]})])
-    kafka_io.wait_for(t["dead_letters"], lambda rs: any(
-        r.json()["reason"] == "unknown_request" for r in rs))  # fmt: skip
+    kafka_io.wait_for(
+        t["dead_letters"], lambda rs: any(r.json()["reason"] == "unknown_request" for r in rs)
+    )
     letters = [r.json() for r in kafka_io.read(t["dead_letters"])]
     assert [d["reason"] for d in letters if d["topic"] == t["labels"]] == ["unknown_request"]
     assert second.metric("abstain_labels_applied_total", {"model": "m"}) == 5.0

@@ -135,25 +135,39 @@ def _answer(request: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("observability")
-    desk = {"auth": "proxy", "trusted_proxies": ["127.0.0.1"],  # (the tests are the proxy)
-            "session_key": "s" * 32, "min_time_left_seconds": 4.0,
-            "leases_topic": f"obs-{time.time_ns()}.desk-leases"}  # fmt: skip
+    desk = {
+        "auth": "proxy",
+        "trusted_proxies": ["127.0.0.1"],  # (the tests are the proxy)
+        "session_key": "s" * 32,
+        "min_time_left_seconds": 4.0,
+        "leases_topic": f"obs-{time.time_ns()}.desk-leases",
+    }
     with contextlib.ExitStack() as stack:
-        dep = stack.enter_context(deployment(
-            kafka_bootstrap, tmp / "svc", models=_models(), request_ttl_seconds=TTL,
-            expired_grace_seconds=2.0, stall_seconds=STALL, sweep_every=1, desk=desk,
-            env={"PYTHONPATH": str(REPO)},
-        ))  # fmt: skip
+        dep = stack.enter_context(
+            deployment(
+                kafka_bootstrap,
+                tmp / "svc",
+                models=_models(),
+                request_ttl_seconds=TTL,
+                expired_grace_seconds=2.0,
+                stall_seconds=STALL,
+                sweep_every=1,
+                desk=desk,
+                env={"PYTHONPATH": str(REPO)},
+            )
+        )
         worker = _start_worker(dep)
         worker.wait_ready()
         # after the worker: the desk reads the pending changelog, which the worker creates
         desk_run = DeskRun.start(dep, dep.tmp / "desk.log")
         stack.callback(desk_run.stop)
         rules = fast_rules(tmp / "alerts-fast.yml", hold=HOLD, replace=FAST)
-        prom = LocalPrometheus(tmp / "prom", scrape_interval=SCRAPE, rule_files=[rules],
-                               die_with_parent=True)  # fmt: skip
-        prom30 = LocalPrometheus(tmp / "prom30", scrape_interval=CHART_INTERVAL,
-                                 rule_files=[RULES], die_with_parent=True)  # fmt: skip
+        prom = LocalPrometheus(
+            tmp / "prom", scrape_interval=SCRAPE, rule_files=[rules], die_with_parent=True
+        )
+        prom30 = LocalPrometheus(
+            tmp / "prom30", scrape_interval=CHART_INTERVAL, rule_files=[RULES], die_with_parent=True
+        )
         _targets((prom, prom30), worker, desk_run)
         for server in (prom, prom30):
             stack.callback(server.stop)
@@ -162,10 +176,14 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         # traffic once both are scraped: a first scrape after a change hides it from rate()
         scraped = 'count(up{job=~"abstain|abstain-desk"} == 1) == 2'
         wait_until(lambda: bool(prom.query(scraped)), 60, "the first scrapes")
-        feed = PacedFeed(kafka_bootstrap, dep.topics["features"], RATES, noise=frozenset({"c"}),
-                         scale={"boom": 1e300})  # fmt: skip
-        observer = Observer(kafka_bootstrap, dep.topics, feed.truth, budget=10**9,
-                            answer=_answer)  # fmt: skip
+        feed = PacedFeed(
+            kafka_bootstrap,
+            dep.topics["features"],
+            RATES,
+            noise=frozenset({"c"}),
+            scale={"boom": 1e300},
+        )
+        observer = Observer(kafka_bootstrap, dep.topics, feed.truth, budget=10**9, answer=_answer)
         stack.callback(lambda: observer.halt() if observer.is_alive() else None)
         observer.begin()
         stack.callback(feed.halt)
@@ -177,8 +195,11 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         corrector = Corrector(kafka_bootstrap, dep.topics["labels"], observer, "m")
         stack.callback(corrector.halt)
         corrector.start()
-        produce(kafka_bootstrap, dep.topics["features"],
-                [(f"bad-{i}".encode(), b"{not json") for i in range(BAD_EVENTS)])  # fmt: skip
+        produce(
+            kafka_bootstrap,
+            dep.topics["features"],
+            [(f"bad-{i}".encode(), b"{not json") for i in range(BAD_EVENTS)],
+        )
         produce(kafka_bootstrap, dep.topics["models"], [(b"m", b"{not a snapshot")])
         live = Live(dep, worker, desk_run, prom, prom30, feed, observer, shift, AlertLog(prom))
         stack.callback(lambda: live.desk.stop())  # the one a test restarted, if any
@@ -201,8 +222,11 @@ def test_a_live_scrape_of_the_worker_and_the_desk_is_clean_for_promtool(live: Li
 
 
 def _empty_panels(live: Live, rate_interval: str) -> list[str]:
-    return [f"{q.panel} [{q.ref}]: {q.expr}" for q in panel_queries(rate_interval)
-            if not live.prom.query(q.expr)]  # fmt: skip
+    return [
+        f"{q.panel} [{q.ref}]: {q.expr}"
+        for q in panel_queries(rate_interval)
+        if not live.prom.query(q.expr)
+    ]
 
 
 def test_every_dashboard_query_returns_plausible_data(live: Live) -> None:
@@ -297,14 +321,26 @@ def test_a_batch_the_worker_cannot_read_fires_unreadable_which_resolves_after_sk
 ) -> None:
     live.alerts.wait_resolved("AbstainUnreadableBatch", timeout=WAIT)  # quiet before
     topic = live.dep.topics["features"]
-    write_unreadable(live.dep.bootstrap, topic, 0, [{"id": "bad", "model": "m",
-                                                     "features": [0, 0, 0]}])  # fmt: skip
+    write_unreadable(
+        live.dep.bootstrap, topic, 0, [{"id": "bad", "model": "m", "features": [0, 0, 0]}]
+    )
     alert = live.alerts.wait_firing("AbstainUnreadableBatch", {"topic": topic}, timeout=WAIT)
     assert "skip" in alert["annotations"]["runbook"]
-    cmd = [sys.executable, "-m", "service", "skip", topic, "0", "--by", "sre",
-           "--config", str(live.dep.write_config()), "--broker", live.dep.bootstrap]  # fmt: skip
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service",
+        "skip",
+        topic,
+        "0",
+        "--by",
+        "sre",
+        "--config",
+        str(live.dep.write_config()),
+        "--broker",
+        live.dep.bootstrap,
+    ]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["skipped"]
     live.alerts.wait_resolved("AbstainUnreadableBatch", timeout=WAIT)
@@ -374,8 +410,9 @@ def test_rule_and_panel_windows_work_at_the_charts_default_scrape_interval(live:
     # an earlier test of the module killed the worker and stopped the broker: the windows
     # fill once the worker has been scraped again for a window's length (a few scrapes)
     with contextlib.suppress(HarnessError):  # said below, with what stayed empty
-        wait_until(lambda: not empty(), 240, "every window filled at the chart's interval",
-                   every=5.0)  # fmt: skip
+        wait_until(
+            lambda: not empty(), 240, "every window filled at the chart's interval", every=5.0
+        )
     missing = empty()
     assert not missing, f"empty at a {CHART_INTERVAL:g}s scrape: {missing}"
     # the shipped rules load and are evaluated there
@@ -385,9 +422,10 @@ def test_rule_and_panel_windows_work_at_the_charts_default_scrape_interval(live:
 
 
 def test_every_alert_was_seen_firing_or_is_listed_as_not_provoked_here(live: Live) -> None:
-    """The README's Operations table names the alerts no test here provokes."""
+    """The alerts page (docs/operate/observability.md) names the alerts no test here
+    provokes."""
     not_here = {"AbstainLabelBudgetOverspent"}
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "operate" / "observability.md").read_text()
     for name in not_here:
         assert name in readme
     assert live.alerts.fired() | not_here == set(rule_names()), live.alerts.fired()

@@ -66,9 +66,10 @@ class Stream(threading.Thread):
 @pytest.fixture(scope="module")
 def svc(service_factory: Callable[..., Service]) -> Iterator[tuple[Service, Worker]]:
     service = service_factory(
-        models=MODELS, default_model="m",
+        models=MODELS,
+        default_model="m",
         partitions={"features": 3, "decisions": 1, "labels": 1, "models": 1},
-    )  # fmt: skip
+    )
     worker = service.start()
     worker.wait_ready()
     return service, worker
@@ -106,19 +107,38 @@ def test_kcat_writes_every_wire_format_with_every_codec_and_each_event_is_decide
             keyless = {"id": f"kcat-{codec}-2", "model": "m", "features": [0.0, 0.25, -1]}
             lines = "".join(f"{e['id']}\t{json.dumps(e)}\n" for e in (listed, named))
             # -K: key and value split at a tab; headers are carried and ignored
-            kcat(b, "-P", "-t", t["features"], "-z", codec, "-K", "\t", "-H", "trace=kcat",
-                 "-H", f"codec={codec}", data=lines.encode())  # fmt: skip
+            kcat(
+                b,
+                "-P",
+                "-t",
+                t["features"],
+                "-z",
+                codec,
+                "-K",
+                "\t",
+                "-H",
+                "trace=kcat",
+                "-H",
+                f"codec={codec}",
+                data=lines.encode(),
+            )
             kcat(b, "-P", "-t", t["features"], "-z", codec, data=json.dumps(keyless).encode())
             ids += [listed["id"], named["id"], keyless["id"]]
             time.sleep(1.0)
         # a tombstone: no decision, a dead letter (not_json)
         kcat(b, "-P", "-t", t["features"], "-Z", "-K", "\t", "-z", "lz4", data=b"gone\t\n")
-        _wait(lambda: set(ids) <= set(_decided(kafka_io, t["decisions"])), 60,
-              "every kcat event decided")  # fmt: skip
+        _wait(
+            lambda: set(ids) <= set(_decided(kafka_io, t["decisions"])),
+            60,
+            "every kcat event decided",
+        )
     finally:
         sent = stream.halt()
-    _wait(lambda: set(sent) <= set(_decided(kafka_io, t["decisions"])), 60,
-          "every event of the stream decided")  # fmt: skip
+    _wait(
+        lambda: set(sent) <= set(_decided(kafka_io, t["decisions"])),
+        60,
+        "every event of the stream decided",
+    )
     decided = _decided(kafka_io, t["decisions"])
     assert {i: decided[i] for i in ids} == dict.fromkeys(ids, 1)
     assert {i: decided[i] for i in sent} == dict.fromkeys(sent, 1)
@@ -137,8 +157,18 @@ def test_kcat_writes_every_wire_format_with_every_codec_and_each_event_is_decide
         by_id[body["id"]] = body
     for eid in ids:
         d = by_id[eid]
-        assert set(d) >= {"id", "model", "action", "label", "score", "rho", "model_version",
-                          "queried", "query_probability", "ts"}  # fmt: skip
+        assert set(d) >= {
+            "id",
+            "model",
+            "action",
+            "label",
+            "score",
+            "rho",
+            "model_version",
+            "queried",
+            "query_probability",
+            "ts",
+        }
         assert d["action"] in ("predict", "reject")
         assert (d["label"] is None) == (d["action"] == "reject")
         assert d["model"] == ("named" if eid.endswith("-1") else "m")
@@ -150,27 +180,56 @@ def test_kcat_answers_a_label_request_it_read_with_lz4_and_the_model_learns(
 ) -> None:
     service, worker = svc
     b, t = service.bootstrap, service.topics
-    events = [{"id": f"ask-{i}", "model": "named", "features": {"a": i, "b": -1, "c": 0.5}}
-              for i in range(20)]  # fmt: skip
+    events = [
+        {"id": f"ask-{i}", "model": "named", "features": {"a": i, "b": -1, "c": 0.5}}
+        for i in range(20)
+    ]
     lines = "\n".join(f"{e['id']}\t{json.dumps(e)}" for e in events) + "\n"
     kcat(b, "-P", "-t", t["features"], "-z", "zstd", "-K", "\t", data=lines.encode())
     asked: list[dict[str, Any]] = []
 
     def requests_read() -> bool:
-        asked[:] = [json.loads(env["payload"]) for env in kcat_read(b, t["label_requests"])
-                    if env["key"] == "named"]  # fmt: skip
+        asked[:] = [
+            json.loads(env["payload"])
+            for env in kcat_read(b, t["label_requests"])
+            if env["key"] == "named"
+        ]
         return bool(asked)
 
     _wait(requests_read, 60, "a label request for model named")
     request = asked[0]
     assert request["request_id"] == request_id("named", request["event_id"])
-    assert set(request) >= {"request_id", "event_id", "model", "features", "score", "rho",
-                            "decided_label", "query_probability", "model_version",
-                            "requested_at", "expires_at", "priority"}  # fmt: skip
-    label = {"request_id": request["request_id"], "model": "named", "label": 1,
-             "labelled_by": "kcat"}  # fmt: skip
-    kcat(b, "-P", "-t", t["labels"], "-z", "lz4", "-K", "\t",
-         data=f"named\t{json.dumps(label)}\n".encode())  # fmt: skip
+    assert set(request) >= {
+        "request_id",
+        "event_id",
+        "model",
+        "features",
+        "score",
+        "rho",
+        "decided_label",
+        "query_probability",
+        "model_version",
+        "requested_at",
+        "expires_at",
+        "priority",
+    }
+    label = {
+        "request_id": request["request_id"],
+        "model": "named",
+        "label": 1,
+        "labelled_by": "kcat",
+    }
+    kcat(
+        b,
+        "-P",
+        "-t",
+        t["labels"],
+        "-z",
+        "lz4",
+        "-K",
+        "\t",
+        data=f"named\t{json.dumps(label)}\n".encode(),
+    )
 
     def learned() -> bool:
         return any(
@@ -183,14 +242,16 @@ def test_kcat_answers_a_label_request_it_read_with_lz4_and_the_model_learns(
 
 def _transaction(bootstrap: str, topic: str, events: list[dict[str, Any]], *, commit: bool) -> None:
     async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap,
-                                    transactional_id=f"tx-{events[0]['id']}")  # fmt: skip
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"tx-{events[0]['id']}"
+        )
         await producer.start()
         try:
             async with producer.transaction() if commit else _aborting(producer):
                 for e in events:
-                    await producer.send_and_wait(topic, json.dumps(e).encode(),
-                                                 key=e["id"].encode())  # fmt: skip
+                    await producer.send_and_wait(
+                        topic, json.dumps(e).encode(), key=e["id"].encode()
+                    )
         finally:
             await producer.stop()
 
@@ -229,8 +290,11 @@ def test_an_aborted_transaction_is_never_decided_and_a_committed_one_once(
     assert {i: decided[i] for i in want} == dict.fromkeys(want, 1)
     # the transactions' control records are offsets no record is handed out for: the lag
     # still comes back to 0 (no false stall) and the group commits past them
-    _wait(lambda: worker.metric("abstain_consumer_lag", {"topic": t["features"]}) == 0, 20,
-          "no lag left on the features topic")  # fmt: skip
+    _wait(
+        lambda: worker.metric("abstain_consumer_lag", {"topic": t["features"]}) == 0,
+        20,
+        "no lag left on the features topic",
+    )
     assert worker.status("/healthz") == 200
 
 
@@ -242,14 +306,26 @@ def test_a_batch_the_worker_cannot_read_stops_its_partition_loudly_until_skipped
     stream = Stream(b, t["features"], "stopped")
     stream.start()
     try:
-        before = [Out(f"pre-{i}".encode(), json.dumps({"id": f"pre-{i}", "model": "m",
-                  "features": [1, 2, 3]}).encode(), partition=1) for i in range(3)]  # fmt: skip
+        before = [
+            Out(
+                f"pre-{i}".encode(),
+                json.dumps({"id": f"pre-{i}", "model": "m", "features": [1, 2, 3]}).encode(),
+                partition=1,
+            )
+            for i in range(3)
+        ]
         produce_records(b, t["features"], before)
         # a header key that is not UTF-8: the broker takes it, the client cannot read it
         bad = {"id": "bad-header", "model": "m", "features": [1, 2, 3]}
         write_unreadable(b, t["features"], 1, [bad])
-        after = [Out(f"post-{i}".encode(), json.dumps({"id": f"post-{i}", "model": "m",
-                 "features": [1, 2, 3]}).encode(), partition=1) for i in range(3)]  # fmt: skip
+        after = [
+            Out(
+                f"post-{i}".encode(),
+                json.dumps({"id": f"post-{i}", "model": "m", "features": [1, 2, 3]}).encode(),
+                partition=1,
+            )
+            for i in range(3)
+        ]
         produce_records(b, t["features"], after)
         began = time.monotonic()
         _wait(lambda: worker.status("/readyz") == 503, 10, "/readyz 503 within 10 s")
@@ -269,22 +345,31 @@ def test_a_batch_the_worker_cannot_read_stops_its_partition_loudly_until_skipped
         assert not [f"post-{i}" for i in range(3) if decided[f"post-{i}"]]
         # the other partitions go on: the stream is still decided
         count = sum(1 for i in decided if i.startswith("stopped-"))
-        _wait(lambda: sum(1 for i in _decided(kafka_io, t["decisions"])
-                          if i.startswith("stopped-")) > count + 5, 20,
-              "the stream decided while partition 1 stands")  # fmt: skip
+        _wait(
+            lambda: (
+                sum(1 for i in _decided(kafka_io, t["decisions"]) if i.startswith("stopped-"))
+                > count + 5
+            ),
+            20,
+            "the stream decided while partition 1 stands",
+        )
         skipped = service.cli("skip", t["features"], "1", "--by", "ops")
         result = json.loads(skipped.stdout)
         assert result["skipped"]
         assert result["first"] == result["last"]
         post = [f"post-{i}" for i in range(3)]
-        _wait(lambda: all(_decided(kafka_io, t["decisions"])[i] == 1 for i in post), 20,
-              "the records after the batch decided")  # fmt: skip
+        _wait(
+            lambda: all(_decided(kafka_io, t["decisions"])[i] == 1 for i in post),
+            20,
+            "the records after the batch decided",
+        )
         _wait(lambda: worker.status("/readyz") == 200, 20, "ready again")
         assert worker.metric("abstain_unreadable_partitions", {"topic": t["features"]}) == 0
     finally:
         sent = stream.halt()
-    letters = [r.json() for r in kafka_io.read(t["dead_letters"]) if
-               r.json()["reason"] == "unreadable"]  # fmt: skip
+    letters = [
+        r.json() for r in kafka_io.read(t["dead_letters"]) if r.json()["reason"] == "unreadable"
+    ]
     assert len(letters) == 1
     (letter,) = letters
     assert (letter["topic"], letter["partition"]) == (t["features"], 1)

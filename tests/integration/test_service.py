@@ -23,19 +23,36 @@ MODELS: dict[str, dict[str, Any]] = {
     for name in ("happy", "learn", "bad", "metrics", "web")
 }
 MODELS["boom"] = {  # a step size that overflows: its updates are refused
-    "algorithm": "dsal", "cost": 0.25, "n_features": 3, "standardize": False,
+    "algorithm": "dsal",
+    "cost": 0.25,
+    "n_features": 3,
+    "standardize": False,
     "hyperparameters": {"eta": 1e300},
-}  # fmt: skip
+}
 SERIES = [
-    "abstain_events_total", "abstain_decisions_total", "abstain_label_requests_total",
-    "abstain_label_requests_expired_total", "abstain_labels_applied_total",
-    "abstain_labels_ignored_total", "abstain_updates_refused_total", "abstain_pending_requests",
-    "abstain_oldest_pending_age_seconds", "abstain_label_turnaround_seconds",
-    "abstain_model_version", "abstain_model_rho", "abstain_model_weight_norm",
-    "abstain_query_rate", "abstain_risk_estimate", "abstain_iw_loss_total",
-    "abstain_dead_letters_total", "abstain_decide_latency_seconds", "abstain_consumer_lag",
-    "abstain_last_progress_timestamp_seconds", "abstain_ready", "abstain_live",
-]  # fmt: skip
+    "abstain_events_total",
+    "abstain_decisions_total",
+    "abstain_label_requests_total",
+    "abstain_label_requests_expired_total",
+    "abstain_labels_applied_total",
+    "abstain_labels_ignored_total",
+    "abstain_updates_refused_total",
+    "abstain_pending_requests",
+    "abstain_oldest_pending_age_seconds",
+    "abstain_label_turnaround_seconds",
+    "abstain_model_version",
+    "abstain_model_rho",
+    "abstain_model_weight_norm",
+    "abstain_query_rate",
+    "abstain_risk_estimate",
+    "abstain_iw_loss_total",
+    "abstain_dead_letters_total",
+    "abstain_decide_latency_seconds",
+    "abstain_consumer_lag",
+    "abstain_last_progress_timestamp_seconds",
+    "abstain_ready",
+    "abstain_live",
+]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +83,7 @@ def _truth(x: list[float]) -> int:
     return 1 if x[0] + x[1] > 0 else -1
 
 
-def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
+def _replay(cfg: dict[str, Any], labelled: list[tuple[Any, int]]) -> tuple[Any, float]:
     """Offline: the same labels, in the same order, through the learner a worker serves."""
     _, learner = learn_offline("offline", cfg, labelled)
     return learner.w, learner.rho
@@ -120,17 +137,19 @@ def test_labels_update_the_model_exactly_like_an_offline_replay(
     labels = [(q["request_id"], _truth(q["features"])) for q in requests]
     kafka_io.produce_json(
         t["labels"],
-        [("learn", {"request_id": rid, "model": "learn", "label": y, "labelled_by": "test"})
-         for rid, y in labels],
-    )  # fmt: skip
+        [
+            ("learn", {"request_id": rid, "model": "learn", "label": y, "labelled_by": "test"})
+            for rid, y in labels
+        ],
+    )
     kafka_io.wait_for(
         t["models"], lambda rs: any(r.key == b"learn" and r.json()["version"] == 10 for r in rs)
     )
     states = _model_states(kafka_io, t["models"], "learn")
     assert [s["version"] for s in states] == list(range(1, 11))
     final = states[-1]
-    w, rho = _replay(
-        MODELS["learn"], [(q["features"], y) for q, (_, y) in zip(requests, labels, strict=True)]
+    w, rho = _replay(  # each request with its moments, as the worker's learner took it
+        MODELS["learn"], [(q, y) for q, (_, y) in zip(requests, labels, strict=True)]
     )
     np.testing.assert_allclose(
         final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
@@ -145,12 +164,17 @@ def test_labels_update_the_model_exactly_like_an_offline_replay(
     )
     kafka_io.wait_for(
         t["dead_letters"],
-        lambda rs: any(r.json()["reason"] == "already_applied" and rid in r.json()["raw"]
-                       for r in rs),
-    )  # fmt: skip
+        lambda rs: any(
+            r.json()["reason"] == "already_applied" and rid in r.json()["raw"] for r in rs
+        ),
+    )
     assert [s["version"] for s in _model_states(kafka_io, t["models"], "learn")][-1] == 10
-    assert worker.metric("abstain_labels_ignored_total",
-                         {"model": "learn", "reason": "already_applied"}) == 1.0  # fmt: skip
+    assert (
+        worker.metric(
+            "abstain_labels_ignored_total", {"model": "learn", "reason": "already_applied"}
+        )
+        == 1.0
+    )
     assert worker.metric("abstain_labels_applied_total", {"model": "learn"}) == 10.0
     assert worker.metric("abstain_model_version", {"model": "learn"}) == 10.0
 
@@ -168,45 +192,80 @@ def test_bad_inputs_are_dead_lettered_with_their_reason_and_change_nothing(
         (b"k3", json.dumps({"id": f"{mark}-3", "model": "bad", "features": [1, 2]}).encode()),
         (b"k4", f'{{"id": "{mark}-4", "model": "bad", "features": [1, NaN, 3]}}'.encode()),
         (b"k5", json.dumps({"id": f"{mark}-5", "model": "nope", "features": [1, 2, 3]}).encode()),
-        (b"k6", json.dumps({"id": f"{mark}-6", "model": "bad", "features": [1.0] * 3,
-                            "pad": mark + "x" * 5000}).encode()),
-    ]  # fmt: skip
+        (
+            b"k6",
+            json.dumps(
+                {"id": f"{mark}-6", "model": "bad", "features": [1.0] * 3, "pad": mark + "x" * 5000}
+            ).encode(),
+        ),
+    ]
     kafka_io.produce(t["features"], features)
     stale = {  # a request that expired long ago, and one whose update overflows
-        "request_id": request_id("bad", f"{mark}-stale"), "event_id": f"{mark}-stale",
-        "model": "bad", "features": [1, 2, 3],
-        "score": 0.0, "rho": 1.0, "decided_label": 0, "query_probability": 0.5,
-        "model_version": 0, "requested_at": now - 100, "expires_at": now - 50, "priority": 0.5,
-    }  # fmt: skip
-    huge = {**stale, "request_id": request_id("boom", f"{mark}-huge"), "model": "boom",
-            "event_id": f"{mark}-huge", "features": [1e308, 1e308, 1.0],
-            "expires_at": 4.0e9}  # fmt: skip
+        "request_id": request_id("bad", f"{mark}-stale"),
+        "event_id": f"{mark}-stale",
+        "model": "bad",
+        "features": [1, 2, 3],
+        "score": 0.0,
+        "rho": 1.0,
+        "decided_label": 0,
+        "query_probability": 0.5,
+        "model_version": 0,
+        "requested_at": now - 100,
+        "expires_at": now - 50,
+        "priority": 0.5,
+    }
+    huge = {
+        **stale,
+        "request_id": request_id("boom", f"{mark}-huge"),
+        "model": "boom",
+        "event_id": f"{mark}-huge",
+        "features": [1e308, 1e308, 1.0],
+        "expires_at": 4.0e9,
+    }
     kafka_io.produce_json(t["label_requests"], [("bad", stale), ("boom", huge)])
     labels: list[tuple[bytes | None, bytes]] = [
         (b"bad", f"{{{mark}".encode()),
         (b"bad", json.dumps({"request_id": f"{mark}-x", "model": "bad", "label": 0}).encode()),
         (b"bad", json.dumps({"request_id": f"{mark}-u", "model": "bad", "label": 1}).encode()),
-        (b"bad", json.dumps({"request_id": stale["request_id"], "model": "bad", "label": 1,
-                             "labelled_by": mark}).encode()),
+        (
+            b"bad",
+            json.dumps(
+                {"request_id": stale["request_id"], "model": "bad", "label": 1, "labelled_by": mark}
+            ).encode(),
+        ),
         (b"bad", json.dumps({"request_id": f"{mark}-m", "model": "nope", "label": 1}).encode()),
-        (b"boom", json.dumps({"request_id": huge["request_id"], "model": "boom", "label": 1,
-                              "labelled_by": mark}).encode()),
-    ]  # fmt: skip
+        (
+            b"boom",
+            json.dumps(
+                {"request_id": huge["request_id"], "model": "boom", "label": 1, "labelled_by": mark}
+            ).encode(),
+        ),
+    ]
     kafka_io.produce(t["labels"], labels)
-    expected = Counter({
-        ("features", "not_json"): 1, ("features", "schema"): 1, ("features", "feature_count"): 1,
-        ("features", "non_finite"): 1, ("features", "unknown_model"): 1,
-        ("features", "oversize"): 1, ("labels", "not_json"): 1, ("labels", "bad_label"): 1,
-        ("labels", "unknown_request"): 1, ("labels", "expired"): 1,
-        ("labels", "unknown_model"): 1, ("labels", "non_finite"): 1,
-    })  # fmt: skip
+    expected = Counter(
+        {
+            ("features", "not_json"): 1,
+            ("features", "schema"): 1,
+            ("features", "feature_count"): 1,
+            ("features", "non_finite"): 1,
+            ("features", "unknown_model"): 1,
+            ("features", "oversize"): 1,
+            ("labels", "not_json"): 1,
+            ("labels", "bad_label"): 1,
+            ("labels", "unknown_request"): 1,
+            ("labels", "expired"): 1,
+            ("labels", "unknown_model"): 1,
+            ("labels", "non_finite"): 1,
+        }
+    )
     source = {t["features"]: "features", t["labels"]: "labels"}
 
     def seen(rs: list[Record]) -> Counter[tuple[str, str]]:
         return Counter(
             (source.get(r.json()["topic"], "?"), r.json()["reason"])
-            for r in rs if mark in r.json()["raw"]
-        )  # fmt: skip
+            for r in rs
+            if mark in r.json()["raw"]
+        )
 
     # a label whose request never comes waits orphan_label_seconds (2 s here), then is swept
     # on the learner's next event of that partition: send one
@@ -228,10 +287,13 @@ def test_bad_inputs_are_dead_lettered_with_their_reason_and_change_nothing(
         value = worker.metric("abstain_dead_letters_total", {"source": src, "reason": reason})
         assert value is not None
         assert value >= n
-    assert worker.metric("abstain_updates_refused_total",
-                         {"model": "boom", "reason": "non_finite"}) == 1.0  # fmt: skip
-    assert worker.metric("abstain_labels_ignored_total",
-                         {"model": "bad", "reason": "expired"}) == 1.0  # fmt: skip
+    assert (
+        worker.metric("abstain_updates_refused_total", {"model": "boom", "reason": "non_finite"})
+        == 1.0
+    )
+    assert (
+        worker.metric("abstain_labels_ignored_total", {"model": "bad", "reason": "expired"}) == 1.0
+    )
     assert _model_states(kafka_io, t["models"], "bad") == []
     assert _model_states(kafka_io, t["models"], "boom") == []
     # both agents are still running
@@ -276,8 +338,11 @@ def test_metrics_endpoint_exposes_every_series_with_sane_values(
         time.sleep(0.2)
     rate = worker.metric("abstain_query_rate", {"model": "metrics"})
     assert 0.0 < rate <= 1.0
-    lags = [v for n, lab, v in worker.samples()
-            if n == "abstain_consumer_lag" and lab.get("topic") == t["features"]]  # fmt: skip
+    lags = [
+        v
+        for n, lab, v in worker.samples()
+        if n == "abstain_consumer_lag" and lab.get("topic") == t["features"]
+    ]
     assert len(lags) == 4  # one per partition of the features topic
     assert min(lags) >= 0
     assert "label_token" not in text

@@ -58,10 +58,11 @@ def labelled(
     kafka_io.produce_json(t["labels"], labels)
     kafka_io.wait_for(
         t["models"],
-        lambda rs: all(any(r.key == m.encode() and r.json()["version"] == 8 for r in rs)
-                       for m in MODELS),
+        lambda rs: all(
+            any(r.key == m.encode() and r.json()["version"] == 8 for r in rs) for m in MODELS
+        ),
         timeout=60,
-    )  # fmt: skip
+    )
     return service, worker, {m: 8 for m in MODELS}
 
 
@@ -80,8 +81,10 @@ def test_kernel_dsal_model_scores_requests_labels_and_learns(
     assert any(c != 0.0 for c in learned["coef"]), "labels moved the kernel expansion"
     assert worker.metric("abstain_labels_applied_total", {"model": "ker"}) == 8.0
     # the scorer swapped in the learned version: new events are decided with it
-    kafka_io.produce_json(t["features"], [("ker-new", {"id": "ker-new", "model": "ker",
-                                                       "features": [0.5, 0.4, -0.1]})])  # fmt: skip
+    kafka_io.produce_json(
+        t["features"],
+        [("ker-new", {"id": "ker-new", "model": "ker", "features": [0.5, 0.4, -0.1]})],
+    )
     recs = kafka_io.wait_for(
         t["decisions"], lambda rs: any(r.json()["id"] == "ker-new" for r in rs), timeout=30
     )

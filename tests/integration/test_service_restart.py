@@ -52,8 +52,10 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     kafka_io.produce_json(t["features"], [(e["id"], e) for e in events])
     reqs = kafka_io.wait_for(t["label_requests"], lambda rs: len(rs) >= 8)
     requests = [r.json() for r in reqs][:8]
-    labels = [{"request_id": q["request_id"], "model": "r", "label": _truth(q["features"])}
-              for q in requests]  # fmt: skip
+    labels = [
+        {"request_id": q["request_id"], "model": "r", "label": _truth(q["features"])}
+        for q in requests
+    ]
     kafka_io.produce_json(t["labels"], [("r", lab) for lab in labels[:6]])
     kafka_io.wait_for(t["models"], lambda rs: 6 in [r.json()["version"] for r in rs])
     time.sleep(1.0)  # let the table changelog writes leave the producer
@@ -62,8 +64,9 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     second = service.start()
     ready = second.wait_ready()
     assert ready["models"]["r"] == 6  # the newest snapshot, before any new label
-    _wait_metric(second, "abstain_labels_ignored_total", {"model": "r", "reason": "redelivered"},
-                 6.0)  # fmt: skip
+    _wait_metric(
+        second, "abstain_labels_ignored_total", {"model": "r", "reason": "redelivered"}, 6.0
+    )
     assert second.metric("abstain_labels_applied_total", {"model": "r"}) == 0.0
     assert _versions(kafka_io, t["models"]) == [1, 2, 3, 4, 5, 6]
     # events whose offsets were not committed are scored again: same ids, never a new one
@@ -75,8 +78,9 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     kafka_io.produce_json(t["labels"], [("r", lab) for lab in labels[6:8]])
     kafka_io.wait_for(t["models"], lambda rs: 8 in [r.json()["version"] for r in rs])
     final = [r.json() for r in kafka_io.read(t["models"]) if r.key == b"r"][-1]
-    w, rho = _replay(MODEL, [(q["features"], lab["label"]) for q, lab in zip(requests, labels,
-                                                                      strict=True)])  # fmt: skip
+    w, rho = _replay(
+        MODEL, [(q["features"], lab["label"]) for q, lab in zip(requests, labels, strict=True)]
+    )
     np.testing.assert_allclose(
         final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
     )

@@ -22,9 +22,8 @@ Service = KafkaIO = Worker = Any  # fixtures' types live in conftest.py
 
 KEY = "seed-snapshot-key-for-tests-0123456789"  # noqa: S105 - >= 32 characters
 MODELS = {
-    "m": {"algorithm": "dsal", "cost": 0.25, "feature_names": ["a", "b", "c"],
-          "audit_rate": 0.3},
-}  # fmt: skip
+    "m": {"algorithm": "dsal", "cost": 0.25, "feature_names": ["a", "b", "c"], "audit_rate": 0.3},
+}
 WEIGHTS = np.array([1.0, 2.0, -1.0])
 
 
@@ -35,11 +34,16 @@ def _truth(x: list[float]) -> int:
 def _events(prefix: str, n: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     rng = np.random.default_rng(seed)
     return [
-        (f"{prefix}-{i}", {"id": f"{prefix}-{i}", "model": "m",
-                           "features": dict(zip("abc", rng.normal(size=3).round(4).tolist(),
-                                                strict=True))})
+        (
+            f"{prefix}-{i}",
+            {
+                "id": f"{prefix}-{i}",
+                "model": "m",
+                "features": dict(zip("abc", rng.normal(size=3).round(4).tolist(), strict=True)),
+            },
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def _decisions(kio: KafkaIO, topic: str, prefix: str, n: int) -> list[dict[str, Any]]:
@@ -91,8 +95,9 @@ def test_the_seed_is_published_signed_and_the_worker_decides_with_it(
     assert (out["rows"], out["version"], out["published"]) == (400, 1, True)
     signed = [r for r in kafka_io.read(t["models"]) if r.key == b"m"]
     assert signed, "the seed is on the models topic"
-    assert all(dict(r.headers or ()).get("abstain-signature", b"").startswith(b"v1:")
-               for r in signed)  # fmt: skip
+    assert all(
+        dict(r.headers or ()).get("abstain-signature", b"").startswith(b"v1:") for r in signed
+    )
     # the CLI's record (placed nowhere in the labels log) and the learner's adoption of it
     cli_state, learner_state = None, None
     for s in _states(kafka_io, t["models"]):
@@ -133,11 +138,16 @@ def test_labels_after_the_seed_are_applied_on_top_once_and_rebuild_agrees(
     requests = [r.json() for r in kafka_io.wait_for(t["label_requests"], asked, timeout=60)]
     mine = [q for q in requests if q["event_id"].startswith("asked-")][:5]
     assert all(q["model_version"] == 1 for q in mine)
-    labels = [("m", {"request_id": q["request_id"], "model": "m",
-                     "label": _truth(q["features"])}) for q in mine]  # fmt: skip
+    labels = [
+        ("m", {"request_id": q["request_id"], "model": "m", "label": _truth(q["features"])})
+        for q in mine
+    ]
     kafka_io.produce_json(t["labels"], labels)
-    kafka_io.wait_for(t["models"], lambda rs: any(r.key == b"m" and r.json()["version"] == 6
-                                                  for r in rs), timeout=60)  # fmt: skip
+    kafka_io.wait_for(
+        t["models"],
+        lambda rs: any(r.key == b"m" and r.json()["version"] == 6 for r in rs),
+        timeout=60,
+    )
     kafka_io.produce_json(t["labels"], labels)  # the same answers again: already applied
     deadline = time.monotonic() + 30
     while worker.metric("abstain_dead_letters_total") < 5 and time.monotonic() < deadline:
@@ -189,9 +199,14 @@ def test_seeding_before_the_model_serves(
     worker = service.start()
     worker.wait_ready()
     t = service.topics
-    kafka_io.wait_for(t["models"], lambda rs: any(r.key == b"m" and r.json()["version"] == 1
-                                                  and r.json()["labels_partition"] >= 0
-                                                  for r in rs), timeout=60)  # fmt: skip
+    kafka_io.wait_for(
+        t["models"],
+        lambda rs: any(
+            r.key == b"m" and r.json()["version"] == 1 and r.json()["labels_partition"] >= 0
+            for r in rs
+        ),
+        timeout=60,
+    )
     kafka_io.produce_json(t["features"], _events("late", 40, seed=4))
     late = _decisions(kafka_io, t["decisions"], "late", 40)
     assert {d["model_version"] for d in late} == {1}

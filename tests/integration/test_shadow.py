@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from service.config import ModelConfig
-from service.learning import learn_from_champion
+from service.learning import Moments, learn_from_champion
 from service.records import parse_model_envelope
 from service.stream.models.served import ServedModel
 
@@ -50,16 +50,21 @@ def truth(x: list[float]) -> int:
 def events(prefix: str, n: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     rng = np.random.default_rng(seed)
     return [
-        (f"{prefix}{i}", {"id": f"{prefix}{i}", "model": "c",
-                          "features": rng.normal(size=3).round(4).tolist()})
+        (
+            f"{prefix}{i}",
+            {"id": f"{prefix}{i}", "model": "c", "features": rng.normal(size=3).round(4).tolist()},
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def states(kio: KafkaIO, topic: str, model: str) -> list[Any]:
     """Every snapshot of ``model`` on the models topic, in order (parsed)."""
-    return [parse_model_envelope(r.value, model=model) for r in kio.read(topic)
-            if r.key == model.encode()]  # fmt: skip
+    return [
+        parse_model_envelope(r.value, model=model)
+        for r in kio.read(topic)
+        if r.key == model.encode()
+    ]
 
 
 @dataclass
@@ -85,16 +90,19 @@ def learn_phase(run: Run, kio: KafkaIO) -> None:
     kio.produce_json(t["features"], batch)
     run.phase1 = wait_decisions(kio, t["decisions"], {k for k, _ in batch})
     asked = sum(d["queried"] for d in run.phase1)
-    requests = [r.json() for r in kio.wait_for(t["label_requests"],
-                                               lambda rs: len(rs) >= asked)]  # fmt: skip
+    requests = [r.json() for r in kio.wait_for(t["label_requests"], lambda rs: len(rs) >= asked)]
     run.answered = requests[:ANSWERED]
-    labels = [("c", {"request_id": q["request_id"], "model": "c", "label": truth(q["features"])})
-              for q in run.answered]  # fmt: skip
+    labels = [
+        ("c", {"request_id": q["request_id"], "model": "c", "label": truth(q["features"])})
+        for q in run.answered
+    ]
     kio.produce_json(t["labels"], labels)
 
     def learned(rs: list[Any]) -> bool:
-        top = {m: max((r.json()["version"] for r in rs if r.key == m.encode()), default=0)
-               for m in ("c", "s")}  # fmt: skip
+        top = {
+            m: max((r.json()["version"] for r in rs if r.key == m.encode()), default=0)
+            for m in ("c", "s")
+        }
         return top == {"c": ANSWERED, "s": ANSWERED}
 
     kio.wait_for(t["models"], learned, timeout=60)
@@ -133,9 +141,10 @@ def promote_phase(run: Run, kio: KafkaIO) -> None:
 def run(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Run:
     started = time.monotonic()
     service = service_factory(
-        models={"c": CHAMPION, "s": SHADOW}, default_model="c",
+        models={"c": CHAMPION, "s": SHADOW},
+        default_model="c",
         partitions={"features": 1, "decisions": 1, "labels": 2, "models": 1},
-    )  # fmt: skip
+    )
     worker = service.start()
     worker.wait_ready()
     r = Run(service, worker)
@@ -156,9 +165,13 @@ def test_the_shadow_equals_an_offline_replay_of_the_champions_labels(
     loss = weight = 0.0
     for q in run.answered:
         x, y, p = np.asarray(q["features"]), truth(q["features"]), q["query_probability"]
-        offline.pipeline.learn(x)
-        learn_from_champion(offline.learner, offline.pipeline.transform(x), y, p,
-                            max_weight=MAX_WEIGHT)  # fmt: skip
+        moments = q.get("moments")  # of the events scored before the request, when it has them
+        offline.pipeline.learn_label(
+            x, None if moments is None else Moments.from_record(moments, 3)
+        )
+        learn_from_champion(
+            offline.learner, offline.pipeline.transform(x), y, p, max_weight=MAX_WEIGHT
+        )
         decided = q["shadow_labels"]["s"]
         h = 1.0 / max(p, 1.0 / MAX_WEIGHT)
         loss += (0.25 if decided == 0 else float(decided != y)) * h
@@ -167,8 +180,10 @@ def test_the_shadow_equals_an_offline_replay_of_the_champions_labels(
     np.testing.assert_allclose(live.learner.w, offline.learner.w, rtol=1e-9, atol=1e-12)
     assert live.learner.rho == pytest.approx(offline.learner.rho, rel=1e-9)
     assert (mine.iw_loss, mine.iw_weight) == pytest.approx((loss, weight), rel=1e-9)
-    print(f"\nshadow after {ANSWERED} labels: risk {mine.risk:.3f}, "
-          f"||w|| {np.linalg.norm(live.learner.w):.3f}; timings {run.seconds}")  # fmt: skip
+    print(
+        f"\nshadow after {ANSWERED} labels: risk {mine.risk:.3f}, "
+        f"||w|| {np.linalg.norm(live.learner.w):.3f}; timings {run.seconds}"
+    )
 
 
 def test_the_decisions_topic_holds_only_the_champions_decisions(run: Run) -> None:
@@ -177,8 +192,10 @@ def test_the_decisions_topic_holds_only_the_champions_decisions(run: Run) -> Non
     switch = sum(d["model"] == "c" for d in run.promoted)  # decisions of c before promotion
 
     def shadow(model: str) -> float:
-        return sum(run.worker.metric("abstain_shadow_decisions_total", {"model": model,
-                                     "action": a}) for a in ("predict", "reject"))  # fmt: skip
+        return sum(
+            run.worker.metric("abstain_shadow_decisions_total", {"model": model, "action": a})
+            for a in ("predict", "reject")
+        )
 
     # every event decided by the server and counted once for the other member
     assert (shadow("s"), shadow("c")) == (150 + switch, 400 - switch)
@@ -216,20 +233,31 @@ def test_rollback_serves_the_old_weights_under_a_higher_version(
 ) -> None:
     t, kio = run.service.topics, kafka_io
     served = {d["id"] for d in run.promoted if d["model"] == "s" and d["queried"]}
-    requests = [r.json() for r in kio.wait_for(
-        t["label_requests"], lambda rs: len({r.json()["event_id"] for r in rs} & served) >= 5
-    )]  # fmt: skip
+    requests = [
+        r.json()
+        for r in kio.wait_for(
+            t["label_requests"], lambda rs: len({r.json()["event_id"] for r in rs} & served) >= 5
+        )
+    ]
     mine = [q for q in requests if q["event_id"] in served][:5]
     assert {q["served_by"] for q in mine} == {"s"}
-    labels = [("c", {"request_id": q["request_id"], "model": "c", "label": truth(q["features"])})
-              for q in mine]  # fmt: skip
+    labels = [
+        ("c", {"request_id": q["request_id"], "model": "c", "label": truth(q["features"])})
+        for q in mine
+    ]
     kio.produce_json(t["labels"], labels)
     top = ANSWERED + len(mine)
-    kio.wait_for(t["models"], lambda rs: any(r.key == b"s" and r.json()["version"] == top
-                                             for r in rs), timeout=60)  # fmt: skip
+    kio.wait_for(
+        t["models"],
+        lambda rs: any(r.key == b"s" and r.json()["version"] == top for r in rs),
+        timeout=60,
+    )
     run.service.cli("models", "rollback", "s", "--to-version", str(ANSWERED))
-    kio.wait_for(t["models"], lambda rs: any(r.key == b"s" and r.json()["version"] == top + 1
-                                             for r in rs), timeout=60)  # fmt: skip
+    kio.wait_for(
+        t["models"],
+        lambda rs: any(r.key == b"s" and r.json()["version"] == top + 1 for r in rs),
+        timeout=60,
+    )
     history = {e.version: e for e in states(kio, t["models"], "s")}
     restored, old = history[top + 1], history[ANSWERED]
     assert (restored.learner, restored.pipeline) == (old.learner, old.pipeline)

@@ -52,8 +52,10 @@ def forged(config: dict[str, Any], version: int, *, overflow: bool) -> bytes:
 
 def decide(service: Service, kio: KafkaIO, prefix: str, n: int = 20) -> list[dict[str, Any]]:
     t = service.topics
-    events = [(f"{prefix}{i}", {"id": f"{prefix}{i}", "model": "m",
-                                "features": [0.1 * i, -1.0, 2.0]}) for i in range(n)]  # fmt: skip
+    events = [
+        (f"{prefix}{i}", {"id": f"{prefix}{i}", "model": "m", "features": [0.1 * i, -1.0, 2.0]})
+        for i in range(n)
+    ]
     kio.produce_json(t["features"], events)
     ids = {k for k, _ in events}
 
@@ -82,27 +84,35 @@ def models_dead(service: Service, kio: KafkaIO) -> list[tuple[int, str]]:
 def test_a_snapshot_that_cannot_score_never_dead_letters_the_events(
     service_factory: Callable[..., Service], kafka_io: KafkaIO
 ) -> None:
-    service = service_factory(partitions={"features": 1, "decisions": 1, "labels": 1,
-                                          "models": 1})  # fmt: skip
+    service = service_factory(partitions={"features": 1, "decisions": 1, "labels": 1, "models": 1})
     worker = service.start()
     worker.wait_ready()
     config = service.config["models"]["m"]
     t, kio = service.topics, kafka_io
     assert {d["model_version"] for d in decide(service, kio, "a")} == {0}
     # 1. huge weights: refused when read
-    [(_, huge)] = produce_records(service.bootstrap, t["models"],
-                                  [Out(b"m", forged(config, 5, overflow=False))])  # fmt: skip
+    [(_, huge)] = produce_records(
+        service.bootstrap, t["models"], [Out(b"m", forged(config, 5, overflow=False))]
+    )
     wait_until(lambda: (huge, "schema") in models_dead(service, kio), 30, "the refusal")
     assert {d["model_version"] for d in decide(service, kio, "b")} == {0}
     # 2. within the bound, overflows on every event: refused at its first batch
-    [(_, bad)] = produce_records(service.bootstrap, t["models"],
-                                 [Out(b"m", forged(config, 6, overflow=True))])  # fmt: skip
-    wait_until(lambda: json.loads(worker.get("/readyz")[1])["models"]["m"] == 6, 30,
-               "the snapshot read", every=0.05)  # fmt: skip
+    [(_, bad)] = produce_records(
+        service.bootstrap, t["models"], [Out(b"m", forged(config, 6, overflow=True))]
+    )
+    wait_until(
+        lambda: json.loads(worker.get("/readyz")[1])["models"]["m"] == 6,
+        30,
+        "the snapshot read",
+        every=0.05,
+    )
     assert {d["model_version"] for d in decide(service, kio, "c")} == {0}
     assert (bad, "non_finite") in models_dead(service, kio)
     assert json.loads(worker.get("/readyz")[1])["models"]["m"] == 0
-    assert worker.metric("abstain_dead_letters_total", {"source": "models",
-                                                        "reason": "non_finite"}) == 1  # fmt: skip
-    assert not worker.metric("abstain_dead_letters_total", {"source": "features",
-                                                            "reason": "non_finite"})  # fmt: skip
+    assert (
+        worker.metric("abstain_dead_letters_total", {"source": "models", "reason": "non_finite"})
+        == 1
+    )
+    assert not worker.metric(
+        "abstain_dead_letters_total", {"source": "features", "reason": "non_finite"}
+    )

@@ -43,8 +43,7 @@ def _specs(dep: Deployment) -> list[TopicSpec]:
 
 def _wanted(spec: TopicSpec, **change: Any) -> ka.Wanted:
     configs = {"cleanup.policy": "compact"} if spec.compacted else {}
-    return ka.Wanted(change.get("partitions", spec.partitions), 1,
-                     change.get("configs", configs))  # fmt: skip
+    return ka.Wanted(change.get("partitions", spec.partitions), 1, change.get("configs", configs))
 
 
 def _refused(dep: Deployment, timeout: float = 90.0) -> str:
@@ -177,20 +176,31 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
     assert max(before) == 6
 
     # 2. new label topics with the new count, a new app id (new changelogs, new group)
-    new_topics = {**old.topics, "label_requests": old.topics["label_requests"] + "-2",
-                  "labels": old.topics["labels"] + "-2"}  # fmt: skip
-    new = _deployment(b, tmp_path / "new", partitions={"features": 2, "labels": 2},
-                      topics=new_topics)  # fmt: skip
+    new_topics = {
+        **old.topics,
+        "label_requests": old.topics["label_requests"] + "-2",
+        "labels": old.topics["labels"] + "-2",
+    }
+    new = _deployment(
+        b, tmp_path / "new", partitions={"features": 2, "labels": 2}, topics=new_topics
+    )
     compact = {"cleanup.policy": "compact"}
-    ka.create(b, {new_topics["label_requests"]: ka.Wanted(2), new_topics["labels"]: ka.Wanted(2),
-                  new.changelog("models"): ka.Wanted(2, 1, compact)})  # fmt: skip
+    ka.create(
+        b,
+        {
+            new_topics["label_requests"]: ka.Wanted(2),
+            new_topics["labels"]: ka.Wanted(2),
+            new.changelog("models"): ka.Wanted(2, 1, compact),
+        },
+    )
     # 3. seed the new models changelog with each model's last state, its label position reset
     seed = {**before[6], "labels_offset": -1, "labels_partition": -1}
     home = partition_for(b"m", 2)
     produce_records(b, new.changelog("models"), [Out(b"m", json.dumps(seed).encode(), home)])
     # 4. the new scoring group starts on the features topic where the old one stopped
-    offsets = ka.copy_group_offsets(b, score_group(old.app_id), score_group(new.app_id),
-                                    old.topics["features"])  # fmt: skip
+    offsets = ka.copy_group_offsets(
+        b, score_group(old.app_id), score_group(new.app_id), old.topics["features"]
+    )
     assert sum(offsets.values()) == 120
     try:
         worker = new.start()
@@ -203,13 +213,15 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
     after = _chain(b, [new.topics["models"], new.changelog("models")])
     assert max(after) == 10
     # every step is one label, old ones then new ones, and the end is the offline replay
-    features = {rid: r["features"] for o in (taught, taught_again) for rid, r in o.requests.items()}
+    features = {rid: r for o in (taught, taught_again) for rid, r in o.requests.items()}
     labelled = []
     config = ModelConfig(**old.config["models"]["m"])
     initial = initial_envelope("m", config).to_dict()
     for dep, first in ((old, 1), (new, 7)):
-        labels = {str(r.json()["request_id"]): int(r.json()["label"])
-                  for r in read_topic(b, dep.topics["labels"])}  # fmt: skip
+        labels = {
+            str(r.json()["request_id"]): int(r.json()["label"])
+            for r in read_topic(b, dep.topics["labels"])
+        }
         states = {0: initial, **before} if dep is old else {6: seed, **after}
         chain = SimpleNamespace(states=[states[v] for v in range(first - 1, first + len(labels))])
         explained = explain_chain(chain, read_topic(b, dep.topics["labels"]), features)  # type: ignore[arg-type]

@@ -38,8 +38,9 @@ def _topic(bootstrap: str, partitions: int) -> str:
 
 
 async def _consumer(bootstrap: str, tps: list[TopicPartition]) -> AIOKafkaConsumer:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                enable_auto_commit=False)  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+    )
     await consumer.start()
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
@@ -113,8 +114,9 @@ def test_the_reader_returns_every_readable_record_once_and_stops_at_the_batch(
 
     before, after, unreadable, paused = asyncio.run(run())
     names = [json.loads(r.value)["id"] for r in before]
-    assert sorted(names) == sorted([f"a{i}" for i in range(200)] + [f"b{i}" for i in range(5)]
-                                   + [f"d{i}" for i in range(50)])  # fmt: skip
+    assert sorted(names) == sorted(
+        [f"a{i}" for i in range(200)] + [f"b{i}" for i in range(5)] + [f"d{i}" for i in range(50)]
+    )
     assert paused == {p1}
     assert [json.loads(r.value)["id"] for r in after] == [f"c{i}" for i in range(5)]
     assert unreadable.stopped == {}

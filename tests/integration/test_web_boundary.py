@@ -36,8 +36,20 @@ def auth(service: Service) -> dict[str, str]:
 def ask(kafka_io: KafkaIO, service: Service, event_id: str, priority: float = 0.5) -> str:
     """Put a well-formed label request for ``event_id`` of model ``m`` on the topic."""
     now = time.time()
-    request = LabelRequest(request_id("m", event_id), event_id, "m", [0.5, -1.0, 2.0], 0.1, 1.0,
-                           0, 0.5, 0, now, now + 600, priority)  # fmt: skip
+    request = LabelRequest(
+        request_id("m", event_id),
+        event_id,
+        "m",
+        [0.5, -1.0, 2.0],
+        0.1,
+        1.0,
+        0,
+        0.5,
+        0,
+        now,
+        now + 600,
+        priority,
+    )
     kafka_io.produce(service.topics["label_requests"], [(b"m", request.to_json())])
     return request.request_id
 
@@ -65,8 +77,11 @@ def test_the_label_queue_needs_the_token_and_pages(
     service, worker = svc
     rids = {ask(kafka_io, service, f"q{i}", priority=i / 10) for i in range(5)}
     wait_listed(worker, service, rids)
-    for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"},
-                    {"Authorization": service.token}):  # fmt: skip
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong-token-0123456789"},
+        {"Authorization": service.token},
+    ):
         status, body = worker.get("/labels", headers)
         assert status == 401, headers
         assert b"features" not in body
@@ -79,8 +94,15 @@ def test_the_label_queue_needs_the_token_and_pages(
 
 def test_faust_pages_are_not_served(svc: tuple[Service, Worker]) -> None:
     _, worker = svc
-    for path in ("/router/", "/table/", "/table/pending/", "/graph/", "/stats/",
-                 "/assignment/", "/performance/"):  # fmt: skip
+    for path in (
+        "/router/",
+        "/table/",
+        "/table/pending/",
+        "/graph/",
+        "/stats/",
+        "/assignment/",
+        "/performance/",
+    ):
         assert worker.status(path) == 404, path
     assert json.loads(worker.get("/")[1]) == {"status": "OK"}
     for path in ("/healthz", "/readyz", "/metrics"):
@@ -139,8 +161,9 @@ def test_with_the_broker_stopped_a_label_gets_503_and_a_retry_applies_it_once(
     n = sum(r.json()["request_id"] == rid for r in copies)
 
     def refused(records: list[Any]) -> int:
-        return sum(r.json()["reason"] == "already_applied" and rid in r.json()["raw"]
-                   for r in records)  # fmt: skip
+        return sum(
+            r.json()["reason"] == "already_applied" and rid in r.json()["raw"] for r in records
+        )
 
     kafka_io.wait_for(t["dead_letters"], lambda rs: refused(rs) == n - 1)
     time.sleep(2.0)

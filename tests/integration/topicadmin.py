@@ -140,8 +140,9 @@ def copy_group_offsets(bootstrap: str, source: str, target: str, topic: str) -> 
         finally:
             await admin.close()
         offsets = {tp: meta.offset for tp, meta in committed.items() if tp.topic == topic}
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=target,
-                                    enable_auto_commit=False)  # fmt: skip
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=target, enable_auto_commit=False
+        )
         await consumer.start()
         try:
             consumer.assign(list(offsets))

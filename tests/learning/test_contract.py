@@ -1,5 +1,7 @@
 """The contract every learner keeps (run over every algorithm of the registry, found there),
-alone and held to a query budget (:class:`~service.learning.Budgeted`).
+alone and held to a query budget (:class:`~service.learning.Budgeted`), and as a model
+serves it: bare, budgeted, inside the adaptive wrapper and both, the linear learners with
+each update rule (the last section).
 
 Stream and replay code rely on it: decisions never change the model or the input, a seed
 fixes every choice, a JSON round trip of the state changes nothing now or later, and bad
@@ -18,6 +20,8 @@ import numpy as np
 import pytest
 
 from service.learning import (
+    LINEAR_ALGORITHMS,
+    Adaptive,
     Budgeted,
     DimensionError,
     HyperparameterError,
@@ -25,7 +29,9 @@ from service.learning import (
     LabelError,
     LearningError,
     NonFiniteError,
+    Parts,
     QueryBudget,
+    learner_for,
     learner_from_state,
     make_learner,
 )
@@ -371,3 +377,137 @@ def test_budgeted_bad_x_is_refused_and_nothing_changes(
     with pytest.raises(InputError):
         model.decide(X[0], coin=1.5)
     assert snapshot(model) == before
+
+
+# -- the same contract, as a model serves it ----------------------------------------------
+# Every learner (the linear ones with each update rule) bare, held to a budget, inside the
+# adaptive wrapper a worker serves it in (its parts and tracking steps: learner_for), and
+# both. Decisions never change what the learner has learned (the wrapper counts the
+# decisions its exploration floor raised; the budget counts events and questions), a seed
+# fixes every choice, a JSON round trip of the state keeps the future, a batch decides as
+# row by row, bad input changes nothing and rho stays >= 0.
+
+WRAPPINGS = ("bare", "budgeted", "adaptive", "budgeted-adaptive")
+STACK_NAMES = [*NAMES, *(f"{n}/normalized" for n in LINEAR_ALGORITHMS)]
+
+
+def build_stack(spec: str, wrapping: str, seed: int = 0) -> Any:
+    name, _, rule = spec.partition("/")
+    kw: dict[str, Any] = {"seed": seed} if not rule else {"seed": seed, "update_rule": rule}
+    model: Any = build(name, **kw)
+    if "adaptive" in wrapping:
+        model = learner_for(model.to_state(), Parts())
+    if "budgeted" in wrapping:
+        model = Budgeted(model, QueryBudget(0.2, horizon=20, seed=seed))
+    return model
+
+
+def rebuild(model: Any) -> Any:
+    """``model`` from its JSON state record(s), as a worker reads it back."""
+    if isinstance(model, Budgeted):
+        inner = rebuild(model.learner)
+        return Budgeted(
+            inner, QueryBudget.from_state(json.loads(json.dumps(model.budget.to_state())))
+        )
+    record = json.loads(json.dumps(model.to_state()))
+    if isinstance(model, Adaptive):
+        return Adaptive.from_state(record)
+    return learner_from_state(record)
+
+
+def learned(model: Any) -> str:
+    """What the learner inside ``model`` has learned (not the budget, not the decisions the
+    exploration floor counted)."""
+    inner = model.learner if isinstance(model, Budgeted) else model
+    record = inner.to_state()
+    if isinstance(inner, Adaptive):
+        record = {**record, "learned": {**record["learned"], "explored": None}}
+    return json.dumps(record, sort_keys=True)
+
+
+@pytest.fixture(params=STACK_NAMES)
+def spec(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=WRAPPINGS)
+def wrapping(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_a_stack_decides_without_changing_what_it_learned(
+    spec: str, wrapping: str, stream: Any
+) -> None:
+    X, y = stream
+    model = build_stack(spec, wrapping)
+    train(model, X[:30], y[:30])
+    before, X_before = learned(model), X.copy()
+    for x in X[30:]:
+        model.decide(x, coin=0.5)
+    model.decide_many(X[30:], coins=np.full(30, 0.5))
+    assert learned(model) == before
+    assert np.array_equal(X, X_before)
+
+
+def test_a_stack_with_the_same_seed_makes_the_same_decisions(
+    spec: str, wrapping: str, stream: Any
+) -> None:
+    X, y = stream
+    a, b = build_stack(spec, wrapping, seed=3), build_stack(spec, wrapping, seed=3)
+    assert train(a, X, y) == train(b, X, y)
+    assert learned(a) == learned(b)
+
+
+def test_a_stack_read_back_from_its_state_has_the_same_future(
+    spec: str, wrapping: str, stream: Any
+) -> None:
+    X, y = stream
+    model = build_stack(spec, wrapping, seed=5)
+    train(model, X[:40], y[:40])
+    clone = rebuild(model)
+    assert learned(clone) == learned(model)
+    assert train(clone, X[40:], y[40:]) == train(model, X[40:], y[40:])
+    assert learned(clone) == learned(model)
+    assert model.steps > 0
+
+
+def test_a_stack_decides_a_batch_as_row_by_row(spec: str, wrapping: str, stream: Any) -> None:
+    X, y = stream
+    model = build_stack(spec, wrapping, seed=9)
+    train(model, X[:25], y[:25])
+    twin = rebuild(model)
+    coins = np.random.default_rng(1).random(35)
+    labels, scores, probs, queries = model.decide_many(X[25:], coins=coins)
+    singles = [twin.decide(x, coin=float(c)) for x, c in zip(X[25:], coins, strict=True)]
+    assert labels.tolist() == [d.label for d in singles]
+    assert np.allclose(scores, [d.score for d in singles], rtol=1e-12, atol=1e-12)
+    assert np.allclose(probs, [d.query_probability for d in singles], rtol=1e-9, atol=1e-15)
+    assert queries.tolist() == [d.query for d in singles]
+
+
+@pytest.mark.parametrize(("x", "error"), BAD_X)
+def test_a_stack_refuses_bad_x_and_changes_nothing(
+    spec: str, wrapping: str, stream: Any, x: Any, error: type[Exception]
+) -> None:
+    X, y = stream
+    model = build_stack(spec, wrapping)
+    train(model, X[:20], y[:20])
+    before = learned(model)
+    with pytest.raises(error):
+        model.update(x, 1)
+    with pytest.raises(error):
+        model.decide(x)
+    assert learned(model) == before
+
+
+def test_a_stack_keeps_rho_at_or_above_zero_and_its_parameters_finite(
+    spec: str, wrapping: str
+) -> None:
+    model = build_stack(spec, wrapping)
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        x = rng.normal(size=N) * 3.0
+        model.update(x, 1 if rng.random() < 0.9 else -1)
+        assert model.rho >= 0.0
+    inner = model.learner if isinstance(model, Budgeted) else model
+    assert math.isfinite(inner.weight_norm())

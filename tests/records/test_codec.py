@@ -28,6 +28,11 @@ def test_a_non_finite_number_anywhere_is_refused(state: dict[str, object]) -> No
 
 
 def test_finite_states_with_nulls_strings_and_wide_ints_pass() -> None:
-    state = {"w": [1.0, -2.5, 3], "last": None, "rng": {"inc": str(2**100)},
-             "records": [{"x": [0.5, 1e308]}, None, "mirror"], "wide": [2**62, 1.0]}  # fmt: skip
+    state = {
+        "w": [1.0, -2.5, 3],
+        "last": None,
+        "rng": {"inc": str(2**100)},
+        "records": [{"x": [0.5, 1e308]}, None, "mirror"],
+        "wide": [2**62, 1.0],
+    }
     assert decode_object(encode_finite(state)) == state

@@ -42,8 +42,9 @@ def test_a_learned_number_beyond_the_bound_is_refused_both_ways(w: list[float], 
 def test_numbers_below_the_bound_and_configured_params_pass() -> None:
     env = with_w([9.9e99, -1e99, 1e-300, 0.0], rho=-9e99)
     assert parse_model_envelope(env.to_json(), model="m") == env
-    eta = initial_envelope("b", ModelConfig(algorithm="dsal", cost=0.25, n_features=3,
-                                            hyperparameters={"eta": 1e300}))  # fmt: skip
+    eta = initial_envelope(
+        "b", ModelConfig(algorithm="dsal", cost=0.25, n_features=3, hyperparameters={"eta": 1e300})
+    )
     assert parse_model_envelope(eta.to_json(), model="b") == eta  # a step size is no weight
     big = np.full(4, MAX_MAGNITUDE)
     with pytest.raises(RecordError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -11,6 +12,7 @@ from service.records import (
     DEAD_LETTER_REASONS,
     BadMessage,
     DeadLetter,
+    FeatureMoments,
     Label,
     LabelRequest,
     parse_feature_event,
@@ -113,6 +115,36 @@ def test_label_request_round_trip_and_checks() -> None:
     assert _reason(parse_label_request, orjson.dumps(bad)) == "schema"
     bad = {**req.to_dict(), "decided_label": 2}
     assert _reason(parse_label_request, orjson.dumps(bad)) == "schema"
+
+
+def test_a_label_request_carries_the_moments_of_the_events_scored_since_the_last() -> None:
+    base = LabelRequest("r", "e", "m", [1.0, 2.0], 0.3, 0.5, 0, 0.25, 3, 10.0, 20.0, 0.7)
+    req = replace(base, moments=FeatureMoments(5, (1.0, -2.5), (4.0, 0.0)))
+    assert parse_label_request(req.to_json()) == req
+    assert parse_label_request(base.to_json()).moments is None  # as before they existed
+    old = {k: v for k, v in base.to_dict().items() if k != "moments"}
+    assert parse_label_request(orjson.dumps(old)) == base
+
+
+@pytest.mark.parametrize(
+    "moments",
+    [
+        "many",
+        {"count": 0, "mean": [0.0, 0.0], "m2": [0.0, 0.0]},
+        {"count": 2.5, "mean": [0.0, 0.0], "m2": [0.0, 0.0]},
+        {"count": 2, "mean": [0.0], "m2": [0.0, 0.0]},
+        {"count": 2, "mean": [0.0, 0.0, 0.0], "m2": [0.0, 0.0]},
+        {"count": 2, "mean": [0.0, "x"], "m2": [0.0, 0.0]},
+        {"count": 2, "mean": [0.0, 2e100], "m2": [0.0, 0.0]},
+        {"count": 2, "mean": [0.0, 0.0], "m2": [-1.0, 0.0]},
+        {"count": 2, "mean": [0.0, 0.0], "m2": [3e200, 0.0]},
+        {"count": 2, "mean": [0.0, 0.0]},
+    ],
+)
+def test_a_label_request_with_moments_that_are_not_is_dead_lettered(moments: object) -> None:
+    base = LabelRequest("r", "e", "m", [1.0, 2.0], 0.3, 0.5, 0, 0.25, 3, 10.0, 20.0, 0.7)
+    raw = orjson.dumps({**base.to_dict(), "moments": moments})
+    assert _reason(parse_label_request, raw) == "schema"
 
 
 def test_bad_message_rejects_reasons_outside_the_closed_set() -> None:

@@ -38,6 +38,10 @@ def test_bench_prints_every_section(
     assert f"dataset {guide_like_path}: 600 rows x 4 features" in out
     assert "single events, 4 features" in out
     assert "decide_many throughput" in out
+    rules = out.split("update rules, 4 features")[1].split("decide_many")[0]
+    rows = [line.split() for line in rules.splitlines() if line.startswith(("dral", "dsal"))]
+    assert {(r[0], r[1]) for r in rows} >= {("dsal", "1"), ("dsal", "100"), ("dral", "100")}
+    assert all(float(r[4]) > 0 for r in rows)  # a ratio of two timings, both measured
     assert "kernel-dsal, polynomial kernel (degree 2)" in out
     for name in ("dral", "dsal", "dsol"):
         assert any(line.split()[:2] == [name, "decide+update"] for line in out.splitlines())

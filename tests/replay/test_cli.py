@@ -107,6 +107,8 @@ def test_kernel_budget_study_writes_table_and_figure(guide_like_path: Path, tmp_
             "--no-progress",
             "--out",
             str(tmp_path),
+            "--figures",
+            str(tmp_path / "figures"),
         ]
     )
     assert code == 0
@@ -117,7 +119,8 @@ def test_kernel_budget_study_writes_table_and_figure(guide_like_path: Path, tmp_
     }
     assert all(r["us_per_event"] > 0 for r in rows)
     assert table["settings"]["kernel"]["kind"] == "polynomial"
-    assert (tmp_path / "budget.png").read_bytes().startswith(PNG_MAGIC)
+    assert (tmp_path / "figures" / "budget.png").read_bytes().startswith(PNG_MAGIC)
+    assert not list(tmp_path.glob("*.png"))  # the figures go only where --figures says
     assert (tmp_path / "budget.csv").read_text().startswith("budget,algorithm,label_budget,")
 
 

@@ -29,10 +29,10 @@ def test_the_benchmark_prints_one_table_and_writes_its_results(
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     labels = [row.split(" | ")[0].removeprefix("| ") for row in rows[1:]]
     assert labels == [
-        "abstain @20%",
-        "abstain adaptive @20%",
-        "abstain, all labels",
-        "abstain adaptive, all labels",
+        "abstain served @20%",
+        "abstain bare @20%",
+        "abstain served, all labels",
+        "abstain bare, all labels",
         "River entropy sampler (LR 0.1) @20%",
         "River LR (step 0.01), all labels",
         "River LR (step 0.1), all labels",
@@ -42,13 +42,13 @@ def test_the_benchmark_prints_one_table_and_writes_its_results(
     assert (tmp_path / "peers.md").read_text().strip() == table.strip()
     record = json.loads((tmp_path / "peers.json").read_text())
     results = record["results"]
-    assert set(results["abstain @20%"]) == {"label-flip", "sea-shift", "rotating-hyperplane"}
+    assert set(results["abstain bare @20%"]) == {"label-flip", "sea-shift", "rotating-hyperplane"}
     flip = {k: v["label-flip"][0] for k, v in results.items()}
-    # today's DSOL ends rejecting everything after the flip; inside the wrapper it does not
-    assert flip["abstain, all labels"]["ends_rejecting"]
-    assert not flip["abstain adaptive, all labels"]["ends_rejecting"]
-    assert flip["abstain adaptive, all labels"]["changes"]  # the change was detected
+    # the paper's DSOL ends rejecting everything after the flip; the served one does not
+    assert flip["abstain bare, all labels"]["ends_rejecting"]
+    assert not flip["abstain served, all labels"]["ends_rejecting"]
+    assert flip["abstain served, all labels"]["changes"]  # the change was detected
     # a model that rejects everything stops asking: the budget is a ceiling, not a quota
-    assert flip["abstain adaptive @20%"]["labels"] == pytest.approx(0.2 * 2400, rel=0.1)
-    assert flip["abstain @20%"]["labels"] < flip["abstain adaptive @20%"]["labels"]
+    assert flip["abstain served @20%"]["labels"] == pytest.approx(0.2 * 2400, rel=0.1)
+    assert flip["abstain bare @20%"]["labels"] < flip["abstain served @20%"]["labels"]
     assert flip["oracle (the concept in force)"]["risk"] == pytest.approx(0.1, abs=0.03)

@@ -18,7 +18,8 @@ from service.stream.models.served import initial_envelope
 
 
 def test_the_replays_learner_is_version_zero_of_the_workers_model() -> None:
-    options = ReplayOptions(algorithms=("dsal",), costs=(0.25,), seed=3, adaptive=Parts())
+    options = ReplayOptions(algorithms=("dsal",), costs=(0.25,), seed=3, adaptive=Parts(),
+                            update_rule="normalized")  # fmt: skip
     learner = variant_learner(Variant("dsal"), 0.25, 4, options)
     config = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, seed=3)
     assert isinstance(learner, Adaptive)
@@ -27,7 +28,9 @@ def test_the_replays_learner_is_version_zero_of_the_workers_model() -> None:
     assert isinstance(held, Budgeted)
     assert isinstance(held.learner, Adaptive)
     bare = variant_learner(Variant("dsal"), 0.25, 4, ReplayOptions(costs=(0.25,), seed=3))
-    off = ModelConfig.model_validate({**config.model_dump(), "adaptive": {"enabled": False}})
+    off = ModelConfig.model_validate(
+        {**config.model_dump(), "adaptive": {"enabled": False}, "update_rule": "sgd"}
+    )
     assert bare.to_state() == dict(initial_envelope("m", off).learner)
 
 

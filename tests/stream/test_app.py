@@ -34,16 +34,26 @@ def test_app_wires_a_scoring_loop_a_learning_loop_and_co_partitioned_tables(
 
     # committed only once the outputs are acknowledged, each in a group of its own
     assert asyncio.run(made(scoring.consumer_factory, scoring.listener())) == (
-        {"abstain.features"}, "wiring-score", False)  # fmt: skip
+        {"abstain.features"},
+        "wiring-score",
+        False,
+    )
     assert asyncio.run(made(learning.consumer_factory, None)) == (
-        {"abstain.label-requests", "abstain.labels"}, "wiring-learn", False)  # fmt: skip
+        {"abstain.label-requests", "abstain.labels"},
+        "wiring-learn",
+        False,
+    )
     assert app.parts.housekeeping.liveness.watched == {
-        "abstain.features", "abstain.label-requests", "abstain.labels",
-    }  # fmt: skip
+        "abstain.features",
+        "abstain.label-requests",
+        "abstain.labels",
+    }
     assert [t.topic for t in learning.tables] == [
-        "wiring-pending-changelog", "wiring-orphans-changelog", "wiring-models-changelog",
+        "wiring-pending-changelog",
+        "wiring-orphans-changelog",
+        "wiring-models-changelog",
         "wiring-history-changelog",
-    ]  # fmt: skip
+    ]
     assert app.parts.book.models["default"].version == 0
     assert not app.parts.housekeeping.status.ready
     assert not learning.view.recovery().completed  # not assigned yet
@@ -57,12 +67,14 @@ def test_security_settings_become_faust_credentials() -> None:
             sasl_mechanism="SCRAM-SHA-512",
             username="u",
             password="p",  # noqa: S106
-        )  # fmt: skip
+        )
     )
     assert isinstance(sasl, faust.SASLCredentials)
     assert (sasl.username, sasl.mechanism.value, sasl.ssl_context is not None) == (
-        "u", "SCRAM-SHA-512", True,
-    )  # fmt: skip
+        "u",
+        "SCRAM-SHA-512",
+        True,
+    )
     assert "p" not in repr(sasl).replace("username", "")
     assert isinstance(broker_credentials(KafkaSecurity(protocol="SSL")), faust.SSLCredentials)
 

@@ -267,7 +267,7 @@ def offline_shadow() -> tuple[ServedModel, float, float]:
     pipeline, learner = served.pipeline, served.learner
     loss = weight = 0.0
     for _, x, p, mine, y in STREAM:
-        pipeline.learn(np.asarray(x))
+        pipeline.learn_label(np.asarray(x), None)  # the label path's, for a request without
         learn_from_champion(learner, pipeline.transform(np.asarray(x)), y, p, max_weight=100.0)
         q = max(p, 0.01)
         loss += (0.25 if mine == 0 else float(mine != y)) / q
@@ -440,7 +440,7 @@ async def test_after_promotion_the_server_learns_as_champion_and_the_route_as_sh
     assert s.iw_loss == pytest.approx(1.0 / p)  # decided +1, truth -1
     assert c.iw_loss == pytest.approx(0.25 / p)  # rejected: d / p
     shadow = ServedModel.initial("c", CHAMPION)
-    shadow.pipeline.learn(np.asarray(x))
+    shadow.pipeline.learn_label(np.asarray(x), None)
     learn_from_champion(shadow.learner, shadow.pipeline.transform(np.asarray(x)), -1, p)
     np.testing.assert_allclose(ServedModel.from_envelope(CHAMPION, c).learner.w,
                                shadow.learner.w, rtol=1e-12)  # fmt: skip

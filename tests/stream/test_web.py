@@ -28,8 +28,16 @@ from .memory import MemoryKafka, pending
 
 TOKEN = "pages-token-0123456789"  # noqa: S105 - a test token
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-FAUST_PAGES = ["/router/", "/table/", "/table/pending/", "/graph/", "/stats/", "/assignment/",
-               "/performance/", "/signal/"]  # fmt: skip
+FAUST_PAGES = [
+    "/router/",
+    "/table/",
+    "/table/pending/",
+    "/graph/",
+    "/stats/",
+    "/assignment/",
+    "/performance/",
+    "/signal/",
+]
 
 
 def settings(tmp_path: Path, **kw: Any) -> Settings:
@@ -39,8 +47,13 @@ def settings(tmp_path: Path, **kw: Any) -> Settings:
 def test_faust_pages_are_off_and_acks_all_whatever_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("APP_WEB_TABLES_ENABLED", "APP_WEB_ROUTER_ENABLED", "APP_WEB_STATS_ENABLED",
-                 "APP_WEB_GRAPH_ENABLED", "APP_WEB_METRICS_ENABLED"):  # fmt: skip
+    for name in (
+        "APP_WEB_TABLES_ENABLED",
+        "APP_WEB_ROUTER_ENABLED",
+        "APP_WEB_STATS_ENABLED",
+        "APP_WEB_GRAPH_ENABLED",
+        "APP_WEB_METRICS_ENABLED",
+    ):
         monkeypatch.setenv(name, "true")
     monkeypatch.setenv("PRODUCER_ACKS", "1")
     app = create_app(settings(tmp_path))
@@ -55,8 +68,9 @@ def test_faust_pages_are_off_and_acks_all_whatever_the_environment(
 class Topic:
     """The labels topic as :class:`LabelSender` sees it: ``send`` returns the delivery."""
 
-    def __init__(self, delivery: asyncio.Future[Any] | None = None,
-                 fails: Exception | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, delivery: asyncio.Future[Any] | None = None, fails: Exception | None = None
+    ) -> None:
         self.delivery = delivery
         self.fails = fails
         self.sent: list[tuple[bytes, bytes]] = []
@@ -78,8 +92,14 @@ async def web(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Pendi
     parts = create_app(settings(tmp_path / "a", label_ack_timeout_seconds=0.2)).parts
     store = PendingStore(MemoryKafka().table("pending"))
     topic = Topic(asyncio.get_running_loop().create_future())
-    app = App("pages-web", env={}, web_stats_enabled=False, web_router_enabled=False,
-              web_tables_enabled=False, web_graph_enabled=False)  # fmt: skip
+    app = App(
+        "pages-web",
+        env={},
+        web_stats_enabled=False,
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+    )
     mount_web(app, parts, topic, store)
     app.web.init_server()
     async with TestClient(TestServer(app.web.web_app)) as client:
@@ -147,10 +167,14 @@ async def test_the_sender_turns_kafka_errors_into_the_projects_own() -> None:
     failed.set_exception(KafkaTimeoutError())
     with pytest.raises(StreamError):
         await LabelSender(Topic(failed))(label)
-    reply = await labels_post(b'{"request_id": "r1", "label": 1}', AUTH["Authorization"],
-                              token=TOKEN, default_model="m",
-                              produce=LabelSender(Topic(fails=ProducerSendError("x"))),
-                              now=1.0)  # fmt: skip
+    reply = await labels_post(
+        b'{"request_id": "r1", "label": 1}',
+        AUTH["Authorization"],
+        token=TOKEN,
+        default_model="m",
+        produce=LabelSender(Topic(fails=ProducerSendError("x"))),
+        now=1.0,
+    )
     assert reply.status == 503
     delivered = Topic()
     await LabelSender(delivered)(label)

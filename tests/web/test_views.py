@@ -85,8 +85,15 @@ async def test_a_label_kafka_does_not_acknowledge_in_time_gets_503_not_202() -> 
 
     loop = asyncio.get_running_loop()
     began = loop.time()
-    reply = await labels_post(BODY, AUTH, token=TOKEN, default_model="m",
-                              produce=never_acknowledged, now=5.0, ack_timeout=0.05)  # fmt: skip
+    reply = await labels_post(
+        BODY,
+        AUTH,
+        token=TOKEN,
+        default_model="m",
+        produce=never_acknowledged,
+        now=5.0,
+        ack_timeout=0.05,
+    )
     assert started.is_set()
     assert loop.time() - began < 1.0
     assert reply.status == 503
@@ -101,8 +108,7 @@ async def test_a_label_kafka_refuses_gets_503() -> None:
     async def refused(label: Label) -> None:
         raise AbstainError("broker said no")
 
-    reply = await labels_post(BODY, AUTH, token=TOKEN, default_model="m", produce=refused,
-                              now=5.0)  # fmt: skip
+    reply = await labels_post(BODY, AUTH, token=TOKEN, default_model="m", produce=refused, now=5.0)
     assert reply.status == 503
     assert orjson.loads(reply.body)["error"] == "Kafka did not take the label: not saved, try again"
 
@@ -110,10 +116,12 @@ async def test_a_label_kafka_refuses_gets_503() -> None:
 # --------------------------------------------------------------------------- the queue
 
 
-def entry(rid: str, priority: float, requested_at: float = 1.0, expires_at: float = 99.0
-          ) -> PendingEntry:  # fmt: skip
-    request = LabelRequest(rid, f"e-{rid}", "m", [1.0, 2.0], 0.0, 1.0, 0, 0.5, 0, requested_at,
-                           expires_at, priority)  # fmt: skip
+def entry(
+    rid: str, priority: float, requested_at: float = 1.0, expires_at: float = 99.0
+) -> PendingEntry:
+    request = LabelRequest(
+        rid, f"e-{rid}", "m", [1.0, 2.0], 0.0, 1.0, 0, 0.5, 0, requested_at, expires_at, priority
+    )
     return PendingEntry(request, 0)
 
 
@@ -125,8 +133,9 @@ class Queue:
         self.entries = entries
         self.asked: list[tuple[QueueKey | None, int, float]] = []
 
-    def page(self, *, after: QueueKey | None, limit: int, now: float
-             ) -> tuple[list[PendingEntry], QueueKey | None]:  # fmt: skip
+    def page(
+        self, *, after: QueueKey | None, limit: int, now: float
+    ) -> tuple[list[PendingEntry], QueueKey | None]:
         self.asked.append((after, limit, now))
         keyed = sorted(
             ((-e.request.priority, e.request.requested_at, e.request_id), e)
@@ -138,10 +147,14 @@ class Queue:
         return [e for _, e in page], (page[-1][0] if len(rest) > limit else None)
 
 
-async def _get(queue: Queue, query: Mapping[str, str] | None = None, auth: str | None = AUTH,
-               token: str | None = TOKEN, **kw: object) -> Reply:  # fmt: skip
-    return await labels_get(query or {}, auth, token=token, queue=queue, clock=lambda: 10.0,
-                            **kw)  # type: ignore[arg-type]  # fmt: skip
+async def _get(
+    queue: Queue,
+    query: Mapping[str, str] | None = None,
+    auth: str | None = AUTH,
+    token: str | None = TOKEN,
+    **kw: object,
+) -> Reply:
+    return await labels_get(query or {}, auth, token=token, queue=queue, clock=lambda: 10.0, **kw)  # type: ignore[arg-type]
 
 
 async def test_reading_the_queue_needs_the_token_like_posting() -> None:
@@ -159,10 +172,18 @@ async def test_reading_the_queue_needs_the_token_like_posting() -> None:
 
 
 async def test_the_queue_lists_open_requests_by_priority_then_age() -> None:
-    done = entry("done", 1.0).answered(Label("done", "m", 1, "", None), offset=0, version=1,
-                                       now=1.0)  # fmt: skip
-    queue = Queue([entry("low", 0.1), entry("high", 0.9, 2.0), entry("older", 0.9, 1.0), done,
-                   entry("expired", 1.0, expires_at=5.0)])  # fmt: skip
+    done = entry("done", 1.0).answered(
+        Label("done", "m", 1, "", None), offset=0, version=1, now=1.0
+    )
+    queue = Queue(
+        [
+            entry("low", 0.1),
+            entry("high", 0.9, 2.0),
+            entry("older", 0.9, 1.0),
+            done,
+            entry("expired", 1.0, expires_at=5.0),
+        ]
+    )
     body = orjson.loads((await _get(queue)).body)
     assert [p["request_id"] for p in body["pending"]] == ["older", "high", "low"]
     assert body["count"] == 3
@@ -189,9 +210,15 @@ async def test_pages_follow_the_cursor_to_the_end() -> None:
 
 @pytest.mark.parametrize(
     ("limit", "asked"),
-    [("", DEFAULT_LIMIT), ("1", 1), ("500", 500), ("501", MAX_LIMIT), ("0500", 500),
-     ("9" * 40, MAX_LIMIT)],
-)  # fmt: skip
+    [
+        ("", DEFAULT_LIMIT),
+        ("1", 1),
+        ("500", 500),
+        ("501", MAX_LIMIT),
+        ("0500", 500),
+        ("9" * 40, MAX_LIMIT),
+    ],
+)
 async def test_the_page_size_defaults_to_50_and_is_cut_to_500(limit: str, asked: int) -> None:
     queue = Queue([])
     reply = await _get(queue, {"limit": limit} if limit else {})
@@ -225,10 +252,19 @@ async def test_a_big_page_is_read_in_slices_of_50_letting_the_loop_go_between() 
 
 
 @pytest.mark.parametrize(
-    "query", [{"limit": "0"}, {"limit": "-1"}, {"limit": "ten"}, {"limit": "²"},
-              {"limit": "1.5"}, {"cursor": "not-a-cursor!"}, {"cursor": "e30"},
-              {"cursor": encode_cursor((1.0, 2.0, "x"))[:-2]}, {"cursor": "x" * 2000}],
-)  # fmt: skip
+    "query",
+    [
+        {"limit": "0"},
+        {"limit": "-1"},
+        {"limit": "ten"},
+        {"limit": "²"},
+        {"limit": "1.5"},
+        {"cursor": "not-a-cursor!"},
+        {"cursor": "e30"},
+        {"cursor": encode_cursor((1.0, 2.0, "x"))[:-2]},
+        {"cursor": "x" * 2000},
+    ],
+)
 async def test_malformed_page_requests_are_refused_with_400(query: dict[str, str]) -> None:
     queue = Queue([entry("r1", 0.5)])
     reply = await _get(queue, query)
@@ -313,8 +349,9 @@ def test_health_ready_and_metrics_replies() -> None:
     assert health(False, {"stalled": ["t[0]"]}).status == 503
     assert ready(False, {}).status == 503
     assert orjson.loads(ready(True, {"models": {"m": 3}}).body) == {
-        "ready": True, "models": {"m": 3},
-    }  # fmt: skip
+        "ready": True,
+        "models": {"m": 3},
+    }
     registry = CollectorRegistry()
     Metrics(registry, models=["m"])
     reply = metrics(registry)

@@ -94,7 +94,7 @@ existingSecret is named and some secret value is given).
 
 {{- define "abstain.createSecret" -}}
 {{- $s := .Values.secrets }}
-{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.snapshotKey $s.snapshotKeyPrevious $s.deskSessionKey $s.deskUsers (include "abstain.generateSnapshotKey" .)) }}true{{ end }}
+{{- if and (not $s.existingSecret) (or $s.labelToken $s.saslPassword $s.deskSaslPassword $s.snapshotKey $s.snapshotKeyPrevious $s.deskSessionKey $s.deskUsers (include "abstain.generateSnapshotKey" .)) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -143,6 +143,11 @@ names the values to fix. Mirrors the worker's own start-up validation of these s
 {{- if not (include "abstain.hasSaslPassword" .) }}
 {{- fail (printf "kafka.securityProtocol=%s needs a password: set secrets.existingSecret (key %s) or secrets.saslPassword" $k.securityProtocol .Values.secrets.saslPasswordKey) }}
 {{- end }}
+{{- if and $k.sasl.deskUsername .Values.desk.enabled (not (or .Values.secrets.existingSecret .Values.secrets.deskSaslPassword)) }}
+{{- fail (printf "kafka.sasl.deskUsername needs the desk's password: set secrets.existingSecret (key %s) or secrets.deskSaslPassword" .Values.secrets.deskSaslPasswordKey) }}
+{{- end }}
+{{- else if $k.sasl.deskUsername }}
+{{- fail (printf "kafka.sasl.deskUsername is set but kafka.securityProtocol=%s is not SASL_PLAINTEXT or SASL_SSL" $k.securityProtocol) }}
 {{- else if $k.sasl.mechanism }}
 {{- fail (printf "kafka.sasl.mechanism is set but kafka.securityProtocol=%s is not SASL_PLAINTEXT or SASL_SSL" $k.securityProtocol) }}
 {{- end }}
@@ -183,10 +188,12 @@ given.
 
 {{/*
 The Kafka settings every container of the release needs (worker and desk): brokers, security
-protocol, SASL user and password (Secret), TLS files (mounted at $tlsDir).
+protocol, SASL user and password (Secret; the desk's own with kafka.sasl.deskUsername), TLS
+files (mounted at $tlsDir), host-name verification.
 */}}
 {{- define "abstain.kafkaEnv" -}}
 {{- $tlsDir := "/etc/abstain/kafka-tls" }}
+{{- $desk := and (hasSuffix "desk-deployment.yaml" .Template.Name) (not (empty .Values.kafka.sasl.deskUsername)) }}
 - name: ABSTAIN_BROKER
   value: {{ join "," .Values.kafka.brokers | quote }}
 - name: ABSTAIN_SECURITY__PROTOCOL
@@ -195,12 +202,16 @@ protocol, SASL user and password (Secret), TLS files (mounted at $tlsDir).
 - name: ABSTAIN_SECURITY__SASL_MECHANISM
   value: {{ .Values.kafka.sasl.mechanism | quote }}
 - name: ABSTAIN_SECURITY__USERNAME
-  value: {{ .Values.kafka.sasl.username | quote }}
+  value: {{ ternary .Values.kafka.sasl.deskUsername .Values.kafka.sasl.username $desk | quote }}
 - name: ABSTAIN_SECURITY__PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "abstain.secretName" . }}
-      key: {{ .Values.secrets.saslPasswordKey }}
+      key: {{ ternary .Values.secrets.deskSaslPasswordKey .Values.secrets.saslPasswordKey $desk }}
+{{- end }}
+{{- if and (include "abstain.kafkaTls" .) (eq .Values.kafka.tls.checkHostname false) }}
+- name: ABSTAIN_SECURITY__CHECK_HOSTNAME
+  value: "false"
 {{- end }}
 {{- with .Values.kafka.tls }}
 {{- if .existingSecret }}

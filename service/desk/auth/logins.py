@@ -91,8 +91,14 @@ class Throttle:
     (None, 2.0, 0.0)
     """
 
-    def __init__(self, *, free: int = FREE, longest: float = LONGEST, forget: float = FORGET,
-                 max_tracked: int = MAX_TRACKED) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        free: int = FREE,
+        longest: float = LONGEST,
+        forget: float = FORGET,
+        max_tracked: int = MAX_TRACKED,
+    ) -> None:
         self.free, self.longest, self.forget, self.max_tracked = free, longest, forget, max_tracked
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
 
@@ -178,20 +184,25 @@ class LoginGate:
     ) -> None:
         self.accounts, self.clock, self.waiting = accounts, clock, waiting
         self.threads, self.refusal_delay = threads, refusal_delay
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="desk-login",
-                                        initializer=_lower_priority)  # fmt: skip
+        self._pool = ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="desk-login", initializer=_lower_priority
+        )
         self._running = 0  # checks in the pool or waiting for it
-        self.accounts_throttle = Throttle(free=free, longest=longest, forget=forget,
-                                          max_tracked=max_tracked)  # fmt: skip
-        self.addresses_throttle = Throttle(free=free, longest=longest, forget=forget,
-                                           max_tracked=max_tracked)  # fmt: skip
+        self.accounts_throttle = Throttle(
+            free=free, longest=longest, forget=forget, max_tracked=max_tracked
+        )
+        self.addresses_throttle = Throttle(
+            free=free, longest=longest, forget=forget, max_tracked=max_tracked
+        )
 
     async def attempt(self, user: str, password: str, address: str | None) -> LoginResult:
         """Check ``user``'s ``password``, tried from client ``address``."""
         now, where = self.clock(), address_key(address)
         account = f"user:{user}" if valid_name(user) else "user:?"
-        wait = max(self.accounts_throttle.wait(account, now=now),
-                   self.addresses_throttle.wait(where, now=now))  # fmt: skip
+        wait = max(
+            self.accounts_throttle.wait(account, now=now),
+            self.addresses_throttle.wait(where, now=now),
+        )
         if wait > 0:
             slept = await self.pause(wait)
             return LoginResult("throttled", retry_after=float(max(1, math.ceil(wait - slept))))
@@ -231,5 +242,6 @@ def _lower_priority() -> None:
     """A checking thread runs at a lower CPU priority than the event loop (Linux sets the
     priority per thread; elsewhere, or without the right, it stays as it is)."""
     with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(
-            os.PRIO_PROCESS, 0) + NICE)  # fmt: skip
+        os.setpriority(
+            os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + NICE
+        )

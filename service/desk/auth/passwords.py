@@ -50,8 +50,9 @@ def _unb64(text: str) -> bytes:
 
 
 def _derive(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM,
-                          dklen=_LEN)  # fmt: skip
+    return hashlib.scrypt(
+        password.encode("utf-8"), salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM, dklen=_LEN
+    )
 
 
 def hash_password(password: str, *, n: int = DEFAULT_N) -> str:

@@ -81,8 +81,9 @@ class Sessions:
 
     def issue(self, user: str) -> str:
         """A new session cookie value for ``user``."""
-        payload = orjson.dumps({"u": user, "s": secrets.token_urlsafe(16),
-                                "e": self.clock() + self.lifetime})  # fmt: skip
+        payload = orjson.dumps(
+            {"u": user, "s": secrets.token_urlsafe(16), "e": self.clock() + self.lifetime}
+        )
         return f"{_b64(payload)}.{self._mac('session', payload)}"
 
     def read(self, cookie: str | None) -> Session | None:

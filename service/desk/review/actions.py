@@ -25,6 +25,7 @@ replica may have written first: then the fold's refusal is the answer).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -63,10 +64,12 @@ class LabelsLog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Offered:
-    """An answer offered to a person for a second opinion, held until ``lease_expires_at``."""
+    """An answer offered to a person for a second opinion, held until ``lease_expires_at``;
+    ``until``: when the chance to give it ends (``within_seconds``, or the model's reach)."""
 
     item: Item
     lease_expires_at: float
+    until: float = math.inf
 
 
 class Review:
@@ -76,11 +79,20 @@ class Review:
     ``not_answered``); ``sent_here`` whether this replica sent a label for it (its
     correction waits until the reader has read it back)."""
 
-    def __init__(self, settings: Settings, *, book: ReviewBook, leases: LeaseBook,
-                 lease_log: LeaseLog, labels: LabelsLog, metrics: DeskMetrics,
-                 clock: Callable[[], float], replica: str = "",
-                 models: Callable[[], Mapping[str, Any]] = dict,
-                 folded: asyncio.Condition | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        book: ReviewBook,
+        leases: LeaseBook,
+        lease_log: LeaseLog,
+        labels: LabelsLog,
+        metrics: DeskMetrics,
+        clock: Callable[[], float],
+        replica: str = "",
+        models: Callable[[], Mapping[str, Any]] = dict,
+        folded: asyncio.Condition | None = None,
+    ) -> None:
         self.settings, self.book, self.leases, self.lease_log = settings, book, leases, lease_log
         self.labels, self.metrics, self.clock, self.replica = labels, metrics, clock, replica
         self.models = models
@@ -100,14 +112,50 @@ class Review:
         if item.out_of_reach:
             return False
         served = self.models()
-        envelopes = [m.envelope for name in self.settings.group(item.model)
-                     if (m := served.get(name)) is not None]  # fmt: skip
+        envelopes = [
+            m.envelope
+            for name in self.settings.group(item.model)
+            if (m := served.get(name)) is not None
+        ]
         return not beyond_reach(envelopes, item.partition, item.offset)
+
+    def reach_left(self, item: Item) -> float:
+        """Seconds until the model can no longer correct ``item``'s label, as it learns now:
+        the labels it may still apply after it (``corrections.reach`` keeps at least that
+        many, less the ones that came since) at the rate they came lately; 0 when it
+        cannot any more, infinite while no label comes."""
+        if not self.reachable(item):
+            return 0.0
+        reach = self.settings.models[item.model].corrections.reach
+        left = reach - 1 - self.book.labels_after(item)
+        if left <= 0:
+            return 0.0
+        rate = self.book.label_rate(item.model, self.clock())
+        return math.inf if rate <= 0 else left / rate
+
+    def correctable_from(self, model: str) -> int:
+        """The offset of the oldest answer of ``model`` that :meth:`takes_time` (-1: any),
+        so the oldest ones, which the reach is about to pass, are not even looked at."""
+        reach = self.settings.models[model].corrections.reach
+        rate = self.book.label_rate(model, self.clock())
+        keeps = math.floor(reach - rate * self.settings.desk.min_time_left_seconds)
+        return self.book.first_with(model, keeps)
+
+    def takes_time(self, item: Item) -> bool:
+        """``item`` stays correctable long enough to be offered: at least
+        ``desk.min_time_left_seconds``, as a request must have to be handed out."""
+        return self.reach_left(item) >= self.settings.desk.min_time_left_seconds
 
     def require_reach(self, item: Item) -> None:
         if not self.reachable(item):
-            raise Refused(410, "beyond_reach", "this answer is older than the model can still "
-                          "correct (it keeps the versions of its recent labels only)")  # fmt: skip
+            reach = self.settings.models[item.model].corrections.reach
+            raise Refused(
+                410,
+                "beyond_reach",
+                "too late: the model has learned so many labels "
+                f"since this answer that it can no longer change it (it keeps its "
+                f"last {reach} labels)",
+            )
 
     async def _answer(self, person: Person, rid: str) -> Item:
         """The answer to ``rid``, once the reader has it (a label this replica sent is
@@ -115,8 +163,10 @@ class Review:
         item = self.book.items.get(rid)
         if item is None and self.sent_here(rid):
             async with self.folded:
-                await asyncio.wait_for(self.folded.wait_for(lambda: rid in self.book.items),
-                                       self.settings.desk.ack_timeout_seconds)  # fmt: skip
+                await asyncio.wait_for(
+                    self.folded.wait_for(lambda: rid in self.book.items),
+                    self.settings.desk.ack_timeout_seconds,
+                )
             item = self.book.items.get(rid)
         if item is None or item.request is None:
             raise missing(rid, open_now=self.is_open(rid))
@@ -145,13 +195,17 @@ class Review:
         item = await self._answer(person, rid)
         check_author(item, person.name)
         if self.clock() >= self.grace_until(item):
-            raise Refused(409, "grace_over", "the time to undo or change this answer is over: "
-                          "ask for a review instead")  # fmt: skip
+            raise Refused(
+                409,
+                "grace_over",
+                "the time to undo or change this answer is over: ask for a review instead",
+            )
         self.require_reach(item)
         if value == item.current:
             raise Refused(409, "unchanged", "that is the answer it has already")
-        await self.write(rid, Correction(rid, item.model, value, person.name, "author",
-                                          self.clock()))  # fmt: skip
+        await self.write(
+            rid, Correction(rid, item.model, value, person.name, "author", self.clock())
+        )
         kind = "undo" if value is None else "change"
         self.metrics.corrections.labels(model=item.model, kind=kind).inc()
         return item
@@ -166,8 +220,12 @@ class Review:
             flag = LeaseRecord(rid, "flag", person.name, at=now, replica=self.replica)
             await self.lease_log.publish(flag)
             if item.flag is None:  # (the book folded it, or said no)
-                raise Refused(409, "reviewed", "the desk could not file this request for "
-                              "review: reload and look at the answer again")  # fmt: skip
+                raise Refused(
+                    409,
+                    "reviewed",
+                    "the desk could not file this request for "
+                    "review: reload and look at the answer again",
+                )
             self.metrics.review_requests.labels(model=item.model).inc()
         return item
 
@@ -179,8 +237,11 @@ class Review:
             if item is None or item.by != person.name or item.request is None:
                 continue
             names = answer_names(self.settings.desk.answer_names.get(item.model))
-            out.append(mine_row(item, names, grace_until=self.grace_until(item), now=now,
-                                reachable=self.reachable(item)))  # fmt: skip
+            # the time to undo: the grace period, or less when the model's reach ends first
+            until = min(self.grace_until(item), now + self.reach_left(item))
+            out.append(
+                mine_row(item, names, grace_until=until, now=now, reachable=self.reachable(item))
+            )
             if len(out) >= limit:
                 break
         return out
@@ -195,8 +256,9 @@ class Review:
         if item.decision is not None:
             raise Refused(409, "reviewed", "a reviewer has decided this answer: it is final")
         self.require_reach(item)
-        await self.write(rid, Correction(rid, item.model, value, person.name, "reviewer",
-                                          self.clock()))  # fmt: skip
+        await self.write(
+            rid, Correction(rid, item.model, value, person.name, "reviewer", self.clock())
+        )
         assert item.decision is not None  # noqa: S101 - the fold took it
         outcome = item.decision.kind
         self.metrics.corrections.labels(model=item.model, kind="review").inc()
@@ -209,7 +271,7 @@ class Review:
         out: list[Item] = []
         for model in self.models_of(person, None):
             for item in self.book.review_queue(model):
-                if person.name not in (item.by, item.opinion_by) and self.reachable(item):
+                if person.name not in (item.by, item.opinion_by) and self.takes_time(item):
                     out.append(item)
                     if len(out) >= limit:
                         return out

@@ -22,7 +22,10 @@ What it keeps up to date as records arrive, never by walking the answers:
   ``horizon`` seconds (two days, the leases topic's retention).
 
 Answers a model can no longer correct leave the queues from their front (oldest first),
-at :meth:`ReviewBook.tick`, through the ``reachable`` check it is given.
+at :meth:`ReviewBook.tick`, through the ``reachable`` check it is given. How long an answer
+still has before that (what the desk offers only with time to spare) comes from how many of
+the model's labels came after it (:meth:`ReviewBook.labels_after`) and how fast they come
+(:meth:`ReviewBook.label_rate`).
 
 >>> from service.config import load_settings
 >>> from service.records import Correction, Label, LabelRequest
@@ -41,9 +44,9 @@ True
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -66,6 +69,8 @@ _EARLY_SECONDS: Final = 3600.0
 # their end) is no answer: the learner gives such a label up after orphan_label_seconds
 _ALONE_SECONDS: Final = 600.0
 _HEADS: Final = 8  # second-opinion candidates looked at per author
+#: seconds of labels the label rate of a model is measured over
+RATE_SECONDS: Final = 120.0
 
 
 @dataclass(slots=True)
@@ -83,6 +88,44 @@ class PersonTally:
         return not (self.answers or self.opinions)
 
 
+class _Waiting:
+    """One author's answers waiting for a second opinion, by request id (in the order they
+    came) and by their offset on the labels topic (where the model's reach is told)."""
+
+    __slots__ = ("ids", "order")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}  # request id -> offset
+        self.order: list[tuple[int, str]] = []  # (offset, request id), sorted
+
+    def add(self, rid: str, offset: int) -> None:
+        if rid not in self.ids:
+            self.ids[rid] = offset
+            bisect.insort(self.order, (offset, rid))
+
+    def discard(self, rid: str) -> None:
+        offset = self.ids.pop(rid, None)
+        if offset is not None:
+            del self.order[bisect.bisect_left(self.order, (offset, rid))]
+
+    def first(self) -> str:
+        return next(iter(self.ids))
+
+    def since(self, offset: int, n: int) -> list[str]:
+        """The first ``n`` waiting at ``offset`` or later."""
+        start = bisect.bisect_left(self.order, (offset, ""))
+        return [rid for _, rid in self.order[start : start + n]]
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 @dataclass(slots=True)
 class ModelTally:
     labels: int = 0
@@ -92,8 +135,13 @@ class ModelTally:
 class ReviewBook:
     """The fold (module docstring); ``clock`` gives the time of the queues' deadlines."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float],
-                 horizon: float = REVIEW_HORIZON_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float],
+        horizon: float = REVIEW_HORIZON_SECONDS,
+    ) -> None:
         self.rule = settings.desk.second_opinions
         self.max_weight = settings.max_importance_weight
         self.clock, self.horizon = clock, horizon
@@ -103,7 +151,7 @@ class ReviewBook:
         self.by_model: dict[str, deque[str]] = {}  # model -> its answers, oldest first
         self.people: dict[str, PersonTally] = {}
         self.models: dict[str, ModelTally] = {}
-        self.opinions: dict[str, dict[str, dict[str, None]]] = {}  # model -> author -> ids
+        self.opinions: dict[str, dict[str, _Waiting]] = {}  # model -> author -> answers
         self.reviews: dict[str, dict[str, None]] = {}  # model -> ids
         self.positions: dict[int, int] = {}  # labels partition -> next offset to fold
         # (partition, offset) -> how a correction or opinion there was folded (None: taken)
@@ -116,11 +164,22 @@ class ReviewBook:
         self._unjoined: list[tuple[float, str]] = []  # heap: (label time, id) read alone
         self._early: dict[str, tuple[str, float]] = {}  # id -> (by, at) of a flag
         self._early_order: deque[tuple[float, str]] = deque()
+        # (model, labels partition) -> offsets of its answers, sorted (labels after one)
+        self._offsets: dict[tuple[str, int], list[int]] = {}
+        self._times: dict[str, deque[float]] = {}  # model -> times of its recent labels
+        self._partition: dict[str, int] = {}  # model -> labels partition of its latest
 
     # --- the fold ---------------------------------------------------------------------
 
-    def on_label(self, label: Label, *, partition: int, offset: int, at: float,
-                 request: LabelRequest | None = None) -> bool:  # fmt: skip
+    def on_label(
+        self,
+        label: Label,
+        *,
+        partition: int,
+        offset: int,
+        at: float,
+        request: LabelRequest | None = None,
+    ) -> bool:
         """A label (admitted) at ``offset`` of labels ``partition``, read at time ``at``:
         the first for its request is the answer; a later one changes nothing (False)."""
         rid = label.request_id
@@ -133,6 +192,12 @@ class ReviewBook:
         if item.by:
             self.recent.setdefault(item.by, deque(maxlen=_RECENT)).append(rid)
         self.by_model.setdefault(item.model, deque(maxlen=_RECENT)).append(rid)
+        bisect.insort(self._offsets.setdefault((item.model, partition), []), offset)
+        self._partition[item.model] = partition
+        times = self._times.setdefault(item.model, deque())
+        times.append(at)
+        while times and times[0] < at - RATE_SECONDS:
+            times.popleft()
         request = request or self._held.pop(rid, None)
         if request is not None:
             self._join(item, request)
@@ -187,8 +252,15 @@ class ReviewBook:
                 item.confirmed = kind == "confirmed"
             else:
                 item.author_at = at
-                kind = ("withdrew" if c.label is None else "kept" if c.label == before
-                        else "again" if before is None else "changed")  # fmt: skip
+                kind = (
+                    "withdrew"
+                    if c.label is None
+                    else "kept"
+                    if c.label == before
+                    else "again"
+                    if before is None
+                    else "changed"
+                )
             item.current = c.label
             item.steps.append(Step(kind, c.by, c.label, at))
         return kind
@@ -229,14 +301,16 @@ class ReviewBook:
         if item is None:
             raise missing(request_id, open_now=open_now)
         if item.model != model:
-            raise Refused(409, "unknown_request", f"request {request_id[:12]!r} is not one "
-                          f"of model {model!r}")  # fmt: skip
+            raise Refused(
+                409, "unknown_request", f"request {request_id[:12]!r} is not one of model {model!r}"
+            )
         return item
 
     # --- where each Kafka record of the labels topic got to (for the writer) ------------
 
-    def advance(self, partition: int, offset: int, *, review: bool = False,
-                refused: Refused | None = None) -> None:  # fmt: skip
+    def advance(
+        self, partition: int, offset: int, *, review: bool = False, refused: Refused | None = None
+    ) -> None:
         """The record at ``offset`` of labels ``partition`` is folded; for a correction or
         an opinion (``review``), whether it was ``refused`` (and why)."""
         self.positions[partition] = max(self.positions.get(partition, 0), offset + 1)
@@ -282,22 +356,28 @@ class ReviewBook:
 
     def _asking(self, item: Item) -> bool:
         """``item`` waits for a second opinion (reach and scope are checked when offered)."""
-        return (item.request is not None and not item.out_of_reach and item.ask is not None
-                and item.opinion is None
-                and item.decision is None and item.current is not None and item.flag is None
-                and self.clock() < item.at + self.rule.within_seconds)  # fmt: skip
+        return (
+            item.request is not None
+            and not item.out_of_reach
+            and item.ask is not None
+            and item.opinion is None
+            and item.decision is None
+            and item.current is not None
+            and item.flag is None
+            and self.clock() < item.at + self.rule.within_seconds
+        )
 
     def _refile(self, item: Item) -> None:
         """Put ``item`` in the queues its state says, and out of the others."""
         rid = item.request_id
         authors = self.opinions.setdefault(item.model, {})
-        waiting = authors.setdefault(item.by, {})
+        waiting = authors.setdefault(item.by, _Waiting())
         if self._asking(item):
             if rid not in waiting:
-                waiting[rid] = None
+                waiting.add(rid, item.offset)
                 heapq.heappush(self._opinion_ends, (item.at + self.rule.within_seconds, rid))
         else:
-            waiting.pop(rid, None)
+            waiting.discard(rid)
         if not waiting:
             del authors[item.by]
         reviews = self.reviews.setdefault(item.model, {})
@@ -306,9 +386,30 @@ class ReviewBook:
         else:
             reviews.pop(rid, None)
 
+    def labels_after(self, item: Item) -> int:
+        """How many answers of ``item``'s model came after it on its labels partition (the
+        labels the learner applied after it, once it has caught up)."""
+        offsets = self._offsets.get((item.model, item.partition), [])
+        return len(offsets) - bisect.bisect_right(offsets, item.offset)
+
+    def label_rate(self, model: str, now: float) -> float:
+        """Answers of ``model`` per second over the last :data:`RATE_SECONDS`, or since the
+        first of them if that is later (at least 5 s: a burst is not stretched thin); 0
+        when none came."""
+        recent = [t for t in self._times.get(model, ()) if t > now - RATE_SECONDS]
+        if not recent:
+            return 0.0
+        return len(recent) / max(5.0, now - recent[0])
+
     def _drop(self, item: Item) -> None:
+        offsets = self._offsets.get((item.model, item.partition), [])
+        i = bisect.bisect_left(offsets, item.offset)
+        if i < len(offsets) and offsets[i] == item.offset:
+            del offsets[i]
         self._account(item, -1)
-        self.opinions.get(item.model, {}).get(item.by, {}).pop(item.request_id, None)
+        waiting = self.opinions.get(item.model, {}).get(item.by)
+        if waiting is not None:
+            waiting.discard(item.request_id)
         self.reviews.get(item.model, {}).pop(item.request_id, None)
         del self.items[item.request_id]
         if self.short.get(item.request_id[:12]) == item.request_id:
@@ -320,16 +421,31 @@ class ReviewBook:
         waiting = [self.items[r] for ids in self.opinions.get(model, {}).values() for r in ids]
         return sorted(waiting, key=lambda i: (i.at, i.offset))
 
-    def opinion_heads(self, person: str, models: Iterable[str]) -> list[Item]:
+    def opinion_heads(
+        self, person: str, models: Iterable[str], since: Callable[[str], int] = lambda model: -1
+    ) -> list[Item]:
         """The oldest answers of ``models`` waiting for a second opinion that ``person``
-        did not give: the first few of each other author, oldest first (what ``next``
+        did not give, from offset ``since(model)`` on (the oldest the model's reach still
+        leaves time for): the first few of each other author, oldest first (what ``next``
         reads: as many as authors, not as many as answers waiting)."""
         heads = []
         for model in models:
-            for author, ids in self.opinions.get(model, {}).items():
+            start = since(model)
+            for author, waiting in self.opinions.get(model, {}).items():
                 if author != person:
-                    heads += [self.items[r] for r in itertools.islice(ids, _HEADS)]
+                    heads += [self.items[r] for r in waiting.since(start, _HEADS)]
         return sorted(heads, key=lambda i: (i.at, i.offset))
+
+    def first_with(self, model: str, left: int) -> int:
+        """The offset of the oldest answer of ``model`` (on the partition of its latest)
+        with at most ``left`` - 1 of its answers after it: the oldest a model that keeps
+        ``left`` more labels can still correct (-1: every one; beyond the last: none)."""
+        partition = self._partition.get(model)
+        offsets = [] if partition is None else self._offsets.get((model, partition), [])
+        start = len(offsets) - max(0, left)
+        if start <= 0:
+            return -1
+        return offsets[start] if start < len(offsets) else offsets[-1] + 1
 
     def review_queue(self, model: str) -> Iterator[Item]:
         """The answers of ``model`` waiting for a reviewer, oldest first."""
@@ -364,8 +480,12 @@ class ReviewBook:
         self._out_of_reach(reachable)
 
     def _out_of_reach(self, reachable: Callable[[Item], bool]) -> None:
-        queues = [ids for authors in self.opinions.values() for ids in authors.values()]
-        for ids in [*queues, *self.reviews.values()]:
+        for authors in self.opinions.values():
+            for waiting in authors.values():
+                while waiting and not reachable(item := self.items[waiting.first()]):
+                    item.out_of_reach = True
+                    waiting.discard(item.request_id)
+        for ids in self.reviews.values():
             while ids and not reachable(item := self.items[next(iter(ids))]):
                 item.out_of_reach = True
                 del ids[item.request_id]

@@ -5,7 +5,12 @@ shown without the first answer, and answered with an :class:`~service.records.Op
 the labels topic. Agreement closes it; a disagreement goes to the review queue.
 
 The oldest answers waiting are offered first (they are the closest to leaving the model's
-reach); a person who skips one is not offered it again before it closes.
+reach), and only while the model can still correct them for at least
+``desk.min_time_left_seconds`` (:meth:`~service.desk.review.actions.Review.reach_left`, the
+time left the page counts down); a person who skips one is not offered it again before it
+closes. An opinion given after the model's reach has passed (it learned faster than
+expected) is still taken: it counts toward agreement, and the reply says it can no longer
+change the model.
 """
 
 from __future__ import annotations
@@ -35,31 +40,51 @@ class Opinions:
 
     def _claim_record(self, item: Item, person: Person) -> LeaseRecord:
         now = self.review.clock()
-        return LeaseRecord(opinion_lease(item.request_id), "claim", person.name, at=now,
-                           expires_at=now + self.lease_seconds,
-                           replica=self.review.replica)  # fmt: skip
+        return LeaseRecord(
+            opinion_lease(item.request_id),
+            "claim",
+            person.name,
+            at=now,
+            expires_at=now + self.lease_seconds,
+            replica=self.review.replica,
+        )
 
-    def _open(self, item: Item, person: Person, *, now: float) -> bool:
-        """``item`` still waits for a second opinion that ``person`` may give now."""
+    def _open(self, item: Item, person: Person, *, now: float, offer: bool = False) -> bool:
+        """``item`` still waits for a second opinion that ``person`` may give now; to
+        ``offer`` it, with time enough to give it before the model's reach passes."""
         r = self.review
         rid = item.request_id
-        return (r.book.items.get(rid) is item and item.ask is not None and item.opinion is None
-                and item.current is not None and item.decision is None and item.flag is None
-                and person.name != item.by and person.may_answer(item.model)
-                and now < item.at + r.settings.desk.second_opinions.within_seconds
-                and r.skipped.get((person.name, rid), 0.0) <= now
-                and r.reachable(item))  # fmt: skip
+        return (
+            r.book.items.get(rid) is item
+            and item.ask is not None
+            and item.opinion is None
+            and item.current is not None
+            and item.decision is None
+            and item.flag is None
+            and person.name != item.by
+            and person.may_answer(item.model)
+            and now < item.at + r.settings.desk.second_opinions.within_seconds
+            and r.skipped.get((person.name, rid), 0.0) <= now
+            and (not offer or self.until(item, now) - now >= r.settings.desk.min_time_left_seconds)
+        )
+
+    def until(self, item: Item, now: float) -> float:
+        """When the chance to give a second opinion on ``item`` that can change the model
+        ends: ``within_seconds`` after the answer, or when the model's reach passes it."""
+        within = item.at + self.review.settings.desk.second_opinions.within_seconds
+        return min(within, now + self.review.reach_left(item))
 
     async def held(self, person: Person, lease_id: str) -> Offered | None:
         """The second opinion ``person`` holds under ``lease_id`` (renewed), if it is still
         open; None otherwise."""
         item = self.review.book.items.get(lease_id.removesuffix("#opinion"))
-        if item is None or not self._open(item, person, now=self.review.clock()):
+        now = self.review.clock()
+        if item is None or not self._open(item, person, now=now):
             return None
         record = self._claim_record(item, person)
         if not await self.review.lease_log.publish(record):
             return None
-        return Offered(item, record.expires_at)
+        return Offered(item, record.expires_at, self.until(item, now))
 
     async def next(self, person: Person, model: str | None) -> Offered | None:
         """The oldest answer waiting for a second opinion that ``person`` may give, won on
@@ -67,11 +92,17 @@ class Opinions:
         r = self.review
         tries = 0
         now = r.clock()
-        for item in r.book.opinion_heads(person.name, r.models_of(person, model)):
+        heads = r.book.opinion_heads(
+            person.name, r.models_of(person, model), since=r.correctable_from
+        )
+        for item in heads:
             lease_id = opinion_lease(item.request_id)
             holder = r.leases.holder(lease_id, now=now)
-            if (lease_id in r.claiming or not self._open(item, person, now=now)
-                    or (holder is not None and holder.holder != person.name)):  # fmt: skip
+            if (
+                lease_id in r.claiming
+                or not self._open(item, person, now=now, offer=True)
+                or (holder is not None and holder.holder != person.name)
+            ):
                 continue
             r.claiming.add(lease_id)
             try:
@@ -81,7 +112,7 @@ class Opinions:
                 r.claiming.discard(lease_id)
             r.metrics.claims.labels(outcome="won" if won else "lost").inc()
             if won:
-                return Offered(item, record.expires_at)
+                return Offered(item, record.expires_at, self.until(item, now))
             tries += 1
             if tries >= _TRIES:
                 break
@@ -101,20 +132,21 @@ class Opinions:
         if holder is not None and holder.holder != person.name:
             raise Refused(409, "not_yours", "someone else is giving this second opinion")
         if not self._open(item, person, now=now):
-            r.require_reach(item)
             raise Refused(410, "expired", "the time for a second opinion on this answer is over")
         return item
 
-    async def answer(self, person: Person, rid: str, value: int) -> bool:
-        """``person``'s second opinion ``value`` on ``rid``; True if it agrees with the
-        label (closed), False if not (to the review queue)."""
+    async def answer(self, person: Person, rid: str, value: int) -> tuple[bool, bool]:
+        """``person``'s second opinion ``value`` on ``rid``: whether it agrees with the
+        label (closed; else to the review queue), and whether the model can still be
+        corrected (False: it counts toward agreement only)."""
         item = self._mine(person, rid)
-        await self.review.write(rid, Opinion(rid, item.model, value, person.name,
-                                              self.review.clock()))  # fmt: skip
+        await self.review.write(
+            rid, Opinion(rid, item.model, value, person.name, self.review.clock())
+        )
         agrees = bool(item.agrees)
         outcome = "agree" if agrees else "disagree"
         self.review.metrics.second_opinions.labels(model=item.model, outcome=outcome).inc()
-        return agrees
+        return agrees, self.review.reachable(item)
 
     async def renew(self, person: Person, rid: str) -> float:
         """Extend ``person``'s lease on the second opinion on ``rid``; the new end."""
@@ -132,6 +164,7 @@ class Opinions:
         r.skipped[(person.name, rid)] = item.at + r.settings.desk.second_opinions.within_seconds
         if r.leases.holder(opinion_lease(rid), now=r.clock()) is not None:
             now = r.clock()
-            await r.lease_log.publish(LeaseRecord(opinion_lease(rid), "release", person.name,
-                                                  at=now, replica=r.replica))  # fmt: skip
+            await r.lease_log.publish(
+                LeaseRecord(opinion_lease(rid), "release", person.name, at=now, replica=r.replica)
+            )
         r.metrics.give_backs.labels(model=item.model, why=why).inc()

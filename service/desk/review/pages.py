@@ -41,19 +41,27 @@ def _when(at: float) -> str:
 def _charts(row: ModelRow | None) -> str:
     if row is None or not row.depth:
         return "<td>—</td><td>—</td>"
-    depth = sparkline(list(row.depth), label=f"open requests of {row.model}, last "
-                      f"{_HOURS:g} hours (up to {max(row.depth):.0f})")  # fmt: skip
-    answers = sparkline(list(row.answered), label=f"answers to {row.model} per "
-                        f"{BUCKET_SECONDS / 60:g} minutes, last {_HOURS:g} hours (up to "
-                        f"{max(row.answered):.0f})")  # fmt: skip
-    return (f'<td class="chart">{depth}<span class="scale">now {row.depth[-1]:.0f}, '
-            f"max {max(row.depth):.0f}</span></td>"
-            f'<td class="chart answers">{answers}<span class="scale">max '
-            f"{max(row.answered):.0f} per {BUCKET_SECONDS / 60:g} min</span></td>")  # fmt: skip
+    depth = sparkline(
+        list(row.depth),
+        label=f"open requests of {row.model}, last {_HOURS:g} hours (up to {max(row.depth):.0f})",
+    )
+    answers = sparkline(
+        list(row.answered),
+        label=f"answers to {row.model} per "
+        f"{BUCKET_SECONDS / 60:g} minutes, last {_HOURS:g} hours (up to "
+        f"{max(row.answered):.0f})",
+    )
+    return (
+        f'<td class="chart">{depth}<span class="scale">now {row.depth[-1]:.0f}, '
+        f"max {max(row.depth):.0f}</span></td>"
+        f'<td class="chart answers">{answers}<span class="scale">max '
+        f"{max(row.answered):.0f} per {BUCKET_SECONDS / 60:g} min</span></td>"
+    )
 
 
-def agreement_section(stats: ReviewStats, medians: Mapping[str, float | None],
-                      rows: Mapping[str, ModelRow]) -> str:  # fmt: skip
+def agreement_section(
+    stats: ReviewStats, medians: Mapping[str, float | None], rows: Mapping[str, ModelRow]
+) -> str:
     """Per person: answers, second opinions given, agreement with second opinions and with
     reviewers, median time to answer; per model: labels, the share later corrected, what
     waits for a second opinion and a reviewer, and the charts (``rows``: the team view's
@@ -72,7 +80,7 @@ def agreement_section(stats: ReviewStats, medians: Mapping[str, float | None],
         f"<td>{_ratio(m.corrected, m.labels)}</td><td>{m.opinions_open}</td>"
         f"<td>{m.reviews_open}</td>{_charts(rows.get(m.model))}</tr>"
         for m in stats.models
-    )  # fmt: skip
+    )
     return f"""<h2>Agreement</h2>
 <table id="agreement"><caption>People, last two days: how often others agreed with their
 answers</caption>
@@ -91,16 +99,23 @@ answers</caption>
 class Found:
     """What the review page lists: the queue, the answers found, and one answer opened."""
 
-    def __init__(self, queue: Sequence[Item], found: Sequence[Item] | None = None,
-                 item: Item | None = None, note: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        queue: Sequence[Item],
+        found: Sequence[Item] | None = None,
+        item: Item | None = None,
+        note: str = "",
+    ) -> None:
         self.queue, self.found, self.item, self.note = queue, found, item, note
 
 
 def _answer(item: Item, names: dict[str, str]) -> str:
     first = f"{esc(name_of(item.first, names))} <span class=muted>by {esc(item.by)}</span>"
     if item.opinion is not None:
-        second = (f"{esc(name_of(item.opinion.label, names))} <span class=muted>by "
-                  f"{esc(item.opinion.by)}</span>")  # fmt: skip
+        second = (
+            f"{esc(name_of(item.opinion.label, names))} <span class=muted>by "
+            f"{esc(item.opinion.by)}</span>"
+        )
     elif item.flag is not None:
         second = f'<span class="muted">{esc(item.by)} asked for a review</span>'
     else:
@@ -113,8 +128,10 @@ def _rows(items: Iterable[Item], settings: Settings, now: float, empty: str) -> 
     for item in items:
         names = answer_names(settings.desk.answer_names.get(item.model))
         link = f'<a href="/review?item={esc(item.request_id)}">{esc(item.request_id[:12])}</a>'
-        out.append(f"<tr><th scope=row>{link}</th><td>{esc(item.model)}</td>"
-                   f"{_answer(item, names)}<td>{age(now - item.at)} ago</td></tr>")  # fmt: skip
+        out.append(
+            f"<tr><th scope=row>{link}</th><td>{esc(item.model)}</td>"
+            f"{_answer(item, names)}<td>{age(now - item.at)} ago</td></tr>"
+        )
     return "".join(out) or f'<tr><td colspan="6">{esc(empty)}</td></tr>'
 
 
@@ -132,17 +149,20 @@ def _detail(item: Item, settings: Settings, note: str) -> str:
     assert request is not None  # noqa: S101 - the page shows joined answers only
     features = "".join(
         f"<tr><th scope=row>{esc(n)}</th><td>{v:.4f}</td></tr>"
-        for n, v in zip(feature_names(settings.models[item.model]), request.features,
-                        strict=False)
-    )  # fmt: skip
+        for n, v in zip(feature_names(settings.models[item.model]), request.features, strict=False)
+    )
     decided = {1: names["pos"], -1: names["neg"], 0: "reject"}[request.decided_label]
     steps = "".join(f"<li>{_when(s.at)}: {esc(step_text(s, names))}</li>" for s in item.steps)
-    buttons = (f'<p class="note" role="note">{esc(note)}</p>' if note else f"""
+    buttons = (
+        f'<p class="note" role="note">{esc(note)}</p>'
+        if note
+        else f"""
 <div class="answers" role="group" aria-label="Your decision">
 <button class="pos" data-review="1"><kbd>1</kbd> {esc(names["pos"])}</button>
 <button class="neg" data-review="-1"><kbd>2</kbd> {esc(names["neg"])}</button></div>
 <p class="keys">Your answer is final: it replaces the label (or confirms it) for the model.
-Keyboard: <kbd>1</kbd>, <kbd>2</kbd>.</p>""")  # fmt: skip
+Keyboard: <kbd>1</kbd>, <kbd>2</kbd>.</p>"""
+    )
     return f"""<section id="item" class="card" data-request="{esc(item.request_id)}"
 aria-labelledby="item-title"><h2 id="item-title">Request <code>{esc(item.request_id[:12])}</code>
 of {esc(item.model)}</h2>
@@ -157,24 +177,43 @@ of {esc(item.model)}</h2>
 <div><h3>What happened</h3><ol id="item-steps">{steps}</ol></div></div>{buttons}</section>"""
 
 
-def review_page(user: str, csrf: str, settings: Settings, found: Found, *, now: float,
-                person: str = "", model: str = "", request: str = "") -> str:  # fmt: skip
+def review_page(
+    user: str,
+    csrf: str,
+    settings: Settings,
+    found: Found,
+    *,
+    now: float,
+    person: str = "",
+    model: str = "",
+    request: str = "",
+) -> str:
     """The reviewer's page: the answer opened (if any), the queue of disagreements and
     requests for review, and a finder for any recent answer (by person, model or id)."""
     deciding = [m for m, cfg in settings.models.items() if cfg.champion is None]
-    models = "".join(f'<option value="{esc(m)}"{" selected" if m == model else ""}>{esc(m)}'
-                     "</option>" for m in deciding)  # fmt: skip
+    models = "".join(
+        f'<option value="{esc(m)}"{" selected" if m == model else ""}>{esc(m)}</option>'
+        for m in deciding
+    )
     detail = "" if found.item is None else _detail(found.item, settings, found.note)
     results = ""
     if found.found is not None:
-        results = _table("found", "Answers found (newest first)", _rows(
-            found.found, settings, now, "No recent answer matches."))  # fmt: skip
+        results = _table(
+            "found",
+            "Answers found (newest first)",
+            _rows(found.found, settings, now, "No recent answer matches."),
+        )
     body = f"""{header(user, csrf, "/review", reviewer=True)}
 <main class="review"><h1>Review</h1>
 <p id="status" role="status" aria-live="polite"></p>{detail}
-{_table("queue", "Waiting for a reviewer: second opinions that differ, and answers their "
-        "authors asked about (oldest first; not your own)",
-        _rows(found.queue, settings, now, "Nothing waits for a reviewer."))}
+{
+        _table(
+            "queue",
+            "Waiting for a reviewer: second opinions that differ, and answers their "
+            "authors asked about (oldest first; not your own)",
+            _rows(found.queue, settings, now, "Nothing waits for a reviewer."),
+        )
+    }
 <form class="finder" method="get" action="/review"><h2>Find an answer</h2>
 <label for="f-person">Answered by</label><input id="f-person" name="person" value="{esc(person)}">
 <label for="f-model">Model</label><select id="f-model" name="model"><option value="">any</option>
@@ -182,7 +221,7 @@ def review_page(user: str, csrf: str, settings: Settings, found: Found, *, now: 
 <label for="f-request">Request id</label><input id="f-request" name="request" value="{esc(request)}"
 placeholder="the first 12 characters will do"><button type="submit">Find</button></form>
 {results}</main>
-<script src="/static/review.js"></script>"""  # fmt: skip
+<script src="/static/review.js"></script>"""
     return frame("Review", body, csrf=csrf)
 
 

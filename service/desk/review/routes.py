@@ -49,21 +49,32 @@ class ReviewRoutes:
     ``page`` are the desk's (who is asking, checked as for every other call; a page built
     for them), ``models`` the snapshots the desk follows (for the request's view)."""
 
-    def __init__(self, settings: Settings, review: Review, opinions: Opinions, *,
-                 api_person: ApiPerson, page: Page,
-                 models: Callable[[], dict[str, Any]]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        review: Review,
+        opinions: Opinions,
+        *,
+        api_person: ApiPerson,
+        page: Page,
+        models: Callable[[], dict[str, Any]],
+    ) -> None:
         self.settings, self.review, self.opinions = settings, review, opinions
         self.api_person, self.page, self.models = api_person, page, models
 
     def add(self, router: web.UrlDispatcher) -> None:
         router.add_get("/review", self.get_review)
         for path, handler in (
-            ("/api/mine", self.api_mine), ("/api/undo", self.api_undo),
-            ("/api/correct", self.api_correct), ("/api/again", self.api_again),
-            ("/api/flag", self.api_flag), ("/api/opinion", self.api_opinion),
+            ("/api/mine", self.api_mine),
+            ("/api/undo", self.api_undo),
+            ("/api/correct", self.api_correct),
+            ("/api/again", self.api_again),
+            ("/api/flag", self.api_flag),
+            ("/api/opinion", self.api_opinion),
             ("/api/opinion/skip", self.api_opinion_skip),
-            ("/api/opinion/renew", self.api_opinion_renew), ("/api/review", self.api_review),
-        ):  # fmt: skip
+            ("/api/opinion/renew", self.api_opinion_renew),
+            ("/api/review", self.api_review),
+        ):
             router.add_post(path, handler)
 
     async def _refusing(self, action: Awaitable[Any]) -> Any:
@@ -73,24 +84,30 @@ class ReviewRoutes:
             self.review.metrics.refusals.labels(code=refused.code).inc()
             raise json_error(refused.status, refused.code, str(refused)) from None
         except (Unavailable, TimeoutError):
-            raise json_error(503, "unavailable", "Kafka did not acknowledge in time; "
-                             "nothing was saved.") from None  # fmt: skip
+            raise json_error(
+                503, "unavailable", "Kafka did not acknowledge in time; nothing was saved."
+            ) from None
 
     def _view(self, item: Item, lease_expires_at: float | None = None) -> dict[str, Any]:
         """The labelling view of an answer's request (the card), without the answer."""
         request = item.request
         assert request is not None  # noqa: S101 - only answers joined with their request
-        return present(request, self.settings.models[request.model],
-                       self.models().get(request.model), now=time.time(),
-                       lease_expires_at=lease_expires_at or 0.0,
-                       names=self.settings.desk.answer_names.get(request.model))  # fmt: skip
+        return present(
+            request,
+            self.settings.models[request.model],
+            self.models().get(request.model),
+            now=time.time(),
+            lease_expires_at=lease_expires_at or 0.0,
+            names=self.settings.desk.answer_names.get(request.model),
+        )
 
     # --- the author -------------------------------------------------------------------
 
     async def api_mine(self, request: web.Request) -> web.StreamResponse:
         person, _ = await self.api_person(request)
-        return web.json_response({"answers": self.review.mine(person),
-                                  "undo_seconds": self.settings.desk.undo_seconds})  # fmt: skip
+        return web.json_response(
+            {"answers": self.review.mine(person), "undo_seconds": self.settings.desk.undo_seconds}
+        )
 
     async def api_undo(self, request: web.Request) -> web.StreamResponse:
         person, body = await self.api_person(request)
@@ -131,8 +148,9 @@ class ReviewRoutes:
     async def api_opinion(self, request: web.Request) -> web.StreamResponse:
         person, body = await self.api_person(request)
         rid, value = request_id_of(body), answer_of(body)
-        await self._refusing(self.opinions.answer(person, rid, value))
-        return web.json_response({"saved": True, "request_id": rid})  # never the first answer
+        _, can_change = await self._refusing(self.opinions.answer(person, rid, value))
+        # never the first answer, nor whether this one agreed with it
+        return web.json_response({"saved": True, "request_id": rid, "can_change": can_change})
 
     async def api_opinion_skip(self, request: web.Request) -> web.StreamResponse:
         person, body = await self.api_person(request)
@@ -166,8 +184,18 @@ class ReviewRoutes:
             opened = self.review.book.items.get(q.get("item", ""))
             if opened is not None and opened.request is not None:
                 found.item, found.note = opened, self._note(person, opened)
-            return html(review_page(person.name, csrf, self.settings, found, now=time.time(),
-                                    person=who, model=model, request=rid))  # fmt: skip
+            return html(
+                review_page(
+                    person.name,
+                    csrf,
+                    self.settings,
+                    found,
+                    now=time.time(),
+                    person=who,
+                    model=model,
+                    request=rid,
+                )
+            )
 
         return await self.page(request, build)
 

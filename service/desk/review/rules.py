@@ -83,18 +83,29 @@ def missing(request_id: str, *, open_now: bool) -> Refused:
     """The refusal for a request the desk has no answer of: open (``not_answered``) or
     unknown (``unknown_request``, also one whose answer is older than the desk keeps)."""
     if open_now:
-        return Refused(409, "not_answered", "this request has not been answered yet: there "
-                       "is nothing to correct")  # fmt: skip
-    return Refused(404, "unknown_request", f"no answer to request {request_id[:12]!r} that "
-                   "the desk knows of (unknown, or older than it keeps)")  # fmt: skip
+        return Refused(
+            409,
+            "not_answered",
+            "this request has not been answered yet: there is nothing to correct",
+        )
+    return Refused(
+        404,
+        "unknown_request",
+        f"no answer to request {request_id[:12]!r} that "
+        "the desk knows of (unknown, or older than it keeps)",
+    )
 
 
 def check_author(item: Item, by: str) -> None:
     """An author's correction (the learner's rule): ``by`` gave the label, and no reviewer
     has decided it yet."""
     if by != item.by or not by:
-        raise Refused(403, "not_author", "this is someone else's answer: only they, within "
-                      "the grace period, or a reviewer can correct it")  # fmt: skip
+        raise Refused(
+            403,
+            "not_author",
+            "this is someone else's answer: only they, within "
+            "the grace period, or a reviewer can correct it",
+        )
     if item.decision is not None:
         raise Refused(409, "not_author", "a reviewer has decided this answer: it is final")
 
@@ -103,19 +114,27 @@ def check_reviewer(item: Item, by: str, *, reviewer: bool) -> None:
     """A reviewer's decision at the desk: the role, and never an answer ``by`` gave (the
     label or its second opinion)."""
     if not reviewer:
-        raise Refused(403, "not_reviewer", "only reviewers decide others' answers "
-                      "(desk.reviewers, or reviewer = true in the users file)")  # fmt: skip
+        raise Refused(
+            403,
+            "not_reviewer",
+            "only reviewers decide others' answers "
+            "(desk.reviewers, or reviewer = true in the users file)",
+        )
     if by in (item.by, item.opinion_by):
-        raise Refused(403, "own_answer", "you answered this request yourself: another "
-                      "reviewer decides it")  # fmt: skip
+        raise Refused(
+            403, "own_answer", "you answered this request yourself: another reviewer decides it"
+        )
 
 
 def check_opinion(item: Item, by: str) -> None:
     """A second opinion: by someone else than the author, once, on a label that stands and
     was chosen for one, before a reviewer decided."""
     if by == item.by:
-        raise Refused(403, "own_answer", "you gave the first answer to this request: a "
-                      "second opinion comes from someone else")  # fmt: skip
+        raise Refused(
+            403,
+            "own_answer",
+            "you gave the first answer to this request: a second opinion comes from someone else",
+        )
     if item.opinion is not None:
         raise Refused(409, "already_opinion", "this answer already has a second opinion")
     if item.current is None:
@@ -123,15 +142,15 @@ def check_opinion(item: Item, by: str) -> None:
     if item.decision is not None:
         raise Refused(409, "reviewed", "a reviewer has decided this answer")
     if item.request is not None and item.ask is None:
-        raise Refused(409, "not_asked", "this answer is not one the desk asks a second "
-                      "opinion on")  # fmt: skip
+        raise Refused(409, "not_asked", "this answer is not one the desk asks a second opinion on")
 
 
 def check_flag(item: Item, by: str) -> None:
     """A request for review: by the author, of a label that stands, not decided yet."""
     if by != item.by:
-        raise Refused(403, "not_author", "only the person who answered can ask for a review "
-                      "of their answer")  # fmt: skip
+        raise Refused(
+            403, "not_author", "only the person who answered can ask for a review of their answer"
+        )
     if item.current is None:
         raise Refused(409, "withdrawn", "this answer was withdrawn: there is nothing to review")
     if item.decision is not None:

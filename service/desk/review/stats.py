@@ -56,8 +56,7 @@ class ReviewStats:
 
 
 def _person(name: str, t: PersonTally) -> PersonReview:
-    return PersonReview(name, t.answers, t.opinions, t.checked, t.agreed, t.reviewed,
-                        t.confirmed)  # fmt: skip
+    return PersonReview(name, t.answers, t.opinions, t.checked, t.agreed, t.reviewed, t.confirmed)
 
 
 def review_stats(book: ReviewBook, models: Iterable[str]) -> ReviewStats:
@@ -68,6 +67,7 @@ def review_stats(book: ReviewBook, models: Iterable[str]) -> ReviewStats:
     for model in models:
         tally = book.models.get(model)
         labels, corrected = (tally.labels, tally.corrected) if tally is not None else (0, 0)
-        rows.append(ModelReview(model, labels, corrected, opinions.get(model, 0),
-                                reviews.get(model, 0)))  # fmt: skip
+        rows.append(
+            ModelReview(model, labels, corrected, opinions.get(model, 0), reviews.get(model, 0))
+        )
     return ReviewStats(people, rows)

@@ -74,8 +74,9 @@ def status(item: Item, names: dict[str, str]) -> str:
     return text[0].upper() + text[1:]
 
 
-def mine_row(item: Item, names: dict[str, str], *, grace_until: float, now: float,
-             reachable: bool) -> dict[str, Any]:  # fmt: skip
+def mine_row(
+    item: Item, names: dict[str, str], *, grace_until: float, now: float, reachable: bool
+) -> dict[str, Any]:
     """One row of "my recent answers": the answer, what it is now, its status, until when
     it may be undone or changed, and the actions left (``undo``, ``change``, ``again``
     after an undo, ``review``: ask for one)."""

@@ -139,7 +139,7 @@
       return;
     }
     if (r.status === 200) {
-      status(done, "ok keep");
+      status(typeof done === "function" ? done(r.data) : done, "ok keep");
       next();
       refreshMine();
     } else if (r.status === 503 || r.status >= 500) {
@@ -152,7 +152,13 @@
   }
 
   function answer(value) {
-    const done = mode === "again" ? "Answered again. Next request…" : "Saved. Next request…";
+    let done = mode === "again" ? "Answered again. Next request…" : "Saved. Next request…";
+    if (mode === "opinion") {
+      done = (data) => data.can_change === false
+        ? "Saved for agreement: the model has learned so many labels since the first answer " +
+          "that it can no longer change it. Next request…"
+        : "Saved. Next request…";
+    }
     act(PATHS[mode].answer, { label: value }, done);
   }
   function skip(why) {
@@ -261,7 +267,13 @@
   function undoLast() {
     const last = mine.find((a) => a.actions.includes("undo"));
     if (last) undo(last.request_id);
-    else status("Nothing to undo: your recent answers are past the time to undo them.", "error keep");
+    else if (!mine.length) status("Nothing to undo: you have not answered a request yet " +
+      "(a second opinion is not undone).", "error keep");
+    else if (mine[0].status.endsWith("too old to change")) status("Nothing to undo: the " +
+      "model has learned so many labels since your last answer that it can no longer " +
+      "change it.", "error keep");
+    else status("Nothing to undo: your recent answers are past the time to undo them; " +
+      "ask for a review instead.", "error keep");
   }
 
   for (const b of document.querySelectorAll("[data-answer]")) {

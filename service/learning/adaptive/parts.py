@@ -40,7 +40,7 @@ True
   other weights hold the boundary's direction, the intercept its position, which a shift of
   a threshold or of the class balance moves.
 
-``docs/replay/peers/README.md`` has the measurements behind both (SEA shift, label flip,
+``docs/results/replay/peers.md`` has the measurements behind both (SEA shift, label flip,
 rotating hyperplane, Phishing and svmguide1 at three costs and four budgets).
 """
 

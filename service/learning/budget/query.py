@@ -22,7 +22,7 @@ and asks iff the event's coin is below $p_t$:
   events at the same rate, the baseline a budgeted learner must beat. Default 4: on the
   paper's protocol at 10 % of the labels (Phishing and Guide, 20 runs) it lowers budgeted
   DSAL's risk by 1-6 % and DRAL's by 4-9 % against $k = 1$; $k = 8$ is a little lower
-  still but spends only 18.5-19.3 % of a 20 % budget (``docs/replay/README.md``).
+  still but spends only 18.5-19.3 % of a 20 % budget (``docs/results/replay/index.md``).
 * $v$ = ``explore`` — the share of labels spent uniformly: every event has $p \ge v\beta$, so
   importance weights $1/p$ stay bounded and a model that stopped asking still gets labels
   (the split of scikit-activeml's ``SplitBudgetManager``).
@@ -73,7 +73,7 @@ Period = Literal["event", "second"]
 PERIODS: tuple[Period, ...] = ("event", "second")
 
 DEFAULT_SHARPNESS: Final = 4.0
-"""Default exponent $k$ of the utility (``docs/replay/README.md``, "Label budgets")."""
+"""Default exponent $k$ of the utility (``docs/results/replay/index.md``, "Label budgets")."""
 
 _TINY: Final = 1e-12
 _MAX_EXPONENT: Final = 50.0

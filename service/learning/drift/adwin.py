@@ -189,9 +189,16 @@ class ADWIN:
             self._variances.pop()
 
     def _cut(self, n0: float, n1: float, gap: float, dprime: float, var: float) -> bool:
-        """Whether the means of the two parts differ by more than the bound."""
+        """Whether the means of the two parts differ by more than the bound.
+
+        The running variance is a difference of sums: once values are dropped from a window
+        of equal values it can come out a rounding error below zero. River's bound is then
+        NaN and no comparison with it holds; the same here, without taking the root of a
+        negative number."""
         lw = float(self.min_window_length)
         m = 1.0 / (n0 - lw + 1.0) + 1.0 / (n1 - lw + 1.0)
+        if var < 0.0:
+            return False
         eps = math.sqrt(2.0 * m * var * dprime) + 2.0 / 3.0 * dprime * m
         return abs(gap) > eps
 

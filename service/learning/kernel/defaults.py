@@ -35,7 +35,7 @@ def default_kernel_ds_eta(
     much a unit coefficient on $x$ moves $f(x)$), as
     :func:`default_ds_eta` is with $R^2 = \|x\|^2$; constant, as
     in the theorem, because with a budget a decaying step loses the largest coefficients
-    first (``docs/replay/README.md``, "Kernel learners"). On Guide (10 runs x 10,000
+    first (``docs/results/replay/index.md``, "Kernel learners"). On Guide (10 runs x 10,000
     trials, budget 1000; risk averaged over $d \in \{0.1, 0.25, 0.4\}$), polynomial kernel
     $(x \cdot s + 1)^2$ ($\bar K = 36$, $\eta = 0.135$): kernel DSAL 0.0422, DSOL 0.0556,
     against 0.0476 and 0.0582 with the constant 0.05 used before; RBF kernel with

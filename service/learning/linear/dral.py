@@ -50,6 +50,10 @@ class DRAL(DoubleRampRule, LinearLearner):
     rho_eta_max, intercept_eta_min:
         A cap on $\rho$'s step and a floor on the last weight's step (default ``None``:
         both take ``eta``; :mod:`service.learning.linear.learner`).
+    update_rule:
+        ``"sgd"`` (default): the paper's step; ``"normalized"``: the scale-free, importance
+        weight aware step with per-coordinate adaptive rates of
+        :mod:`service.learning.linear.normalized` (the same default ``eta``).
     rho, w:
         Initial rejection width (Algorithm 1: 1) and weights (Algorithm 1: zero).
     seed:
@@ -78,6 +82,7 @@ class DRAL(DoubleRampRule, LinearLearner):
         eta: float | Schedule | Mapping[str, Any] | None = None,
         rho_eta_max: float | None = None,
         intercept_eta_min: float | None = None,
+        update_rule: str = "sgd",
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
@@ -88,6 +93,7 @@ class DRAL(DoubleRampRule, LinearLearner):
             eta=eta,
             rho_eta_max=rho_eta_max,
             intercept_eta_min=intercept_eta_min,
+            update_rule=update_rule,
             rho=rho,
             w=w,
             seed=seed,

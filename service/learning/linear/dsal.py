@@ -58,6 +58,10 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
     rho_eta_max, intercept_eta_min:
         A cap on $\rho$'s step and a floor on the last weight's step (default ``None``:
         both take ``eta``; :mod:`service.learning.linear.learner`).
+    update_rule:
+        ``"sgd"`` (default): the paper's step; ``"normalized"``: the scale-free, importance
+        weight aware step with per-coordinate adaptive rates of
+        :mod:`service.learning.linear.normalized` (the same default ``eta``).
     rho, w:
         Initial rejection width (default 1) and weights (default zero).
     seed:
@@ -83,6 +87,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         "eta",
         "rho_eta_max",
         "intercept_eta_min",
+        "update_rule",
         "seed",
     )
     __slots__ = ("gamma",)
@@ -98,6 +103,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         eta: float | Schedule | Mapping[str, Any] | None = None,
         rho_eta_max: float | None = None,
         intercept_eta_min: float | None = None,
+        update_rule: str = "sgd",
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
@@ -109,6 +115,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
             eta=eta,
             rho_eta_max=rho_eta_max,
             intercept_eta_min=intercept_eta_min,
+            update_rule=update_rule,
             rho=rho,
             w=w,
             seed=seed,
@@ -116,6 +123,9 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
 
     def _default_eta(self) -> Schedule:
         return default_ds_eta(self.n_features, self.gamma)
+
+    def _width(self) -> float:
+        return 1.0 / self.gamma
 
 
 class DSOL(FullLabelRule, DSAL):

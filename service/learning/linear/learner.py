@@ -25,6 +25,11 @@ a floor on the last weight, the intercept's when an
 :class:`~service.learning.preprocessing.Intercept` comes last, keeps the boundary's position
 moving at its first pace while the other weights settle.
 
+``update_rule="normalized"`` replaces this step by the one of
+:mod:`service.learning.linear.normalized` (importance-weight aware, per-coordinate adaptive,
+invariant to the scale of the loss, $\rho$ in the units of the score; the same schedule and
+bounds); the default, ``"sgd"``, is the update above, exactly as the papers print it.
+
 The hot path stays lean: one ``dot`` per decision (a NaN or an infinity in ``x`` makes
 the score non-finite, so checking the score checks ``x``), scalar math through
 :mod:`math`, and an update that builds a new ``w`` instead of writing into the old one,
@@ -67,11 +72,14 @@ from ..base import (
 from ..errors import HyperparameterError, InputError, NonFiniteError
 from ..losses import FloatArray, reject_decision
 from ..schedules import Schedule, as_schedule
+from .normalized import Normalizer, normalized_step, normalizer_ok
 
-__all__ = ["LinearLearner"]
+__all__ = ["UPDATES", "LinearLearner"]
 
 _L = TypeVar("_L", bound="LinearLearner")
 _BOUNDS = ("rho_eta_max", "intercept_eta_min")
+#: the update rules: the papers' stochastic gradient step, and the normalized one
+UPDATES = ("sgd", "normalized")
 
 
 class LinearLearner:
@@ -92,6 +100,7 @@ class LinearLearner:
         "eta",
         "rho_eta_max",
         "intercept_eta_min",
+        "update_rule",
         "seed",
     )
 
@@ -102,6 +111,8 @@ class LinearLearner:
         "n_features",
         "rho_eta_max",
         "seed",
+        "update_rule",
+        "_normalizer",
         "_rho",
         "_rng",
         "_steps",
@@ -113,6 +124,7 @@ class LinearLearner:
     eta: Schedule
     rho_eta_max: float | None
     intercept_eta_min: float | None
+    update_rule: str
     seed: int | None
 
     def __init__(
@@ -123,12 +135,16 @@ class LinearLearner:
         eta: float | Schedule | Mapping[str, Any] | None = None,
         rho_eta_max: float | None = None,
         intercept_eta_min: float | None = None,
+        update_rule: str = "sgd",
         rho: float = 1.0,
         w: Sequence[float] | FloatArray | None = None,
         seed: int | None = 0,
     ) -> None:
         self.n_features = check_int("n_features", n_features, 1)
         self.cost = check_param("cost", cost)
+        if update_rule not in UPDATES:
+            raise HyperparameterError(f"update_rule must be one of {UPDATES}, got {update_rule!r}")
+        self.update_rule = update_rule
         self.eta = self._default_eta() if eta is None else as_schedule(eta)
         self.rho_eta_max = _bound("rho_eta_max", rho_eta_max)
         self.intercept_eta_min = _bound("intercept_eta_min", intercept_eta_min)
@@ -150,6 +166,9 @@ class LinearLearner:
         self._w: FloatArray = w_arr
         self._steps = 0
         self._rng = np.random.default_rng(self.seed)
+        self._normalizer = (
+            Normalizer.empty(self.n_features) if update_rule == "normalized" else None
+        )
 
     # -- parameters --------------------------------------------------------------------
     @property
@@ -183,6 +202,11 @@ class LinearLearner:
 
     def _gradient(self, z: Any, rho: float) -> tuple[Any, Any]:  # pragma: no cover
         raise NotImplementedError
+
+    def _width(self) -> float:
+        r"""The width of the loss's slopes in score units (the double sigmoid's
+        $1/\gamma$; the double ramp's ramps are 1 wide)."""
+        return 1.0
 
     # -- decisions ---------------------------------------------------------------------
     @quiet
@@ -242,6 +266,8 @@ class LinearLearner:
         x = features(x, self.n_features)
         yv = check_label(y)
         h = _weight(weight)
+        if self._normalizer is not None:
+            return self._normalized(x, yv, h)
         w = self._w
         rho = self._rho
         steps = self._steps
@@ -286,6 +312,30 @@ class LinearLearner:
         self._steps = steps + 1
         return moved
 
+    def _normalized(self, x: FloatArray, yv: float, h: float) -> bool:
+        """:meth:`update` by :func:`~service.learning.linear.normalized.normalized_step`."""
+        if not math.isfinite(float(self._w.dot(x))):
+            raise_non_finite(x)
+        assert self._normalizer is not None  # noqa: S101 - the caller checked
+        gathered = Normalizer(self._normalizer.grads)
+        eta = float(self.eta(self._steps))
+        rho_eta = eta if self.rho_eta_max is None else min(eta, self.rho_eta_max)
+        low = self.intercept_eta_min
+        w, rho, moved = normalized_step(
+            self._w, self._rho, x, yv, h, gathered, self._gradient, eta=eta,
+            width=self._width(), rho_eta=rho_eta,
+            last_eta=eta if low is None or eta >= low else low,
+        )  # fmt: skip
+        if not (
+            math.isfinite(rho) and np.isfinite(w).all() and normalizer_ok(gathered)
+        ):  # the model stays as it was
+            raise NonFiniteError(
+                f"update refused: it would make w or rho non-finite (step {self._steps})"
+            )
+        self._w, self._rho, self._normalizer = w, rho, gathered
+        self._steps += 1
+        return moved
+
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         """Hyperparameters as JSON-safe values (the constructor's keywords; a step bound
@@ -294,7 +344,7 @@ class LinearLearner:
         params: dict[str, Any] = {}
         for name in self.param_names:
             value = getattr(self, name)
-            if value is None and name in _BOUNDS:
+            if (value is None and name in _BOUNDS) or (name == "update_rule" and value == "sgd"):
                 continue
             params[name] = value.to_config() if name == "eta" else value
         return params
@@ -307,6 +357,8 @@ class LinearLearner:
             "steps": self._steps,
             "rng": st.rng_state(self._rng),
         }
+        if self._normalizer is not None:
+            learned["normalizer"] = self._normalizer.to_state()
         return st.learner_record(self.algorithm, self.get_params(), learned)
 
     @classmethod
@@ -317,6 +369,10 @@ class LinearLearner:
         learner._rho = st.read_float(learned, "rho", minimum=0.0)
         learner._steps = st.read_int(learned, "steps")
         learner._rng = st.rng_from_state(learned.get("rng"))
+        if learner._normalizer is not None:
+            learner._normalizer = Normalizer.from_state(
+                learned.get("normalizer"), learner.n_features
+            )
         return learner
 
     def __repr__(self) -> str:

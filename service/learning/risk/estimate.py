@@ -36,7 +36,7 @@ events, their $p_t$ are tiny (DSAL: $p$ falls like $e^{-\gamma(|f| - \rho)}$), t
 practically never asked, $W$ falls short by their number, and the ratio spreads the losses
 of the events that are asked (the uncertain ones, with higher losses) over them: it
 overstates the risk, and a floor on $p$ (``max_weight``) makes that worse
-(``docs/replay/shadow.md`` measures it on Phishing). $\hat R_{HT}$ charges the unasked
+(``docs/results/replay/shadow.md`` measures it on Phishing). $\hat R_{HT}$ charges the unasked
 sure events their expected loss, nearly 0, and misses only their rare errors. With
 everything asked at $p$ between 0.02 and 1 (a simulation with 5 % errors and 10 %
 rejections, $p$ twice as high on the errors, 20,000 repetitions), the nominal 95 %

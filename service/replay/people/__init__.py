@@ -15,7 +15,7 @@ people, so "replay runs exactly the stack the service runs" holds for the labels
 * :mod:`.simulate` — :func:`simulate`: one run, events in order;
 * :mod:`.report` — one run's measures and the table over runs.
 
-The benchmark that uses it is ``loadtest/people.py`` (``docs/replay/people.md``).
+The benchmark that uses it is ``loadtest/people.py`` (``docs/results/replay/people.md``).
 """
 
 from service.replay.people.desk import Desk, Work

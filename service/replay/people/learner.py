@@ -21,7 +21,9 @@
   ``transform``, the learner's ``decide_many`` for the label and score, and the model's
   :class:`~service.learning.QueryBudget` asked with the learner's utility of the score and
   the event's coin, all on arrays (:meth:`service.learning.Budgeted.decide_many` on a batch
-  of one). That is the scorer's decision bit for bit
+  of one), and it counts the event in the model's moments, which the next label request
+  carries (:func:`~service.stream.scoring.scorer.attach_moments`). That is the scorer's
+  decision bit for bit
   (``tests/replay/people/test_learner.py``); the plain replay's scalar
   :meth:`~service.learning.Budgeted.decide` can differ from it in the last bits of the
   query probability (``math.exp`` against numpy's ``exp``), never in a decision the tests
@@ -40,7 +42,7 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.learning import DEFAULT_MAX_WEIGHT, Budgeted, Decision, QueryBudget
+from service.learning import DEFAULT_MAX_WEIGHT, Budgeted, Decision, Moments, QueryBudget
 from service.metrics import Metrics
 from service.records import (
     Correction,
@@ -60,7 +62,7 @@ from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
-from service.stream.scoring.scorer import make_budget
+from service.stream.scoring.scorer import attach_moments, gathers_moments, make_budget
 
 __all__ = ["MODEL", "MemoryService", "MemorySink", "replay_settings"]
 
@@ -132,6 +134,8 @@ class MemoryService:
         self.budget: QueryBudget = make_budget(config.label_budget, share=1.0)
         self.served = ServedModel.initial(MODEL, config)
         self._decider = Budgeted(self.served.learner, self.budget)
+        gathers = gathers_moments(config, s.max_message_bytes)
+        self.moments = {MODEL: Moments(config.n_inputs)} if gathers else {}
         self.keep = keep
         self.now = 0.0
         self.offsets = {"requests": 0, "labels": 0}
@@ -143,6 +147,8 @@ class MemoryService:
         """The served model's decision on raw features ``x``, asked through the budget with
         ``coin``."""
         self._serve_newest()
+        if self.moments:
+            self.moments[MODEL].add_many(x[None, :])
         z = self.served.pipeline.transform_many(x[None, :])
         labels, scores, probs, queries = self._decider.decide_many(z, coins=[coin])
         rho = float(self.served.learner.rho)
@@ -160,13 +166,14 @@ class MemoryService:
     def request(self, event_id: str, x: np.ndarray, decision: Decision) -> LabelRequest:
         """The label request the scorer writes for ``decision`` on event ``event_id``."""
         rho = float(self.served.learner.rho)
-        return LabelRequest(
+        request = LabelRequest(
             request_id=request_id(MODEL, event_id), event_id=event_id, model=MODEL,
             features=x.tolist(), score=decision.score, rho=rho, decided_label=decision.label,
             query_probability=decision.query_probability, model_version=self.served.version,
             requested_at=self.now, expires_at=self.now + self.settings.request_ttl_seconds,
             priority=1.0 / (1.0 + min(abs(decision.score - rho), abs(decision.score + rho))),
         )  # fmt: skip
+        return attach_moments([request], self.moments)[0]
 
     async def send(self, record: LabelRequest | Label | Opinion | Correction) -> bool:
         """Hand ``record`` to the learner as the next record of its topic; False when the

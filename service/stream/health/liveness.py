@@ -154,8 +154,9 @@ class LivenessMonitor:
             position=await self._next_to_process(tp),
             last_progress=self.progress.times[key],
         )
-        self.metrics.set_partition(tp.topic, tp.partition, lag=status.lag,
-                                   progress_ts=status.last_progress)  # fmt: skip
+        self.metrics.set_partition(
+            tp.topic, tp.partition, lag=status.lag, progress_ts=status.last_progress
+        )
         return status
 
     async def _next_to_process(self, tp: TP) -> int | None:
@@ -186,8 +187,12 @@ class LivenessMonitor:
         if not recovery.reading:
             self.recovery_watch.reset()
             return []
-        note = self.recovery_watch.check(recovery.offsets, remaining=recovery.remaining,
-                                         now=now, stall_seconds=self.stall_seconds)  # fmt: skip
+        note = self.recovery_watch.check(
+            recovery.offsets,
+            remaining=recovery.remaining,
+            now=now,
+            stall_seconds=self.stall_seconds,
+        )
         if note is None:
             return []
         if probe:

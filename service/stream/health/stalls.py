@@ -91,8 +91,10 @@ class RecoveryWatch:
             self.last, self.since = snapshot, now
             return None
         if now - self.since > stall_seconds:
-            return (f"table recovery: {remaining} changelog records left, "
-                    f"none read for {now - self.since:.0f} s")  # fmt: skip
+            return (
+                f"table recovery: {remaining} changelog records left, "
+                f"none read for {now - self.since:.0f} s"
+            )
         return None
 
     def reset(self) -> None:

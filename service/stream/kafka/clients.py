@@ -23,6 +23,8 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import KafkaError
 
 from service.config import KafkaSecurity, Settings
@@ -162,8 +164,9 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
     the whole of it."""
     kwargs = settings.security.aiokafka_kwargs()
     try:
-        tps = await topic_partitions(settings.bootstrap_servers, topic, client_kwargs=kwargs,
-                                     attempts=1)  # fmt: skip
+        tps = await topic_partitions(
+            settings.bootstrap_servers, topic, client_kwargs=kwargs, attempts=1
+        )
     except TopicError:
         return []
     consumer = reader(
@@ -185,8 +188,10 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
             if all(pos >= end[tp] for pos, tp in zip(positions, tps, strict=True)):
                 return out
             if time.monotonic() > deadline:
-                raise TopicError(f"{topic}: read {len(out)} records, then nothing for "
-                                 f"{timeout:g}s before its end")  # fmt: skip
+                raise TopicError(
+                    f"{topic}: read {len(out)} records, then nothing for "
+                    f"{timeout:g}s before its end"
+                )
             batch = await fetch.getmany(timeout_ms=200)
             for records in batch.values():
                 out.extend(records)
@@ -199,7 +204,14 @@ async def read_topic(settings: Settings, topic: str, *, timeout: float = 10.0) -
 class LoopClients:
     """The aiokafka clients of one loop (``group``: its consumer group, also the clients'
     id), made when the loop starts. Offsets are committed by the loop, once what they caused is
-    acknowledged by every in-sync replica (acks=all)."""
+    acknowledged by every in-sync replica (acks=all).
+
+    The consumer assigns by range first: each topic's partitions are split among the members
+    alike, so a member gets the same partition numbers of every topic of equal count (the
+    learner owns a model only with both its label-requests and its labels partition; round
+    robin, aiokafka's default, splits them apart unless the counts happen to divide evenly).
+    Round robin stays the second choice, so a group still made of members of an earlier
+    release agrees on it until the last of them is replaced."""
 
     s: Settings
     group: str
@@ -222,6 +234,7 @@ class LoopClients:
             fetch_max_bytes=max(s.fetch_bytes, 52_428_800),
             session_timeout_ms=int(s.session_timeout_seconds * 1000),
             heartbeat_interval_ms=int(min(3.0, s.session_timeout_seconds / 3) * 1000),
+            partition_assignment_strategy=(RangePartitionAssignor, RoundRobinPartitionAssignor),
             bootstrap_servers=s.bootstrap_servers,
             **consumer_options(s),
         )
@@ -264,9 +277,10 @@ class Client:
 
     async def __aenter__(self) -> Client:
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers, linger_ms=5,
+            bootstrap_servers=self.settings.bootstrap_servers,
+            linger_ms=5,
             **producer_options(self.settings),
-        )  # fmt: skip
+        )
         await self._producer.start()
         return self
 

@@ -105,29 +105,39 @@ def _problems_of_one(spec: TopicSpec, fact: TopicFacts | None, policy: TopicPoli
         has = _count(fact.partitions, "partition")
         line = f"{where} has {has}, {need} {spec.partitions} ({field})"
         if spec.copartitioned:
-            line += (": the label topics and the learner's changelogs must all have the same "
-                     'count; see README, "Kafka", to change it')  # fmt: skip
+            line += (
+                ": the label topics and the learner's changelogs must all have the same "
+                'count; see README, "Kafka", to change it'
+            )
         problems.append(line)
     policy_text = f"cleanup.policy={fact.cleanup_policy}"
     compacted = "compact" in fact.cleanup_policy.split(",")
     if spec.compacted and not compacted:
-        problems.append(f"{where} is not compacted ({policy_text}): it must be "
-                        "(cleanup.policy=compact)")  # fmt: skip
+        problems.append(
+            f"{where} is not compacted ({policy_text}): it must be (cleanup.policy=compact)"
+        )
     if spec.keyed_by_model and compacted:
-        problems.append(f"{where} is compacted ({policy_text}): its records are keyed by "
-                        "model, compaction would keep one per model; use "
-                        "cleanup.policy=delete")  # fmt: skip
+        problems.append(
+            f"{where} is compacted ({policy_text}): its records are keyed by "
+            "model, compaction would keep one per model; use "
+            "cleanup.policy=delete"
+        )
     replicas, isr = _count(fact.replicas, "replica"), fact.min_insync_replicas
     if isr > fact.replicas:
-        problems.append(f"{where} has min.insync.replicas={isr} but {replicas}: no write can "
-                        "succeed")  # fmt: skip
+        problems.append(
+            f"{where} has min.insync.replicas={isr} but {replicas}: no write can succeed"
+        )
     if check and policy.replication_factor and fact.replicas < policy.replication_factor:
-        problems.append(f"{where} has {replicas}, topic_policy.replication_factor asks for "
-                        f"{policy.replication_factor}")  # fmt: skip
+        problems.append(
+            f"{where} has {replicas}, topic_policy.replication_factor asks for "
+            f"{policy.replication_factor}"
+        )
     wanted = policy.min_insync_replicas
     if check and wanted and isr < wanted:
-        problems.append(f"{where} has min.insync.replicas={isr}, "
-                        f"topic_policy.min_insync_replicas asks for {wanted}")  # fmt: skip
+        problems.append(
+            f"{where} has min.insync.replicas={isr}, "
+            f"topic_policy.min_insync_replicas asks for {wanted}"
+        )
     return problems
 
 

@@ -21,8 +21,8 @@ it from here:
 | `abstain.decisions` | event id | `Decision` | the scorer | consumers |
 | `abstain.label-requests` | model | `LabelRequest` | the scorer | the learner (group `<app_id>-learn`), the desk, tools |
 | `abstain.labels` | model | `Label`, `Correction`, `Opinion`, `Rollback`, `Seed` | staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, `abstain models rollback`, `abstain models seed` | the learner (group `<app_id>-learn`), the desk |
-| `abstain.models` (compacted) | model, `__champions__` | `ModelEnvelope`, `Champions` | the learner, `abstain models promote`, `abstain rebuild --publish`, `abstain models seed` | every worker and desk (group-less) |
-| `abstain.dead-letters` | — | `DeadLetter` | the scorer, the learner, the model follower | people |
+| `abstain.models` (compacted) | model, `__champions__`, `__skip__/...` | `ModelEnvelope`, `Champions`, `SkipOrder` | the learner, `abstain models promote`, `abstain rebuild --publish`, `abstain models seed`, `abstain skip` | every worker and desk (group-less) |
+| `abstain.dead-letters` | — | `DeadLetter` | the scorer, the learner, the model follower, `abstain skip` | people |
 | `<app_id>-pending-changelog` (compacted) | request id | `PendingEntry` | the learner (pending table) | the learner (recovery), the desk |
 | `<app_id>-orphans-changelog` (compacted) | request id | `ParkedLabel` | the learner (parked table) | the learner (recovery) |
 | `<app_id>-models-changelog` (compacted) | model, `<model>@<version>` | `ModelEnvelope` | the learner (models table) | the learner (recovery) |
@@ -82,6 +82,18 @@ class Entry:
     scored: bool = False  # the scoring loop consumes it
     desk: bool = False  # the label desk follows it
     changelog: str | None = None
+    #: what each part of abstain does with it, ``"<role>:<r|w|rw>"`` (read, write): the
+    #: ACLs each role needs (:mod:`~service.stream.kafka.acls`)
+    access: tuple[str, ...] = ()
+
+    def rights(self, role: str) -> str:
+        """What ``role`` (worker, desk, operator) does with it: ``""``, ``"r"``, ``"w"``,
+        ``"rw"``."""
+        for item in self.access:
+            who, _, what = item.partition(":")
+            if who == role:
+                return what
+        return ""
 
     def name(self, settings: Settings, app_id: str | None = None) -> str:
         """The topic's name under ``settings`` (a table's changelog: of ``app_id``, the
@@ -118,37 +130,132 @@ class Entry:
 
 
 _BY_MODEL = "model"
+_W, _D, _O = "worker:", "desk:", "operator:"
 _LEARNER = "the learner (group `<app_id>-learn`)"
 
 #: every topic and table of the worker, in the order the docs and the checks list them
 CATALOGUE: tuple[Entry, ...] = (
-    Entry("features", "features", "event id", "`FeatureEvent`", "producers",
-          "the scoring loop (group `<app_id>-score`)", scored=True),
-    Entry("decisions", "decisions", "event id", "`Decision`", "the scorer", "consumers"),
-    Entry("label_requests", "labels", _BY_MODEL, "`LabelRequest`", "the scorer",
-          f"{_LEARNER}, the desk, tools", keyed_by_model=True, learned=True, desk=True),
-    Entry("labels", "labels", _BY_MODEL, "`Label`, `Correction`, `Opinion`, `Rollback`, `Seed`",
-          "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, "
-          "`abstain models rollback`, `abstain models seed`",
-          f"{_LEARNER}, the desk", keyed_by_model=True, learned=True, desk=True),
-    Entry("models", "models", "model, `__champions__`", "`ModelEnvelope`, `Champions`",
-          "the learner, `abstain models promote`, `abstain rebuild --publish`, "
-          "`abstain models seed`",
-          "every worker and desk (group-less)", compacted=True),
-    Entry("dead_letters", "dead_letters", "—", "`DeadLetter`",
-          "the scorer, the learner, the model follower", "people"),
-    Entry("pending", "labels", "request id", "`PendingEntry`", "the learner (pending table)",
-          "the learner (recovery), the desk", kind="table", compacted=True, desk=True),
-    Entry("parked", "labels", "request id", "`ParkedLabel`", "the learner (parked table)",
-          "the learner (recovery)", kind="table", compacted=True, changelog="orphans"),
-    Entry("models", "labels", "model, `<model>@<version>`", "`ModelEnvelope`",
-          "the learner (models table)", "the learner (recovery)", kind="table", compacted=True),
-    Entry("history", "labels", "`<model>@<labels offset>`, `<member>#<seq>`",
-          "`Step`, `ModelEnvelope`", "the learner (history table: what corrections reach)",
-          "the learner (recovery)", kind="table", compacted=True),
-    Entry("__assignor-__leader", None, "—", "—", "faust", "faust (leader election)",
-          kind="faust"),
-)  # fmt: skip
+    Entry(
+        "features",
+        "features",
+        "event id",
+        "`FeatureEvent`",
+        "producers",
+        "the scoring loop (group `<app_id>-score`)",
+        scored=True,
+        access=(_W + "r", _O + "r"),
+    ),
+    Entry(
+        "decisions",
+        "decisions",
+        "event id",
+        "`Decision`",
+        "the scorer",
+        "consumers",
+        access=(_W + "w",),
+    ),
+    Entry(
+        "label_requests",
+        "labels",
+        _BY_MODEL,
+        "`LabelRequest`",
+        "the scorer",
+        f"{_LEARNER}, the desk, tools",
+        keyed_by_model=True,
+        learned=True,
+        desk=True,
+        access=(_W + "rw", _D + "r", _O + "r"),
+    ),
+    Entry(
+        "labels",
+        "labels",
+        _BY_MODEL,
+        "`Label`, `Correction`, `Opinion`, `Rollback`, `Seed`",
+        "staff (the desk, `POST /labels`), `abstain labels submit`, `abstain labels correct`, "
+        "`abstain models rollback`, `abstain models seed`",
+        f"{_LEARNER}, the desk",
+        keyed_by_model=True,
+        learned=True,
+        desk=True,
+        access=(_W + "rw", _D + "rw", _O + "rw"),
+    ),
+    Entry(
+        "models",
+        "models",
+        "model, `__champions__`, `__skip__/...`",
+        "`ModelEnvelope`, `Champions`, `SkipOrder`",
+        "the learner, `abstain models promote`, `abstain rebuild --publish`, "
+        "`abstain models seed`, `abstain skip`",
+        "every worker and desk (group-less)",
+        compacted=True,
+        access=(_W + "rw", _D + "r", _O + "rw"),
+    ),
+    Entry(
+        "dead_letters",
+        "dead_letters",
+        "—",
+        "`DeadLetter`",
+        "the scorer, the learner, the model follower, `abstain skip`",
+        "people",
+        access=(_W + "w", _O + "w"),
+    ),
+    Entry(
+        "pending",
+        "labels",
+        "request id",
+        "`PendingEntry`",
+        "the learner (pending table)",
+        "the learner (recovery), the desk",
+        kind="table",
+        compacted=True,
+        desk=True,
+        access=(_W + "rw", _D + "r"),
+    ),
+    Entry(
+        "parked",
+        "labels",
+        "request id",
+        "`ParkedLabel`",
+        "the learner (parked table)",
+        "the learner (recovery)",
+        kind="table",
+        compacted=True,
+        changelog="orphans",
+        access=(_W + "rw",),
+    ),
+    Entry(
+        "models",
+        "labels",
+        "model, `<model>@<version>`",
+        "`ModelEnvelope`",
+        "the learner (models table)",
+        "the learner (recovery)",
+        kind="table",
+        compacted=True,
+        access=(_W + "rw",),
+    ),
+    Entry(
+        "history",
+        "labels",
+        "`<model>@<labels offset>`, `<member>#<seq>`",
+        "`Step`, `ModelEnvelope`",
+        "the learner (history table: what corrections reach)",
+        "the learner (recovery)",
+        kind="table",
+        compacted=True,
+        access=(_W + "rw",),
+    ),
+    Entry(
+        "__assignor-__leader",
+        None,
+        "—",
+        "—",
+        "faust",
+        "faust (leader election)",
+        kind="faust",
+        access=(_W + "rw",),
+    ),
+)
 
 #: the learner's tables, by name, in the order it reads them back
 TABLES: tuple[Entry, ...] = tuple(e for e in CATALOGUE if e.kind == "table")
@@ -177,8 +284,9 @@ def table_topic(settings: Settings, table: str) -> str:
 def declared(settings: Settings) -> list[tuple[str, int, bool]]:
     """(name, partitions, compacted) of every topic the worker declares (faust's own topic is
     faust's to declare)."""
-    return [(e.name(settings), e.count(settings), e.compacted)
-            for e in CATALOGUE if e.kind != "faust"]  # fmt: skip
+    return [
+        (e.name(settings), e.count(settings), e.compacted) for e in CATALOGUE if e.kind != "faust"
+    ]
 
 
 def learned(settings: Settings) -> tuple[str, ...]:
@@ -215,9 +323,17 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     >>> [(s.name, s.partitions, s.compacted) for s in topic_specs(Settings())][:2]
     [('abstain.features', 8, False), ('abstain.decisions', 8, False)]
     """
-    return [TopicSpec(e.name(settings), e.count(settings), e.role, compacted=e.compacted,
-                      copartitioned=e.copartitioned, keyed_by_model=e.keyed_by_model)
-            for e in CATALOGUE]  # fmt: skip
+    return [
+        TopicSpec(
+            e.name(settings),
+            e.count(settings),
+            e.role,
+            compacted=e.compacted,
+            copartitioned=e.copartitioned,
+            keyed_by_model=e.keyed_by_model,
+        )
+        for e in CATALOGUE
+    ]
 
 
 def markdown_table(settings: Settings | None = None) -> str:

@@ -42,8 +42,14 @@ from service.records import DeadLetter, Reason, SkipOrder, Source
 from service.stream.errors import StreamError
 from service.stream.kafka.internals import FailedFetch, failed_fetch
 
-__all__ = ["READ_BEFORE_SECONDS", "FetchFailed", "Reader", "SkipBook", "Unreadable",
-           "UnreadableBatch"]  # fmt: skip
+__all__ = [
+    "READ_BEFORE_SECONDS",
+    "FetchFailed",
+    "Reader",
+    "SkipBook",
+    "Unreadable",
+    "UnreadableBatch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +85,11 @@ class UnreadableBatch:
         >>> UnreadableBatch("t", 1, 5, 8, "UnicodeDecodeError: ...").describe()
         't[1] offsets 5-7 cannot be read (UnicodeDecodeError: ...)'
         """
-        offsets = f"offset {self.first}" if self.end == self.first + 1 else (
-            f"offsets {self.first}-{self.end - 1}")  # fmt: skip
+        offsets = (
+            f"offset {self.first}"
+            if self.end == self.first + 1
+            else (f"offsets {self.first}-{self.end - 1}")
+        )
         return f"{self.topic}[{self.partition}] {offsets} cannot be read ({self.error})"
 
     def dead_letter(self, source: Source) -> DeadLetter:
@@ -91,13 +100,25 @@ class UnreadableBatch:
         >>> letter.offset, letter.last_offset, letter.reason
         (5, 7, <Reason.UNREADABLE: 'unreadable'>)
         """
-        return DeadLetter(source, self.topic, self.partition, self.first, Reason.UNREADABLE,
-                          self.describe(), b"", last_offset=self.end - 1)  # fmt: skip
+        return DeadLetter(
+            source,
+            self.topic,
+            self.partition,
+            self.first,
+            Reason.UNREADABLE,
+            self.describe(),
+            b"",
+            last_offset=self.end - 1,
+        )
 
     def named_by(self, order: SkipOrder) -> bool:
         """True when ``order`` names exactly this batch."""
         return (order.topic, order.partition, order.first, order.end) == (
-            self.topic, self.partition, self.first, self.end)  # fmt: skip
+            self.topic,
+            self.partition,
+            self.first,
+            self.end,
+        )
 
 
 class Unreadable:
@@ -117,8 +138,12 @@ class Unreadable:
     def stop(self, batch: UnreadableBatch) -> None:
         """Record that ``batch``'s partition stands still at it."""
         self.stopped[(batch.topic, batch.partition)] = batch
-        log.error("%s: the partition stops there until `abstain skip %s %s` (the other "
-                  "partitions go on)", batch.describe(), batch.topic, batch.partition)  # fmt: skip
+        log.error(
+            "%s: the partition stops there until `abstain skip %s %s` (the other partitions go on)",
+            batch.describe(),
+            batch.topic,
+            batch.partition,
+        )
         self.count(batch.topic, "stopped")
         self._gauge(batch.topic)
 
@@ -144,8 +169,10 @@ class Unreadable:
         >>> u.lines()
         ['t[0] offset 3 cannot be read (E): `abstain skip t 0` dead-letters it and goes on']
         """
-        return [f"{b.describe()}: `abstain skip {b.topic} {b.partition}` dead-letters it and "
-                "goes on" for _, b in sorted(self.stopped.items())]  # fmt: skip
+        return [
+            f"{b.describe()}: `abstain skip {b.topic} {b.partition}` dead-letters it and goes on"
+            for _, b in sorted(self.stopped.items())
+        ]
 
     def count(self, topic: str, outcome: Literal["stopped", "skipped"]) -> None:
         if self.metrics is not None:
@@ -209,8 +236,9 @@ class Reader:
             if failed is None:
                 if isinstance(exc, KafkaError):
                     raise
-                raise FetchFailed(f"fetching {sorted(self.consumer.assignment())} failed: "
-                                  f"{exc!r}") from exc  # fmt: skip
+                raise FetchFailed(
+                    f"fetching {sorted(self.consumer.assignment())} failed: {exc!r}"
+                ) from exc
             return await self._around(failed, f"{type(exc).__name__}: {exc}")
         return fetched
 
@@ -249,8 +277,13 @@ class Reader:
             step = first - position  # all of them at once, unless offsets are missing
             while position < first:
                 if self.clock() > deadline:
-                    log.warning("%s[%s]: could not read up to offset %s in %ss; trying again",
-                                tp.topic, tp.partition, first, READ_BEFORE_SECONDS)  # fmt: skip
+                    log.warning(
+                        "%s[%s]: could not read up to offset %s in %ss; trying again",
+                        tp.topic,
+                        tp.partition,
+                        first,
+                        READ_BEFORE_SECONDS,
+                    )
                     return None
                 try:
                     got = await self.consumer.getmany(tp, timeout_ms=200, max_records=step)
@@ -266,8 +299,13 @@ class Reader:
                 position = await self.consumer.position(tp)
                 step = max(1, first - position)
         except (IllegalStateError, KafkaError) as exc:
-            log.warning("%s[%s]: reading up to offset %s failed (%r); trying again", tp.topic,
-                        tp.partition, first, exc)  # fmt: skip
+            log.warning(
+                "%s[%s]: reading up to offset %s failed (%r); trying again",
+                tp.topic,
+                tp.partition,
+                first,
+                exc,
+            )
             return None
         return records, first, end
 
@@ -284,10 +322,23 @@ class Reader:
             self.consumer.resume(tp)
             self.unreadable.release([tp])
             self.unreadable.count(batch.topic, "skipped")
-            log.warning("%s: skipped on the order of %s (dead letter written by `abstain skip`)",
-                        batch.describe(), order.by or "an operator")  # fmt: skip
+            log.warning(
+                "%s: skipped on the order of %s (dead letter written by `abstain skip`)",
+                batch.describe(),
+                order.by or "an operator",
+            )
             moved[tp] = batch.end
         return moved
+
+    @classmethod
+    def of(
+        cls, reader: Reader | None, consumer: AIOKafkaConsumer, unreadable: Unreadable
+    ) -> Reader:
+        """``reader`` if it reads ``consumer``, else a new one that stops at an unreadable
+        batch (a loop's consumer is made again when it restarts)."""
+        if reader is not None and reader.consumer is consumer:
+            return reader
+        return cls(consumer, policy="stop", unreadable=unreadable)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Stop watching ``tps`` (revoked, or sought back to be read again): their batches,

@@ -285,9 +285,7 @@ class LearnLoop:
             self.progress.mark(tp.topic, tp.partition, end - 1)
 
     def _reader(self, consumer: AIOKafkaConsumer) -> Reader:
-        """The :class:`Reader` of ``consumer`` (made once)."""
-        if self.reader is None or self.reader.consumer is not consumer:
-            self.reader = Reader(consumer, policy="stop", unreadable=self.unreadable)
+        self.reader = Reader.of(self.reader, consumer, self.unreadable)
         return self.reader
 
     async def _skip_ordered(self, reader: Reader) -> None:

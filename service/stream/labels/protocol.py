@@ -24,6 +24,7 @@ from service.learning import (
     Adaptive,
     LearningError,
     LinearLearner,
+    Moments,
     Pipeline,
     RiskEstimate,
     learn_from_champion,
@@ -94,17 +95,23 @@ def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
 
 
 def _check_join(
-    model: ModelEnvelope, pending: PendingEntry | None, label: Label, where: tuple[int, int], *,
-    now: float, parked: bool,
-) -> LabelOutcome | None:  # fmt: skip
+    model: ModelEnvelope,
+    pending: PendingEntry | None,
+    label: Label,
+    where: tuple[int, int],
+    *,
+    now: float,
+    parked: bool,
+) -> LabelOutcome | None:
     """Why ``label`` (at labels ``where`` = (partition, offset)) cannot be applied (None:
     it can)."""
     partition, offset = where
     if not parked and model.applied(partition, offset):
         return _unapplied(Outcome.IGNORED, Reason.REDELIVERED, f"offset {offset} already applied")
     if pending is None or pending.model != label.model:
-        return _unapplied(Outcome.DEAD, Reason.UNKNOWN_REQUEST,
-                          f"no pending request {label.request_id}")  # fmt: skip
+        return _unapplied(
+            Outcome.DEAD, Reason.UNKNOWN_REQUEST, f"no pending request {label.request_id}"
+        )
     redo = False
     if pending.applied:
         mine = pending.applied_offset == offset
@@ -112,11 +119,13 @@ def _check_join(
         # a crash between the two, the mark survives and the model lacks this label: redo it
         redo = mine and model.version < (pending.applied_version or 0)
         if mine and not redo:
-            return _unapplied(Outcome.IGNORED, Reason.REDELIVERED,
-                              f"offset {offset} already applied")  # fmt: skip
+            return _unapplied(
+                Outcome.IGNORED, Reason.REDELIVERED, f"offset {offset} already applied"
+            )
         if not redo:
-            return _unapplied(Outcome.DEAD, Reason.ALREADY_APPLIED,
-                              f"request {label.request_id} answered")  # fmt: skip
+            return _unapplied(
+                Outcome.DEAD, Reason.ALREADY_APPLIED, f"request {label.request_id} answered"
+            )
     if now > pending.request.expires_at and not redo:  # it was in time when first applied
         return _unapplied(Outcome.DEAD, Reason.EXPIRED, f"request {label.request_id} expired")
     return None
@@ -137,8 +146,9 @@ def apply_label(
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
-    The standardiser learns from the labelled example first, then the learner updates on the
-    transformed example. Inputs are never changed (records are frozen).
+    The standardisers learn first (the moments the request carries and the labelled
+    example), then the learner updates on the transformed example. Inputs are never changed
+    (records are frozen).
 
     ``partition``, ``offset``: where the label was read on the labels topic.
     ``parked``: the label was consumed earlier (before its request, see :func:`park_label`)
@@ -150,9 +160,16 @@ def apply_label(
     if refusal is not None:
         return refusal
     assert pending is not None  # noqa: S101 - _check_join refuses a missing request
-    outcome = teach(config, model, pending.request, label.label, where=(partition, offset),
-                    now=now, max_weight=max_weight,
-                    corrections_from=corrections_from)  # fmt: skip
+    outcome = teach(
+        config,
+        model,
+        pending.request,
+        label.label,
+        where=(partition, offset),
+        now=now,
+        max_weight=max_weight,
+        corrections_from=corrections_from,
+    )
     if outcome.model is None:
         return outcome
     return dataclasses.replace(
@@ -190,14 +207,22 @@ def teach(
         return learned
     p = max(asked, 1.0 / max_weight)
     loss = zero_one_d_loss(request.decided_label, y, config.cost) / p
-    new_model = _next(model, learned, where=where, now=now, loss=loss, p=p,
-                      estimate=_charged(model, max_weight, request.decided_label, y, config.cost,
-                                        asked), corrections_from=corrections_from)  # fmt: skip
+    new_model = _next(
+        model,
+        learned,
+        where=where,
+        now=now,
+        loss=loss,
+        p=p,
+        estimate=_charged(model, max_weight, request.decided_label, y, config.cost, asked),
+        corrections_from=corrections_from,
+    )
     try:  # the standardiser's running sums can overflow without an error: check it all
         encoded = new_model.to_json()
     except RecordError:
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
-                          "update gave a non-finite model state")  # fmt: skip
+        return _unapplied(
+            Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
+        )
     return LabelOutcome(
         Outcome.APPLIED,
         model=new_model,
@@ -235,8 +260,9 @@ def apply_shadow_label(
     def step(learner: Any, z: np.ndarray) -> None:
         inner = learner.champion if isinstance(learner, Adaptive) else learner
         weighting: Weighting = "importance" if isinstance(inner, LinearLearner) else "none"
-        learn_from_champion(learner, z, y, request.query_probability, max_weight=max_weight,
-                            weighting=weighting)  # fmt: skip
+        learn_from_champion(
+            learner, z, y, request.query_probability, max_weight=max_weight, weighting=weighting
+        )
 
     learned = _learn(config, model, request, step)
     if isinstance(learned, LabelOutcome):
@@ -249,17 +275,31 @@ def apply_shadow_label(
         if decided is None
         else _charged(model, max_weight, decided, y, config.cost, request.query_probability)
     )
-    new_model = _next(model, learned, where=(partition, offset), now=now, loss=loss,
-                      p=p if decided is not None else math.inf, estimate=estimate,
-                      corrections_from=corrections_from)  # fmt: skip
+    new_model = _next(
+        model,
+        learned,
+        where=(partition, offset),
+        now=now,
+        loss=loss,
+        p=p if decided is not None else math.inf,
+        estimate=estimate,
+        corrections_from=corrections_from,
+    )
     try:
         encoded = new_model.to_json()
     except RecordError:
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
-                          "update gave a non-finite model state")  # fmt: skip
-    return LabelOutcome(Outcome.APPLIED, model=new_model, encoded=encoded, iw_loss=loss,
-                        clipped=p > request.query_probability, changes=learned[2][0],
-                        takeovers=learned[2][1])  # fmt: skip
+        return _unapplied(
+            Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
+        )
+    return LabelOutcome(
+        Outcome.APPLIED,
+        model=new_model,
+        encoded=encoded,
+        iw_loss=loss,
+        clipped=p > request.query_probability,
+        changes=learned[2][0],
+        takeovers=learned[2][1],
+    )
 
 
 def _learn(
@@ -268,7 +308,9 @@ def _learn(
     request: LabelRequest,
     step: Callable[[Any, np.ndarray], None],
 ) -> tuple[dict[str, Any], dict[str, Any], tuple[int, int]] | LabelOutcome:
-    """(pipeline state, learner state) after the standardiser learns the request's features
+    """(pipeline state, learner state) after the standardisers learn what the request
+    brings (the moments of the events scored since the scorer's last request, when it
+    carries them, and the labelled row: :meth:`~service.learning.Pipeline.learn_label`)
     and ``step(learner, transformed x)`` updates the learner (the learner the configuration
     serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
     scorer's), and the changes and takeovers the step made; a refusal when not finite."""
@@ -277,16 +319,18 @@ def _learn(
     learner = learner_for(dict(model.learner), config.adaptive.parts(intercept=config.intercept))
     before = _adaptation(learner)
     try:
+        seen = None
+        if request.moments is not None:  # checked when read; bounded again when merged
+            seen = Moments.from_record(request.moments.to_dict(), x.shape[0])
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
-            pipeline.learn(x)
+            pipeline.learn_label(x, seen)
             step(learner, pipeline.transform(x))
         new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
     except ValueError as exc:
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, f"update refused: {exc}")
     w = getattr(learner, "w", None)  # kernel learners keep a support set instead
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE,
-                          "update gave non-finite parameters")  # fmt: skip
+        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, "update gave non-finite parameters")
     after = _adaptation(learner)
     return new_pipeline, new_learner, (after[0] - before[0], after[1] - before[1])
 
@@ -299,10 +343,16 @@ def _adaptation(learner: Any) -> tuple[int, int]:
 
 
 def _next(
-    model: ModelEnvelope, learned: tuple[dict[str, Any], dict[str, Any], tuple[int, int]], *,
-    where: tuple[int, int], now: float, loss: float, p: float, estimate: dict[str, Any],
+    model: ModelEnvelope,
+    learned: tuple[dict[str, Any], dict[str, Any], tuple[int, int]],
+    *,
+    where: tuple[int, int],
+    now: float,
+    loss: float,
+    p: float,
+    estimate: dict[str, Any],
     corrections_from: int = -1,
-) -> ModelEnvelope:  # fmt: skip
+) -> ModelEnvelope:
     """The next version of ``model``: ``learned`` states, the label at labels ``where``
     counted, ``loss`` (already divided by ``p``) and the weight ``1 / p`` added."""
     partition, offset = where
@@ -344,12 +394,19 @@ def _charged(
 
 
 def park_label(
-    existing: ParkedLabel | None, label: Label, *, offset: int, partition: int, now: float,
-    raw: bytes = b"", label_ts: float | None = None,
-) -> ParkedLabel | None:  # fmt: skip
+    existing: ParkedLabel | None,
+    label: Label,
+    *,
+    offset: int,
+    partition: int,
+    now: float,
+    raw: bytes = b"",
+    label_ts: float | None = None,
+) -> ParkedLabel | None:
     """The parked record of a label whose request has not been consumed yet; None when
     ``existing`` already holds this very message (a redelivery)."""
     if existing is not None and existing.offset == offset:
         return None
-    return ParkedLabel(label, offset=offset, partition=partition, parked_at=now, raw=raw,
-                       label_ts=label_ts)  # fmt: skip
+    return ParkedLabel(
+        label, offset=offset, partition=partition, parked_at=now, raw=raw, label_ts=label_ts
+    )

@@ -80,8 +80,9 @@ def comparison(
                 "rejected": None if t is None else t.rejected,
                 "reject_rate": None if t is None or not t.events else t.rejected / t.events,
             }
-            rows.append({k: None if isinstance(v, float) and math.isnan(v) else v
-                         for k, v in row.items()})  # fmt: skip
+            rows.append(
+                {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+            )
     return rows
 
 
@@ -92,8 +93,10 @@ def promoted(settings: Settings, current: Champions, name: str, *, now: float) -
     if name not in settings.models:
         raise ValueError(f"no model named {name!r} (one of {sorted(settings.models)})")
     if not 0 <= current.serial + 1 < CHAMPIONS_MAX_SERIAL:
-        raise ValueError(f"the champions record's serial {current.serial} has no successor "
-                         f"below {CHAMPIONS_MAX_SERIAL} that workers would take")  # fmt: skip
+        raise ValueError(
+            f"the champions record's serial {current.serial} has no successor "
+            f"below {CHAMPIONS_MAX_SERIAL} that workers would take"
+        )
     route = settings.learner_key(name)
     servers = {r: s for r, s in current.servers.items() if r != route}
     if name != route:

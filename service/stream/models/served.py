@@ -23,14 +23,13 @@ from service.config import ModelConfig
 from service.learning import (
     DEFAULT_LEVEL,
     Adaptive,
-    Intercept,
     LearningError,
-    OnlineStandardizer,
     Pipeline,
     RiskEstimate,
     RiskInterval,
     learner_for,
     serving_learner,
+    serving_pipeline,
 )
 from service.records import BadMessage, FeatureEvent, ModelEnvelope
 
@@ -38,13 +37,12 @@ __all__ = ["ServedModel", "build_pipeline", "initial_envelope", "served_learner"
 
 
 def build_pipeline(config: ModelConfig) -> Pipeline:
-    """Preprocessing for a model: optional online standardiser, then optional intercept."""
-    steps: list[Any] = []
-    if config.standardize:
-        steps.append(OnlineStandardizer(config.n_inputs))
-    if config.intercept:
-        steps.append(Intercept())
-    return Pipeline(steps, n_features=config.n_inputs)
+    """Preprocessing for a model (:func:`service.learning.serving_pipeline`): with
+    ``standardize`` a standardiser of every event (the moments the scorers send with their
+    label requests) and one of the labelled rows, then with ``intercept`` a constant."""
+    return serving_pipeline(
+        config.n_inputs, standardize=config.standardize, intercept=config.intercept
+    )
 
 
 def served_learner(config: ModelConfig, state: Any) -> Any:
@@ -60,7 +58,7 @@ def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:
         n_features=config.n_learner_features,
         cost=config.cost,
         seed=config.seed,
-        hyperparameters=config.hyperparameters,
+        hyperparameters=config.learner_hyperparameters,
         parts=config.adaptive.parts(intercept=config.intercept),
     )
     return ModelEnvelope(

@@ -6,7 +6,10 @@ decides each model's events together through the learner's ``decide_many`` and e
 input order, one :class:`~service.records.Decision` per valid event and a
 :class:`~service.records.LabelRequest` per queried one. Every event keeps its own coin
 (:func:`~service.records.coin`), so batching never changes a decision. A finite event
-that overflows once scaled is refused alone (``non_finite``), not with its batch.
+that overflows once scaled is refused alone (``non_finite``), not with its batch. The
+result also holds the :class:`~service.learning.Moments` of the raw features each route
+scored (``ScoreResult.moments``), which the scorer gathers for the route's next label
+request (:mod:`service.stream.scoring.scorer`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from service.learning import NonFiniteError, QueryBudget
+from service.learning import Moments, NonFiniteError, QueryBudget
 from service.records import (
     Action,
     BadMessage,
@@ -90,11 +93,18 @@ class ScoreResult:
     # scaled features or the score overflowed (``non_finite``)
     scored: Counter[str] = field(default_factory=Counter)
     overflowed: Counter[str] = field(default_factory=Counter)
+    # by route: the moments of the raw features of the events scored
+    moments: dict[str, Moments] = field(default_factory=dict)
 
     def extend(self, other: ScoreResult) -> None:
         """Append ``other``'s outputs to this result's."""
         self.scored += other.scored
         self.overflowed += other.overflowed
+        for route, seen in other.moments.items():
+            if route in self.moments:
+                self.moments[route].merge(seen)
+            else:
+                self.moments[route] = seen
         self.decisions += other.decisions
         self.partitions += other.partitions
         self.label_requests += other.label_requests
@@ -151,6 +161,8 @@ def score_batch(
         route = parsed[members[0]].route
         budget = None if budgets is None else budgets.get(route)
         items = [parsed[i] for i in members]
+        seen = out.moments.setdefault(route, Moments(served.config.n_inputs))
+        seen.add_many(np.stack([it.x for it in items]))
         decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused

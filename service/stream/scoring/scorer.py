@@ -6,6 +6,14 @@ and hands decisions, label requests and dead letters to :class:`~service.stream.
 Should an unexpected data-caused error escape the pure code, the batch is scored again one
 event at a time and the culprit is dead-lettered (reason ``schema``; the detail says why).
 
+Every event a model scores counts in its :class:`~service.learning.Moments` (the raw
+features' count, mean and squared deviations, merged batch by batch from
+``ScoreResult.moments``); the model's next label request from this worker carries them
+(``LabelRequest.moments``) and they start afresh, so the learner merges the moments of every
+event into the model's standardiser (:func:`~service.learning.serving_pipeline`). Only
+models that standardise get them, and only when they keep a request within
+``max_message_bytes`` (:func:`gathers_moments`).
+
 A snapshot that cannot score (given ``fallback``: a worker without ``snapshot_key``, where
 anyone who may write the models topic can publish one): when at least :data:`BLAME_SHARE`
 of a model's events in a batch overflow (``non_finite``) and the last version that scored
@@ -17,6 +25,7 @@ own fault, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -25,17 +34,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from service.config import LabelBudget, Settings
-from service.learning import CollapseWatch, QueryBudget
+from service.config import LabelBudget, ModelConfig, Settings
+from service.learning import CollapseWatch, Moments, QueryBudget
 from service.metrics import Metrics
-from service.records import Action, Champions, DeadLetter, RawMessage, Reason, Source
+from service.records import (
+    Action,
+    Champions,
+    DeadLetter,
+    FeatureMoments,
+    LabelRequest,
+    RawMessage,
+    Reason,
+    Source,
+)
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import OutRecord
 from service.stream.models.served import ServedModel
 from service.stream.outputs import Outputs
 from service.stream.scoring.decide import Limits, ScoreResult, score_batch
 
-__all__ = ["DecisionTally", "Scorer"]
+__all__ = ["DecisionTally", "Scorer", "attach_moments", "gathers_moments"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +65,39 @@ BLAME_SHARE = 0.5
 
 #: serve ``good`` again instead of ``bad`` (with a reason); the snapshot's dead letter
 Fallback = Callable[[ServedModel, ServedModel, str], DeadLetter | None]
+
+
+#: bytes a request's moments take per feature, at most (two floats as orjson writes them)
+MOMENT_BYTES = 50
+
+
+def gathers_moments(config: ModelConfig, max_message_bytes: int) -> bool:
+    """Whether a model's label requests carry moments: it standardises, and its moments take
+    at most half of a message (two numbers per feature).
+
+    >>> gathers_moments(ModelConfig(n_features=68), 1_000_000)
+    True
+    >>> gathers_moments(ModelConfig(n_features=68, standardize=False), 1_000_000)
+    False
+    """
+    return config.standardize and config.n_inputs * MOMENT_BYTES <= max_message_bytes // 2
+
+
+def attach_moments(
+    requests: list[LabelRequest], gathered: Mapping[str, Moments]
+) -> list[LabelRequest]:
+    """``requests`` with the first one of each route carrying that route's ``gathered``
+    moments (which start afresh); routes without moments gathered are left as they are."""
+    out = []
+    for request in requests:
+        seen = gathered.get(request.model)
+        if seen:
+            taken = seen.take()
+            moments = FeatureMoments(taken.count, tuple(taken.mean.tolist()),
+                                     tuple(taken.m2.tolist()))  # fmt: skip
+            request = dataclasses.replace(request, moments=moments)
+        out.append(request)
+    return out
 
 
 def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
@@ -108,6 +159,12 @@ class Scorer:
         # this worker's decisions per model since it started, served or shadow (/models)
         self.tally = {m: DecisionTally() for m in settings.models}
         self.collapse = {m: CollapseWatch() for m in settings.models}
+        # the moments of every event each model scored since its last label request here
+        self.moments = {
+            m: Moments(c.n_inputs)
+            for m, c in settings.models.items()
+            if gathers_moments(c, settings.max_message_bytes)
+        }
         self.started = clock()
         self.share = 1.0  # of the feature partitions this worker scores (housekeeping sets it)
         # per-model metric children, bound once (a labels() lookup per event costs more
@@ -135,6 +192,10 @@ class Scorer:
             models, result = self._fall_back(models, champions, messages, result, now)
         self._remember(models, result)
         self._watch(models, result)
+        for route, seen in result.moments.items():
+            if route in self.moments:
+                self.moments[route].merge(seen)
+        result.label_requests = attach_moments(result.label_requests, self.moments)
         out = self.outputs
         records = [out.decision_record(d, p)
                    for d, p in zip(result.decisions, result.partitions, strict=True)]  # fmt: skip

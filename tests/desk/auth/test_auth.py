@@ -99,8 +99,13 @@ def test_revocations_read_from_the_topic_are_checked_and_kept_no_longer_than_a_s
     cookie = sessions.issue("ann")
     session = sessions.read(cookie)
     assert session is not None
-    for bad in (b"{", b'{"sid": "x", "ends": 50}', b'{"sid": 7, "ends": 50}',
-                b'{"sid": "' + b"a" * 22 + b'", "ends": "soon"}', b"[" * 3000):  # fmt: skip
+    for bad in (
+        b"{",
+        b'{"sid": "x", "ends": 50}',
+        b'{"sid": 7, "ends": 50}',
+        b'{"sid": "' + b"a" * 22 + b'", "ends": "soon"}',
+        b"[" * 3000,
+    ):
         with pytest.raises(BadMessage):
             sessions.on_revocation(bad)
     assert sessions.read(cookie) is not None

@@ -113,8 +113,7 @@ async def test_an_office_behind_one_address_signs_in_as_often_as_it_likes() -> N
 async def test_beyond_the_checks_that_may_wait_an_attempt_is_refused_at_once() -> None:
     accounts, clock = CountingAccounts(hold=True), Clock()
     gate = LoginGate(accounts, clock=clock, refusal_delay=0.0, threads=1, waiting=2, free=100)
-    running = [asyncio.ensure_future(gate.attempt(f"u{i}", "x", f"192.0.2.{i}"))
-               for i in range(3)]  # fmt: skip
+    running = [asyncio.ensure_future(gate.attempt(f"u{i}", "x", f"192.0.2.{i}")) for i in range(3)]
     await asyncio.sleep(0.05)
     busy = await gate.attempt("ann", "ann-pass", "192.0.2.99")
     assert (busy.outcome, busy.retry_after) == ("busy", 1.0)

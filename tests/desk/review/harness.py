@@ -36,23 +36,55 @@ KEY = "k" * 40
 
 def settings(**desk: Any) -> Settings:
     """Models ``m`` and ``z`` (3 features), a shadow ``sh`` of ``m``; no second opinion at
-    random, one for every answer that trains with weight >= 20 (query probability <= 0.05)."""
-    opinions = {"share": 0.0, "min_weight": 20.0, "confident_margin": 1.0,
-                **desk.pop("second_opinions", {})}  # fmt: skip
+    random, one for every answer that trains with weight >= 20 (query probability <= 0.05);
+    ``reach``: how many labels ``m`` can still correct (the default else)."""
+    opinions = {
+        "share": 0.0,
+        "min_weight": 20.0,
+        "confident_margin": 1.0,
+        **desk.pop("second_opinions", {}),
+    }
     extra = {k: desk.pop(k) for k in ("snapshot_key",) if k in desk}
+    reach = desk.pop("reach", None)
+    corrections = {} if reach is None else {"corrections": {"reach": reach}}
     return load_settings(
-        models={"m": {"n_features": 3}, "z": {"n_features": 3},
-                "sh": {"n_features": 3, "champion": "m"}},
-        default_model="m", partitions={"labels": 4},
-        desk={"answer_names": {"m": ["fraud", "legitimate"]}, **desk,
-              "second_opinions": opinions}, **extra,
-    )  # fmt: skip
+        models={
+            "m": {"n_features": 3, **corrections},
+            "z": {"n_features": 3},
+            "sh": {"n_features": 3, "champion": "m"},
+        },
+        default_model="m",
+        partitions={"labels": 4},
+        desk={"answer_names": {"m": ["fraud", "legitimate"]}, **desk, "second_opinions": opinions},
+        **extra,
+    )
 
 
-def req(event: str, *, model: str = "m", p: float = 0.5, score: float = 0.2, decided: int = 0,
-        at: float = 1000.0, ttl: float = 600.0, priority: float = 0.5) -> LabelRequest:  # fmt: skip
-    return LabelRequest(derive(model, event), event, model, [0.1, 0.2, 0.3], score, 1.0,
-                        decided, p, 0, at, at + ttl, priority)  # fmt: skip
+def req(
+    event: str,
+    *,
+    model: str = "m",
+    p: float = 0.5,
+    score: float = 0.2,
+    decided: int = 0,
+    at: float = 1000.0,
+    ttl: float = 600.0,
+    priority: float = 0.5,
+) -> LabelRequest:
+    return LabelRequest(
+        derive(model, event),
+        event,
+        model,
+        [0.1, 0.2, 0.3],
+        score,
+        1.0,
+        decided,
+        p,
+        0,
+        at,
+        at + ttl,
+        priority,
+    )
 
 
 @dataclass
@@ -77,9 +109,15 @@ class Topics:
     replicas: list[Replica] = field(default_factory=list)
     down: bool = False
 
-    def write(self, topic: str, key: bytes | None, value: bytes | None, *,
-              partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
-              ) -> Record:  # fmt: skip
+    def write(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> Record:
         if self.down:
             raise Unavailable("broker down")
         n = self.settings.partitions.labels
@@ -96,11 +134,13 @@ class Topics:
         self.write(self.settings.topics.label_requests, r.model.encode(), r.to_json())
 
     def label(self, label: Label, **where: Any) -> Record:
-        return self.write(self.settings.topics.labels, label.model.encode(), label.to_json(),
-                          **where)  # fmt: skip
+        return self.write(
+            self.settings.topics.labels, label.model.encode(), label.to_json(), **where
+        )
 
-    def signed(self, record: Correction | Opinion, *, key: str | None = None,
-               sign: bool = True) -> Record:  # fmt: skip
+    def signed(
+        self, record: Correction | Opinion, *, key: str | None = None, sign: bool = True
+    ) -> Record:
         """A correction or an opinion on the labels topic, signed with the settings' key."""
         k, value = record.model.encode(), record.to_json()
         headers = None
@@ -133,8 +173,9 @@ class LeaseLog:
 
     async def publish(self, record: LeaseRecord) -> bool:
         topic = self.topics.settings.desk.leases_topic
-        written = self.topics.write(topic, record.request_id.encode(), record.to_json(),
-                                    partition=0)  # fmt: skip
+        written = self.topics.write(
+            topic, record.request_id.encode(), record.to_json(), partition=0
+        )
         return bool(self.replica.leases.outcome(written.offset))
 
 
@@ -147,13 +188,28 @@ class Replica:
         self.leases = LeaseBook(lease_seconds=s.desk.lease_seconds)
         self.metrics = DeskMetrics(CollectorRegistry(), models=s.models)
         self.book = ReviewBook(s, clock=clock)
-        self.review = Review(s, book=self.book, leases=self.leases,
-                             lease_log=LeaseLog(topics, self), labels=Sink(topics, self),
-                             metrics=self.metrics, clock=clock, replica=name,
-                             models=lambda: self.models)  # fmt: skip
-        self.desk = Desk(s, queue=DeskQueue(clock=clock), leases=self.leases,
-                         log=LeaseLog(topics, self), sink=Sink(topics, self), metrics=self.metrics,
-                         clock=clock, replica=name, review=self.review)  # fmt: skip
+        self.review = Review(
+            s,
+            book=self.book,
+            leases=self.leases,
+            lease_log=LeaseLog(topics, self),
+            labels=Sink(topics, self),
+            metrics=self.metrics,
+            clock=clock,
+            replica=name,
+            models=lambda: self.models,
+        )
+        self.desk = Desk(
+            s,
+            queue=DeskQueue(clock=clock),
+            leases=self.leases,
+            log=LeaseLog(topics, self),
+            sink=Sink(topics, self),
+            metrics=self.metrics,
+            clock=clock,
+            replica=name,
+            review=self.review,
+        )
         self.desk.ready = True
         assert self.desk.opinions is not None
         self.opinions = self.desk.opinions
@@ -164,12 +220,20 @@ class Replica:
         topics.replicas.append(self)
 
     def read(self, r: Record) -> None:
-        self.feeds.handle(r.topic, r.partition, r.offset, r.key, r.value,
-                          timestamp_ms=int(r.at * 1000), headers=r.headers)  # fmt: skip
+        self.feeds.handle(
+            r.topic,
+            r.partition,
+            r.offset,
+            r.key,
+            r.value,
+            timestamp_ms=int(r.at * 1000),
+            headers=r.headers,
+        )
 
     def skipped(self, topic: str) -> float:
         value = self.metrics.registry.get_sample_value(
-            "abstain_desk_records_skipped_total", {"topic": topic})  # fmt: skip
+            "abstain_desk_records_skipped_total", {"topic": topic}
+        )
         return value or 0.0
 
     def sample(self, name: str, **labels: str) -> float:
@@ -184,8 +248,13 @@ def deployment(n: int = 1, **desk: Any) -> tuple[Topics, list[Replica]]:
     return topics, [Replica(topics, f"r{i}", models) for i in range(n)]
 
 
-async def answered(topics: Topics, desk: Desk, person: Person, r: LabelRequest, value: int = 1,
-                   ) -> None:  # fmt: skip
+async def answered(
+    topics: Topics,
+    desk: Desk,
+    person: Person,
+    r: LabelRequest,
+    value: int = 1,
+) -> None:
     """``r`` on the requests topic, then ``person`` takes it at ``desk`` and answers."""
     topics.request(r)
     got = await desk.next(person)

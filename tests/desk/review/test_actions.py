@@ -16,8 +16,12 @@ from .harness import ANN, BOB, RITA, Replica, Topics, answered, deployment, ids,
 
 
 def written(topics: Topics, kind: type) -> list:
-    return [rec for r in topics.records if r.topic == topics.settings.topics.labels
-            and isinstance(rec := parse_labels_record(r.value), kind)]  # fmt: skip
+    return [
+        rec
+        for r in topics.records
+        if r.topic == topics.settings.topics.labels
+        and isinstance(rec := parse_labels_record(r.value), kind)
+    ]
 
 
 def reach(replica: Replica, model: str, *, offset: int, corrections_from: int) -> None:
@@ -25,8 +29,9 @@ def reach(replica: Replica, model: str, *, offset: int, corrections_from: int) -
     can correct them from ``corrections_from`` (-1: none)."""
     served = replica.models[model]
     partition = replica.book.items[next(iter(replica.book.items))].partition
-    envelope = served.envelope.replace(labels_partition=partition, labels_offset=offset,
-                                       corrections_from=corrections_from)  # fmt: skip
+    envelope = served.envelope.replace(
+        labels_partition=partition, labels_offset=offset, corrections_from=corrections_from
+    )
     replica.models[model] = dataclasses.replace(served, envelope=envelope)
 
 
@@ -37,8 +42,12 @@ async def test_an_undo_withdraws_the_label_everywhere_and_the_request_does_not_r
     topics.clock.now += 5
     item = await r0.review.correct(ANN, r.request_id, None)
     (undo,) = written(topics, Correction)
-    assert (undo.label, undo.by, undo.role, undo.request_id) == (None, "ann", "author",
-                                                                 r.request_id)  # fmt: skip
+    assert (undo.label, undo.by, undo.role, undo.request_id) == (
+        None,
+        "ann",
+        "author",
+        r.request_id,
+    )
     for replica in (r0, r1):
         assert replica.book.items[r.request_id].current is None
         assert r.request_id not in replica.desk.queue.requests  # not open again
@@ -75,17 +84,22 @@ async def test_someone_elses_answer_cannot_be_corrected_without_the_reviewer_rol
     topics, (desk,) = deployment(1)
     r = req("e1")
     await answered(topics, desk.desk, ANN, r)
-    for action in (desk.review.correct(BOB, r.request_id, -1),
-                   desk.review.correct(BOB, r.request_id, None),
-                   desk.review.ask_review(BOB, r.request_id),
-                   desk.review.decide(BOB, r.request_id, -1)):  # fmt: skip
+    for action in (
+        desk.review.correct(BOB, r.request_id, -1),
+        desk.review.correct(BOB, r.request_id, None),
+        desk.review.ask_review(BOB, r.request_id),
+        desk.review.decide(BOB, r.request_id, -1),
+    ):
         with pytest.raises(Refused) as refused:
             await action
         assert refused.value.code in ("not_author", "not_reviewer")
         assert refused.value.status == 403
     assert written(topics, Correction) == []
-    assert not [r for r in topics.records if r.topic == topics.settings.desk.leases_topic
-                and b'"flag"' in (r.value or b"")]  # fmt: skip
+    assert not [
+        r
+        for r in topics.records
+        if r.topic == topics.settings.desk.leases_topic and b'"flag"' in (r.value or b"")
+    ]
 
 
 async def test_unknown_and_unanswered_requests_are_refused_with_their_reason() -> None:
@@ -101,8 +115,9 @@ async def test_unknown_and_unanswered_requests_are_refused_with_their_reason() -
         await desk.review.correct(ANN, "f" * 32, None)
     assert (unknown.value.code, unknown.value.status) == ("unknown_request", 404)
     with pytest.raises(Refused) as scope:  # her answer, to a model she no longer answers
-        await desk.review.correct(dataclasses.replace(ANN, models=frozenset({"m"})),
-                                  z1.request_id, None)  # fmt: skip
+        await desk.review.correct(
+            dataclasses.replace(ANN, models=frozenset({"m"})), z1.request_id, None
+        )
     assert scope.value.code == "out_of_scope"
     assert written(topics, Correction) == []
 
@@ -115,7 +130,7 @@ async def test_a_label_the_model_can_no_longer_reach_is_refused_beyond_reach() -
     offsets = {rid: item.offset for rid, item in desk.book.items.items()}
     # the model learned both; it keeps versions from the second label on
     reach(desk, "m", offset=offsets[new.request_id], corrections_from=offsets[new.request_id])
-    with pytest.raises(Refused, match="older than the model") as refused:
+    with pytest.raises(Refused, match="can no longer change it") as refused:
         await desk.review.correct(ANN, old.request_id, None)
     assert (refused.value.code, refused.value.status) == ("beyond_reach", 410)
     await desk.review.correct(ANN, new.request_id, None)  # within reach
@@ -129,8 +144,9 @@ async def test_a_label_the_model_can_no_longer_reach_is_refused_beyond_reach() -
     assert desk.review.mine(ANN)[0]["status"].endswith("too old to change")
 
 
-async def test_after_the_grace_period_an_author_asks_for_a_review_and_every_replica_queues_it(
-) -> None:  # fmt: skip
+async def test_after_the_grace_period_an_author_asks_for_a_review_and_every_replica_queues_it() -> (
+    None
+):
     topics, (r0, r1) = deployment(2, undo_seconds=60)
     r = req("e1")
     await answered(topics, r0.desk, ANN, r)
@@ -138,8 +154,11 @@ async def test_after_the_grace_period_an_author_asks_for_a_review_and_every_repl
     topics.clock.now += 61
     assert r0.review.mine(ANN)[0]["actions"] == ["review"]
     await r0.review.ask_review(ANN, r.request_id)
-    flags = [LeaseRecord(**__import__("json").loads(x.value)) for x in topics.records
-             if x.topic == topics.settings.desk.leases_topic and b'"flag"' in x.value]  # fmt: skip
+    flags = [
+        LeaseRecord(**__import__("json").loads(x.value))
+        for x in topics.records
+        if x.topic == topics.settings.desk.leases_topic and b'"flag"' in x.value
+    ]
     assert [(f.request_id, f.holder) for f in flags] == [(r.request_id, "ann")]
     for replica in (r0, r1):
         assert ids(list(replica.book.review_queue("m"))) == [r.request_id]
@@ -170,8 +189,7 @@ async def test_a_reviewers_decision_is_final_and_never_on_their_own_answer() -> 
     with pytest.raises(Refused) as own:
         await r0.review.decide(RITA, b.request_id, -1)
     assert (own.value.code, own.value.status) == ("own_answer", 403)
-    assert r0.review.mine(ANN)[0]["status"] == (
-        "Corrected by a reviewer to legitimate")  # fmt: skip
+    assert r0.review.mine(ANN)[0]["status"] == ("Corrected by a reviewer to legitimate")
     assert r1.sample("abstain_desk_reviews_total", model="m", outcome="corrected") == 1
     assert len(written(topics, Correction)) == 1
 

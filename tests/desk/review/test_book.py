@@ -26,9 +26,20 @@ WEIGHTY = {"p": 0.02}
 def state(book: ReviewBook) -> dict[str, Any]:
     """Everything a person or the team view could see of a book (an answer whose request
     the desk has not read is seen by nobody)."""
-    items = {rid: (i.by, i.first, i.current, i.ask, i.opinion, i.flag, i.decision,
-                   [(s.kind, s.by, s.label) for s in i.steps])
-             for rid, i in book.items.items() if i.request is not None}  # fmt: skip
+    items = {
+        rid: (
+            i.by,
+            i.first,
+            i.current,
+            i.ask,
+            i.opinion,
+            i.flag,
+            i.decision,
+            [(s.kind, s.by, s.label) for s in i.steps],
+        )
+        for rid, i in book.items.items()
+        if i.request is not None
+    }
     return {
         "items": items,
         "opinions": {m: ids(book.opinion_queue(m)) for m in ("m", "z")},
@@ -61,10 +72,16 @@ def recount(book: ReviewBook) -> tuple[dict[str, Counter[str]], dict[str, Counte
 
 def kept(book: ReviewBook) -> tuple[dict[str, Counter[str]], dict[str, Counter[str]]]:
     fields = ("answers", "checked", "agreed", "reviewed", "confirmed", "opinions")
-    people = {p: Counter({f: getattr(t, f) for f in fields if getattr(t, f)})
-              for p, t in book.people.items() if not t.empty()}  # fmt: skip
-    models = {m: Counter({f: getattr(t, f) for f in ("labels", "corrected") if getattr(t, f)})
-              for m, t in book.models.items() if t.labels}  # fmt: skip
+    people = {
+        p: Counter({f: getattr(t, f) for f in fields if getattr(t, f)})
+        for p, t in book.people.items()
+        if not t.empty()
+    }
+    models = {
+        m: Counter({f: getattr(t, f) for f in ("labels", "corrected") if getattr(t, f)})
+        for m, t in book.models.items()
+        if t.labels
+    }
     return people, models
 
 
@@ -82,13 +99,19 @@ async def test_the_first_label_is_the_answer_whichever_topic_is_read_first() -> 
     p = desk.feeds.admission.partitions["m"]
     mark = Label(applied.request_id, "m", 1, "ann", 0.0)
     entry = PendingEntry(applied, p).answered(mark, offset=99, version=3, now=topics.clock.now)
-    topics.write(table_topic(topics.settings, "pending"), applied.request_id.encode(),
-                 entry.to_json(), partition=p)  # fmt: skip
+    topics.write(
+        table_topic(topics.settings, "pending"),
+        applied.request_id.encode(),
+        entry.to_json(),
+        partition=p,
+    )
     assert applied.request_id not in desk.desk.queue.requests
     topics.label(Label(applied.request_id, "m", 1, "ann", topics.clock.now))
     book = desk.book
-    assert [(book.items[x.request_id].first, book.items[x.request_id].request is not None)
-            for x in (r, early, applied)] == [(1, True), (1, True), (1, True)]  # fmt: skip
+    assert [
+        (book.items[x.request_id].first, book.items[x.request_id].request is not None)
+        for x in (r, early, applied)
+    ] == [(1, True), (1, True), (1, True)]
     assert book.people["ann"].answers == 3
     assert "bob" not in book.people
 
@@ -150,7 +173,9 @@ async def test_a_signed_correction_and_opinion_are_taken() -> None:
     await desk.review.correct(ANN, r.request_id, -1)
     written = [x for x in topics.records if x.topic == topics.settings.topics.labels][1:]
     assert [type(parse_labels_record(x.value)).__name__ for x in written] == [
-        "Opinion", "Correction"]  # fmt: skip
+        "Opinion",
+        "Correction",
+    ]
     assert all(x.headers and x.headers[0][0] == "abstain-signature" for x in written)
     assert desk.skipped("labels") == 0
     item = desk.book.items[r.request_id]
@@ -198,8 +223,9 @@ async def play(seed: int, steps: int) -> tuple[Topics, Replica]:
             topics.signed(Opinion(rid, model, value, who, now))
         else:
             flag = LeaseRecord(rid, "flag", who, at=now)
-            topics.write(topics.settings.desk.leases_topic, rid.encode(), flag.to_json(),
-                         partition=0)  # fmt: skip
+            topics.write(
+                topics.settings.desk.leases_topic, rid.encode(), flag.to_json(), partition=0
+            )
         if rng.random() < 0.05:
             desk.desk.tick()
     return topics, desk
@@ -229,15 +255,17 @@ async def test_a_desk_restarted_on_the_same_topics_holds_the_same_book(seed: int
     assert again.skipped("labels") == desk.skipped("labels")
     # and the team view's numbers of the queue
     assert [(r.model, r.depth, r.answered) for r in again.desk.team_view().models] == [
-        (r.model, r.depth, r.answered) for r in desk.desk.team_view().models]  # fmt: skip
+        (r.model, r.depth, r.answered) for r in desk.desk.team_view().models
+    ]
 
 
 def test_the_state_helper_sees_a_difference() -> None:
     one, two = (ReviewBook(settings_of(), clock=lambda: 0.0) for _ in range(2))
     r = req("e1")
     for book in (one, two):
-        book.on_label(Label(r.request_id, "m", 1, "ann", 0.0), partition=0, offset=0, at=0.0,
-                      request=r)  # fmt: skip
+        book.on_label(
+            Label(r.request_id, "m", 1, "ann", 0.0), partition=0, offset=0, at=0.0, request=r
+        )
     assert state(one) == state(two)
     one.on_correction(Correction(r.request_id, "m", None, "ann", "author", 1.0), at=1.0)
     assert state(one) != state(two)

@@ -9,21 +9,27 @@ import dataclasses
 
 import pytest
 
+from service.desk.auth.accounts import Person
 from service.desk.errors import Refused
 from service.records import Opinion, parse_labels_record
 
-from .harness import ANN, BOB, CAT, RITA, Topics, answered, deployment, ids, req
+from .harness import ANN, BOB, CAT, RITA, Replica, Topics, answered, deployment, ids, req
 
 WEIGHTY = {"p": 0.02}  # trains with weight 50: a second opinion is asked
 
 
 def opinions(topics: Topics) -> list[Opinion]:
-    return [rec for r in topics.records if r.topic == topics.settings.topics.labels
-            and isinstance(rec := parse_labels_record(r.value), Opinion)]  # fmt: skip
+    return [
+        rec
+        for r in topics.records
+        if r.topic == topics.settings.topics.labels
+        and isinstance(rec := parse_labels_record(r.value), Opinion)
+    ]
 
 
-async def test_an_answer_that_weighs_much_is_offered_to_someone_else_and_never_to_its_author(
-) -> None:  # fmt: skip
+async def test_an_answer_that_weighs_much_is_offered_to_someone_else_and_never_to_its_author() -> (
+    None
+):
     topics, (r0, r1) = deployment(2)
     heavy, light = req("heavy", **WEIGHTY), req("light")
     await answered(topics, r0.desk, ANN, heavy, 1)
@@ -54,12 +60,14 @@ async def test_agreement_closes_it_and_disagreement_goes_to_the_reviewers() -> N
     first = await r1.desk.next(BOB)
     assert first is not None
     assert first.request.request_id == agree.request_id  # the oldest first
-    assert await r1.opinions.answer(BOB, agree.request_id, -1) is True
+    assert await r1.opinions.answer(BOB, agree.request_id, -1) == (True, True)
     second = await r1.desk.next(BOB)
     assert second is not None
-    assert await r1.opinions.answer(BOB, differ.request_id, 1) is False
+    assert await r1.opinions.answer(BOB, differ.request_id, 1) == (False, True)
     assert [(o.request_id, o.by, o.label) for o in opinions(topics)] == [
-        (agree.request_id, "bob", -1), (differ.request_id, "bob", 1)]  # fmt: skip
+        (agree.request_id, "bob", -1),
+        (differ.request_id, "bob", 1),
+    ]
     for replica in (r0, r1):
         assert replica.book.opinion_queue("m") == []
         assert ids(list(replica.book.review_queue("m"))) == [differ.request_id]
@@ -69,7 +77,9 @@ async def test_agreement_closes_it_and_disagreement_goes_to_the_reviewers() -> N
     assert ids(r0.review.review_queue(RITA)) == [differ.request_id]
     assert r0.review.review_queue(BOB) == []  # his own second opinion: another reviewer's
     assert [a["status"] for a in r0.review.mine(ANN)] == [
-        "A second opinion differs: under review", "A second opinion agreed"]  # fmt: skip
+        "A second opinion differs: under review",
+        "A second opinion agreed",
+    ]
     assert r1.sample("abstain_desk_second_opinions_total", model="m", outcome="agree") == 1
     assert r1.sample("abstain_desk_second_opinions_total", model="m", outcome="disagree") == 1
     with pytest.raises(Refused) as twice:
@@ -143,7 +153,7 @@ async def test_two_people_on_two_replicas_at_once_give_one_second_opinion() -> N
     assert sorted(g is not None for g in got) == [False, True]
     who = BOB if got[0] is not None else CAT
     other = CAT if who is BOB else BOB
-    assert await (r0 if who is BOB else r1).opinions.answer(who, r.request_id, 1) is True
+    assert await (r0 if who is BOB else r1).opinions.answer(who, r.request_id, 1) == (True, True)
     with pytest.raises(Refused) as refused:
         await r0.opinions.answer(other, r.request_id, -1)
     assert refused.value.code == "already_opinion"
@@ -164,3 +174,55 @@ async def test_second_opinions_come_before_new_requests_and_keep_to_the_model_fi
     second = await desk.desk.next(BOB)
     assert second is not None
     assert (second.request.request_id, second.opinion) == (waiting.request_id, False)
+
+
+async def _answers(
+    topics: Topics, desk: Replica, person: Person, names: list[str], every: float
+) -> None:
+    """``person`` answers a fresh request of ``m`` per name, ``every`` seconds apart."""
+    for name in names:
+        topics.clock.now += every
+        await answered(topics, desk.desk, person, req(name, at=topics.clock.now), 1)
+
+
+async def test_an_answer_about_to_leave_the_model_s_reach_is_not_offered() -> None:
+    topics, (desk,) = deployment(1, reach=30)  # min_time_left_seconds: 15
+    edge, room = req("edge", **WEIGHTY), req("room", **WEIGHTY, at=1020.0)
+    await answered(topics, desk.desk, ANN, edge, 1)
+    await _answers(topics, desk, ANN, [f"a{i}" for i in range(20)], every=0.5)  # 2 labels/s
+    topics.clock.now = 1020.0
+    await answered(topics, desk.desk, ANN, room, 1)
+    # edge: 30 - 1 - 21 labels after it = 8 left, at 22 labels in 20 s: 7.3 s < 15 s
+    assert desk.review.reach_left(desk.book.items[edge.request_id]) == pytest.approx(8 / 1.1)
+    got = await desk.desk.next(BOB)
+    assert got is not None
+    assert (got.request.request_id, got.opinion) == (room.request_id, True)
+    # room: 29 labels left at 1.1 a second: the time left the page counts down
+    assert got.until is not None
+    assert got.until - topics.clock.now == pytest.approx(29 / 1.1)
+    await desk.opinions.give_back(BOB, room.request_id, "skip")
+    assert await desk.desk.next(BOB) is None  # edge is never offered
+
+
+async def test_an_opinion_given_after_the_reach_passed_is_taken_for_agreement_only() -> None:
+    topics, (desk,) = deployment(1, reach=30)
+    r = req("e1", **WEIGHTY)
+    await answered(topics, desk.desk, ANN, r, 1)
+    got = await desk.desk.next(BOB)
+    assert got is not None
+    item = desk.book.items[r.request_id]
+    served = desk.models["m"]
+    desk.models["m"] = dataclasses.replace(
+        served,
+        envelope=served.envelope.replace(
+            labels_partition=item.partition,
+            labels_offset=item.offset + 5,
+            corrections_from=item.offset + 1,
+        ),
+    )  # fmt: skip  (it learned fast meanwhile)
+    assert await desk.opinions.answer(BOB, r.request_id, -1) == (False, False)
+    assert [(o.by, o.label) for o in opinions(topics)] == [("bob", -1)]
+    assert desk.book.people["ann"].checked == 1
+    assert desk.book.people["ann"].agreed == 0
+    desk.desk.tick()
+    assert list(desk.book.review_queue("m")) == []  # a reviewer could change nothing

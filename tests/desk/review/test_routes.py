@@ -50,14 +50,20 @@ class Site:
 
     async def api(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        resp = await self.client.post(path, data=raw, headers={
-            "X-CSRF-Token": self.csrf[self.user], "Content-Type": "application/json"})  # fmt: skip
+        resp = await self.client.post(
+            path,
+            data=raw,
+            headers={"X-CSRF-Token": self.csrf[self.user], "Content-Type": "application/json"},
+        )
         return resp.status, await resp.json(content_type=None)
 
     def written(self) -> list[Any]:
         labels = self.topics.settings.topics.labels
-        return [parse_labels_record(r.value) for r in self.topics.records
-                if r.topic == labels and r.value is not None]  # fmt: skip
+        return [
+            parse_labels_record(r.value)
+            for r in self.topics.records
+            if r.topic == labels and r.value is not None
+        ]
 
 
 @pytest.fixture
@@ -71,8 +77,14 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     clock = topics.clock
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: clock.now)
     logins = LoginGate(book, clock=lambda: clock.now, free=100, refusal_delay=0.0)
-    web = DeskWeb(replica.desk.settings, replica.desk, book, sessions, logins=logins,
-                  models=lambda: replica.models)  # fmt: skip
+    web = DeskWeb(
+        replica.desk.settings,
+        replica.desk,
+        book,
+        sessions,
+        logins=logins,
+        models=lambda: replica.models,
+    )
     client = TestClient(TestServer(web.app()))
     await client.start_server()
     try:
@@ -89,7 +101,8 @@ async def test_an_undo_comes_back_as_the_request_to_answer_again(site: Site) -> 
     status, mine = await site.api("/api/mine", {})
     assert status == 200
     assert [(a["request_id"], a["answer"], a["actions"]) for a in mine["answers"]] == [
-        (r.request_id, "fraud", ["undo", "change"])]  # fmt: skip
+        (r.request_id, "fraud", ["undo", "change"])
+    ]
     assert mine["answers"][0]["grace_until"] == pytest.approx(site.topics.clock.now + 600)
     status, undone = await site.api("/api/undo", {"request_id": r.request_id})
     assert status == 200
@@ -100,7 +113,10 @@ async def test_an_undo_comes_back_as_the_request_to_answer_again(site: Site) -> 
     status, saved = await site.api("/api/correct", {"request_id": r.request_id, "label": -1})
     assert (status, saved["label"]) == (200, -1)
     assert [(type(w).__name__, getattr(w, "label", None)) for w in site.written()] == [
-        ("Label", 1), ("Correction", None), ("Correction", -1)]  # fmt: skip
+        ("Label", 1),
+        ("Correction", None),
+        ("Correction", -1),
+    ]
     status, mine = await site.api("/api/mine", {})
     assert mine["answers"][0]["status"] == "Changed to legitimate"
 
@@ -146,8 +162,12 @@ async def test_another_persons_answer_is_refused_and_the_reviewer_role_decides(s
     r = req("e1")
     await answered(site.topics, site.replica.desk, ANN, r, 1)
     await site.login("bob")
-    for path, body in (("/api/undo", {}), ("/api/correct", {"label": -1}),
-                       ("/api/flag", {}), ("/api/review", {"label": -1})):  # fmt: skip
+    for path, body in (
+        ("/api/undo", {}),
+        ("/api/correct", {"label": -1}),
+        ("/api/flag", {}),
+        ("/api/review", {"label": -1}),
+    ):
         status, answer = await site.api(path, {"request_id": r.request_id, **body})
         assert status == 403, (path, answer)
         assert answer["error"] in ("not_author", "not_reviewer")
@@ -158,7 +178,9 @@ async def test_another_persons_answer_is_refused_and_the_reviewer_role_decides(s
     status, decided = await site.api("/api/review", {"request_id": r.request_id, "label": -1})
     assert (status, decided["decided"]) == (200, "corrected")
     assert [(type(w).__name__, getattr(w, "role", "")) for w in site.written()] == [
-        ("Label", ""), ("Correction", "reviewer")]  # fmt: skip
+        ("Label", ""),
+        ("Correction", "reviewer"),
+    ]
     assert site.replica.sample("abstain_desk_refusals_total", code="not_author") >= 3
 
 
@@ -175,7 +197,7 @@ async def test_a_second_opinion_is_served_without_the_first_answer(site: Site) -
     assert not {"label", "labelled_by", "first", "current", "answer"} & set(view)  # ... nor what
     assert (await site.api("/api/opinion/renew", {"request_id": r.request_id}))[0] == 200
     status, saved = await site.api("/api/opinion", {"request_id": r.request_id, "label": 1})
-    assert (status, saved) == (200, {"saved": True, "request_id": r.request_id})
+    assert (status, saved) == (200, {"saved": True, "request_id": r.request_id, "can_change": True})
     assert [type(w) for w in site.written()] == [Label, Opinion]
     await site.login("ann")
     status, got = await site.api("/api/next", {})
@@ -232,8 +254,9 @@ async def test_the_team_view_shows_agreement_and_charts_computed_at_the_tick(sit
 
 
 async def test_a_proxy_desk_takes_the_reviewer_role_from_its_settings(tmp_path: Path) -> None:
-    topics, (replica,) = deployment(1, reviewers=["rita"], auth="proxy",
-                                    trusted_proxies=["127.0.0.1", "::1"])  # fmt: skip
+    topics, (replica,) = deployment(
+        1, reviewers=["rita"], auth="proxy", trusted_proxies=["127.0.0.1", "::1"]
+    )
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: topics.clock.now)
     web = DeskWeb(replica.desk.settings, replica.desk, Accounts({}), sessions)
     async with TestClient(TestServer(web.app())) as c:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelConfig
-from service.learning import Parts, Pipeline, is_adaptive_state, learner_for
+from service.learning import Moments, Parts, Pipeline, is_adaptive_state, learner_for
 from service.records import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 from service.stream.models.served import served_learner as config_learner
@@ -43,6 +43,7 @@ __all__ = [
     "explain_chain",
     "final_entries",
     "foreign_served",
+    "learn_row",
     "model_chain",
     "non_finite_floats",
     "replay",
@@ -153,11 +154,26 @@ class Explained:
     parked: int = 0  # steps applied out of offset order (label before its request)
 
 
-def _step(state: Mapping[str, Any], x: list[float], y: int) -> tuple[Pipeline, Any]:
+#: what a label teaches from: the features of its request, or the request itself (its
+#: features and the moments of the events the scorer scored since its last request)
+Row = list[float] | Mapping[str, Any]
+
+
+def learn_row(pipeline: Pipeline, row: Row) -> np.ndarray:
+    """The preprocessing learns what a labelled request brings, as the label path does
+    (:meth:`~service.learning.Pipeline.learn_label`); returns the request's features."""
+    features = row["features"] if isinstance(row, Mapping) else row
+    x = np.asarray(features, dtype=np.float64)
+    moments = row.get("moments") if isinstance(row, Mapping) else None
+    seen = None if moments is None else Moments.from_record(moments, x.shape[0])
+    pipeline.learn_label(x, seen)
+    return x
+
+
+def _step(state: Mapping[str, Any], row: Row, y: int) -> tuple[Pipeline, Any]:
     pipeline = Pipeline.from_state(state["pipeline"])
     learner = served_learner(state["learner"])
-    xa = np.asarray(x, dtype=np.float64)
-    pipeline.learn(xa)
+    xa = learn_row(pipeline, row)
     learner.update(pipeline.transform(xa), y)
     return pipeline, learner
 
@@ -175,14 +191,14 @@ def _same(state: Mapping[str, Any], pipeline: Pipeline, learner: Any) -> bool:
 def explain_chain(
     chain: Chain,
     labels: Sequence[Rec],
-    features: Mapping[str, list[float]],
+    features: Mapping[str, Row],
 ) -> Explained:
     """Find, for each version step, the one label (request id) that produced it.
 
     ``labels``: the model's records of the labels topic; ``features``: request id ->
-    features of the request. A step is explained only if applying that label to the
-    previous version gives the next one exactly; a label that explains a second step
-    (applied twice) is listed in ``twice``."""
+    the request (or its features alone, for a scorer that sends no moments). A step is
+    explained only if applying that label to the previous version gives the next one
+    exactly; a label that explains a second step (applied twice) is listed in ``twice``."""
     by_offset: dict[int, tuple[str, int]] = {}
     for rec in labels:
         try:
@@ -227,17 +243,17 @@ class Replay:
 
 
 def learn_offline(
-    name: str, config: ModelConfig | Mapping[str, Any], labelled: Iterable[tuple[list[float], int]]
+    name: str, config: ModelConfig | Mapping[str, Any], labelled: Iterable[tuple[Row, int]]
 ) -> tuple[Pipeline, Any]:
     """The pipeline and the learner a worker serves for ``config`` (a model's settings),
-    from version 0, after ``labelled`` in order: service.learning directly."""
+    from version 0, after ``labelled`` (each a request, or its features, and its label) in
+    order: service.learning directly."""
     config = ModelConfig.model_validate(config)
     start = initial_envelope(name, config).to_dict()
     pipeline = Pipeline.from_state(start["pipeline"])
     learner = config_learner(config, start["learner"])
-    for x, y in labelled:
-        xa = np.asarray(x, dtype=np.float64)
-        pipeline.learn(xa)
+    for row, y in labelled:
+        xa = learn_row(pipeline, row)
         learner.update(pipeline.transform(xa), y)
     return pipeline, learner
 
@@ -245,7 +261,7 @@ def learn_offline(
 def replay(
     name: str,
     config: ModelConfig,
-    labelled: Sequence[tuple[list[float], int]],
+    labelled: Sequence[tuple[Row, int]],
     final: Mapping[str, Any],
 ) -> Replay:
     """Offline: ``labelled`` in order from version 0 through service.learning, compared

@@ -518,8 +518,7 @@ def hostile_requests(n: int, g: Genuine, *, start: int = 0, seed: int = 6) -> li
     def fresh(i: int, **kw: Any) -> dict[str, Any]:
         eid = f"hostile-{i}-{uuid.uuid4().hex[:8]}"
         x = rng.normal(size=width).round(4).tolist()
-        return label_request(request_id(model, eid), model, x, expires_at=far, event_id=eid,
-                             **kw)  # fmt: skip
+        return label_request(request_id(model, eid), model, x, expires_at=far, event_id=eid, **kw)
 
     def genuine(i: int) -> dict[str, Any] | None:
         return dict(g.requests[i % len(g.requests)]) if g.requests else None
@@ -529,8 +528,12 @@ def hostile_requests(n: int, g: Genuine, *, start: int = 0, seed: int = 6) -> li
 
     def forged(i: int) -> dict[str, Any]:
         x = (rng.normal(size=width) * 1000).round(2).tolist()  # the attacker's features
-        return {**fresh(i), "request_id": uuid.uuid4().hex, "features": x,
-                "query_probability": 0.001}  # fmt: skip
+        return {
+            **fresh(i),
+            "request_id": uuid.uuid4().hex,
+            "features": x,
+            "query_probability": 0.001,
+        }
 
     def forged_for_another(i: int) -> tuple[dict[str, Any], str]:
         real = genuine(i)
@@ -550,23 +553,21 @@ def hostile_requests(n: int, g: Genuine, *, start: int = 0, seed: int = 6) -> li
 
     def nope(i: int) -> dict[str, Any]:
         eid = f"nope-{i}"
-        return {**fresh(i), "model": "nope", "request_id": request_id("nope", eid),
-                "event_id": eid}  # fmt: skip
+        return {**fresh(i), "model": "nope", "request_id": request_id("nope", eid), "event_id": eid}
 
     home, away = g.home, g.away
     kinds: list[tuple[str, Callable[[int], tuple[bytes | None, bytes | None, int, str]]]] = [
         ("tombstone", lambda i: (m, None, home, "not_json")),
         ("tombstone, empty key", lambda i: (b"", None, away, "not_json")),
         ("forged id", lambda i: (m, _dumps(forged(i)), home, "forged_id")),
-        ("id of another event", lambda i: (m, _dumps((r := forged_for_another(i))[0]), home,
-                                           r[1])),
+        ("id of another event", lambda i: (m, _dumps((r := forged_for_another(i))[0]), home, r[1])),
         ("wrong width", lambda i: (m, _dumps(wide(i)), home, "feature_count")),
         ("unknown model", lambda i: (m, _dumps(nope(i)), home, "unknown_model")),
         ("wrong key", lambda i: (b"x", _dumps(copy(i)), home, "bad_key")),
         ("no key", lambda i: (None, _dumps(copy(i)), home, "bad_key")),
         ("wrong partition", lambda i: (m, _dumps(copy(i)), away, "wrong_partition")),
         ("reused event id", lambda i: (m, _dumps((r := duplicate(i))[0]), home, r[1])),
-    ]  # fmt: skip
+    ]
     out = []
     for j in range(n):
         i = start + j
@@ -599,11 +600,12 @@ def hostile_labels(n: int, g: Genuine, *, start: int = 0) -> list[Hostile]:
         ("no key", lambda i: (None, _dumps(copy(i)), home, "bad_key")),
         ("wrong partition", lambda i: (m, _dumps(copy(i)), away, "wrong_partition")),
         ("forged request id", lambda i: (m, _dumps(forged(i)), home, "unknown_request")),
-        ("forged id, wrong partition", lambda i: (m, _dumps(forged(i)), away,
-                                                  "wrong_partition")),
-        ("unknown model", lambda i: (m, _dumps({**copy(i), "model": "nope"}), home,
-                                     "unknown_model")),
-    ]  # fmt: skip
+        ("forged id, wrong partition", lambda i: (m, _dumps(forged(i)), away, "wrong_partition")),
+        (
+            "unknown model",
+            lambda i: (m, _dumps({**copy(i), "model": "nope"}), home, "unknown_model"),
+        ),
+    ]
     out = []
     for j in range(n):
         i = start + j

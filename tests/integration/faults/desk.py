@@ -49,8 +49,20 @@ class DeskProcess:
             path.write_text(json.dumps(config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
         self.log = service.tmp / f"desk-{self.port}.err"
-        cmd = [sys.executable, "-m", "service", "desk", "--config", str(path), "--broker",
-               service.bootstrap, "--port", str(self.port), "--users", str(users)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            "desk",
+            "--config",
+            str(path),
+            "--broker",
+            service.bootstrap,
+            "--port",
+            str(self.port),
+            "--users",
+            str(users),
+        ]
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
                 cmd, cwd=REPO, env=env, stdout=err, stderr=err, preexec_fn=_die_with_parent
@@ -63,8 +75,9 @@ class DeskProcess:
     def get(self, path: str, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
         return http(self.url + path, headers=headers)
 
-    def post(self, path: str, data: bytes, headers: Mapping[str, str] | None = None
-             ) -> tuple[int, bytes]:  # fmt: skip
+    def post(
+        self, path: str, data: bytes, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, bytes]:
         return http(self.url + path, data=data, headers=headers)
 
     def metric(self, name: str, model: str = "m") -> float:
@@ -122,25 +135,31 @@ class Person:
         )
         self.csrf = ""
 
-    def request(self, path: str, data: bytes | None = None, headers: Mapping[str, str] | None = None
-                ) -> tuple[int, bytes, Mapping[str, str]]:  # fmt: skip
+    def request(
+        self, path: str, data: bytes | None = None, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, bytes, Mapping[str, str]]:
         """``(status, body, headers)`` of one request, redirects not followed."""
-        req = urllib.request.Request(self.desk.url + path, data=data,  # noqa: S310
-                                     headers={**self.headers, **(headers or {})})  # fmt: skip
+        req = urllib.request.Request(  # noqa: S310
+            self.desk.url + path,
+            data=data,
+            headers={**self.headers, **(headers or {})},
+        )
         try:
             with self.opener.open(req, timeout=15) as resp:
                 return int(resp.status), bytes(resp.read()), dict(resp.headers)
         except urllib.error.HTTPError as exc:
             return int(exc.code), bytes(exc.read()), dict(exc.headers)
 
-    def login(self, user: str, password: str, headers: Mapping[str, str] | None = None
-              ) -> tuple[int, bytes, Mapping[str, str]]:  # fmt: skip
+    def login(
+        self, user: str, password: str, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, bytes, Mapping[str, str]]:
         """Fill in the login form; on success, read the labelling page's CSRF token."""
         _, page, _ = self.request("/login")
         token = re.search(rb'name="token" value="([^"]+)"', page)
         assert token is not None, page[:500]
-        form = urllib.parse.urlencode({"user": user, "password": password,
-                                       "token": token.group(1).decode()}).encode()  # fmt: skip
+        form = urllib.parse.urlencode(
+            {"user": user, "password": password, "token": token.group(1).decode()}
+        ).encode()
         got = self.request("/login", form, {"Content-Type": FORM, **(headers or {})})
         if got[0] == 303:
             self.page()
@@ -156,8 +175,9 @@ class Person:
     def api(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         """A JSON API call with the session's CSRF token."""
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        status, out, _ = self.request(path, raw, {"Content-Type": "application/json",
-                                                  "X-CSRF-Token": self.csrf})  # fmt: skip
+        status, out, _ = self.request(
+            path, raw, {"Content-Type": "application/json", "X-CSRF-Token": self.csrf}
+        )
         try:
             return status, dict(json.loads(out))
         except ValueError:

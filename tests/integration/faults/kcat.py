@@ -20,8 +20,9 @@ def kcat(bootstrap: str, *args: str, data: bytes = b"") -> str:
     fails)."""
     exe = shutil.which("kcat")
     assert exe, "install Debian's kcat package (.ci/run does)"
-    done = subprocess.run([exe, "-b", bootstrap, *args], input=data, capture_output=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [exe, "-b", bootstrap, *args], input=data, capture_output=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     return done.stdout.decode()
 
@@ -35,4 +36,17 @@ def kcat_read(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 def write_unreadable(bootstrap: str, topic: str, partition: int, values: list[Any]) -> None:
     """``values`` (JSON) as one batch on ``topic[partition]`` that the workers cannot read."""
     data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
-    kcat(bootstrap, "-P", "-t", topic, "-p", str(partition), "-H", UNREADABLE_HEADER, data=data)
+    # a linger long enough that every line goes into the one batch
+    kcat(
+        bootstrap,
+        "-P",
+        "-t",
+        topic,
+        "-p",
+        str(partition),
+        "-H",
+        UNREADABLE_HEADER,
+        "-X",
+        "linger.ms=500",
+        data=data,
+    )

@@ -157,8 +157,9 @@ class AlertLog:
                 return firing[0]
             if time.monotonic() > deadline:
                 active = [(a["labels"], a["state"]) for a in self.poll()]
-                raise HarnessError(f"{name} {match or ''} not firing after {timeout:.0f}s; "
-                                   f"active: {active}")  # fmt: skip
+                raise HarnessError(
+                    f"{name} {match or ''} not firing after {timeout:.0f}s; active: {active}"
+                )
             time.sleep(0.5)
 
     def wait_resolved(
@@ -299,8 +300,18 @@ class DeskRun:
     def start(cls, dep: Deployment, log: Path) -> DeskRun:
         port = find_free_ports(1)[0]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-        cmd = [sys.executable, "-m", "service", "desk", "--config", str(dep.write_config()),
-               "--broker", dep.bootstrap, "--port", str(port)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            "desk",
+            "--config",
+            str(dep.write_config()),
+            "--broker",
+            dep.bootstrap,
+            "--port",
+            str(port),
+        ]
         with log.open("ab") as out:
             proc = subprocess.Popen(  # noqa: S603 - fixed argv
                 cmd, cwd=REPO, env=env, stdout=out, stderr=out, preexec_fn=_die_with_parent
@@ -414,8 +425,9 @@ class Corrector(threading.Thread):
     labels topic: the learner's corrections, as the dashboard's "Corrections" row charts them
     (``corrected`` counts the records written)."""
 
-    def __init__(self, bootstrap: str, topic: str, observer: Any, model: str, *,
-                 every: float = 2.0) -> None:  # fmt: skip
+    def __init__(
+        self, bootstrap: str, topic: str, observer: Any, model: str, *, every: float = 2.0
+    ) -> None:
         super().__init__(name="prom-corrector", daemon=True)
         self.bootstrap, self.topic, self.observer = bootstrap, topic, observer
         self.model, self.every = model, every
@@ -428,8 +440,11 @@ class Corrector(threading.Thread):
         with self.observer.lock:
             answered = list(self.observer.answered.items())
             requests = dict(self.observer.requests)
-        mine = [(rid, label) for rid, label in answered
-                if requests.get(rid, {}).get("model") == self.model]  # fmt: skip
+        mine = [
+            (rid, label)
+            for rid, label in answered
+            if requests.get(rid, {}).get("model") == self.model
+        ]
         for rid, label in reversed(mine[:-5]):  # learned by now: not the newest answers
             if rid not in self._done:
                 return rid, label
@@ -446,11 +461,18 @@ class Corrector(threading.Thread):
                         continue
                     rid, label = target
                     self._done.add(rid)
-                    body = {"kind": "correction", "request_id": rid, "model": self.model,
-                            "label": -label, "labelled_by": "rita", "role": "reviewer",
-                            "ts": time.time()}  # fmt: skip
-                    await producer.send_and_wait(self.topic, json.dumps(body).encode(),
-                                                 key=self.model.encode())  # fmt: skip
+                    body = {
+                        "kind": "correction",
+                        "request_id": rid,
+                        "model": self.model,
+                        "label": -label,
+                        "labelled_by": "rita",
+                        "role": "reviewer",
+                        "ts": time.time(),
+                    }
+                    await producer.send_and_wait(
+                        self.topic, json.dumps(body).encode(), key=self.model.encode()
+                    )
                     self.corrected += 1
             finally:
                 await producer.stop()

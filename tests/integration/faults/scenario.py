@@ -126,7 +126,7 @@ def learning_report(
         }
         valid = set(observer.answered) & set(requests) if answered is None else set(answered)
         dead = Counter(str(d.get("reason")) for d in observer.dead)
-    features = {rid: list(r["features"]) for rid, r in requests.items()}
+    features = {rid: dict(r) for rid, r in requests.items()}  # features and moments
     explained = explain_chain(chain, labels, features)
     labelled = []
     by_rid = {}
@@ -221,8 +221,11 @@ def await_dead_letters(
     nudged = began
     while True:
         with observer.lock:
-            got = Counter((d["topic"], d["partition"], d["offset"]) for d in observer.dead
-                          if isinstance(d, dict))  # fmt: skip
+            got = Counter(
+                (d["topic"], d["partition"], d["offset"])
+                for d in observer.dead
+                if isinstance(d, dict)
+            )
         missing = [w for w in want if got[w] < copies]
         if not missing:
             return time.monotonic() - began
@@ -305,10 +308,12 @@ def settle(
         if now_seen != seen:
             seen, still_since = now_seen, time.monotonic()
         elif time.monotonic() - still_since > stagnant:
-            why = (f"nothing moved for {stagnant:.0f}s (done={done}, budget met={budget_met}: "
-                   f"decided {observer.decided(ids)}/{len(ids)}, version "
-                   f"{max_version(observer, model)}/{want}, labels sent {observer.labels_sent}/"
-                   f"{observer.queued})")  # fmt: skip
+            why = (
+                f"nothing moved for {stagnant:.0f}s (done={done}, budget met={budget_met}: "
+                f"decided {observer.decided(ids)}/{len(ids)}, version "
+                f"{max_version(observer, model)}/{want}, labels sent {observer.labels_sent}/"
+                f"{observer.queued})"
+            )
             break
         time.sleep(0.5)
     health = {}

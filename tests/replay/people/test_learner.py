@@ -4,6 +4,7 @@ learner writes changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import orjson
@@ -42,6 +43,7 @@ def test_a_decision_is_the_scorers_on_the_same_model_budget_and_coin(
     asyncio.run(_learn(service, X[:200], y[:200]))
     served = service.served
     assert served.version > 10
+    since, asked = 0, False  # events decided since the last request (its moments' count)
     for t in range(200, 260):
         event = f"event-{t}"
         # the scorer's batch of one, with a copy of the model's budget as it stands
@@ -61,9 +63,18 @@ def test_a_decision_is_the_scorers_on_the_same_model_budget_and_coin(
             decision.query_probability,
         )
         assert budget.to_state() == service.budget.to_state()
+        since += 1
         if mine.query:
             (request,) = result.label_requests
-            assert service.request(event, X[t], mine) == request
+            made = service.request(event, X[t], mine)
+            # it carries the moments of the events decided since the last request, as the
+            # scorer's requests do (the warm-up's last ones too, for the first)
+            assert made.moments is not None
+            assert made.moments.count >= since
+            if asked:
+                assert made.moments.count == since
+            assert dataclasses.replace(made, moments=None) == request
+            since, asked = 0, True
 
 
 def test_keeping_the_written_envelopes_changes_nothing(guide_like: Dataset) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from service.config import CorrectionsConfig, LabelBudget, ModelConfig, SecondOpinions
-from service.learning import Parts, learner_for
+from service.learning import Parts, learner_for, serving_pipeline
 from service.records import Label, ModelEnvelope
 from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions
@@ -38,8 +38,8 @@ def learned(model: ModelEnvelope) -> tuple[Any, ...]:
 def test_with_perfect_people_and_no_review_it_is_the_plain_replay(guide_like: Dataset) -> None:
     X, y = guide_like
     options = ReplayOptions(algorithms=("dsal",), costs=(0.25,), runs=2, trials=600, seed=3,
-                            scaler_fit="labels", label_budgets=(BUDGET,),
-                            adaptive=Parts())  # fmt: skip
+                            scaler_fit="moments", label_budgets=(BUDGET,),
+                            adaptive=Parts(), update_rule="normalized")  # fmt: skip
     variant = Variant("dsal", BUDGET, "budget")
     plan = plan_trials(X.shape[0], options.runs, options.trials, options.seed, "permutation")
     features = RunFeatures(X, plan, standardize=True, intercept=True)
@@ -50,7 +50,7 @@ def test_with_perfect_people_and_no_review_it_is_the_plain_replay(guide_like: Da
         run = simulate(X[rows], y[rows], plan.coins[r], _config(X.shape[1]), People(), draws)
         plain = run_stream(variant_learner(variant, 0.25, features.n_features, options),
                            X[rows], y[rows], plan.coins[r], 0.25,
-                           pipeline=features.pipeline())  # fmt: skip
+                           pipeline=serving_pipeline(X.shape[1]))  # fmt: skip
         assert np.array_equal(run.loss, plain.loss)  # every decision, every event
         assert np.array_equal(run.decided, plain.decision)
         assert np.array_equal(run.asked, plain.asked)

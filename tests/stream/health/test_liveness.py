@@ -241,8 +241,10 @@ def test_a_partition_stopped_at_a_batch_it_cannot_read_is_stalled_at_once_named_
     unreadable.stop(UnreadableBatch(FEATURES, 0, 4, 6, "UnsupportedCodecError: lz4"))
     report = w.check(after=1.0)  # far less than stall_seconds
     assert not report.live
-    line = ("abstain.features[0] offsets 4-5 cannot be read (UnsupportedCodecError: lz4): "
-            "`abstain skip abstain.features 0` dead-letters it and goes on")  # fmt: skip
+    line = (
+        "abstain.features[0] offsets 4-5 cannot be read (UnsupportedCodecError: lz4): "
+        "`abstain skip abstain.features 0` dead-letters it and goes on"
+    )
     assert report.unreadable == (line,)
     assert report.stalled == (line,)  # and not again as "lag without progress"
     assert w.check(after=30.0).stalled == (line,)

@@ -28,8 +28,11 @@ from service.stream.models.served import ServedModel, initial_envelope
 from ..memory import CFG, MemoryKafka, msg, outputs, request, settings
 
 REQUESTS, LABELS, MODELS, DEAD = (
-    "abstain.label-requests", "abstain.labels", "abstain.models", "abstain.dead-letters",
-)  # fmt: skip
+    "abstain.label-requests",
+    "abstain.labels",
+    "abstain.models",
+    "abstain.dead-letters",
+)
 
 
 @dataclass
@@ -60,8 +63,14 @@ class Learner:
     joiner: LabelJoiner
 
     @classmethod
-    def start(cls, kafka: MemoryKafka | None = None, *, crash_on_model: bool = False,
-              clock: Clock | None = None, **kw: object) -> Learner:  # fmt: skip
+    def start(
+        cls,
+        kafka: MemoryKafka | None = None,
+        *,
+        crash_on_model: bool = False,
+        clock: Clock | None = None,
+        **kw: object,
+    ) -> Learner:
         kafka = kafka if kafka is not None else MemoryKafka()
         s = settings(**kw)
         clock = clock if clock is not None else Clock()
@@ -70,11 +79,14 @@ class Learner:
         store = CrashingModels if crash_on_model else ModelStore
         out = outputs(kafka, s, registry)
         joiner = LabelJoiner(
-            s, pending=PendingStore(kafka.table("pending"), admission(s)),
+            s,
+            pending=PendingStore(kafka.table("pending"), admission(s)),
             parked=ParkedStore(kafka.table("orphans")),
             models=store(kafka.table("models"), initial),
-            outputs=out, metrics=out.metrics, clock=clock,
-        )  # fmt: skip
+            outputs=out,
+            metrics=out.metrics,
+            clock=clock,
+        )
         return cls(kafka, s, clock, registry, joiner)
 
     def partition(self, model: str) -> int:
@@ -93,8 +105,9 @@ class Learner:
         await self.joiner.handle(msg(body, offset, LABELS, self.partition(model), model.encode()))
 
     def versions(self) -> list[int]:
-        return [parse_model_envelope(r.value or b"", model="m").version
-                for r in self.kafka.sent(MODELS)]  # fmt: skip
+        return [
+            parse_model_envelope(r.value or b"", model="m").version for r in self.kafka.sent(MODELS)
+        ]
 
     def dead(self) -> list[tuple[str, int]]:
         return [(str(r.json()["reason"]), int(r.json()["offset"])) for r in self.kafka.sent(DEAD)]
@@ -172,8 +185,11 @@ async def test_crash_between_the_applied_mark_and_the_model_write_redoes_the_lab
         await crashing.label("r1", 3)
     # the mark was flushed before the model write was attempted: it survives the crash
     kafka.crash()
-    marks = [parse_pending_entry(r.value) for r in kafka.durable
-             if r.topic == "pending-changelog" and r.value is not None]  # fmt: skip
+    marks = [
+        parse_pending_entry(r.value)
+        for r in kafka.durable
+        if r.topic == "pending-changelog" and r.value is not None
+    ]
     assert [m.applied for m in marks] == [False, True]
     assert marks[-1].applied_version == 1
     restarted = Learner.start(kafka)
@@ -202,8 +218,9 @@ async def test_a_crash_after_the_model_write_does_not_apply_the_label_twice() ->
 
 
 async def test_sweeps_drop_what_is_due_on_the_swept_partition_in_expiry_order() -> None:
-    learner = Learner.start(sweep_every=1_000_000, expired_grace_seconds=5.0,
-                            models={"m": CFG, "n": CFG})  # fmt: skip
+    learner = Learner.start(
+        sweep_every=1_000_000, expired_grace_seconds=5.0, models={"m": CFG, "n": CFG}
+    )
     assert (learner.partition("m"), learner.partition("n")) == (0, 1)
     await learner.request("late", 0, expires_at=130.0)
     await learner.request("early", 1, expires_at=110.0)
@@ -266,8 +283,9 @@ async def test_a_backlog_of_requests_does_not_make_a_waiting_label_unknown() -> 
 
 
 async def test_a_parked_label_is_given_up_after_the_request_ttl_whatever_the_backlog() -> None:
-    learner = Learner.start(sweep_every=1_000_000, orphan_label_seconds=2.0,
-                            request_ttl_seconds=60.0)  # fmt: skip
+    learner = Learner.start(
+        sweep_every=1_000_000, orphan_label_seconds=2.0, request_ttl_seconds=60.0
+    )
     await learner.label("ghost", 3)  # no timestamps: nothing tells how far along it is
     learner.clock.now = 150.0
     await learner.joiner.sweep(0)
@@ -278,8 +296,9 @@ async def test_a_parked_label_is_given_up_after_the_request_ttl_whatever_the_bac
 
 
 async def test_a_non_finite_update_is_refused_and_the_model_keeps_its_version() -> None:
-    cfg = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, standardize=False,
-                      hyperparameters={"eta": 1e300})  # fmt: skip
+    cfg = ModelConfig(
+        algorithm="dsal", cost=0.25, n_features=3, standardize=False, hyperparameters={"eta": 1e300}
+    )
     learner = Learner.start(models={"m": cfg})
     req = request([1e308, 1e308, 1.0], "r1")
     await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS, learner.partition("m"), b"m"))
@@ -308,11 +327,16 @@ GOOD_LABEL = Label(request_id("m", "e1"), "m", 1, "ops", None).to_json()
         (REQUESTS, request([1.0], "r").to_json(), b"m", 0, "feature_count"),
         (REQUESTS, GOOD_REQUEST.to_json(), b"m", 1, "wrong_partition"),
         (REQUESTS, GOOD_REQUEST.to_json(), None, 0, "bad_key"),
-        (REQUESTS, replace(GOOD_REQUEST, request_id="chosen-by-me").to_json(), b"m", 0,
-         "forged_id"),
+        (
+            REQUESTS,
+            replace(GOOD_REQUEST, request_id="chosen-by-me").to_json(),
+            b"m",
+            0,
+            "forged_id",
+        ),
         (REQUESTS, replace(GOOD_REQUEST, event_id="e2").to_json(), b"m", 0, "forged_id"),
     ],
-)  # fmt: skip
+)
 async def test_bad_records_are_dead_lettered_and_change_nothing(
     topic: str, value: bytes, key: bytes | None, partition: int, reason: str
 ) -> None:

@@ -59,15 +59,27 @@ def loop() -> tuple[LearnLoop, Caught]:
     writes = Writes()
     tables = [ChangelogTable(changelog_topic("app", n), writes) for n in ("p", "o", "m")]
     initial = {n: initial_envelope(n, c) for n, c in s.models.items()}
-    joiner = LabelJoiner(s, pending=PendingStore(kafka.table("pending")),
-                         parked=ParkedStore(kafka.table("orphans")),
-                         models=ModelStore(kafka.table("models"), initial), outputs=out,
-                         metrics=out.metrics, clock=lambda: caught.now)  # fmt: skip
+    joiner = LabelJoiner(
+        s,
+        pending=PendingStore(kafka.table("pending")),
+        parked=ParkedStore(kafka.table("orphans")),
+        models=ModelStore(kafka.table("models"), initial),
+        outputs=out,
+        metrics=out.metrics,
+        clock=lambda: caught.now,
+    )
     joiner.caught_up = lambda partition, now: caught.told.append((partition, now))  # type: ignore[method-assign]
     never: Any = None
-    learn = LearnLoop(s, joiner, tables, Checkpoint(writes, commit_interval=1.0),
-                      Progress(lambda: 0.0), consumer_factory=never, producer_factory=never,
-                      reader_factory=never)  # fmt: skip
+    learn = LearnLoop(
+        s,
+        joiner,
+        tables,
+        Checkpoint(writes, commit_interval=1.0),
+        Progress(lambda: 0.0),
+        consumer_factory=never,
+        producer_factory=never,
+        reader_factory=never,
+    )
     return learn, caught
 
 

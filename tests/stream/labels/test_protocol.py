@@ -4,41 +4,54 @@ after a crash, refusals, importance-weighted risk, parking (no Kafka)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from service.config import ModelConfig
-from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.learning import (
+    Moments,
+    OnlineStandardizer,
+    Pipeline,
+    make_learner,
+    serving_pipeline,
+)
 from service.learning.adaptive import tracking_steps
-from service.records import Label, parse_parked_label
+from service.records import FeatureMoments, Label, parse_parked_label
 from service.stream.labels.protocol import apply_label, park_label, zero_one_d_loss
 from service.stream.models.served import ServedModel, initial_envelope
 
 from ..memory import CFG, pending
 
 
-def test_apply_label_equals_offline_replay_through_service_learning() -> None:
+def _offline_learner() -> Any:
+    """The model's learner with its update rule and tracking steps, built by hand."""
+    rule = CFG.learner_hyperparameters
+    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0, **rule)
+    return make_learner("dsal", n_features=4, cost=0.25, seed=0, **rule, **tracking_steps(learner))
+
+
+@pytest.mark.parametrize("with_moments", [False, True])
+def test_apply_label_equals_offline_replay_through_service_learning(with_moments: bool) -> None:
     rng = np.random.default_rng(7)
     xs = rng.normal(size=(30, 3)) * [1.0, 10.0, 0.1] + [0.0, 5.0, 0.0]
+    others = rng.normal(size=(30, 4, 3)) * [1.0, 10.0, 0.1] + [0.0, 5.0, 0.0]  # unlabelled
     ys = [1 if x[0] > 0 else -1 for x in xs]
     state = initial_envelope("m", CFG)
-    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
-    # the model's learner with its tracking steps (service.learning.tracking_steps)
-    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
-    learner = make_learner("dsal", n_features=4, cost=0.25, seed=0, **tracking_steps(learner))
+    pipe = serving_pipeline(3)
+    learner = _offline_learner()
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        out = apply_label(
-            CFG,
-            state,
-            pending(list(map(float, x)), f"r{i}"),
-            Label(f"r{i}", "m", y, "t", None),
-            10 + i,
-            now=5.0,
-        )
+        seen = Moments(3)  # what the scorer gathered since its last request, x included
+        seen.add_many(np.vstack([others[i], x]))
+        moments = FeatureMoments(seen.count, tuple(seen.mean.tolist()), tuple(seen.m2.tolist()))
+        entry = pending(list(map(float, x)), f"r{i}")
+        if with_moments:
+            entry = replace(entry, request=replace(entry.request, moments=moments))
+        out = apply_label(CFG, state, entry, Label(f"r{i}", "m", y, "t", None), 10 + i, now=5.0)
         assert out.outcome == "applied"
         assert out.model is not None
-        pipe.learn(x)
+        pipe.learn_label(x, seen if with_moments else None)
         learner.update(pipe.transform(x), y)
         state = out.model
         assert state.version == i + 1
@@ -48,6 +61,10 @@ def test_apply_label_equals_offline_replay_through_service_learning() -> None:
     assert served.learner.rho == pytest.approx(learner.rho, rel=1e-12)
     assert served.learner.rho >= 0
     assert not np.allclose(learner.w, 0)
+    first = Pipeline.from_state(dict(state.pipeline)).steps[0]
+    assert isinstance(first, OnlineStandardizer)
+    # with moments the first standardiser rests on every event scored; without it learns nothing
+    assert first.count == (150 if with_moments else 0)
 
 
 def test_apply_label_does_not_mutate_its_inputs() -> None:

@@ -60,8 +60,11 @@ def test_rebuild_applies_labels_in_log_order_and_skips_what_the_learner_skips() 
     cfg = SETTINGS.models["m"]
     state = initial_envelope("m", cfg)
     pending = {orjson.loads(r.value)["request_id"]: parse_label_request(r.value) for r in requests}
-    for offset, rid, y, now in [(0, ids[0], 1, 1010.0), (2, ids[1], -1, 1020.0),
-                                (6, ids[4], -1, 1050.0)]:  # fmt: skip
+    for offset, rid, y, now in [
+        (0, ids[0], 1, 1010.0),
+        (2, ids[1], -1, 1020.0),
+        (6, ids[4], -1, 1050.0),
+    ]:
         entry = PendingEntry(pending[rid], 0)
         out = apply_label(cfg, state, entry, Label(rid, "m", y, "", None), offset, now=now)
         assert out.model is not None
@@ -71,8 +74,11 @@ def test_rebuild_applies_labels_in_log_order_and_skips_what_the_learner_skips() 
     assert summary(rebuilt)["version"] == 3
     assert summary(rebuilt)["labels_offset"] == 6
     assert summary(rebuilt)["skipped"] == {
-        "already_applied": 1, "expired": 1, "not_json": 1, "unknown_request": 1,
-    }  # fmt: skip
+        "already_applied": 1,
+        "expired": 1,
+        "not_json": 1,
+        "unknown_request": 1,
+    }
 
 
 def test_a_resent_request_does_not_reset_an_answered_one() -> None:

@@ -19,8 +19,9 @@ from service.stream.labels.review import (
 
 
 def req(event: str, *, score: float = 0.1, decided: int = 0, p: float = 0.5) -> LabelRequest:
-    return LabelRequest(request_id("m", event), event, "m", [0.0], score, 1.0, decided, p, 0,
-                        0.0, 60.0, 0.5)  # fmt: skip
+    return LabelRequest(
+        request_id("m", event), event, "m", [0.0], score, 1.0, decided, p, 0, 0.0, 60.0, 0.5
+    )
 
 
 RANDOM_ONLY = SecondOpinions(share=0.05, min_weight=1e6, confident_margin=1e6)
@@ -33,8 +34,9 @@ def test_the_share_chosen_at_random_is_close_to_the_setting_and_the_same_every_t
     again = [r.request_id for r in requests if second_opinion(r, 1, RANDOM_ONLY, max_weight=100)]
     assert chosen == again
     # the answer given does not change the coin
-    assert chosen == [r.request_id for r in requests
-                      if second_opinion(r, -1, RANDOM_ONLY, max_weight=100)]  # fmt: skip
+    assert chosen == [
+        r.request_id for r in requests if second_opinion(r, -1, RANDOM_ONLY, max_weight=100)
+    ]
 
 
 def test_the_share_coin_is_not_the_query_coin() -> None:

@@ -33,12 +33,19 @@ def flip_stream(n: int, flip: int, seed: int = 3) -> list[tuple[list[float], int
     return out
 
 
-def labelled(cfg: ModelConfig, envelope: ModelEnvelope, stream: list[tuple[list[float], int]],
-             p: float = 0.5) -> ModelEnvelope:  # fmt: skip
+def labelled(
+    cfg: ModelConfig, envelope: ModelEnvelope, stream: list[tuple[list[float], int]], p: float = 0.5
+) -> ModelEnvelope:
     for i, (x, y) in enumerate(stream):
         entry = pending(x, f"r{envelope.version}-{i}", query_probability=p)
-        out = apply_label(cfg, envelope, entry, Label(entry.request_id, "m", y, "t", None),
-                          envelope.labels_offset + 1, now=1.0)  # fmt: skip
+        out = apply_label(
+            cfg,
+            envelope,
+            entry,
+            Label(entry.request_id, "m", y, "t", None),
+            envelope.labels_offset + 1,
+            now=1.0,
+        )
         assert out.outcome == "applied", out.detail
         assert out.model is not None
         envelope = out.model
@@ -57,8 +64,12 @@ def test_version_zero_is_adaptive_by_default_and_bare_when_turned_off() -> None:
 
 def test_an_envelope_from_before_the_wrapper_loads_wrapped_and_learns_on() -> None:
     old_learner = make_learner("dsal", n_features=4, cost=0.25, seed=0)
-    old = ModelEnvelope(model="m", version=0, pipeline=build_pipeline(CFG).to_state(),
-                        learner=old_learner.to_state())  # fmt: skip
+    old = ModelEnvelope(
+        model="m",
+        version=0,
+        pipeline=build_pipeline(CFG).to_state(),
+        learner=old_learner.to_state(),
+    )
     served = ServedModel.from_envelope(CFG, old)
     assert isinstance(served.learner, Adaptive)
     champion = served.learner.champion.to_state()  # what it learned, and the tracking steps

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.config import ModelConfig, Settings
-from service.learning import Intercept, OnlineStandardizer, Pipeline, make_learner
+from service.learning import make_learner, serving_pipeline
 from service.records import (
     BadMessage,
     DeadLetter,
@@ -34,8 +34,9 @@ def models_(**configs: ModelConfig) -> dict[str, ServedModel]:
     return {name: ServedModel.initial(name, cfg) for name, cfg in configs.items()}
 
 
-def score(models: dict[str, ServedModel], msgs: list[RawMessage], now: float = 100.0
-          ) -> ScoreResult:  # fmt: skip
+def score(
+    models: dict[str, ServedModel], msgs: list[RawMessage], now: float = 100.0
+) -> ScoreResult:
     return score_batch(models, msgs, limits=Limits(default_model="m", request_ttl=60.0), now=now)
 
 
@@ -160,7 +161,7 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
     assert len(out.decisions) == 40
     assert {d.action for d in out.decisions} == {"reject"}  # f = 0 at the start: inside rho
     assert out.label_requests, "an untrained model must ask for labels"
-    pipe = Pipeline([OnlineStandardizer(3), Intercept()])
+    pipe = serving_pipeline(3)  # the requests carry no moments (the Scorer attaches them)
     offline = make_learner(algo, n_features=4, cost=0.25, seed=0)
     for offset, req in enumerate(out.label_requests):
         y = 1 if req.features[0] - req.features[1] > 0 else -1
@@ -175,7 +176,7 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
         assert parse_model_envelope(outcome.encoded, model="m") == outcome.model
         state = parse_model_envelope(outcome.encoded, model="m")
         x = np.array(req.features)
-        pipe.learn(x)
+        pipe.learn_label(x, None)  # as the label path learns a request without moments
         offline.update(pipe.transform(x), y)
     assert state.version == len(out.label_requests)
     served = ServedModel.from_envelope(cfg, state)
@@ -189,9 +190,12 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
 
 def test_finite_event_whose_score_overflows_is_refused_as_non_finite_alone() -> None:
     cfg = ModelConfig(
-        algorithm="dsal", cost=0.25, n_features=3, standardize=False,
+        algorithm="dsal",
+        cost=0.25,
+        n_features=3,
+        standardize=False,
         hyperparameters={"w": [1.0, 1.0, 1.0, 0.0]},
-    )  # fmt: skip
+    )
     models = models_(m=cfg)
     good = {"id": "ok", "features": [0.5, -0.2, 0.1]}
     huge = {"id": "big", "features": [1.7e308, 1.7e308, 1.7e308]}  # w.x = 5.1e308 = inf
@@ -225,8 +229,7 @@ def _event() -> st.SearchStrategy[bytes]:
         },
     )
     raw = st.sampled_from([b"", b"{", b"[1, 2]", b'{"id": "x", "features": [1e999, 0, 0]}'])
-    return st.one_of(record.map(lambda r: json.dumps(r).encode()),
-                     raw)  # fmt: skip
+    return st.one_of(record.map(lambda r: json.dumps(r).encode()), raw)
 
 
 @settings(max_examples=150, deadline=None)

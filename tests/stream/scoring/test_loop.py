@@ -144,8 +144,9 @@ class FakeProducer:
         self.batches.append((topic, partition, batch, fut))
         return fut
 
-    async def send(self, topic: str, value: bytes, *, key: Any, partition: int,
-                   headers: Any) -> Any:  # fmt: skip
+    async def send(
+        self, topic: str, value: bytes, *, key: Any, partition: int, headers: Any
+    ) -> Any:
         self.singles.append((topic, partition, value))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
@@ -168,8 +169,13 @@ def loop_with(
     model = {"m": served or trained(CFG, 30)}
     scorer = Scorer(s, lambda: (model, Champions()), out, out.metrics, clock=lambda: 50.0)
     consumer, producer = FakeConsumer(fetches), FakeProducer()
-    loop = ScoreLoop(s, scorer, Progress(lambda: 50.0), consumer_factory=lambda _: consumer,
-                     producer_factory=lambda: producer)  # type: ignore[arg-type,return-value]  # fmt: skip
+    loop = ScoreLoop(
+        s,
+        scorer,
+        Progress(lambda: 50.0),
+        consumer_factory=lambda _: consumer,
+        producer_factory=lambda: producer,
+    )  # type: ignore[arg-type,return-value]
     return loop, consumer, producer
 
 
@@ -194,8 +200,9 @@ def test_the_score_group_is_the_app_id_with_a_suffix() -> None:
 
 
 async def test_offsets_are_committed_only_once_every_output_of_the_batch_is_acknowledged() -> None:
-    loop, consumer, producer = loop_with([{TP0: [event(TP0, 0), event(TP0, 1)],
-                                           TP1: [event(TP1, 7)]}])  # fmt: skip
+    loop, consumer, producer = loop_with(
+        [{TP0: [event(TP0, 0), event(TP0, 1)], TP1: [event(TP1, 7)]}]
+    )
     producer.auto_ack = False
     task = await run_until(loop, lambda: producer.batches)
     await asyncio.sleep(0.05)
@@ -260,13 +267,18 @@ async def test_records_larger_than_a_batch_go_alone_and_full_batches_are_split()
     producer = FakeProducer(limit=2)
     batches = BatchProducer(producer)  # type: ignore[arg-type]
     big = b"x" * 20_000
-    records = [OutRecord(DECISIONS, b"k", b"1", 1), OutRecord(DECISIONS, b"k", b"2", 1),
-               OutRecord(DECISIONS, b"k", b"3", 5), OutRecord(DECISIONS, b"k", big, 1)]  # fmt: skip
+    records = [
+        OutRecord(DECISIONS, b"k", b"1", 1),
+        OutRecord(DECISIONS, b"k", b"2", 1),
+        OutRecord(DECISIONS, b"k", b"3", 5),
+        OutRecord(DECISIONS, b"k", big, 1),
+    ]
     acked = await batches.send_many(records)
     await acked
     assert [(p, [v for _, v in b.records]) for _, p, b, _ in producer.batches] == [
-        (1, [b"1", b"2"]), (1, [b"3"]),  # partition 5 of 4 is 1; two per batch
-    ]  # fmt: skip
+        (1, [b"1", b"2"]),
+        (1, [b"3"]),  # partition 5 of 4 is 1; two per batch
+    ]
     assert producer.singles == [(DECISIONS, 1, big)]
 
 

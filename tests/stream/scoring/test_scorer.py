@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
-from service.records import Champions, RawMessage, request_id
+from service.learning import Moments
+from service.records import Champions, RawMessage, parse_label_request, request_id
 from service.stream.models.book import ModelBook
 from service.stream.models.served import ServedModel
 from service.stream.scoring import scorer as scorer_module
@@ -61,8 +62,10 @@ async def test_a_batch_with_bad_events_writes_each_output_to_its_topic_and_count
     ]
     dead = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
     assert [(d["offset"], d["reason"]) for d in dead] == [
-        (8, "not_json"), (9, "feature_count"), (10, "not_json"),
-    ]  # fmt: skip
+        (8, "not_json"),
+        (9, "feature_count"),
+        (10, "not_json"),
+    ]
     sample = registry.get_sample_value
     predicted = sum(d["action"] == "predict" for d in decisions)
     assert sample("abstain_events_total", {"model": "m"}) == 8
@@ -105,8 +108,10 @@ async def test_an_internal_error_on_one_event_dead_letters_it_and_scores_the_res
     monkeypatch.setattr(scorer_module, "score_batch", fragile)
     await score(scorer, [msg({"id": f"e{i}", "features": [1.0, 2.0, i]}, i) for i in range(4)])
     assert [orjson.loads(r.value or b"")["id"] for r in kafka.sent(DECISIONS)] == [
-        "e0", "e1", "e3",
-    ]  # fmt: skip
+        "e0",
+        "e1",
+        "e3",
+    ]
     (dead,) = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
     assert (dead["offset"], dead["reason"]) == (2, "schema")
     assert "ZeroDivisionError" in dead["detail"]
@@ -126,8 +131,9 @@ async def test_a_fraction_budget_asks_that_share_of_events_with_the_true_probabi
     scorer, kafka, _ = budgeted({"fraction": 0.05})
     rng = np.random.default_rng(5)
     for b in range(40):
-        batch = [msg({"id": f"b{b}-{i}", "features": rng.normal(size=3).tolist()}, i)
-                 for i in range(100)]  # fmt: skip
+        batch = [
+            msg({"id": f"b{b}-{i}", "features": rng.normal(size=3).tolist()}, i) for i in range(100)
+        ]
         await score(scorer, batch)
     decisions = [orjson.loads(r.value or b"") for r in kafka.sent(DECISIONS)]
     requests = kafka.sent(REQUESTS)
@@ -166,8 +172,10 @@ async def test_a_model_that_rejects_everything_while_rho_grows_raises_the_collap
         served = book.models["m"]
         learner = served.learner.champion  # inside the adaptive wrapper
         learner._rho = 1.0 + step  # noqa: SLF001 - a collapsing learner, built by hand
-        batch = [msg({"id": f"{step}-{i}", "features": rng.normal(size=3).tolist()}, i)
-                 for i in range(100)]  # fmt: skip
+        batch = [
+            msg({"id": f"{step}-{i}", "features": rng.normal(size=3).tolist()}, i)
+            for i in range(100)
+        ]
         await score(scorer, batch)
     sample = scorer.metrics.registry.get_sample_value
     assert sample("abstain_model_collapsed", {"model": "m"}) == 1.0
@@ -232,3 +240,44 @@ async def test_an_event_that_overflows_alone_is_its_own_fault_and_the_model_stay
     dead = [orjson.loads(r.value or b"") for r in kafka.sent(DEAD)]
     assert [(d["topic"], d["reason"]) for d in dead] == [("abstain.features", "non_finite")]
     assert book.models["m"].version == 31
+
+
+async def test_each_label_request_carries_the_moments_of_the_events_scored_since_the_last() -> None:
+    scorer, kafka, _, _ = make(trained(CFG, 30))
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(60, 3)) * [1.0, 20.0, 0.5] + [0.0, 100.0, 0.0]
+    for start in range(0, 60, 7):  # batches of 7 events
+        batch = [
+            msg({"id": f"v{i}", "features": rows[i].tolist()}, i)
+            for i in range(start, min(start + 7, 60))
+        ]
+        await score(scorer, batch)
+    requests = [parse_label_request(r.value or b"") for r in kafka.sent(REQUESTS)]
+    assert len(requests) >= 2
+    carried = [r.moments for r in requests if r.moments is not None]
+    # the first request of a batch takes all that was gathered; the others of the batch none
+    assert 1 <= len(carried) <= len(requests)
+    total = Moments(3)
+    for m in carried:
+        total.merge(
+            Moments.from_record({"count": m.count, "mean": list(m.mean), "m2": list(m.m2)}, 3)
+        )
+    left = scorer.moments["m"]
+    total.merge(left)  # what the next request will carry
+    assert total.count == 60  # every event, once
+    np.testing.assert_allclose(total.mean, rows.mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(total.m2, ((rows - rows.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-7)
+
+
+def test_only_models_that_standardise_and_fit_in_a_message_gather_moments() -> None:
+    s = settings(
+        models={
+            "m": CFG,
+            "raw": CFG.model_copy(update={"standardize": False}),
+            "wide": CFG.model_copy(update={"n_features": 30_000}),
+        }
+    )
+    kafka, registry = MemoryKafka(), CollectorRegistry()
+    out = outputs(kafka, s, registry)
+    scorer = Scorer(s, lambda: ({}, Champions()), out, out.metrics, clock=lambda: 0.0)
+    assert set(scorer.moments) == {"m"}

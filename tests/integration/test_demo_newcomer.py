@@ -1,0 +1,202 @@
+"""The first ten minutes, as a newcomer lives them: ``abstain demo`` (what ``make run`` starts)
+on the session's broker, its label desk in a real Chromium, the person following only what
+the demo prints.
+
+- The newcomer signs in with the printed login, answers requests by keyboard, undoes one
+  and sees the team view: every answer the desk offers is taken (second opinions included,
+  with the time left the page shows), the undo takes the answer back, and stopping the demo
+  (SIGTERM, as Ctrl-C) stops everything it started. Screenshots go to ``docs/desk/``.
+- A seeded bounded run: the estimate the live line prints says "not enough labels yet" at
+  first, then its interval holds the demo's true risk on most lines and at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults.workers import REPO
+
+from service.localkafka import find_free_ports
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+SHOTS = REPO / "docs" / "desk"
+LOGIN = re.compile(r"open the label desk at (http://\S+) and sign in as (\S+), password (\S+)")
+ESTIMATE = re.compile(r"risk est ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \(true ([0-9.]+)\)")
+NOT_YET = re.compile(r"risk est: not enough labels yet, (\d+) of (\d+)")
+
+
+class Demo:
+    """``python -m service demo ARGS`` on the session broker, its output in a file; stopped
+    by its PID (SIGTERM: what Ctrl-C does)."""
+
+    def __init__(self, bootstrap: str, tmp: Path, *args: str) -> None:
+        web, desk = find_free_ports(2)
+        self.log = tmp / "demo.out"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            "demo",
+            "--broker",
+            bootstrap,
+            "--web-port",
+            str(web),
+            "--desk-port",
+            str(desk),
+            "--workdir",
+            str(tmp / "run"),
+            *args,
+        ]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdout=out,  # noqa: S603
+                stderr=subprocess.STDOUT,
+            )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = 120.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = pattern.search(self.text())
+            if found:
+                return found
+            assert self.proc.poll() is None, f"the demo stopped:\n{self.text()[-3000:]}"
+            time.sleep(0.5)
+        raise AssertionError(f"not printed in {timeout:g} s: {pattern.pattern}\n{self.text()}")
+
+    def children(self) -> list[int]:
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True, check=False
+        )
+        return [int(p) for p in out.stdout.split()]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return int(self.proc.returncode)
+
+
+@pytest.fixture
+def demo(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Demo]:
+    run = Demo(kafka_bootstrap, tmp_path)  # the defaults: until Ctrl-C, with the desk
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+def _status(page: Any) -> str:
+    return str(page.locator("#status").text_content() or "").strip()
+
+
+def _answer(page: Any, key: str) -> tuple[str, bool, str]:
+    """Press ``key`` on the request shown: (its id, was it a second opinion, what the desk
+    said)."""
+    expect = playwright_sync.expect
+    expect(page.locator("#card")).to_be_visible(timeout=60_000)
+    rid = str(page.locator("#rid").text_content())
+    opinion = page.locator("#mode").is_visible()
+    page.keyboard.press(key)
+    expect(page.locator("#status")).to_contain_text("Saved", timeout=20_000)
+    return rid, opinion, _status(page)
+
+
+def test_a_newcomer_answers_undoes_and_sees_the_team_view_and_nothing_is_refused(
+    demo: Demo, browser: Any
+) -> None:
+    url, user, password = demo.wait_for(LOGIN).groups()
+    children = demo.children()
+    assert len(children) == 2  # the worker and the desk (the broker is the session's)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    page.keyboard.press("Tab")  # the keyboard all the way, as a newcomer might
+    page.get_by_label("User name").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_label("Password").press("Enter")
+    playwright_sync.expect(page.locator("#card")).to_be_visible(timeout=60_000)
+    names = [str(n) for n in page.locator("#features tbody th").all_text_contents()]
+    values = [float(v) for v in page.locator("#features tbody td").all_text_contents()]
+    assert len(names) == 68
+    assert all(re.fullmatch(r"[a-z_]+=-?[01]", n) for n in names), names  # not x0, x1
+    assert all(v != 0 for v in values[:30])  # the 30 attributes' values the site has, first
+    assert not any(values[30:])
+    assert "legitimate" in str(page.locator("#a-pos").text_content())  # not +1
+    assert "phishing" in str(page.locator("#a-neg").text_content())
+    page.screenshot(path=str(SHOTS / "newcomer-request.png"), full_page=True)
+    answers = [_answer(page, key) for key in ("1", "2", "1")]
+    said = [text for *_, text in answers]
+    assert all(t.startswith("Saved") for t in said), said
+    while not [a for a in answers if not a[1]]:  # the undo needs an answer of one's own
+        answers.append(_answer(page, "1"))
+        assert len(answers) < 12, answers
+    own = [rid for rid, opinion, _ in answers if not opinion]
+    page.locator("#mine-list tbody tr", has_text=own[-1][:12]).wait_for(timeout=20_000)
+    page.keyboard.press("u")
+    playwright_sync.expect(page.locator("#status")).to_contain_text("Withdrawn", timeout=20_000)
+    assert str(page.locator("#rid").text_content()) == own[-1]  # back, to answer again
+    page.screenshot(path=str(SHOTS / "newcomer-undone.png"), full_page=True)
+    page.keyboard.press("s")  # leave it withdrawn
+    playwright_sync.expect(page.locator("#status")).to_contain_text("Left withdrawn")
+    page.get_by_role("link", name="Team").click()
+    row = page.locator("#people tbody tr", has_text=user)
+    playwright_sync.expect(row).to_be_visible(timeout=30_000)
+    page.screenshot(path=str(SHOTS / "newcomer-team.png"), full_page=True)
+    page.close()
+    # the demo counted what the person answered, and Ctrl-C (SIGTERM) stops it all
+    demo.wait_for(re.compile(r"answered at the desk [1-9]"))
+    assert demo.stop() == 0
+    assert "stopped everything the demo started" in demo.text()
+    time.sleep(1.0)
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+    assert "refused" not in " ".join(said).lower()
+
+
+def test_a_seeded_run_s_estimate_says_when_it_cannot_tell_then_holds_the_true_risk(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    run = Demo(kafka_bootstrap, tmp_path, "--events", "2400", "--rate", "30", "--seed", "11")
+    try:
+        run.wait_for(re.compile(r"^stopped everything", re.M), timeout=300)
+    finally:
+        run.stop()
+    lines = [line for line in run.text().splitlines() if line.startswith("[")]
+    first = next(i for i, line in enumerate(lines) if ESTIMATE.search(line))
+    early = [NOT_YET.search(line) for line in lines[:first]]
+    assert early
+    assert all(early), lines[:first]  # until it can tell, it says so
+    assert all(int(m.group(1)) < int(m.group(2)) for m in early if m)
+    shown = [
+        tuple(map(float, m.groups())) for line in lines[first:] if (m := ESTIMATE.search(line))
+    ]
+    inside = [low <= true <= high for _, low, high, true in shown]
+    assert len(shown) >= 60
+    assert sum(inside) / len(shown) >= 0.75, list(zip(shown, inside, strict=True))
+    done = re.search(
+        r"true 0-d-1 risk ([0-9.]+); the model's risk est [0-9.]+ \[([0-9.]+), "
+        r"([0-9.]+)\]",
+        run.text(),
+    )
+    assert done is not None, run.text()[-2000:]
+    true, low, high = map(float, done.groups())
+    assert low <= true <= high
+    print(f"{len(shown)} lines with an estimate, {sum(inside)} hold the true risk")

@@ -1,0 +1,196 @@
+"""Mergeable moments and what a standardiser makes of them: merged in any split and order
+they are the moments of all the rows, a record read back is checked, a record that lies is
+bounded, and the serving pipeline learns every event's moments and the labelled rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from service.learning import (
+    LABEL_PRIOR,
+    Intercept,
+    Moments,
+    OnlineStandardizer,
+    Pipeline,
+    default_pipeline,
+    preprocessor_from_state,
+    serving_pipeline,
+)
+from service.learning.errors import DimensionError, InputError
+from service.learning.preprocessing import MERGE_FLOOR
+
+rows = hst.lists(
+    hst.lists(hst.floats(min_value=-1e3, max_value=1e3), min_size=3, max_size=3),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=rows, cuts=hst.lists(hst.integers(min_value=0, max_value=40), max_size=4))
+def test_moments_merged_in_any_split_are_those_of_all_the_rows(
+    data: list[list[float]], cuts: list[int]
+) -> None:
+    X = np.array(data)
+    edges = sorted({0, X.shape[0], *(c % (X.shape[0] + 1) for c in cuts)})
+    parts = []
+    for a, b in zip(edges, edges[1:], strict=False):
+        part = Moments(3)
+        part.add_many(X[a:b])
+        parts.append(part)
+    total = Moments(3)
+    for part in reversed(parts):  # any order
+        total.merge(part)
+    assert total.count == X.shape[0]
+    np.testing.assert_allclose(total.mean, X.mean(axis=0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(total.m2, ((X - X.mean(axis=0)) ** 2).sum(axis=0),
+                               rtol=1e-7, atol=1e-6)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=rows, split=hst.integers(min_value=0, max_value=40))
+def test_a_standardiser_merging_moments_equals_one_that_learned_the_rows(
+    data: list[list[float]], split: int
+) -> None:
+    X = np.array(data)
+    k = split % (X.shape[0] + 1)
+    one, merged = OnlineStandardizer(3), OnlineStandardizer(3)
+    for x in X:
+        one.learn(x)
+    for x in X[:k]:
+        merged.learn(x)
+    rest = Moments(3)
+    rest.add_many(X[k:])
+    assert merged.merge(rest) == X.shape[0] - k
+    assert merged.count == one.count
+    np.testing.assert_allclose(merged.mean, one.mean, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(merged.std, one.std, rtol=1e-6, atol=1e-6)
+
+
+def test_rows_that_are_not_finite_or_too_large_are_left_out() -> None:
+    m = Moments(2)
+    m.add_many([[1.0, 2.0], [np.nan, 0.0], [1e200, 0.0], [3.0, 4.0], [np.inf, 1.0]])
+    assert m.count == 2
+    assert m.mean.tolist() == [2.0, 3.0]
+
+
+def test_take_hands_the_moments_over_and_starts_afresh() -> None:
+    m = Moments(1)
+    m.add_many([[1.0], [3.0]])
+    taken = m.take()
+    assert (taken.count, taken.mean.tolist(), taken.m2.tolist()) == (2, [2.0], [2.0])
+    assert not m
+    assert (m.count, m.mean.tolist(), m.m2.tolist()) == (0, [0.0], [0.0])
+
+
+def test_a_record_reads_back_to_the_same_moments() -> None:
+    m = Moments(2)
+    m.add_many(np.random.default_rng(0).normal(size=(9, 2)))
+    back = Moments.from_record(json.loads(json.dumps(m.to_record())), 2)
+    assert back.count == m.count
+    assert back.mean.tolist() == m.mean.tolist()
+    assert back.m2.tolist() == m.m2.tolist()
+
+
+@pytest.mark.parametrize(
+    ("record", "match"),
+    [
+        ([1, 2], "object"),
+        ({"count": 0, "mean": [0.0, 0.0], "m2": [0.0, 0.0]}, "count"),
+        ({"count": True, "mean": [0.0, 0.0], "m2": [0.0, 0.0]}, "count"),
+        ({"count": 2.0, "mean": [0.0, 0.0], "m2": [0.0, 0.0]}, "count"),
+        ({"count": 2, "mean": [0.0], "m2": [0.0, 0.0]}, "mean"),
+        ({"count": 2, "mean": [0.0, "x"], "m2": [0.0, 0.0]}, "mean"),
+        ({"count": 2, "mean": [0.0, 1e101], "m2": [0.0, 0.0]}, "mean"),
+        ({"count": 2, "mean": [0.0, 0.0], "m2": [0.0, -1.0]}, "m2"),
+        ({"count": 2, "mean": [0.0, 0.0], "m2": [0.0, 1e201]}, "m2"),
+        ({"count": 2, "mean": [0.0, 0.0]}, "m2"),
+    ],
+)
+def test_a_record_that_is_not_moments_is_refused(record: Any, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        Moments.from_record(record, 2)
+
+
+def test_moments_of_another_width_are_refused() -> None:
+    with pytest.raises(InputError):
+        Moments(2).merge(Moments(3))
+    with pytest.raises(DimensionError):
+        OnlineStandardizer(2).merge(Moments(3))
+
+
+def test_a_record_that_claims_many_rows_moves_the_statistics_at_most_half_way() -> None:
+    z = OnlineStandardizer(1)
+    for v in np.random.default_rng(1).normal(size=5000):
+        z.learn([v])
+    before = float(z.mean[0])
+    forged = Moments.from_record({"count": 10**12, "mean": [1e6], "m2": [0.0]}, 1)
+    assert z.merge(forged) == 5000  # counts for as many rows as the statistics rest on
+    assert float(z.mean[0]) == pytest.approx((before + 1e6) / 2)
+    assert z.count == 10_000
+    fresh = OnlineStandardizer(1)
+    assert fresh.merge(forged) == MERGE_FLOOR  # at the start, for at most MERGE_FLOOR rows
+
+
+def test_a_standardiser_with_a_prior_starts_as_the_identity_and_keeps_it_in_its_record() -> None:
+    z = OnlineStandardizer(2, prior=30)
+    assert z.transform([3.0, -1.0]).tolist() == [3.0, -1.0]
+    z.learn([3.0, -1.0])
+    assert z.count == 31
+    assert 0.0 < float(z.mean[0]) < 3.0 / 10  # 30 pseudo-rows at 0 weigh on it
+    record = json.loads(json.dumps(z.to_state()))
+    assert record["params"]["prior"] == 30
+    back = preprocessor_from_state(record)
+    assert back.transform([1.0, 1.0]).tolist() == z.transform([1.0, 1.0]).tolist()
+    # a standardiser without one writes the record every release wrote
+    assert "prior" not in OnlineStandardizer(2).to_state()["params"]
+
+
+def test_the_serving_pipeline_takes_every_events_moments_then_the_labelled_row() -> None:
+    rng = np.random.default_rng(2)
+    events = rng.normal(size=(50, 2)) * [10.0, 0.1] + [100.0, 0.0]
+    seen = Moments(2)
+    seen.add_many(events)
+    pipe = serving_pipeline(2)
+    assert pipe.takes_moments
+    assert pipe.learn_label(events[-1], seen) == 50
+    first, second = pipe.steps[0], pipe.steps[1]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    np.testing.assert_allclose(first.mean, events.mean(axis=0))
+    assert first.count == 50
+    assert second.count == LABEL_PRIOR + 1  # the labelled row, as the first step made it
+    assert pipe.n_features_out == 3
+    # standardised by every event: the inputs have unit scale whatever the raw one
+    z = pipe.transform_many(events)
+    assert np.all(np.abs(z[:, :2].std(axis=0) - 1.0) < 0.1)
+
+
+def test_the_serving_pipeline_learns_its_first_step_from_moments_only() -> None:
+    # a request without moments (the second of a scorer's batch: its events came with the
+    # first) teaches the labelled row to the later steps alone, never twice to the first
+    pipe = serving_pipeline(2)
+    pipe.learn_label([5.0, 1.0], None)
+    first, second = pipe.steps[0], pipe.steps[1]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    assert (first.count, second.count) == (0, LABEL_PRIOR + 1)
+
+
+def test_a_pipeline_of_one_standardiser_learns_the_labelled_row_as_before() -> None:
+    # a model made before the serving pipeline: the moments do not change what it learns
+    seen = Moments(2)
+    seen.add_many([[100.0, 1.0], [200.0, 2.0]])
+    old, plain = default_pipeline(2), default_pipeline(2)
+    assert not old.takes_moments
+    assert old.learn_label([1.0, 2.0], seen) == 0
+    plain.learn([1.0, 2.0])
+    assert old.to_state() == plain.to_state()
+    without = Pipeline([Intercept()], n_features=2)
+    assert without.learn_label([1.0, 2.0], seen) == 0
