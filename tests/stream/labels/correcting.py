@@ -13,7 +13,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.records import Correction, Label, ModelEnvelope, RawMessage, Signer, request_id
+from service.records import (
+    Correction,
+    FeatureMoments,
+    Label,
+    ModelEnvelope,
+    RawMessage,
+    Signer,
+    request_id,
+)
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.history import Derived, History, Job, run_job
@@ -67,11 +75,12 @@ class Learner:
     registry: CollectorRegistry
     joiner: LabelJoiner
     log: list[RawMessage]
+    moments: bool = False  # each request carries the moments of the events scored before it
 
     @classmethod
     def start(cls, kafka: MemoryKafka | None = None, *, crash_after: int | None = None,
               log: list[RawMessage] | None = None, runner: Runner | None = None,
-              **kw: Any) -> Learner:  # fmt: skip
+              moments: bool = False, **kw: Any) -> Learner:  # fmt: skip
         kafka = kafka if kafka is not None else MemoryKafka()
         kw.setdefault("models", {"m": CFG, "m-dral": SHADOW})
         s = settings(**kw)
@@ -89,7 +98,8 @@ class Learner:
             history=History(kafka.table("history"), s, admission(s)),
             outputs=out, metrics=out.metrics, clock=Clock(), signer=signer, runner=runner,
         )  # fmt: skip
-        made = cls(kafka, s, joiner.clock, registry, joiner, log if log is not None else [])  # type: ignore[arg-type]
+        made = cls(kafka, s, joiner.clock, registry, joiner, log if log is not None else [],  # type: ignore[arg-type]
+                   moments)  # fmt: skip
         joiner.corrector.readback.read_labels = made.read_labels
         joiner.own(frozenset(range(s.partitions.labels)))
         return made
@@ -115,8 +125,13 @@ class Learner:
 
     async def request(self, event: str, offset: int) -> None:
         x = [float(offset % 7) - 3.0, 1.0 + (offset % 3), float(len(event))]
+        seen = None
+        if self.moments:  # as a scorer sends them: the events it scored since its last request
+            seen = FeatureMoments(5 + offset % 4, tuple(v + 0.5 for v in x),
+                                  tuple(2.0 + offset % 5 for _ in x))  # fmt: skip
         req = request(x, event, query_probability=0.5, decided_label=1 if offset % 2 else -1,
-                      requested_at=self.clock.now, expires_at=self.clock.now + 1e6)  # fmt: skip
+                      requested_at=self.clock.now, expires_at=self.clock.now + 1e6,
+                      moments=seen)  # fmt: skip
         await self.feed(req.to_json(), offset, REQUESTS)
 
     async def label(self, event: str, offset: int, y: int, by: str = "alice") -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from service.records import Rollback, Seed, Signer
 from service.stream.labels.corrector import MIN_GAP
@@ -270,3 +271,33 @@ async def test_derivations_of_a_group_start_at_most_once_per_min_gap() -> None:
     clean = Learner.start()
     await stream(clean, {21: 1, 6: 1, 9: 1})
     assert learned(learner.model()) == learned(clean.model())
+
+
+@pytest.mark.parametrize("key", [None, "k" * 40])
+async def test_requests_are_learned_again_with_their_moments(key: str | None) -> None:
+    """A re-derivation learns each request with the moments it carries, as the label path
+    did: the corrected model is the one a clean run of the corrected log learns and the
+    rebuild, also from a history read back after a restart (without a key, one that is
+    re-derived from its oldest checkpoint)."""
+    kafka = MemoryKafka()
+    learner = Learner.start(kafka, moments=True, snapshot_key=key)
+    await stream(learner, {})
+    plain = Learner.start(snapshot_key=key)
+    await stream(plain, {})
+    assert learned(learner.model()) != learned(plain.model())  # the moments count
+    await learner.correct("e21", 40, 1)
+    clean = Learner.start(moments=True, snapshot_key=key)
+    await stream(clean, {21: 1})
+    assert learned(learner.model()) == learned(clean.model())
+    assert learner.rebuilt().replace(updated_at=0.0) == learner.model().replace(updated_at=0.0)
+    await kafka.flush()
+    restarted = Learner.start(kafka, log=learner.log, moments=True, snapshot_key=key)
+    restarted.clock.now = learner.clock.now
+    await restarted.correct("e6", 41, 1)
+    assert restarted.dead() == []
+    clean = Learner.start(moments=True, snapshot_key=key)
+    await stream(clean, {21: 1, 6: 1})
+    for m in ("m", "m-dral"):
+        assert learned(restarted.model(m)) == learned(clean.model(m))
+    rebuilt = restarted.rebuilt().replace(updated_at=0.0)
+    assert rebuilt == restarted.model().replace(updated_at=0.0)
