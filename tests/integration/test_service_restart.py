@@ -22,8 +22,9 @@ def _truth(x: list[float]) -> int:
     return 1 if x[0] - x[2] > 0 else -1
 
 
-def _replay(cfg: dict[str, Any], labelled: list[tuple[list[float], int]]) -> tuple[Any, float]:
-    """Offline: the same labels, in the same order, through the learner a worker serves."""
+def _replay(cfg: dict[str, Any], labelled: list[tuple[dict[str, Any], int]]) -> tuple[Any, float]:
+    """Offline: the same labels, in the same order, through the learner a worker serves (each
+    with its request, whose moments the standardisers learn from as the worker's do)."""
     _, learner = learn_offline("offline", cfg, labelled)
     return learner.w, learner.rho
 
@@ -79,7 +80,7 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     kafka_io.wait_for(t["models"], lambda rs: 8 in [r.json()["version"] for r in rs])
     final = [r.json() for r in kafka_io.read(t["models"]) if r.key == b"r"][-1]
     w, rho = _replay(
-        MODEL, [(q["features"], lab["label"]) for q, lab in zip(requests, labels, strict=True)]
+        MODEL, [(q, lab["label"]) for q, lab in zip(requests, labels, strict=True)]
     )
     np.testing.assert_allclose(
         final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
