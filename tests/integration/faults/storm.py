@@ -102,16 +102,18 @@ class Storm(threading.Thread):
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
         # the requests made from now on, followed (not read again from the start: the test's
         # own CPU is not to weigh on the worker's latency during the storm only)
-        follower = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                    enable_auto_commit=False)  # fmt: skip
+        follower = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+        )
         await producer.start()
         await follower.start()
         try:
             tps = await partitions_of(bootstrap, self.run_.topics["label_requests"])
             follower.assign(tps)
             await follower.seek_to_end(*tps)
-            await asyncio.gather(self._events(producer), self._corrections(producer),
-                                 self._follow(follower))  # fmt: skip
+            await asyncio.gather(
+                self._events(producer), self._corrections(producer), self._follow(follower)
+            )
         finally:
             await follower.stop()
             await producer.stop()
@@ -158,10 +160,18 @@ class Storm(threading.Thread):
             order = [q["request_id"] for q in run.requests]
             rid = order[len(order) - self.back + (i % 9) - 4]
             label = -run.answers[rid]
-            value = orjson.dumps({"kind": "correction", "id": uuid.uuid4().hex,
-                                  "request_id": rid, "model": "m", "label": label,
-                                  "labelled_by": f"reviewer-{i % 3}", "role": "reviewer",
-                                  "ts": time.time()})  # fmt: skip
+            value = orjson.dumps(
+                {
+                    "kind": "correction",
+                    "id": uuid.uuid4().hex,
+                    "request_id": rid,
+                    "model": "m",
+                    "label": label,
+                    "labelled_by": f"reviewer-{i % 3}",
+                    "role": "reviewer",
+                    "ts": time.time(),
+                }
+            )
             await (await producer.send(labels, value, key=b"m", headers=self._sign(value)))
             run.answers[rid] = label
             self.written.append(orjson.loads(value))
@@ -176,8 +186,9 @@ class Storm(threading.Thread):
             return
         q = fresh[0]
         y = concept(q["features"])
-        value = orjson.dumps({"request_id": q["request_id"], "model": "m", "label": y,
-                              "labelled_by": "alice"})  # fmt: skip
+        value = orjson.dumps(
+            {"request_id": q["request_id"], "model": "m", "label": y, "labelled_by": "alice"}
+        )
         await (await producer.send(run.topics["labels"], value, key=b"m"))
         run.requests.append(q)
         run.answers[q["request_id"]] = y
