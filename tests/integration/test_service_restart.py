@@ -79,9 +79,7 @@ def test_killed_worker_is_recovered_and_redelivered_labels_change_nothing(
     kafka_io.produce_json(t["labels"], [("r", lab) for lab in labels[6:8]])
     kafka_io.wait_for(t["models"], lambda rs: 8 in [r.json()["version"] for r in rs])
     final = [r.json() for r in kafka_io.read(t["models"]) if r.key == b"r"][-1]
-    w, rho = _replay(
-        MODEL, [(q, lab["label"]) for q, lab in zip(requests, labels, strict=True)]
-    )
+    w, rho = _replay(MODEL, [(q, lab["label"]) for q, lab in zip(requests, labels, strict=True)])
     np.testing.assert_allclose(
         final["learner"]["champion"]["learned"]["w"], w, rtol=1e-12, atol=1e-15
     )
