@@ -247,9 +247,17 @@ class Metrics:
         )
         self.correction_seconds = Histogram(
             "abstain_correction_seconds",
-            "Time to apply a correction: the labels after the corrected one applied again",
+            "Time to apply a correction, from when the learner read it to when the model "
+            "holding it was written (the labels after the corrected one applied again)",
             ["model"],
             buckets=_CORRECTION_BUCKETS,
+            registry=r,
+        )
+        self.corrections_queued = Gauge(
+            "abstain_corrections_queued",
+            "Corrections the learner read and noted that the model does not hold yet (they "
+            "are applied together by the next derivation)",
+            ["model"],
             registry=r,
         )
         self.ready = Gauge("abstain_ready", "1 when recovered and models loaded", registry=r)
@@ -290,6 +298,7 @@ class Metrics:
             self.risk_since_change,
             self.labels_since_change,
             self.correction_seconds,
+            self.corrections_queued,
         ):
             metric.labels(model=model)
         for outcome in CORRECTION_OUTCOMES:

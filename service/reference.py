@@ -395,20 +395,21 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         0.81,
     )
     envelope = initial_envelope("fraud", ModelConfig(n_features=3))
-    seed = Seed("fraud", "fraud", envelope.to_json(), None, "ops", 1795782100.0, rows=5000)
+    seed = Seed(
+        "fraud", "fraud", envelope.to_json(), None, "ops", 1795782100.0, rows=5000, base_version=12
+    )
+    # a correction's id and an order's base version as the desk and the CLI write them (the id
+    # is random: fixed here so that the page does not change at every run)
+    correction = Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0, id="3f2a9c0e" * 4)
+    rollback = Rollback("fraud", "fraud", 9, "ops", 1795782000.0, base_version=12)
     champions = Champions(serial=3, servers={"fraud": "fraud-v2"}, updated_at=1795782000.0)
     return [
         ("decisions", "event id", "Decision", _decision()),
         ("label_requests", "model", "LabelRequest", request),
         ("labels", "model", "Label", Label(rid, "fraud", -1, "ann", 1795780031.2)),
-        (
-            "labels",
-            "model",
-            "Correction",
-            Correction(rid, "fraud", 1, "rita", "reviewer", 1795781200.0),
-        ),
+        ("labels", "model", "Correction", correction),
         ("labels", "model", "Opinion", Opinion(rid, "fraud", -1, "bob", 1795780100.0)),
-        ("labels", "model", "Rollback", Rollback("fraud", "fraud", 9, "ops", 1795782000.0)),
+        ("labels", "model", "Rollback", rollback),
         ("labels", "model", "Seed", seed),
         ("models", "model", "ModelEnvelope", envelope),
         ("models", "`__champions__`", "Champions", champions),

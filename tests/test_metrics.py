@@ -44,6 +44,7 @@ CATALOGUE = {
     "abstain_model_reject_fraction": ("gauge", {"model"}),
     "abstain_corrections_total": ("counter", {"model", "outcome"}),
     "abstain_correction_seconds": ("histogram", {"model"}),
+    "abstain_corrections_queued": ("gauge", {"model"}),
     "abstain_unreadable_partitions": ("gauge", {"topic"}),
     "abstain_unreadable_batches_total": ("counter", {"topic", "outcome"}),
     "abstain_ready": ("gauge", set()),

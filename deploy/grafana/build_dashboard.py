@@ -795,17 +795,28 @@ ROWS: list[tuple[str, list[Panel]]] = [
                         "{{model}} {{outcome}}",
                     )
                 ],
-                width=12,
+                width=8,
             ),
             timeseries(
                 "Time to apply a correction (p50, p99)",
-                "How long the learner took to apply a correction: the labels after the "
-                "corrected one applied again from the checkpoint before it "
-                "(abstain_correction_seconds). It grows with how far back the correction "
-                "reaches (corrections.reach) and with the model's width.",
+                "How long a correction took from when the learner read it to when the model "
+                "holding it was written: the labels after the corrected one applied again "
+                "from the checkpoint before it, in the learner's derivation process, after "
+                "the corrections queued before it (abstain_correction_seconds). It grows with "
+                "how far back the correction reaches (corrections.reach), with the model's "
+                "width and with the queue.",
                 quantiles("abstain_correction_seconds", (0.5, 0.99)),
                 unit="s",
-                width=12,
+                width=8,
+            ),
+            timeseries(
+                "Corrections queued",
+                "Corrections the learner has read and noted but that the model does not hold "
+                "yet (abstain_corrections_queued): they wait for the derivation in flight and "
+                "are applied together by the next one. A queue that stays long: corrections "
+                "come faster than the learner derives them (scoring is not slowed by it).",
+                [(f"max by (model) (abstain_corrections_queued{{{M}}})", "{{model}}")],
+                width=8,
             ),
         ],
     ),

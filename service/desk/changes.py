@@ -1,5 +1,6 @@
 """What the team view shows of a model's learning: its last detected change, the changes
-and takeovers so far, and whether it is relearning now.
+and takeovers so far, whether it is relearning now, and the corrections it does not hold
+yet (:class:`CorrectionsWaiting`).
 
 A model served inside :class:`service.learning.Adaptive` (the default) carries in its
 snapshot the label count at its last detected change, how many changes were detected and
@@ -25,13 +26,14 @@ false``) has no row (:func:`change_of` is ``None``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from service.learning import Adaptive
 
-__all__ = ["ChangeRow", "Changes", "change_of"]
+__all__ = ["WAIT_AT_MOST", "ChangeRow", "Changes", "CorrectionsWaiting", "change_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,4 +103,57 @@ class Changes:
                 self._rows[name] = known
             if known[1] is not None:
                 out[name] = known[1]
+        return out
+
+
+#: seconds after which a correction the model does not hold is no longer counted as queued
+#: (the learner refused it: a dead letter; a derivation never takes that long)
+WAIT_AT_MOST = 600.0
+
+
+class CorrectionsWaiting:
+    """Corrections the desk read on the labels topic (and its book took) that the model it
+    serves does not hold yet: the learner applies them together once derived
+    (``ModelEnvelope.corrected_to`` says up to which labels offset a snapshot holds them).
+    One not held after :data:`WAIT_AT_MOST` seconds was refused by the learner.
+
+    >>> from service.records import ModelEnvelope
+    >>> waiting = CorrectionsWaiting(clock=lambda: 0.0)
+    >>> for offset in (40, 41, 45):
+    ...     waiting.add("m", 0, offset)
+    >>> served = ModelEnvelope("m", 9, {}, {}, labels_partition=0, corrected_to=41)
+    >>> waiting.count("m", served)
+    1
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        # model -> (partition, offset, when it was read)
+        self._read: dict[str, list[tuple[int, int, float]]] = {}
+
+    def add(self, model: str, partition: int, offset: int) -> None:
+        """A correction of ``model`` read at labels ``partition``, ``offset``."""
+        self._read.setdefault(model, []).append((partition, offset, self.clock()))
+
+    def count(self, model: str, envelope: Any) -> int:
+        """The corrections of ``model`` its served ``envelope`` does not hold (those it holds,
+        or that waited too long, are forgotten)."""
+        read = self._read.get(model)
+        if not read:
+            return 0
+        partition = getattr(envelope, "labels_partition", -1)
+        held = getattr(envelope, "corrected_to", -1)
+        oldest = self.clock() - WAIT_AT_MOST
+        read[:] = [(p, o, t) for p, o, t in read if (p != partition or o > held) and t > oldest]
+        return len(read)
+
+    def counts(self, served: Mapping[str, Any]) -> dict[str, int]:
+        """:meth:`count` of every model with corrections waiting, given the served models
+        (name -> a served model with its ``envelope``)."""
+        out = {}
+        for name in list(self._read):
+            model = served.get(name)
+            n = self.count(name, getattr(model, "envelope", None))
+            if n:
+                out[name] = n
         return out

@@ -167,7 +167,10 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     producer = make_producer(settings)
     await producer.start()
     queue, folded = DeskQueue(clock=time.time), asyncio.Condition()
-    leases = LeaseBook(lease_seconds=settings.desk.lease_seconds)
+    leases = LeaseBook(
+        lease_seconds=settings.desk.lease_seconds,
+        answer_seconds=2 * (settings.desk.ack_timeout_seconds + 1.0),
+    )
     metrics = DeskMetrics(CollectorRegistry(), models=settings.models)
     book, follow = await _models(settings)
     replica = settings.desk.replica or socket.gethostname()

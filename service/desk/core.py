@@ -35,6 +35,7 @@ from typing import Literal, Protocol
 from service.config import Settings
 from service.desk.auth.accounts import Person
 from service.desk.backlog import DeskQueue
+from service.desk.changes import CorrectionsWaiting
 from service.desk.errors import Refused, Unavailable
 from service.desk.leases import LeaseBook, LeaseLog, LeaseRecord
 from service.desk.metrics import DeskMetrics
@@ -98,6 +99,7 @@ class Desk:
         self._claiming: set[str] = set()  # requests this replica is claiming right now
         self._random = random.Random()  # noqa: S311 - spreading claims, not a secret
         self.team: TeamStats | None = None  # the team view as of the last tick
+        self.waiting = CorrectionsWaiting()  # corrections read that models do not hold yet
         self.agreement: ReviewStats | None = None  # the same, of answers after they are given
         # the team view joins answers (labels topic) with their times (leases topic)
         leases.on_answer = queue.on_timing

@@ -419,6 +419,8 @@ class Feeds:
                 self.queue.on_label(record, at=at)
             elif isinstance(record, Correction | Opinion):
                 self._review(record, key, partition, value, headers, at)
+                if isinstance(record, Correction):  # taken: waits for the learner
+                    self.desk.waiting.add(record.model, partition, offset)
         except BadMessage as bad:
             refused = Refused(400, str(bad.reason), bad.detail)
             raise

@@ -14,8 +14,10 @@ anyone who may write the topic can still claim a request, but never for longer t
 person could, and a record dated in the future holds nothing before its time.
 
 Kinds of record (JSON, key = request id): ``claim`` (take or renew, until ``expires_at``),
-``answer`` (the holder is sending a label: ``attempt`` names the try; a second try by anyone
-else is refused while the first runs), ``release`` (give the request back; with
+``answer`` (the holder is sending a label: ``attempt`` names the try; a second try is
+refused while the first runs, which it does for at most ``answer_seconds`` from its record's
+time: the two acknowledgements the desk waits for; a try whose replica died, or that nobody
+runs, blocks nothing longer), ``release`` (give the request back; with
 ``attempt``: that try failed, the lease stays) and ``flag`` (the holder, the author of the
 request's answer, asks for a review of it: no lease; the desk's book of answers decides,
 :meth:`LeaseBook.on_flag`). A second opinion is leased like a request, under the id
@@ -53,6 +55,7 @@ from service.records import BadMessage, decode_object, dumps
 from service.records.codec import ident, number
 
 __all__ = [
+    "ANSWER_SECONDS",
     "Lease",
     "LeaseBook",
     "LeaseLog",
@@ -65,6 +68,9 @@ Kind = Literal["claim", "answer", "release", "flag"]
 _KINDS: Final = ("claim", "answer", "release", "flag")
 _OUTCOMES_KEPT: Final = 10_000
 _OPINION: Final = "#opinion"
+#: how long an answer's try blocks another one by default (the desk passes twice its
+#: acknowledgement timeout, plus a second each)
+ANSWER_SECONDS: Final = 12.0
 
 
 def opinion_lease(request_id: str) -> str:
@@ -140,6 +146,7 @@ class Lease:
     expires_at: float
     since: float
     attempt: str | None = None
+    attempt_at: float = 0.0  # when the answer's try began (its record's time)
 
     def live(self, now: float, *, slack: float = 0.0) -> bool:
         """Running at ``now``: begun (up to ``slack`` seconds early: a reader's clock may
@@ -165,8 +172,9 @@ class LeaseBook:
     ``flag`` record (request id, holder, time), and says whether it took effect.
     """
 
-    def __init__(self, *, lease_seconds: float) -> None:
+    def __init__(self, *, lease_seconds: float, answer_seconds: float = ANSWER_SECONDS) -> None:
         self.lease_seconds = lease_seconds
+        self.answer_seconds = answer_seconds
         self.leases: dict[str, Lease] = {}
         self.answers: dict[str, AnswerTiming] = {}
         self.position = 0  # next offset to fold
@@ -223,10 +231,17 @@ class LeaseBook:
             return False  # someone else's lease runs: the first claim holds
         since = live.since if live is not None else t
         attempt = live.attempt if live is not None else None
+        attempt_at = live.attempt_at if live is not None else t
         timing = None
         if r.kind == "answer":
-            if attempt is not None and attempt != r.attempt:
+            if (
+                attempt is not None
+                and attempt != r.attempt
+                and t < attempt_at + self.answer_seconds
+            ):
                 return False  # another try of this answer runs (a second tab, a double click)
+            if attempt != r.attempt:
+                attempt_at = t
             attempt = r.attempt
             timing = AnswerTiming(r.holder, t, max(0.0, t - since))
             self.answers[r.request_id] = timing
@@ -236,7 +251,7 @@ class LeaseBook:
         expires = max(until, live.expires_at if live is not None else until)
         if current is not None and current.holder != r.holder:
             self._unindex(r.request_id, current.holder)
-        self.leases[r.request_id] = Lease(r.holder, expires, since, attempt)
+        self.leases[r.request_id] = Lease(r.holder, expires, since, attempt, attempt_at)
         self._running.setdefault(r.holder, set()).add(r.request_id)
         heapq.heappush(self._ends, (expires, r.request_id))
         if timing is not None and self.on_answer is not None:

@@ -169,6 +169,17 @@ def _learning_row(model: str, row: ChangeRow | None) -> str:
             f"<td>{row.version:,}</td></tr>")  # fmt: skip
 
 
+def _waiting(waiting: Mapping[str, int]) -> str:
+    """The note on the corrections the learner has not applied yet (it applies those that
+    wait together, once it has derived them)."""
+    if not waiting:
+        return ""
+    which = ", ".join(f"<strong>{esc(m)}</strong> {n:,}" for m, n in sorted(waiting.items()))
+    return (f'<p class="corrections-note" role="status">Corrections queued, not yet in the '
+            f"model: {which}. The learner applies them together; answers go on as "
+            "usual.</p>")  # fmt: skip
+
+
 def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[str, str]:
     """The note on the models relearning now, and the learning table."""
     names = list(models)
@@ -192,13 +203,14 @@ def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[
 
 def team_page(user: str, csrf: str, stats: TeamStats,
               changes: Mapping[str, ChangeRow] | None = None, *, reviewer: bool = False,
-              agreement: str = "") -> str:  # fmt: skip
+              agreement: str = "", waiting: Mapping[str, int] | None = None) -> str:  # fmt: skip
     """Open requests per model, how each model learns (:mod:`service.desk.changes`: a model
-    relearning after a detected change is marked), answers per hour, people, and the
-    ``agreement`` section (:mod:`service.desk.review.pages`: HTML, already escaped)
-    (refreshes every 15 s)."""
+    relearning after a detected change is marked; corrections written that the model does
+    not hold yet, ``waiting``), answers per hour, people, and the ``agreement`` section
+    (:mod:`service.desk.review.pages`: HTML, already escaped) (refreshes every 15 s)."""
     changes = changes or {}
     note, learning = _learning([r.model for r in stats.models], changes)
+    note += _waiting(waiting or {})
 
     def name(model: str) -> str:
         row = changes.get(model)

@@ -144,8 +144,7 @@ class DeskWeb:
             name = self._proxy_user(request)
             if not valid_name(name) or session is None or session.user != name:
                 return None
-            fallback = Person(name).with_role(self.settings.desk.reviewers)
-            return self._person(name) or fallback, session
+            return self.accounts.proxied(name).with_role(self.settings.desk.reviewers), session
         if session is None:
             return None
         person = self._person(session.user)
@@ -174,7 +173,7 @@ class DeskWeb:
             cookie = self.sessions.issue(name)
             session = self.sessions.read(cookie)
             assert session is not None  # noqa: S101 - just issued
-            person = self._person(name) or Person(name).with_role(self.settings.desk.reviewers)
+            person = self.accounts.proxied(name).with_role(self.settings.desk.reviewers)
             return person, session, cookie
         if self.settings.desk.auth == "proxy":
             raise web.HTTPUnauthorized(text="the proxy sent no user")
@@ -310,8 +309,10 @@ class DeskWeb:
             section = "" if agreement is None else agreement_section(
                 agreement, {p.person: p.median_answer_seconds for p in team.people},
                 {row.model: row for row in team.models})  # fmt: skip
-            return html(team_page(person.name, csrf, team, self.changes.rows(self.models()),
-                                  reviewer=person.reviewer, agreement=section))  # fmt: skip
+            served = self.models()
+            return html(team_page(person.name, csrf, team, self.changes.rows(served),
+                                  reviewer=person.reviewer, agreement=section,
+                                  waiting=self.desk.waiting.counts(served)))  # fmt: skip
 
         return await self.page(request, build)
 

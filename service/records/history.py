@@ -14,9 +14,11 @@ checked here as strictly as any record.
 >>> step = Step("m", 4, 0, 17, req, -1, -1, "alice", 12.0, 12.5)
 >>> parse_step(step.to_json()) == step
 True
->>> fixed = step.corrected(Note(20, "bob", "reviewer", 1, 30.0))
+>>> fixed = step.corrected(Note(20, "bob", "reviewer", 1, 30.0, id="c-20"))
 >>> fixed.label, fixed.given, fixed.reviewed, fixed.noted(20), parse_step(fixed.to_json()) == fixed
 (1, -1, True, True, True)
+>>> fixed.knows("c-20"), fixed.label_at(19), fixed.label_at(20)
+(True, -1, 1)
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ from service.records.codec import (
 from service.records.labels import ROLES, Role
 from service.records.wire import LabelRequest, label_request_from_dict
 
-__all__ = ["HISTORY_FORMAT", "MAX_NOTES", "Note", "Step", "parse_step"]
+__all__ = ["HISTORY_FORMAT", "MAX_NOTES", "MAX_PAST", "Note", "Step", "parse_step"]
 
 HISTORY_FORMAT: Final = "abstain.history-step"
 #: corrections remembered on one step (a record stays bounded however often it is corrected)
 MAX_NOTES: Final = 64
+#: ids of the corrections forgotten beyond MAX_NOTES that a step still knows (a copy of one
+#: of them is a replay); the oldest go first
+MAX_PAST: Final = 1024
 _MAX_COUNTER: Final = 2**53
 
 
@@ -59,10 +64,11 @@ class Note:
     label: int | None
     ts: float | None
     changed: bool = True
+    id: str | None = None  # the correction's id (None: a note written before ids existed)
 
     def to_dict(self) -> dict[str, Any]:
         return {"offset": self.offset, "by": self.by, "role": self.role, "label": self.label,
-                "ts": self.ts, "changed": self.changed}  # fmt: skip
+                "ts": self.ts, "changed": self.changed, "id": self.id}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class Step:
     ts: float | None
     applied_at: float
     notes: tuple[Note, ...] = ()
+    past: tuple[str, ...] = ()  # ids of the corrections forgotten beyond MAX_NOTES
 
     @property
     def request_id(self) -> str:
@@ -94,11 +101,27 @@ class Step:
         """True if the correction read at labels ``offset`` is already applied to it."""
         return any(n.offset == offset for n in self.notes)
 
+    def knows(self, correction_id: str) -> bool:
+        """True if a correction of this id was applied to it (at whatever offset)."""
+        return correction_id in self.past or any(n.id == correction_id for n in self.notes)
+
+    def label_at(self, through: int) -> int | None:
+        """The label in force once the corrections read up to labels offset ``through``
+        are applied (what a model that holds those corrections learned)."""
+        label: int | None = self.given
+        for note in self.notes:
+            if note.offset <= through:
+                label = note.label
+        return label
+
     def corrected(self, note: Note) -> Step:
         """This step with ``note``'s label in force (the oldest notes beyond
-        :data:`MAX_NOTES` are forgotten; the newest always stays)."""
-        notes = (*self.notes, note)[-MAX_NOTES:]
-        return dataclasses.replace(self, label=note.label, notes=notes)
+        :data:`MAX_NOTES` are forgotten, their ids kept in ``past``; the newest always
+        stays)."""
+        notes = (*self.notes, note)
+        gone = [n.id for n in notes[:-MAX_NOTES] if n.id is not None]
+        past = (*self.past, *gone)[-MAX_PAST:]
+        return dataclasses.replace(self, label=note.label, notes=notes[-MAX_NOTES:], past=past)
 
     def to_json(self) -> bytes:
         return dumps(
@@ -115,6 +138,7 @@ class Step:
                 "ts": self.ts,
                 "applied_at": self.applied_at,
                 "notes": [n.to_dict() for n in self.notes],
+                "past": list(self.past),
             }
         )
 
@@ -151,8 +175,20 @@ def _note(record: Any) -> Note:
     changed = record.get("changed", True)
     if not isinstance(changed, bool):
         raise BadMessage("schema", "a note's 'changed' must be true or false")
+    cid = record.get("id")
+    if cid is not None and (not isinstance(cid, str) or not 0 < len(cid) <= 80):
+        raise BadMessage("schema", "a note's 'id' must be a short string")
     return Note(_counter(record, "offset"), _short(record, "by"), role,
-                _label(record, "label", allow_none=True), ts, changed)  # fmt: skip
+                _label(record, "label", allow_none=True), ts, changed, cid)  # fmt: skip
+
+
+def _past(record: dict[str, Any]) -> tuple[str, ...]:
+    past = record.get("past", [])
+    if not isinstance(past, list) or len(past) > MAX_PAST:
+        raise BadMessage("schema", f"field 'past' must be a list of at most {MAX_PAST}")
+    if not all(isinstance(i, str) and 0 < len(i) <= 80 for i in past):
+        raise BadMessage("schema", "field 'past' must hold short strings")
+    return tuple(past)
 
 
 def parse_step(raw: bytes) -> Step:
@@ -178,4 +214,5 @@ def parse_step(raw: bytes) -> Step:
         ts=ts,
         applied_at=number(record, "applied_at"),
         notes=tuple(_note(n) for n in notes),
+        past=_past(record),
     )

@@ -13,11 +13,19 @@ one parser, :func:`parse_labels_record`:
 
 Orders and corrections are signed like snapshots when ``snapshot_key`` is set (the HMAC
 header of :mod:`service.records.signing` over the record's key and value): whoever reads
-them checks the signature.
+them checks the signature. What the signature covers also tells a copy from a new record:
+a correction carries a unique ``id`` (one read without it, written before it existed, is
+known by the digest of its bytes), an order the version of its target it was written
+against (``base_version``), so a record written again later is refused as ``replayed``.
 
->>> c = Correction("r1", "fraud", None, "alice", "author", 5.0)
+>>> c = Correction("r1", "fraud", None, "alice", "author", 5.0, id="c1")
 >>> parse_labels_record(c.to_json()) == c, c.withdraws
 (True, True)
+>>> old = parse_labels_record(b'{"kind": "correction", "request_id": "r", "model": "m", '
+...                           b'"label": 1, "labelled_by": "bob", "role": "author"}')
+>>> old.id
+'sha256:c68ff3c6ebd4fd4103baed64f647af9d'
+
 >>> parse_labels_record(b'{"kind": "correction", "request_id": "r", "model": "m", '
 ...                     b'"label": 1, "labelled_by": "bob", "role": "boss"}')
 Traceback (most recent call last):
@@ -27,8 +35,12 @@ service.records.codec.BadMessage: schema: role must be 'author' or 'reviewer', g
 
 from __future__ import annotations
 
+import hashlib
+import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Final, Literal
 
 from service.records.codec import (
@@ -52,12 +64,26 @@ __all__ = [
     "Role",
     "Rollback",
     "Seed",
+    "new_id",
     "parse_labels_record",
 ]
 
 Role = Literal["author", "reviewer"]
 #: who may write a correction: the person who gave the label (``author``), or a reviewer
 ROLES: Final[tuple[Role, ...]] = ("author", "reviewer")
+#: what an ``id`` may look like: a writer's fresh random id, or a digest of the bytes
+_ID: Final = re.compile(r"[A-Za-z0-9:_-]{1,80}")
+
+
+def new_id() -> str:
+    """A fresh random id for a record (128 random bits, hex)."""
+    return uuid.uuid4().hex
+
+
+def _digest_id(raw: bytes) -> str:
+    """The id of a record written before records carried one: a digest of its bytes (a
+    copy has the same bytes, hence the same id)."""
+    return "sha256:" + hashlib.sha256(raw).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +96,9 @@ class Rollback:
     to_version: int
     by: str
     ts: float | None
+    #: the version of ``target`` served when the order was written (None: an order written
+    #: before orders carried it); a copy written after the model's line changed is refused
+    base_version: int | None = None
 
     def to_json(self) -> bytes:
         """The record on the labels topic."""
@@ -81,6 +110,7 @@ class Rollback:
                 "to_version": self.to_version,
                 "labelled_by": self.by,
                 "ts": self.ts,
+                **_base(self.base_version),
             }
         )
 
@@ -100,6 +130,9 @@ class Seed:
     by: str
     ts: float | None
     rows: int = 0  # the labelled rows it was trained on
+    #: the version of ``target`` served when the order was written (None: an order written
+    #: before orders carried it); a copy written after the model's line changed is refused
+    base_version: int | None = None
 
     def to_json(self) -> bytes:
         """The record on the labels topic."""
@@ -113,6 +146,7 @@ class Seed:
                 "rows": self.rows,
                 "labelled_by": self.by,
                 "ts": self.ts,
+                **_base(self.base_version),
             }
         )
 
@@ -124,7 +158,8 @@ class Correction:
     it would be had the request never been answered; the request is not offered again, and
     a later correction with a value gives the label back at its place). ``by`` gave it as
     the ``role``: ``author`` (the person who gave the label being corrected) or
-    ``reviewer``."""
+    ``reviewer``. ``id`` names this correction (a fresh random id by default): the
+    learner applies a correction of a given id once, and refuses a copy as ``replayed``."""
 
     request_id: str
     model: str
@@ -132,6 +167,7 @@ class Correction:
     by: str
     role: Role
     ts: float | None
+    id: str = dataclass_field(default_factory=new_id)
 
     @property
     def withdraws(self) -> bool:
@@ -143,6 +179,7 @@ class Correction:
         return dumps(
             {
                 "kind": "correction",
+                "id": self.id,
                 "request_id": self.request_id,
                 "model": self.model,
                 "label": self.label,
@@ -183,6 +220,29 @@ class Opinion:
 LabelsRecord = Label | Correction | Opinion | Rollback | Seed
 
 
+def _base(version: int | None) -> dict[str, int]:
+    return {} if version is None else {"base_version": version}
+
+
+def _base_version(record: dict[str, Any]) -> int | None:
+    if record.get("base_version") is None:
+        return None
+    version = integer(record, "base_version")
+    if not 0 <= version < 2**53:
+        raise BadMessage("schema", f"base_version out of range: {version}")
+    return version
+
+
+def _record_id(record: dict[str, Any], raw: bytes) -> str:
+    """The record's ``id``, or the digest of its bytes when it has none."""
+    value = record.get("id")
+    if value is None:
+        return _digest_id(raw)
+    if not isinstance(value, str) or _ID.fullmatch(value) is None:
+        raise BadMessage("schema", "field 'id' must be 1 to 80 letters, digits, ':', '_' or '-'")
+    return value
+
+
 def _by_and_ts(record: dict[str, Any]) -> tuple[str, float | None]:
     by = record.get("labelled_by", "")
     if not isinstance(by, str) or len(by) > 256:
@@ -210,16 +270,17 @@ def _named(record: dict[str, Any]) -> str:
     return by
 
 
-def _correction_from_dict(record: dict[str, Any]) -> Correction:
+def _correction_from_dict(record: dict[str, Any], raw: bytes) -> Correction:
     role = record.get("role")
     if role not in ROLES:
         raise BadMessage("schema", f"role must be 'author' or 'reviewer', got {role!r}")
     _, ts = _by_and_ts(record)
     return Correction(ident(record, "request_id"), ident(record, "model"),
-                      _answer(record, allow_none=True), _named(record), role, ts)  # fmt: skip
+                      _answer(record, allow_none=True), _named(record), role, ts,
+                      id=_record_id(record, raw))  # fmt: skip
 
 
-def _opinion_from_dict(record: dict[str, Any]) -> Opinion:
+def _opinion_from_dict(record: dict[str, Any], raw: bytes) -> Opinion:
     label = _answer(record, allow_none=False)
     assert label is not None  # noqa: S101 - allow_none=False
     _, ts = _by_and_ts(record)
@@ -227,7 +288,7 @@ def _opinion_from_dict(record: dict[str, Any]) -> Opinion:
                    _named(record), ts)  # fmt: skip
 
 
-def _seed_from_dict(record: dict[str, Any]) -> Seed:
+def _seed_from_dict(record: dict[str, Any], raw: bytes) -> Seed:
     envelope = record.get("envelope")
     if not isinstance(envelope, str) or not envelope:
         raise BadMessage("schema", "field 'envelope' must be a model state (a JSON string)")
@@ -239,15 +300,20 @@ def _seed_from_dict(record: dict[str, Any]) -> Seed:
         raise BadMessage("schema", f"rows out of range: {rows}")
     by, ts = _by_and_ts(record)
     return Seed(ident(record, "model"), ident(record, "target"), envelope.encode("utf-8"),
-                signature, by, ts, rows)  # fmt: skip
+                signature, by, ts, rows, _base_version(record))  # fmt: skip
 
 
-def _rollback_from_dict(record: dict[str, Any]) -> Rollback:
+def _rollback_from_dict(record: dict[str, Any], raw: bytes) -> Rollback:
     version = integer(record, "to_version")
     if not 0 <= version < 2**53:
         raise BadMessage("schema", f"to_version out of range: {version}")
     by, ts = _by_and_ts(record)
-    return Rollback(ident(record, "model"), ident(record, "target"), version, by, ts)
+    return Rollback(ident(record, "model"), ident(record, "target"), version, by, ts,
+                    _base_version(record))  # fmt: skip
+
+
+def _label_from_dict(record: dict[str, Any], raw: bytes) -> Label:
+    return label_from_dict(record)
 
 
 def parse_labels_record(raw: bytes, *, max_bytes: int | None = None) -> LabelsRecord:
@@ -269,11 +335,11 @@ def parse_labels_record(raw: bytes, *, max_bytes: int | None = None) -> LabelsRe
     parse = _PARSERS.get(kind) if isinstance(kind, str) else None
     if parse is None:
         raise BadMessage("schema", f"unknown kind {kind!r} of a labels record"[:300])
-    return parse(record)
+    return parse(record, raw)
 
 
-_PARSERS: Final[dict[str, Callable[[dict[str, Any]], LabelsRecord]]] = {
-    "label": label_from_dict,
+_PARSERS: Final[dict[str, Callable[[dict[str, Any], bytes], LabelsRecord]]] = {
+    "label": _label_from_dict,
     "correction": _correction_from_dict,
     "opinion": _opinion_from_dict,
     "seed": _seed_from_dict,

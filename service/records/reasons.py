@@ -58,6 +58,8 @@ class Reason(StrEnum):
     BEYOND_REACH = "beyond_reach"  # a correction of a label older than the model keeps
     NOT_AUTHOR = "not_author"  # an author's correction of a label someone else gave
     UNREADABLE = "unreadable"  # a record batch the client cannot read (codec, CRC, a record)
+    HISTORY_UNTRUSTED = "history_untrusted"  # the learner's history failed its checks
+    REPLAYED = "replayed"  # a copy of a correction or an order the learner already took
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 

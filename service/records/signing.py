@@ -26,6 +26,9 @@ True
 'bad_signature'
 >>> signer.verify(b"m", b'{"version": 1}', None)
 'unsigned'
+>>> rotated = Signer(b"n" * 32, previous=[b"k" * 32])
+>>> rotated.verify(b"m", b'{"version": 1}', header), rotated.is_current(header)
+(None, False)
 """
 
 from __future__ import annotations
@@ -76,3 +79,8 @@ class Signer:
             return "bad_signature"
         ok = hmac.compare_digest(digest, _digest(key, record_key, value))
         return None if ok else "bad_signature"
+
+    def is_current(self, header: bytes | None) -> bool:
+        """True if ``header`` names the current key (a record signed with a previous one is
+        written again signed with the current key by whoever keeps it)."""
+        return header is not None and header.startswith(f"{_VERSION}:{self.key_id}:".encode())

@@ -17,7 +17,11 @@ Model envelope (JSON)::
      "iw_loss": float, "iw_weight": float, "updated_at": float,
      "labels_partition": int (-1 = none; absent in records written before it existed),
      "corrections_from": int (the labels offset of the oldest label a correction can still
-                              reach; -1 = none; absent in records written before it existed)}
+                              reach; -1 = none; absent in records written before it existed),
+     "corrected_to": int (the labels offset of the newest correction the state holds; -1 =
+                          none; absent in records written before it existed),
+     "line_from": int (the version at which the state's line began: a seed or rollback
+                       order served it; 0 = version 0; absent in records before it existed)}
 
 Risk: a label for a served decision carries the effective query probability p. The sums
 ``iw_loss = sum L_d / p`` and ``iw_weight = sum 1 / p`` estimate the total 0-d-1 loss and the
@@ -128,6 +132,12 @@ class ModelEnvelope:
     # the labels offset (in ``labels_partition``) of the oldest label a correction can still
     # reach (service.stream.labels.history); -1: none (no label yet, or corrections off)
     corrections_from: int = -1
+    # the labels offset (in ``labels_partition``) of the newest correction whose effect the
+    # state holds (corrections are applied in their order in the log); -1: none
+    corrected_to: int = -1
+    # the version where this line of states began (a seed or a rollback order served it as
+    # that version); an order written against an earlier version is a copy (replayed)
+    line_from: int = 0
 
     def applied(self, partition: int, offset: int) -> bool:
         """True if the label at ``offset`` of labels ``partition`` is already in the model
@@ -192,9 +202,13 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         estimate=_mapping(record, "estimate") if record.get("estimate") is not None else None,
         corrections_from=integer(record, "corrections_from")
         if record.get("corrections_from") is not None else -1,
+        corrected_to=integer(record, "corrected_to")
+        if record.get("corrected_to") is not None else -1,
+        line_from=integer(record, "line_from") if record.get("line_from") is not None else 0,
     )  # fmt: skip
     counters = (envelope.version, envelope.labels_applied, envelope.labels_offset + 1,
-                envelope.labels_partition + 1, envelope.corrections_from + 1)  # fmt: skip
+                envelope.labels_partition + 1, envelope.corrections_from + 1,
+                envelope.corrected_to + 1, envelope.line_from)  # fmt: skip
     if not all(0 <= c < MAX_COUNTER for c in counters):
         raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:

@@ -52,6 +52,7 @@ from service.stream.kafka.unreadable import SkipBook, Unreadable
 from service.stream.labels.admission import admission
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.history import History
+from service.stream.labels.history.runner import ProcessRunner
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.loop import LearnLoop, learn_group
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
@@ -198,7 +199,9 @@ def create_app(
               for name, n, compacted in declared(s)}  # the catalogue's  # fmt: skip
     progress = Progress(clock)
     writes = Writes()
-    tables = {e.field: ChangelogTable(e.name(s), writes) for e in TABLES}
+    # signed with the snapshot key; the history's unsigned records are never taken
+    tables = {e.field: ChangelogTable(e.name(s), writes, signer=signer,
+                                      legacy=e.field != "history") for e in TABLES}  # fmt: skip
     checkpoint = Checkpoint(writes, commit_interval=s.commit_interval_seconds)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
     scorer = Scorer(s, book.serving, outputs, metrics, clock=clock,
@@ -211,8 +214,10 @@ def create_app(
                          models=ModelStore(tables["models"], initial), metrics=metrics,
                          history=History(tables["history"], s, admission(s)),
                          outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
-                         clock=clock, signer=signer)  # fmt: skip
+                         clock=clock, signer=signer, runner=ProcessRunner(s))  # fmt: skip
     learning = _learn_loop(s, joiner, tables, checkpoint, progress, unreadable, book.skips)
+    joiner.corrector.readback.read_labels = learning.read_labels
+    joiner.corrector.scope = writes.partition
     learning.on_skip = partial(outputs.skipped_batch, Source.CHANGELOGS)
     learning.defer = lambda: scoring.backlogged
     view = RoutedView(learning.view, {t.features: scoring.view})

@@ -254,10 +254,11 @@ def _train(settings: Settings, name: str, X: Any, y: Any) -> Seeded:
 
 async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
     """Write ``seeded`` as the next version of its model: a :class:`~service.records.Seed`
-    order on the labels topic (key: the model's group, where the learner reads it), then
-    the same state, with the same signature, on the models topic. The version is one above
-    what the models topic serves now; the learner numbers it one above its own when it
-    adopts it. Returns the version published."""
+    order on the labels topic (key: the model's group, where the learner reads it; signed
+    itself with ``snapshot_key``, and naming the version served now, so that a copy of it
+    written later is refused), then the same state, with the same signature, on the models
+    topic. The version is one above what the models topic serves now; the learner numbers
+    it one above its own when it adopts it. Returns the version published."""
     name = seeded.model.model
     await _topics_ready(settings)
     book = await read_book(settings)
@@ -267,12 +268,14 @@ async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
     signature = None if signer is None else signer.sign(name.encode(), value)
     route = settings.learner_key(name)
     order = Seed(route, name, value, None if signature is None else signature.decode(),
-                 by, time.time(), rows=seeded.rows)  # fmt: skip
+                 by, time.time(), rows=seeded.rows,
+                 base_version=book.models[name].version)  # fmt: skip
     record = order.to_json()
     if len(record) > settings.max_message_bytes:  # the learner would refuse it as too big
         raise SeedError(f"the seed order is {len(record)} bytes, over max_message_bytes "
                         f"({settings.max_message_bytes})")  # fmt: skip
-    await produce_one(settings, settings.topics.labels, route.encode(), record)
+    signed = None if signer is None else [(SIGNATURE_HEADER, signer.sign(route.encode(), record))]
+    await produce_one(settings, settings.topics.labels, route.encode(), record, signed)
     headers = None if signature is None else [(SIGNATURE_HEADER, signature)]
     await produce_one(settings, settings.topics.models, name.encode(), value, headers)
     return envelope.version

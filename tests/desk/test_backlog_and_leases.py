@@ -92,6 +92,27 @@ def test_one_answer_try_at_a_time_and_a_failed_try_can_be_retried() -> None:
     assert book.answers["r"].seconds == 8.0
 
 
+def test_an_answer_try_nobody_runs_blocks_its_holder_for_answer_seconds_at_most() -> None:
+    """A forged ``answer`` record (or the try of a replica that died) holds no request for
+    long: renewing keeps the lease, and the holder's own answer goes through once the try
+    could no longer be running."""
+    book = LeaseBook(lease_seconds=120.0, answer_seconds=12.0)
+    book.apply(0, LeaseRecord("r", "claim", "ann", at=0.0, expires_at=120.0))
+    assert book.apply(1, LeaseRecord("r", "answer", "ann", at=1.0, expires_at=121.0,
+                                     attempt="nobody-runs-this"))  # fmt: skip
+    assert book.apply(2, LeaseRecord("r", "claim", "ann", at=5.0, expires_at=125.0))  # renew
+    assert not book.apply(
+        3, LeaseRecord("r", "answer", "ann", at=6.0, expires_at=126.0, attempt="mine")
+    )  # the other try might still run
+    assert book.apply(4, LeaseRecord("r", "answer", "ann", at=13.0, expires_at=133.0,
+                                     attempt="mine"))  # fmt: skip
+    assert not book.apply(  # and "mine" now runs: the stranded one cannot come back
+        5, LeaseRecord("r", "answer", "ann", at=14.0, expires_at=134.0,
+                       attempt="nobody-runs-this")
+    )  # fmt: skip
+    assert book.held_by("ann", now=14.0) == ["r"]
+
+
 def test_folding_a_record_twice_changes_nothing() -> None:
     book = LeaseBook(lease_seconds=120.0)
     rec = LeaseRecord("r", "claim", "ann", at=0.0, expires_at=100.0)

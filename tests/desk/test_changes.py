@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from service.config import AdaptiveConfig, ModelConfig
-from service.desk.changes import ChangeRow, Changes, change_of
+from service.desk.changes import (
+    WAIT_AT_MOST,
+    ChangeRow,
+    Changes,
+    CorrectionsWaiting,
+    change_of,
+)
 from service.desk.pages import team_page
 from service.desk.team import ModelRow, TeamStats
 from service.learning import DSAL, Adaptive
@@ -177,3 +183,31 @@ async def test_the_team_page_shows_the_mark_of_the_served_model(tmp_path: Path) 
     finally:
         await c.close()
         web.logins.close()
+
+
+def test_corrections_the_served_model_does_not_hold_are_shown_queued() -> None:
+    waiting = CorrectionsWaiting()
+    for offset in (40, 41, 45):
+        waiting.add(EVIL, 0, offset)
+    model = served(EVIL)
+    holding = dataclasses.replace(model, envelope=dataclasses.replace(
+        model.envelope, labels_partition=0, corrected_to=41))  # fmt: skip
+    counts = waiting.counts({EVIL: holding})
+    assert counts == {EVIL: 1}
+    page = team_page("ann", "t", stats(EVIL), {}, waiting=counts)
+    assert "Corrections queued" in page
+    assert EVIL not in page  # escaped
+    done = dataclasses.replace(holding, envelope=dataclasses.replace(holding.envelope,
+                                                                     corrected_to=45))  # fmt: skip
+    assert waiting.counts({EVIL: done}) == {}
+    assert "Corrections queued" not in team_page("ann", "t", stats(EVIL), {}, waiting={})
+
+
+def test_a_correction_the_learner_refused_is_not_shown_queued_for_ever() -> None:
+    now = [0.0]
+    waiting = CorrectionsWaiting(clock=lambda: now[0])
+    waiting.add("m", 0, 40)
+    model = served("m")
+    assert waiting.counts({"m": model}) == {"m": 1}
+    now[0] += WAIT_AT_MOST + 1.0
+    assert waiting.counts({"m": model}) == {}

@@ -297,6 +297,33 @@ async def test_behind_a_proxy_the_person_is_believed_from_the_proxy_only(
             web.logins.close()
 
 
+async def test_behind_a_proxy_a_name_the_users_file_does_not_list_answers_nothing(
+    tmp_path: Path,
+) -> None:
+    """Scopes fail closed: the users file lists ann (every model); mallory, whom the proxy
+    vouches for, is not listed, so she is offered nothing and answers nothing."""
+    c, web = await serve(tmp_path, auth="proxy", trusted_proxies=("127.0.0.1",))
+    try:
+        rid = next(iter(web.desk.queue.requests))
+        for name, offered in (("mallory", False), ("ann", True)):
+            proxy = {"X-Forwarded-User": name}
+            page = await (await c.get("/", headers=proxy)).text()
+            csrf = re.search(r'name="csrf-token" content="([^"]+)"', page)
+            assert csrf is not None
+            headers = {**proxy, "X-CSRF-Token": csrf.group(1)}
+            got = await (await c.post("/api/next", json={}, headers=headers)).json()
+            assert (got.get("request") is not None) is offered, (name, got)
+            if not offered:
+                resp = await c.post("/api/answer", json={"request_id": rid, "label": 1},
+                                    headers=headers)  # fmt: skip
+                assert resp.status == 403
+                assert (await resp.json())["error"] == "out_of_scope"
+        assert [lab.labelled_by for lab in web.desk.sink.labels] == []
+    finally:
+        await c.close()
+        web.logins.close()
+
+
 async def test_pages_forbid_framing_and_foreign_scripts(client: tuple) -> None:
     c, _ = client
     resp = await c.get("/login")

@@ -70,14 +70,17 @@ class MemoryKafka:
         return [r for r in self.durable + self.buffered if r.topic == topic]
 
     def table(self, name: str) -> MemoryTable:
-        """A table recovered from the durable part of its changelog."""
+        """A table recovered from the durable part of its changelog (each entry says where
+        it was read back from: :meth:`MemoryTable.origin`)."""
         table = MemoryTable(self, name)
-        for record in self.durable:
+        for offset, record in enumerate(self.durable):
             if record.topic == table.changelog and record.key is not None:
                 if record.value is None:
                     table.data.pop(record.key, None)
+                    table.read.pop(record.key, None)
                 else:
                     table.data[record.key] = record.value
+                    table.read[record.key] = (0, offset)
         return table
 
 
@@ -86,18 +89,24 @@ class MemoryTable:
 
     def __init__(self, kafka: MemoryKafka, name: str) -> None:
         self.kafka = kafka
-        self.changelog = f"{name}-changelog"
+        self.changelog = self.topic = f"{name}-changelog"
         self.data: dict[bytes, bytes] = {}
+        self.read: dict[bytes, tuple[int, int]] = {}  # key -> (partition, offset) read back
+
+    def origin(self, key: bytes) -> tuple[int, int] | None:
+        return self.read.get(key)
 
     def get(self, key: bytes, /) -> bytes | None:
         return self.data.get(key)
 
     def __setitem__(self, key: bytes, value: bytes, /) -> None:
         self.data[key] = value
+        self.read.pop(key, None)
         self.kafka.buffered.append(Sent(self.changelog, key, value))
 
     def __delitem__(self, key: bytes, /) -> None:
         del self.data[key]
+        self.read.pop(key, None)
         self.kafka.buffered.append(Sent(self.changelog, key, None))
 
     def __contains__(self, key: object, /) -> bool:

@@ -14,7 +14,13 @@ import pytest
 
 from service.__main__ import main
 from service.config import Settings
-from service.records import SIGNATURE_HEADER, Seed, parse_labels_record, parse_model_envelope
+from service.records import (
+    SIGNATURE_HEADER,
+    Seed,
+    Signer,
+    parse_labels_record,
+    parse_model_envelope,
+)
 from service.stream import cli
 from service.stream.labels.seed import SeedError, seed_model
 from service.stream.models.book import signer_for
@@ -114,12 +120,14 @@ def test_publish_writes_the_signed_order_first_then_the_same_signed_state(
     seeded = seed_model(settings, "m", X, np.array([1, -1, 1]), now=1.0)
     version = asyncio.run(cli.publish_seed(settings, seeded, by="alice"))
     assert version == 8
-    (labels_topic, key1, order_raw, none), (models_topic, key2, state, headers) = written
+    (labels_topic, key1, order_raw, signed), (models_topic, key2, state, headers) = written
     assert (labels_topic, models_topic) == (settings.topics.labels, settings.topics.models)
     assert key1 == key2 == b"m"
-    assert none is None
+    signer = Signer(KEY.encode())  # the order is signed itself, over its key and value
+    assert signed == [("abstain-signature", signer.sign(b"m", order_raw))]
     order = parse_labels_record(order_raw)
     assert isinstance(order, Seed)
+    assert order.base_version == 7  # written against the version served
     assert (order.target, order.by, order.rows, order.envelope) == ("m", "alice", 3, state)
     signature = dict(headers)[SIGNATURE_HEADER]
     assert order.signature == signature.decode()

@@ -473,7 +473,8 @@ def test_the_comparison_lists_each_group_serving_member_first() -> None:
 
 async def rollback(learner: Learner, target: str, version: int, offset: int,
                    signer: Signer | None = None) -> None:  # fmt: skip
-    order = Rollback("c", target, version, "ops", None).to_json()
+    base = learner.joiner.models.get(target).version  # written against the version served
+    order = Rollback("c", target, version, "ops", None, base).to_json()
     message = msg(order, offset, LABELS, learner.part(), b"c")
     if signer is not None:
         message = replace(message, signature=signer.sign(b"c", order))

@@ -14,9 +14,10 @@ The users file (JSON or TOML) maps a user name to a password hash made by
     reviewer = true             # rita decides disagreements and corrects anyone's answers
 
 Behind an authenticating proxy (``desk.auth = "proxy"``) the file is optional: it then only
-gives scopes and roles (``password`` may be left out), and a name it does not list may
-answer for every model. The reviewer role also comes from ``desk.reviewers`` (either
-source is enough: :meth:`Person.with_role`).
+gives scopes and roles (``password`` may be left out). Scopes fail closed: once the file
+lists anyone, a name it does not list answers for no model (:meth:`Accounts.proxied`);
+without a file, everyone the proxy vouches for answers for every model. The reviewer role
+also comes from ``desk.reviewers`` (either source is enough: :meth:`Person.with_role`).
 
 >>> book = Accounts.parse({"users": {"ann": {"password": "x", "models": ["m"]}}}, "f")
 Traceback (most recent call last):
@@ -134,6 +135,22 @@ class Accounts:
         """The account's person (its scope), None if the file does not list ``name``."""
         account = self.accounts.get(name)
         return None if account is None else account.person
+
+    def proxied(self, name: str) -> Person:
+        """The person a proxy vouches for as ``name``: the file's (its scope), else, when
+        the file lists anyone, a person who answers for no model (scopes fail closed), else
+        (no file) one who answers for every model.
+
+        >>> people = Accounts.parse({"bob": {"models": ["m"]}}, "f", passwords=False)
+        >>> people.proxied("bob").models, people.proxied("mallory").models
+        (frozenset({'m'}), frozenset())
+        >>> Accounts({}).proxied("ann").models is None
+        True
+        """
+        person = self.person(name)
+        if person is not None:
+            return person
+        return Person(name, frozenset() if self.accounts else None)
 
 
 def _account(name: Any, value: Any, where: str, passwords: bool, weak_ok: bool) -> Account:

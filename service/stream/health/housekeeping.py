@@ -151,14 +151,17 @@ class Housekeeping:
         key re-signs them), with the champions record served (by one learner)."""
         if self.republished_at is None:
             self.republished_at = now  # the first periodic round comes a period after start
-        served = self.book.snapshot()
-        differs = {m for m, v in self.joiner.versions().items() if served[m].version != v}
+        served, mine = self.book.snapshot(), self.joiner.versions()
+        differs = {m for m, v in mine.items() if served[m].version != v}
         for model in set(self.differs_since) - differs:
             del self.differs_since[model]
+        # an older version than the learner's, held back by this worker's book: a copy of a
+        # superseded snapshot, which every book drops once the newest is published again
+        copied = {m for m, v in self.book.held().items() if m in mine and v < mine[m]}
         due: list[str] | None = [
             m
-            for m in sorted(differs)
-            if now - self.differs_since.setdefault(m, now) >= REPUBLISH_AFTER
+            for m in sorted(differs | copied)
+            if m in copied or now - self.differs_since.setdefault(m, now) >= REPUBLISH_AFTER
         ]
         if now - self.republished_at >= self.settings.republish_seconds:
             self.republished_at, due = now, None  # every model

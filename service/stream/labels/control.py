@@ -4,19 +4,23 @@ corrections. :class:`Control` carries them out for the learner
 placed), each at its place in the labels log and safe to redo:
 
 - a rollback or seed order serves another state as the member's next version (one write);
-  the group's history is cut first, durably (a correction never reaches across a state the
-  labels did not make);
-- a correction (:mod:`~service.stream.labels.corrections`) writes the corrected step and the
-  checkpoints after it first, durably, then each member's next version.
+  the group's corrections waiting are applied first, then its history is cut, durably (a
+  correction never reaches across a state the labels did not make). An order says which
+  version of its target it was written against (``base_version``): one written before the
+  target's current line began (a copy of an earlier order, or an old snapshot carried by a
+  seed order) is refused as ``replayed``, and the version it serves begins a new line
+  (``ModelEnvelope.line_from``);
+- a correction is noted on its step and applied by the
+  :class:`~service.stream.labels.corrector.Corrector`.
 
-With ``snapshot_key`` orders and corrections are taken only signed (:meth:`Control.verify`).
+With ``snapshot_key`` orders and corrections are taken only signed (:meth:`Control.verify`):
+a seed order by its own signature too, not only its state's (a snapshot's signature, which
+any snapshot on the models topic carries).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from service.config import Settings
@@ -30,14 +34,13 @@ from service.records import (
     Rollback,
     Seed,
     Signer,
-    Step,
 )
-from service.stream.labels.corrections import Work, finish, kind_of, prepare
-from service.stream.labels.history import History, rederive
+from service.stream.labels.corrector import Corrector
+from service.stream.labels.history import History
 from service.stream.labels.protocol import LabelOutcome, Outcome
 from service.stream.labels.publish import Publisher
-from service.stream.labels.seed import adopt_seed
-from service.stream.labels.state import HISTORY, ModelStore, PendingStore
+from service.stream.labels.seed import adopt_seed, stale_order
+from service.stream.labels.state import HISTORY, ModelStore
 from service.stream.outputs import Outputs
 
 __all__ = ["Control"]
@@ -53,24 +56,24 @@ class Control:
         settings: Settings,
         *,
         models: ModelStore,
-        pending: PendingStore,
         history: History,
+        corrector: Corrector,
         publisher: Publisher,
         outputs: Outputs,
         metrics: Metrics,
         clock: Callable[[], float],
         signer: Signer | None,
     ) -> None:
-        self.settings, self.models, self.pending, self.history = settings, models, pending, history
-        self.publisher, self.outputs, self.metrics = publisher, outputs, metrics
-        self.clock, self.signer = clock, signer
+        self.settings, self.models, self.history = settings, models, history
+        self.corrector, self.publisher, self.outputs = corrector, publisher, outputs
+        self.metrics, self.clock, self.signer = metrics, clock, signer
 
     def verify(self, what: str, message: RawMessage) -> None:
-        """With ``snapshot_key``, a rollback order or a correction (``what`` it is, for the
-        dead letter) is taken only with the signature of whoever may write one (``abstain
-        models rollback``, the label desk, ``abstain labels correct``: the same HMAC as a
-        snapshot's, over the record's key and value): anyone who may write labels could
-        otherwise reset any model or undo anyone's answer. ``unsigned`` or
+        """With ``snapshot_key``, an order or a correction (``what`` it is, for the dead
+        letter) is taken only with the signature of whoever may write one (``abstain
+        models rollback`` and ``seed``, the label desk, ``abstain labels correct``: the same
+        HMAC as a snapshot's, over the record's key and value): anyone who may write labels
+        could otherwise reset any model or undo anyone's answer. ``unsigned`` or
         ``bad_signature`` otherwise."""
         if self.signer is None:
             return
@@ -93,13 +96,13 @@ class Control:
     async def _serve_next(self, envelope: ModelEnvelope) -> None:
         """Write ``envelope`` as the model's next version (one write, as a label's), after
         its group's history is cut, durably: no correction reaches across a state the
-        labels did not make."""
+        labels did not make. It begins a line of its own (``line_from``)."""
         group = self.settings.learner_key(envelope.model)
         async with self.publisher.lock:
             if self.history.reach_from(group) >= 0:
                 self.history.cut(group)
                 await self.outputs.durable()
-            envelope = envelope.replace(corrections_from=-1)
+            envelope = envelope.replace(corrections_from=-1, line_from=envelope.version)
             await self.publisher.put(LabelOutcome(Outcome.APPLIED, model=envelope,
                                                   encoded=envelope.to_json()),
                                      learned=False)  # fmt: skip
@@ -115,6 +118,12 @@ class Control:
         current = self._order_target(order.model, target, message)
         if current is None:
             return
+        stale = stale_order("rollback order", order.base_version, current, keyed=self.signer
+                            is not None)  # fmt: skip
+        if stale is not None:
+            raise stale
+        await self.corrector.drain(self.settings.learner_key(target))
+        current = self.models.get(target)
         old = self.models.version(target, order.to_version)
         if old is None or order.to_version >= current.version:
             detail = f"version {order.to_version} of {target!r} is not kept (now {current.version}"
@@ -136,59 +145,24 @@ class Control:
         checked as a snapshot is (signature with ``snapshot_key``, format, algorithm and
         width). One write, like a rollback: a redelivered order is a no-op.
         :class:`BadMessage` when the state is refused."""
+        self.verify(f"seed order of {order.target!r}", message)
         target = order.target
         current = self._order_target(order.model, target, message)
         if current is None:
             return
-        adopted = adopt_seed(self.settings, current, order, (message.partition, message.offset),
-                             now=self.clock())  # fmt: skip
+        adopt_seed(self.settings, current, order, (message.partition, message.offset),
+                   now=self.clock())  # checked before the queue is drained  # fmt: skip
+        await self.corrector.drain(self.settings.learner_key(target))
+        adopted = adopt_seed(self.settings, self.models.get(target), order,
+                             (message.partition, message.offset), now=self.clock())  # fmt: skip
         await self._serve_next(adopted)
         log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
                     order.rows, order.by, adopted.version)  # fmt: skip
 
     async def correct(self, correction: Correction, message: RawMessage) -> None:
         """Make every member of the group what it would be had the corrected label been the
-        one given (:mod:`~service.stream.labels.corrections`): the corrected step and the
-        checkpoints after it first, durably, then each member's next version at this
-        record's place in the labels log. :class:`BadMessage` when it is refused."""
+        one given (:class:`~service.stream.labels.corrector.Corrector`: noted here, at this
+        record's place in the labels log, applied once derived). :class:`BadMessage` when
+        it is refused."""
         self.verify(f"correction of request {correction.request_id}", message)
-        group, where = correction.model, (message.partition, message.offset)
-        if all(self.models.get(m).applied(*where) for m in self.settings.group(group)):
-            self.metrics.labels_ignored.labels(model=group, reason=Reason.REDELIVERED).inc()
-            return  # every member holds it already (its step may have left the history)
-        prepared = prepare(self.history, correction, self.pending.get(correction.request_id),
-                           offset=message.offset)  # fmt: skip
-        if prepared is None:  # redelivered, and it changed nothing
-            self.metrics.labels_ignored.labels(model=group, reason=Reason.REDELIVERED).inc()
-            return
-        if isinstance(prepared, Step):  # the label in force stays: the note is all
-            async with self.publisher.lock:
-                self.history.put_step(prepared)
-            self.metrics.corrections.labels(model=group, outcome="unchanged").inc()
-            return
-        started = time.perf_counter()
-        rederived = await asyncio.to_thread(rederive, self.settings, group, prepared.base,
-                                            prepared.steps, keep=prepared.keep)  # fmt: skip
-        async with self.publisher.lock:
-            self.history.put_step(prepared.step)
-            for seq, states in rederived.checkpoints.items():
-                for member, state in states.items():
-                    self.history.put_checkpoint(member, seq, state)
-            await self.outputs.durable()
-            current = {m: self.models.get(m) for m in prepared.base if m in self.settings.models}
-            for version in finish(rederived, current, where=where, now=self.clock(),
-                                  reach_from=self.history.reach_from(group)):  # fmt: skip
-                outcome = LabelOutcome(Outcome.APPLIED, model=version, encoded=version.to_json())
-                await self.publisher.put(outcome, learned=False)
-        self._corrected(correction, prepared, time.perf_counter() - started)
-
-    def _corrected(self, correction: Correction, work: Work, seconds: float) -> None:
-        group, step = correction.model, work.step
-        self.metrics.correction_seconds.labels(model=group).observe(seconds)
-        if work.redo:
-            return
-        kind = kind_of(step.notes[-1])
-        self.metrics.corrections.labels(model=group, outcome=kind).inc()
-        log.info("model %s: the label of request %s %s by %s (%s): %d labels applied again "
-                 "in %.3f s", group, step.request_id, kind, correction.by, correction.role,
-                 len(work.steps), seconds)  # fmt: skip
+        await self.corrector.correct(correction, message)

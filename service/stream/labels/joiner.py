@@ -56,7 +56,9 @@ from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.control import Control
+from service.stream.labels.corrector import Corrector
 from service.stream.labels.history import History, Plan
+from service.stream.labels.history.runner import Runner
 from service.stream.labels.protocol import (
     LabelOutcome,
     Outcome,
@@ -88,6 +90,7 @@ class LabelJoiner:
         clock: Callable[[], float],
         signer: Signer | None = None,
         history: History | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self.settings = settings
         self.admission = admission(settings)  # the checks the label desk makes too
@@ -103,9 +106,15 @@ class LabelJoiner:
         self.seen = 0  # records handled: sweeps run every ``settings.sweep_every``
         # a model write and its snapshot are one step: a republish never slips between them
         self.publisher = Publisher(models, outputs, metrics)
-        self.control = Control(settings, models=models, pending=pending, history=self.history,
-                               publisher=self.publisher, outputs=outputs, metrics=metrics,
-                               clock=clock, signer=signer)  # fmt: skip
+        # corrections: noted here, derived by ``runner`` (in this process when None)
+        self.corrector = Corrector(settings, history=self.history, models=models, pending=pending,
+                                   publisher=self.publisher, outputs=outputs, metrics=metrics,
+                                   clock=clock, keyed=signer is not None,
+                                   runner=runner)  # fmt: skip
+        self.control = Control(settings, models=models, history=self.history,
+                               corrector=self.corrector, publisher=self.publisher,
+                               outputs=outputs, metrics=metrics, clock=clock,
+                               signer=signer)  # fmt: skip
         self._partitions: frozenset[int] = frozenset()  # labels partitions assigned (own())
         # per label-requests partition: the newest record timestamp read (how far along the
         # learner is: a parked label waits for the requests written up to its own time)
@@ -128,6 +137,12 @@ class LabelJoiner:
             self._partitions = partitions
             self.publisher.versions = None
             self.history.refresh()
+            self.corrector.resume()
+
+    async def settle(self) -> None:
+        """Apply every correction noted so far (tests, tools; the learn loop applies them as
+        their derivations land: :meth:`Corrector.tick`)."""
+        await self.corrector.settle()
 
     def _owned(self) -> list[str]:
         n = self.settings.partitions.labels

@@ -27,6 +27,13 @@ owns a model's pending requests, its labels and its (w, rho), as before.
   a label parked there waits for nothing more than ``orphan_label_seconds``.
 - **Revoked:** the batch in hand is finished, flushed and committed first; then the
   partitions' entries leave memory.
+- **Corrections:** between batches the loop takes the derivations of corrections that are
+  done and starts the ones due (:meth:`~service.stream.labels.corrector.Corrector.tick`);
+  while one is in flight it fetches with a shorter wait, so a derivation that lands is
+  applied within ~50 ms. The derivations run in a process of their own.
+- **What the changelogs held that fails its check** (with ``snapshot_key``: unsigned or
+  mis-signed, :mod:`~service.stream.labels.tables`) is dead-lettered once the partitions are
+  read (``source: changelogs``) and superseded on the changelog before a record is handled.
 - **A batch that cannot be read** (a codec, a CRC, a record that does not parse) stops its
   partition there, loudly, while the others go on
   (:class:`~service.stream.kafka.unreadable.Reader`); an operator's skip order moves it past,
@@ -46,7 +53,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +63,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
+from service.records import DeadLetter, Reason, Source
 from service.stream.kafka.groups import (
     Rebalance,
     Starts,
@@ -74,7 +82,7 @@ from service.stream.kafka.unreadable import (
 )
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.tables import ChangelogTable, Recovery, recover
+from service.stream.labels.tables import ChangelogTable, Recovery, Refused, recover
 
 __all__ = ["LearnLoop", "LearnView", "learn_group"]
 
@@ -165,6 +173,10 @@ class LearnLoop:
         await producer.start()
         self.producer = BatchProducer(producer)
         self.checkpoint.start(self.producer)
+        runner = self.joiner.corrector.runner
+        start = getattr(runner, "start", None)
+        if start is not None:  # the derivation process imports while the loop starts
+            start()
         consumer = self.consumer = self.consumer_factory(Rebalance(self))
         await consumer.start()
         try:
@@ -177,6 +189,7 @@ class LearnLoop:
                 await consumer.stop()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await producer.stop()
+            runner.close()
 
     async def _round(self, consumer: AIOKafkaConsumer) -> None:
         """Recover what is new, then one fetched batch: handled, durable, committed."""
@@ -191,8 +204,10 @@ class LearnLoop:
         reader = self._reader(consumer)
         if self.unreadable.stopped:
             await self._skip_ordered(reader)
+        await self._corrections(consumer)
+        wait = 50 if self.joiner.corrector.busy() else 200
         try:
-            fetched = await reader.getmany(timeout_ms=200, max_records=MAX_RECORDS)
+            fetched = await reader.getmany(timeout_ms=wait, max_records=MAX_RECORDS)
         except (KafkaError, FetchFailed) as exc:
             log.warning("fetching label topics failed: %r", exc)
             await asyncio.sleep(RETRY_SECONDS)
@@ -220,6 +235,48 @@ class LearnLoop:
             self._handled(ends)
         self._caught_up(consumer)
         await self._commit()
+
+    async def _corrections(self, consumer: AIOKafkaConsumer) -> None:
+        """Apply the corrections whose derivations landed; start the ones due."""
+        async with self.lock:
+            try:
+                await self.joiner.corrector.tick()
+            except KafkaError as exc:
+                log.warning("applying a correction failed (%r): reading the state again", exc)
+                await self._reset(consumer)
+
+    async def read_labels(
+        self, partition: int, offsets: Collection[int]
+    ) -> dict[int, bytes | None]:
+        """The values of the labels topic's records at ``offsets`` of ``partition`` (what
+        a history read back is checked against): None for an offset the topic no longer
+        holds (below its first offset: retention), left out for one it never held."""
+        wanted = set(offsets)
+        if not wanted:
+            return {}
+        tp = TopicPartition(self.settings.topics.labels, partition)
+        consumer = self.reader_factory()
+        out: dict[int, bytes | None] = {}
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            first = (await consumer.beginning_offsets([tp]))[tp]
+            out.update({o: None for o in wanted if o < first})
+            wanted -= set(out)
+            if not wanted:
+                return out
+            consumer.seek(tp, min(wanted))
+            last = min(max(wanted) + 1, end)
+            while await consumer.position(tp) < last:
+                fetched = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
+                for record in fetched.get(tp, []):
+                    if record.offset in wanted and record.value is not None:
+                        out[record.offset] = record.value
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        return out
 
     def _handled(self, ends: dict[TopicPartition, int]) -> None:
         """Partitions done up to ``ends`` (their effects durable): committed in turn."""
@@ -285,12 +342,41 @@ class LearnLoop:
             now = wanted & assigned
             for table in self.tables:
                 table.drop(wanted - assigned)  # revoked while it was read
+            try:
+                await self._repair()
+            except KafkaError as exc:
+                log.warning("superseding refused changelog records failed (%r); again", exc)
+                await self.checkpoint.forget()
+                return
             self.state.unrecovered -= wanted
             self._own((self.state.owned | now) & assigned)
             tps = [tp for tp in consumer.assignment()
                    if tp.partition in now and tp not in self.unreadable]  # fmt: skip
             consumer.resume(*tps)
             log.info("learner partitions %s: %d changelog records read", sorted(now), count)
+
+    async def _repair(self) -> None:
+        """Dead-letter what the changelogs held that failed its check, and make durable the
+        records that supersede it (:meth:`ChangelogTable.repair`) before a record of the
+        partitions is handled."""
+        refused: list[Refused] = []
+        for table in self.tables:
+            refused += table.repair()
+        legacy = [r for r in refused if r.legacy]
+        if legacy:
+            log.warning("%d unsigned changelog records written before the learner signed its "
+                        "changelogs were not taken (%s)", len(legacy),
+                        sorted({r.topic for r in legacy}))  # fmt: skip
+        for r in refused:
+            if r.legacy:
+                continue
+            log.error("refused %s record of %s[%s]@%s (key %r)", r.reason, r.topic, r.partition,
+                      r.offset, r.key[:80])  # fmt: skip
+            detail = f"a changelog record that is {r.reason}: not taken, superseded"
+            await self.joiner.outputs.dead_letter(DeadLetter(
+                Source.CHANGELOGS, r.topic, r.partition, r.offset, Reason(r.reason), detail,
+                r.value or b""))  # fmt: skip
+        await self.checkpoint.durable()
 
     def _own(self, partitions: frozenset[int] | set[int]) -> None:
         """The partitions whose tables are in memory now: the joiner owns their models."""

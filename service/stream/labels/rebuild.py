@@ -9,11 +9,13 @@ labels for an answered request (``already_applied``), and updates that would not
 (``non_finite``). A label's "now" is its record's broker timestamp, which is when the learner
 could first have seen it. A seed order of the model (``abstain models seed``) is adopted at
 its place, as the learner adopts it, and the labels after it are applied on top; one the
-learner would refuse is skipped with its reason; a rollback order is skipped
-(``rollback``: the versions it names are the learner's, not the log's). A correction is
-applied as the learner applies it (:mod:`~service.stream.labels.corrections`, with the same
-history of the labels it can reach, which starts again at every seed or rollback order of
-the model's group), and refused for the same reasons; a second opinion teaches nothing.
+learner would refuse (unsigned with a key, a copy of an earlier order: ``replayed``) is
+skipped with its reason; a rollback order is skipped (``rollback``: the versions it names
+are the learner's, not the log's). A correction is applied as the learner applies it
+(:mod:`~service.stream.labels.history.corrections`, with the same history of the labels it
+can reach, which starts again at every seed or rollback order of the model's group), and
+refused for the same reasons (a copy of one already applied: ``replayed``); a second
+opinion teaches nothing.
 
 The result is the model state the learner holds after the same labels (``updated_at``
 aside); ``--publish`` writes it to the models topic, where scorers take it if its version
@@ -44,11 +46,11 @@ from service.records import (
     Step,
     parse_label_request,
     parse_labels_record,
+    parse_model_envelope,
 )
-from service.stream.labels.corrections import Work, finish, prepare
-from service.stream.labels.history import History, rederive
+from service.stream.labels.history import History, finish, job, note, run_job
 from service.stream.labels.protocol import Outcome, apply_label
-from service.stream.labels.seed import adopt_seed
+from service.stream.labels.seed import adopt_seed, stale_order
 from service.stream.models.book import signer_for
 from service.stream.models.served import initial_envelope
 
@@ -112,6 +114,7 @@ def rebuild_model(
                 replay.take(record, rec)
         except BadMessage as bad:
             replay.out.skipped[str(bad.reason)] += 1
+    replay.settle()
     return replay.out
 
 
@@ -126,24 +129,47 @@ class _Replay:
         self.history = History({}, settings)  # the labels a correction reaches, as kept
         self.signer = signer_for(settings)
         self.out = Rebuilt(initial_envelope(name, self.config))
+        # corrections noted and not derived yet (derived together before the next record
+        # that needs the model, as the learner applies those queued together): the earliest
+        # step they changed, their offsets, the time of the last
+        self.since: int | None = None
+        self.waiting: list[int] = []
+        self.last: LogRecord | None = None
 
     def take(self, record: LabelsRecord, rec: LogRecord) -> None:
         """Apply one record of the model's key; :class:`BadMessage` when it is skipped."""
         if isinstance(record, Opinion):
             return
-        if isinstance(record, Rollback | Seed):  # the history starts again, as the learner's
+        if not isinstance(record, Correction):
+            self.settle()
+        if isinstance(record, Rollback | Seed):
+            self._verify(f"{type(record).__name__.lower()} order", rec)
+        if isinstance(record, Rollback):  # the history starts again, as the learner's
+            stale = stale_order("rollback order", record.base_version, self.out.model,
+                                keyed=self.signer is not None)  # fmt: skip
+            if stale is not None and record.target == self.name:
+                raise stale
             self.history.cut(self.name)
-            if isinstance(record, Rollback):
-                self.out.skipped["rollback"] += record.target == self.name
-            elif record.target == self.name:  # a champion's own line
+            self.out.skipped["rollback"] += record.target == self.name
+            return
+        if isinstance(record, Seed):
+            if record.target == self.name:  # a champion's own line
                 seeded = adopt_seed(self.settings, self.out.model, record,
                                     (rec.partition, rec.offset), now=rec.now)  # fmt: skip
                 self.out.model = seeded.replace(corrections_from=-1)
+            self.history.cut(self.name)
             return
         if isinstance(record, Correction):
             self._correct(record, rec)
         else:
             self._label(record, rec)
+
+    def _verify(self, what: str, rec: LogRecord) -> None:
+        """With a key, the record's own signature (as the learner checks it)."""
+        if self.signer is not None:
+            reason = self.signer.verify(rec.key or b"", rec.value, rec.signature)
+            if reason is not None:
+                raise BadMessage(reason, f"{what} is {reason}")
 
     def _label(self, label: Label, rec: LogRecord) -> None:
         plan = self.history.plan(self.name, (self.name,), offset=rec.offset,
@@ -168,24 +194,31 @@ class _Replay:
         self.pending[label.request_id] = outcome.pending
 
     def _correct(self, correction: Correction, rec: LogRecord) -> None:
-        if self.signer is not None:
-            reason = self.signer.verify(rec.key or b"", rec.value, rec.signature)
-            if reason is not None:
-                raise BadMessage(reason, f"correction of request {correction.request_id}")
-        prepared = prepare(self.history, correction, self.pending.get(correction.request_id),
-                           offset=rec.offset)  # fmt: skip
-        if isinstance(prepared, Step):
-            self.history.put_step(prepared)
-        if not isinstance(prepared, Work):
+        self._verify(f"correction of request {correction.request_id}", rec)
+        noted = note(self.history, correction, self.pending.get(correction.request_id),
+                     offset=rec.offset)  # fmt: skip
+        self.history.put_step(noted.step)
+        if not noted.note.changed:
             return
-        rederived = rederive(self.settings, self.name, prepared.base, prepared.steps,
-                             keep=prepared.keep)  # fmt: skip
-        self.history.put_step(prepared.step)
-        for seq, states in rederived.checkpoints.items():
-            for member, state in states.items():
-                self.history.put_checkpoint(member, seq, state)
-        where = (rec.partition, rec.offset)
-        for version in finish(rederived, {self.name: self.out.model}, where=where, now=rec.now,
+        self.since = noted.step.seq if self.since is None else min(self.since, noted.step.seq)
+        self.waiting.append(rec.offset)
+        self.last = rec
+
+    def settle(self) -> None:
+        """Derive the corrections noted (one derivation for all of them)."""
+        since, rec, waiting = self.since, self.last, self.waiting
+        self.since, self.last, self.waiting = None, None, []
+        if since is None or rec is None:
+            return
+        found = job(self.history, self.name, since)
+        assert found is not None  # noqa: S101 - note() found a checkpoint before each
+        derived = run_job(self.settings, found[1])
+        for seq, before in derived.checkpoints.items():
+            for member, raw in before.items():
+                self.history.put_raw_checkpoint(member, seq, raw)
+        after = {m: parse_model_envelope(raw, model=m) for m, raw in derived.states.items()}
+        for version in finish(after, {self.name: self.out.model}, corrections=waiting,
+                              partition=rec.partition, now=rec.now,
                               reach_from=self.history.reach_from(self.name)):  # fmt: skip
             self.out.model = version
 

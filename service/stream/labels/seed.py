@@ -14,6 +14,12 @@ with a :class:`SeedError` before anything is published. Publishing is the comman
 (:mod:`service.stream.cli`): a :class:`~service.records.Seed` order on the labels topic, so
 the learner adopts the state at that place in its log and applies later labels on top of
 it, then the same state on the models topic, as ``abstain rebuild --publish`` writes it.
+
+An order is bound to what it seeds: it names the version of its target served when it was
+written (``base_version``) and, with ``snapshot_key``, carries its own signature. The
+learner (and ``abstain rebuild``) refuse an order written before the target's current line
+began (:func:`stale_order`): a copy of an earlier order, or an old snapshot put in one,
+cannot roll a model back.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from service.records import (
     LabelRequest,
     ModelEnvelope,
     PendingEntry,
+    Reason,
     Seed,
     parse_model_envelope,
 )
@@ -50,7 +57,7 @@ from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.models.book import signer_for
 from service.stream.models.served import ServedModel, initial_envelope
 
-__all__ = ["SeedError", "Seeded", "adopt_seed", "read_rows", "seed_model"]
+__all__ = ["SeedError", "Seeded", "adopt_seed", "read_rows", "seed_model", "stale_order"]
 
 #: the request id of row ``i`` of a seed file (never a real event's: those are hashes)
 _ROW_ID = "seed-row-{}"
@@ -185,17 +192,51 @@ def seed_model(
     return Seeded(model, len(y), rejected, wrong)
 
 
+def stale_order(
+    what: str, base_version: int | None, current: ModelEnvelope, *, keyed: bool
+) -> BadMessage | None:
+    """Why an order (a seed or rollback, ``what``) written against version ``base_version``
+    of a model now at ``current`` is refused as a copy (None: it is not): it was written
+    before the model's current line began (``current.line_from``: the version the last
+    order served), or, with a key, it names no version (written before orders did: it
+    cannot be told from a copy).
+
+    >>> now = ModelEnvelope("m", 9, {}, {}, line_from=5)
+    >>> stale_order("seed order", 5, now, keyed=True) is None
+    True
+    >>> print(stale_order("seed order", 4, now, keyed=True))
+    replayed: seed order of 'm' was written against version 4, before its current line began at version 5: a copy of an earlier order
+    """  # noqa: E501
+    name = current.model
+    if base_version is None:
+        if not keyed:
+            return None
+        return BadMessage(Reason.REPLAYED, f"{what} of {name!r} names no version it was written "
+                          "against (written before orders did): it cannot be told from a copy; "
+                          "write it again")  # fmt: skip
+    if base_version < current.line_from:
+        return BadMessage(Reason.REPLAYED, f"{what} of {name!r} was written against version "
+                          f"{base_version}, before its current line began at version "
+                          f"{current.line_from}: a copy of an earlier order")  # fmt: skip
+    return None
+
+
 def adopt_seed(
     settings: Settings, current: ModelEnvelope, order: Seed, where: tuple[int, int], *,
     now: float,
 ) -> ModelEnvelope:  # fmt: skip
     """The state of seed ``order``, read at labels ``where`` = (partition, offset), as the
     version after ``current``: what the learner serves next and learns on from (and what
-    ``abstain rebuild`` replays). The state is checked as a snapshot is: the signature when
-    ``snapshot_key`` is set, the format, finite numbers, the model's algorithm and width;
-    :class:`~service.records.BadMessage` says why it is refused."""
+    ``abstain rebuild`` replays), the first of a new line (``line_from``). An order written
+    before ``current``'s line began is refused (:func:`stale_order`); the state is checked as
+    a snapshot is: the signature when ``snapshot_key`` is set, the format, finite numbers,
+    the model's algorithm and width; :class:`~service.records.BadMessage` says why it is
+    refused. (The order's own signature is its reader's to check, before.)"""
     name = order.target
     signer = signer_for(settings)
+    stale = stale_order("seed order", order.base_version, current, keyed=signer is not None)
+    if stale is not None:
+        raise stale
     if signer is not None:
         signature = None if order.signature is None else order.signature.encode()
         reason = signer.verify(name.encode(), order.envelope, signature)
@@ -208,4 +249,5 @@ def adopt_seed(
     if partition == current.labels_partition:
         offset = max(offset, current.labels_offset)
     return seeded.replace(version=current.version + 1, labels_offset=offset,
-                          labels_partition=partition, updated_at=now)  # fmt: skip
+                          labels_partition=partition, updated_at=now,
+                          line_from=current.version + 1, corrected_to=-1)  # fmt: skip

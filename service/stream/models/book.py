@@ -17,9 +17,14 @@ width, or, when ``snapshot_key`` is set, is unsigned or mis-signed. Which accept
 is served:
 
 - with a key, the highest version (a replayed older snapshot changes nothing);
-- without one, the newest record (a forged one, whatever version it claims, is replaced by
-  the learner: a model served at another version than the learner holds is republished after
-  a few seconds, see :class:`~service.stream.health.housekeeping.Housekeeping`).
+- without one, the newest record, except that once the topic is read (``loaded``) an older
+  version than the one served waits :data:`HOLD_BACK` seconds first, and is dropped if the
+  version served (or a newer one) is published again meanwhile: the learner does so at once
+  when its own worker holds back an older version of a model it owns, so a copy of a
+  superseded snapshot is never served. A forged record of a higher version is replaced by
+  the learner (a model served at another version than the learner holds is republished
+  after a few seconds, see :class:`~service.stream.health.housekeeping.Housekeeping`); its
+  version goes back after the hold.
 
 The record under key ``__champions__`` (:class:`~service.records.Champions`, written by
 ``abstain models promote``) says which member of each group serves its route; it is
@@ -54,8 +59,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from service.config import Settings
 from service.records import (
@@ -84,9 +90,20 @@ from service.stream.kafka.unreadable import (
 )
 from service.stream.models.served import ServedModel
 
-__all__ = ["ModelBook", "Refused", "champions_rank", "follow_models", "signer_for"]
+__all__ = [
+    "HOLD_BACK",
+    "ModelBook",
+    "Refused",
+    "champions_rank",
+    "follow_models",
+    "signer_for",
+]
 
 log = logging.getLogger(__name__)
+
+#: without a key: seconds an older version of a model waits before it is served (longer than
+#: the learner's one-second check takes to publish the newest again, when it is a copy)
+HOLD_BACK: Final = 2.0
 
 #: what the follower calls with a refused record and why
 Refused = Callable[[RawMessage, BadMessage], Awaitable[None]]
@@ -127,9 +144,13 @@ class ModelBook:
         *,
         signer: Signer | None = None,
         on_swap: Callable[[ServedModel], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.signer = signer
+        self.clock = clock
+        # without a key: per model, an older version held back, where it was read, since when
+        self._held: dict[str, tuple[ServedModel, RawMessage | None, float]] = {}
         self.models: dict[str, ServedModel] = {
             name: ServedModel.initial(name, cfg) for name, cfg in settings.models.items()
         }
@@ -169,18 +190,49 @@ class ModelBook:
         envelope = parse_model_envelope(raw, model=name, max_bytes=self.settings.fetch_bytes)
         served = ServedModel.from_envelope(self.settings.models[name], envelope)
         current = self.models[name].version
+        if served.version >= current:
+            self._held.pop(name, None)  # the line served is confirmed, or moves on
         if served.version == current or (self.signer is not None and served.version < current):
+            return False
+        if served.version < current and self.loaded.is_set():  # no key: held back (docstring)
+            held = self._held.get(name)
+            since = held[2] if held is not None else self.clock()
+            self._held[name] = (served, origin, since)
+            log.warning("model %s: version %s read while %s is served; held back %.1f s",
+                        name, served.version, current, HOLD_BACK)  # fmt: skip
             return False
         if served.version < current:
             log.warning("model %s goes from version %s back to %s (the newest record wins "
                         "without a snapshot key)", name, current, served.version)  # fmt: skip
+        self._swap(served, origin)
+        return True
+
+    def _swap(self, served: ServedModel, origin: RawMessage | None) -> None:
+        name = served.name
         continued = getattr(served.learner, "continue_from", None)
         if continued is not None:  # an adaptive learner's floored decisions, counted here
             continued(self.models[name].learner)
         self.models = {**self.models, name: served}  # swap, never mutate in place
         self._origins[name] = (served.version, origin)
         self._notify(served)
-        return True
+
+    def held(self) -> dict[str, int]:
+        """Without a key: the models with an older version held back, and that version."""
+        return {name: held[0].version for name, held in self._held.items()}
+
+    def _release(self) -> None:
+        """Serve the older versions held back for :data:`HOLD_BACK` seconds (nobody
+        published the newest again: the newest was the forgery)."""
+        if not self._held:
+            return
+        now = self.clock()
+        for name, (served, origin, since) in list(self._held.items()):
+            if now - since >= HOLD_BACK:
+                del self._held[name]
+                log.warning("model %s goes from version %s back to %s (without a snapshot "
+                            "key the newest record wins)", name, self.models[name].version,
+                            served.version)  # fmt: skip
+                self._swap(served, origin)
 
     def refuse(self, bad: ServedModel, good: ServedModel, detail: str) -> DeadLetter | None:
         """Serve ``good`` again instead of ``bad`` (a snapshot that could not score: the
@@ -242,6 +294,7 @@ class ModelBook:
 
     def serving(self) -> tuple[Mapping[str, ServedModel], Champions]:
         """The models and the champions record, taken together (what one batch uses)."""
+        self._release()
         return self.models, self.champions
 
     def _model_of(self, key: bytes | None) -> str:
@@ -255,6 +308,7 @@ class ModelBook:
 
     def snapshot(self) -> Mapping[str, ServedModel]:
         """The current mapping (replaced, never mutated, on each swap)."""
+        self._release()
         return self.models
 
 

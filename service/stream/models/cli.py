@@ -18,7 +18,8 @@ the one served (refusing, before writing, one no worker would take), reads the t
 and prints the record that won (``"won": false`` and exit 1 when a promotion that raced it
 won; ``--if-serial N`` writes only if the record served has serial N). ``rollback`` writes an
 order on the labels topic (key: NAME's group, like its labels; signed like the champions
-record): the learner that owns the group serves version V of NAME
+record; naming the version of NAME served when it was written, so that a copy of it written
+later is refused): the learner that owns the group serves version V of NAME
 again as its next version, at the order's place among the labels, and learns on from it;
 it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.labels.state`), an
 older one is refused (dead letter ``unknown_version``). ``seed`` trains NAME from a labelled
@@ -210,7 +211,10 @@ async def _rollback(settings: Settings, name: str, version: int, by: str) -> int
     if version < 0:
         raise ValueError(f"--to-version must be 0 or more, got {version}")
     route = settings.learner_key(name)
-    order = Rollback(route, name, version, by, time.time())
+    # the version it is written against: a copy written after the model's line changed
+    # (this order served, or another) is refused by the learner
+    base = (await read_book(settings)).models[name].version
+    order = Rollback(route, name, version, by, time.time(), base_version=base)
     key, value = route.encode(), order.to_json()
     signer = signer_for(settings)
     headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]

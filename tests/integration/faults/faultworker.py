@@ -9,10 +9,11 @@ faust stream (the position moves past them; nothing is acknowledged) -- what fau
 records fetched while an assignment is being recovered. The worker's topics are read by
 its own consumers, so a drop there must find nothing to drop.
 
-With ``FAULTS_KILL_IN_CORRECTION=replaying`` the worker SIGKILLs itself while it applies the
-later labels of the first correction it takes (in the middle of the re-derivation, nothing of
-the correction written); with ``=writing``, once the corrected step is durable and before the
-first model version it makes is written.
+With ``FAULTS_KILL_IN_CORRECTION=replaying`` the worker SIGKILLs itself when the derivation
+of the first correction it takes lands (the labels applied again in its derivation process,
+the correction's note durable, nothing of the result written); with ``=writing``, once the
+checkpoints the derivation rewrote are durable and before the first model version it makes
+is written.
 
 With ``FAULTS_OLD_GROUP_DOWN=1`` in its environment, the worker cannot read where its faust
 group (``<app_id>``) left off: every attempt fails as a broker that does not answer would,
@@ -137,42 +138,38 @@ def _install_old_group_switch() -> dict[str, bool]:
 
 
 def _install_correction_killer() -> None:
-    """``FAULTS_KILL_IN_CORRECTION`` (module docstring): wrap the re-derivation a correction
-    runs (``replaying``: die at its 10th label) or the model write after it (``writing``)."""
+    """``FAULTS_KILL_IN_CORRECTION`` (module docstring): die when the derivation of the first
+    correction lands, before anything of it is written (``replaying``: its note is durable,
+    the labels were applied again in the derivation process), or once the checkpoints it
+    rewrote are durable, before the first model version (``writing``)."""
     import os
     import signal
 
     where = os.environ.get("FAULTS_KILL_IN_CORRECTION")
     if where is None:
         return
-    from service.stream.labels import control, publish
+    from service.stream.labels.corrector import Corrector
 
     def die() -> None:
         print(f"fault: SIGKILL while {where} a correction", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    original = control.rederive
     if where == "replaying":
+        landed = Corrector._landed
 
-        def rederive(settings: Any, group: str, base: Any, steps: Any, **kw: Any) -> Any:
-            original(settings, group, base, steps[:10], **kw)  # the work goes on a while
+        async def landed_then_die(self: Any, group: str) -> None:
             die()
+            await landed(self, group)
 
-        control.rederive = rederive  # type: ignore[assignment]
+        Corrector._landed = landed_then_die  # type: ignore[method-assign]
         return
+    write = Corrector.write_versions
 
-    def rederived(settings: Any, group: str, base: Any, steps: Any, **kw: Any) -> Any:
-        out = original(settings, group, base, steps, **kw)
-        put = publish.Publisher.put
+    async def write_then_die(self: Any, *args: Any, **kw: Any) -> None:
+        die()
+        await write(self, *args, **kw)
 
-        async def put_then_die(self: Any, outcome: Any, *, learned: bool = True) -> None:
-            die()
-            await put(self, outcome, learned=learned)
-
-        publish.Publisher.put = put_then_die  # type: ignore[method-assign]
-        return out
-
-    control.rederive = rederived  # type: ignore[assignment]
+    Corrector.write_versions = write_then_die  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

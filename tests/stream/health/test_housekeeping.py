@@ -15,7 +15,7 @@ from service.stream.health.liveness import LivenessMonitor
 from service.stream.kafka.loop import Progress
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
-from service.stream.models.book import ModelBook
+from service.stream.models.book import HOLD_BACK, ModelBook
 from service.stream.models.served import initial_envelope
 from service.stream.outputs import Outputs
 from service.stream.scoring.scorer import Scorer
@@ -54,7 +54,7 @@ def world(**kw: object) -> World:
     s = settings(republish_seconds=300.0, **kw)
     kafka, clock, registry = MemoryKafka(), Clock(), CollectorRegistry()
     metrics = Metrics(registry, models=s.models)
-    book = ModelBook(s)
+    book = ModelBook(s, clock=lambda: clock.now)
     book.loaded.set()
     outputs = Outputs(kafka, s.topics, metrics)
     pending = PendingStore(kafka.table("pending"))
@@ -88,6 +88,13 @@ async def learn_once(w: World) -> None:
     await w.joiner.handle(msg(label, 0, "abstain.labels", 0, b"m"))
 
 
+async def learn_once_more(w: World) -> None:
+    req = request([2.0, 1.0, -1.0], "e2")
+    await w.joiner.handle(msg(req.to_json(), 1, "abstain.label-requests", 0, b"m"))
+    label = Label(request_id("m", "e2"), "m", -1, "ops", None).to_json()
+    await w.joiner.handle(msg(label, 1, "abstain.labels", 0, b"m"))
+
+
 async def test_a_worker_is_ready_once_recovered_loaded_and_the_broker_answers() -> None:
     w = world()
     status = await w.house.check(w.clock.now)
@@ -118,8 +125,26 @@ async def test_a_served_version_that_is_not_the_learners_is_replaced_after_a_whi
     for _ in range(int(REPUBLISH_AFTER) + 1):
         await w.tick()
     assert w.published() == [1, 1]
+    w.book.offer(b"m", w.kafka.sent(MODELS)[-1].value)  # older than the forgery: held back
+    assert w.book.models["m"].version == 10**9
+    await w.tick(HOLD_BACK)  # nobody published the forged version again: it goes
+    assert w.book.snapshot()["m"].version == 1
+    assert w.published() == [1, 1]  # the learner's own version held back: nothing to do
+
+
+async def test_a_copy_of_an_older_version_is_held_back_and_never_served() -> None:
+    w = world()
+    await learn_once(w)
+    first = w.kafka.sent(MODELS)[-1].value
+    await learn_once_more(w)
     w.book.offer(b"m", w.kafka.sent(MODELS)[-1].value)
-    assert w.book.models["m"].version == 1
+    assert w.book.models["m"].version == 2
+    assert not w.book.offer(b"m", first)  # a copy of version 1, written again
+    await w.tick()  # the learner sees it held back: publishes its newest at once
+    assert w.published() == [1, 2, 2]
+    w.book.offer(b"m", w.kafka.sent(MODELS)[-1].value)
+    await w.tick(2 * HOLD_BACK)
+    assert w.book.snapshot()["m"].version == 2  # never went back
 
 
 async def test_a_forged_snapshot_of_a_model_that_learned_nothing_is_replaced_too() -> None:
@@ -130,7 +155,8 @@ async def test_a_forged_snapshot_of_a_model_that_learned_nothing_is_replaced_too
         await w.tick()
     assert w.published() == [0]  # the learner's version 0, so the newest record is its own
     w.book.offer(b"m", w.kafka.sent(MODELS)[-1].value)
-    assert w.book.models["m"].version == 0
+    await w.tick(HOLD_BACK)
+    assert w.book.snapshot()["m"].version == 0
 
 
 async def test_a_worker_republishes_only_the_models_of_its_partitions() -> None:

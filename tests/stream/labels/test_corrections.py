@@ -5,167 +5,22 @@ once; ``abstain rebuild`` of the same log ends with the same model."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
-from service.config import CorrectionsConfig, ModelConfig, Settings
+from service.config import CorrectionsConfig
 from service.records import (
     Correction,
-    Label,
-    ModelEnvelope,
     Opinion,
-    RawMessage,
     Rollback,
     Signer,
     dumps,
     request_id,
 )
-from service.stream.kafka.produce import partition_for
-from service.stream.labels.admission import admission
-from service.stream.labels.history import History
-from service.stream.labels.joiner import LabelJoiner
-from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
-from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
-from service.stream.models.served import initial_envelope
+from service.stream.labels.rebuild import summary
 
-from ..memory import CFG, MemoryKafka, outputs, request, settings
-
-REQUESTS, LABELS, MODELS, DEAD = (
-    "abstain.label-requests", "abstain.labels", "abstain.models", "abstain.dead-letters",
-)  # fmt: skip
-KEY = "k" * 40
-SHADOW = ModelConfig(algorithm="dral", cost=0.25, n_features=3, champion="m")
-
-
-@dataclass
-class Clock:
-    now: float = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Crash(Exception):
-    """The process dies here."""
-
-
-class CrashingModels(ModelStore):
-    """Dies at the ``after``-th model write from now (0: the first)."""
-
-    after = 0
-
-    def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
-        if self.after == 0:
-            raise Crash
-        self.after -= 1
-        super().put(envelope, encoded)
-
-
-@dataclass
-class Learner:
-    """A joiner over tables recovered from ``kafka`` (a restarted worker), history included;
-    it remembers what it was fed as a log, for ``abstain rebuild``."""
-
-    kafka: MemoryKafka
-    settings: Settings
-    clock: Clock
-    registry: CollectorRegistry
-    joiner: LabelJoiner
-    log: list[RawMessage]
-
-    @classmethod
-    def start(cls, kafka: MemoryKafka | None = None, *, crash_after: int | None = None,
-              log: list[RawMessage] | None = None, **kw: Any) -> Learner:  # fmt: skip
-        kafka = kafka if kafka is not None else MemoryKafka()
-        kw.setdefault("models", {"m": CFG, "m-dral": SHADOW})
-        s = settings(**kw)
-        registry = CollectorRegistry()
-        initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
-        models = ModelStore(kafka.table("models"), initial)
-        if crash_after is not None:
-            models = CrashingModels(kafka.table("models"), initial)
-            models.after = crash_after
-        out = outputs(kafka, s, registry)
-        signer = Signer(KEY.encode()) if s.snapshot_key is not None else None
-        joiner = LabelJoiner(
-            s, pending=PendingStore(kafka.table("pending"), admission(s)),
-            parked=ParkedStore(kafka.table("orphans")), models=models,
-            history=History(kafka.table("history"), s, admission(s)),
-            outputs=out, metrics=out.metrics, clock=Clock(), signer=signer,
-        )  # fmt: skip
-        joiner.own(frozenset(range(s.partitions.labels)))
-        return cls(kafka, s, joiner.clock, registry, joiner, log if log is not None else [])  # type: ignore[arg-type]
-
-    @property
-    def p(self) -> int:
-        return partition_for(b"m", self.settings.partitions.labels)
-
-    async def feed(self, value: bytes, offset: int, topic: str = LABELS,
-                   signature: bytes | None = None) -> None:  # fmt: skip
-        message = RawMessage(value, topic, self.p, offset, b"m", self.clock.now, signature)
-        if not any(m.topic == topic and m.offset == offset for m in self.log):
-            self.log.append(message)
-        await self.joiner.handle(message)
-
-    async def request(self, event: str, offset: int) -> None:
-        x = [float(offset % 7) - 3.0, 1.0 + (offset % 3), float(len(event))]
-        req = request(x, event, query_probability=0.5, decided_label=1 if offset % 2 else -1,
-                      requested_at=self.clock.now, expires_at=self.clock.now + 1e6)  # fmt: skip
-        await self.feed(req.to_json(), offset, REQUESTS)
-
-    async def label(self, event: str, offset: int, y: int, by: str = "alice") -> None:
-        self.clock.now += 1.0
-        await self.feed(Label(request_id("m", event), "m", y, by, self.clock.now).to_json(),
-                        offset)  # fmt: skip
-
-    async def correct(self, event: str, offset: int, y: int | None, by: str = "alice",
-                      role: str = "author", *, sign: bool = True) -> None:  # fmt: skip
-        self.clock.now += 1.0
-        body = Correction(request_id("m", event), "m", y, by, role, self.clock.now).to_json()  # type: ignore[arg-type]
-        signature = Signer(KEY.encode()).sign(b"m", body) if sign else None
-        await self.feed(body, offset, signature=signature)
-
-    def model(self, name: str = "m") -> ModelEnvelope:
-        return self.joiner.models.get(name)
-
-    def dead(self) -> list[tuple[str, int]]:
-        return [(str(r.json()["reason"]), int(r.json()["offset"])) for r in self.kafka.sent(DEAD)]
-
-    def published(self, name: str = "m") -> int:
-        return sum(1 for r in self.kafka.sent(MODELS) if r.key == name.encode())
-
-    def rebuild(self) -> Rebuilt:
-        """``abstain rebuild`` of the champion over what this learner was fed."""
-
-        def rec(m: RawMessage) -> LogRecord:
-            return LogRecord(m.partition, m.offset, int((m.timestamp or 0) * 1000), m.value,
-                             m.key, m.signature)  # fmt: skip
-
-        requests = [rec(m) for m in self.log if m.topic == REQUESTS]
-        labels = [rec(m) for m in self.log if m.topic == LABELS]
-        return rebuild_model(self.settings, "m", requests, labels)
-
-    def rebuilt(self) -> ModelEnvelope:
-        return self.rebuild().model
-
-
-def learned(model: ModelEnvelope) -> tuple[Any, ...]:
-    """What a model learned, without where and when it was written."""
-    return (model.pipeline, model.learner, model.labels_applied, model.iw_loss,
-            model.iw_weight, model.estimate)  # fmt: skip
-
-
-async def _stream(learner: Learner, answers: dict[int, int], *, requests: int = 30) -> None:
-    """``requests`` requests (offsets 0..n-1), then a label for each (offsets 0..n-1) with
-    ``answers[i]`` in place of the default answer for request ``i``."""
-    for i in range(requests):
-        await learner.request(f"e{i}", i)
-    for i in range(requests):
-        await learner.label(f"e{i}", i, answers.get(i, 1 if i % 3 else -1))
+from ..memory import CFG, MemoryKafka
+from .correcting import KEY, SHADOW, Crash, Learner, learned, stream
 
 
 @pytest.mark.parametrize("members", [("m",), ("m", "m-dral")])
@@ -174,11 +29,11 @@ async def test_a_corrected_label_leaves_every_member_as_if_it_had_been_given(
 ) -> None:
     models = {"m": CFG, "m-dral": SHADOW} if len(members) == 2 else {"m": CFG}
     corrected = Learner.start(models=models)
-    await _stream(corrected, {})
+    await stream(corrected, {})
     as_given = {m: corrected.model(m) for m in members}
     await corrected.correct("e3", 30, 1)  # e3 was answered -1
     given = Learner.start(models=models)
-    await _stream(given, {3: 1})
+    await stream(given, {3: 1})
     for m in members:
         assert learned(corrected.model(m)) == learned(given.model(m))
         assert learned(corrected.model(m)) != learned(as_given[m])
@@ -196,7 +51,7 @@ async def test_a_corrected_label_leaves_every_member_as_if_it_had_been_given(
 
 async def test_a_withdrawn_label_leaves_the_model_as_if_it_had_never_been_given() -> None:
     learner = Learner.start()
-    await _stream(learner, {})
+    await stream(learner, {})
     await learner.correct("e6", 30, None)
     without = Learner.start()
     for i in range(30):
@@ -212,7 +67,7 @@ async def test_a_withdrawn_label_leaves_the_model_as_if_it_had_never_been_given(
     # the author changes their mind again: the withdrawn label comes back with a value
     await learner.correct("e6", 31, 1)
     changed = Learner.start()
-    await _stream(changed, {6: 1})
+    await stream(changed, {6: 1})
     assert learned(learner.model()) == learned(changed.model())
     assert learner.rebuilt().replace(updated_at=0.0) == learner.model().replace(updated_at=0.0)
     counts = {o: learner.registry.get_sample_value("abstain_corrections_total",
@@ -225,7 +80,7 @@ async def test_refused_corrections_are_dead_lettered_with_a_reason_and_change_no
     learner = Learner.start(
         models={"m": CFG.model_copy(update={"corrections": CorrectionsConfig(reach=5)})}
     )
-    await _stream(learner, {}, requests=12)
+    await stream(learner, {}, requests=12)
     await learner.request("open", 12)  # asked, never answered
     before = learner.model()
     await learner.correct("nobody-asked", 40, 1)  # unknown request
@@ -250,7 +105,7 @@ async def test_refused_corrections_are_dead_lettered_with_a_reason_and_change_no
 
 async def test_with_a_key_an_unsigned_or_mis_signed_correction_changes_nothing() -> None:
     learner = Learner.start(snapshot_key=KEY)
-    await _stream(learner, {}, requests=6)
+    await stream(learner, {}, requests=6)
     before = learner.model()
     await learner.correct("e2", 10, -1, sign=False)
     body = Correction(request_id("m", "e2"), "m", -1, "alice", "author", 1.0).to_json()
@@ -265,7 +120,7 @@ async def test_with_a_key_an_unsigned_or_mis_signed_correction_changes_nothing()
 
 async def test_a_redelivered_correction_is_a_no_op() -> None:
     learner = Learner.start()
-    await _stream(learner, {}, requests=8)
+    await stream(learner, {}, requests=8)
     await learner.correct("e2", 20, 1)
     after, published = learner.model(), learner.published()
     await learner.correct("e2", 20, 1)  # the same record again
@@ -278,7 +133,7 @@ async def test_a_redelivered_correction_is_a_no_op() -> None:
 async def test_a_crash_in_the_middle_of_a_correction_is_redone_once(champion_written: bool) -> None:
     kafka, log = MemoryKafka(), []  # type: ignore[var-annotated]
     learner = Learner.start(kafka, log=log)
-    await _stream(learner, {}, requests=25)
+    await stream(learner, {}, requests=25)
     await kafka.flush()
     # dies at the champion's write, or at the shadow's once the champion's was acknowledged
     crashing = Learner.start(kafka, crash_after=int(champion_written), log=log)
@@ -294,7 +149,7 @@ async def test_a_crash_in_the_middle_of_a_correction_is_redone_once(champion_wri
     await restarted.correct("e5", 40, None)  # redelivered
     await restarted.correct("e5", 40, None)  # and again: a no-op
     clean = Learner.start()
-    await _stream(clean, {}, requests=25)
+    await stream(clean, {}, requests=25)
     clean.clock.now = crashing.clock.now - 1.0
     await clean.correct("e5", 40, None)
     for m in ("m", "m-dral"):
@@ -308,7 +163,7 @@ async def test_the_reach_moves_on_with_the_labels_and_each_version_says_where() 
         update={"corrections": CorrectionsConfig(reach=10)}
     )  # a checkpoint every label
     learner = Learner.start(models={"m": cfg})
-    await _stream(learner, {}, requests=40)
+    await stream(learner, {}, requests=40)
     model = learner.model()
     assert model.corrections_from == 30  # the last 10 labels: offsets 30..39
     steps = [k for k in learner.kafka.table("history").data if b"@" in k]
@@ -322,7 +177,7 @@ async def test_the_reach_moves_on_with_the_labels_and_each_version_says_where() 
 
 async def test_a_rollback_starts_the_history_again() -> None:
     learner = Learner.start()
-    await _stream(learner, {}, requests=10)
+    await stream(learner, {}, requests=10)
     order = Rollback("m", "m", 5, "ops", None).to_json()
     await learner.feed(order, 20)
     assert learner.model().corrections_from == -1
@@ -338,20 +193,20 @@ async def test_a_rollback_starts_the_history_again() -> None:
 async def test_the_history_is_recovered_from_its_changelog_after_a_restart() -> None:
     kafka = MemoryKafka()
     learner = Learner.start(kafka)
-    await _stream(learner, {}, requests=12)
+    await stream(learner, {}, requests=12)
     await kafka.flush()
     restarted = Learner.start(kafka, log=learner.log)
     restarted.clock.now = learner.clock.now
     await restarted.correct("e3", 30, 1)
     fresh = Learner.start()
-    await _stream(fresh, {3: 1}, requests=12)
+    await stream(fresh, {3: 1}, requests=12)
     assert learned(restarted.model()) == learned(fresh.model())
 
 
 async def test_a_step_forged_on_the_history_changelog_is_not_part_of_the_history() -> None:
     kafka = MemoryKafka()
     learner = Learner.start(kafka)
-    await _stream(learner, {}, requests=6)
+    await stream(learner, {}, requests=6)
     await kafka.flush()
     table = kafka.table("history")
     key = next(k for k in table.data if b"@" in k)
@@ -366,7 +221,7 @@ async def test_a_step_forged_on_the_history_changelog_is_not_part_of_the_history
 
 async def test_a_second_opinion_teaches_nothing() -> None:
     learner = Learner.start()
-    await _stream(learner, {}, requests=4)
+    await stream(learner, {}, requests=4)
     before = learner.model()
     opinion = Opinion(request_id("m", "e1"), "m", -1, "bob", 5.0).to_json()
     await learner.feed(opinion, 10)

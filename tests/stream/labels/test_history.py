@@ -124,3 +124,75 @@ def test_entries_that_do_not_parse_or_belong_to_no_model_are_skipped() -> None:
     again = History(table, s)
     assert [x.offset for x in again.steps_from("m", 0)] == [0, 1, 2]
     assert again.step("ghost", request_id("m", "e1")) is None
+
+
+def _history(reach: int, labels: int) -> tuple[Settings, dict[bytes, bytes]]:
+    s = settings(reach)
+    table: dict[bytes, bytes] = {}
+    history = History(table, s)
+    for offset in range(labels):
+        add(history, s, offset)
+    return s, table
+
+
+def test_a_gap_in_the_steps_read_back_leaves_out_everything_before_it() -> None:
+    s, table = _history(100, 45)  # checkpoints before steps 0, 10, 20, 30, 40
+    del table[b"m@23"]  # a step gone (refused when read back, say)
+    again = History(table, s)
+    assert again.reach_from("m") == 30  # the first checkpoint after the gap
+    assert again.untrusted_below("m") == 30
+    assert again.step("m", request_id("m", "e22")) is None
+    assert again.step("m", request_id("m", "e31")) is not None
+    assert [x.seq for x in again.steps_from("m", 0)] == list(range(30, 45))
+
+
+def test_a_seq_claimed_twice_is_a_gap() -> None:
+    s, table = _history(100, 25)
+    twin = table[b"m@12"].replace(b'"offset":12', b'"offset":99')
+    table[b"m@99"] = twin  # seq 12 a second time, at another offset
+    again = History(table, s)
+    assert again.reach_from("m") == 20
+    assert again.step("m", request_id("m", "e12")) is None
+
+
+def test_a_checkpoint_without_every_member_is_not_a_base() -> None:
+    s = settings(100, shadow=True)
+    table: dict[bytes, bytes] = {}
+    history = History(table, s)
+    for offset in range(25):
+        add(history, s, offset, members=("m", "s"))
+    del table[b"s#20"]  # the shadow's state before step 20 is gone
+    again = History(table, s)
+    base = again.base("m", 22)
+    assert base is not None
+    assert base[0] == 10  # the one before, complete
+    assert again.untrusted_below("m") == 0
+
+
+def test_distrusted_steps_take_what_precedes_them_out() -> None:
+    s, table = _history(100, 35)
+    history = History(table, s)
+    history.distrust("m", [14])
+    assert history.reach_from("m") == 20
+    assert history.untrusted_below("m") == 20
+
+
+def test_a_pin_keeps_a_checkpoint_without_widening_the_reach() -> None:
+    s = settings(10)
+    table: dict[bytes, bytes] = {}
+    history = History(table, s)
+    for offset in range(12):
+        add(history, s, offset)
+    history.pin("m", 3)  # a correction of step 3 waits for its derivation
+    free = History(dict(table), s)
+    for offset in range(12, 30):
+        add(history, s, offset)
+        add(free, s, offset)
+    assert history.reach_from("m") == free.reach_from("m")  # what corrections can reach
+    assert history.step("m", request_id("m", "e5")) is None
+    assert history.base_seq("m", 3) == 3  # kept for the derivation that waits
+    assert history.raw_base("m", 3) is not None
+    history.unpin("m")
+    add(history, s, 30)
+    add(free, s, 30)
+    assert history.first_checkpoint("m") == free.first_checkpoint("m")

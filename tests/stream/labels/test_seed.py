@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -215,14 +216,19 @@ def _joiner(settings: Settings) -> tuple[LabelJoiner, MemoryKafka]:
 
 
 def _order(settings: Settings, envelope: bytes, *, key: bytes | None = None,
-           signature: str | None = None) -> bytes:  # fmt: skip
+           signature: str | None = None, base: int | None = 0) -> bytes:  # fmt: skip
     if key is not None:
         signature = Signer(key).sign(b"m", envelope).decode()
-    return Seed("m", "m", envelope, signature, "ops", 1.0, rows=10).to_json()
+    return Seed("m", "m", envelope, signature, "ops", 1.0, rows=10, base_version=base).to_json()
 
 
-async def _feed(joiner: LabelJoiner, value: bytes, offset: int, topic: str = LABELS) -> None:
-    await joiner.handle(msg(value, offset, topic, 0, b"m"))
+async def _feed(joiner: LabelJoiner, value: bytes, offset: int, topic: str = LABELS,
+                key: bytes | None = None) -> None:  # fmt: skip
+    """``value`` at ``offset`` of ``topic``, signed with ``key`` (the record's own HMAC)."""
+    message = msg(value, offset, topic, 0, b"m")
+    if key is not None:
+        message = replace(message, signature=Signer(key).sign(b"m", value))
+    await joiner.handle(message)
 
 
 async def test_the_learner_adopts_a_seed_and_applies_later_labels_on_top_once() -> None:
@@ -279,7 +285,7 @@ async def test_with_a_key_only_a_signed_seed_is_adopted(
     joiner, kafka = _joiner(settings)
     X, y = _rows(50)
     envelope = seed_model(settings, "m", X, y, now=5.0).model.to_json()
-    await _feed(joiner, _order(settings, envelope, key=signed_with), 0)
+    await _feed(joiner, _order(settings, envelope, key=signed_with), 0, key=signed_with)
     dead = [r.json()["reason"] for r in kafka.sent(DEAD)]
     if reason is None:
         assert joiner.models.get("m").version == 1
@@ -288,7 +294,7 @@ async def test_with_a_key_only_a_signed_seed_is_adopted(
         assert joiner.models.get("m").version == 0
         assert dead == [reason]
     if key is not None:  # and the right key is taken
-        await _feed(joiner, _order(settings, envelope, key=key), 1)
+        await _feed(joiner, _order(settings, envelope, key=key), 1, key=key)
         assert joiner.models.get("m").version == 1
 
 

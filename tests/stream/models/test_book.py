@@ -20,7 +20,7 @@ from service.records import (
 )
 from service.stream.kafka.unreadable import UnreadableBatch
 from service.stream.labels.protocol import apply_label
-from service.stream.models.book import ModelBook, signer_for
+from service.stream.models.book import HOLD_BACK, ModelBook, signer_for
 from service.stream.models.served import initial_envelope, served_learner
 from service.stream.scoring.scorer import Scorer
 
@@ -89,14 +89,33 @@ def test_hostile_snapshots_are_refused_and_the_served_model_stays() -> None:
 
 
 def test_without_a_key_the_newest_record_wins_so_a_forged_version_cannot_pin() -> None:
-    book = ModelBook(settings())
+    now = [0.0]
+    book = ModelBook(settings(), clock=lambda: now[0])
+    book.loaded.set()  # read to the end: what comes now is live
     assert book.offer(b"m", learned(3))
     forged = edited(learned(1), version=10**15)
     assert book.offer(b"m", forged)
     assert book.models["m"].version == 10**15
-    assert book.offer(b"m", learned(4))  # the learner's next publication replaces it
-    assert book.models["m"].version == 4
+    assert not book.offer(b"m", learned(4))  # the learner's next publication: held back
+    now[0] += HOLD_BACK  # nobody published the forged version again
+    assert book.snapshot()["m"].version == 4
     assert not book.offer(b"m", learned(4))  # a republished copy changes nothing
+
+
+def test_without_a_key_a_copy_of_an_older_version_is_never_served() -> None:
+    now = [0.0]
+    book = ModelBook(settings(), clock=lambda: now[0])
+    assert book.offer(b"m", learned(3))
+    assert book.offer(b"m", learned(1))  # while the topic is read: the newest record wins
+    assert book.offer(b"m", learned(3))
+    book.loaded.set()
+    assert not book.offer(b"m", learned(2))  # an older version, written again: held back
+    assert book.held() == {"m": 2}
+    now[0] += 1.0
+    assert not book.offer(b"m", learned(3))  # the learner publishes its newest again
+    assert book.held() == {}
+    now[0] += 10 * HOLD_BACK
+    assert book.serving()[0]["m"].version == 3
 
 
 def test_with_a_key_only_signed_snapshots_are_served_and_versions_only_grow() -> None:
