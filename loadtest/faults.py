@@ -8,7 +8,7 @@
 The tests themselves live in ``tests/integration/test_faults_*.py`` (assertions included:
 a run that breaks a promise fails here too). Each writes its summary as JSON into a
 results directory; this script collects them into one Markdown table (the one in
-``docs/reliability.md``). A broker is started by the test session on free ports unless
+``docs/operate/reliability.md``). A broker is started by the test session on free ports unless
 ``--bootstrap HOST:PORT`` (or ``ABSTAIN_TEST_BOOTSTRAP``) names one; the outage test always
 starts its own.
 """

@@ -9,7 +9,7 @@ Usage: ``python loadtest/label_cost.py [--features 68] [--labels 600] [--repeats
 * *before*: the same model with the paper's update (``update_rule="sgd"``) and the pipeline
   models had before (one standardiser of the labelled rows), requests without moments;
 * *bare*: *before* with ``adaptive.enabled = false`` (the reference of the first
-  measurements, ``docs/corrections.md``).
+  measurements, ``docs/learn/corrections.md``).
 
 Per label: :func:`service.stream.labels.protocol.apply_label` (load the state, learn, write
 and check the new snapshot), labels of a concept that flips halfway asked with p = 0.3.

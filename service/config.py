@@ -196,7 +196,7 @@ class AdaptiveConfig(BaseModel):
 
 
 class CorrectionsConfig(BaseModel):
-    """How far back a correction of a label can reach (docs/corrections.md): the learner
+    """How far back a correction of a label can reach (docs/learn/corrections.md): the learner
     keeps the last ``reach`` labels it applied to the model (and its shadows) and a
     checkpoint of their states every ``every`` labels, so a correction restores the
     checkpoint before the corrected label and applies the later labels again. ``reach = 0``
@@ -346,7 +346,7 @@ class ModelConfig(BaseModel):
 
 
 class Topics(BaseModel):
-    """Topic names (docs/architecture.md, "Topics")."""
+    """Topic names (docs/reference/architecture.md, "Topics")."""
 
     model_config = _FROZEN
 
@@ -493,7 +493,7 @@ class Web(BaseModel):
 
 
 class KafkaSecurity(BaseModel):
-    """How the worker authenticates to Kafka (docs/secure-kafka.md).
+    """How the worker authenticates to Kafka (docs/operate/secure-kafka.md).
 
     With TLS (``SSL``, ``SASL_SSL``) the broker's certificate must chain to ``ca_file`` (the
     system CAs when unset) and name the host the client connects to: host-name verification
@@ -647,7 +647,7 @@ class SecondOpinions(BaseModel):
 
 
 class Desk(BaseModel):
-    """The label desk (``abstain desk``, docs/desk.md): a web work queue for the people who
+    """The label desk (``abstain desk``, docs/operate/desk.md): a web work queue for the people who
     answer label requests. It binds ``host:port`` and identifies people by ``auth``:
 
     - ``users``: built-in accounts from ``users_file`` (JSON or TOML, user -> scrypt hash made

@@ -2,9 +2,9 @@
 
 1. starts a local single-node Kafka (:mod:`service.localkafka`) unless ``--broker`` is given;
 2. starts a stream worker as a subprocess (``python -m service worker``) on fresh topics;
-3. starts the label desk (``python -m service desk``, docs/desk.md) on ``--desk-port`` with a
-   users file in the demo's directory: one user, ``demo``, whose random password is printed
-   once (``--no-desk``: no desk);
+3. starts the label desk (``python -m service desk``, docs/operate/desk.md) on
+   ``--desk-port`` with a users file in the demo's directory: one user, ``demo``, whose
+   random password is printed once (``--no-desk``: no desk);
 4. streams a dataset (default: Phishing, LIBSVM, labels 0 -> -1, its 68 one-hot columns
    named after the UCI attributes) as feature events at ``--rate`` events/s (20), until
    Ctrl-C (``--events N``: N of them);

@@ -1,4 +1,4 @@
-"""The rules of the house (docs/architecture.md), checked on the source.
+"""The rules of the house (docs/reference/architecture.md), checked on the source.
 
 - ``service.learning`` imports numpy, the standard library and the root error only;
 - ``service.records`` imports neither faust/aiokafka nor the web, stream or metrics layers;

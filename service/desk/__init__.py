@@ -1,5 +1,5 @@
 """The label desk (``abstain desk``): a web work queue for the people who answer label
-requests (docs/desk.md).
+requests (docs/operate/desk.md).
 
 - :mod:`.backlog`: open requests in urgency order, fed by the label-requests and labels
   topics and the learner's pending changelog; what the team view counts;

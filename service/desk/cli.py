@@ -6,7 +6,7 @@
                  [--users FILE]
     abstain desk hash-password            (reads the password from the terminal or stdin)
 
-The desk follows the topics of the app id in the settings (docs/desk.md); its own settings
+The desk follows the topics of the app id in the settings (docs/operate/desk.md); its own settings
 are the ``desk`` section (``ABSTAIN_DESK__*``).
 """
 
@@ -100,8 +100,10 @@ def _accounts(settings: Settings) -> Accounts:
     path = settings.desk.users_file
     if path is None:
         if settings.desk.auth == "users":
-            raise AccountsError("desk.users_file is not set (auth = users): create one with "
-                                "`abstain desk hash-password`, see docs/desk.md")  # fmt: skip
+            raise AccountsError(
+                "desk.users_file is not set (auth = users): create one with "
+                "`abstain desk hash-password`, see docs/operate/desk.md"
+            )
         return Accounts({})
     accounts = Accounts.load(path, passwords=settings.desk.auth == "users")
     if settings.desk.auth == "users" and not accounts:

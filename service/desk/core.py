@@ -2,7 +2,7 @@
 back. Kafka is behind two small ports (:class:`LeaseLog`, :class:`LabelSink`), so this is
 tested without a broker.
 
-Rules (docs/desk.md):
+Rules (docs/operate/desk.md):
 
 - a person holds at most the requests they were given; asking again returns the one they
   hold (a reload or a second tab shows the same request);

@@ -100,7 +100,7 @@ REVOCATION_RETENTION_SECONDS = 8 * 86400.0
 
 def desk_topics(settings: Settings) -> dict[str, dict[str, str]]:
     """The desk's own topics and the configuration it creates them with (one partition
-    each): the leases topic keeps time, not compaction (docs/desk.md: first-claim-wins is a
+    each): the leases topic keeps time, not compaction (docs/operate/desk.md: first-claim-wins is a
     fold over the history) and dates records by the broker (``LogAppendTime``: a writer
     cannot date a claim); the revocations topic keeps the last record per session, for
     longer than a session lasts."""

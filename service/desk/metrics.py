@@ -155,7 +155,7 @@ class DeskMetrics:
             self.claims.labels(outcome=outcome)
 
     def _review_series(self, registry: CollectorRegistry) -> None:
-        """Corrections, second opinions and reviews (docs/desk.md): written by this replica
+        """Corrections, second opinions and reviews (docs/operate/desk.md): written by this replica
         (counters), waiting on the topics (gauges: the same on every replica)."""
         self.corrections = Counter(
             "abstain_desk_corrections_total",

@@ -46,7 +46,7 @@ Where things live: one folder per family (:mod:`.linear`, :mod:`.kernel`, :mod:`
 :mod:`.schedules`, :mod:`.preprocessing`, :mod:`.state`); :mod:`.registry` names every
 learner (what :func:`make_learner`, :func:`learner_from_state`, the contract suite, the
 settings and the chart take their algorithms from), and :mod:`.batch` batches the linear
-ones it finds there. ``docs/architecture.md`` draws the layers.
+ones it finds there. ``docs/reference/architecture.md`` draws the layers.
 
 Exception tree (every class is a ``ValueError`` and an ``AbstainError``, the root of the
 package-wide tree in :mod:`service.errors`, a standard-library-only module)::

@@ -5,7 +5,7 @@ one parser, :func:`parse_labels_record`:
 - a :class:`Correction` (``"kind": "correction"``): a later answer that supersedes the
   label a request received, by its author or a reviewer; ``label: null`` withdraws it
   (undo). The learner makes the model what it would be had the corrected label been the one
-  given (docs/corrections.md);
+  given (docs/learn/corrections.md);
 - an :class:`Opinion` (``"kind": "opinion"``): a second person's answer to a request already
   answered, for agreement and review; it teaches no model;
 - a :class:`Rollback` order (``"kind": "rollback"``, ``abstain models rollback``) and a

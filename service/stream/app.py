@@ -2,7 +2,7 @@
 pages.
 
 Wiring only; each task and the timer call one object (the flow and the rules of the house:
-``docs/architecture.md``):
+``docs/reference/architecture.md``):
 
 - every topic and table of the catalogue (:mod:`~service.stream.kafka.topics`) is declared,
   after the topic guard (:mod:`~service.stream.kafka.guard`) found the cluster fit;

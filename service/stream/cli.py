@@ -14,7 +14,7 @@ Settings come from the environment (``ABSTAIN_*``) and the optional config file;
 override both. ``labels list`` reads the label-requests and labels topics from the start
 and prints the requests that are neither answered nor expired (JSON, one per line).
 ``labels correct`` writes a correction of an answered request's label (``none`` withdraws
-it), signed with ``snapshot_key`` when one is set (docs/corrections.md).
+it), signed with ``snapshot_key`` when one is set (docs/learn/corrections.md).
 ``rebuild`` replays a model's label log (:mod:`service.stream.labels.rebuild`) and prints the
 rebuilt state's summary as JSON; ``--publish`` writes the state to the models topic.
 ``models seed`` trains a model from a labelled file through the learner's own protocol

@@ -1,4 +1,4 @@
-"""Answers after they are given (docs/desk.md, "Undo, second opinions and review"):
+"""Answers after they are given (docs/operate/desk.md, "Undo, second opinions and review"):
 
 - :mod:`.item`: one answered request and what happened to it since;
 - :mod:`.rules`: the rules of corrections, second opinions and requests for review (the

@@ -1,5 +1,5 @@
 """The Kafka ACLs each part of abstain needs, generated from the topic catalogue and the
-consumer groups: ``abstain kafka acls --role worker|desk|operator`` (docs/secure-kafka.md).
+consumer groups: ``abstain kafka acls --role worker|desk|operator`` (docs/operate/secure-kafka.md).
 
 Roles and what they do with Kafka:
 

@@ -1,4 +1,4 @@
-"""Rebuild a model from its label log (docs/architecture.md, "Exactly-once effects").
+"""Rebuild a model from its label log (docs/reference/architecture.md, "Exactly-once effects").
 
 ``abstain rebuild --model NAME`` reads the label-requests and labels topics from the
 beginning and replays the labels, in the labels topic's order, through the learner's own

@@ -21,7 +21,7 @@ the same pure steps, so both end with the same model:
 
 The learner writes the noted step first (durable before the correction's offset is
 committed), then, once derived, the checkpoints rewritten (durably), then the members'
-versions (docs/corrections.md): after a crash, the notes a member does not hold are
+versions (docs/learn/corrections.md): after a crash, the notes a member does not hold are
 derived again, with the same result.
 """
 
