@@ -319,23 +319,23 @@ def _follow(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> None:
 
 @dataclass(slots=True)
 class _Group:
-    """The records of one topic partition, in order, as columns (``headers``: empty while
-    no record has any)."""
+    """The records of one topic partition, in order, as columns (``headers``: None while
+    no record has any, then one entry per record)."""
 
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
-    headers: list[Headers | None] = field(default_factory=list)
+    headers: list[Headers | None] | None = None
 
     def add(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
-        if headers and not self.headers:
+        if headers and self.headers is None:
             self.headers = [None] * len(self.values)
         self.keys.append(key)
         self.values.append(value)
-        if self.headers:
+        if self.headers is not None:
             self.headers.append(headers)
 
     def extend(self, keys: list[bytes | None], values: list[bytes]) -> None:
         self.keys += keys
         self.values += values
-        if self.headers:
+        if self.headers is not None:
             self.headers += [None] * len(values)

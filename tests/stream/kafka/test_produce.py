@@ -18,11 +18,13 @@ class Batch:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.records: list[tuple[bytes | None, bytes | None]] = []
+        self.headers: list[Any] = []
 
     def append(self, *, key: Any, value: Any, timestamp: Any, headers: Any) -> Any:
         if len(self.records) >= self.limit or len(value or b"") > 1000:
             return None
         self.records.append((key, value))
+        self.headers.append(headers)
         return object()
 
     def record_count(self) -> int:
@@ -40,6 +42,7 @@ class Broker:
     handed: list[tuple[str, int, list[tuple[bytes | None, bytes | None]]]] = field(
         default_factory=list
     )
+    headers: list[Any] = field(default_factory=list)  # of every record handed, in order
     acks: list[asyncio.Future[Any]] = field(default_factory=list)
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # set: batches leave at once
     fail: Exception | None = None
@@ -56,13 +59,15 @@ class Broker:
         if any(t == topic and p == partition for t, p, _ in self.handed):
             await self.gate.wait()  # the last batch of the partition is still waiting
         self.handed.append((topic, partition, batch.records))
+        self.headers += batch.headers
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.acks.append(fut)
         return fut
 
     async def send(self, topic: str, value: Any, *, key: Any, partition: int, headers: Any) -> Any:
-        return await self.send_batch(Batch(1_000_000).with_record(key, value), topic,
-                                     partition=partition)  # fmt: skip
+        return await self.send_batch(
+            Batch(1_000_000).with_record(key, value, headers), topic, partition=partition
+        )
 
     def ack(self) -> None:
         for fut in self.acks:
@@ -70,8 +75,9 @@ class Broker:
                 fut.set_result(None)
 
 
-def _with_record(self: Batch, key: Any, value: Any) -> Batch:
+def _with_record(self: Batch, key: Any, value: Any, headers: Any = None) -> Batch:
     self.records.append((key, value))
+    self.headers.append(headers)
     return self
 
 
@@ -148,3 +154,25 @@ async def test_a_record_too_large_for_a_batch_goes_alone_in_its_place() -> None:
     ]  # fmt: skip
     broker.ack()
     await sent
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+async def test_every_record_keeps_its_headers_the_first_of_a_partition_too(
+    pipelined: bool,
+) -> None:
+    # the learner's signed table writes: a signature header on some records, none on others
+    broker = Broker(limit=100, counts={"t": 1, "u": 3})
+    broker.gate.set()
+    sig = [("sig", b"1")]
+    records = [
+        OutRecord("t", b"a", b"1", headers=sig),
+        OutRecord("t", b"b", b"2"),
+        OutRecord("t", b"c", b"3", headers=[("sig", b"3")]),
+        OutRecord("t", b"d", None, headers=[("sig", b"4")]),  # a signed deletion
+    ]
+    sent = await BatchProducer(broker, pipelined=pipelined).send_many(records)
+    await asyncio.sleep(0.01)
+    broker.ack()
+    await sent
+    assert [r for _, _, rs in broker.handed for r in rs] == [(r.key, r.value) for r in records]
+    assert broker.headers == [sig, [], [("sig", b"3")], [("sig", b"4")]]
