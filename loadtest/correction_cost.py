@@ -27,13 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.config import ModelConfig, Settings  # noqa: E402
 from service.metrics import Metrics  # noqa: E402
-from service.records import (  # noqa: E402
-    Correction,
-    Label,
-    LabelRequest,
-    RawMessage,
-    request_id,
-)
+from service.records import Correction, Label, LabelRequest, RawMessage, request_id
 from service.stream.labels.admission import admission  # noqa: E402
 from service.stream.labels.history import History  # noqa: E402
 from service.stream.labels.joiner import LabelJoiner  # noqa: E402

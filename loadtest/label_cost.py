@@ -33,15 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.config import ModelConfig  # noqa: E402
 from service.learning import Moments, default_pipeline  # noqa: E402
-from service.records import (  # noqa: E402
-    FeatureMoments,
-    Label,
-    LabelRequest,
-    ModelEnvelope,
-    PendingEntry,
-    RawMessage,
-    request_id,
-)
+from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, RawMessage, request_id
+from service.records.wire import FeatureMoments
 from service.stream.labels.protocol import apply_label  # noqa: E402
 from service.stream.models.served import ServedModel, initial_envelope  # noqa: E402
 from service.stream.scoring.decide import Limits, score_batch  # noqa: E402

@@ -239,10 +239,7 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
 
 async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
     """``n`` label requests stored by a worker that has nothing else to do."""
-    from service.records import (
-        LabelRequest,  # noqa: PLC0415
-        request_id,  # noqa: PLC0415
-    )
+    from service.records import LabelRequest, request_id
 
     features_topic = f"learn-{uuid.uuid4().hex[:6]}"
     await create_topics(broker, [features_topic], log_append=False)

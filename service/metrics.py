@@ -21,7 +21,9 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from service.records import DEAD_LETTER_REASONS, IGNORED, REFUSED, Action, Source
+from service.records import Action
+from service.records.codec import DEAD_LETTER_REASONS
+from service.records.reasons import IGNORED, REFUSED, Source
 
 __all__ = ["CORRECTION_OUTCOMES", "Metrics"]
 

@@ -367,16 +367,8 @@ FEATURE_EVENTS: Final = (
 def _examples() -> list[tuple[str, str, str, Any]]:
     """(topic, key, record name, record) of every record written to a topic, with the
     values a worker would give them."""
-    from service.records import (  # noqa: PLC0415
-        Champions,
-        Correction,
-        Label,
-        LabelRequest,
-        Opinion,
-        Rollback,
-        Seed,
-        request_id,
-    )
+    from service.records import Champions, Correction, Label, LabelRequest, Opinion, request_id
+    from service.records.labels import Rollback, Seed
     from service.stream.models.served import initial_envelope  # noqa: PLC0415
 
     rid = request_id("fraud", "e-1842")
@@ -427,14 +419,15 @@ def _decision() -> Any:
 
 
 def _skip_order() -> Any:
-    from service.records import SkipOrder  # noqa: PLC0415
+    from service.records.skips import SkipOrder  # noqa: PLC0415
 
     detail = "abstain.features[3] offsets 120-122 cannot be read (UnsupportedCodecError: ...)"
     return SkipOrder("abstain.features", 3, 120, 123, detail, "ops", 1795783000.0)
 
 
 def _dead_letter() -> Any:
-    from service.records import DeadLetter, Reason, Source  # noqa: PLC0415
+    from service.records import DeadLetter, Reason  # noqa: PLC0415
+    from service.records.reasons import Source
 
     return DeadLetter(
         Source.FEATURES,

@@ -48,9 +48,9 @@ from service.records import (
     Opinion,
     Signer,
     parse_label_request,
-    parse_labels_record,
-    parse_pending_entry,
 )
+from service.records.labels import parse_labels_record
+from service.records.state import parse_pending_entry
 from service.stream.errors import DATA_ERRORS, TopicError
 from service.stream.kafka import topics as catalogue
 from service.stream.kafka.clients import (

@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
 from service.desk.auth.accounts import valid_name
-from service.records import BadMessage, decode_object, dumps
-from service.records.codec import ident, number
+from service.records import BadMessage
+from service.records.codec import decode_object, dumps, ident, number
 
 __all__ = [
     "ANSWER_SECONDS",

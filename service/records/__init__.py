@@ -17,6 +17,10 @@ depends on none of them.
 - :mod:`.signing`: the HMAC signature of model snapshots;
 - :mod:`.ids`: the label-request id and the query and audit coins (hashes: replays repeat).
 
+The package exports the records of the topics, their parsers and errors, the
+label-request id and coins, and the snapshot signer; everything else is imported from its
+module (e.g. :class:`~.labels.Rollback` from ``service.records.labels``).
+
 Errors::
 
     AbstainError
@@ -24,119 +28,53 @@ Errors::
           └── BadMessage    one consumed message refused; .reason (a Reason), .detail
 """
 
-from service.records.champions import (
-    CHAMPIONS_KEY,
-    CHAMPIONS_MAX_SERIAL,
-    Champions,
-    parse_champions,
-)
-from service.records.codec import (
-    DEAD_LETTER_REASONS,
-    BadMessage,
-    RecordError,
-    decode_json,
-    decode_object,
-    dumps,
-    encode_finite,
-)
-from service.records.history import Note, Step, parse_step
+from service.records.champions import Champions
+from service.records.codec import BadMessage, RecordError
 from service.records.ids import coin, request_id
-from service.records.labels import (
-    ROLES,
-    Correction,
-    LabelsRecord,
-    Opinion,
-    Role,
-    Rollback,
-    Seed,
-    parse_labels_record,
-)
-from service.records.reasons import IGNORED, REFUSED, Action, Reason, Source
+from service.records.labels import Correction, Opinion
+from service.records.reasons import Action, Reason
 from service.records.signing import SIGNATURE_HEADER, Signer
-from service.records.skips import SkipOrder, is_skip_key, parse_skip_order, skip_key
 from service.records.state import (
-    MAX_MAGNITUDE,
-    MODEL_FORMAT,
     MODEL_FORMAT_VERSION,
     ModelEnvelope,
-    ParkedLabel,
     PendingEntry,
     parse_model_envelope,
-    parse_parked_label,
-    parse_pending_entry,
 )
 from service.records.wire import (
     DeadLetter,
     Decision,
     FeatureEvent,
-    FeatureMoments,
     Label,
     LabelRequest,
     RawMessage,
-    label_from_dict,
-    label_request_from_dict,
     parse_feature_event,
     parse_label,
     parse_label_request,
-    plain_feature_row,
 )
 
 __all__ = [
-    "CHAMPIONS_KEY",
-    "CHAMPIONS_MAX_SERIAL",
-    "DEAD_LETTER_REASONS",
-    "IGNORED",
-    "MAX_MAGNITUDE",
-    "MODEL_FORMAT",
-    "MODEL_FORMAT_VERSION",
-    "REFUSED",
-    "ROLES",
     "Action",
     "BadMessage",
     "Champions",
     "Correction",
-    "Decision",
     "DeadLetter",
+    "Decision",
     "FeatureEvent",
-    "FeatureMoments",
     "Label",
     "LabelRequest",
-    "LabelsRecord",
+    "MODEL_FORMAT_VERSION",
     "ModelEnvelope",
-    "Note",
     "Opinion",
-    "ParkedLabel",
     "PendingEntry",
     "RawMessage",
     "Reason",
     "RecordError",
-    "Role",
-    "Rollback",
     "SIGNATURE_HEADER",
-    "Seed",
     "Signer",
-    "SkipOrder",
-    "Source",
-    "Step",
-    "decode_json",
-    "decode_object",
-    "dumps",
-    "encode_finite",
-    "is_skip_key",
-    "label_from_dict",
-    "label_request_from_dict",
-    "parse_champions",
+    "coin",
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
-    "parse_labels_record",
     "parse_model_envelope",
-    "parse_parked_label",
-    "parse_pending_entry",
-    "parse_skip_order",
-    "parse_step",
-    "plain_feature_row",
-    "coin",
     "request_id",
-    "skip_key",
 ]

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from service.config import Settings, TopicPolicy
 from service.metrics import Metrics
-from service.records import Source
+from service.records.reasons import Source
 from service.stream.health.housekeeping import Housekeeping
 from service.stream.health.liveness import LivenessMonitor
 from service.stream.kafka.clients import (

@@ -37,16 +37,9 @@ from typing import Any
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.learning import Parts, learner_for
-from service.records import (
-    SIGNATURE_HEADER,
-    BadMessage,
-    Correction,
-    Label,
-    ModelEnvelope,
-    Seed,
-    decode_json,
-    dumps,
-)
+from service.records import SIGNATURE_HEADER, BadMessage, Correction, Label, ModelEnvelope
+from service.records.codec import decode_json, dumps
+from service.records.labels import Seed
 from service.stream.errors import KafkaLoginError, TopicError
 from service.stream.kafka.clients import produce_one, read_topic, topic_partitions
 from service.stream.kafka.groups import raw_message

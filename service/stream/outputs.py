@@ -17,7 +17,6 @@ from typing import Protocol
 from service.config import Topics
 from service.metrics import Metrics
 from service.records import (
-    CHAMPIONS_KEY,
     SIGNATURE_HEADER,
     BadMessage,
     DeadLetter,
@@ -25,8 +24,9 @@ from service.records import (
     LabelRequest,
     RawMessage,
     Signer,
-    Source,
 )
+from service.records.champions import CHAMPIONS_KEY
+from service.records.reasons import Source
 from service.stream.kafka.produce import Headers, OutRecord
 from service.stream.kafka.unreadable import UnreadableBatch
 

@@ -34,7 +34,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
-from service.records import SIGNATURE_HEADER, SkipOrder, Source, dumps
+from service.records import SIGNATURE_HEADER
+from service.records.codec import dumps
+from service.records.reasons import Source
+from service.records.skips import SkipOrder
 from service.stream.errors import StreamError, TopicError
 from service.stream.kafka.clients import consumer_options, produce_one, reader
 from service.stream.kafka.unreadable import Reader, Unreadable, UnreadableBatch

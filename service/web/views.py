@@ -39,7 +39,9 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from service.errors import AbstainError
-from service.records import BadMessage, Label, PendingEntry, decode_json, dumps, label_from_dict
+from service.records import BadMessage, Label, PendingEntry
+from service.records.codec import decode_json, dumps
+from service.records.wire import label_from_dict
 
 __all__ = [
     "DEFAULT_LIMIT",

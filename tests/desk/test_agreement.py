@@ -13,15 +13,8 @@ from stream.memory import MemoryKafka, msg, outputs
 from service.config import ModelConfig, Settings
 from service.desk.auth.sessions import Sessions
 from service.desk.feeds import Feeds
-from service.records import (
-    Correction,
-    Label,
-    LabelRequest,
-    Opinion,
-    PendingEntry,
-    parse_pending_entry,
-    request_id,
-)
+from service.records import Correction, Label, LabelRequest, Opinion, PendingEntry, request_id
+from service.records.state import parse_pending_entry
 from service.stream.kafka.produce import partition_for
 from service.stream.kafka.topics import table_topic
 from service.stream.labels.joiner import LabelJoiner

@@ -37,7 +37,8 @@ import pytest
 from faults.kafkaio import Out, produce_records
 from faults.workers import REPO, wait_until
 
-from service.records import CHAMPIONS_KEY, SIGNATURE_HEADER, Champions, Signer
+from service.records import SIGNATURE_HEADER, Champions, Signer
+from service.records.champions import CHAMPIONS_KEY
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,8 @@ from faults.corrections import Learned, concept, learned
 from faults.kafkaio import Out
 from faults.workers import wait_until
 
-from service.records import LabelRequest, Step, request_id
+from service.records import LabelRequest, request_id
+from service.records.history import Step
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,8 @@ from faults.data import label_request
 from faults.kafkaio import Out, produce_records
 from faults.workers import wait_until
 
-from service.records import PendingEntry, label_request_from_dict, request_id
+from service.records import PendingEntry, request_id
+from service.records.wire import label_request_from_dict
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from faults.kafkaio import Out, create_topics, produce_records
 from faults.kcat import write_unreadable
 
-from service.records import SkipOrder
+from service.records.skips import SkipOrder
 from service.stream.kafka.internals import failed_fetch
 from service.stream.kafka.unreadable import Reader, SkipBook, Unreadable, UnreadableBatch
 

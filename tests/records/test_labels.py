@@ -12,15 +12,10 @@ from service.records import (
     Correction,
     LabelRequest,
     ModelEnvelope,
-    Note,
-    Rollback,
-    Seed,
-    Step,
-    parse_labels_record,
     parse_model_envelope,
-    parse_step,
 )
-from service.records.history import MAX_NOTES, MAX_PAST
+from service.records.history import MAX_NOTES, MAX_PAST, Note, Step, parse_step
+from service.records.labels import Rollback, Seed, parse_labels_record
 
 
 def test_a_correction_gets_a_fresh_id_that_its_record_carries() -> None:

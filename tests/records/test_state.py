@@ -7,13 +7,8 @@ import orjson
 import pytest
 
 from service.config import ModelConfig
-from service.records import (
-    MAX_MAGNITUDE,
-    BadMessage,
-    ModelEnvelope,
-    RecordError,
-    parse_model_envelope,
-)
+from service.records import BadMessage, ModelEnvelope, RecordError, parse_model_envelope
+from service.records.state import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 
 CONFIG = ModelConfig(algorithm="dsal", cost=0.25, n_features=3)

@@ -12,19 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.records import (
-    DEAD_LETTER_REASONS,
     BadMessage,
     DeadLetter,
-    FeatureMoments,
     Label,
     LabelRequest,
-    label_request_from_dict,
     parse_feature_event,
     parse_label,
     parse_label_request,
 )
-from service.records.codec import decode_json, obj
-from service.records.wire import _label_request
+from service.records.codec import DEAD_LETTER_REASONS, decode_json, obj
+from service.records.wire import FeatureMoments, _label_request, label_request_from_dict
 
 
 def _reason(fn, raw: bytes, **kw) -> str:  # type: ignore[no-untyped-def]

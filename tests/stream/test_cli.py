@@ -14,13 +14,8 @@ import pytest
 
 from service.__main__ import main
 from service.config import Settings
-from service.records import (
-    SIGNATURE_HEADER,
-    Seed,
-    Signer,
-    parse_labels_record,
-    parse_model_envelope,
-)
+from service.records import SIGNATURE_HEADER, Signer, parse_model_envelope
+from service.records.labels import Seed, parse_labels_record
 from service.stream import cli
 from service.stream.labels.seed import SeedError, seed_model
 from service.stream.models.book import signer_for

@@ -17,21 +17,20 @@ from service.config import ConfigError, ModelConfig, Settings, load_settings
 from service.learning import RiskEstimate, learn_from_champion
 from service.metrics import Metrics
 from service.records import (
-    CHAMPIONS_KEY,
     BadMessage,
     Champions,
     Label,
     ModelEnvelope,
     PendingEntry,
-    Rollback,
     Signer,
     coin,
     parse_label_request,
-    parse_labels_record,
     parse_model_envelope,
-    parse_pending_entry,
     request_id,
 )
+from service.records.champions import CHAMPIONS_KEY
+from service.records.labels import Rollback, parse_labels_record
+from service.records.state import parse_pending_entry
 from service.stream import cli
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.joiner import LabelJoiner

@@ -41,8 +41,8 @@ from typing import Final
 
 import orjson
 
-from service.records import BadMessage, decode_object
-from service.records.codec import number, text
+from service.records import BadMessage
+from service.records.codec import decode_object, number, text
 
 __all__ = ["Session", "Sessions"]
 

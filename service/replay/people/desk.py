@@ -27,7 +27,8 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 
-from service.records import Correction, Label, LabelRequest, Opinion, Role
+from service.records import Correction, Label, LabelRequest, Opinion
+from service.records.labels import Role
 from service.replay.people.team import REVIEWER, Draws, People, labeller
 from service.stream.labels.review import second_opinion
 

@@ -28,7 +28,7 @@ from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssigno
 from aiokafka.errors import KafkaError
 
 from service.config import KafkaSecurity, Settings
-from service.records import dumps
+from service.records.codec import dumps
 from service.stream.errors import TopicError
 from service.stream.kafka.unreadable import Reader
 

@@ -38,7 +38,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from service.metrics import Metrics
-from service.records import DeadLetter, Reason, SkipOrder, Source
+from service.records import DeadLetter, Reason
+from service.records.reasons import Source
+from service.records.skips import SkipOrder
 from service.stream.errors import StreamError
 from service.stream.kafka.internals import FailedFetch, failed_fetch
 

@@ -25,16 +25,8 @@ from collections.abc import Callable
 
 from service.config import Settings
 from service.metrics import Metrics
-from service.records import (
-    BadMessage,
-    Correction,
-    ModelEnvelope,
-    RawMessage,
-    Reason,
-    Rollback,
-    Seed,
-    Signer,
-)
+from service.records import BadMessage, Correction, ModelEnvelope, RawMessage, Reason, Signer
+from service.records.labels import Rollback, Seed
 from service.stream.labels.corrector import Corrector
 from service.stream.labels.history import History
 from service.stream.labels.protocol import LabelOutcome, Outcome

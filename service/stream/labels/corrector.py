@@ -55,14 +55,12 @@ from service.records import (
     BadMessage,
     Correction,
     DeadLetter,
-    Note,
     RawMessage,
     Reason,
-    Source,
-    Step,
     parse_model_envelope,
-    parse_step,
 )
+from service.records.history import Note, Step, parse_step
+from service.records.reasons import Source
 from service.stream.labels.history import (
     Derived,
     History,

@@ -32,7 +32,6 @@ from dataclasses import replace
 from service.config import Settings
 from service.metrics import Metrics
 from service.records import (
-    IGNORED,
     BadMessage,
     Correction,
     DeadLetter,
@@ -40,18 +39,16 @@ from service.records import (
     LabelRequest,
     ModelEnvelope,
     Opinion,
-    ParkedLabel,
     PendingEntry,
     RawMessage,
     Reason,
-    Rollback,
-    Seed,
     Signer,
-    Source,
-    Step,
     parse_label_request,
-    parse_labels_record,
 )
+from service.records.history import Step
+from service.records.labels import Rollback, Seed, parse_labels_record
+from service.records.reasons import IGNORED, Source
+from service.records.state import ParkedLabel
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission

@@ -63,7 +63,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from service.config import Settings
-from service.records import DeadLetter, Reason, Source
+from service.records import DeadLetter, Reason
+from service.records.reasons import Source
 from service.stream.kafka.groups import (
     Rebalance,
     Starts,

@@ -31,15 +31,8 @@ from service.learning import (
     learner_for,
 )
 from service.learning.risk.shadow import Weighting
-from service.records import (
-    Label,
-    LabelRequest,
-    ModelEnvelope,
-    ParkedLabel,
-    PendingEntry,
-    Reason,
-    RecordError,
-)
+from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
+from service.records.state import ParkedLabel
 
 __all__ = [
     "LabelOutcome",

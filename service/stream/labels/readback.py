@@ -29,11 +29,10 @@ from service.records import (
     ModelEnvelope,
     RawMessage,
     Reason,
-    Source,
-    Step,
     parse_model_envelope,
-    parse_step,
 )
+from service.records.history import Step, parse_step
+from service.records.reasons import Source
 from service.stream.labels.history import (
     History,
     Job,

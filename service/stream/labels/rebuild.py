@@ -37,17 +37,14 @@ from service.records import (
     BadMessage,
     Correction,
     Label,
-    LabelsRecord,
     ModelEnvelope,
     Opinion,
     PendingEntry,
-    Rollback,
-    Seed,
-    Step,
     parse_label_request,
-    parse_labels_record,
     parse_model_envelope,
 )
+from service.records.history import Step
+from service.records.labels import LabelsRecord, Rollback, Seed, parse_labels_record
 from service.stream.labels.history import History, finish, job, note, run_job
 from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.labels.seed import adopt_seed, stale_order

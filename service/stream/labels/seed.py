@@ -50,9 +50,9 @@ from service.records import (
     ModelEnvelope,
     PendingEntry,
     Reason,
-    Seed,
     parse_model_envelope,
 )
+from service.records.labels import Seed
 from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.models.book import signer_for
 from service.stream.models.served import ServedModel, initial_envelope

@@ -29,16 +29,9 @@ from typing import Protocol
 
 import orjson
 
-from service.records import (
-    BadMessage,
-    ModelEnvelope,
-    ParkedLabel,
-    PendingEntry,
-    parse_model_envelope,
-    parse_parked_label,
-    parse_pending_entry,
-)
+from service.records import BadMessage, ModelEnvelope, PendingEntry, parse_model_envelope
 from service.records.admission import Admission
+from service.records.state import ParkedLabel, parse_parked_label, parse_pending_entry
 
 __all__ = ["ModelStore", "ParkedStore", "PendingStore", "PendingSummary", "QueueKey", "Table"]
 

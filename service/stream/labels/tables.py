@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from service.records import SIGNATURE_HEADER, Signer, dumps
+from service.records import SIGNATURE_HEADER, Signer
+from service.records.codec import dumps
 from service.stream.errors import StreamError
 from service.stream.kafka.produce import Headers, OutRecord
 from service.stream.kafka.unreadable import FetchFailed, Reader, Unreadable, UnreadableBatch

@@ -65,7 +65,6 @@ from typing import Any, Final
 
 from service.config import Settings
 from service.records import (
-    CHAMPIONS_KEY,
     SIGNATURE_HEADER,
     BadMessage,
     Champions,
@@ -73,12 +72,11 @@ from service.records import (
     RawMessage,
     Reason,
     Signer,
-    Source,
-    is_skip_key,
-    parse_champions,
     parse_model_envelope,
-    parse_skip_order,
 )
+from service.records.champions import CHAMPIONS_KEY, parse_champions
+from service.records.reasons import Source
+from service.records.skips import is_skip_key, parse_skip_order
 from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.topics import watched
 from service.stream.kafka.unreadable import (

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from service.config import Settings
-from service.records import CHAMPIONS_MAX_SERIAL, Champions
+from service.records import Champions
+from service.records.champions import CHAMPIONS_MAX_SERIAL
 from service.stream.models.served import ServedModel
 
 __all__ = ["Tally", "comparison", "promoted", "routes"]

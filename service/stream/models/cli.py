@@ -38,17 +38,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
-from service.records import (
-    CHAMPIONS_KEY,
-    CHAMPIONS_MAX_SERIAL,
-    SIGNATURE_HEADER,
-    BadMessage,
-    Champions,
-    Rollback,
-    decode_json,
-    dumps,
-    parse_champions,
-)
+from service.records import SIGNATURE_HEADER, BadMessage, Champions
+from service.records.champions import CHAMPIONS_KEY, CHAMPIONS_MAX_SERIAL, parse_champions
+from service.records.codec import decode_json, dumps
+from service.records.labels import Rollback
 from service.stream.errors import StreamError
 from service.stream.kafka.clients import produce_one, read_topic
 from service.stream.models.book import ModelBook, champions_rank, signer_for

@@ -32,9 +32,9 @@ from service.records import (
     DeadLetter,
     FeatureEvent,
     RawMessage,
-    Source,
     parse_feature_event,
 )
+from service.records.reasons import Source
 from service.stream.models.served import ServedModel
 
 __all__ = ["Limits", "Messages", "ParsedEvent", "Rows", "parse_batch", "parse_event"]

@@ -33,12 +33,12 @@ from service.records import (
     DeadLetter,
     Decision,
     FeatureEvent,
-    FeatureMoments,
     LabelRequest,
     RawMessage,
-    Source,
 )
 from service.records.ids import coins, request_ids
+from service.records.reasons import Source
+from service.records.wire import FeatureMoments
 from service.stream.models.served import ServedModel
 from service.stream.scoring.batch import (
     Limits,

@@ -27,8 +27,8 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from service.records import FeatureMoments
 from service.records.ids import request_ids
+from service.records.wire import FeatureMoments
 
 __all__ = ["decisions", "floats", "label_requests", "priorities"]
 

@@ -40,16 +40,9 @@ import numpy as np
 from service.config import LabelBudget, ModelConfig, Settings
 from service.learning import CollapseWatch, Moments, QueryBudget
 from service.metrics import Metrics
-from service.records import (
-    Action,
-    Champions,
-    DeadLetter,
-    FeatureMoments,
-    LabelRequest,
-    RawMessage,
-    Reason,
-    Source,
-)
+from service.records import Action, Champions, DeadLetter, LabelRequest, RawMessage, Reason
+from service.records.reasons import Source
+from service.records.wire import FeatureMoments
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import Column, Outgoing
 from service.stream.models.served import ServedModel

@@ -10,7 +10,8 @@ import pytest
 
 from service.desk.errors import Refused
 from service.desk.leases import LeaseRecord
-from service.records import Correction, Label, parse_labels_record
+from service.records import Correction, Label
+from service.records.labels import parse_labels_record
 
 from .harness import ANN, BOB, RITA, Replica, Topics, answered, deployment, ids, req
 

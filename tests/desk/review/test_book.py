@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from service.desk.leases import LeaseRecord
 from service.desk.review import ReviewBook
-from service.records import Correction, Label, Opinion, PendingEntry, parse_labels_record
+from service.records import Correction, Label, Opinion, PendingEntry
+from service.records.labels import parse_labels_record
 from service.stream.kafka.topics import table_topic
 
 from .harness import ANN, BOB, KEY, Replica, Topics, answered, deployment, ids, req

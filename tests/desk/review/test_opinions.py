@@ -11,7 +11,8 @@ import pytest
 
 from service.desk.auth.accounts import Person
 from service.desk.errors import Refused
-from service.records import Opinion, parse_labels_record
+from service.records import Opinion
+from service.records.labels import parse_labels_record
 
 from .harness import ANN, BOB, CAT, RITA, Replica, Topics, answered, deployment, ids, req
 

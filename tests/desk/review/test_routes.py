@@ -19,7 +19,8 @@ from service.desk.auth.logins import LoginGate
 from service.desk.auth.passwords import hash_password
 from service.desk.auth.sessions import Sessions
 from service.desk.web import DeskWeb
-from service.records import Label, Opinion, parse_labels_record
+from service.records import Label, Opinion
+from service.records.labels import parse_labels_record
 
 from .harness import ANN, BOB, Replica, Topics, answered, deployment, req
 

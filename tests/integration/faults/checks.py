@@ -26,7 +26,7 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import Moments, Parts, Pipeline, is_adaptive_state, learner_for
-from service.records import MAX_MAGNITUDE
+from service.records.state import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 from service.stream.models.served import served_learner as config_learner
 

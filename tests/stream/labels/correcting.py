@@ -13,15 +13,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.records import (
-    Correction,
-    FeatureMoments,
-    Label,
-    ModelEnvelope,
-    RawMessage,
-    Signer,
-    request_id,
-)
+from service.records import Correction, Label, ModelEnvelope, RawMessage, Signer, request_id
+from service.records.wire import FeatureMoments
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.history import Derived, History, Job, run_job

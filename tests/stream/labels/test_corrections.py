@@ -9,14 +9,9 @@ import orjson
 import pytest
 
 from service.config import CorrectionsConfig
-from service.records import (
-    Correction,
-    Opinion,
-    Rollback,
-    Signer,
-    dumps,
-    request_id,
-)
+from service.records import Correction, Opinion, Signer, request_id
+from service.records.codec import dumps
+from service.records.labels import Rollback
 from service.stream.labels.rebuild import summary
 
 from ..memory import CFG, MemoryKafka

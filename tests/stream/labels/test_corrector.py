@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from service.records import Rollback, Seed, Signer
+from service.records import Signer
+from service.records.labels import Rollback, Seed
 from service.stream.labels.corrector import MIN_GAP
 
 from ..memory import MemoryKafka

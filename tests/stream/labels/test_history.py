@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from service.config import CorrectionsConfig, ModelConfig, Settings
-from service.records import ModelEnvelope, Step, request_id
+from service.records import ModelEnvelope, request_id
+from service.records.history import Step
 from service.stream.labels.history import History
 from service.stream.models.served import initial_envelope
 

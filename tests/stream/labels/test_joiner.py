@@ -11,14 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.records import (
-    Label,
-    ModelEnvelope,
-    PendingEntry,
-    parse_model_envelope,
-    parse_pending_entry,
-    request_id,
-)
+from service.records import Label, ModelEnvelope, PendingEntry, parse_model_envelope, request_id
+from service.records.state import parse_pending_entry
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
 from service.stream.labels.joiner import LabelJoiner

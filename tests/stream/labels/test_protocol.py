@@ -18,7 +18,9 @@ from service.learning import (
     serving_pipeline,
 )
 from service.learning.adaptive import tracking_steps
-from service.records import FeatureMoments, Label, parse_parked_label
+from service.records import Label
+from service.records.state import parse_parked_label
+from service.records.wire import FeatureMoments
 from service.stream.labels.protocol import apply_label, park_label, zero_one_d_loss
 from service.stream.models.served import ServedModel, initial_envelope
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from service.records import Step
+from service.records.history import Step
 from service.stream.labels.history import Job
 from service.stream.labels.history.runner import InlineRunner, ProcessRunner
 from service.stream.models.served import initial_envelope

@@ -16,14 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.records import (
-    Label,
-    LabelRequest,
-    Seed,
-    Signer,
-    parse_model_envelope,
-    request_id,
-)
+from service.records import Label, LabelRequest, Signer, parse_model_envelope, request_id
+from service.records.labels import Seed
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.rebuild import LogRecord, rebuild_model
 from service.stream.labels.seed import SeedError, adopt_seed, read_rows, seed_model

@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.records import FeatureMoments, Label, PendingEntry
+from service.records import Label, PendingEntry
+from service.records.wire import FeatureMoments
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore, PendingSummary, Table
 from service.stream.models.served import initial_envelope
 

@@ -9,15 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.learning import Adaptive
-from service.records import (
-    BadMessage,
-    Label,
-    ModelEnvelope,
-    RawMessage,
-    Signer,
-    SkipOrder,
-    request_id,
-)
+from service.records import BadMessage, Label, ModelEnvelope, RawMessage, Signer, request_id
+from service.records.skips import SkipOrder
 from service.stream.kafka.unreadable import UnreadableBatch
 from service.stream.labels.protocol import apply_label
 from service.stream.models.book import HOLD_BACK, ModelBook, signer_for

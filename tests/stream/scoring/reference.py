@@ -25,15 +25,14 @@ from service.records import (
     DeadLetter,
     Decision,
     FeatureEvent,
-    FeatureMoments,
     LabelRequest,
     RawMessage,
-    Source,
     coin,
     parse_feature_event,
-    plain_feature_row,
     request_id,
 )
+from service.records.reasons import Source
+from service.records.wire import FeatureMoments, plain_feature_row
 from service.stream.kafka.produce import OutRecord
 from service.stream.models.served import ServedModel
 from service.stream.outputs import Outputs

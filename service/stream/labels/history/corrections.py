@@ -31,15 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from service.records import (
-    BadMessage,
-    Correction,
-    ModelEnvelope,
-    Note,
-    PendingEntry,
-    Reason,
-    Step,
-)
+from service.records import BadMessage, Correction, ModelEnvelope, PendingEntry, Reason
+from service.records.history import Note, Step
 from service.stream.labels.history.derive import Job
 from service.stream.labels.history.index import History
 

@@ -21,14 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from service.config import Settings
-from service.records import (
-    Label,
-    ModelEnvelope,
-    PendingEntry,
-    Step,
-    parse_model_envelope,
-    parse_step,
-)
+from service.records import Label, ModelEnvelope, PendingEntry, parse_model_envelope
+from service.records.history import Step, parse_step
 from service.stream.labels.protocol import Outcome, apply_shadow_label, teach
 
 __all__ = ["Derived", "Job", "Rederived", "rederive", "run_job"]

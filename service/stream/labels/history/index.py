@@ -46,8 +46,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from service.config import Settings
-from service.records import BadMessage, ModelEnvelope, Step, parse_model_envelope, parse_step
+from service.records import BadMessage, ModelEnvelope, parse_model_envelope
 from service.records.admission import Admission
+from service.records.history import Step, parse_step
 from service.stream.labels.state import Table
 
 __all__ = ["History", "Plan", "checkpoint_key", "step_key"]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from service.records import BadMessage, Correction, Label, ModelEnvelope, Step, parse_labels_record
+from service.records import BadMessage, Correction, Label, ModelEnvelope
+from service.records.history import Step
+from service.records.labels import parse_labels_record
 
 __all__ = ["refuted", "same_state"]
 
@@ -26,7 +28,8 @@ def refuted(steps: Sequence[Step], records: Mapping[int, bytes | None]) -> list[
     request with the label it was first given, or a note is not a correction of it to its
     label by its author in its role.
 
-    >>> from service.records import LabelRequest, Note
+    >>> from service.records import LabelRequest
+    >>> from service.records.history import Note
     >>> req = LabelRequest("r1", "e1", "m", [1.0], 0.5, 1.0, 1, 0.25, 3, 10.0, 70.0, 0.4)
     >>> step = Step("m", 0, 0, 7, req, 1, 1, "alice", 11.0, 11.0)
     >>> refuted([step], {7: Label("r1", "m", 1, "alice", 11.0).to_json()})
