@@ -32,7 +32,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.config import ModelConfig  # noqa: E402
-from service.learning import Moments, default_pipeline  # noqa: E402
+from service.learning import default_pipeline  # noqa: E402
+from service.learning.moments import Moments
 from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, RawMessage, request_id
 from service.records.wire import FeatureMoments
 from service.stream.labels.protocol import apply_label  # noqa: E402

@@ -69,7 +69,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
-from service.learning import DEFAULT_TAU, default_ds_eta, default_pipeline, serving_pipeline  # noqa: E402
+from service.learning import default_pipeline, serving_pipeline  # noqa: E402
+from service.learning.schedules import DEFAULT_TAU, default_ds_eta  # noqa: E402
 from service.replay.options import ReplayOptions, served_options  # noqa: E402
 from service.replay.prequential import Trace, run_stream  # noqa: E402
 from service.replay.protocol import plan_trials  # noqa: E402

@@ -3,50 +3,34 @@ r"""Online active learning of reject-option classifiers (Shah & Manwani, AAAI 20
 A pure library: it imports numpy and the standard library only, so stream workers,
 the replay command and notebooks share one implementation.
 
-* Losses and decisions: :mod:`.losses` ($h_\rho$, $L_d$, $L_{dr}$, $L_{ds}$, gradients).
-* Linear learners $f(x) = w \cdot x$: :class:`DRAL`, :class:`DSAL`, :class:`DSOL`.
-* Kernel learners with a bounded support set: :class:`KernelDRAL`, :class:`KernelDSAL`,
-  :class:`KernelDSOL`.
-* Query budgets: :class:`QueryBudget` (ask at a target rate, fraction of events or labels
-  per second, the most informative events first; every decision's ``query_probability``
-  is the true one) and :class:`Budgeted` (any learner held to a budget);
-  :class:`BudgetRows` does the same for the rows of a :class:`BatchLearner`.
-* Collapse: :class:`CollapseWatch` tells when a model rejects (nearly) everything while
-  $\rho$ keeps growing. The kernel learners' defaults avoid it: a data-scaled RBF width
-  (:class:`ScaledRBFKernel`) and a capped $\rho$ (``rho_cap``, :data:`DEFAULT_RHO_CAP`).
-* Step sizes: :class:`Constant`, :class:`InverseTime`, :class:`DSALTheory`. Without
-  ``eta`` a learner builds its default from its width $n$ = ``n_features`` (intercept
-  included; for standardised features $\|x\|^2 \approx n$):
-  :func:`default_ds_eta` $= 5/(\gamma^2(n+1)) / (1 + t/1000)$ (DSAL, DSOL),
-  :func:`default_dral_eta` $= 1.5/(n+1) / (1 + t/1000)$ (DRAL), and for the kernel
-  learners the constants :func:`default_kernel_ds_eta` $= 5/(\gamma^2(\bar K+1))$ and
-  :func:`default_kernel_dral_eta` $= 1.5/(\bar K+1)$ with $\bar K = K(x, x)$ at
-  $\|x\|^2 = n$ (in :mod:`.schedules` and :mod:`.kernel.defaults`, with the evidence from
-  ``docs/results/replay/index.md``);
-  :data:`DEFAULT_GAMMA` (1), :data:`DEFAULT_TAU` (1000).
-* Preprocessing: :class:`OnlineStandardizer`, :class:`Intercept`, :class:`Pipeline`;
-  :func:`serving_pipeline`, what a model serves (a standardiser that takes in the
-  :class:`Moments` of every event the scorers see, then one of the labelled rows).
-* Update rules of the linear learners (``update_rule``): ``"sgd"``, the papers' step, and
-  ``"normalized"`` (:mod:`.linear.normalized`: importance-weight aware, per-coordinate
-  adaptive, $\rho$ in the units of the score).
-* Many independent linear learners in lockstep (the replay): :class:`BatchLearner`,
-  with :class:`BatchStandardizer` for per-run online standardisation.
-* Risk and shadows: :class:`RiskEstimate` (importance-weighted 0-d-1 risk with a score
-  interval, :func:`importance_weight` capped as the stream caps it); a shadow model learns
-  from a champion's labels with :func:`learn_from_champion` and is judged by a
-  :class:`Scorecard` (:class:`Comparison`: risk, interval, reject rate, labels).
-* Change: :class:`Adaptive` wraps any learner with change detection (:mod:`.drift`),
-  challengers and exploration; :func:`serving_learner` and :func:`learner_for` build the
-  learner a model serves (the wrapper with the :class:`Parts` its configuration turns on).
-* State: versioned JSON-safe records (:mod:`.state`), :func:`learner_from_state`.
+The package exports what a user builds a model from (24 names):
 
-Where things live: one folder per family (:mod:`.linear`, :mod:`.kernel`, :mod:`.budget`,
-:mod:`.risk`) over the shared modules (:mod:`.base`, :mod:`.losses`, :mod:`.rules`,
-:mod:`.schedules`, :mod:`.preprocessing`, :mod:`.state`); :mod:`.registry` names every
-learner (what :func:`make_learner`, :func:`learner_from_state`, the contract suite, the
-settings and the chart take their algorithms from), and :mod:`.batch` batches the linear
-ones it finds there. ``docs/reference/architecture.md`` draws the layers.
+* the learners: :class:`DRAL`, :class:`DSAL`, :class:`DSOL` (linear, $f(x) = w \cdot x$)
+  and :class:`KernelDRAL`, :class:`KernelDSAL`, :class:`KernelDSOL` (a bounded support set);
+  :func:`make_learner` builds one by name, :func:`learner_from_state` from its record;
+* what a worker serves around them: :class:`Adaptive` (change detection, challengers and
+  exploration, the :class:`Parts` a configuration turns on), :func:`serving_learner` and
+  :func:`learner_for`; :class:`Budgeted` and :class:`QueryBudget` (labels at a target
+  rate); :class:`Pipeline`, :func:`default_pipeline` and :func:`serving_pipeline` (the
+  standardisers in front);
+* :class:`Decision`, what ``decide`` returns; :class:`RiskEstimate`, the importance-weighted
+  0-d-1 risk with its interval; :func:`learn_from_champion`, how a shadow learns;
+* the errors: :class:`LearningError` and its :class:`HyperparameterError`,
+  :class:`InputError`, :class:`StateError`.
+
+Everything else is imported from its family or module:
+
+* :mod:`.linear` (the linear learners, ``UPDATES``: ``"sgd"``, the paper's step, and
+  ``"normalized"``, importance-weight aware and per-coordinate adaptive), :mod:`.kernel`
+  (kernels, the kernel learners' defaults), :mod:`.budget`, :mod:`.risk` (estimates,
+  scorecards, the collapse watch), :mod:`.adaptive`, :mod:`.drift` (ADWIN, Page-Hinkley);
+* :mod:`.losses` ($h_\rho$, $L_d$, $L_{dr}$, $L_{ds}$, gradients and query rules),
+  :mod:`.schedules` (step sizes and the learners' default steps), :mod:`.preprocessing`
+  (standardisers, the intercept), :mod:`.moments` (per-feature moments that merge exactly),
+  :mod:`.batch` (many linear learners in lockstep, for the replay), :mod:`.registry` (every
+  learner by name), :mod:`.state` (versioned JSON-safe records), :mod:`.errors`.
+
+``docs/reference/architecture.md`` draws the layers.
 
 Exception tree (every class is a ``ValueError`` and an ``AbstainError``, the root of the
 package-wide tree in :mod:`service.errors`, a standard-library-only module)::
@@ -66,184 +50,39 @@ package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 0
 """
 
-from .adaptive import Adaptive, Parts, is_adaptive_state, learner_for, serving_learner
+from .adaptive import Adaptive, Parts, learner_for, serving_learner
 from .base import Decision
-from .batch import BatchLearner, BatchStandardizer
-from .budget.budgeted import Budgeted
-from .budget.query import BudgetReport, BudgetRows, QueryBudget
-from .errors import (
-    DimensionError,
-    HyperparameterError,
-    InputError,
-    LabelError,
-    LearningError,
-    NonFiniteError,
-    StateError,
-)
-from .kernel.defaults import default_kernel_dral_eta, default_kernel_ds_eta
-from .kernel.dral import KernelDRAL
-from .kernel.dsal import KernelDSAL, KernelDSOL
-from .kernel.kernels import (
-    Kernel,
-    LinearKernel,
-    PolynomialKernel,
-    RBFKernel,
-    ScaledRBFKernel,
-    kernel_from_config,
-)
-from .kernel.learner import DEFAULT_BUDGET, DEFAULT_RHO_CAP, KernelLearner
-from .linear.dral import DRAL
-from .linear.dsal import DSAL, DSOL
-from .linear.learner import UPDATES, LinearLearner
-from .losses import (
-    double_ramp_gradient,
-    double_ramp_loss,
-    double_ramp_query,
-    double_ramp_query_utility,
-    double_sigmoid_gradient,
-    double_sigmoid_loss,
-    double_sigmoid_query_probability,
-    reject_decision,
-    sigmoid,
-    sigmoid_slope,
-    zero_d_one_loss,
-)
-from .moments import Moments
-from .preprocessing import (
-    LABEL_PRIOR,
-    Intercept,
-    OnlineStandardizer,
-    Pipeline,
-    default_pipeline,
-    preprocessor_from_state,
-    serving_pipeline,
-)
-from .registry import (
-    ALGORITHM_NAMES,
-    ALGORITHMS,
-    FULL_LABEL_ALGORITHMS,
-    KERNEL_ALGORITHMS,
-    LEARNERS,
-    LINEAR_ALGORITHMS,
-    Learner,
-    learner_from_state,
-    make_learner,
-)
-from .risk.collapse import CollapseStatus, CollapseWatch
-from .risk.estimate import (
-    DEFAULT_LEVEL,
-    DEFAULT_MAX_WEIGHT,
-    RiskEstimate,
-    RiskInterval,
-    importance_weight,
-)
-from .risk.shadow import (
-    ESTIMATORS,
-    WEIGHTINGS,
-    Comparison,
-    Scorecard,
-    decision_loss,
-    learn_from_champion,
-)
-from .schedules import (
-    DEFAULT_GAMMA,
-    DEFAULT_TAU,
-    Constant,
-    DSALTheory,
-    InverseTime,
-    Schedule,
-    default_dral_eta,
-    default_ds_eta,
-    schedule_from_config,
-)
+from .budget import Budgeted, QueryBudget
+from .errors import HyperparameterError, InputError, LearningError, StateError
+from .kernel import KernelDRAL, KernelDSAL, KernelDSOL
+from .linear import DRAL, DSAL, DSOL
+from .preprocessing import Pipeline, default_pipeline, serving_pipeline
+from .registry import learner_from_state, make_learner
+from .risk import RiskEstimate, learn_from_champion
 
 __all__ = [
-    "Adaptive",
-    "Parts",
-    "is_adaptive_state",
-    "learner_for",
-    "serving_learner",
-    "Comparison",
-    "DEFAULT_LEVEL",
-    "DEFAULT_MAX_WEIGHT",
-    "RiskEstimate",
-    "RiskInterval",
-    "Scorecard",
-    "ESTIMATORS",
-    "WEIGHTINGS",
-    "decision_loss",
-    "importance_weight",
-    "learn_from_champion",
-    "BudgetReport",
-    "BudgetRows",
-    "Budgeted",
-    "CollapseStatus",
-    "CollapseWatch",
-    "DEFAULT_RHO_CAP",
-    "QueryBudget",
-    "ScaledRBFKernel",
-    "double_ramp_query_utility",
-    "DEFAULT_BUDGET",
-    "DEFAULT_GAMMA",
-    "DEFAULT_TAU",
-    "kernel_from_config",
-    "RBFKernel",
-    "PolynomialKernel",
-    "LinearKernel",
-    "KernelLearner",
-    "KernelDSOL",
-    "KernelDSAL",
-    "KernelDRAL",
-    "Kernel",
-    "BatchLearner",
-    "BatchStandardizer",
-    "ALGORITHMS",
     "DRAL",
     "DSAL",
     "DSOL",
-    "Constant",
-    "DSALTheory",
+    "Adaptive",
+    "Budgeted",
     "Decision",
-    "DimensionError",
     "HyperparameterError",
     "InputError",
-    "Intercept",
-    "InverseTime",
-    "LabelError",
-    "Learner",
-    "ALGORITHM_NAMES",
-    "FULL_LABEL_ALGORITHMS",
-    "KERNEL_ALGORITHMS",
-    "LEARNERS",
-    "LINEAR_ALGORITHMS",
+    "KernelDRAL",
+    "KernelDSAL",
+    "KernelDSOL",
     "LearningError",
-    "LinearLearner",
-    "LABEL_PRIOR",
-    "Moments",
-    "UPDATES",
-    "serving_pipeline",
-    "NonFiniteError",
-    "OnlineStandardizer",
+    "Parts",
     "Pipeline",
-    "Schedule",
+    "QueryBudget",
+    "RiskEstimate",
     "StateError",
-    "default_dral_eta",
-    "default_ds_eta",
-    "default_kernel_dral_eta",
-    "default_kernel_ds_eta",
     "default_pipeline",
-    "double_ramp_gradient",
-    "double_ramp_loss",
-    "double_ramp_query",
-    "double_sigmoid_gradient",
-    "double_sigmoid_loss",
-    "double_sigmoid_query_probability",
+    "learn_from_champion",
+    "learner_for",
     "learner_from_state",
     "make_learner",
-    "preprocessor_from_state",
-    "reject_decision",
-    "schedule_from_config",
-    "sigmoid",
-    "sigmoid_slope",
-    "zero_d_one_loss",
+    "serving_learner",
+    "serving_pipeline",
 ]

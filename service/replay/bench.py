@@ -35,13 +35,10 @@ import numpy as np
 import numpy.typing as npt
 
 from service.datasets import DatasetError, load_dataset, resolve_dataset_path
-from service.learning import (
-    LINEAR_ALGORITHMS,
-    UPDATES,
-    OnlineStandardizer,
-    learner_from_state,
-    make_learner,
-)
+from service.learning import learner_from_state, make_learner
+from service.learning.linear import UPDATES
+from service.learning.preprocessing import OnlineStandardizer
+from service.learning.registry import LINEAR_ALGORITHMS
 from service.replay.errors import ReplayConfigError, ReplayError
 from service.replay.options import ReplayOptions
 from service.replay.runner import replay

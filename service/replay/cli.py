@@ -62,7 +62,8 @@ from typing import Any
 from tqdm import tqdm
 
 from service.datasets import DatasetError, load_dataset, resolve_dataset_path
-from service.learning import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT, LearningError, Parts
+from service.learning import LearningError, Parts
+from service.learning.risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT
 from service.replay.errors import ReplayConfigError, ReplayError
 from service.replay.options import (
     KERNEL_NAMES,

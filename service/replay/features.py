@@ -18,7 +18,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import BatchStandardizer, Intercept, Moments, OnlineStandardizer, Pipeline
+from service.learning import Pipeline
+from service.learning.batch import BatchStandardizer
+from service.learning.moments import Moments
+from service.learning.preprocessing import Intercept, OnlineStandardizer
 from service.replay.errors import ReplayConfigError
 from service.replay.protocol import TrialPlan
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.config import ModelConfig
-from service.learning import ALGORITHMS as LEARNER_CLASSES
-from service.learning import UPDATES, Parts
+from service.learning import Parts
+from service.learning.linear import UPDATES
+from service.learning.registry import ALGORITHMS as LEARNER_CLASSES
 from service.replay.errors import ReplayConfigError
 from service.replay.protocol import (
     ALGORITHMS,

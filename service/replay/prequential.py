@@ -36,7 +36,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import Adaptive, Budgeted, Pipeline, zero_d_one_loss
+from service.learning import Adaptive, Budgeted, Pipeline
+from service.learning.losses import zero_d_one_loss
 from service.replay.errors import ReplayConfigError
 from service.replay.features import LabelScaler
 from service.replay.sequential import detecting, learn_function

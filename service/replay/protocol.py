@@ -29,8 +29,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import KERNEL_ALGORITHMS, LINEAR_ALGORITHMS
 from service.learning.losses import zero_d_one_loss
+from service.learning.registry import KERNEL_ALGORITHMS, LINEAR_ALGORITHMS
 from service.replay.errors import ReplayConfigError
 from service.replay.results import ReplayResult, Series, Variant, time_grid
 

@@ -26,8 +26,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import FULL_LABEL_ALGORITHMS as LEARNING_FULL_LABEL
 from service.learning import QueryBudget
+from service.learning.registry import FULL_LABEL_ALGORITHMS as LEARNING_FULL_LABEL
 from service.replay.errors import ReplayConfigError
 
 __all__ = [

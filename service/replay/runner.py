@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import BatchLearner
+from service.learning.batch import BatchLearner
 from service.replay.features import RunFeatures
 from service.replay.options import ReplayOptions, accepted_params, check_params, params_for
 from service.replay.protocol import (

@@ -32,15 +32,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import (
-    DEFAULT_MAX_WEIGHT,
-    Adaptive,
-    Budgeted,
-    QueryBudget,
-    serving_learner,
-    serving_pipeline,
-    zero_d_one_loss,
-)
+from service.learning import Adaptive, Budgeted, QueryBudget, serving_learner, serving_pipeline
+from service.learning.losses import zero_d_one_loss
+from service.learning.risk import DEFAULT_MAX_WEIGHT
 from service.replay.features import LabelScaler, RunFeatures
 from service.replay.options import ReplayOptions, learner_kwargs
 from service.replay.protocol import Progress, TrialPlan

@@ -42,17 +42,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.learning import (
-    ALGORITHM_NAMES,
+from service.learning import Decision, LearningError, learn_from_champion, make_learner
+from service.learning.registry import ALGORITHM_NAMES
+from service.learning.risk import (
     DEFAULT_LEVEL,
     DEFAULT_MAX_WEIGHT,
     WEIGHTINGS,
-    Decision,
-    LearningError,
     Scorecard,
     decision_loss,
-    learn_from_champion,
-    make_learner,
 )
 from service.learning.risk.shadow import Weighting
 from service.replay.errors import ReplayConfigError

@@ -424,7 +424,7 @@ def test_chart_ships_the_same_alert_rules_file() -> None:
 
 
 def test_the_chart_schema_accepts_exactly_the_algorithms_the_service_knows() -> None:
-    from service.learning import ALGORITHM_NAMES
+    from service.learning.registry import ALGORITHM_NAMES
 
     schema: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
     model = schema["properties"]["config"]["properties"]["models"]["additionalProperties"]

@@ -23,7 +23,8 @@ from faults.data import label_request
 from faults.kafkaio import Out, produce_records
 from faults.workers import wait_until
 
-from service.learning import Moments, Pipeline
+from service.learning import Pipeline
+from service.learning.moments import Moments
 from service.records import request_id
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 
 from service.config import ModelConfig
-from service.learning import Moments, learn_from_champion
+from service.learning import learn_from_champion
+from service.learning.moments import Moments
 from service.records import parse_model_envelope
 from service.stream.models.served import ServedModel
 

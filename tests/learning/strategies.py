@@ -7,16 +7,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as hst
 
-from service.learning import (
-    ALGORITHM_NAMES,
-    DRAL,
-    DSAL,
-    DSOL,
-    KernelDRAL,
-    KernelDSAL,
-    KernelDSOL,
-    make_learner,
-)
+from service.learning import DRAL, DSAL, DSOL, KernelDRAL, KernelDSAL, KernelDSOL, make_learner
+from service.learning.registry import ALGORITHM_NAMES
 
 costs = hst.floats(min_value=0.01, max_value=0.49)
 gammas = hst.floats(min_value=0.1, max_value=5.0)

@@ -7,21 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from service.learning import (
-    DRAL,
-    DSAL,
-    DSOL,
-    BatchLearner,
-    BatchStandardizer,
-    Constant,
-    DimensionError,
-    HyperparameterError,
-    InputError,
-    InverseTime,
-    LabelError,
-    NonFiniteError,
-    OnlineStandardizer,
-)
+from service.learning import DRAL, DSAL, DSOL, HyperparameterError, InputError
+from service.learning.batch import BatchLearner, BatchStandardizer
+from service.learning.errors import DimensionError, LabelError, NonFiniteError
+from service.learning.preprocessing import OnlineStandardizer
+from service.learning.schedules import Constant, InverseTime
 
 from .strategies import noisy_stream
 

@@ -20,21 +20,19 @@ import numpy as np
 import pytest
 
 from service.learning import (
-    LINEAR_ALGORITHMS,
     Adaptive,
     Budgeted,
-    DimensionError,
     HyperparameterError,
     InputError,
-    LabelError,
     LearningError,
-    NonFiniteError,
     Parts,
     QueryBudget,
     learner_for,
     learner_from_state,
     make_learner,
 )
+from service.learning.errors import DimensionError, LabelError, NonFiniteError
+from service.learning.registry import LINEAR_ALGORITHMS
 
 from .strategies import LEARNER_NAMES, learner_factory, noisy_stream
 

@@ -13,18 +13,19 @@ from service.learning import (
     DRAL,
     DSAL,
     DSOL,
-    Constant,
-    DSALTheory,
     HyperparameterError,
-    InverseTime,
     KernelDRAL,
     KernelDSAL,
     KernelDSOL,
+    make_learner,
+)
+from service.learning.kernel import default_kernel_dral_eta, default_kernel_ds_eta
+from service.learning.schedules import (
+    Constant,
+    DSALTheory,
+    InverseTime,
     default_dral_eta,
     default_ds_eta,
-    default_kernel_dral_eta,
-    default_kernel_ds_eta,
-    make_learner,
 )
 
 from .strategies import gammas

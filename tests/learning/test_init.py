@@ -23,7 +23,7 @@ def test_everything_in_all_is_importable_and_documented() -> None:
             assert obj.__doc__, f"{name} has no docstring"
 
 
-def test_the_contract_names_are_exported() -> None:
+def test_the_package_exports_what_a_model_is_built_from_and_no_more() -> None:
     expected = {
         "DRAL",
         "DSAL",
@@ -33,17 +33,30 @@ def test_the_contract_names_are_exported() -> None:
         "KernelDSOL",
         "make_learner",
         "learner_from_state",
+        "serving_learner",
         "Pipeline",
-        "OnlineStandardizer",
-        "Intercept",
         "LearningError",
         "StateError",
-        "BatchLearner",
     }
     assert expected <= set(learning.__all__)
+    assert len(learning.__all__) <= 25
+    assert len(set(learning.__all__)) == len(learning.__all__)
+
+
+def test_each_family_exports_its_own_names() -> None:
+    import importlib
+
+    families = ("adaptive", "budget", "drift", "kernel", "linear", "risk")
+    for family in families:
+        module = importlib.import_module(f"service.learning.{family}")
+        assert module.__all__, family
+        for name in module.__all__:
+            assert getattr(module, name) is not None, (family, name)
 
 
 def test_every_error_is_a_value_error_under_learning_error() -> None:
+    from service.learning import errors
+
     for name in (
         "HyperparameterError",
         "InputError",
@@ -52,6 +65,6 @@ def test_every_error_is_a_value_error_under_learning_error() -> None:
         "LabelError",
         "StateError",
     ):
-        cls = getattr(learning, name)
+        cls = getattr(errors, name)
         assert issubclass(cls, learning.LearningError)
         assert issubclass(cls, ValueError)

@@ -12,18 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from service.learning import (
-    LABEL_PRIOR,
-    Intercept,
-    Moments,
-    OnlineStandardizer,
-    Pipeline,
-    default_pipeline,
-    preprocessor_from_state,
-    serving_pipeline,
-)
+from service.learning import Pipeline, default_pipeline, serving_pipeline
 from service.learning.errors import DimensionError, InputError
-from service.learning.preprocessing import MERGE_FLOOR
+from service.learning.moments import Moments
+from service.learning.preprocessing import (
+    LABEL_PRIOR,
+    MERGE_FLOOR,
+    Intercept,
+    OnlineStandardizer,
+    preprocessor_from_state,
+)
 
 rows = hst.lists(
     hst.lists(hst.floats(min_value=-1e3, max_value=1e3), min_size=3, max_size=3),

@@ -11,17 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from service.learning import (
-    DimensionError,
-    HyperparameterError,
-    Intercept,
-    NonFiniteError,
-    OnlineStandardizer,
-    Pipeline,
-    StateError,
-    default_pipeline,
-    preprocessor_from_state,
-)
+from service.learning import HyperparameterError, Pipeline, StateError, default_pipeline
+from service.learning.errors import DimensionError, NonFiniteError
+from service.learning.preprocessing import Intercept, OnlineStandardizer, preprocessor_from_state
 
 
 @settings(max_examples=40, deadline=None)

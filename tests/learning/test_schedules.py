@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from service.learning import (
+from service.learning import HyperparameterError
+from service.learning.schedules import (
     Constant,
     DSALTheory,
-    HyperparameterError,
     InverseTime,
+    as_schedule,
     schedule_from_config,
 )
-from service.learning.schedules import as_schedule
 
 
 def test_inverse_time_halves_after_tau_labels() -> None:

@@ -12,13 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from service.learning import (
-    DSAL,
-    KernelDSAL,
-    LearningError,
-    StateError,
-    learner_from_state,
-)
+from service.learning import DSAL, KernelDSAL, LearningError, StateError, learner_from_state
 from service.learning import state as st
 
 from .strategies import noisy_stream

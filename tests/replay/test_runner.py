@@ -270,7 +270,8 @@ def test_labelled_only_standardiser_follows_the_stream_service(guide_like: Datas
 
 
 def test_learners_with_step_bounds_run_one_at_a_time(guide_like: Dataset) -> None:
-    from service.learning import DSAL, BatchLearner, HyperparameterError
+    from service.learning import DSAL, HyperparameterError
+    from service.learning.batch import BatchLearner
     from service.replay import runner
 
     X, y = guide_like

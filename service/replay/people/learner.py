@@ -42,7 +42,9 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.learning import DEFAULT_MAX_WEIGHT, Budgeted, Decision, Moments, QueryBudget
+from service.learning import Budgeted, Decision, QueryBudget
+from service.learning.moments import Moments
+from service.learning.risk import DEFAULT_MAX_WEIGHT
 from service.metrics import Metrics
 from service.records import (
     Correction,

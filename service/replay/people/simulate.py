@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.config import ModelConfig
-from service.learning import zero_d_one_loss
+from service.learning.losses import zero_d_one_loss
 from service.records import LabelRequest, ModelEnvelope
 from service.replay.errors import ReplayConfigError
 from service.replay.people.desk import Desk, Work

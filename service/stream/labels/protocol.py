@@ -23,13 +23,13 @@ from service.config import ModelConfig
 from service.learning import (
     Adaptive,
     LearningError,
-    LinearLearner,
-    Moments,
     Pipeline,
     RiskEstimate,
     learn_from_champion,
     learner_for,
 )
+from service.learning.linear import LinearLearner
+from service.learning.moments import Moments
 from service.learning.risk.shadow import Weighting
 from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
 from service.records.state import ParkedLabel

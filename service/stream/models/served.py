@@ -21,16 +21,15 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.learning import (
-    DEFAULT_LEVEL,
     Adaptive,
     LearningError,
     Pipeline,
     RiskEstimate,
-    RiskInterval,
     learner_for,
     serving_learner,
     serving_pipeline,
 )
+from service.learning.risk import DEFAULT_LEVEL, RiskInterval
 from service.records import BadMessage, FeatureEvent, ModelEnvelope
 
 __all__ = ["ServedModel", "build_pipeline", "initial_envelope", "served_learner"]

@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 from service.config import LabelBudget, ModelConfig, Settings
-from service.learning import CollapseWatch, Moments, QueryBudget
+from service.learning import QueryBudget
+from service.learning.moments import Moments
+from service.learning.risk import CollapseWatch
 from service.metrics import Metrics
 from service.records import Action, Champions, DeadLetter, LabelRequest, RawMessage, Reason
 from service.records.reasons import Source

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelConfig
-from service.learning import Moments, Parts, Pipeline, is_adaptive_state, learner_for
+from service.learning import Parts, Pipeline, learner_for
+from service.learning.adaptive import is_adaptive_state
+from service.learning.moments import Moments
 from service.records.state import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 from service.stream.models.served import served_learner as config_learner

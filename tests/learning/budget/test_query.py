@@ -20,15 +20,15 @@ from service.learning import (
     DRAL,
     DSAL,
     DSOL,
-    BatchLearner,
     Budgeted,
-    BudgetRows,
-    DimensionError,
     HyperparameterError,
     InputError,
     QueryBudget,
     StateError,
 )
+from service.learning.batch import BatchLearner
+from service.learning.budget import BudgetRows
+from service.learning.errors import DimensionError
 
 from ..strategies import noisy_stream
 

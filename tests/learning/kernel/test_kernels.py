@@ -8,13 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from service.learning import (
-    HyperparameterError,
-    LinearKernel,
-    PolynomialKernel,
-    RBFKernel,
-    kernel_from_config,
-)
+from service.learning import HyperparameterError
+from service.learning.kernel import LinearKernel, PolynomialKernel, RBFKernel, kernel_from_config
 
 
 def evaluate(kernel: object, S: np.ndarray, x: np.ndarray) -> np.ndarray:

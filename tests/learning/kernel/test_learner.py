@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from service.learning import (
-    DEFAULT_RHO_CAP,
     DRAL,
     DSAL,
     DSOL,
@@ -17,6 +16,7 @@ from service.learning import (
     KernelDSOL,
     learner_from_state,
 )
+from service.learning.kernel import DEFAULT_RHO_CAP
 
 from ..strategies import noisy_stream
 

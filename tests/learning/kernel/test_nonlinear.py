@@ -15,13 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.learning import (
-    CollapseWatch,
-    KernelDSOL,
-    default_pipeline,
-    make_learner,
-    zero_d_one_loss,
-)
+from service.learning import KernelDSOL, default_pipeline, make_learner
+from service.learning.losses import zero_d_one_loss
+from service.learning.risk import CollapseWatch
 
 T, D, SEED = 5000, 0.25, 0
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.learning import DRAL, InverseTime
+from service.learning import DRAL
+from service.learning.schedules import InverseTime
 
 
 def make(w: list[float], rho: float, d: float = 0.2, eta: float = 0.5) -> DRAL:
@@ -110,7 +111,7 @@ def test_weights_are_read_only_snapshots() -> None:
 
 
 def test_non_finite_update_is_refused_and_the_model_unchanged() -> None:
-    from service.learning import NonFiniteError
+    from service.learning.errors import NonFiniteError
 
     learner = DRAL(n_features=2, cost=0.25, eta=1e308)
     with pytest.raises(NonFiniteError, match="update refused"):

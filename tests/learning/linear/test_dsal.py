@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from service.learning import DSAL, DSOL, DSALTheory, NonFiniteError
+from service.learning import DSAL, DSOL
+from service.learning.errors import NonFiniteError
+from service.learning.schedules import DSALTheory
 
 from ..strategies import costs, gammas, labels, vectors
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.learning import DRAL, DSAL, DSOL, Intercept, Pipeline, default_pipeline
+from service.learning import DRAL, DSAL, DSOL, Pipeline, default_pipeline
+from service.learning.preprocessing import Intercept
 
 from ..strategies import noisy_stream
 

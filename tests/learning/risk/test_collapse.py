@@ -9,13 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.learning import (
-    CollapseWatch,
-    DimensionError,
-    HyperparameterError,
-    InputError,
-    StateError,
-)
+from service.learning import HyperparameterError, InputError, StateError
+from service.learning.errors import DimensionError
+from service.learning.risk import CollapseWatch
 
 
 def test_no_verdict_before_the_first_window_is_complete() -> None:

@@ -11,13 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from service.config import ModelConfig
-from service.learning import (
-    HyperparameterError,
-    InputError,
-    RiskEstimate,
-    StateError,
-    importance_weight,
-)
+from service.learning import HyperparameterError, InputError, RiskEstimate, StateError
+from service.learning.risk import importance_weight
 from service.learning.state import dumps, loads
 from service.records import Label, LabelRequest, PendingEntry
 from service.stream.labels.protocol import apply_label

@@ -17,16 +17,16 @@ from service.learning import (
     HyperparameterError,
     InputError,
     KernelDRAL,
-    Scorecard,
     StateError,
-    decision_loss,
+    learn_from_champion,
+)
+from service.learning.losses import (
     double_ramp_gradient,
     double_sigmoid_gradient,
-    importance_weight,
-    learn_from_champion,
     reject_decision,
     zero_d_one_loss,
 )
+from service.learning.risk import Scorecard, decision_loss, importance_weight
 from service.learning.state import dumps, loads
 
 from ..strategies import costs, margins, rhos

@@ -10,14 +10,10 @@ import numpy as np
 import pytest
 
 from service.config import ModelConfig
-from service.learning import (
-    Moments,
-    OnlineStandardizer,
-    Pipeline,
-    make_learner,
-    serving_pipeline,
-)
+from service.learning import Pipeline, make_learner, serving_pipeline
 from service.learning.adaptive import tracking_steps
+from service.learning.moments import Moments
+from service.learning.preprocessing import OnlineStandardizer
 from service.records import Label
 from service.records.state import parse_parked_label
 from service.records.wire import FeatureMoments

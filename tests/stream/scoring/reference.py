@@ -17,7 +17,9 @@ from typing import Any, cast
 
 import numpy as np
 
-from service.learning import Moments, NonFiniteError, QueryBudget
+from service.learning import QueryBudget
+from service.learning.errors import NonFiniteError
+from service.learning.moments import Moments
 from service.records import (
     Action,
     BadMessage,

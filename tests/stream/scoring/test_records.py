@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget, ModelConfig, Settings
-from service.learning import Moments
+from service.learning.moments import Moments
 from service.records import (
     Champions,
     Label,

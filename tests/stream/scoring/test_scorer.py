@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import LabelBudget
-from service.learning import Moments
+from service.learning.moments import Moments
 from service.records import Champions, RawMessage, parse_label_request, request_id
 from service.stream.models.book import ModelBook
 from service.stream.models.served import ServedModel
