@@ -34,8 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: the stages of the table, in the order of an event's way through a worker
-STAGES = ("fetch", "parse", "route", "coin", "decide", "encode", "produce", "commit",
-          "metrics", "learner", "other")  # fmt: skip
+STAGES = (
+    "fetch",
+    "parse",
+    "route",
+    "coin",
+    "decide",
+    "encode",
+    "produce",
+    "commit",
+    "metrics",
+    "learner",
+    "other",
+)
 
 #: (pattern on a frame ``function (file:line)``, stage), tried on each frame from the
 #: innermost out: the first frame that one names gives its stage (within a frame, the first
@@ -73,11 +84,20 @@ _WAITING = re.compile(r"^(EpollSelector|PollSelector|SelectSelector)\.select ")
 
 #: fill colour of each stage in the flame graph
 COLOURS = {
-    "fetch": "#8fb8de", "parse": "#f4a259", "route": "#bc4b51", "coin": "#e9c46a",
-    "decide": "#5b8e7d", "encode": "#f28482", "produce": "#84a59d", "commit": "#a8dadc",
-    "metrics": "#b5838d", "learner": "#9d8189", "other": "#d8d8d8", "waiting": "#f5f5f5",
+    "fetch": "#8fb8de",
+    "parse": "#f4a259",
+    "route": "#bc4b51",
+    "coin": "#e9c46a",
+    "decide": "#5b8e7d",
+    "encode": "#f28482",
+    "produce": "#84a59d",
+    "commit": "#a8dadc",
+    "metrics": "#b5838d",
+    "learner": "#9d8189",
+    "other": "#d8d8d8",
+    "waiting": "#f5f5f5",
     "mixed": "#eeeeee",
-}  # fmt: skip
+}
 
 
 def stage_of(frames: list[str]) -> str:
@@ -217,9 +237,11 @@ def flame_svg(stacks: Counter[tuple[str, ...]], title: str, width: int = 1600) -
         colour = COLOURS[node.stage]
         text = node.name if w > 60 else ""
         text = html.escape(text[: int(w / 6.5)])
-        rows.append(f'<g><title>{label}</title><rect x="{x + 10:.1f}" y="{y}" width="{w:.1f}" '
-                    f'height="{height - 1}" fill="{colour}"/><text x="{x + 12:.1f}" '
-                    f'y="{y + 12}">{text}</text></g>')  # fmt: skip
+        rows.append(
+            f'<g><title>{label}</title><rect x="{x + 10:.1f}" y="{y}" width="{w:.1f}" '
+            f'height="{height - 1}" fill="{colour}"/><text x="{x + 12:.1f}" '
+            f'y="{y + 12}">{text}</text></g>'
+        )
         for child in sorted(node.children.values(), key=lambda c: c.name):
             draw(child, x, level + 1)
             x += child.count * scale
@@ -231,9 +253,11 @@ def flame_svg(stacks: Counter[tuple[str, ...]], title: str, width: int = 1600) -
         for i, s in enumerate((*STAGES, "waiting", "mixed"))
     )
     full = 40 + levels * height
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full}" '
-            f'font-family="monospace" font-size="11"><desc>{html.escape(title)}</desc>'
-            f"{legend}{''.join(rows)}</svg>\n")  # fmt: skip
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full}" '
+        f'font-family="monospace" font-size="11"><desc>{html.escape(title)}</desc>'
+        f"{legend}{''.join(rows)}</svg>\n"
+    )
 
 
 def main() -> int:

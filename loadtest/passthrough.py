@@ -61,8 +61,12 @@ async def _run(args: argparse.Namespace) -> None:
         fetch_max_bytes=32 * 1024 * 1024,
         **consumer_options(settings),
     )
-    producer = AIOKafkaProducer(bootstrap_servers=args.broker, acks="all", max_batch_size=262_144,
-                                **producer_options(settings))  # fmt: skip
+    producer = AIOKafkaProducer(
+        bootstrap_servers=args.broker,
+        acks="all",
+        max_batch_size=262_144,
+        **producer_options(settings),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -145,8 +145,9 @@ async def preload(broker: str, topic: str, X: np.ndarray, n: int, prefix: str) -
 
 async def write(broker: str, topic: str, records: Iterable[tuple[bytes, bytes]]) -> None:
     """``(key, value)`` records on ``topic``, as fast as the broker takes them (acks=all)."""
-    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=20,
-                                max_batch_size=1 << 20)  # fmt: skip
+    producer = AIOKafkaProducer(
+        bootstrap_servers=broker, acks="all", linger_ms=20, max_batch_size=1 << 20
+    )
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key) for key, value in records]
@@ -159,9 +160,14 @@ class Tail:
     """Follows output topics from their beginning: event ids and broker timestamps."""
 
     def __init__(self, broker: str, topics: list[str]) -> None:
-        self.consumer = AIOKafkaConsumer(*topics, bootstrap_servers=broker,
-                                         auto_offset_reset="earliest", enable_auto_commit=False,
-                                         fetch_max_wait_ms=10, group_id=None)  # fmt: skip
+        self.consumer = AIOKafkaConsumer(
+            *topics,
+            bootstrap_servers=broker,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=10,
+            group_id=None,
+        )
         self.seen: dict[str, int] = {}  # id -> broker timestamp (ms) of its first output
         self.counts: dict[str, int] = {}  # records per topic
         self.arrived: dict[str, float] = {}  # id -> local arrival time (s)
@@ -199,8 +205,21 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
 def passthrough_cmd(broker: str, topic: str, out: str, work: Path) -> list[list[str]]:
     group = f"pt-{uuid.uuid4().hex[:6]}"
     codec = [] if COMPRESSION is None else ["--compression", COMPRESSION]
-    return [[sys.executable, str(HERE / "passthrough.py"), "--broker", broker, "--topic", topic,
-             "--out", out, "--group", group, *codec]]  # fmt: skip
+    return [
+        [
+            sys.executable,
+            str(HERE / "passthrough.py"),
+            "--broker",
+            broker,
+            "--topic",
+            topic,
+            "--out",
+            out,
+            "--group",
+            group,
+            *codec,
+        ]
+    ]
 
 
 async def records_on(broker: str, topic: str) -> int:
@@ -221,20 +240,37 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
     config = {
         "app_id": f"tput-{run}",
         "datadir": str(work / f"worker-{run}"),
-        "topics": {"features": topic, "decisions": out,
-                   **{k: f"tput-{run}.{k}" for k in ("label_requests", "labels", "models",
-                                                      "dead_letters")}},
+        "topics": {
+            "features": topic,
+            "decisions": out,
+            **{
+                k: f"tput-{run}.{k}" for k in ("label_requests", "labels", "models", "dead_letters")
+            },
+        },
         "partitions": {"features": PARTITIONS, "decisions": PARTITIONS, "labels": 1},
         "models": {"default": MODEL},
         "log_level": "warning",
         **({} if COMPRESSION is None else {"compression": COMPRESSION}),
         **WORKER,
-    }  # fmt: skip
+    }
     path = work / f"tput-{run}.json"
     path.write_text(json.dumps(config))
     ports = find_free_ports(count)
-    return [[sys.executable, "-m", "service", "worker", "--config", str(path), "--broker",
-             broker, "--web-port", str(port)] for port in ports]  # fmt: skip
+    return [
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "worker",
+            "--config",
+            str(path),
+            "--broker",
+            broker,
+            "--web-port",
+            str(port),
+        ]
+        for port in ports
+    ]
 
 
 async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
@@ -250,9 +286,20 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(requests, 1, 1), NewTopic(changelog, 1, 1,
-                                   topic_configs={"message.timestamp.type": "LogAppendTime",
-                                                  "cleanup.policy": "compact"})])  # fmt: skip
+        await admin.create_topics(
+            [
+                NewTopic(requests, 1, 1),
+                NewTopic(
+                    changelog,
+                    1,
+                    1,
+                    topic_configs={
+                        "message.timestamp.type": "LogAppendTime",
+                        "cleanup.policy": "compact",
+                    },
+                ),
+            ]
+        )
     finally:
         await admin.close()
     await asyncio.sleep(0.5)
@@ -261,10 +308,19 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
     def request(i: int) -> bytes:
         event_id = f"r-{i}"
         return LabelRequest(
-            request_id=request_id("default", event_id), event_id=event_id, model="default",
-            features=X[i % len(X)].tolist(), score=0.0, rho=0.5, decided_label=0,
-            query_probability=0.9, model_version=0, requested_at=now, expires_at=now + 3600,
-            priority=0.5).to_json()  # fmt: skip
+            request_id=request_id("default", event_id),
+            event_id=event_id,
+            model="default",
+            features=X[i % len(X)].tolist(),
+            score=0.0,
+            rho=0.5,
+            decided_label=0,
+            query_probability=0.9,
+            model_version=0,
+            requested_at=now,
+            expires_at=now + 3600,
+            priority=0.5,
+        ).to_json()
 
     await write(broker, requests, ((b"default", request(i)) for i in range(n)))
     proc = _start(cmd, work / f"learner-{uuid.uuid4().hex[:6]}.log")
@@ -273,8 +329,13 @@ async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:
     try:
         stamps: list[int] = []
         first_cpu = None
-        consumer = AIOKafkaConsumer(changelog, bootstrap_servers=broker, group_id=None,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=10)  # fmt: skip
+        consumer = AIOKafkaConsumer(
+            changelog,
+            bootstrap_servers=broker,
+            group_id=None,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=10,
+        )
         await consumer.start()
         try:
             deadline = time.monotonic() + RUN_TIMEOUT
@@ -307,9 +368,15 @@ def _app_id(cmd: list[str]) -> str | None:
 
 
 async def throughput_run(
-    kind: str, broker: str, topic: str, n: int, work: Path, count: int = 1, X: Any = None,
+    kind: str,
+    broker: str,
+    topic: str,
+    n: int,
+    work: Path,
+    count: int = 1,
+    X: Any = None,
     ask: float | None = None,
-) -> Run:  # fmt: skip
+) -> Run:
     """One run on ``topic``. With ``count`` > 1 (workers), ``topic`` is fresh: the workers
     start first, and once each is assigned its share of partitions the ``n`` events are
     written (a late joiner would find nothing left to do on a pre-loaded topic).
@@ -329,8 +396,11 @@ async def throughput_run(
     else:
         cmds = worker_cmd(broker, topic, out, work, count)
     app_id = _app_id(cmds[0])
-    extra = [] if app_id is None else [f"tput-{app_id[5:]}.label_requests",
-                                       f"{app_id}-pending-changelog"]  # fmt: skip
+    extra = (
+        []
+        if app_id is None
+        else [f"tput-{app_id[5:]}.label_requests", f"{app_id}-pending-changelog"]
+    )
     procs = [_start(c, work / f"{kind}-{uuid.uuid4().hex[:6]}.log") for c in cmds]
     spies: list[Spy] = []
     result = Run(kind=kind if count == 1 else f"{kind} x{count}", events=n)
@@ -356,8 +426,9 @@ async def throughput_run(
             result.seconds = (max(stamps) - min(stamps)) / 1000.0
             done = n - first_count
             assert first is not None  # noqa: S101 - set when the first id arrived
-            result.cpu_us = [(b - a) / max(1, done) * 1e6 for a, b in zip(first, last_cpu,
-                                                                         strict=True)]  # fmt: skip
+            result.cpu_us = [
+                (b - a) / max(1, done) * 1e6 for a, b in zip(first, last_cpu, strict=True)
+            ]
             last_decision = max(stamps) / 1000.0
         if count > 1:
             await feeding
@@ -398,8 +469,11 @@ def _assigned(port: int, topic: str) -> set[str]:
             lines = r.read().decode().splitlines()
     except OSError:
         return set()
-    return {line.split("partition=\"", 1)[1].split("\"", 1)[0] for line in lines
-            if line.startswith("abstain_consumer_lag{") and f'topic="{topic}"' in line}  # fmt: skip
+    return {
+        line.split('partition="', 1)[1].split('"', 1)[0]
+        for line in lines
+        if line.startswith("abstain_consumer_lag{") and f'topic="{topic}"' in line
+    }
 
 
 @dataclass
@@ -418,8 +492,18 @@ def _spy(pid: int, kind: str) -> Spy | None:
     if PROFILE is None:
         return None
     out = PROFILE / f"{kind.replace(' ', '-').replace('+', '-')}-{pid}.txt"
-    cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid),
-           "--rate", "250", "--format", "raw", "--output", str(out)]  # fmt: skip
+    cmd = [
+        str(Path(sys.executable).with_name("py-spy")),
+        "record",
+        "--pid",
+        str(pid),
+        "--rate",
+        "250",
+        "--format",
+        "raw",
+        "--output",
+        str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Spy(proc, out, kind)
 
@@ -455,8 +539,13 @@ async def learner_behind(broker: str, topics: list[str], last_decision: float) -
     finally:
         await probe.stop()
     stamps: list[int] = []
-    consumer = AIOKafkaConsumer(changelog, bootstrap_servers=broker, group_id=None,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=10)  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        changelog,
+        bootstrap_servers=broker,
+        group_id=None,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=10,
+    )
     await consumer.start()
     try:
         while len(stamps) < want and time.monotonic() < deadline:
@@ -472,8 +561,9 @@ async def learner_behind(broker: str, topics: list[str], last_decision: float) -
     return max(0.0, sorted(stamps)[want - 1] / 1000.0 - last_decision)
 
 
-async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, seconds: float,
-                      work: Path) -> Run:  # fmt: skip
+async def latency_run(
+    kind: str, broker: str, X: np.ndarray, rate: float, seconds: float, work: Path
+) -> Run:
     topic = f"lat-{kind}-{uuid.uuid4().hex[:6]}"
     out = f"{topic}-out"
     await create_topics(broker, [topic], log_append=False)
@@ -489,8 +579,9 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
             deadline = time.monotonic() + 180
             i = 0
             while not tail.seen and time.monotonic() < deadline:  # warm up: until it answers
-                await producer.send_and_wait(topic, orjson.dumps(
-                    {"id": f"warm-{i}", "features": X[i % len(X)].tolist()}))  # fmt: skip
+                await producer.send_and_wait(
+                    topic, orjson.dumps({"id": f"warm-{i}", "features": X[i % len(X)].tolist()})
+                )
                 i += 1
                 for _ in range(10):
                     await tail.poll()
@@ -507,9 +598,11 @@ async def latency_run(kind: str, broker: str, X: np.ndarray, rate: float, second
             for j in range(total):
                 event_id = f"lat-{j}"
                 sent[event_id] = time.time()
-                await producer.send(topic, orjson.dumps(
-                    {"id": event_id, "features": X[j % len(X)].tolist()}),
-                    key=event_id.encode())  # fmt: skip
+                await producer.send(
+                    topic,
+                    orjson.dumps({"id": event_id, "features": X[j % len(X)].tolist()}),
+                    key=event_id.encode(),
+                )
                 next_at += interval
                 delay = next_at - time.monotonic()
                 if delay > 0:
@@ -544,13 +637,17 @@ def _median(values: list[float]) -> float:
 
 
 def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
-    print(f"\n{'run':<16}{'events':>8}{'seconds':>9}{'events/s':>10}{'CPU us/event':>14}"
-          f"{'learner behind s':>18}")  # fmt: skip
+    print(
+        f"\n{'run':<16}{'events':>8}{'seconds':>9}{'events/s':>10}{'CPU us/event':>14}"
+        f"{'learner behind s':>18}"
+    )
     print("-" * 75)
     for r in runs + ([scale] if scale else []):
         cpu = " + ".join(f"{c:.0f}" for c in r.cpu_us)
-        print(f"{r.kind:<16}{r.events:>8}{r.seconds:>9.2f}{r.rate:>10,.0f}{cpu:>14}"
-              f"{r.learner_behind:>18.1f}")  # fmt: skip
+        print(
+            f"{r.kind:<16}{r.events:>8}{r.seconds:>9.2f}{r.rate:>10,.0f}{cpu:>14}"
+            f"{r.learner_behind:>18.1f}"
+        )
     if latency:
         print(f"\n{'latency run':<16}{'events':>8}{'p50 ms':>9}{'p99 ms':>10}{'CPU us/event':>14}")
         print("-" * 57)
@@ -562,30 +659,40 @@ def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
     wk_rate = _median([r.rate for r in by["worker"]])
     pt_cpu = _median([r.cpu_us[0] for r in by["passthrough"]])
     wk_cpu = _median([r.cpu_us[0] for r in by["worker"]])
-    print("\nmedians: passthrough {:,.0f} events/s, {:.0f} us CPU/event; worker {:,.0f} events/s,"
-          " {:.0f} us CPU/event; learner behind {:.1f} s".format(
-              pt_rate, pt_cpu, wk_rate, wk_cpu,
-              _median([r.learner_behind for r in by["worker"]])))  # fmt: skip
+    print(
+        "\nmedians: passthrough {:,.0f} events/s, {:.0f} us CPU/event; worker {:,.0f} events/s,"
+        " {:.0f} us CPU/event; learner behind {:.1f} s".format(
+            pt_rate, pt_cpu, wk_rate, wk_cpu, _median([r.learner_behind for r in by["worker"]])
+        )
+    )
     floor = [r for r in runs if r.kind == "floor+requests"]
     fr_rate = _median([r.rate for r in floor])
     if floor:
-        print("medians: floor+requests {:,.0f} events/s, {:.0f} us CPU/event; label requests"
-              " per event: floor+requests {}, worker {}".format(
-                  fr_rate, _median([r.cpu_us[0] for r in floor]),
-                  " ".join(f"{r.asked:.3f}" for r in floor),
-                  " ".join(f"{r.asked:.3f}" for r in by["worker"])))  # fmt: skip
+        print(
+            "medians: floor+requests {:,.0f} events/s, {:.0f} us CPU/event; label requests"
+            " per event: floor+requests {}, worker {}".format(
+                fr_rate,
+                _median([r.cpu_us[0] for r in floor]),
+                " ".join(f"{r.asked:.3f}" for r in floor),
+                " ".join(f"{r.asked:.3f}" for r in by["worker"]),
+            )
+        )
     if latency:
         lat = {k: [r for r in latency if r.kind == k] for k in ("passthrough", "worker")}
         pt99 = _median([r.p99_ms for r in lat["passthrough"]])
         wk99 = _median([r.p99_ms for r in lat["worker"]])
-        print(f"latency at the moderate rate: p99 worker {wk99:.1f} ms / passthrough "
-              f"{pt99:.1f} ms = {wk99 / pt99:.2f}x; p50 worker "
-              f"{_median([r.p50_ms for r in lat['worker']]):.1f} ms / passthrough "
-              f"{_median([r.p50_ms for r in lat['passthrough']]):.1f} ms")  # fmt: skip
+        print(
+            f"latency at the moderate rate: p99 worker {wk99:.1f} ms / passthrough "
+            f"{pt99:.1f} ms = {wk99 / pt99:.2f}x; p50 worker "
+            f"{_median([r.p50_ms for r in lat['worker']]):.1f} ms / passthrough "
+            f"{_median([r.p50_ms for r in lat['passthrough']]):.1f} ms"
+        )
     if scale is not None:
-        print(f"two workers: {scale.rate:,.0f} events/s together "
-              f"({scale.rate / wk_rate:.2f}x one worker), CPU us/event "
-              + " + ".join(f"{c:.0f}" for c in scale.cpu_us))  # fmt: skip
+        print(
+            f"two workers: {scale.rate:,.0f} events/s together "
+            f"({scale.rate / wk_rate:.2f}x one worker), CPU us/event "
+            + " + ".join(f"{c:.0f}" for c in scale.cpu_us)
+        )
     if floor:
         print(f"worker/floor+requests = {wk_rate / fr_rate:.2f}")
     print(f"worker/passthrough = {wk_rate / pt_rate:.2f}")
@@ -597,8 +704,11 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
     await create_topics(broker, [topic], log_append=False)
     await preload(broker, topic, X, args.events, "e-")
     runs: list[Run] = []
-    kinds = ("passthrough", "worker", "floor+requests") if args.same_output else (
-        "passthrough", "worker")  # fmt: skip
+    kinds = (
+        ("passthrough", "worker", "floor+requests")
+        if args.same_output
+        else ("passthrough", "worker")
+    )
     ask = 0.8 if args.same_output else None  # the latest worker run's fraction (--same-output)
     for i in range(args.pairs):
         for kind in kinds if i % 2 == 0 else kinds[::-1]:
@@ -608,8 +718,10 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
             )
             if kind == "floor+requests":
                 note += f" (--ask {ask:.3f})"
-            print(f"  {kind:<12} {run.rate:>8,.0f} events/s  {run.cpu_us[0]:.0f} us CPU/event"
-                  f"{note}", flush=True)  # fmt: skip
+            print(
+                f"  {kind:<12} {run.rate:>8,.0f} events/s  {run.cpu_us[0]:.0f} us CPU/event{note}",
+                flush=True,
+            )
             if kind == "worker" and ask is not None and run.asked == run.asked:  # not nan
                 ask = run.asked
             runs.append(run)
@@ -688,8 +800,13 @@ def main() -> int:
         broker = args.broker
         if broker is None:
             port, ctl = find_free_ports(2)
-            kafka = LocalKafka(port=port, controller_port=ctl, data_dir=work / "kafka",
-                               die_with_parent=True, heap="1g")  # fmt: skip
+            kafka = LocalKafka(
+                port=port,
+                controller_port=ctl,
+                data_dir=work / "kafka",
+                die_with_parent=True,
+                heap="1g",
+            )
             kafka.start()
             broker = kafka.bootstrap
         asyncio.run(main_async(args, broker, work))

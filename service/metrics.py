@@ -31,8 +31,20 @@ __all__ = ["CORRECTION_OUTCOMES", "Metrics"]
 CORRECTION_OUTCOMES: Final = ("changed", "withdrawn", "unchanged")
 
 _LATENCY_BUCKETS: Final = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-)  # fmt: skip
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
 _CORRECTION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _TURNAROUND_BUCKETS: Final = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 
@@ -314,10 +326,18 @@ class Metrics:
             self.updates_refused.labels(model=model, reason=reason)
 
     def set_model(
-        self, model: str, *, version: int, rho: float, weight_norm: float | None, risk: float,
-        low: float = math.nan, high: float = math.nan, labels: int = 0,
+        self,
+        model: str,
+        *,
+        version: int,
+        rho: float,
+        weight_norm: float | None,
+        risk: float,
+        low: float = math.nan,
+        high: float = math.nan,
+        labels: int = 0,
         since_change: tuple[float, int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """The gauges of the model version in use (``weight_norm`` None: no explicit w;
         ``risk`` NaN: no label yet, the gauges keep their last values; ``since_change``:
         an adaptive model's risk and labels since its last change, None for another)."""

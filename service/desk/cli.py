@@ -76,8 +76,9 @@ def main(argv: list[str]) -> int:
     except (ConfigError, AccountsError, KafkaLoginError) as exc:
         print(f"abstain desk: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     asyncio.run(serve(settings, accounts))
     return 0
 
@@ -89,8 +90,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.app_id:
         overrides["app_id"] = args.app_id
     settings = load_settings(args.config, **overrides)
-    desk = {k: v for k, v in {"host": args.host, "port": args.port,
-                              "users_file": args.users}.items() if v is not None}  # fmt: skip
+    desk = {
+        k: v
+        for k, v in {"host": args.host, "port": args.port, "users_file": args.users}.items()
+        if v is not None
+    }
     if desk:
         settings = settings.model_copy(update={"desk": settings.desk.model_copy(update=desk)})
     return settings
@@ -163,8 +167,11 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     key = settings.desk.session_key
     if key is None:
         log.warning("desk.session_key is not set: sessions end when this desk restarts")
-    sessions = Sessions(key.get_secret_value().encode() if key else secrets.token_bytes(32),
-                        lifetime=settings.desk.session_seconds, clock=time.time)  # fmt: skip
+    sessions = Sessions(
+        key.get_secret_value().encode() if key else secrets.token_bytes(32),
+        lifetime=settings.desk.session_seconds,
+        clock=time.time,
+    )
     await ensure_desk_topics(settings)
     producer = make_producer(settings)
     await producer.start()
@@ -178,22 +185,47 @@ async def serve(settings: Settings, accounts: Accounts) -> None:
     replica = settings.desk.replica or socket.gethostname()
     lease_log = KafkaLeaseLog(settings, producer, leases, folded)
     answers = ReviewBook(settings, clock=time.time)
-    review = Review(settings, book=answers, leases=leases, lease_log=lease_log,
-                    labels=KafkaLabelsLog(settings, producer, answers, folded), metrics=metrics,
-                    clock=time.time, replica=replica, models=lambda: book.models,
-                    folded=folded)  # fmt: skip
-    desk = Desk(settings, queue=queue, leases=leases, metrics=metrics, clock=time.time,
-                log=lease_log, sink=KafkaLabelSink(settings, producer), replica=replica,
-                review=review)  # fmt: skip
+    review = Review(
+        settings,
+        book=answers,
+        leases=leases,
+        lease_log=lease_log,
+        labels=KafkaLabelsLog(settings, producer, answers, folded),
+        metrics=metrics,
+        clock=time.time,
+        replica=replica,
+        models=lambda: book.models,
+        folded=folded,
+    )
+    desk = Desk(
+        settings,
+        queue=queue,
+        leases=leases,
+        metrics=metrics,
+        clock=time.time,
+        log=lease_log,
+        sink=KafkaLabelSink(settings, producer),
+        replica=replica,
+        review=review,
+    )
     logins = LoginGate(accounts, clock=time.time)
-    app = DeskWeb(settings, desk, accounts, sessions, models=lambda: book.models, logins=logins,
-                  revocations=KafkaRevocationLog(settings, producer)).app()  # fmt: skip
+    app = DeskWeb(
+        settings,
+        desk,
+        accounts,
+        sessions,
+        models=lambda: book.models,
+        logins=logins,
+        revocations=KafkaRevocationLog(settings, producer),
+    ).app()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.desk.host, settings.desk.port).start()
     log.info("desk on http://%s:%s", settings.desk.host, settings.desk.port)
-    tasks = [asyncio.create_task(c) for c in (Feeds(settings, desk, folded, sessions).run(),
-                                              _tick(desk), follow())]  # fmt: skip
+    tasks = [
+        asyncio.create_task(c)
+        for c in (Feeds(settings, desk, folded, sessions).run(), _tick(desk), follow())
+    ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -114,18 +114,28 @@ class Desk:
     def lease_seconds(self) -> float:
         return self.settings.desk.lease_seconds
 
-    def _record(self, rid: str, kind: str, person: Person, attempt: str | None = None
-                ) -> LeaseRecord:  # fmt: skip
+    def _record(
+        self, rid: str, kind: str, person: Person, attempt: str | None = None
+    ) -> LeaseRecord:
         now = self.clock()
-        return LeaseRecord(rid, kind, person.name, at=now,  # type: ignore[arg-type]
-                           expires_at=now + self.lease_seconds, attempt=attempt,
-                           replica=self.replica)  # fmt: skip
+        return LeaseRecord(
+            rid,
+            kind,  # type: ignore[arg-type]
+            person.name,
+            at=now,
+            expires_at=now + self.lease_seconds,
+            attempt=attempt,
+            replica=self.replica,
+        )
 
     def _usable(self, request: LabelRequest, person: Person, model: str | None) -> bool:
         rid = request.request_id
-        return (person.may_answer(request.model) and (model is None or request.model == model)
-                and rid not in self.sent
-                and self.skipped.get((person.name, rid), 0.0) <= self.clock())  # fmt: skip
+        return (
+            person.may_answer(request.model)
+            and (model is None or request.model == model)
+            and rid not in self.sent
+            and self.skipped.get((person.name, rid), 0.0) <= self.clock()
+        )
 
     async def next(self, person: Person, model: str | None = None) -> Claimed | None:
         """The request ``person`` holds, else the most urgent free one they may answer (won
@@ -166,8 +176,7 @@ class Desk:
                 return claimed
         return None
 
-    def _free(self, person: Person, model: str | None, *, now: float, n: int
-              ) -> list[LabelRequest]:  # fmt: skip
+    def _free(self, person: Person, model: str | None, *, now: float, n: int) -> list[LabelRequest]:
         """Up to ``n`` of the most urgent requests ``person`` may take: nobody holds them
         and this replica is not claiming them. Reads only the front of the order."""
         if model is not None:

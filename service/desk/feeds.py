@@ -124,8 +124,9 @@ async def ensure_desk_topics(settings: Settings) -> None:
     check`` nothing is created: a missing topic is refused
     (:class:`~service.stream.kafka.guard.TopicLayoutError`, naming it and how to create it)."""
     policy, wanted = settings.topic_policy, desk_topics(settings)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
-                                **settings.security.aiokafka_kwargs())  # fmt: skip
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers, **settings.security.aiokafka_kwargs()
+    )
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -133,18 +134,22 @@ async def ensure_desk_topics(settings: Settings) -> None:
         if not missing:
             return
         if policy.creation == "check":
-            raise TopicLayoutError("; ".join(
-                f"{name} (a topic of the label desk) does not exist; create it with 1 "
-                f"partition and {', '.join(f'{k}={v}' for k, v in configs.items())}"
-                for name, configs in missing.items()
-            ) + " - or set topic_policy.creation: create")  # fmt: skip
+            raise TopicLayoutError(
+                "; ".join(
+                    f"{name} (a topic of the label desk) does not exist; create it with 1 "
+                    f"partition and {', '.join(f'{k}={v}' for k, v in configs.items())}"
+                    for name, configs in missing.items()
+                )
+                + " - or set topic_policy.creation: create"
+            )
         replicas = policy.replication_factor or await default_replication_factor(admin)
         for name, configs in missing.items():
             configs = dict(configs)
             if policy.min_insync_replicas is not None:
                 configs["min.insync.replicas"] = str(policy.min_insync_replicas)
-            topic = NewTopic(name, num_partitions=1, replication_factor=replicas,
-                             topic_configs=configs)  # fmt: skip
+            topic = NewTopic(
+                name, num_partitions=1, replication_factor=replicas, topic_configs=configs
+            )
             with contextlib.suppress(TopicAlreadyExistsError):  # another replica made it
                 await admin.create_topics([topic])
     finally:
@@ -166,22 +171,34 @@ class KafkaLabelSink:
 
     async def send(self, label: Any) -> None:
         timeout = self.settings.desk.ack_timeout_seconds + 1.0
-        await _acked(self.producer.send_and_wait(self.settings.topics.labels, label.to_json(),
-                                                 key=label.model.encode()), timeout)  # fmt: skip
+        await _acked(
+            self.producer.send_and_wait(
+                self.settings.topics.labels, label.to_json(), key=label.model.encode()
+            ),
+            timeout,
+        )
 
 
 class KafkaLeaseLog:
     """Writes a lease record and waits until the reader has folded it (its outcome)."""
 
-    def __init__(self, settings: Settings, producer: AIOKafkaProducer, book: LeaseBook,
-                 folded: asyncio.Condition) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        producer: AIOKafkaProducer,
+        book: LeaseBook,
+        folded: asyncio.Condition,
+    ) -> None:
         self.settings, self.producer, self.book, self.folded = settings, producer, book, folded
 
     async def publish(self, record: LeaseRecord) -> bool:
         timeout = self.settings.desk.ack_timeout_seconds + 1.0
-        meta = await _acked(self.producer.send_and_wait(
-            self.settings.desk.leases_topic, record.to_json(), key=record.request_id.encode()
-        ), timeout)  # fmt: skip
+        meta = await _acked(
+            self.producer.send_and_wait(
+                self.settings.desk.leases_topic, record.to_json(), key=record.request_id.encode()
+            ),
+            timeout,
+        )
         offset = int(meta.offset)
 
         async def folded() -> None:
@@ -198,8 +215,13 @@ class KafkaLabelsLog:
     None if the desk's book took it, else the book's refusal (another replica's record
     came first). Read back late (the reader is behind): None, the record is saved."""
 
-    def __init__(self, settings: Settings, producer: AIOKafkaProducer, book: ReviewBook,
-                 folded: asyncio.Condition) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        producer: AIOKafkaProducer,
+        book: ReviewBook,
+        folded: asyncio.Condition,
+    ) -> None:
         self.settings, self.producer, self.book, self.folded = settings, producer, book, folded
         self.signer: Signer | None = signer_for(settings)
 
@@ -209,8 +231,9 @@ class KafkaLabelsLog:
         headers = None
         if self.signer is not None:
             headers = [(SIGNATURE_HEADER, self.signer.sign(key, value))]
-        send = self.producer.send_and_wait(self.settings.topics.labels, value, key=key,
-                                           headers=headers)  # fmt: skip
+        send = self.producer.send_and_wait(
+            self.settings.topics.labels, value, key=key, headers=headers
+        )
         meta = await _acked(send, timeout)
         partition, offset = int(meta.partition), int(meta.offset)
 
@@ -221,8 +244,13 @@ class KafkaLabelsLog:
         try:
             await asyncio.wait_for(folded(), timeout)
         except TimeoutError:
-            log.warning("desk: %s at labels[%s]@%s not read back within %ss", type(record)
-                        .__name__, partition, offset, timeout)  # fmt: skip
+            log.warning(
+                "desk: %s at labels[%s]@%s not read back within %ss",
+                type(record).__name__,
+                partition,
+                offset,
+                timeout,
+            )
             return None
         return self.book.result(partition, offset)[1]
 
@@ -236,15 +264,25 @@ class KafkaRevocationLog:
 
     async def publish(self, value: bytes, sid: str) -> None:
         timeout = self.settings.desk.ack_timeout_seconds + 1.0
-        await _acked(self.producer.send_and_wait(self.settings.desk.revocations_topic, value,
-                                                 key=sid.encode()), timeout)  # fmt: skip
+        await _acked(
+            self.producer.send_and_wait(
+                self.settings.desk.revocations_topic, value, key=sid.encode()
+            ),
+            timeout,
+        )
 
 
 class Feeds:
     """Follows the five topics into the desk's queue, lease book and sessions."""
 
-    def __init__(self, settings: Settings, desk: Desk, folded: asyncio.Condition,
-                 sessions: Sessions, clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        desk: Desk,
+        folded: asyncio.Condition,
+        sessions: Sessions,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings, self.desk, self.folded, self.clock = settings, desk, folded, clock
         self.sessions = sessions
         s = settings
@@ -268,9 +306,12 @@ class Feeds:
     async def run(self) -> None:
         """Read forever (until cancelled)."""
         s = self.settings
-        consumer = reader(s.bootstrap_servers, f"{s.app_id}-desk",
-                          client_kwargs=consumer_options(s),
-                          max_partition_fetch_bytes=s.fetch_bytes)  # fmt: skip
+        consumer = reader(
+            s.bootstrap_servers,
+            f"{s.app_id}-desk",
+            client_kwargs=consumer_options(s),
+            max_partition_fetch_bytes=s.fetch_bytes,
+        )
         fetch = Reader(consumer, policy="skip")  # read from the start again at every start
         await consumer.start()
         try:
@@ -287,8 +328,15 @@ class Feeds:
                     continue
                 for tp, records in batch.items():
                     for rec in records:
-                        self.handle(tp.topic, tp.partition, rec.offset, rec.key, rec.value,
-                                    timestamp_ms=rec.timestamp, headers=rec.headers)  # fmt: skip
+                        self.handle(
+                            tp.topic,
+                            tp.partition,
+                            rec.offset,
+                            rec.key,
+                            rec.value,
+                            timestamp_ms=rec.timestamp,
+                            headers=rec.headers,
+                        )
                 if any(tp.topic in self.folding for tp in batch):
                     async with self.folded:
                         self.folded.notify_all()
@@ -301,8 +349,9 @@ class Feeds:
         found: list[TopicPartition] = []
         for topic in sorted(self.missing):
             try:
-                found += await topic_partitions(self.settings.bootstrap_servers, topic,
-                                                client_kwargs=self.kwargs, attempts=1)  # fmt: skip
+                found += await topic_partitions(
+                    self.settings.bootstrap_servers, topic, client_kwargs=self.kwargs, attempts=1
+                )
             except TopicError:
                 continue
             self.missing.discard(topic)
@@ -315,8 +364,11 @@ class Feeds:
         except (KafkaError, TimeoutError) as exc:
             self.unstarted = {tp.topic for tp in found}  # looked for again; not ready meanwhile
             self.missing |= self.unstarted
-            log.warning("desk cannot learn the offsets of %s (%r): not reading them yet",
-                        sorted({tp.topic for tp in found}), exc)  # fmt: skip
+            log.warning(
+                "desk cannot learn the offsets of %s (%r): not reading them yet",
+                sorted({tp.topic for tp in found}),
+                exc,
+            )
             return
         self.ends.update(ends)
         self.unstarted = set()
@@ -337,9 +389,17 @@ class Feeds:
         self.desk.ready = True
         log.info("desk ready: %d open requests", len(self.queue.requests))
 
-    def handle(self, topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None, *, timestamp_ms: int | None = None,
-               headers: Sequence[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
+    def handle(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
         """One record of one of the followed topics; records that do not pass the checks
         are skipped (and counted)."""
         s = self.settings
@@ -364,8 +424,9 @@ class Feeds:
                 if review is not None:  # an answer read before (or after) its request
                     review.book.on_request(request)
                     rid = request.request_id
-                    if not offered and (rid in self.queue.answered
-                                        or self.queue.long_over(request)):  # fmt: skip
+                    if not offered and (
+                        rid in self.queue.answered or self.queue.long_over(request)
+                    ):
                         review.book.hold(request)
         except (BadMessage, Refused) as bad:
             self.desk.metrics.skipped.labels(topic=_role(s, topic)).inc()
@@ -392,12 +453,23 @@ class Feeds:
             raise
         taken = self.desk.leases.apply(offset, record, at=at)
         if record is not None and record.kind == "flag" and not taken:
-            raise Refused(409, "refused", f"a request for review of {record.request_id[:12]!r} "
-                          "by someone who may not ask for one (or of an answer withdrawn or "
-                          "decided)")  # fmt: skip
+            raise Refused(
+                409,
+                "refused",
+                f"a request for review of {record.request_id[:12]!r} "
+                "by someone who may not ask for one (or of an answer withdrawn or "
+                "decided)",
+            )
 
-    def _labels(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                headers: Sequence[tuple[str, bytes]] | None, at: float) -> None:  # fmt: skip
+    def _labels(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        at: float,
+    ) -> None:
         """A record of the labels topic: a label (an answer; a later one for the same
         request changes nothing), a correction or a second opinion (checked, then folded
         into the book of answers; the writer learns how), an order (no answer)."""
@@ -414,8 +486,9 @@ class Feeds:
                 dead = rid in queue.closed and rid not in queue.answered
                 if review is not None and not dead:
                     request = queue.requests.get(rid)
-                    review.book.on_label(record, partition=partition, offset=offset, at=at,
-                                         request=request)  # fmt: skip
+                    review.book.on_label(
+                        record, partition=partition, offset=offset, at=at, request=request
+                    )
                 self.queue.on_label(record, at=at)
             elif isinstance(record, Correction | Opinion):
                 self._review(record, key, partition, value, headers, at)
@@ -429,12 +502,22 @@ class Feeds:
             raise
         finally:
             if review is not None:
-                review.book.advance(partition, offset, refused=refused,
-                                    review=isinstance(record, Correction | Opinion))  # fmt: skip
+                review.book.advance(
+                    partition,
+                    offset,
+                    refused=refused,
+                    review=isinstance(record, Correction | Opinion),
+                )
 
-    def _review(self, record: Correction | Opinion, key: bytes | None, partition: int,
-                value: bytes, headers: Sequence[tuple[str, bytes]] | None,
-                at: float) -> None:  # fmt: skip
+    def _review(
+        self,
+        record: Correction | Opinion,
+        key: bytes | None,
+        partition: int,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes]] | None,
+        at: float,
+    ) -> None:
         """A correction or a second opinion: placed like its model's labels, signed with a
         key, then folded by the book of answers (:class:`Refused` if it breaks a rule)."""
         self.admission.deciding(record.model)
@@ -453,8 +536,7 @@ class Feeds:
         else:
             book.on_opinion(record, at=at, open_now=open_now)
 
-    def _pending(self, partition: int, key: bytes | None, value: bytes | None,
-                 at: float) -> None:  # fmt: skip
+    def _pending(self, partition: int, key: bytes | None, value: bytes | None, at: float) -> None:
         """A record of the learner's pending changelog: an entry checked as the learner
         writes them, or a delete on the partition of the request's model."""
         try:
@@ -462,13 +544,13 @@ class Feeds:
         except UnicodeDecodeError:
             raise BadMessage("bad_key", f"changelog key {key!r} is not UTF-8") from None
         if value is not None:
-            entry = self.admission.pending(parse_pending_entry(value), key=key,
-                                           partition=partition)  # fmt: skip
+            entry = self.admission.pending(parse_pending_entry(value), key=key, partition=partition)
             self.queue.on_pending(rid, entry, at=at)
             return
         known = self.queue.requests.get(rid)
-        if not rid or (known is not None
-                       and partition != self.admission.partitions.get(known.model)):  # fmt: skip
+        if not rid or (
+            known is not None and partition != self.admission.partitions.get(known.model)
+        ):
             raise BadMessage("wrong_partition", f"a delete of {rid!r} on partition {partition}")
         self.queue.on_pending(rid, None, at=at)
 
@@ -483,7 +565,11 @@ def _signature(headers: Sequence[tuple[str, bytes]] | None) -> bytes | None:
 def _role(settings: Settings, topic: str) -> str:
     """A closed name for a followed topic (the metric's label)."""
     s = settings
-    roles = {s.topics.label_requests: "label_requests", s.topics.labels: "labels",
-             catalogue.table_topic(s, "pending"): "pending_changelog",
-             s.desk.leases_topic: "leases", s.desk.revocations_topic: "revocations"}  # fmt: skip
+    roles = {
+        s.topics.label_requests: "label_requests",
+        s.topics.labels: "labels",
+        catalogue.table_topic(s, "pending"): "pending_changelog",
+        s.desk.leases_topic: "leases",
+        s.desk.revocations_topic: "revocations",
+    }
     return roles.get(topic, "other")

@@ -79,8 +79,9 @@ moment.</p></main>"""
     return frame("Starting", body, refresh=3)
 
 
-def labelling_page(user: str, csrf: str, models: Iterable[str], lease_seconds: float, *,
-                   reviewer: bool = False) -> str:  # fmt: skip
+def labelling_page(
+    user: str, csrf: str, models: Iterable[str], lease_seconds: float, *, reviewer: bool = False
+) -> str:
     """The labelling view and the person's recent answers; ``desk.js`` fills them from the
     JSON API."""
     options = "".join(f'<option value="{esc(m)}">{esc(m)}</option>' for m in models)
@@ -152,8 +153,10 @@ def _learning_row(model: str, row: ChangeRow | None) -> str:
     """One model's learning: state, last change, risk since, changes, takeovers, version."""
     if row is None:
         dashes = "<td>—</td>" * 5
-        return (f'<tr class="fixed"><th scope=row>{esc(model)}</th>'
-                f'<td class="muted">no change detection</td>{dashes}</tr>')  # fmt: skip
+        return (
+            f'<tr class="fixed"><th scope=row>{esc(model)}</th>'
+            f'<td class="muted">no change detection</td>{dashes}</tr>'
+        )
     if row.relearning:
         state, css = RELEARNING, ' class="relearning"'
     else:
@@ -164,9 +167,11 @@ def _learning_row(model: str, row: ChangeRow | None) -> str:
         last = f"{_count(row.since, 'label')} ago {at}"
     if row.risk is not None:
         risk = f"{row.risk:.3f} <span class=muted>over {_count(row.risk_labels, 'label')}</span>"
-    return (f"<tr{css}><th scope=row>{esc(model)}</th><td>{state}</td><td>{last}</td>"
-            f"<td>{risk}</td><td>{row.changes:,}</td><td>{row.takeovers:,}</td>"
-            f"<td>{row.version:,}</td></tr>")  # fmt: skip
+    return (
+        f"<tr{css}><th scope=row>{esc(model)}</th><td>{state}</td><td>{last}</td>"
+        f"<td>{risk}</td><td>{row.changes:,}</td><td>{row.takeovers:,}</td>"
+        f"<td>{row.version:,}</td></tr>"
+    )
 
 
 def _waiting(waiting: Mapping[str, int]) -> str:
@@ -175,9 +180,11 @@ def _waiting(waiting: Mapping[str, int]) -> str:
     if not waiting:
         return ""
     which = ", ".join(f"<strong>{esc(m)}</strong> {n:,}" for m, n in sorted(waiting.items()))
-    return (f'<p class="corrections-note" role="status">Corrections queued, not yet in the '
-            f"model: {which}. The learner applies them together; answers go on as "
-            "usual.</p>")  # fmt: skip
+    return (
+        f'<p class="corrections-note" role="status">Corrections queued, not yet in the '
+        f"model: {which}. The learner applies them together; answers go on as "
+        "usual.</p>"
+    )
 
 
 def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[str, str]:
@@ -188,10 +195,12 @@ def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[
     if hot:
         which = ", ".join(f"<strong>{esc(m)}</strong>" for m in hot)
         one = len(hot) == 1
-        note = (f'<p class="relearning-note" role="status">{RELEARNING} {which}: '
-                f"{'its' if one else 'their'} labels changed recently and "
-                f"{'it is' if one else 'they are'} learning the new pattern; answers for "
-                f"{'it' if one else 'them'} count more than usual now.</p>")  # fmt: skip
+        note = (
+            f'<p class="relearning-note" role="status">{RELEARNING} {which}: '
+            f"{'its' if one else 'their'} labels changed recently and "
+            f"{'it is' if one else 'they are'} learning the new pattern; answers for "
+            f"{'it' if one else 'them'} count more than usual now.</p>"
+        )
     rows = "".join(_learning_row(m, changes.get(m)) for m in names)
     table = f"""<table id="learning"><caption>Learning per model</caption>
 <thead><tr><th scope="col">Model</th><th scope="col">State</th>
@@ -201,9 +210,16 @@ def _learning(models: Iterable[str], changes: Mapping[str, ChangeRow]) -> tuple[
     return note, table
 
 
-def team_page(user: str, csrf: str, stats: TeamStats,
-              changes: Mapping[str, ChangeRow] | None = None, *, reviewer: bool = False,
-              agreement: str = "", waiting: Mapping[str, int] | None = None) -> str:  # fmt: skip
+def team_page(
+    user: str,
+    csrf: str,
+    stats: TeamStats,
+    changes: Mapping[str, ChangeRow] | None = None,
+    *,
+    reviewer: bool = False,
+    agreement: str = "",
+    waiting: Mapping[str, int] | None = None,
+) -> str:
     """Open requests per model, how each model learns (:mod:`service.desk.changes`: a model
     relearning after a detected change is marked; corrections written that the model does
     not hold yet, ``waiting``), answers per hour, people, and the ``agreement`` section

@@ -84,10 +84,17 @@ class DeskWeb:
     :class:`~service.desk.auth.logins.LoginGate` of ``accounts`` by default), ``revocations``
     tells every replica of a logout (this one only when None)."""
 
-    def __init__(self, settings: Settings, desk: Desk, accounts: Accounts, sessions: Sessions,
-                 *, models: Callable[[], dict[str, Any]] | None = None,
-                 logins: LoginGate | None = None,
-                 revocations: RevocationLog | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        desk: Desk,
+        accounts: Accounts,
+        sessions: Sessions,
+        *,
+        models: Callable[[], dict[str, Any]] | None = None,
+        logins: LoginGate | None = None,
+        revocations: RevocationLog | None = None,
+    ) -> None:
         self.settings, self.desk, self.accounts, self.sessions = settings, desk, accounts, sessions
         self.models = models or dict
         self.changes = Changes()  # each model's learning, reread when its snapshot changes
@@ -119,17 +126,36 @@ class DeskWeb:
         r.add_get("/readyz", self.get_ready)
         desk = self.desk
         if desk.review is not None and desk.opinions is not None:
-            ReviewRoutes(self.settings, desk.review, desk.opinions, api_person=self.api_person,
-                         page=self.page, models=self.models).add(r)  # fmt: skip
+            ReviewRoutes(
+                self.settings,
+                desk.review,
+                desk.opinions,
+                api_person=self.api_person,
+                page=self.page,
+                models=self.models,
+            ).add(r)
         return app
 
     # --- who is asking ------------------------------------------------------------------
 
-    def _cookie(self, response: web.StreamResponse, name: str, value: str, request: web.Request,
-                max_age: float) -> None:  # fmt: skip
+    def _cookie(
+        self,
+        response: web.StreamResponse,
+        name: str,
+        value: str,
+        request: web.Request,
+        max_age: float,
+    ) -> None:
         secure = self.settings.desk.secure_cookie or request.secure
-        response.set_cookie(name, value, httponly=True, samesite="Strict", secure=secure,
-                            path="/", max_age=int(max_age))  # fmt: skip
+        response.set_cookie(
+            name,
+            value,
+            httponly=True,
+            samesite="Strict",
+            secure=secure,
+            path="/",
+            max_age=int(max_age),
+        )
 
     def _proxy_user(self, request: web.Request) -> str:
         """With ``auth = proxy``, the name the proxy vouches for: only from a trusted proxy
@@ -246,16 +272,23 @@ class DeskWeb:
         if result.person is None:
             return await self._login_again(request, "Wrong user name or password.", user, 401)
         response = redirect("/")
-        self._cookie(response, SESSION_COOKIE, self.sessions.issue(result.person.name), request,
-                     self.settings.desk.session_seconds)  # fmt: skip
+        self._cookie(
+            response,
+            SESSION_COOKIE,
+            self.sessions.issue(result.person.name),
+            request,
+            self.settings.desk.session_seconds,
+        )
         response.del_cookie(LOGIN_COOKIE, path="/")
         return response
 
-    async def _login_again(self, request: web.Request, error: str, user: str, status: int
-                           ) -> web.StreamResponse:  # fmt: skip
+    async def _login_again(
+        self, request: web.Request, error: str, user: str, status: int
+    ) -> web.StreamResponse:
         nonce = secrets.token_urlsafe(16)
-        response = html(login_page(self.sessions.login_token(nonce), error=error, user=user),
-                         status=status)  # fmt: skip
+        response = html(
+            login_page(self.sessions.login_token(nonce), error=error, user=user), status=status
+        )
         self._cookie(response, LOGIN_COOKIE, nonce, request, 3600)
         return response
 
@@ -275,17 +308,20 @@ class DeskWeb:
         except Unavailable:
             # logged out here and in this browser; the other replicas were not told
             response = await self._login_again(
-                request, "You are logged out of this browser, but Kafka did not confirm the "
+                request,
+                "You are logged out of this browser, but Kafka did not confirm the "
                 "logout to the other desk replicas: log in and out again when it is back.",
-                "", 503,
-            )  # fmt: skip
+                "",
+                503,
+            )
         else:
             response = redirect("/login")
         response.del_cookie(SESSION_COOKIE, path="/")
         return response
 
-    async def page(self, request: web.Request, build: Callable[[Person, str], web.Response]
-                   ) -> web.StreamResponse:  # fmt: skip
+    async def page(
+        self, request: web.Request, build: Callable[[Person, str], web.Response]
+    ) -> web.StreamResponse:
         """A page for the person asking: ``build(person, csrf token)`` (behind a proxy, with
         the session's cookie on the first view)."""
         person, session, cookie = self._page_identity(request)
@@ -294,9 +330,15 @@ class DeskWeb:
     async def get_desk(self, request: web.Request) -> web.StreamResponse:
         def build(person: Person, csrf: str) -> web.Response:
             models = [m for m in self.settings.models if person.may_answer(m)]
-            return html(labelling_page(person.name, csrf, models,
-                                       self.settings.desk.lease_seconds,
-                                       reviewer=person.reviewer))  # fmt: skip
+            return html(
+                labelling_page(
+                    person.name,
+                    csrf,
+                    models,
+                    self.settings.desk.lease_seconds,
+                    reviewer=person.reviewer,
+                )
+            )
 
         return await self.page(request, build)
 
@@ -306,21 +348,37 @@ class DeskWeb:
         def build(person: Person, csrf: str) -> web.Response:
             team = self.desk.team_view()
             agreement = self.desk.agreement_view()
-            section = "" if agreement is None else agreement_section(
-                agreement, {p.person: p.median_answer_seconds for p in team.people},
-                {row.model: row for row in team.models})  # fmt: skip
+            section = (
+                ""
+                if agreement is None
+                else agreement_section(
+                    agreement,
+                    {p.person: p.median_answer_seconds for p in team.people},
+                    {row.model: row for row in team.models},
+                )
+            )
             served = self.models()
-            return html(team_page(person.name, csrf, team, self.changes.rows(served),
-                                  reviewer=person.reviewer, agreement=section,
-                                  waiting=self.desk.waiting.counts(served)))  # fmt: skip
+            return html(
+                team_page(
+                    person.name,
+                    csrf,
+                    team,
+                    self.changes.rows(served),
+                    reviewer=person.reviewer,
+                    agreement=section,
+                    waiting=self.desk.waiting.counts(served),
+                )
+            )
 
         return await self.page(request, build)
 
-    def _with_session(self, response: web.StreamResponse, request: web.Request,
-                      cookie: str | None) -> web.StreamResponse:  # fmt: skip
+    def _with_session(
+        self, response: web.StreamResponse, request: web.Request, cookie: str | None
+    ) -> web.StreamResponse:
         if cookie is not None:
-            self._cookie(response, SESSION_COOKIE, cookie, request,
-                         self.settings.desk.session_seconds)  # fmt: skip
+            self._cookie(
+                response, SESSION_COOKIE, cookie, request, self.settings.desk.session_seconds
+            )
         return response
 
     async def get_static(self, request: web.Request) -> web.StreamResponse:
@@ -343,9 +401,14 @@ class DeskWeb:
         if claimed is None:
             return web.json_response({"request": None})
         req = claimed.request
-        view = present(req, self.settings.models[req.model], self.models().get(req.model),
-                       now=time.time(), lease_expires_at=claimed.lease_expires_at,
-                       names=self.settings.desk.answer_names.get(req.model))  # fmt: skip
+        view = present(
+            req,
+            self.settings.models[req.model],
+            self.models().get(req.model),
+            now=time.time(),
+            lease_expires_at=claimed.lease_expires_at,
+            names=self.settings.desk.answer_names.get(req.model),
+        )
         view["second_opinion"] = claimed.opinion  # (and never the first answer)
         if claimed.until is not None and math.isfinite(claimed.until):
             view["expires_at"] = claimed.until  # the time left is the model's reach
@@ -380,8 +443,9 @@ class DeskWeb:
             self.desk.metrics.refusals.labels(code=refused.code).inc()
             raise json_error(refused.status, refused.code, str(refused)) from None
         except Unavailable:
-            raise json_error(503, "unavailable", "Kafka did not acknowledge in time; "
-                              "nothing was saved.") from None  # fmt: skip
+            raise json_error(
+                503, "unavailable", "Kafka did not acknowledge in time; nothing was saved."
+            ) from None
 
     # --- operations -----------------------------------------------------------------------
 
@@ -396,8 +460,9 @@ class DeskWeb:
 
     async def get_ready(self, request: web.Request) -> web.StreamResponse:
         ready = self.desk.ready
-        return web.json_response({"ready": ready, "open": len(self.desk.queue.requests)},
-                                 status=200 if ready else 503)  # fmt: skip
+        return web.json_response(
+            {"ready": ready, "open": len(self.desk.queue.requests)}, status=200 if ready else 503
+        )
 
 
 def _seconds(n: int) -> str:

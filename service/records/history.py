@@ -67,8 +67,15 @@ class Note:
     id: str | None = None  # the correction's id (None: a note written before ids existed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"offset": self.offset, "by": self.by, "role": self.role, "label": self.label,
-                "ts": self.ts, "changed": self.changed, "id": self.id}  # fmt: skip
+        return {
+            "offset": self.offset,
+            "by": self.by,
+            "role": self.role,
+            "label": self.label,
+            "ts": self.ts,
+            "changed": self.changed,
+            "id": self.id,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +185,15 @@ def _note(record: Any) -> Note:
     cid = record.get("id")
     if cid is not None and (not isinstance(cid, str) or not 0 < len(cid) <= 80):
         raise BadMessage("schema", "a note's 'id' must be a short string")
-    return Note(_counter(record, "offset"), _short(record, "by"), role,
-                _label(record, "label", allow_none=True), ts, changed, cid)  # fmt: skip
+    return Note(
+        _counter(record, "offset"),
+        _short(record, "by"),
+        role,
+        _label(record, "label", allow_none=True),
+        ts,
+        changed,
+        cid,
+    )
 
 
 def _past(record: dict[str, Any]) -> tuple[str, ...]:

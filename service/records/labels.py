@@ -275,17 +275,22 @@ def _correction_from_dict(record: dict[str, Any], raw: bytes) -> Correction:
     if role not in ROLES:
         raise BadMessage("schema", f"role must be 'author' or 'reviewer', got {role!r}")
     _, ts = _by_and_ts(record)
-    return Correction(ident(record, "request_id"), ident(record, "model"),
-                      _answer(record, allow_none=True), _named(record), role, ts,
-                      id=_record_id(record, raw))  # fmt: skip
+    return Correction(
+        ident(record, "request_id"),
+        ident(record, "model"),
+        _answer(record, allow_none=True),
+        _named(record),
+        role,
+        ts,
+        id=_record_id(record, raw),
+    )
 
 
 def _opinion_from_dict(record: dict[str, Any], raw: bytes) -> Opinion:
     label = _answer(record, allow_none=False)
     assert label is not None  # noqa: S101 - allow_none=False
     _, ts = _by_and_ts(record)
-    return Opinion(ident(record, "request_id"), ident(record, "model"), label,
-                   _named(record), ts)  # fmt: skip
+    return Opinion(ident(record, "request_id"), ident(record, "model"), label, _named(record), ts)
 
 
 def _seed_from_dict(record: dict[str, Any], raw: bytes) -> Seed:
@@ -299,8 +304,16 @@ def _seed_from_dict(record: dict[str, Any], raw: bytes) -> Seed:
     if not 0 <= rows < 2**53:
         raise BadMessage("schema", f"rows out of range: {rows}")
     by, ts = _by_and_ts(record)
-    return Seed(ident(record, "model"), ident(record, "target"), envelope.encode("utf-8"),
-                signature, by, ts, rows, _base_version(record))  # fmt: skip
+    return Seed(
+        ident(record, "model"),
+        ident(record, "target"),
+        envelope.encode("utf-8"),
+        signature,
+        by,
+        ts,
+        rows,
+        _base_version(record),
+    )
 
 
 def _rollback_from_dict(record: dict[str, Any], raw: bytes) -> Rollback:
@@ -308,8 +321,9 @@ def _rollback_from_dict(record: dict[str, Any], raw: bytes) -> Rollback:
     if not 0 <= version < 2**53:
         raise BadMessage("schema", f"to_version out of range: {version}")
     by, ts = _by_and_ts(record)
-    return Rollback(ident(record, "model"), ident(record, "target"), version, by, ts,
-                    _base_version(record))  # fmt: skip
+    return Rollback(
+        ident(record, "model"), ident(record, "target"), version, by, ts, _base_version(record)
+    )
 
 
 def _label_from_dict(record: dict[str, Any], raw: bytes) -> Label:

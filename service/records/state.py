@@ -93,9 +93,11 @@ def _beyond(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(_beyond(v) for v in value)
     if isinstance(value, np.ndarray):
-        return value.dtype.kind in "fc" and value.size > 0 and (
-            float(np.abs(value).max()) >= MAX_MAGNITUDE
-        )  # fmt: skip
+        return (
+            value.dtype.kind in "fc"
+            and value.size > 0
+            and (float(np.abs(value).max()) >= MAX_MAGNITUDE)
+        )
     return False
 
 
@@ -164,8 +166,9 @@ class ModelEnvelope:
         stored, or could not score, is never published)."""
         encoded = encode_finite(self.to_dict())
         if _out_of_bounds(self, encoded):
-            raise RecordError(f"model state holds a learned number of magnitude >= "
-                              f"{MAX_MAGNITUDE:g}")  # fmt: skip
+            raise RecordError(
+                f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
+            )
         return encoded
 
     def replace(self, **changes: Any) -> ModelEnvelope:
@@ -197,25 +200,36 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         iw_loss=number(record, "iw_loss"),
         iw_weight=number(record, "iw_weight"),
         updated_at=number(record, "updated_at"),
-        labels_partition=integer(record, "labels_partition") if "labels_partition" in record
+        labels_partition=integer(record, "labels_partition")
+        if "labels_partition" in record
         else -1,
         estimate=_mapping(record, "estimate") if record.get("estimate") is not None else None,
         corrections_from=integer(record, "corrections_from")
-        if record.get("corrections_from") is not None else -1,
+        if record.get("corrections_from") is not None
+        else -1,
         corrected_to=integer(record, "corrected_to")
-        if record.get("corrected_to") is not None else -1,
+        if record.get("corrected_to") is not None
+        else -1,
         line_from=integer(record, "line_from") if record.get("line_from") is not None else 0,
-    )  # fmt: skip
-    counters = (envelope.version, envelope.labels_applied, envelope.labels_offset + 1,
-                envelope.labels_partition + 1, envelope.corrections_from + 1,
-                envelope.corrected_to + 1, envelope.line_from)  # fmt: skip
+    )
+    counters = (
+        envelope.version,
+        envelope.labels_applied,
+        envelope.labels_offset + 1,
+        envelope.labels_partition + 1,
+        envelope.corrections_from + 1,
+        envelope.corrected_to + 1,
+        envelope.line_from,
+    )
     if not all(0 <= c < MAX_COUNTER for c in counters):
         raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:
         raise BadMessage("schema", f"model state for {model!r} has a negative risk sum")
     if _out_of_bounds(envelope, _learned_bytes(envelope)):
-        raise BadMessage("schema", f"model state for {model!r} holds a learned number of "
-                         f"magnitude >= {MAX_MAGNITUDE:g}")  # fmt: skip
+        raise BadMessage(
+            "schema",
+            f"model state for {model!r} holds a learned number of magnitude >= {MAX_MAGNITUDE:g}",
+        )
     return envelope
 
 
@@ -262,9 +276,14 @@ class PendingEntry:
         return self.request.model
 
     def answered(
-        self, label: Label, *, offset: int, version: int, now: float,
+        self,
+        label: Label,
+        *,
+        offset: int,
+        version: int,
+        now: float,
         shadow_versions: Mapping[str, int] | None = None,
-    ) -> PendingEntry:  # fmt: skip
+    ) -> PendingEntry:
         """This entry with ``label`` applied at labels ``offset``, giving model ``version``
         (and each shadow the version in ``shadow_versions``)."""
         return dataclasses.replace(

@@ -109,9 +109,13 @@ _PLAIN: Final[frozenset[type]] = frozenset({float, int})
 
 
 def plain_feature_row(
-    raw: bytes, inputs: Mapping[str, int], *, default_model: str, max_bytes: int | None = None,
+    raw: bytes,
+    inputs: Mapping[str, int],
+    *,
+    default_model: str,
+    max_bytes: int | None = None,
     max_features: int = 100_000,
-) -> tuple[str, str, list[Any], float | None] | None:  # fmt: skip
+) -> tuple[str, str, list[Any], float | None] | None:
     """``(model, id, features, ts)`` of an event in the common shape, None otherwise.
 
     The common shape is ``{"id": "...", "features": [numbers], "model"?, "ts"?}`` for a model
@@ -266,8 +270,12 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
     the error that names the problem). ``finite``: orjson parsed ``record`` (its numbers
     are finite, its text valid UTF-8)."""
     get: Callable[..., Any] = record.get
-    feats, decided, p, version = (get("features"), get("decided_label"),
-                                  get("query_probability"), get("model_version"))  # fmt: skip
+    feats, decided, p, version = (
+        get("features"),
+        get("decided_label"),
+        get("query_probability"),
+        get("model_version"),
+    )
     request_id: str = get("request_id")
     event_id: str = get("event_id")
     model: str = get("model")
@@ -293,20 +301,32 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
         return None
     score, rho, requested_at, expires_at = (float(n) for n in numbers)
     return LabelRequest(
-        request_id=request_id, event_id=event_id, model=model, features=list(feats),
-        score=score, rho=rho, decided_label=decided, query_probability=p,
-        model_version=version, requested_at=requested_at, expires_at=expires_at,
-        priority=float(priority), shadow_labels={}, served_by=served_by,
-    )  # fmt: skip
+        request_id=request_id,
+        event_id=event_id,
+        model=model,
+        features=list(feats),
+        score=score,
+        rho=rho,
+        decided_label=decided,
+        query_probability=p,
+        model_version=version,
+        requested_at=requested_at,
+        expires_at=expires_at,
+        priority=float(priority),
+        shadow_labels={},
+        served_by=served_by,
+    )
 
 
 def _checked(feats: list[float], numbers: list[Any], texts: list[str]) -> bool:
     """What orjson would have checked: finite numbers (an integer within a float's
     range), text that encodes as UTF-8."""
     try:
-        return all(map(math.isfinite, feats)) and all(map(math.isfinite, numbers)) and all(
-            t.encode() is not None for t in texts
-        )  # fmt: skip
+        return (
+            all(map(math.isfinite, feats))
+            and all(map(math.isfinite, numbers))
+            and all(t.encode() is not None for t in texts)
+        )
     except (OverflowError, UnicodeEncodeError):
         return False
 
@@ -441,8 +461,15 @@ class DeadLetter:
     @classmethod
     def of(cls, source: Source, message: RawMessage, reason: str, detail: str) -> DeadLetter:
         """The dead letter of a consumed ``message``."""
-        return cls(Source(source), message.topic, message.partition, message.offset,
-                   Reason(reason), detail, message.value)  # fmt: skip
+        return cls(
+            Source(source),
+            message.topic,
+            message.partition,
+            message.offset,
+            Reason(reason),
+            detail,
+            message.value,
+        )
 
     def to_json(self) -> bytes:
         """The record on the dead-letters topic (raw input as text, or base64 if binary)."""

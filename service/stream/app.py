@@ -90,8 +90,9 @@ class FaustSink:
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> None:
-        await self.app.producer.send(topic, key, value, partition=None, timestamp=None,
-                                     headers=headers)  # fmt: skip
+        await self.app.producer.send(
+            topic, key, value, partition=None, timestamp=None, headers=headers
+        )
 
     async def flush(self) -> None:
         await self.app.producer.flush()
@@ -142,9 +143,16 @@ def _score_loop(
 ) -> ScoreLoop:
     """The scoring path's loop and its aiokafka clients."""
     clients = LoopClients(s, score_group(s.app_id), (s.topics.features,))
-    return ScoreLoop(s, scorer, progress, consumer_factory=clients.consumer,
-                     producer_factory=clients.producer, admin_factory=clients.admin,
-                     unreadable=unreadable, skips=skips)  # fmt: skip
+    return ScoreLoop(
+        s,
+        scorer,
+        progress,
+        consumer_factory=clients.consumer,
+        producer_factory=clients.producer,
+        admin_factory=clients.admin,
+        unreadable=unreadable,
+        skips=skips,
+    )
 
 
 def _learn_loop(
@@ -163,23 +171,43 @@ def _learn_loop(
     clients = LoopClients(s, learn_group(s.app_id), learned(s), fetch_max_wait_ms=50)
 
     def changelogs() -> AIOKafkaConsumer:
-        return reader(s.bootstrap_servers, f"{s.app_id}-recovery",
-                      max_partition_fetch_bytes=s.fetch_bytes,
-                      client_kwargs=consumer_options(s))  # fmt: skip
+        return reader(
+            s.bootstrap_servers,
+            f"{s.app_id}-recovery",
+            max_partition_fetch_bytes=s.fetch_bytes,
+            client_kwargs=consumer_options(s),
+        )
 
-    return LearnLoop(s, joiner, list(tables.values()), checkpoint, progress,
-                     consumer_factory=clients.consumer, producer_factory=clients.producer,
-                     reader_factory=changelogs, admin_factory=clients.admin,
-                     unreadable=unreadable, skips=skips)  # fmt: skip
+    return LearnLoop(
+        s,
+        joiner,
+        list(tables.values()),
+        checkpoint,
+        progress,
+        consumer_factory=clients.consumer,
+        producer_factory=clients.producer,
+        reader_factory=changelogs,
+        admin_factory=clients.admin,
+        unreadable=unreadable,
+        skips=skips,
+    )
 
 
 def _topic(
     app: App, *names: str, partitions: int, policy: TopicPolicy, compacting: bool = False
 ) -> Any:
     """Raw bytes in and out: the records are ours to encode (service.records)."""
-    return app.topic(*names, partitions=partitions, key_type=bytes, value_type=bytes,
-                     key_serializer="raw", value_serializer="raw", internal=True,
-                     compacting=compacting or None, config=policy.topic_configs)  # fmt: skip
+    return app.topic(
+        *names,
+        partitions=partitions,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        internal=True,
+        compacting=compacting or None,
+        config=policy.topic_configs,
+    )
 
 
 def create_app(
@@ -195,26 +223,43 @@ def create_app(
     book = ModelBook(s, signer=signer, on_swap=lambda m: metrics.set_model(m.name, **m.gauges()))
     app = _faust_app(s)
     guard_topics(app, s)  # before the producer and consumer start
-    topics = {name: _topic(app, name, partitions=n, policy=s.topic_policy, compacting=compacted)
-              for name, n, compacted in declared(s)}  # the catalogue's  # fmt: skip
+    topics = {
+        name: _topic(app, name, partitions=n, policy=s.topic_policy, compacting=compacted)
+        for name, n, compacted in declared(s)
+    }  # the catalogue's
     progress = Progress(clock)
     writes = Writes()
     # signed with the snapshot key; the history's unsigned records are never taken
-    tables = {e.field: ChangelogTable(e.name(s), writes, signer=signer,
-                                      legacy=e.field != "history") for e in TABLES}  # fmt: skip
+    tables = {
+        e.field: ChangelogTable(e.name(s), writes, signer=signer, legacy=e.field != "history")
+        for e in TABLES
+    }
     checkpoint = Checkpoint(writes, commit_interval=s.commit_interval_seconds)
     outputs = Outputs(FaustSink(app), t, metrics, signer=signer)  # scorer's records, follow
-    scorer = Scorer(s, book.serving, outputs, metrics, clock=clock,
-                    fallback=book.refuse if signer is None else None)  # fmt: skip
+    scorer = Scorer(
+        s,
+        book.serving,
+        outputs,
+        metrics,
+        clock=clock,
+        fallback=book.refuse if signer is None else None,
+    )
     unreadable = Unreadable(metrics, topics=watched(s))
     scoring = _score_loop(s, scorer, progress, unreadable, book.skips)
     pending = PendingStore(tables["pending"], admission(s))  # the learner's own checks
     initial = {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
-    joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(tables["parked"]),
-                         models=ModelStore(tables["models"], initial), metrics=metrics,
-                         history=History(tables["history"], s, admission(s)),
-                         outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
-                         clock=clock, signer=signer, runner=ProcessRunner(s))  # fmt: skip
+    joiner = LabelJoiner(
+        s,
+        pending=pending,
+        parked=ParkedStore(tables["parked"]),
+        models=ModelStore(tables["models"], initial),
+        metrics=metrics,
+        history=History(tables["history"], s, admission(s)),
+        outputs=Outputs(checkpoint.sink, t, metrics, signer=signer),
+        clock=clock,
+        signer=signer,
+        runner=ProcessRunner(s),
+    )
     learning = _learn_loop(s, joiner, tables, checkpoint, progress, unreadable, book.skips)
     joiner.corrector.readback.read_labels = learning.read_labels
     joiner.corrector.scope = writes.partition
@@ -222,10 +267,22 @@ def create_app(
     learning.defer = lambda: scoring.backlogged
     view = RoutedView(learning.view, {t.features: scoring.view})
     housekeeping = Housekeeping(
-        s, view=view, book=book, pending=pending, scorer=scorer, joiner=joiner, metrics=metrics,
-        liveness=LivenessMonitor(view, progress, metrics, watched=watched(s),
-                                 stall_seconds=s.stall_seconds, unreadable=unreadable),
-    )  # fmt: skip
+        s,
+        view=view,
+        book=book,
+        pending=pending,
+        scorer=scorer,
+        joiner=joiner,
+        metrics=metrics,
+        liveness=LivenessMonitor(
+            view,
+            progress,
+            metrics,
+            watched=watched(s),
+            stall_seconds=s.stall_seconds,
+            unreadable=unreadable,
+        ),
+    )
     parts = app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)
 
     async def declare_outputs() -> None:
@@ -245,10 +302,14 @@ def create_app(
     @app.task  # type: ignore[untyped-decorator]
     async def follow() -> None:
         await declare_outputs()
-        await follow_models(s, book, consumer_kwargs=consumer_options(s),
-                            refused=outputs.refused_snapshot,
-                            skipped=partial(outputs.skipped_batch, Source.MODELS),
-                            unreadable=unreadable)  # fmt: skip
+        await follow_models(
+            s,
+            book,
+            consumer_kwargs=consumer_options(s),
+            refused=outputs.refused_snapshot,
+            skipped=partial(outputs.skipped_batch, Source.MODELS),
+            unreadable=unreadable,
+        )
 
     @app.timer(1.0)  # type: ignore[untyped-decorator]
     async def tick() -> None:

@@ -152,9 +152,14 @@ def _correct(settings: Settings, args: argparse.Namespace) -> int:
     if not args.by.strip():
         print("abstain labels correct: --by must name the person correcting", file=sys.stderr)
         return 2
-    correction = Correction(args.request_id, args.model or settings.default_model,
-                            None if args.label == "none" else int(args.label), args.by,
-                            args.role, time.time())  # fmt: skip
+    correction = Correction(
+        args.request_id,
+        args.model or settings.default_model,
+        None if args.label == "none" else int(args.label),
+        args.by,
+        args.role,
+        time.time(),
+    )
     value, key = correction.to_json(), correction.model.encode()
     signer = signer_for(settings)
     headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
@@ -183,8 +188,11 @@ def _rebuild(argv: list[str]) -> int:
         return 2
     champion = settings.models[args.model].champion
     if champion is not None:
-        print(f"abstain: {args.model!r} is a shadow of {champion!r}; rebuild replays a "
-              "champion's own labels alone", file=sys.stderr)  # fmt: skip
+        print(
+            f"abstain: {args.model!r} is a shadow of {champion!r}; rebuild replays a "
+            "champion's own labels alone",
+            file=sys.stderr,
+        )
         return 2
     rebuilt = asyncio.run(rebuild_from_topics(settings, args.model))
     if args.publish:
@@ -203,13 +211,25 @@ def _seed(argv: list[str]) -> int:
     )
     common_arguments(parser)
     parser.add_argument("--model", required=True, help="configured model name")
-    parser.add_argument("file", type=Path, help="labelled rows: CSV (with a header naming the "
-                        "model's features) or LIBSVM, optionally .gz")  # fmt: skip
-    parser.add_argument("--format", choices=["csv", "libsvm"], default=None,
-                        help="the file's format (default: guessed)")  # fmt: skip
+    parser.add_argument(
+        "file",
+        type=Path,
+        help="labelled rows: CSV (with a header naming the "
+        "model's features) or LIBSVM, optionally .gz",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["csv", "libsvm"],
+        default=None,
+        help="the file's format (default: guessed)",
+    )
     parser.add_argument("--by", default="cli", help="who seeds (kept on the order)")
-    parser.add_argument("--dry-run", action="store_true", dest="dry_run",
-                        help="train and print the summary, publish nothing")  # fmt: skip
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        dest="dry_run",
+        help="train and print the summary, publish nothing",
+    )
     args = parser.parse_args(argv)
     settings = settings_from_arguments(args)
     try:
@@ -228,10 +248,16 @@ def _seed(argv: list[str]) -> int:
         print(f"abstain: {exc}; nothing published", file=sys.stderr)
         return 2
     model = seeded.model
-    out = {"model": model.model, "rows": seeded.rows, "risk": seeded.risk,
-           "rejected": seeded.rejected, "wrong": seeded.wrong,
-           "rho": float(learner_for(dict(model.learner), Parts()).rho), "version": version,
-           "published": version is not None}  # fmt: skip
+    out = {
+        "model": model.model,
+        "rows": seeded.rows,
+        "risk": seeded.risk,
+        "rejected": seeded.rejected,
+        "wrong": seeded.wrong,
+        "rho": float(learner_for(dict(model.learner), Parts()).rho),
+        "version": version,
+        "published": version is not None,
+    }
     print(dumps(out).decode())
     return 0
 
@@ -260,13 +286,22 @@ async def publish_seed(settings: Settings, seeded: Seeded, *, by: str) -> int:
     signer = signer_for(settings)
     signature = None if signer is None else signer.sign(name.encode(), value)
     route = settings.learner_key(name)
-    order = Seed(route, name, value, None if signature is None else signature.decode(),
-                 by, time.time(), rows=seeded.rows,
-                 base_version=book.models[name].version)  # fmt: skip
+    order = Seed(
+        route,
+        name,
+        value,
+        None if signature is None else signature.decode(),
+        by,
+        time.time(),
+        rows=seeded.rows,
+        base_version=book.models[name].version,
+    )
     record = order.to_json()
     if len(record) > settings.max_message_bytes:  # the learner would refuse it as too big
-        raise SeedError(f"the seed order is {len(record)} bytes, over max_message_bytes "
-                        f"({settings.max_message_bytes})")  # fmt: skip
+        raise SeedError(
+            f"the seed order is {len(record)} bytes, over max_message_bytes "
+            f"({settings.max_message_bytes})"
+        )
     signed = None if signer is None else [(SIGNATURE_HEADER, signer.sign(route.encode(), record))]
     await produce_one(settings, settings.topics.labels, route.encode(), record, signed)
     headers = None if signature is None else [(SIGNATURE_HEADER, signature)]
@@ -278,8 +313,10 @@ async def _topics_ready(settings: Settings) -> None:
     """The labels and models topics exist with their configured partitions (a write to a
     missing one would create it with the broker's defaults, which the worker then refuses);
     :class:`SeedError` otherwise."""
-    wanted = {settings.topics.labels: settings.partitions.labels,
-              settings.topics.models: settings.partitions.models}  # fmt: skip
+    wanted = {
+        settings.topics.labels: settings.partitions.labels,
+        settings.topics.models: settings.partitions.models,
+    }
     kwargs = settings.security.aiokafka_kwargs()
     for topic, partitions in wanted.items():
         try:
@@ -292,17 +329,22 @@ async def _topics_ready(settings: Settings) -> None:
                 "topics) or create them as topic_policy says"
             ) from None
         if len(tps) != partitions:
-            raise SeedError(f"topic {topic!r} has {len(tps)} partitions, the settings say "
-                            f"{partitions}")  # fmt: skip
+            raise SeedError(
+                f"topic {topic!r} has {len(tps)} partitions, the settings say {partitions}"
+            )
 
 
 async def rebuild_from_topics(settings: Settings, model: str) -> Rebuilt:
     """Read the label-requests and labels topics from the start and rebuild ``model``."""
 
     def records(raw: list[Any]) -> list[LogRecord]:
-        return [LogRecord(r.partition, r.offset, int(r.timestamp), r.value, r.key,
-                          raw_message(r).signature) for r in raw
-                if r.value is not None]  # fmt: skip
+        return [
+            LogRecord(
+                r.partition, r.offset, int(r.timestamp), r.value, r.key, raw_message(r).signature
+            )
+            for r in raw
+            if r.value is not None
+        ]
 
     requests = records(await read_topic(settings, settings.topics.label_requests))
     labels = records(await read_topic(settings, settings.topics.labels))

@@ -98,18 +98,19 @@ def test_an_answer_try_nobody_runs_blocks_its_holder_for_answer_seconds_at_most(
     could no longer be running."""
     book = LeaseBook(lease_seconds=120.0, answer_seconds=12.0)
     book.apply(0, LeaseRecord("r", "claim", "ann", at=0.0, expires_at=120.0))
-    assert book.apply(1, LeaseRecord("r", "answer", "ann", at=1.0, expires_at=121.0,
-                                     attempt="nobody-runs-this"))  # fmt: skip
+    assert book.apply(
+        1, LeaseRecord("r", "answer", "ann", at=1.0, expires_at=121.0, attempt="nobody-runs-this")
+    )
     assert book.apply(2, LeaseRecord("r", "claim", "ann", at=5.0, expires_at=125.0))  # renew
     assert not book.apply(
         3, LeaseRecord("r", "answer", "ann", at=6.0, expires_at=126.0, attempt="mine")
     )  # the other try might still run
-    assert book.apply(4, LeaseRecord("r", "answer", "ann", at=13.0, expires_at=133.0,
-                                     attempt="mine"))  # fmt: skip
+    assert book.apply(
+        4, LeaseRecord("r", "answer", "ann", at=13.0, expires_at=133.0, attempt="mine")
+    )
     assert not book.apply(  # and "mine" now runs: the stranded one cannot come back
-        5, LeaseRecord("r", "answer", "ann", at=14.0, expires_at=134.0,
-                       attempt="nobody-runs-this")
-    )  # fmt: skip
+        5, LeaseRecord("r", "answer", "ann", at=14.0, expires_at=134.0, attempt="nobody-runs-this")
+    )
     assert book.held_by("ann", now=14.0) == ["r"]
 
 
@@ -173,8 +174,7 @@ def _joined(n_before: int) -> tuple[DeskQueue, LeaseBook, list[float]]:
     for i, (who, held) in enumerate([("ann", 10.0), ("ann", 30.0), ("bob", 5.0)]):
         rid = f"r{i}"
         records.append((LeaseRecord(rid, "claim", who, at=900.0, expires_at=1020.0), None))
-        answer = LeaseRecord(rid, "answer", who, at=900.0 + held, expires_at=1100.0,
-                             attempt="a")  # fmt: skip
+        answer = LeaseRecord(rid, "answer", who, at=900.0 + held, expires_at=1100.0, attempt="a")
         records.append((answer, Label(rid, "m", 1, who, 900.0 + held)))
     for i, (record, label) in enumerate(records):
         if label is not None and i < n_before:  # the label is read before its answer record

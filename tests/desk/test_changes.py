@@ -30,8 +30,9 @@ EVIL = '<img src=x onerror="alert(1)">&'
 
 
 def served(name: str = "m", *, adaptive: bool = True, version: int = 7) -> ServedModel:
-    config = ModelConfig(n_features=2, intercept=False, standardize=False,
-                         adaptive=AdaptiveConfig(enabled=adaptive))  # fmt: skip
+    config = ModelConfig(
+        n_features=2, intercept=False, standardize=False, adaptive=AdaptiveConfig(enabled=adaptive)
+    )
     envelope = initial_envelope(name, config)
     model = ServedModel.from_envelope(config, envelope)
     return dataclasses.replace(model, envelope=dataclasses.replace(envelope, version=version))
@@ -97,8 +98,18 @@ def test_a_model_that_never_changed_is_steady_with_none_yet() -> None:
 
 
 def test_the_mark_window_and_running_challengers() -> None:
-    base = ChangeRow(version=1, labels=500, detects=True, changes=1, takeovers=0, last_change=400,
-                     risk=0.1, risk_labels=100, challengers=(), window=200)  # fmt: skip
+    base = ChangeRow(
+        version=1,
+        labels=500,
+        detects=True,
+        changes=1,
+        takeovers=0,
+        last_change=400,
+        risk=0.1,
+        risk_labels=100,
+        challengers=(),
+        window=200,
+    )
     assert base.since == 100
     assert base.relearning
     assert not dataclasses.replace(base, last_change=300).relearning  # 200 labels ago
@@ -190,15 +201,17 @@ def test_corrections_the_served_model_does_not_hold_are_shown_queued() -> None:
     for offset in (40, 41, 45):
         waiting.add(EVIL, 0, offset)
     model = served(EVIL)
-    holding = dataclasses.replace(model, envelope=dataclasses.replace(
-        model.envelope, labels_partition=0, corrected_to=41))  # fmt: skip
+    holding = dataclasses.replace(
+        model, envelope=dataclasses.replace(model.envelope, labels_partition=0, corrected_to=41)
+    )
     counts = waiting.counts({EVIL: holding})
     assert counts == {EVIL: 1}
     page = team_page("ann", "t", stats(EVIL), {}, waiting=counts)
     assert "Corrections queued" in page
     assert EVIL not in page  # escaped
-    done = dataclasses.replace(holding, envelope=dataclasses.replace(holding.envelope,
-                                                                     corrected_to=45))  # fmt: skip
+    done = dataclasses.replace(
+        holding, envelope=dataclasses.replace(holding.envelope, corrected_to=45)
+    )
     assert waiting.counts({EVIL: done}) == {}
     assert "Corrections queued" not in team_page("ann", "t", stats(EVIL), {}, waiting={})
 

@@ -47,8 +47,9 @@ async def serve(tmp_path: Path, **desk_settings: object) -> tuple[TestClient, De
     sessions = Sessions(b"k" * 32, lifetime=3600.0, clock=lambda: clock.now)
     accounts = Accounts.load(users, weak_ok=True)
     logins = LoginGate(accounts, clock=lambda: clock.now, free=3, refusal_delay=0.0)
-    web = DeskWeb(desk.settings, desk, accounts, sessions, revocations=MemoryRevocations(),
-                  logins=logins)  # fmt: skip
+    web = DeskWeb(
+        desk.settings, desk, accounts, sessions, revocations=MemoryRevocations(), logins=logins
+    )
     c = TestClient(TestServer(web.app()))
     await c.start_server()
     return c, web
@@ -188,8 +189,9 @@ async def test_a_form_that_is_not_one_is_a_4xx(
     c, _ = client
     csrf = await login(c)
     for path in ("/login", "/logout"):
-        resp = await c.post(path, data=body, headers={"Content-Type": content_type},
-                            allow_redirects=False)  # fmt: skip
+        resp = await c.post(
+            path, data=body, headers={"Content-Type": content_type}, allow_redirects=False
+        )
         assert 400 <= resp.status < 500, (path, resp.status)
     assert csrf  # still signed in: nothing logged out
 
@@ -265,17 +267,19 @@ async def test_forwarded_headers_are_believed_from_trusted_proxies_only(tmp_path
             page = await (await c.get("/login")).text()
             token = re.search(r'name="token" value="([^"]+)"', page)
             assert token is not None
-            resp = await c.post("/login", allow_redirects=False, headers=spoof,
-                                data={"user": "ann", "password": "ann-secret",
-                                      "token": token.group(1)})  # fmt: skip
+            resp = await c.post(
+                "/login",
+                allow_redirects=False,
+                headers=spoof,
+                data={"user": "ann", "password": "ann-secret", "token": token.group(1)},
+            )
             assert resp.status == 303
             assert bool(resp.cookies[SESSION_COOKIE]["secure"]) is secure
             for _ in range(3):  # wrong passwords from "198.51.100.7", via the proxy or not
                 await login(c, "wrong", **spoof)
             # the client's own address: throttled when it was the one counted
             direct = web.logins.addresses_throttle.wait("127.0.0.1", now=web.sessions.clock())
-            forwarded = web.logins.addresses_throttle.wait("198.51.100.7",
-                                                           now=web.sessions.clock())  # fmt: skip
+            forwarded = web.logins.addresses_throttle.wait("198.51.100.7", now=web.sessions.clock())
             assert (direct > 0, forwarded > 0) == (not secure, secure)
         finally:
             await c.close()
@@ -314,8 +318,9 @@ async def test_behind_a_proxy_a_name_the_users_file_does_not_list_answers_nothin
             got = await (await c.post("/api/next", json={}, headers=headers)).json()
             assert (got.get("request") is not None) is offered, (name, got)
             if not offered:
-                resp = await c.post("/api/answer", json={"request_id": rid, "label": 1},
-                                    headers=headers)  # fmt: skip
+                resp = await c.post(
+                    "/api/answer", json={"request_id": rid, "label": 1}, headers=headers
+                )
                 assert resp.status == 403
                 assert (await resp.json())["error"] == "out_of_scope"
         assert [lab.labelled_by for lab in web.desk.sink.labels] == []

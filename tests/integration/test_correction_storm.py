@@ -37,8 +37,9 @@ CORRECTIONS = 300
 
 
 def _learned(service_factory: Callable[..., Any], kafka_io: Any) -> Learned:
-    return learned(service_factory, kafka_io, models=MODELS, labels=LABELS, key=KEY,
-                   n_features=FEATURES)  # fmt: skip
+    return learned(
+        service_factory, kafka_io, models=MODELS, labels=LABELS, key=KEY, n_features=FEATURES
+    )
 
 
 def _settled(run: Learned, timeout: float) -> None:
@@ -82,12 +83,14 @@ def test_a_storm_of_corrections_does_not_stall_scoring_and_each_is_applied_once(
     assert len(raging) >= 0.95 * len(storm.phases[1].sent)
     q99, s99 = percentile(quiet, 99), percentile(raging, 99)
     h99 = percentile(health, 99) * 1000
-    print(f"\nevent -> decision p99: quiet {q99:.0f} ms ({len(quiet)} events), storm "
-          f"{s99:.0f} ms ({len(raging)} events); /healthz p99 {h99:.1f} ms "
-          f"({len(health)} probes; quiet {percentile(probe.times[:quiet_health], 99) * 1000:.1f}"
-          f" ms), {probe.failed} failed; CPU s of the worker / its derivation process: quiet "
-          f"{cpu[1][0] - cpu[0][0]:.1f} / {cpu[1][1] - cpu[0][1]:.1f}, storm "
-          f"{cpu[2][0] - cpu[1][0]:.1f} / {cpu[2][1] - cpu[1][1]:.1f}")  # fmt: skip
+    print(
+        f"\nevent -> decision p99: quiet {q99:.0f} ms ({len(quiet)} events), storm "
+        f"{s99:.0f} ms ({len(raging)} events); /healthz p99 {h99:.1f} ms "
+        f"({len(health)} probes; quiet {percentile(probe.times[:quiet_health], 99) * 1000:.1f}"
+        f" ms), {probe.failed} failed; CPU s of the worker / its derivation process: quiet "
+        f"{cpu[1][0] - cpu[0][0]:.1f} / {cpu[1][1] - cpu[0][1]:.1f}, storm "
+        f"{cpu[2][0] - cpu[1][0]:.1f} / {cpu[2][1] - cpu[1][1]:.1f}"
+    )
     assert s99 <= 3 * max(q99, 5.0), (q99, s99)
     assert h99 <= 50.0, h99
     assert probe.failed == 0

@@ -32,10 +32,15 @@ pytestmark = pytest.mark.integration
 
 KEY = "history-trust-key-" + "y" * 30
 MODELS = {
-    "m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05,
-          "corrections": {"reach": 300}},
+    "m": {
+        "algorithm": "dsal",
+        "cost": 0.25,
+        "n_features": 3,
+        "audit_rate": 0.05,
+        "corrections": {"reach": 300},
+    },
     "m-dral": {"algorithm": "dral", "cost": 0.25, "n_features": 3, "champion": "m"},
-}  # fmt: skip
+}
 LABELS = 160
 
 
@@ -58,8 +63,11 @@ def _correct_and_wait(run: Learned, index: int) -> dict[str, Any]:
     before, shadow = run.version(), run.version("m-dral")
     q = run.requests[index]
     run.correct(q["request_id"], -run.answers[q["request_id"]], "carol")
-    wait_until(lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1, 60,
-               "the corrected versions")  # fmt: skip
+    wait_until(
+        lambda: run.version() == before + 1 and run.version("m-dral") == shadow + 1,
+        60,
+        "the corrected versions",
+    )
     return run.served_equals_rebuild()
 
 
@@ -68,8 +76,11 @@ def _refused(run: Learned, where: list[tuple[int, int]]) -> list[str]:
     dead-lettered with."""
     history = run.service.changelog("history")
     spots = set(where)
-    return [d["reason"] for d in run.dead()
-            if d["topic"] == history and (d["partition"], d["offset"]) in spots]  # fmt: skip
+    return [
+        d["reason"]
+        for d in run.dead()
+        if d["topic"] == history and (d["partition"], d["offset"]) in spots
+    ]
 
 
 def test_a_forged_checkpoint_is_refused_and_the_corrected_model_is_the_rebuild(
@@ -94,15 +105,28 @@ def _forged_step(run: Learned, seq: int, offset: int, event: str) -> Out:
     rid = request_id("m", event)
     features = [30.0, -30.0, 30.0]
     request = LabelRequest(rid, event, "m", features, 0.5, 1.0, 1, 0.01, 1, 1.0, 1e12, 1.0)
-    step = Step("m", seq, 0, offset, request, -concept(features), -concept(features), "mallory",
-                1.0, applied_at=1.0)  # fmt: skip
+    step = Step(
+        "m",
+        seq,
+        0,
+        offset,
+        request,
+        -concept(features),
+        -concept(features),
+        "mallory",
+        1.0,
+        applied_at=1.0,
+    )
     return Out(f"m@{offset}".encode(), step.to_json(), partition=0)
 
 
 def test_a_forged_step_is_refused_and_the_corrected_model_is_the_rebuild(run: Learned) -> None:
     history = run.records(run.service.changelog("history"))
-    seqs = [json.loads(r.value)["seq"] for r in history
-            if r.value is not None and b"@" in (r.key or b"")]  # fmt: skip
+    seqs = [
+        json.loads(r.value)["seq"]
+        for r in history
+        if r.value is not None and b"@" in (r.key or b"")
+    ]
     where = _restart_with(
         run,
         [
@@ -112,8 +136,10 @@ def test_a_forged_step_is_refused_and_the_corrected_model_is_the_rebuild(run: Le
     )
     served = _correct_and_wait(run, 41)
     assert served["labels_applied"] == run.states()[-2]["labels_applied"]
-    assert sorted(_refused(run, where)) in (["unsigned", "unsigned"],
-                                            ["bad_signature", "bad_signature"])  # fmt: skip
+    assert sorted(_refused(run, where)) in (
+        ["unsigned", "unsigned"],
+        ["bad_signature", "bad_signature"],
+    )
 
 
 def _forged_checkpoint(run: Learned, index: int) -> tuple[Out, int]:
@@ -155,8 +181,13 @@ def test_without_a_key_a_forged_checkpoint_is_re_derived_or_found_out_never_serv
     q = run.requests[at + 5]
     run.correct(q["request_id"], -run.answers[q["request_id"]], "carol")
     labels = run.topics["labels"]
-    wait_until(lambda: any(d["topic"] == labels and d["reason"] == "history_untrusted"
-                           for d in run.dead()), 60, "the correction refused")  # fmt: skip
+    wait_until(
+        lambda: any(
+            d["topic"] == labels and d["reason"] == "history_untrusted" for d in run.dead()
+        ),
+        60,
+        "the correction refused",
+    )
     time.sleep(1.0)
     assert run.states()[-1]["learner"] == served["learner"]
     assert run.version() == served["version"]

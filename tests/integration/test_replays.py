@@ -28,8 +28,15 @@ from service.records import SIGNATURE_HEADER
 pytestmark = pytest.mark.integration
 
 KEY = "replay-key-" + "z" * 30
-MODELS = {"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 3, "audit_rate": 0.05,
-                "corrections": {"reach": 300}}}  # fmt: skip
+MODELS = {
+    "m": {
+        "algorithm": "dsal",
+        "cost": 0.25,
+        "n_features": 3,
+        "audit_rate": 0.05,
+        "corrections": {"reach": 300},
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +56,14 @@ def _settled(run: Learned, spot: tuple[int, int]) -> dict[str, Any] | None:
     labels = run.topics["labels"]
 
     def letter() -> dict[str, Any] | None:
-        return next((d for d in run.dead() if d["topic"] == labels
-                     and (d["partition"], d["offset"]) == spot), None)  # fmt: skip
+        return next(
+            (
+                d
+                for d in run.dead()
+                if d["topic"] == labels and (d["partition"], d["offset"]) == spot
+            ),
+            None,
+        )
 
     def made_version() -> bool:
         return any(s["labels_offset"] >= spot[1] for s in run.states())
@@ -104,14 +117,20 @@ def test_a_replayed_seed_order_is_refused_and_the_model_unchanged(
     run: Learned, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(7)
-    rows = ["a,b,c,label"] + [f"{x[0]},{x[1]},{x[2]},{concept(x.tolist())}"
-                              for x in rng.normal(size=(100, 3)).round(4)]  # fmt: skip
+    rows = ["a,b,c,label"] + [
+        f"{x[0]},{x[1]},{x[2]},{concept(x.tolist())}" for x in rng.normal(size=(100, 3)).round(4)
+    ]
     data = tmp_path / "seed.csv"
     data.write_text("\n".join(rows) + "\n")
     before = run.version()
     run.service.cli("models", "seed", "--model", "m", str(data))
-    wait_until(lambda: any(s["version"] == before + 1 and s["labels_partition"] >= 0
-                           for s in run.states()), 60, "the seed adopted")  # fmt: skip
+    wait_until(
+        lambda: any(
+            s["version"] == before + 1 and s["labels_partition"] >= 0 for s in run.states()
+        ),
+        60,
+        "the seed adopted",
+    )
     order = _last_labels_record(run, lambda v: v.get("kind") == "seed")
     served = run.states()[-1]
     spot = run.write("labels", [Out(b"m", order.value, headers=order.headers)])[0]
@@ -139,10 +158,18 @@ def test_without_a_key_a_copy_of_an_older_snapshot_is_never_served(
         time.sleep(0.1)
     assert seen == {newest}
     t = run.topics
-    kafka_io.produce_json(t["features"], [(f"after-{i}", {"id": f"after-{i}", "model": "m",
-                                                         "features": [0.1, 0.2, 0.3]})
-                                          for i in range(20)])  # fmt: skip
-    decided = kafka_io.wait_for(t["decisions"], lambda rs: sum(
-        r.json()["id"].startswith("after-") for r in rs) == 20, timeout=60)  # fmt: skip
-    assert {r.json()["model_version"] for r in decided if r.json()["id"].startswith("after-")} \
-        == {newest}  # fmt: skip
+    kafka_io.produce_json(
+        t["features"],
+        [
+            (f"after-{i}", {"id": f"after-{i}", "model": "m", "features": [0.1, 0.2, 0.3]})
+            for i in range(20)
+        ],
+    )
+    decided = kafka_io.wait_for(
+        t["decisions"],
+        lambda rs: sum(r.json()["id"].startswith("after-") for r in rs) == 20,
+        timeout=60,
+    )
+    assert {r.json()["model_version"] for r in decided if r.json()["id"].startswith("after-")} == {
+        newest
+    }

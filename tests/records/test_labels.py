@@ -27,8 +27,10 @@ def test_a_correction_gets_a_fresh_id_that_its_record_carries() -> None:
 
 
 def test_a_correction_written_before_ids_is_known_by_its_bytes() -> None:
-    raw = b'{"kind": "correction", "request_id": "r", "model": "m", "label": -1, ' \
-          b'"labelled_by": "bob", "role": "reviewer", "ts": 5.0}'  # fmt: skip
+    raw = (
+        b'{"kind": "correction", "request_id": "r", "model": "m", "label": -1, '
+        b'"labelled_by": "bob", "role": "reviewer", "ts": 5.0}'
+    )
     first, copy = parse_labels_record(raw), parse_labels_record(raw)
     other = parse_labels_record(raw.replace(b"5.0", b"6.0"))
     assert isinstance(first, Correction)
@@ -40,18 +42,23 @@ def test_a_correction_written_before_ids_is_known_by_its_bytes() -> None:
 
 @pytest.mark.parametrize("bad", [b'""', b"12", b'"a b"', b'"' + b"x" * 81 + b'"'])
 def test_a_correction_id_must_be_a_short_name(bad: bytes) -> None:
-    raw = b'{"kind": "correction", "request_id": "r", "model": "m", "label": 1, ' \
-          b'"labelled_by": "bob", "role": "reviewer", "id": ' + bad + b"}"  # fmt: skip
+    raw = (
+        b'{"kind": "correction", "request_id": "r", "model": "m", "label": 1, '
+        b'"labelled_by": "bob", "role": "reviewer", "id": ' + bad + b"}"
+    )
     with pytest.raises(BadMessage, match="schema"):
         parse_labels_record(raw)
 
 
-@pytest.mark.parametrize("order", [
-    Rollback("m", "m", 3, "ops", 1.0, base_version=12),
-    Seed("m", "m", b'{"model": "m"}', None, "ops", 1.0, rows=4, base_version=0),
-    Rollback("m", "m", 3, "ops", 1.0),  # written before orders named their base
-    Seed("m", "m", b'{"model": "m"}', None, "ops", 1.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "order",
+    [
+        Rollback("m", "m", 3, "ops", 1.0, base_version=12),
+        Seed("m", "m", b'{"model": "m"}', None, "ops", 1.0, rows=4, base_version=0),
+        Rollback("m", "m", 3, "ops", 1.0),  # written before orders named their base
+        Seed("m", "m", b'{"model": "m"}', None, "ops", 1.0),
+    ],
+)
 def test_orders_carry_the_version_they_were_written_against(order: Rollback | Seed) -> None:
     raw = order.to_json()
     assert parse_labels_record(raw) == order
@@ -72,8 +79,7 @@ def _step() -> Step:
 def test_a_step_knows_the_ids_of_its_corrections_even_once_their_notes_are_forgotten() -> None:
     step = _step()
     for i in range(MAX_NOTES + 5):
-        step = step.corrected(Note(100 + i, "bob", "reviewer", 1 if i % 2 else -1, 1.0,
-                                   id=f"c{i}"))  # fmt: skip
+        step = step.corrected(Note(100 + i, "bob", "reviewer", 1 if i % 2 else -1, 1.0, id=f"c{i}"))
     assert len(step.notes) == MAX_NOTES
     assert step.past == tuple(f"c{i}" for i in range(5))
     assert all(step.knows(f"c{i}") for i in range(MAX_NOTES + 5))

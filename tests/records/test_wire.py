@@ -208,25 +208,55 @@ def test_dead_letter_of_a_message_with_broken_text_still_serialises() -> None:
 # --------------------------------------------------------------------------- label requests
 
 _value = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.integers(-(2**70), 2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.floats(0.0, 1.0),
-    st.text(max_size=4), st.sampled_from(["\ud800", "x" * 257, ""]), st.just([1.0]),
-    st.just({}), st.just({"s": 1}), st.just({"s": True}),
-)  # fmt: skip
-_FIELDS = ("request_id", "event_id", "model", "features", "score", "rho", "decided_label",
-           "query_probability", "model_version", "requested_at", "expires_at", "priority",
-           "shadow_labels", "served_by", "moments")  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(0.0, 1.0),
+    st.text(max_size=4),
+    st.sampled_from(["\ud800", "x" * 257, ""]),
+    st.just([1.0]),
+    st.just({}),
+    st.just({"s": 1}),
+    st.just({"s": True}),
+)
+_FIELDS = (
+    "request_id",
+    "event_id",
+    "model",
+    "features",
+    "score",
+    "rho",
+    "decided_label",
+    "query_probability",
+    "model_version",
+    "requested_at",
+    "expires_at",
+    "priority",
+    "shadow_labels",
+    "served_by",
+    "moments",
+)
 
 
 @st.composite
 def _request_record(draw: st.DrawFn) -> dict[str, object]:
     """A label request as a scorer writes it, with some fields changed or left out."""
     record: dict[str, object] = LabelRequest(
-        request_id="r", event_id="e", model="m", features=draw(st.lists(
-            st.floats(-1e6, 1e6), max_size=4)), score=0.5, rho=1.0, decided_label=0,
-        query_probability=0.5, model_version=2, requested_at=1.5, expires_at=9.5,
+        request_id="r",
+        event_id="e",
+        model="m",
+        features=draw(st.lists(st.floats(-1e6, 1e6), max_size=4)),
+        score=0.5,
+        rho=1.0,
+        decided_label=0,
+        query_probability=0.5,
+        model_version=2,
+        requested_at=1.5,
+        expires_at=9.5,
         priority=0.25,
-    ).to_dict()  # fmt: skip
+    ).to_dict()
     features = record["features"]
     if draw(st.booleans()) and isinstance(features, list):  # moments as a scorer writes them
         record["moments"] = {"count": 3, "mean": [0.5] * len(features), "m2": [2.0] * len(features)}

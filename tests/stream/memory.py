@@ -50,8 +50,13 @@ class MemoryKafka:
     flushes: int = 0
     fail_flush: bool = False
 
-    async def send(self, topic: str, key: bytes | None, value: bytes,
-                   headers: list[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         self.buffered.append(Sent(topic, key, value, tuple(headers or ())))
 
     async def flush(self) -> None:
@@ -139,8 +144,14 @@ async def score(scorer: Scorer, messages: Sequence[RawMessage]) -> ScoreResult:
     return result
 
 
-def msg(value: object, offset: int = 0, topic: str = "abstain.features", partition: int = 0,
-        key: bytes | None = None, timestamp: float | None = None) -> RawMessage:  # fmt: skip
+def msg(
+    value: object,
+    offset: int = 0,
+    topic: str = "abstain.features",
+    partition: int = 0,
+    key: bytes | None = None,
+    timestamp: float | None = None,
+) -> RawMessage:
     raw = value if isinstance(value, bytes) else orjson.dumps(value)
     return RawMessage(raw, topic, partition, offset, key, timestamp)
 
@@ -150,17 +161,26 @@ def request(features: Iterable[float], rid: str = "r1", **kw: object) -> LabelRe
     ``request_id`` is given (the event id is ``rid``)."""
     model = str(kw.pop("model", "m"))
     fields: dict[str, object] = {
-        "request_id": request_id(model, rid), "event_id": rid, "model": model,
+        "request_id": request_id(model, rid),
+        "event_id": rid,
+        "model": model,
         "features": list(features),
-        "score": 0.0, "rho": 1.0, "decided_label": 0, "query_probability": 0.5,
-        "model_version": 0, "requested_at": 0.0, "expires_at": 1e9, "priority": 0.5,
-    }  # fmt: skip
+        "score": 0.0,
+        "rho": 1.0,
+        "decided_label": 0,
+        "query_probability": 0.5,
+        "model_version": 0,
+        "requested_at": 0.0,
+        "expires_at": 1e9,
+        "priority": 0.5,
+    }
     fields.update(kw)
     return LabelRequest(**fields)  # type: ignore[arg-type]
 
 
-def pending(features: Iterable[float], rid: str = "r1", partition: int = 0, **kw: object
-            ) -> PendingEntry:  # fmt: skip
+def pending(
+    features: Iterable[float], rid: str = "r1", partition: int = 0, **kw: object
+) -> PendingEntry:
     """A pending entry whose request id is ``rid`` itself (stores do not check ids)."""
     kw.setdefault("request_id", rid)
     return PendingEntry(request(features, rid, **kw), partition)
@@ -174,8 +194,7 @@ def trained(cfg: ModelConfig, n: int, seed: int = 1) -> ServedModel:
         x = rng.normal(size=cfg.n_inputs)
         y = 1 if x[0] + 0.3 * x[1] > 0 else -1
         entry = pending([float(v) for v in x], request_id("m", f"t{i}"))
-        out = apply_label(cfg, model, entry, Label(entry.request_id, "m", y, "t", None), i,
-                          now=1.0)  # fmt: skip
+        out = apply_label(cfg, model, entry, Label(entry.request_id, "m", y, "t", None), i, now=1.0)
         assert out.model is not None
         model = out.model
     return ServedModel.from_envelope(cfg, model)

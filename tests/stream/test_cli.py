@@ -27,8 +27,9 @@ def config(tmp_path: Path) -> Path:
     path = tmp_path / "settings.json"
     models = {"m": {"algorithm": "dsal", "cost": 0.25, "feature_names": ["a", "b"]}}
     # a broker nobody listens on: a command that tried to publish would fail, not hang
-    path.write_bytes(orjson.dumps({"models": models, "default_model": "m",
-                                   "broker": "127.0.0.1:1"}))  # fmt: skip
+    path.write_bytes(
+        orjson.dumps({"models": models, "default_model": "m", "broker": "127.0.0.1:1"})
+    )
     return path
 
 
@@ -38,8 +39,7 @@ def test_a_dry_run_trains_and_prints_the_summary(
     rows = ["b,a,label"] + [f"{i % 3 - 1},{i % 5 - 2},{1 if i % 5 > 2 else -1}" for i in range(60)]
     data = tmp_path / "history.csv"
     data.write_text("\n".join(rows) + "\n")
-    code = main(["models", "seed", "--config", str(config), "--model", "m", str(data),
-                 "--dry-run"])  # fmt: skip
+    code = main(["models", "seed", "--config", str(config), "--model", "m", str(data), "--dry-run"])
     assert code == 0
     out = orjson.loads(capsys.readouterr().out)
     assert (out["model"], out["rows"], out["published"], out["version"]) == ("m", 60, False, None)
@@ -57,9 +57,13 @@ def test_a_dry_run_trains_and_prints_the_summary(
     ],
 )
 def test_what_cannot_seed_stops_before_anything_is_published(
-    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str], text: str, model: str,
+    tmp_path: Path,
+    config: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    model: str,
     message: str,
-) -> None:  # fmt: skip
+) -> None:
     data = tmp_path / "history.csv"
     data.write_text(text)
     # not a dry run: had it reached publishing, the dead broker address would fail otherwise
@@ -80,8 +84,9 @@ class _Book:
         }
 
 
-def _publishing(monkeypatch: pytest.MonkeyPatch, served: int) -> list[tuple[str, bytes, bytes,
-                                                                            Any]]:  # fmt: skip
+def _publishing(
+    monkeypatch: pytest.MonkeyPatch, served: int
+) -> list[tuple[str, bytes, bytes, Any]]:
     """Publishing without a broker: the topics exist, the models topic serves version
     ``served``, and every write is recorded."""
     written: list[tuple[str, bytes, bytes, Any]] = []
@@ -92,8 +97,9 @@ def _publishing(monkeypatch: pytest.MonkeyPatch, served: int) -> list[tuple[str,
     async def book(settings: Settings) -> _Book:
         return _Book(settings, served)
 
-    async def produce(settings: Settings, topic: str, key: bytes, value: bytes,
-                      headers: Any = None) -> None:  # fmt: skip
+    async def produce(
+        settings: Settings, topic: str, key: bytes, value: bytes, headers: Any = None
+    ) -> None:
         written.append((topic, key, value, headers))
 
     monkeypatch.setattr(cli, "_topics_ready", ready)
@@ -108,8 +114,11 @@ KEY = "seed-key-for-the-cli-tests-0123456789"  # noqa: S105 - >= 32 characters
 def test_publish_writes_the_signed_order_first_then_the_same_signed_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = Settings(models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 2}},
-                        default_model="m", snapshot_key=KEY)  # type: ignore[arg-type]  # fmt: skip
+    settings = Settings(
+        models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 2}},
+        default_model="m",
+        snapshot_key=KEY,
+    )  # type: ignore[arg-type]
     written = _publishing(monkeypatch, served=7)
     X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     seeded = seed_model(settings, "m", X, np.array([1, -1, 1]), now=1.0)
@@ -135,8 +144,11 @@ def test_publish_writes_the_signed_order_first_then_the_same_signed_state(
 def test_an_order_too_big_for_the_labels_topic_publishes_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = Settings(models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 2}},
-                        default_model="m", max_message_bytes=256)  # type: ignore[arg-type]  # fmt: skip
+    settings = Settings(
+        models={"m": {"algorithm": "dsal", "cost": 0.25, "n_features": 2}},
+        default_model="m",
+        max_message_bytes=256,
+    )  # type: ignore[arg-type]
     written = _publishing(monkeypatch, served=0)
     seeded = seed_model(settings, "m", np.ones((2, 2)), np.array([1, -1]), now=1.0)
     with pytest.raises(SeedError, match="over max_message_bytes"):

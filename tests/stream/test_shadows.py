@@ -157,8 +157,9 @@ def test_a_shadow_decides_its_champions_events_but_only_the_champion_is_served()
 
 def test_an_event_addressed_to_a_shadow_is_dead_lettered() -> None:
     models = {name: ServedModel.initial(name, cfg) for name, cfg in MODELS.items()}
-    out = score_batch(models, events(2, model="s"), limits=Limits("c", 60.0), now=1.0,
-                      groups={"c": ("c", "s")})  # fmt: skip
+    out = score_batch(
+        models, events(2, model="s"), limits=Limits("c", 60.0), now=1.0, groups={"c": ("c", "s")}
+    )
     assert out.decisions == []
     assert [(d.reason, "shadow of 'c'" in d.detail) for d in out.dead_letters] == [
         ("unknown_model", True)
@@ -175,10 +176,10 @@ def test_the_scorer_counts_shadow_decisions_and_writes_none() -> None:
     result, records = scorer.decide(events(50))
     assert len([r for r in records if r.topic == "abstain.decisions"]) == 50
     counted = sum(
-        registry.get_sample_value("abstain_shadow_decisions_total",
-                                  {"model": "s", "action": a}) or 0.0
+        registry.get_sample_value("abstain_shadow_decisions_total", {"model": "s", "action": a})
+        or 0.0
         for a in ("predict", "reject")
-    )  # fmt: skip
+    )
     assert counted == 50
     assert registry.get_sample_value("abstain_events_total", {"model": "s"}) == 0
     assert (scorer.tally["s"].events, scorer.tally["c"].events) == (50, 50)
@@ -210,8 +211,13 @@ class Learner:
     joiner: LabelJoiner
 
     @classmethod
-    def start(cls, kafka: MemoryKafka | None = None, crash_on: str | None = None,
-              signer: Signer | None = None, keep: int = HISTORY) -> Learner:  # fmt: skip
+    def start(
+        cls,
+        kafka: MemoryKafka | None = None,
+        crash_on: str | None = None,
+        signer: Signer | None = None,
+        keep: int = HISTORY,
+    ) -> Learner:
         kafka = kafka if kafka is not None else MemoryKafka()
         s = shadow_settings()
         registry = CollectorRegistry()
@@ -224,31 +230,41 @@ class Learner:
             store.victim = crash_on  # type: ignore[misc]
         metrics = Metrics(registry, models=s.models)
         joiner = LabelJoiner(
-            s, pending=PendingStore(kafka.table("pending")),
-            parked=ParkedStore(kafka.table("orphans")), models=store,
-            outputs=Outputs(kafka, s.topics, metrics), metrics=metrics, clock=lambda: 100.0,
+            s,
+            pending=PendingStore(kafka.table("pending")),
+            parked=ParkedStore(kafka.table("orphans")),
+            models=store,
+            outputs=Outputs(kafka, s.topics, metrics),
+            metrics=metrics,
+            clock=lambda: 100.0,
             signer=signer,
-        )  # fmt: skip
+        )
         joiner.own(frozenset(range(s.partitions.labels)))
         return cls(kafka, s, registry, joiner)
 
     def part(self, model: str = "c") -> int:
         return partition_for(model.encode(), self.settings.partitions.labels)
 
-    async def request(self, rid: str, offset: int, x: list[float], p: float, shadow: int,
-                      model: str = "c") -> None:  # fmt: skip
-        req = request(x, rid, model=model, query_probability=p, decided_label=1,
-                      shadow_labels={"s": shadow})  # fmt: skip
-        await self.joiner.handle(msg(req.to_json(), offset, REQUESTS, self.part(model),
-                                     model.encode()))  # fmt: skip
+    async def request(
+        self, rid: str, offset: int, x: list[float], p: float, shadow: int, model: str = "c"
+    ) -> None:
+        req = request(
+            x, rid, model=model, query_probability=p, decided_label=1, shadow_labels={"s": shadow}
+        )
+        await self.joiner.handle(
+            msg(req.to_json(), offset, REQUESTS, self.part(model), model.encode())
+        )
 
     async def label(self, rid: str, offset: int, y: int, model: str = "c") -> None:
         body = Label(request_id(model, rid), model, y, "ops", None).to_json()
         await self.joiner.handle(msg(body, offset, LABELS, self.part(model), model.encode()))
 
     def published(self, model: str) -> list[int]:
-        return [parse_model_envelope(r.value or b"", model=model).version
-                for r in self.kafka.sent(MODELS_TOPIC) if r.key == model.encode()]  # fmt: skip
+        return [
+            parse_model_envelope(r.value or b"", model=model).version
+            for r in self.kafka.sent(MODELS_TOPIC)
+            if r.key == model.encode()
+        ]
 
 
 STREAM = [  # (event, features, champion's p, shadow's decision, true label)
@@ -368,8 +384,9 @@ def test_with_a_key_the_champions_record_is_signed_and_only_a_higher_serial_coun
     sign = signer.sign
     assert book.offer(CHAMPIONS_KEY.encode(), value, signature=sign(CHAMPIONS_KEY.encode(), value))
     older = champions_record(2, {})
-    assert not book.offer(CHAMPIONS_KEY.encode(), older,
-                          signature=sign(CHAMPIONS_KEY.encode(), older))  # fmt: skip
+    assert not book.offer(
+        CHAMPIONS_KEY.encode(), older, signature=sign(CHAMPIONS_KEY.encode(), older)
+    )
     assert book.champions.server("c") == "s"
 
 
@@ -414,8 +431,9 @@ def test_after_promotion_the_challenger_decides_and_the_champion_is_its_shadow()
     limits = Limits(default_model="c", request_ttl=60.0)
     champions = Champions(1, {"c": "s"})
     before = score_batch(models, events(100), limits=limits, now=1.0, groups={"c": ("c", "s")})
-    after = score_batch(models, events(100), limits=limits, now=1.0, groups={"c": ("c", "s")},
-                        champions=champions)  # fmt: skip
+    after = score_batch(
+        models, events(100), limits=limits, now=1.0, groups={"c": ("c", "s")}, champions=champions
+    )
     assert {d.model for d in after.decisions} == {"s"}
     assert [d.id for d in after.decisions] == [d.id for d in before.decisions]
     assert {m for m, _ in after.shadow} == {"c"}
@@ -427,8 +445,15 @@ def test_after_promotion_the_challenger_decides_and_the_champion_is_its_shadow()
 async def test_after_promotion_the_server_learns_as_champion_and_the_route_as_shadow() -> None:
     learner = Learner.start()
     x, p = [1.0, 0.5, -0.2], 0.25
-    req = request(x, "e0", model="c", query_probability=p, decided_label=1,
-                  shadow_labels={"c": 0}, served_by="s")  # fmt: skip
+    req = request(
+        x,
+        "e0",
+        model="c",
+        query_probability=p,
+        decided_label=1,
+        shadow_labels={"c": 0},
+        served_by="s",
+    )
     await learner.joiner.handle(msg(req.to_json(), 0, REQUESTS, learner.part(), b"c"))
     await learner.label("e0", 0, -1)
     c, s = learner.joiner.models.get("c"), learner.joiner.models.get("s")
@@ -441,8 +466,9 @@ async def test_after_promotion_the_server_learns_as_champion_and_the_route_as_sh
     shadow = ServedModel.initial("c", CHAMPION)
     shadow.pipeline.learn_label(np.asarray(x), None)
     learn_from_champion(shadow.learner, shadow.pipeline.transform(np.asarray(x)), -1, p)
-    np.testing.assert_allclose(ServedModel.from_envelope(CHAMPION, c).learner.w,
-                               shadow.learner.w, rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        ServedModel.from_envelope(CHAMPION, c).learner.w, shadow.learner.w, rtol=1e-12
+    )
 
 
 async def test_a_request_served_by_a_model_outside_the_group_is_refused() -> None:
@@ -470,8 +496,9 @@ def test_the_comparison_lists_each_group_serving_member_first() -> None:
 # --------------------------------------------------------------------------- rollback
 
 
-async def rollback(learner: Learner, target: str, version: int, offset: int,
-                   signer: Signer | None = None) -> None:  # fmt: skip
+async def rollback(
+    learner: Learner, target: str, version: int, offset: int, signer: Signer | None = None
+) -> None:
     base = learner.joiner.models.get(target).version  # written against the version served
     order = Rollback("c", target, version, "ops", None, base).to_json()
     message = msg(order, offset, LABELS, learner.part(), b"c")
@@ -491,8 +518,9 @@ async def test_with_a_key_only_a_rollback_order_signed_by_a_known_key_is_taken()
     await rollback(learner, "c", 0, 22, Signer(new))  # signed with the current key
     dead = [r.json() for r in learner.kafka.sent("abstain.dead-letters")]
     assert [(d["reason"], d["offset"], d["topic"]) for d in dead] == [
-        ("unsigned", 20, LABELS), ("bad_signature", 21, LABELS),
-    ]  # fmt: skip
+        ("unsigned", 20, LABELS),
+        ("bad_signature", 21, LABELS),
+    ]
     assert learner.joiner.models.get("c").version == 4  # the third was taken
     await rollback(learner, "c", 1, 23, Signer(old))  # the previous key, during a rotation
     assert learner.joiner.models.get("c").version == 5
@@ -569,7 +597,10 @@ def test_models_commands_refuse_what_they_cannot_do_before_touching_kafka(
     argv: list[str], words: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     config = tmp_path / "c.json"
-    config.write_text(orjson.dumps({"models": MODELS_JSON, "default_model": "c",
-                                    "broker": "127.0.0.1:1"}).decode())  # fmt: skip
+    config.write_text(
+        orjson.dumps(
+            {"models": MODELS_JSON, "default_model": "c", "broker": "127.0.0.1:1"}
+        ).decode()
+    )
     assert models_cli.main([*argv, "--config", str(config)]) == 2
     assert words in capsys.readouterr().err

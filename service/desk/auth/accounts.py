@@ -113,15 +113,17 @@ class Accounts:
         return cls.parse(data, str(path), passwords=passwords, weak_ok=weak_ok)
 
     @classmethod
-    def parse(cls, data: Any, where: str, *, passwords: bool = True,
-              weak_ok: bool = False) -> Accounts:  # fmt: skip
+    def parse(
+        cls, data: Any, where: str, *, passwords: bool = True, weak_ok: bool = False
+    ) -> Accounts:
         """Accounts from decoded file content (``{"users": {...}}`` or the mapping itself)."""
         if isinstance(data, dict) and isinstance(data.get("users"), dict):
             data = data["users"]
         if not isinstance(data, dict):
             raise AccountsError(f"{where}: expected a mapping of user name to password hash")
-        return cls({name: _account(name, value, where, passwords, weak_ok)
-                    for name, value in data.items()})  # fmt: skip
+        return cls(
+            {name: _account(name, value, where, passwords, weak_ok) for name, value in data.items()}
+        )
 
     def check(self, name: str, password: str) -> Person | None:
         """The person if ``password`` is theirs; None otherwise (same cost either way)."""
@@ -159,8 +161,7 @@ def _account(name: Any, value: Any, where: str, passwords: bool, weak_ok: bool) 
     if isinstance(value, str):
         value = {"password": value}
     if not isinstance(value, dict) or set(value) - {"password", "models", "reviewer"}:
-        raise AccountsError(f"{where}: users.{name} takes `password`, `models` and "
-                            "`reviewer` only")  # fmt: skip
+        raise AccountsError(f"{where}: users.{name} takes `password`, `models` and `reviewer` only")
     secret = value.get("password")
     if secret is None and passwords:
         raise AccountsError(f"{where}: users.{name} has no password")
@@ -170,8 +171,10 @@ def _account(name: Any, value: Any, where: str, passwords: bool, weak_ok: bool) 
         )
     problem = None if secret is None or weak_ok else cost_problem(secret)
     if problem is not None:
-        raise AccountsError(f"{where}: users.{name}.password: {problem}; make a new one with "
-                            "`abstain desk hash-password`")  # fmt: skip
+        raise AccountsError(
+            f"{where}: users.{name}.password: {problem}; make a new one with "
+            "`abstain desk hash-password`"
+        )
     models = value.get("models")
     if models is not None and (
         not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)

@@ -19,8 +19,15 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from service.records import SIGNATURE_HEADER, RawMessage
 
-__all__ = ["Rebalance", "Starts", "commit", "fetched_ends", "raw_message", "record_seconds",
-           "seek_committed"]  # fmt: skip
+__all__ = [
+    "Rebalance",
+    "Starts",
+    "commit",
+    "fetched_ends",
+    "raw_message",
+    "record_seconds",
+    "seek_committed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +59,9 @@ def raw_message(record: Any) -> RawMessage:
     value = record.value if record.value is not None else b""
     ts = record_seconds(record)
     signature = next((v for k, v in record.headers or () if k == SIGNATURE_HEADER), None)
-    return RawMessage(value, record.topic, record.partition, record.offset, record.key, ts,
-                      signature)  # fmt: skip
+    return RawMessage(
+        value, record.topic, record.partition, record.offset, record.key, ts, signature
+    )
 
 
 def record_seconds(record: Any) -> float | None:
@@ -196,8 +204,11 @@ class Starts:
             started.add(tp)
         if not self.unknown:
             if self.failing_since is not None:
-                log.warning("start offsets learned after %.0f s: consuming %s",
-                            self.clock() - self.failing_since, _names(started))  # fmt: skip
+                log.warning(
+                    "start offsets learned after %.0f s: consuming %s",
+                    self.clock() - self.failing_since,
+                    _names(started),
+                )
             self.failing_since = None
         return started
 
@@ -207,9 +218,13 @@ class Starts:
             self.failing_since = now
         if now - self._warned >= WARN_EVERY_SECONDS:
             self._warned = now
-            log.warning("cannot learn where %s start (%r): not consuming them and not ready "
-                        "until Kafka answers (asked again every round, for %.0f s now)",
-                        _names(tps), exc, now - self.failing_since)  # fmt: skip
+            log.warning(
+                "cannot learn where %s start (%r): not consuming them and not ready "
+                "until Kafka answers (asked again every round, for %.0f s now)",
+                _names(tps),
+                exc,
+                now - self.failing_since,
+            )
 
     async def _find(
         self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]
@@ -226,8 +241,13 @@ class Starts:
             for tp in fresh:
                 meta = earlier.get(tp)
                 if meta is not None and meta.offset >= 0:
-                    log.info("%s[%s]: starting at %s, where %s left off", tp.topic,
-                             tp.partition, meta.offset, self.old_group)  # fmt: skip
+                    log.info(
+                        "%s[%s]: starting at %s, where %s left off",
+                        tp.topic,
+                        tp.partition,
+                        meta.offset,
+                        self.old_group,
+                    )
                     out[tp] = meta.offset
         fresh = [tp for tp in tps if tp not in out]
         if fresh:  # neither group ever committed: the first record still kept
@@ -243,7 +263,8 @@ class Starts:
             while True:  # bounded by learn()'s timeout
                 try:
                     found: dict[TopicPartition, Any] = await admin.list_consumer_group_offsets(
-                        group, partitions=tps)  # fmt: skip
+                        group, partitions=tps
+                    )
                     return found
                 except KafkaError as exc:
                     if not exc.retriable:

@@ -182,8 +182,10 @@ class BatchProducer:
             for chosen in np.split(order, cuts):
                 rows = chosen.tolist()
                 group = groups.setdefault((topic, int(places[rows[0]])), _Group())
-                group.extend([column.key] * len(rows) if keys is None else [keys[i] for i in rows],
-                             [values[i] for i in rows])  # fmt: skip
+                group.extend(
+                    [column.key] * len(rows) if keys is None else [keys[i] for i in rows],
+                    [values[i] for i in rows],
+                )
             return
         if keys is None and column.key is not None:  # one key: one partition
             group = groups.setdefault((topic, partition_for(column.key, count)), _Group())

@@ -95,9 +95,10 @@ class Control:
                 self.history.cut(group)
                 await self.outputs.durable()
             envelope = envelope.replace(corrections_from=-1, line_from=envelope.version)
-            await self.publisher.put(LabelOutcome(Outcome.APPLIED, model=envelope,
-                                                  encoded=envelope.to_json()),
-                                     learned=False)  # fmt: skip
+            await self.publisher.put(
+                LabelOutcome(Outcome.APPLIED, model=envelope, encoded=envelope.to_json()),
+                learned=False,
+            )
 
     async def rollback(self, order: Rollback, message: RawMessage) -> None:
         """Serve version ``order.to_version`` of ``order.target`` again as its next version,
@@ -110,8 +111,9 @@ class Control:
         current = self._order_target(order.model, target, message)
         if current is None:
             return
-        stale = stale_order("rollback order", order.base_version, current, keyed=self.signer
-                            is not None)  # fmt: skip
+        stale = stale_order(
+            "rollback order", order.base_version, current, keyed=self.signer is not None
+        )
         if stale is not None:
             raise stale
         await self.corrector.drain(self.settings.learner_key(target))
@@ -123,12 +125,20 @@ class Control:
         offset = message.offset
         if message.partition == current.labels_partition:
             offset = max(offset, current.labels_offset)
-        restored = old.replace(version=current.version + 1, labels_offset=offset,
-                               labels_partition=message.partition,
-                               updated_at=self.clock())  # fmt: skip
+        restored = old.replace(
+            version=current.version + 1,
+            labels_offset=offset,
+            labels_partition=message.partition,
+            updated_at=self.clock(),
+        )
         await self._serve_next(restored)
-        log.warning("model %s rolled back to version %s as version %s by %s", target,
-                    order.to_version, restored.version, order.by)  # fmt: skip
+        log.warning(
+            "model %s rolled back to version %s as version %s by %s",
+            target,
+            order.to_version,
+            restored.version,
+            order.by,
+        )
 
     async def seed(self, order: Seed, message: RawMessage) -> None:
         """Serve the seeded state of ``order.target`` as its next version, at this record's
@@ -142,14 +152,25 @@ class Control:
         current = self._order_target(order.model, target, message)
         if current is None:
             return
-        adopt_seed(self.settings, current, order, (message.partition, message.offset),
-                   now=self.clock())  # checked before the queue is drained  # fmt: skip
+        adopt_seed(
+            self.settings, current, order, (message.partition, message.offset), now=self.clock()
+        )  # checked before the queue is drained
         await self.corrector.drain(self.settings.learner_key(target))
-        adopted = adopt_seed(self.settings, self.models.get(target), order,
-                             (message.partition, message.offset), now=self.clock())  # fmt: skip
+        adopted = adopt_seed(
+            self.settings,
+            self.models.get(target),
+            order,
+            (message.partition, message.offset),
+            now=self.clock(),
+        )
         await self._serve_next(adopted)
-        log.warning("model %s seeded from %s labelled rows by %s as version %s", target,
-                    order.rows, order.by, adopted.version)  # fmt: skip
+        log.warning(
+            "model %s seeded from %s labelled rows by %s as version %s",
+            target,
+            order.rows,
+            order.by,
+            adopted.version,
+        )
 
     async def correct(self, correction: Correction, message: RawMessage) -> None:
         """Make every member of the group what it would be had the corrected label been the

@@ -159,8 +159,14 @@ class Corrector:
         self.runner: Runner = runner if runner is not None else InlineRunner(settings)
         self.eager = isinstance(self.runner, InlineRunner)
         #: what the history read back must agree with before a correction uses it
-        self.readback = ReadBack(settings, history=history, models=models, outputs=outputs,
-                                 runner=self.runner, keyed=keyed)  # fmt: skip
+        self.readback = ReadBack(
+            settings,
+            history=history,
+            models=models,
+            outputs=outputs,
+            runner=self.runner,
+            keyed=keyed,
+        )
         #: the context in which table writes go to changelog partition ``p``
         self.scope: Callable[[int], AbstractContextManager[None]] = _nowhere
         self._queues: dict[str, _Queue] = {}
@@ -178,8 +184,9 @@ class Corrector:
         if queue is not None and len(queue.waiting) >= MAX_QUEUED:
             await self.drain(group)  # back-pressure: the learn loop waits here
         await self.readback.trusted(group)
-        noted = note(self.history, correction, self.pending.get(correction.request_id),
-                     offset=offset)  # fmt: skip
+        noted = note(
+            self.history, correction, self.pending.get(correction.request_id), offset=offset
+        )
         if noted.redelivered:
             self._redelivered(group, noted.step, noted.note, message)
             if self.eager:
@@ -218,8 +225,9 @@ class Corrector:
         return all(
             self.models.get(m).labels_partition == partition
             and self.models.get(m).corrected_to >= offset
-            for m in members if m in self.settings.models
-        )  # fmt: skip
+            for m in members
+            if m in self.settings.models
+        )
 
     def _queue(self, group: str, partition: int) -> _Queue:
         return self._queues.setdefault(group, _Queue(partition))
@@ -265,8 +273,7 @@ class Corrector:
             queue.flight is not None or queue.since is not None
         ):
             if queue.flight is None:
-                if queue.resumed_at is not None and not await self._ready(group, queue,
-                                                                          wait=True):  # fmt: skip
+                if queue.resumed_at is not None and not await self._ready(group, queue, wait=True):
                     break
                 await self._dispatch(group)
             if group not in self._queues:
@@ -288,8 +295,11 @@ class Corrector:
     def _due(self, group: str, queue: _Queue) -> bool:
         """A derivation of ``group`` may start now (:data:`MIN_GAP`)."""
         started = self._started.get(group, -MIN_GAP)
-        return (queue.flight is None and queue.since is not None
-                and self.monotonic() - started >= MIN_GAP)  # fmt: skip
+        return (
+            queue.flight is None
+            and queue.since is not None
+            and self.monotonic() - started >= MIN_GAP
+        )
 
     def _epoch_of(self, group: str) -> tuple[int, int]:
         return self._epoch, self.history.generation(group)
@@ -308,8 +318,13 @@ class Corrector:
         held = max(queue.waiting)
         work = dataclasses.replace(found[1], held=held)
         self._started[group] = self.monotonic()
-        queue.flight = _Flight(self.runner.submit(work), since, held,
-                               self.history.last_seq(group), self._epoch_of(group))  # fmt: skip
+        queue.flight = _Flight(
+            self.runner.submit(work),
+            since,
+            held,
+            self.history.last_seq(group),
+            self._epoch_of(group),
+        )
 
     async def _landed(self, group: str) -> None:
         """A derivation of ``group`` is done: taken, done again, continued or applied."""
@@ -337,9 +352,14 @@ class Corrector:
             steps = self.history.raw_steps(group, derived.last_seq + 1)
             keep = tuple(self.history.checkpoints_after(group, derived.last_seq))
             future = self.runner.submit(Job(group, derived.states, steps, keep, held=flight.held))
-            queue.flight = _Flight(future, flight.since, flight.held,
-                                   self.history.last_seq(group), self._epoch_of(group),
-                                   checkpoints)  # fmt: skip
+            queue.flight = _Flight(
+                future,
+                flight.since,
+                flight.held,
+                self.history.last_seq(group),
+                self._epoch_of(group),
+                checkpoints,
+            )
             if self.eager:
                 await self._landed(group)
             return
@@ -369,16 +389,25 @@ class Corrector:
         self._counted(group, applied)
 
     async def write_versions(
-        self, group: str, states: Mapping[str, bytes], waiting: Mapping[int, _Waiting],
+        self,
+        group: str,
+        states: Mapping[str, bytes],
+        waiting: Mapping[int, _Waiting],
         partition: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Each member's next version holding the corrections ``waiting`` (the caller holds
         the publisher's lock, the checkpoints are durable)."""
         current = {m: self.models.get(m) for m in states if m in self.settings.models}
         parsed = {m: parse_model_envelope(raw, model=m) for m, raw in states.items()}
         reach_from = self.history.reach_from(group)
-        for version in finish(parsed, current, corrections=sorted(waiting), partition=partition,
-                              now=self.clock(), reach_from=reach_from):  # fmt: skip
+        for version in finish(
+            parsed,
+            current,
+            corrections=sorted(waiting),
+            partition=partition,
+            now=self.clock(),
+            reach_from=reach_from,
+        ):
             outcome = LabelOutcome(Outcome.APPLIED, model=version, encoded=version.to_json())
             await self.publisher.put(outcome, learned=False)
 
@@ -388,10 +417,17 @@ class Corrector:
             kind = kind_of(waiting.note)
             self.metrics.corrections.labels(model=group, outcome=kind).inc()
             self.metrics.correction_seconds.labels(model=group).observe(now - waiting.queued_at)
-            log.info("model %s: the label of request %s %s by %s (%s), read at labels offset "
-                     "%d, applied after %.3f s", group, waiting.request_id, kind,
-                     waiting.note.by, waiting.note.role, offset,
-                     now - waiting.queued_at)  # fmt: skip
+            log.info(
+                "model %s: the label of request %s %s by %s (%s), read at labels offset "
+                "%d, applied after %.3f s",
+                group,
+                waiting.request_id,
+                kind,
+                waiting.note.by,
+                waiting.note.role,
+                offset,
+                now - waiting.queued_at,
+            )
 
     async def _give_up(self, group: str, why: str) -> None:
         """The queued corrections of ``group`` cannot be applied: the group's history starts
@@ -403,8 +439,9 @@ class Corrector:
             return
         self.metrics.corrections_queued.labels(model=group).set(0)
         for offset, waiting in sorted(queue.waiting.items()):
-            message = waiting.message or RawMessage(b"", self.settings.topics.labels,
-                                                    queue.partition, offset)  # fmt: skip
+            message = waiting.message or RawMessage(
+                b"", self.settings.topics.labels, queue.partition, offset
+            )
             detail = f"correction of request {waiting.request_id} not applied: {why}"
             log.error("model %s: %s", group, detail)
             await self.outputs.dead_letter(
@@ -427,13 +464,17 @@ class Corrector:
                 for n in step.notes:
                     if n.changed and n.offset > held:
                         queue = self._queue(group, partition)
-                        queue.waiting[n.offset] = _Waiting(step.request_id, n, step.seq,
-                                                           time.monotonic())  # fmt: skip
+                        queue.waiting[n.offset] = _Waiting(
+                            step.request_id, n, step.seq, time.monotonic()
+                        )
                         queue.resumed_at = time.monotonic()
                         self._changed(group, step.seq)
             if group in self._queues:
-                log.warning("model %s: %d corrections read before the restart are applied "
-                            "again", group, len(self._queues[group].waiting))  # fmt: skip
+                log.warning(
+                    "model %s: %d corrections read before the restart are applied again",
+                    group,
+                    len(self._queues[group].waiting),
+                )
 
     def _corrected_to(self, member: str, partition: int) -> int:
         return corrected_to(self.models.get(member), partition)
@@ -468,5 +509,6 @@ class Corrector:
         if entry is None or not entry.applied or entry.applied_offset != step.offset:
             return False
         marks = {step.request.server: entry.applied_version or 0, **entry.shadow_versions}
-        return any(m in self.settings.models and self.models.get(m).version < v
-                   for m, v in marks.items())  # fmt: skip
+        return any(
+            m in self.settings.models and self.models.get(m).version < v for m, v in marks.items()
+        )

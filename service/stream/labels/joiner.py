@@ -104,14 +104,29 @@ class LabelJoiner:
         # a model write and its snapshot are one step: a republish never slips between them
         self.publisher = Publisher(models, outputs, metrics)
         # corrections: noted here, derived by ``runner`` (in this process when None)
-        self.corrector = Corrector(settings, history=self.history, models=models, pending=pending,
-                                   publisher=self.publisher, outputs=outputs, metrics=metrics,
-                                   clock=clock, keyed=signer is not None,
-                                   runner=runner)  # fmt: skip
-        self.control = Control(settings, models=models, history=self.history,
-                               corrector=self.corrector, publisher=self.publisher,
-                               outputs=outputs, metrics=metrics, clock=clock,
-                               signer=signer)  # fmt: skip
+        self.corrector = Corrector(
+            settings,
+            history=self.history,
+            models=models,
+            pending=pending,
+            publisher=self.publisher,
+            outputs=outputs,
+            metrics=metrics,
+            clock=clock,
+            keyed=signer is not None,
+            runner=runner,
+        )
+        self.control = Control(
+            settings,
+            models=models,
+            history=self.history,
+            corrector=self.corrector,
+            publisher=self.publisher,
+            outputs=outputs,
+            metrics=metrics,
+            clock=clock,
+            signer=signer,
+        )
         self._partitions: frozenset[int] = frozenset()  # labels partitions assigned (own())
         # per label-requests partition: the newest record timestamp read (how far along the
         # learner is: a parked label waits for the requests written up to its own time)
@@ -144,8 +159,9 @@ class LabelJoiner:
     def _owned(self) -> list[str]:
         n = self.settings.partitions.labels
         key = self.settings.learner_key  # a shadow's state lives with its champion's
-        return [m for m in self.settings.models
-                if partition_for(key(m).encode(), n) in self._partitions]  # fmt: skip
+        return [
+            m for m in self.settings.models if partition_for(key(m).encode(), n) in self._partitions
+        ]
 
     async def republish(self, models: Collection[str] | None = None) -> list[str]:
         """Publish the newest snapshot of the owned ``models`` (all it owns when None) again,
@@ -180,8 +196,9 @@ class LabelJoiner:
         try:
             await (self.on_request(message) if requests else self.on_label(message))
         except DATA_ERRORS as exc:  # a bug met by odd data: record it, keep learning
-            log.exception("%s message at %s[%s]@%s", source, message.topic, message.partition,
-                          message.offset)  # fmt: skip
+            log.exception(
+                "%s message at %s[%s]@%s", source, message.topic, message.partition, message.offset
+            )
             await self.outputs.dead_letter(
                 DeadLetter.of(source, message, Reason.SCHEMA, f"internal error: {exc!r}")
             )
@@ -208,8 +225,9 @@ class LabelJoiner:
             self._cap(request.model)
         parked = self.parked.get(request.request_id)
         if parked is not None:  # its label overtook it: apply that label now
-            origin = RawMessage(parked.raw, self.settings.topics.labels, message.partition,
-                                parked.offset)  # fmt: skip
+            origin = RawMessage(
+                parked.raw, self.settings.topics.labels, message.partition, parked.offset
+            )
             await self._join(parked.label, origin, parked=True)
             self.parked.delete(request.request_id)  # only once its effect is stored
 
@@ -253,8 +271,11 @@ class LabelJoiner:
         event reusing the id: it cannot share the first one's answer."""
         known = self.pending.get(request.request_id)
         if known is not None and known.request.features != request.features:
-            raise BadMessage("duplicate_id", f"event {request.event_id!r} of model "
-                             f"{request.model!r} was asked about with other features")  # fmt: skip
+            raise BadMessage(
+                "duplicate_id",
+                f"event {request.event_id!r} of model "
+                f"{request.model!r} was asked about with other features",
+            )
 
     async def _join(self, label: Label, message: RawMessage, *, parked: bool) -> None:
         pending = self.pending.get(label.request_id)
@@ -270,42 +291,80 @@ class LabelJoiner:
         config = self.settings.models[server]
         cap = self.settings.models[label.model].weight_cap(self.settings.max_importance_weight)
         members = self.settings.group(label.model)
-        plan = self.history.plan(label.model, members, offset=message.offset,
-                                 partition=message.partition)  # fmt: skip
-        outcome = apply_label(config, model, pending, label, message.offset, now=now,
-                              partition=message.partition, parked=parked, max_weight=cap,
-                              corrections_from=plan.reach_from)  # fmt: skip
+        plan = self.history.plan(
+            label.model, members, offset=message.offset, partition=message.partition
+        )
+        outcome = apply_label(
+            config,
+            model,
+            pending,
+            label,
+            message.offset,
+            now=now,
+            partition=message.partition,
+            parked=parked,
+            max_weight=cap,
+            corrections_from=plan.reach_from,
+        )
         # a label already marked at this offset: a crash interrupted its writes; each model
         # (champion, shadows) whose version is below its mark is redone, no other
         redo = pending is not None and pending.applied and pending.applied_offset == message.offset
         if outcome.outcome is Outcome.APPLIED:
             assert pending is not None  # noqa: S101 - an applied label had its request
             before = {m: self.models.get(m) for m in members}
-            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=redo,
-                                    reach_from=plan.reach_from)  # fmt: skip
+            shadows = self._shadows(
+                pending,
+                server,
+                label,
+                message,
+                now=now,
+                cap=cap,
+                redo=redo,
+                reach_from=plan.reach_from,
+            )
             mark = outcome.pending
             assert mark is not None  # noqa: S101 - an applied outcome carries it
-            versions = pending.shadow_versions if redo else {
-                o.model.model: o.model.version for o in shadows if o.model is not None
-            }  # fmt: skip
-            step = Step(label.model, plan.seq, message.partition, message.offset,
-                        pending.request, label.label, label.label, label.labelled_by, label.ts,
-                        applied_at=now)  # fmt: skip
-            await self._store(outcome, replace(mark, shadow_versions=dict(versions)), shadows,
-                              recorded=(plan, step, before))  # fmt: skip
+            versions = (
+                pending.shadow_versions
+                if redo
+                else {o.model.model: o.model.version for o in shadows if o.model is not None}
+            )
+            step = _step(label, plan, message, pending.request, applied_at=now)
+            await self._store(
+                outcome,
+                replace(mark, shadow_versions=dict(versions)),
+                shadows,
+                recorded=(plan, step, before),
+            )
             return
         if redo and outcome.reason is Reason.REDELIVERED:
             assert pending is not None  # noqa: S101 - redo implies an entry
-            shadows = self._shadows(pending, server, label, message, now=now, cap=cap, redo=True,
-                                    reach_from=plan.reach_from)  # fmt: skip
+            shadows = self._shadows(
+                pending,
+                server,
+                label,
+                message,
+                now=now,
+                cap=cap,
+                redo=True,
+                reach_from=plan.reach_from,
+            )
             if shadows:
                 await self._store_shadows(shadows)
         await self._not_applied(label.model, message, outcome)
 
     def _shadows(
-        self, pending: PendingEntry, server: str, label: Label, message: RawMessage, *,
-        now: float, cap: float, redo: bool, reach_from: int,
-    ) -> list[LabelOutcome]:  # fmt: skip
+        self,
+        pending: PendingEntry,
+        server: str,
+        label: Label,
+        message: RawMessage,
+        *,
+        now: float,
+        cap: float,
+        redo: bool,
+        reach_from: int,
+    ) -> list[LabelOutcome]:
         """The label applied to each member of the group but its ``server`` (``redo``:
         only to those whose version is below the pending entry's mark); a refused update
         is counted and dead-lettered by nobody (the server's label is fine), the shadow
@@ -318,9 +377,17 @@ class LabelJoiner:
             mark = pending.shadow_versions.get(name)
             if redo and (mark is None or shadow.version >= mark):
                 continue
-            outcome = apply_shadow_label(self.settings.models[name], shadow, pending, label,
-                                         message.offset, now=now, partition=message.partition,
-                                         max_weight=cap, corrections_from=reach_from)  # fmt: skip
+            outcome = apply_shadow_label(
+                self.settings.models[name],
+                shadow,
+                pending,
+                label,
+                message.offset,
+                now=now,
+                partition=message.partition,
+                max_weight=cap,
+                corrections_from=reach_from,
+            )
             if outcome.outcome is Outcome.APPLIED:
                 out.append(outcome)
             elif outcome.reason is not None:
@@ -333,15 +400,25 @@ class LabelJoiner:
         by request id) is a second answer, dead-lettered, as it would be once the first was
         applied, so a later record cannot replace an answer that is waiting."""
         existing = self.parked.get(label.request_id)
-        entry = park_label(existing, label, offset=message.offset, partition=message.partition,
-                           now=now, raw=message.value, label_ts=message.timestamp)  # fmt: skip
+        entry = park_label(
+            existing,
+            label,
+            offset=message.offset,
+            partition=message.partition,
+            now=now,
+            raw=message.value,
+            label_ts=message.timestamp,
+        )
         if entry is None:
             self.metrics.labels_ignored.labels(model=label.model, reason=Reason.REDELIVERED).inc()
         elif existing is not None:
-            self.metrics.labels_ignored.labels(model=label.model,
-                                               reason=Reason.ALREADY_APPLIED).inc()  # fmt: skip
-            detail = (f"request {label.request_id} already has an answer waiting for it "
-                      f"(labels offset {existing.offset})")  # fmt: skip
+            self.metrics.labels_ignored.labels(
+                model=label.model, reason=Reason.ALREADY_APPLIED
+            ).inc()
+            detail = (
+                f"request {label.request_id} already has an answer waiting for it "
+                f"(labels offset {existing.offset})"
+            )
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, message, Reason.ALREADY_APPLIED, detail)
             )
@@ -349,9 +426,13 @@ class LabelJoiner:
             self.parked.put(entry)
 
     async def _store(
-        self, outcome: LabelOutcome, mark: PendingEntry, shadows: list[LabelOutcome], *,
+        self,
+        outcome: LabelOutcome,
+        mark: PendingEntry,
+        shadows: list[LabelOutcome],
+        *,
         recorded: tuple[Plan, Step, dict[str, ModelEnvelope]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """The applied ``mark`` and the label's step in the history (with the checkpoint of
         the states ``before`` it when one is due) first, durably; then the model and its
         shadows (module docstring)."""
@@ -428,3 +509,21 @@ class LabelJoiner:
             await self.outputs.dead_letter(
                 DeadLetter.of(Source.LABELS, origin, Reason.UNKNOWN_REQUEST, detail)
             )
+
+
+def _step(
+    label: Label, plan: Plan, message: RawMessage, request: LabelRequest, *, applied_at: float
+) -> Step:
+    """The history step of ``label``, applied to ``request`` where ``message`` was read."""
+    return Step(
+        label.model,
+        plan.seq,
+        message.partition,
+        message.offset,
+        request,
+        label.label,
+        label.label,
+        label.labelled_by,
+        label.ts,
+        applied_at=applied_at,
+    )

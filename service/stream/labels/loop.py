@@ -219,8 +219,11 @@ class LearnLoop:
             return
         async with self.lock:
             owned = self.state.owned
-            fetched = {tp: rs for tp, rs in fetched.items()
-                       if tp.partition in owned and tp in consumer.assignment()}  # fmt: skip
+            fetched = {
+                tp: rs
+                for tp, rs in fetched.items()
+                if tp.partition in owned and tp in consumer.assignment()
+            }
             if not fetched:
                 return
             ends = await fetched_ends(consumer, fetched)
@@ -337,8 +340,14 @@ class LearnLoop:
             wanted = self.state.unrecovered - {tp.partition for tp in self.starts.unknown}
             if not wanted:
                 return
-            count = await recover(self.reader_factory, self.tables, wanted, self.recovery,
-                                  on_skip=self.on_skip, unreadable=self.unreadable)  # fmt: skip
+            count = await recover(
+                self.reader_factory,
+                self.tables,
+                wanted,
+                self.recovery,
+                on_skip=self.on_skip,
+                unreadable=self.unreadable,
+            )
             assigned = {tp.partition for tp in consumer.assignment()}
             now = wanted & assigned
             for table in self.tables:
@@ -351,8 +360,11 @@ class LearnLoop:
                 return
             self.state.unrecovered -= wanted
             self._own((self.state.owned | now) & assigned)
-            tps = [tp for tp in consumer.assignment()
-                   if tp.partition in now and tp not in self.unreadable]  # fmt: skip
+            tps = [
+                tp
+                for tp in consumer.assignment()
+                if tp.partition in now and tp not in self.unreadable
+            ]
             consumer.resume(*tps)
             log.info("learner partitions %s: %d changelog records read", sorted(now), count)
 
@@ -365,18 +377,35 @@ class LearnLoop:
             refused += table.repair()
         legacy = [r for r in refused if r.legacy]
         if legacy:
-            log.warning("%d unsigned changelog records written before the learner signed its "
-                        "changelogs were not taken (%s)", len(legacy),
-                        sorted({r.topic for r in legacy}))  # fmt: skip
+            log.warning(
+                "%d unsigned changelog records written before the learner signed its "
+                "changelogs were not taken (%s)",
+                len(legacy),
+                sorted({r.topic for r in legacy}),
+            )
         for r in refused:
             if r.legacy:
                 continue
-            log.error("refused %s record of %s[%s]@%s (key %r)", r.reason, r.topic, r.partition,
-                      r.offset, r.key[:80])  # fmt: skip
+            log.error(
+                "refused %s record of %s[%s]@%s (key %r)",
+                r.reason,
+                r.topic,
+                r.partition,
+                r.offset,
+                r.key[:80],
+            )
             detail = f"a changelog record that is {r.reason}: not taken, superseded"
-            await self.joiner.outputs.dead_letter(DeadLetter(
-                Source.CHANGELOGS, r.topic, r.partition, r.offset, Reason(r.reason), detail,
-                r.value or b""))  # fmt: skip
+            await self.joiner.outputs.dead_letter(
+                DeadLetter(
+                    Source.CHANGELOGS,
+                    r.topic,
+                    r.partition,
+                    r.offset,
+                    Reason(r.reason),
+                    detail,
+                    r.value or b"",
+                )
+            )
         await self.checkpoint.durable()
 
     def _own(self, partitions: frozenset[int] | set[int]) -> None:
@@ -440,8 +469,11 @@ class LearnLoop:
     def resume(self) -> list[TopicPartition]:
         assert self.consumer is not None  # noqa: S101
         stopped = {batch.tp for batch in self.unreadable.of(self.consumer.assignment())}
-        tps = sorted(tp for tp in self.consumer.assignment() - self.starts.unknown - stopped
-                     if tp.partition not in self.state.unrecovered)  # fmt: skip
+        tps = sorted(
+            tp
+            for tp in self.consumer.assignment() - self.starts.unknown - stopped
+            if tp.partition not in self.state.unrecovered
+        )
         self.consumer.resume(*tps)
         return tps
 

@@ -64,9 +64,15 @@ class ReadBack:
     """The checks of a history read back (module docstring)."""
 
     def __init__(
-        self, settings: Settings, *, history: History, models: ModelStore, outputs: Outputs,
-        runner: Runner, keyed: bool,
-    ) -> None:  # fmt: skip
+        self,
+        settings: Settings,
+        *,
+        history: History,
+        models: ModelStore,
+        outputs: Outputs,
+        runner: Runner,
+        keyed: bool,
+    ) -> None:
         self.settings, self.history, self.models = settings, history, models
         self.outputs, self.runner, self.keyed = outputs, runner, keyed
         #: reads the labels topic (None: nothing was read back, memory tables)
@@ -81,8 +87,11 @@ class ReadBack:
         history = self.history
         if history.checked(group):
             return
-        steps = [s for s in history.steps_from(group, 0)
-                 if history.origin(step_key(group, s.offset).encode()) is not None]  # fmt: skip
+        steps = [
+            s
+            for s in history.steps_from(group, 0)
+            if history.origin(step_key(group, s.offset).encode()) is not None
+        ]
         if steps and self.read_labels is not None:
             offsets = {s.offset for s in steps} | {n.offset for s in steps for n in s.notes}
             records = await self.read_labels(history.partition(group), offsets)
@@ -92,9 +101,12 @@ class ReadBack:
             history.distrust(group, [s.seq for s, _ in bad])
         if not self.keyed and steps and not await self._rederives(group):
             history.cut(group)
-            raise BadMessage(Reason.HISTORY_UNTRUSTED, f"the history of model {group!r} read "
-                             "back does not re-derive to what its members hold: it starts "
-                             "again")  # fmt: skip
+            raise BadMessage(
+                Reason.HISTORY_UNTRUSTED,
+                f"the history of model {group!r} read "
+                "back does not re-derive to what its members hold: it starts "
+                "again",
+            )
         history.mark_checked(group)
 
     async def _refused_entry(self, group: str, step: Step, why: str) -> None:
@@ -113,22 +125,28 @@ class ReadBack:
         back); one read back that differs from its re-derivation, before any correction
         waits, is dead-lettered."""
         history, partition = self.history, self.history.partition(group)
-        current = {m: self.models.get(m) for m in history.members(group)
-                   if m in self.settings.models}  # fmt: skip
+        current = {
+            m: self.models.get(m) for m in history.members(group) if m in self.settings.models
+        }
         first = history.first_checkpoint(group)
         found = None if first is None else job(history, group, first)
         if found is None or not current:
             return False
         at, start = found
-        newest = max((c.labels_offset for c in current.values()
-                      if c.labels_partition == partition), default=-1)  # fmt: skip
+        newest = max(
+            (c.labels_offset for c in current.values() if c.labels_partition == partition),
+            default=-1,
+        )
         parsed = [parse_step(raw) for raw in start.steps]
-        steps = [raw for raw, step in zip(start.steps, parsed, strict=True)
-                 if step.offset <= newest]  # fmt: skip
+        steps = [
+            raw for raw, step in zip(start.steps, parsed, strict=True) if step.offset <= newest
+        ]
         held_by = {m: corrected_to(self.models.get(m), partition) for m in current}
         low = min(held_by.values())  # the checkpoints before a note not held are settled
-        settled = min((st.seq for st in parsed for n in st.notes
-                       if n.changed and n.offset > low), default=2**63)  # fmt: skip
+        settled = min(
+            (st.seq for st in parsed for n in st.notes if n.changed and n.offset > low),
+            default=2**63,
+        )
         keep = tuple(history.checkpoints_after(group, at))
         derived: dict[tuple[str, int], bytes] = {}
         for held in sorted(set(held_by.values())):
@@ -140,13 +158,19 @@ class ReadBack:
                 return False
             for member in [m for m, h in held_by.items() if h == held]:
                 mine = out.states.get(member)
-                if mine is None or not same_state(parse_model_envelope(mine, model=member),
-                                                  current[member]):  # fmt: skip
-                    log.error("the history of model %s read back does not re-derive to the "
-                              "state %s holds", group, member)  # fmt: skip
+                if mine is None or not same_state(
+                    parse_model_envelope(mine, model=member), current[member]
+                ):
+                    log.error(
+                        "the history of model %s read back does not re-derive to the "
+                        "state %s holds",
+                        group,
+                        member,
+                    )
                     return False
-                derived.update({(member, seq): states[member]
-                                for seq, states in out.checkpoints.items()})  # fmt: skip
+                derived.update(
+                    {(member, seq): states[member] for seq, states in out.checkpoints.items()}
+                )
         for (member, seq), raw in sorted(derived.items()):
             if seq <= settled:
                 await self._rederived(group, member, seq, raw)
@@ -162,8 +186,9 @@ class ReadBack:
         if origin is None or stored is None:
             return
         try:
-            same = same_state(parse_model_envelope(stored, model=member),
-                              parse_model_envelope(raw, model=member))  # fmt: skip
+            same = same_state(
+                parse_model_envelope(stored, model=member), parse_model_envelope(raw, model=member)
+            )
         except BadMessage:
             same = False
         if same:

@@ -142,8 +142,9 @@ class _Replay:
         if isinstance(record, Rollback | Seed):
             self._verify(f"{type(record).__name__.lower()} order", rec)
         if isinstance(record, Rollback):  # the history starts again, as the learner's
-            stale = stale_order("rollback order", record.base_version, self.out.model,
-                                keyed=self.signer is not None)  # fmt: skip
+            stale = stale_order(
+                "rollback order", record.base_version, self.out.model, keyed=self.signer is not None
+            )
             if stale is not None and record.target == self.name:
                 raise stale
             self.history.cut(self.name)
@@ -151,8 +152,9 @@ class _Replay:
             return
         if isinstance(record, Seed):
             if record.target == self.name:  # a champion's own line
-                seeded = adopt_seed(self.settings, self.out.model, record,
-                                    (rec.partition, rec.offset), now=rec.now)  # fmt: skip
+                seeded = adopt_seed(
+                    self.settings, self.out.model, record, (rec.partition, rec.offset), now=rec.now
+                )
                 self.out.model = seeded.replace(corrections_from=-1)
             self.history.cut(self.name)
             return
@@ -169,31 +171,48 @@ class _Replay:
                 raise BadMessage(reason, f"{what} is {reason}")
 
     def _label(self, label: Label, rec: LogRecord) -> None:
-        plan = self.history.plan(self.name, (self.name,), offset=rec.offset,
-                                 partition=rec.partition)  # fmt: skip
+        plan = self.history.plan(
+            self.name, (self.name,), offset=rec.offset, partition=rec.partition
+        )
         before = self.out.model
         outcome = apply_label(
-            self.config, before, self.pending.get(label.request_id), label, rec.offset,
-            now=rec.now, partition=rec.partition,
+            self.config,
+            before,
+            self.pending.get(label.request_id),
+            label,
+            rec.offset,
+            now=rec.now,
+            partition=rec.partition,
             parked=True,  # every label is read exactly once here: no redelivery check
-            max_weight=self.cap, corrections_from=plan.reach_from,
-        )  # fmt: skip
+            max_weight=self.cap,
+            corrections_from=plan.reach_from,
+        )
         if outcome.outcome is not Outcome.APPLIED:
             self.out.skipped[str(outcome.reason)] += 1
             return
         assert outcome.model is not None  # noqa: S101 - an applied outcome has both
         assert outcome.pending is not None  # noqa: S101
-        step = Step(self.name, plan.seq, rec.partition, rec.offset, outcome.pending.request,
-                    label.label, label.label, label.labelled_by, label.ts,
-                    applied_at=rec.now)  # fmt: skip
+        step = Step(
+            self.name,
+            plan.seq,
+            rec.partition,
+            rec.offset,
+            outcome.pending.request,
+            label.label,
+            label.label,
+            label.labelled_by,
+            label.ts,
+            applied_at=rec.now,
+        )
         self.history.record(plan, step, {self.name: before})
         self.out.model = outcome.model
         self.pending[label.request_id] = outcome.pending
 
     def _correct(self, correction: Correction, rec: LogRecord) -> None:
         self._verify(f"correction of request {correction.request_id}", rec)
-        noted = note(self.history, correction, self.pending.get(correction.request_id),
-                     offset=rec.offset)  # fmt: skip
+        noted = note(
+            self.history, correction, self.pending.get(correction.request_id), offset=rec.offset
+        )
         self.history.put_step(noted.step)
         if not noted.note.changed:
             return
@@ -214,9 +233,14 @@ class _Replay:
             for member, raw in before.items():
                 self.history.put_raw_checkpoint(member, seq, raw)
         after = {m: parse_model_envelope(raw, model=m) for m, raw in derived.states.items()}
-        for version in finish(after, {self.name: self.out.model}, corrections=waiting,
-                              partition=rec.partition, now=rec.now,
-                              reach_from=self.history.reach_from(self.name)):  # fmt: skip
+        for version in finish(
+            after,
+            {self.name: self.out.model},
+            corrections=waiting,
+            partition=rec.partition,
+            now=rec.now,
+            reach_from=self.history.reach_from(self.name),
+        ):
             self.out.model = version
 
 

@@ -92,8 +92,10 @@ def _columns(path: str | os.PathLike[str], name: str, config: ModelConfig) -> li
     if names is None:
         return None
     if header is None:
-        raise SeedError(f"{path}: no header; model {name!r} takes named features "
-                        f"{list(names)[:8]}: the first row must name them")  # fmt: skip
+        raise SeedError(
+            f"{path}: no header; model {name!r} takes named features "
+            f"{list(names)[:8]}: the first row must name them"
+        )
     lowered = [h.lower() for h in header]
     label_col = lowered.index("label") if "label" in lowered else len(header) - 1
     columns = [h for j, h in enumerate(header) if j != label_col]
@@ -128,22 +130,32 @@ def read_rows(
     except DatasetError as exc:
         raise SeedError(str(exc)) from exc
     if X.shape[1] != config.n_inputs:
-        raise SeedError(f"{path}: rows have {X.shape[1]} features, model {name!r} takes "
-                        f"{config.n_inputs}")  # fmt: skip
+        raise SeedError(
+            f"{path}: rows have {X.shape[1]} features, model {name!r} takes {config.n_inputs}"
+        )
     return X, y
 
 
-def _request(name: str, i: int, x: npt.NDArray[np.float64], served: ServedModel,
-             now: float) -> LabelRequest:  # fmt: skip
+def _request(
+    name: str, i: int, x: npt.NDArray[np.float64], served: ServedModel, now: float
+) -> LabelRequest:
     """Row ``i`` as the request the scorer would have written, asked with probability 1."""
     z = served.pipeline.transform(x)
     decision = served.learner.decide(z, coin=0.0)
     return LabelRequest(
-        request_id=_ROW_ID.format(i), event_id=str(i), model=name, features=x.tolist(),
-        score=float(decision.score), rho=float(decision.rho), decided_label=int(decision.label),
-        query_probability=1.0, model_version=served.version, requested_at=now,
-        expires_at=now + 1.0, priority=0.0,
-    )  # fmt: skip
+        request_id=_ROW_ID.format(i),
+        event_id=str(i),
+        model=name,
+        features=x.tolist(),
+        score=float(decision.score),
+        rho=float(decision.rho),
+        decided_label=int(decision.label),
+        query_probability=1.0,
+        model_version=served.version,
+        requested_at=now,
+        expires_at=now + 1.0,
+        priority=0.0,
+    )
 
 
 def seed_model(
@@ -164,8 +176,10 @@ def seed_model(
     if len(X) == 0:
         raise SeedError("no rows to seed from")
     if X.ndim != 2 or X.shape[1] != config.n_inputs or len(X) != len(y):
-        raise SeedError(f"rows of shape {X.shape} do not fit model {name!r} "
-                        f"({config.n_inputs} features, {len(y)} labels)")  # fmt: skip
+        raise SeedError(
+            f"rows of shape {X.shape} do not fit model {name!r} "
+            f"({config.n_inputs} features, {len(y)} labels)"
+        )
     if not np.all(np.isfinite(X)):
         raise SeedError("the rows hold a value that is not finite")
     model = initial_envelope(name, config)
@@ -178,8 +192,17 @@ def seed_model(
         rejected += request.decided_label == 0
         wrong += request.decided_label == -int(label)
         answer = Label(request.request_id, name, int(label), "seed", None)
-        outcome = apply_label(config, model, PendingEntry(request, 0), answer, i, now=now,
-                              partition=-1, parked=True, max_weight=cap)  # fmt: skip
+        outcome = apply_label(
+            config,
+            model,
+            PendingEntry(request, 0),
+            answer,
+            i,
+            now=now,
+            partition=-1,
+            parked=True,
+            max_weight=cap,
+        )
         if outcome.outcome is not Outcome.APPLIED or outcome.model is None:
             raise SeedError(f"row {i + 1}: {outcome.reason}: {outcome.detail}")
         model = outcome.model
@@ -211,20 +234,30 @@ def stale_order(
     if base_version is None:
         if not keyed:
             return None
-        return BadMessage(Reason.REPLAYED, f"{what} of {name!r} names no version it was written "
-                          "against (written before orders did): it cannot be told from a copy; "
-                          "write it again")  # fmt: skip
+        return BadMessage(
+            Reason.REPLAYED,
+            f"{what} of {name!r} names no version it was written "
+            "against (written before orders did): it cannot be told from a copy; "
+            "write it again",
+        )
     if base_version < current.line_from:
-        return BadMessage(Reason.REPLAYED, f"{what} of {name!r} was written against version "
-                          f"{base_version}, before its current line began at version "
-                          f"{current.line_from}: a copy of an earlier order")  # fmt: skip
+        return BadMessage(
+            Reason.REPLAYED,
+            f"{what} of {name!r} was written against version "
+            f"{base_version}, before its current line began at version "
+            f"{current.line_from}: a copy of an earlier order",
+        )
     return None
 
 
 def adopt_seed(
-    settings: Settings, current: ModelEnvelope, order: Seed, where: tuple[int, int], *,
+    settings: Settings,
+    current: ModelEnvelope,
+    order: Seed,
+    where: tuple[int, int],
+    *,
     now: float,
-) -> ModelEnvelope:  # fmt: skip
+) -> ModelEnvelope:
     """The state of seed ``order``, read at labels ``where`` = (partition, offset), as the
     version after ``current``: what the learner serves next and learns on from (and what
     ``abstain rebuild`` replays), the first of a new line (``line_from``). An order written
@@ -242,12 +275,16 @@ def adopt_seed(
         reason = signer.verify(name.encode(), order.envelope, signature)
         if reason is not None:
             raise BadMessage(reason, f"seeded state of model {name!r} is {reason}")
-    seeded = parse_model_envelope(order.envelope, model=name,
-                                  max_bytes=settings.max_message_bytes)  # fmt: skip
+    seeded = parse_model_envelope(order.envelope, model=name, max_bytes=settings.max_message_bytes)
     ServedModel.from_envelope(settings.models[name], seeded)  # refuses what does not fit
     partition, offset = where
     if partition == current.labels_partition:
         offset = max(offset, current.labels_offset)
-    return seeded.replace(version=current.version + 1, labels_offset=offset,
-                          labels_partition=partition, updated_at=now,
-                          line_from=current.version + 1, corrected_to=-1)  # fmt: skip
+    return seeded.replace(
+        version=current.version + 1,
+        labels_offset=offset,
+        labels_partition=partition,
+        updated_at=now,
+        line_from=current.version + 1,
+        corrected_to=-1,
+    )

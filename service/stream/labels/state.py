@@ -82,8 +82,9 @@ class PendingSummary:
     @classmethod
     def of(cls, entry: PendingEntry) -> PendingSummary:
         r = entry.request
-        return cls(r.model, entry.partition, r.requested_at, r.expires_at, entry.applied,
-                   r.priority)  # fmt: skip
+        return cls(
+            r.model, entry.partition, r.requested_at, r.expires_at, entry.applied, r.priority
+        )
 
     def queue_key(self, request_id: str) -> QueueKey:
         """The request's place in the label queue (a value that is not finite counts as 0,

@@ -196,8 +196,7 @@ class ChangelogTable:
         for offset, key, value, headers in records:
             if key is None:
                 continue
-            if self.signer is not None and not self._admit(partition, offset, key, value,
-                                                           headers):  # fmt: skip
+            if self.signer is not None and not self._admit(partition, offset, key, value, headers):
                 continue
             if value is None:
                 self._data.pop(key, None)
@@ -209,9 +208,13 @@ class ChangelogTable:
                 self._read[key] = (partition, offset)
 
     def _admit(
-        self, partition: int, offset: int, key: bytes, value: bytes | None,
+        self,
+        partition: int,
+        offset: int,
+        key: bytes,
+        value: bytes | None,
         headers: Iterable[tuple[str, bytes]],
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """True if a record read back may be applied (a signer is set)."""
         assert self.signer is not None  # noqa: S101 - load checks it
         header = next((v for k, v in headers if k == SIGNATURE_HEADER), None)
@@ -339,6 +342,10 @@ async def _read_all(
                 key = (tp.topic, tp.partition)
                 progress.offsets[key] = mine[-1].offset + 1
                 progress.remaining[key] = max(0, ends[tp] - mine[-1].offset - 1)
-    log.info("recovered %d changelog records of %d partitions in %.1f s", count, len(tps),
-             time.monotonic() - started)  # fmt: skip
+    log.info(
+        "recovered %d changelog records of %d partitions in %.1f s",
+        count,
+        len(tps),
+        time.monotonic() - started,
+    )
     return count

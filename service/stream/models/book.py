@@ -169,8 +169,14 @@ class ModelBook:
         if self._on_swap is not None:
             self._on_swap(served)
 
-    def offer(self, key: bytes | None, raw: bytes | None, *, signature: bytes | None = None,
-              origin: RawMessage | None = None) -> bool:  # fmt: skip
+    def offer(
+        self,
+        key: bytes | None,
+        raw: bytes | None,
+        *,
+        signature: bytes | None = None,
+        origin: RawMessage | None = None,
+    ) -> bool:
         """Serve the snapshot ``raw`` of the model named by ``key`` if it is acceptable and
         newer (module docstring); False if it changes nothing. :class:`BadMessage` says why
         a record is refused. ``origin``: where it was read (for :meth:`refuse`)."""
@@ -196,12 +202,22 @@ class ModelBook:
             held = self._held.get(name)
             since = held[2] if held is not None else self.clock()
             self._held[name] = (served, origin, since)
-            log.warning("model %s: version %s read while %s is served; held back %.1f s",
-                        name, served.version, current, HOLD_BACK)  # fmt: skip
+            log.warning(
+                "model %s: version %s read while %s is served; held back %.1f s",
+                name,
+                served.version,
+                current,
+                HOLD_BACK,
+            )
             return False
         if served.version < current:
-            log.warning("model %s goes from version %s back to %s (the newest record wins "
-                        "without a snapshot key)", name, current, served.version)  # fmt: skip
+            log.warning(
+                "model %s goes from version %s back to %s (the newest record wins "
+                "without a snapshot key)",
+                name,
+                current,
+                served.version,
+            )
         self._swap(served, origin)
         return True
 
@@ -227,9 +243,13 @@ class ModelBook:
         for name, (served, origin, since) in list(self._held.items()):
             if now - since >= HOLD_BACK:
                 del self._held[name]
-                log.warning("model %s goes from version %s back to %s (without a snapshot "
-                            "key the newest record wins)", name, self.models[name].version,
-                            served.version)  # fmt: skip
+                log.warning(
+                    "model %s goes from version %s back to %s (without a snapshot "
+                    "key the newest record wins)",
+                    name,
+                    self.models[name].version,
+                    served.version,
+                )
                 self._swap(served, origin)
 
     def refuse(self, bad: ServedModel, good: ServedModel, detail: str) -> DeadLetter | None:
@@ -240,8 +260,13 @@ class ModelBook:
         if self.models.get(name) is bad:
             self.models = {**self.models, name: good}
             self._notify(good)
-            log.error("model %s: version %s refused, version %s served again: %s", name,
-                      bad.version, good.version, detail)  # fmt: skip
+            log.error(
+                "model %s: version %s refused, version %s served again: %s",
+                name,
+                bad.version,
+                good.version,
+                detail,
+            )
         version, origin = self._origins.get(name, (None, None))
         if origin is None or version != bad.version:
             return None
@@ -261,8 +286,11 @@ class ModelBook:
             if route not in s.models or s.models[route].champion is not None:
                 raise BadMessage("unknown_model", f"champions: {route!r} is no model that decides")
             if server not in s.group(route):
-                raise BadMessage("unknown_model", f"champions: {server!r} cannot serve {route!r} "
-                                 f"(its group is {list(s.group(route))})")  # fmt: skip
+                raise BadMessage(
+                    "unknown_model",
+                    f"champions: {server!r} cannot serve {route!r} "
+                    f"(its group is {list(s.group(route))})",
+                )
         rank = champions_rank(record, raw)
         if self.signer is not None and rank <= self._champions_rank:
             return False
@@ -282,12 +310,20 @@ class ModelBook:
                 raise BadMessage(reason, f"the skip order is {reason}")
         order = parse_skip_order(raw, key=key, max_bytes=self.settings.fetch_bytes)
         if order.topic not in watched(self.settings):
-            raise BadMessage("schema", f"a skip order for topic {order.topic!r}, which this "
-                             "worker does not stop at")  # fmt: skip
+            raise BadMessage(
+                "schema",
+                f"a skip order for topic {order.topic!r}, which this worker does not stop at",
+            )
         added = self.skips.add(order)
         if added:
-            log.warning("skip order: %s[%s] offsets %s-%s, by %r", order.topic, order.partition,
-                        order.first, order.end - 1, order.by)  # fmt: skip
+            log.warning(
+                "skip order: %s[%s] offsets %s-%s, by %r",
+                order.topic,
+                order.partition,
+                order.first,
+                order.end - 1,
+                order.by,
+            )
         return added
 
     def serving(self) -> tuple[Mapping[str, ServedModel], Champions]:
@@ -367,13 +403,14 @@ async def follow_models(
 
 
 async def _offer(book: ModelBook, record: Any, refused: Refused | None) -> None:
-    message = RawMessage(record.value or b"", record.topic, record.partition, record.offset,
-                         record.key)  # fmt: skip
+    message = RawMessage(
+        record.value or b"", record.topic, record.partition, record.offset, record.key
+    )
     try:
-        book.offer(record.key, record.value, signature=_signature(record.headers),
-                   origin=message)  # fmt: skip
+        book.offer(record.key, record.value, signature=_signature(record.headers), origin=message)
     except BadMessage as bad:
-        log.error("refused a record of %s[%s]@%s: %s", record.topic, record.partition,
-                  record.offset, bad)  # fmt: skip
+        log.error(
+            "refused a record of %s[%s]@%s: %s", record.topic, record.partition, record.offset, bad
+        )
         if refused is not None:
             await refused(message, bad)

@@ -56,10 +56,11 @@ SETTLE = 1.0
 def main(argv: list[str]) -> int:
     """Entry point: ``argv`` after ``models``."""
     parser = argparse.ArgumentParser(
-        prog="abstain models", description="champion and challengers",
+        prog="abstain models",
+        description="champion and challengers",
         epilog="abstain models seed --model NAME FILE: train NAME from labelled history and "
         "publish it (abstain models seed --help)",
-    )  # fmt: skip
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     compare = sub.add_parser("compare", help="the live comparison, one JSON line per model")
     common_arguments(compare)
@@ -67,8 +68,12 @@ def main(argv: list[str]) -> int:
     promote = sub.add_parser("promote", help="make a challenger serve its group")
     common_arguments(promote)
     promote.add_argument("name", help="the model to serve")
-    promote.add_argument("--if-serial", type=int, dest="if_serial",
-                         help="only if the champions record served has this serial")  # fmt: skip
+    promote.add_argument(
+        "--if-serial",
+        type=int,
+        dest="if_serial",
+        help="only if the champions record served has this serial",
+    )
     rollback = sub.add_parser("rollback", help="serve an earlier version again")
     common_arguments(rollback)
     rollback.add_argument("name", help="the model to roll back")
@@ -161,14 +166,20 @@ async def _promote(settings: Settings, name: str, if_serial: int | None) -> int:
     book, _ = await _read(settings)
     current = book.champions
     if if_serial is not None and current.serial != if_serial:
-        print(f"abstain: not promoted: the champions record is at serial {current.serial}, "
-              f"not {if_serial}", file=sys.stderr)  # fmt: skip
+        print(
+            f"abstain: not promoted: the champions record is at serial {current.serial}, "
+            f"not {if_serial}",
+            file=sys.stderr,
+        )
         return 1
     signer = signer_for(settings)
     if signer is None and current.serial + 1 >= CHAMPIONS_MAX_SERIAL:
-        print(f"abstain: the champions record's serial {current.serial} has no successor "
-              "(a forged record?); without snapshot_key the newest record is served, so it "
-              "is replaced by serial 1", file=sys.stderr)  # fmt: skip
+        print(
+            f"abstain: the champions record's serial {current.serial} has no successor "
+            "(a forged record?); without snapshot_key the newest record is served, so it "
+            "is replaced by serial 1",
+            file=sys.stderr,
+        )
         current = replace(current, serial=0)
     record = promoted(settings, current, name, now=time.time())
     key, value = CHAMPIONS_KEY.encode(), record.to_json()
@@ -184,17 +195,27 @@ async def _promote(settings: Settings, name: str, if_serial: int | None) -> int:
         await produce_one(settings, settings.topics.models, key, raw, again)
     winner = after.champions
     won = read.won(record.serial, value)
-    row = {"serial": record.serial, "servers": dict(record.servers), "won": won,
-           "served": {"serial": winner.serial, "servers": dict(winner.servers)}}  # fmt: skip
+    row = {
+        "serial": record.serial,
+        "servers": dict(record.servers),
+        "won": won,
+        "served": {"serial": winner.serial, "servers": dict(winner.servers)},
+    }
     print(dumps(row).decode())
     if not won:
-        print(f"abstain: not promoted: another promotion of serial {record.serial} won (the "
-              f"record served has serial {winner.serial}, servers {dict(winner.servers)}); "
-              "run promote again to follow it", file=sys.stderr)  # fmt: skip
+        print(
+            f"abstain: not promoted: another promotion of serial {record.serial} won (the "
+            f"record served has serial {winner.serial}, servers {dict(winner.servers)}); "
+            "run promote again to follow it",
+            file=sys.stderr,
+        )
         return 1
     if winner != record:
-        print(f"abstain: promoted, then replaced by a later promotion (serial {winner.serial}, "
-              f"servers {dict(winner.servers)})", file=sys.stderr)  # fmt: skip
+        print(
+            f"abstain: promoted, then replaced by a later promotion (serial {winner.serial}, "
+            f"servers {dict(winner.servers)})",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -80,8 +80,12 @@ class Messages(Sequence[RawMessage]):
         """``messages`` as a batch (itself if it is one)."""
         if isinstance(messages, Messages):
             return messages
-        return cls(messages, _same, values=[m.value for m in messages],
-                   partitions=[m.partition for m in messages])  # fmt: skip
+        return cls(
+            messages,
+            _same,
+            values=[m.value for m in messages],
+            partitions=[m.partition for m in messages],
+        )
 
     def timestamps(self) -> list[float | None]:
         """Each message's Kafka timestamp in seconds (None: unknown), made once when asked
@@ -156,9 +160,11 @@ class ParsedEvent:
 
 
 def parse_event(
-    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits,
+    message: RawMessage,
+    models: Mapping[str, ServedModel],
+    limits: Limits,
     champions: Champions | None = None,
-) -> ParsedEvent:  # fmt: skip
+) -> ParsedEvent:
     """Parse and resolve one message (decided by the server ``champions`` names for its
     model); :class:`BadMessage` says why it cannot be scored."""
     event = parse_feature_event(
@@ -180,9 +186,11 @@ def parse_event(
 
 
 def parse_batch(
-    messages: Messages, models: Mapping[str, ServedModel], limits: Limits,
+    messages: Messages,
+    models: Mapping[str, ServedModel],
+    limits: Limits,
     champions: Champions | None = None,
-) -> tuple[list[Rows], list[DeadLetter]]:  # fmt: skip
+) -> tuple[list[Rows], list[DeadLetter]]:
     """The valid events of ``messages`` by route (routes in the order of their first event)
     and the dead letters of the others (in batch order); see the module docstring."""
     pending, slow = _read(messages.values, models, limits)
@@ -214,8 +222,10 @@ def parse_batch(
         except BadMessage as bad:
             dead.append(DeadLetter.of(Source.FEATURES, message, bad.reason, bad.detail))
             continue
-        _join(found, Rows(one.route, one.model, [i], [one.event.id], [one.event.ts],
-                          one.x[np.newaxis, :]))  # fmt: skip
+        _join(
+            found,
+            Rows(one.route, one.model, [i], [one.event.id], [one.event.ts], one.x[np.newaxis, :]),
+        )
     return sorted(found.values(), key=lambda r: r.positions[0]), dead
 
 
@@ -242,8 +252,12 @@ def _read(
         if type(record) is not dict:
             slow.append(i)
             continue
-        event_id, feats, model, ts = (record.get("id"), record.get("features"),
-                                      record.get("model"), record.get("ts"))  # fmt: skip
+        event_id, feats, model, ts = (
+            record.get("id"),
+            record.get("features"),
+            record.get("model"),
+            record.get("ts"),
+        )
         name = default if model is None else model
         n_inputs = inputs.get(name) if type(name) is str else None
         if (

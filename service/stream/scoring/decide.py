@@ -80,12 +80,27 @@ class Decided:
         """The :class:`Decision` of each row."""
         name, version, rho = self.model.name, self.model.version, self.rho
         return [
-            Decision(event_id, name, Action.REJECT if label == 0 else Action.PREDICT,
-                     None if label == 0 else label, score, rho, version, asked, p, now)
+            Decision(
+                event_id,
+                name,
+                Action.REJECT if label == 0 else Action.PREDICT,
+                None if label == 0 else label,
+                score,
+                rho,
+                version,
+                asked,
+                p,
+                now,
+            )
             for event_id, label, score, asked, p in zip(
-                self.ids, self.labels.tolist(), self.scores.tolist(), self.queried.tolist(),
-                self.probabilities.tolist(), strict=True)
-        ]  # fmt: skip
+                self.ids,
+                self.labels.tolist(),
+                self.scores.tolist(),
+                self.queried.tolist(),
+                self.probabilities.tolist(),
+                strict=True,
+            )
+        ]
 
     def asked(self) -> np.ndarray:
         """The rows that ask for their label."""
@@ -100,16 +115,24 @@ class Decided:
         shadows = self.shadow_labels
         return [
             LabelRequest(
-                request_id=rid, event_id=ids[k], model=route, features=self.x[j].tolist(),
-                score=float(self.scores[j]), rho=rho, decided_label=int(self.labels[j]),
-                query_probability=float(self.probabilities[j]), model_version=version,
-                requested_at=now, expires_at=now + ttl, priority=priority[k],
+                request_id=rid,
+                event_id=ids[k],
+                model=route,
+                features=self.x[j].tolist(),
+                score=float(self.scores[j]),
+                rho=rho,
+                decided_label=int(self.labels[j]),
+                query_probability=float(self.probabilities[j]),
+                model_version=version,
+                requested_at=now,
+                expires_at=now + ttl,
+                priority=priority[k],
                 shadow_labels={} if shadows is None else dict(shadows[j]),
                 served_by=None if name == route else name,
                 moments=self.moments if k == 0 else None,
             )
             for k, (j, rid) in enumerate(zip(rows, request_ids(route, ids), strict=True))
-        ]  # fmt: skip
+        ]
 
 
 @dataclass(slots=True)
@@ -135,8 +158,11 @@ class ScoreResult:
         """(block, row) of every decided event, in input order."""
         if len(self.blocks) == 1:
             return [(0, j) for j in range(len(self.blocks[0].ids))]
-        places = [(int(p), b, j) for b, block in enumerate(self.blocks)
-                  for j, p in enumerate(block.positions.tolist())]  # fmt: skip
+        places = [
+            (int(p), b, j)
+            for b, block in enumerate(self.blocks)
+            for j, p in enumerate(block.positions.tolist())
+        ]
         return [(b, j) for _, b, j in sorted(places)]
 
     @property
@@ -153,8 +179,10 @@ class ScoreResult:
     @property
     def label_requests(self) -> list[LabelRequest]:
         """Every label request, in input order."""
-        each = [dict(zip(block.asked().tolist(), block.label_requests(self.now, self.ttl),
-                         strict=True)) for block in self.blocks]  # fmt: skip
+        each = [
+            dict(zip(block.asked().tolist(), block.label_requests(self.now, self.ttl), strict=True))
+            for block in self.blocks
+        ]
         return [each[b][j] for b, j in self.order() if j in each[b]]
 
     def extend(self, other: ScoreResult) -> None:
@@ -215,9 +243,11 @@ def score_batch(
 
 
 def _shadows(
-    block: Decided | None, rows: Rows, shadows: list[ServedModel],
+    block: Decided | None,
+    rows: Rows,
+    shadows: list[ServedModel],
     counts: Counter[tuple[str, int]],
-) -> None:  # fmt: skip
+) -> None:
     """Each shadow's decision on its champion's ``rows``, kept per row of ``block`` for the
     events the champion decided and counted in ``counts`` (rows that overflow for a shadow
     are left out for it)."""
@@ -265,10 +295,14 @@ def _decide(
     except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
         kept, labels, scores, probs, queries = _decide_rows(served, z, drawn)
         dead = [
-            DeadLetter.of(Source.FEATURES, batch[rows.positions[j]], "non_finite",
-                          f"model {name!r}: the scaled features or the score overflow")
+            DeadLetter.of(
+                Source.FEATURES,
+                batch[rows.positions[j]],
+                "non_finite",
+                f"model {name!r}: the scaled features or the score overflow",
+            )
             for j in sorted(set(range(len(rows))) - set(kept))
-        ]  # fmt: skip
+        ]
         if not kept:
             return None, dead, 0
         rows, drawn = _take(rows, kept), drawn[kept]
@@ -282,18 +316,32 @@ def _decide(
         times = _event_times(budget, [stamps[p] for p in rows.positions], now)
         queried, probabilities = _budgeted(served, budget, scores, drawn, times)
         suppressed = int(np.count_nonzero(queries & ~queried))
-    block = Decided(rows.route, served, np.asarray(rows.positions, dtype=np.int64), rows.ids,
-                    [batch.partitions[p] for p in rows.positions], rows.x,
-                    np.asarray(labels, dtype=np.int64), scores, queried, probabilities,
-                    float(served.learner.rho))  # fmt: skip
+    block = Decided(
+        rows.route,
+        served,
+        np.asarray(rows.positions, dtype=np.int64),
+        rows.ids,
+        [batch.partitions[p] for p in rows.positions],
+        rows.x,
+        np.asarray(labels, dtype=np.int64),
+        scores,
+        queried,
+        probabilities,
+        float(served.learner.rho),
+    )
     return block, dead, suppressed
 
 
 def _take(rows: Rows, kept: list[int]) -> Rows:
     """The ``kept`` rows of ``rows``."""
-    return Rows(rows.route, rows.model, [rows.positions[j] for j in kept],
-                [rows.ids[j] for j in kept], [rows.ts[j] for j in kept],
-                rows.x[kept])  # fmt: skip
+    return Rows(
+        rows.route,
+        rows.model,
+        [rows.positions[j] for j in kept],
+        [rows.ids[j] for j in kept],
+        [rows.ts[j] for j in kept],
+        rows.x[kept],
+    )
 
 
 def _audited(
@@ -330,9 +378,12 @@ def _event_times(budget: QueryBudget, stamps: Sequence[float | None], now: float
 
 
 def _budgeted(
-    served: ServedModel, budget: QueryBudget, scores: np.ndarray, drawn: np.ndarray,
+    served: ServedModel,
+    budget: QueryBudget,
+    scores: np.ndarray,
+    drawn: np.ndarray,
     times: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """(queried, probability) through the model's budget: the learner's utility of each
     score, scaled to the budget's rate (its explore share replaces the audit)."""
     utilities = np.clip(served.learner.query_utility(scores), 0.0, 1.0)
@@ -376,9 +427,13 @@ def _parse_all(
     found, refused = parse_batch(batch, models, limits, champions)
     dead += refused
     events = [
-        (p, ParsedEvent(batch[p], FeatureEvent(i, rows.route, rows.x[j].tolist(), ts),
-                        rows.model, rows.x[j]))
+        (
+            p,
+            ParsedEvent(
+                batch[p], FeatureEvent(i, rows.route, rows.x[j].tolist(), ts), rows.model, rows.x[j]
+            ),
+        )
         for rows in found
         for j, (p, i, ts) in enumerate(zip(rows.positions, rows.ids, rows.ts, strict=True))
-    ]  # fmt: skip
+    ]
     return [event for _, event in sorted(events, key=lambda pe: pe[0])]

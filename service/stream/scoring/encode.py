@@ -55,18 +55,38 @@ def _text(value: Any) -> bytes:
 
 
 def decisions(
-    model: str, ids: Sequence[str], labels: Any, scores: Any, rho: float, version: int,
-    queried: Any, probabilities: Any, *, now: float,
-) -> list[bytes]:  # fmt: skip
+    model: str,
+    ids: Sequence[str],
+    labels: Any,
+    scores: Any,
+    rho: float,
+    version: int,
+    queried: Any,
+    probabilities: Any,
+    *,
+    now: float,
+) -> list[bytes]:
     """The decisions of one model's events, as :meth:`Decision.to_json` writes them."""
-    template = (b'{"id":%b,"model":' + _text(model) + b',"action":"%b,"score":%b,"rho":'
-                + _text(float(rho)) + b',"model_version":' + _text(int(version))
-                + b',"queried":%b,"query_probability":%b,"ts":' + _text(float(now))
-                + b"}")  # fmt: skip
+    template = (
+        b'{"id":%b,"model":'
+        + _text(model)
+        + b',"action":"%b,"score":%b,"rho":'
+        + _text(float(rho))
+        + b',"model_version":'
+        + _text(int(version))
+        + b',"queried":%b,"query_probability":%b,"ts":'
+        + _text(float(now))
+        + b"}"
+    )
     dumps, actions, bools = orjson.dumps, _ACTIONS, _BOOLS
-    columns = zip(ids, np.asarray(labels).tolist(), floats(scores),
-                  np.asarray(queried, dtype=bool).tolist(), floats(probabilities),
-                  strict=True)  # fmt: skip
+    columns = zip(
+        ids,
+        np.asarray(labels).tolist(),
+        floats(scores),
+        np.asarray(queried, dtype=bool).tolist(),
+        floats(probabilities),
+        strict=True,
+    )
     return [
         template % (dumps(i), actions.get(label) or _action(label), score, bools[asked], p)
         for i, label, score, asked, p in columns
@@ -90,31 +110,62 @@ def priorities(scores: Any, rho: float) -> np.ndarray:
 
 
 def label_requests(
-    route: str, server: str, ids: Sequence[str], x: np.ndarray, labels: Any, scores: Any,
-    rho: float, version: int, probabilities: Any, *, now: float, ttl: float,
+    route: str,
+    server: str,
+    ids: Sequence[str],
+    x: np.ndarray,
+    labels: Any,
+    scores: Any,
+    rho: float,
+    version: int,
+    probabilities: Any,
+    *,
+    now: float,
+    ttl: float,
     shadow_labels: Sequence[Mapping[str, int]] | None = None,
     moments: FeatureMoments | None = None,
-) -> list[bytes]:  # fmt: skip
+) -> list[bytes]:
     """The label requests for ``route``'s events ``ids`` (raw features ``x``, a row each),
     decided by ``server``, as :meth:`LabelRequest.to_json` writes them (``moments``: those
     the first request carries)."""
     served_by = b"null" if server == route else _text(server)
-    template = (b'{"request_id":"%b","event_id":%b,"model":' + _text(route)
-                + b',"features":[%b],"score":%b,"rho":' + _text(float(rho))
-                + b',"decided_label":%d,"query_probability":%b,"model_version":'
-                + _text(int(version)) + b',"requested_at":' + _text(float(now))
-                + b',"expires_at":' + _text(float(now + ttl)) + b',"priority":%b'
-                + b',"shadow_labels":%b,"served_by":' + served_by + b',"moments":%b}')  # fmt: skip
-    shadows = [b"{}"] * len(ids) if shadow_labels is None else [
-        orjson.dumps(dict(s)) for s in shadow_labels
-    ]  # fmt: skip
+    template = (
+        b'{"request_id":"%b","event_id":%b,"model":'
+        + _text(route)
+        + b',"features":[%b],"score":%b,"rho":'
+        + _text(float(rho))
+        + b',"decided_label":%d,"query_probability":%b,"model_version":'
+        + _text(int(version))
+        + b',"requested_at":'
+        + _text(float(now))
+        + b',"expires_at":'
+        + _text(float(now + ttl))
+        + b',"priority":%b'
+        + b',"shadow_labels":%b,"served_by":'
+        + served_by
+        + b',"moments":%b}'
+    )
+    shadows = (
+        [b"{}"] * len(ids)
+        if shadow_labels is None
+        else [orjson.dumps(dict(s)) for s in shadow_labels]
+    )
     carried = [b"null"] * len(ids)
     if moments is not None and carried:
         carried[0] = orjson.dumps(moments)
     dumps = orjson.dumps
-    columns = zip(request_ids(route, ids), ids, _rows(x), floats(scores),
-                  np.asarray(labels).tolist(), floats(probabilities),
-                  floats(priorities(scores, rho)), shadows, carried, strict=True)  # fmt: skip
+    columns = zip(
+        request_ids(route, ids),
+        ids,
+        _rows(x),
+        floats(scores),
+        np.asarray(labels).tolist(),
+        floats(probabilities),
+        floats(priorities(scores, rho)),
+        shadows,
+        carried,
+        strict=True,
+    )
     return [
         template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow, m)
         for rid, i, row, score, label, p, priority, shadow, m in columns

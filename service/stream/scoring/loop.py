@@ -80,9 +80,13 @@ def _messages(fetched: dict[TopicPartition, list[Any]]) -> Messages:
     message object per record (one is made for a record only when asked for: a dead
     letter)."""
     records = [r for rs in fetched.values() for r in rs]
-    return Messages(records, raw_message, values=[r.value or b"" for r in records],
-                    partitions=[r.partition for r in records],
-                    timestamps=lambda: [record_seconds(r) for r in records])  # fmt: skip
+    return Messages(
+        records,
+        raw_message,
+        values=[r.value or b"" for r in records],
+        partitions=[r.partition for r in records],
+        timestamps=lambda: [record_seconds(r) for r in records],
+    )
 
 
 def score_group(app_id: str) -> str:
@@ -178,8 +182,7 @@ class ScoreLoop:
         if self.unreadable.stopped:
             await self._skip_ordered(reader)
         try:
-            fetched = await reader.getmany(timeout_ms=100,
-                                                max_records=self.settings.batch_size)  # fmt: skip
+            fetched = await reader.getmany(timeout_ms=100, max_records=self.settings.batch_size)
         except (KafkaError, FetchFailed) as exc:
             log.warning("fetching features failed: %r", exc)
             self.backlogged = False

@@ -220,42 +220,73 @@ class Scorer:
         dead = [self.outputs.dead_letter_record(x, x.partition) for x in result.dead_letters]
         if len(blocks) == 1:  # one model: its columns as they are
             (decided, asked, _), b = encoded[0], blocks[0]
-            return Outgoing([
-                Column(topics.decisions, decided, keys=[i.encode() for i in b.ids],
-                       partitions=b.partitions),
-                Column(topics.label_requests, asked, key=b.route.encode()),
-            ], dead)  # fmt: skip
+            return Outgoing(
+                [
+                    Column(
+                        topics.decisions,
+                        decided,
+                        keys=[i.encode() for i in b.ids],
+                        partitions=b.partitions,
+                    ),
+                    Column(topics.label_requests, asked, key=b.route.encode()),
+                ],
+                dead,
+            )
         order = result.order()
         asking = [dict(zip(rows.tolist(), range(len(rows)), strict=True)) for _, _, rows in encoded]
         asks = [(b, asking[b][j]) for b, j in order if j in asking[b]]
-        return Outgoing([
-            Column(topics.decisions, [encoded[b][0][j] for b, j in order],
-                   keys=[blocks[b].ids[j].encode() for b, j in order],
-                   partitions=[blocks[b].partitions[j] for b, j in order]),
-            Column(topics.label_requests, [encoded[b][1][k] for b, k in asks],
-                   keys=[blocks[b].route.encode() for b, _ in asks]),
-        ], dead)  # fmt: skip
+        return Outgoing(
+            [
+                Column(
+                    topics.decisions,
+                    [encoded[b][0][j] for b, j in order],
+                    keys=[blocks[b].ids[j].encode() for b, j in order],
+                    partitions=[blocks[b].partitions[j] for b, j in order],
+                ),
+                Column(
+                    topics.label_requests,
+                    [encoded[b][1][k] for b, k in asks],
+                    keys=[blocks[b].route.encode() for b, _ in asks],
+                ),
+            ],
+            dead,
+        )
 
     @staticmethod
     def _encode(b: Decided, now: float, ttl: float) -> tuple[list[bytes], list[bytes], np.ndarray]:
         """A block's decisions and label requests, encoded, and the rows that ask."""
         name, version = b.model.name, b.model.version
-        decided = encode.decisions(name, b.ids, b.labels, b.scores, b.rho, version, b.queried,
-                                   b.probabilities, now=now)  # fmt: skip
+        decided = encode.decisions(
+            name, b.ids, b.labels, b.scores, b.rho, version, b.queried, b.probabilities, now=now
+        )
         rows = b.asked()
         chosen = rows.tolist()
         shadows = None if b.shadow_labels is None else [b.shadow_labels[j] for j in chosen]
         asked = encode.label_requests(
-            b.route, name, [b.ids[j] for j in chosen], b.x[rows], b.labels[rows],
-            b.scores[rows], b.rho, version, b.probabilities[rows], now=now, ttl=ttl,
-            shadow_labels=shadows, moments=b.moments,
-        )  # fmt: skip
+            b.route,
+            name,
+            [b.ids[j] for j in chosen],
+            b.x[rows],
+            b.labels[rows],
+            b.scores[rows],
+            b.rho,
+            version,
+            b.probabilities[rows],
+            now=now,
+            ttl=ttl,
+            shadow_labels=shadows,
+            moments=b.moments,
+        )
         return decided, asked, rows
 
     def _fall_back(
-        self, models: Mapping[str, ServedModel], champions: Champions,
-        messages: Sequence[RawMessage], result: ScoreResult, now: float,
-    ) -> tuple[Mapping[str, ServedModel], ScoreResult]:  # fmt: skip
+        self,
+        models: Mapping[str, ServedModel],
+        champions: Champions,
+        messages: Sequence[RawMessage],
+        result: ScoreResult,
+        now: float,
+    ) -> tuple[Mapping[str, ServedModel], ScoreResult]:
         """The batch decided by the last good version of each model whose new version
         overflowed on most of its events there (module docstring), and those versions
         refused; unchanged when no new version is to blame."""
@@ -270,8 +301,7 @@ class Scorer:
             return models, result
         trial = {**models, **suspects}
         again = self._score_guarded(trial, champions, messages, now)
-        blamed = {n: g for n, g in suspects.items()
-                  if again.overflowed[n] < result.overflowed[n]}  # fmt: skip
+        blamed = {n: g for n, g in suspects.items() if again.overflowed[n] < result.overflowed[n]}
         if not blamed:
             return models, result
         if blamed != suspects:
@@ -280,9 +310,11 @@ class Scorer:
         assert self.fallback is not None  # noqa: S101 - only called with one
         for name, good in blamed.items():
             bad = models[name]
-            detail = (f"version {bad.version} of model {name!r} overflows on "
-                      f"{result.overflowed[name]} of {result.scored[name]} events that version "
-                      f"{good.version} scores: refused, version {good.version} served")  # fmt: skip
+            detail = (
+                f"version {bad.version} of model {name!r} overflows on "
+                f"{result.overflowed[name]} of {result.scored[name]} events that version "
+                f"{good.version} scores: refused, version {good.version} served"
+            )
             letter = self.fallback(bad, good, detail)
             if letter is not None:
                 again.dead_letters.append(letter)
@@ -345,11 +377,20 @@ class Scorer:
         return {m: sum(r) / len(r) for m, r in self.recent.items() if r}
 
     def _score_guarded(
-        self, models: Mapping[str, ServedModel], champions: Champions,
-        messages: Sequence[RawMessage], now: float,
-    ) -> ScoreResult:  # fmt: skip
-        score = partial(score_batch, limits=self.limits, now=now, budgets=self.budgets,
-                        groups=self.groups, champions=champions)  # fmt: skip
+        self,
+        models: Mapping[str, ServedModel],
+        champions: Champions,
+        messages: Sequence[RawMessage],
+        now: float,
+    ) -> ScoreResult:
+        score = partial(
+            score_batch,
+            limits=self.limits,
+            now=now,
+            budgets=self.budgets,
+            groups=self.groups,
+            champions=champions,
+        )
         try:
             return score(models, messages)
         except DATA_ERRORS:
@@ -360,9 +401,10 @@ class Scorer:
                 result.extend(score(models, [message]))
             except DATA_ERRORS as exc:
                 result.dead_letters.append(
-                    DeadLetter.of(Source.FEATURES, message, Reason.SCHEMA,
-                                  f"internal error: {exc!r}")
-                )  # fmt: skip
+                    DeadLetter.of(
+                        Source.FEATURES, message, Reason.SCHEMA, f"internal error: {exc!r}"
+                    )
+                )
         return result
 
     def _count(self, result: ScoreResult, per_event: float) -> None:
@@ -387,8 +429,9 @@ def _observe_many(histogram: Any, value: float, n: int) -> None:
     """``histogram.observe(value)`` ``n`` times in one step: prometheus_client (0.2x) keeps a
     histogram child as a sum and a count per bucket (``_sum``, ``_buckets`` for
     ``_upper_bounds``); one call per observation where it does not."""
-    buckets, bounds, total = (getattr(histogram, name, None)
-                              for name in ("_buckets", "_upper_bounds", "_sum"))  # fmt: skip
+    buckets, bounds, total = (
+        getattr(histogram, name, None) for name in ("_buckets", "_upper_bounds", "_sum")
+    )
     if buckets is None or bounds is None or total is None or len(buckets) != len(bounds):
         for _ in range(n):
             histogram.observe(value)

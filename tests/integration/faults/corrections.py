@@ -72,9 +72,18 @@ class Learned:
 
     def correct(self, request_id: str, label: int | None, by: str, role: str = "reviewer") -> None:
         """``abstain labels correct`` (signed by the command when a key is set)."""
-        self.service.cli("labels", "correct", "--request-id", request_id, "--label",
-                         "none" if label is None else str(label), "--by", by,
-                         "--role", role)  # fmt: skip
+        self.service.cli(
+            "labels",
+            "correct",
+            "--request-id",
+            request_id,
+            "--label",
+            "none" if label is None else str(label),
+            "--by",
+            by,
+            "--role",
+            role,
+        )
         self.answers[request_id] = 0 if label is None else label
 
     def corrections_applied(self) -> float:
@@ -91,8 +100,15 @@ class Learned:
         out = self.rebuild(publish=True)
         rebuilt = self.states()[-1]
         assert out["version"] == served["version"], (out, served["version"])
-        for key in ("version", "learner", "pipeline", "labels_offset", "labels_applied",
-                    "corrections_from", "estimate"):  # fmt: skip
+        for key in (
+            "version",
+            "learner",
+            "pipeline",
+            "labels_offset",
+            "labels_applied",
+            "corrections_from",
+            "estimate",
+        ):
             assert rebuilt[key] == served[key], key
         assert rebuilt["iw_loss"] == served["iw_loss"]
         return served
@@ -100,10 +116,16 @@ class Learned:
 
 def _events(prefix: str, n: int, rng: np.random.Generator, n_features: int) -> list[Any]:
     return [
-        (f"{prefix}{i}", {"id": f"{prefix}{i}", "model": "m",
-                          "features": rng.normal(size=n_features).round(4).tolist()})
+        (
+            f"{prefix}{i}",
+            {
+                "id": f"{prefix}{i}",
+                "model": "m",
+                "features": rng.normal(size=n_features).round(4).tolist(),
+            },
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def learned(
@@ -119,9 +141,11 @@ def learned(
 ) -> Learned:
     """Start a worker of model ``m`` (``models``, signed with ``key``) and teach it the
     label of ``labels`` requests (by alice, the truth of :func:`concept`)."""
-    settings: dict[str, Any] = {"models": models, "default_model": "m",
-                                "partitions": {"features": 1, "decisions": 1, "labels": 1,
-                                               "models": 1}}  # fmt: skip
+    settings: dict[str, Any] = {
+        "models": models,
+        "default_model": "m",
+        "partitions": {"features": 1, "decisions": 1, "labels": 1, "models": 1},
+    }
     if key is not None:
         settings["snapshot_key"] = key
     service = service_factory(**{**settings, **overrides})
@@ -139,19 +163,33 @@ def learned(
         kio.produce_json(t["features"], events)
         kio.wait_for(t["decisions"], lambda rs, n=200 * rounds: len(rs) >= n, timeout=90)
         time.sleep(0.5)  # the requests follow their decisions
-        fresh = [r.json() for r in kio.read(t["label_requests"])
-                 if r.json()["request_id"] not in seen]  # fmt: skip
+        fresh = [
+            r.json() for r in kio.read(t["label_requests"]) if r.json()["request_id"] not in seen
+        ]
         fresh = fresh[: labels - len(answered)]
         seen.update(q["request_id"] for q in fresh)
-        kio.produce_json(t["labels"], [
-            ("m", {"request_id": q["request_id"], "model": "m", "label": concept(q["features"]),
-                   "labelled_by": "alice"})
-            for q in fresh
-        ])  # fmt: skip
+        kio.produce_json(
+            t["labels"],
+            [
+                (
+                    "m",
+                    {
+                        "request_id": q["request_id"],
+                        "model": "m",
+                        "label": concept(q["features"]),
+                        "labelled_by": "alice",
+                    },
+                )
+                for q in fresh
+            ],
+        )
         answered += fresh
         count = len(answered)
-        wait_until(lambda n=count: worker.metric("abstain_model_version", {"model": "m"}) >= n,
-                   120, f"{count} labels learned")  # fmt: skip
+        wait_until(
+            lambda n=count: worker.metric("abstain_model_version", {"model": "m"}) >= n,
+            120,
+            f"{count} labels learned",
+        )
     run = Learned(service, worker, kio, key, answered)
     run.answers = {q["request_id"]: concept(q["features"]) for q in answered}
     return run

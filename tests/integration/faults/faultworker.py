@@ -80,8 +80,9 @@ def main(argv: list[str]) -> int:
         async def post(self, request: Any) -> Any:
             order = json.loads(await request.read())
             skip[str(order["topic"])] = skip.get(str(order["topic"]), 0) + int(order["count"])
-            return self.bytes(json.dumps({"skipping": skip}).encode(),
-                              content_type="application/json")  # fmt: skip
+            return self.bytes(
+                json.dumps({"skipping": skip}).encode(), content_type="application/json"
+            )
 
     @app.page("/__faults/old-group")
     class OldGroup(faust.web.View):  # type: ignore[misc]

@@ -59,9 +59,15 @@ def world(**kw: object) -> World:
     outputs = Outputs(kafka, s.topics, metrics)
     pending = PendingStore(kafka.table("pending"))
     initial = {n: initial_envelope(n, c) for n, c in s.models.items()}
-    joiner = LabelJoiner(s, pending=pending, parked=ParkedStore(kafka.table("orphans")),
-                         models=ModelStore(kafka.table("models"), initial), outputs=outputs,
-                         metrics=metrics, clock=clock)  # fmt: skip
+    joiner = LabelJoiner(
+        s,
+        pending=pending,
+        parked=ParkedStore(kafka.table("orphans")),
+        models=ModelStore(kafka.table("models"), initial),
+        outputs=outputs,
+        metrics=metrics,
+        clock=clock,
+    )
     # this worker owns the labels partition model "m" maps to (0 of 2): its learn loop says so
     # once the partition's tables are read
     joiner.own(frozenset({0}))
@@ -74,10 +80,15 @@ def world(**kw: object) -> World:
         return None
 
     house = Housekeeping(
-        s, view=view, book=book, pending=pending, joiner=joiner, metrics=metrics,
+        s,
+        view=view,
+        book=book,
+        pending=pending,
+        joiner=joiner,
+        metrics=metrics,
         scorer=Scorer(s, book.serving, outputs, metrics, clock=clock),
         liveness=LivenessMonitor(view, progress, metrics, watched=(), stall_seconds=60.0),
-    )  # fmt: skip
+    )
     return World(kafka, book, joiner, house, clock)
 
 
@@ -99,8 +110,11 @@ async def test_a_worker_is_ready_once_recovered_loaded_and_the_broker_answers() 
     w = world()
     status = await w.house.check(w.clock.now)
     assert (status.ready, status.recovered, status.models_loaded, status.live) == (
-        True, True, True, True,
-    )  # fmt: skip
+        True,
+        True,
+        True,
+        True,
+    )
 
 
 async def test_a_version_the_learner_just_published_is_not_published_again() -> None:

@@ -88,14 +88,26 @@ async def test_columns_go_where_their_records_go_in_order() -> None:
     broker = Broker(limit=100)
     broker.gate.set()
     columns = Outgoing(
-        [Column("t", [b"a", b"b", b"c", b"d"], keys=[b"1", b"2", b"3", b"4"],
-                partitions=[0, 3, 2, 1]), Column("u", [b"x", b"y"], key=b"m")],
+        [
+            Column(
+                "t",
+                [b"a", b"b", b"c", b"d"],
+                keys=[b"1", b"2", b"3", b"4"],
+                partitions=[0, 3, 2, 1],
+            ),
+            Column("u", [b"x", b"y"], key=b"m"),
+        ],
         [OutRecord("t", None, b"dead", 5)],
-    )  # fmt: skip
+    )
     assert [(r.topic, r.key, r.value, r.partition) for r in columns] == [
-        ("t", b"1", b"a", 0), ("t", b"2", b"b", 3), ("t", b"3", b"c", 2), ("t", b"4", b"d", 1),
-        ("u", b"m", b"x", None), ("u", b"m", b"y", None), ("t", None, b"dead", 5),
-    ]  # fmt: skip
+        ("t", b"1", b"a", 0),
+        ("t", b"2", b"b", 3),
+        ("t", b"3", b"c", 2),
+        ("t", b"4", b"d", 1),
+        ("u", b"m", b"x", None),
+        ("u", b"m", b"y", None),
+        ("t", None, b"dead", 5),
+    ]
     plain, piped = Broker(limit=100), Broker(limit=100)
     plain.gate.set()
     piped.gate.set()
@@ -124,8 +136,10 @@ async def test_a_pipelined_producer_never_waits_and_fills_the_batch_that_waits()
     broker.gate.set()
     await asyncio.sleep(0.01)
     assert [records for _, _, records in broker.handed] == [
-        [(b"k", b"1")], [(b"k", b"2")], [(b"k", b"3"), (b"k", b"4")],
-    ]  # fmt: skip
+        [(b"k", b"1")],
+        [(b"k", b"2")],
+        [(b"k", b"3"), (b"k", b"4")],
+    ]
     assert not first.done()
     broker.ack()
     await asyncio.gather(first, second, *later)
@@ -150,8 +164,11 @@ async def test_a_record_too_large_for_a_batch_goes_alone_in_its_place() -> None:
     )
     await asyncio.sleep(0.01)
     assert [[v for _, v in records] for _, _, records in broker.handed] == [
-        [b"1", b"2"], [b"3"], [big], [b"4"],
-    ]  # fmt: skip
+        [b"1", b"2"],
+        [b"3"],
+        [big],
+        [b"4"],
+    ]
     broker.ack()
     await sent
 

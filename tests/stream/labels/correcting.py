@@ -27,8 +27,11 @@ from service.stream.models.served import initial_envelope
 from ..memory import CFG, MemoryKafka, outputs, request, settings
 
 REQUESTS, LABELS, MODELS, DEAD = (
-    "abstain.label-requests", "abstain.labels", "abstain.models", "abstain.dead-letters",
-)  # fmt: skip
+    "abstain.label-requests",
+    "abstain.labels",
+    "abstain.models",
+    "abstain.dead-letters",
+)
 KEY = "k" * 40
 SHADOW = ModelConfig(algorithm="dral", cost=0.25, n_features=3, champion="m")
 
@@ -71,9 +74,16 @@ class Learner:
     moments: bool = False  # each request carries the moments of the events scored before it
 
     @classmethod
-    def start(cls, kafka: MemoryKafka | None = None, *, crash_after: int | None = None,
-              log: list[RawMessage] | None = None, runner: Runner | None = None,
-              moments: bool = False, **kw: Any) -> Learner:  # fmt: skip
+    def start(
+        cls,
+        kafka: MemoryKafka | None = None,
+        *,
+        crash_after: int | None = None,
+        log: list[RawMessage] | None = None,
+        runner: Runner | None = None,
+        moments: bool = False,
+        **kw: Any,
+    ) -> Learner:
         kafka = kafka if kafka is not None else MemoryKafka()
         kw.setdefault("models", {"m": CFG, "m-dral": SHADOW})
         s = settings(**kw)
@@ -86,13 +96,26 @@ class Learner:
         out = outputs(kafka, s, registry)
         signer = Signer(KEY.encode()) if s.snapshot_key is not None else None
         joiner = LabelJoiner(
-            s, pending=PendingStore(kafka.table("pending"), admission(s)),
-            parked=ParkedStore(kafka.table("orphans")), models=models,
+            s,
+            pending=PendingStore(kafka.table("pending"), admission(s)),
+            parked=ParkedStore(kafka.table("orphans")),
+            models=models,
             history=History(kafka.table("history"), s, admission(s)),
-            outputs=out, metrics=out.metrics, clock=Clock(), signer=signer, runner=runner,
-        )  # fmt: skip
-        made = cls(kafka, s, joiner.clock, registry, joiner, log if log is not None else [],  # type: ignore[arg-type]
-                   moments)  # fmt: skip
+            outputs=out,
+            metrics=out.metrics,
+            clock=Clock(),
+            signer=signer,
+            runner=runner,
+        )
+        made = cls(
+            kafka,
+            s,
+            joiner.clock,
+            registry,
+            joiner,
+            log if log is not None else [],  # type: ignore[arg-type]
+            moments,
+        )
         joiner.corrector.readback.read_labels = made.read_labels
         joiner.own(frozenset(range(s.partitions.labels)))
         return made
@@ -102,15 +125,19 @@ class Learner:
     ) -> Mapping[int, bytes | None]:
         """The labels log as the learner reads it back (what it was fed)."""
         wanted = set(offsets)
-        return {m.offset: m.value for m in self.log if m.topic == LABELS
-                and m.partition == partition and m.offset in wanted}  # fmt: skip
+        return {
+            m.offset: m.value
+            for m in self.log
+            if m.topic == LABELS and m.partition == partition and m.offset in wanted
+        }
 
     @property
     def p(self) -> int:
         return partition_for(b"m", self.settings.partitions.labels)
 
-    async def feed(self, value: bytes, offset: int, topic: str = LABELS,
-                   signature: bytes | None = None) -> None:  # fmt: skip
+    async def feed(
+        self, value: bytes, offset: int, topic: str = LABELS, signature: bytes | None = None
+    ) -> None:
         message = RawMessage(value, topic, self.p, offset, b"m", self.clock.now, signature)
         if not any(m.topic == topic and m.offset == offset for m in self.log):
             self.log.append(message)
@@ -120,20 +147,34 @@ class Learner:
         x = [float(offset % 7) - 3.0, 1.0 + (offset % 3), float(len(event))]
         seen = None
         if self.moments:  # as a scorer sends them: the events it scored since its last request
-            seen = FeatureMoments(5 + offset % 4, tuple(v + 0.5 for v in x),
-                                  tuple(2.0 + offset % 5 for _ in x))  # fmt: skip
-        req = request(x, event, query_probability=0.5, decided_label=1 if offset % 2 else -1,
-                      requested_at=self.clock.now, expires_at=self.clock.now + 1e6,
-                      moments=seen)  # fmt: skip
+            seen = FeatureMoments(
+                5 + offset % 4, tuple(v + 0.5 for v in x), tuple(2.0 + offset % 5 for _ in x)
+            )
+        req = request(
+            x,
+            event,
+            query_probability=0.5,
+            decided_label=1 if offset % 2 else -1,
+            requested_at=self.clock.now,
+            expires_at=self.clock.now + 1e6,
+            moments=seen,
+        )
         await self.feed(req.to_json(), offset, REQUESTS)
 
     async def label(self, event: str, offset: int, y: int, by: str = "alice") -> None:
         self.clock.now += 1.0
-        await self.feed(Label(request_id("m", event), "m", y, by, self.clock.now).to_json(),
-                        offset)  # fmt: skip
+        await self.feed(Label(request_id("m", event), "m", y, by, self.clock.now).to_json(), offset)
 
-    async def correct(self, event: str, offset: int, y: int | None, by: str = "alice",
-                      role: str = "author", *, sign: bool = True) -> bytes:  # fmt: skip
+    async def correct(
+        self,
+        event: str,
+        offset: int,
+        y: int | None,
+        by: str = "alice",
+        role: str = "author",
+        *,
+        sign: bool = True,
+    ) -> bytes:
         """A correction at ``offset`` (signed with :data:`KEY`); its bytes."""
         self.clock.now += 1.0
         body = Correction(request_id("m", event), "m", y, by, role, self.clock.now).to_json()  # type: ignore[arg-type]
@@ -154,8 +195,9 @@ class Learner:
         """``abstain rebuild`` of the champion over what this learner was fed."""
 
         def rec(m: RawMessage) -> LogRecord:
-            return LogRecord(m.partition, m.offset, int((m.timestamp or 0) * 1000), m.value,
-                             m.key, m.signature)  # fmt: skip
+            return LogRecord(
+                m.partition, m.offset, int((m.timestamp or 0) * 1000), m.value, m.key, m.signature
+            )
 
         requests = [rec(m) for m in self.log if m.topic == REQUESTS]
         labels = [rec(m) for m in self.log if m.topic == LABELS]
@@ -167,8 +209,14 @@ class Learner:
 
 def learned(model: ModelEnvelope) -> tuple[Any, ...]:
     """What a model learned, without where and when it was written."""
-    return (model.pipeline, model.learner, model.labels_applied, model.iw_loss,
-            model.iw_weight, model.estimate)  # fmt: skip
+    return (
+        model.pipeline,
+        model.learner,
+        model.labels_applied,
+        model.iw_loss,
+        model.iw_weight,
+        model.estimate,
+    )
 
 
 async def stream(learner: Learner, answers: dict[int, int], *, requests: int = 30) -> None:

@@ -39,7 +39,8 @@ async def test_a_corrected_label_leaves_every_member_as_if_it_had_been_given(
     await corrected.correct("e4", 31, 1)  # e4 was answered 1 already: nothing changes
     assert {m: corrected.model(m) for m in members} == after
     value = corrected.registry.get_sample_value(
-        "abstain_corrections_total", {"model": "m", "outcome": "unchanged"})  # fmt: skip
+        "abstain_corrections_total", {"model": "m", "outcome": "unchanged"}
+    )
     assert value == 1.0
     assert corrected.rebuilt().replace(updated_at=0.0) == corrected.model().replace(updated_at=0.0)
 
@@ -65,9 +66,12 @@ async def test_a_withdrawn_label_leaves_the_model_as_if_it_had_never_been_given(
     await stream(changed, {6: 1})
     assert learned(learner.model()) == learned(changed.model())
     assert learner.rebuilt().replace(updated_at=0.0) == learner.model().replace(updated_at=0.0)
-    counts = {o: learner.registry.get_sample_value("abstain_corrections_total",
-                                                   {"model": "m", "outcome": o})
-              for o in ("changed", "withdrawn", "unchanged")}  # fmt: skip
+    counts = {
+        o: learner.registry.get_sample_value(
+            "abstain_corrections_total", {"model": "m", "outcome": o}
+        )
+        for o in ("changed", "withdrawn", "unchanged")
+    }
     assert counts == {"changed": 1.0, "withdrawn": 1.0, "unchanged": 0.0}
 
 
@@ -83,9 +87,13 @@ async def test_refused_corrections_are_dead_lettered_with_a_reason_and_change_no
     await learner.correct("e1", 42, -1)  # older than the last 5 labels the model keeps
     await learner.correct("e11", 43, -1, by="mallory")  # another person's answer, as author
     await learner.feed(b'{"kind": "correction", "request_id": "x"}', 44)  # no model
-    assert learner.dead() == [("unknown_request", 40), ("not_answered", 41),
-                              ("beyond_reach", 42), ("not_author", 43),
-                              ("schema", 44)]  # fmt: skip
+    assert learner.dead() == [
+        ("unknown_request", 40),
+        ("not_answered", 41),
+        ("beyond_reach", 42),
+        ("not_author", 43),
+        ("schema", 44),
+    ]
     assert learner.model() == before
     await learner.correct("e11", 45, -1, by="carol", role="reviewer")  # a reviewer may
     assert learner.model().version == before.version + 1
@@ -94,8 +102,12 @@ async def test_refused_corrections_are_dead_lettered_with_a_reason_and_change_no
     rebuilt = learner.rebuild()  # refuses the same, and says so
     assert rebuilt.model.replace(updated_at=0.0) == learner.model().replace(updated_at=0.0)
     assert orjson.loads(dumps(summary(rebuilt)))["skipped"] == {
-        "beyond_reach": 1, "not_answered": 1, "not_author": 2, "schema": 1, "unknown_request": 1,
-    }  # fmt: skip
+        "beyond_reach": 1,
+        "not_answered": 1,
+        "not_author": 2,
+        "schema": 1,
+        "unknown_request": 1,
+    }
 
 
 async def test_with_a_key_an_unsigned_or_mis_signed_correction_changes_nothing() -> None:
@@ -222,6 +234,8 @@ async def test_a_second_opinion_teaches_nothing() -> None:
     await learner.feed(opinion, 10)
     assert learner.model() == before
     assert learner.dead() == []
-    await learner.feed(b'{"kind": "opinion", "request_id": "r", "model": "m", "label": 0, '
-                       b'"labelled_by": "bob"}', 11)  # fmt: skip
+    await learner.feed(
+        b'{"kind": "opinion", "request_id": "r", "model": "m", "label": 0, "labelled_by": "bob"}',
+        11,
+    )
     assert learner.dead() == [("bad_label", 11)]

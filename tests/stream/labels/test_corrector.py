@@ -96,8 +96,9 @@ async def test_a_seed_order_waits_for_the_corrections_queued_before_it() -> None
     await stream(learner, {})
     await learner.correct("e21", 40, 1)
     runner.run()  # derived, not taken yet
-    order = Seed("m", "m", learner.model().to_json(), None, "ops", 1.0,
-                 base_version=learner.model().version)  # fmt: skip
+    order = Seed(
+        "m", "m", learner.model().to_json(), None, "ops", 1.0, base_version=learner.model().version
+    )
     await learner.feed(order.to_json(), 41)  # drains the queue first
     assert not learner.joiner.corrector.busy()
     assert learner.model().version == 30 + 1 + 1  # the correction's version, the seed's
@@ -158,8 +159,7 @@ async def test_a_step_the_labels_log_does_not_bear_out_is_dead_lettered_and_left
     before = restarted.model()
     await restarted.correct("e21", 40, 1)  # after the forged step: applied
     dead = [r.json() for r in kafka.sent("abstain.dead-letters")]
-    assert [(d["topic"], d["reason"]) for d in dead] == [("history-changelog",
-                                                          "history_untrusted")]  # fmt: skip
+    assert [(d["topic"], d["reason"]) for d in dead] == [("history-changelog", "history_untrusted")]
     assert restarted.model().version == before.version + 1
     clean = Learner.start()
     await stream(clean, {21: 1})

@@ -26,8 +26,14 @@ def states(s: Settings) -> dict[str, ModelEnvelope]:
     return {name: initial_envelope(name, cfg) for name, cfg in s.models.items()}
 
 
-def add(history: History, s: Settings, offset: int, *, members: tuple[str, ...] = ("m",),
-        partition: int = 0) -> int:  # fmt: skip
+def add(
+    history: History,
+    s: Settings,
+    offset: int,
+    *,
+    members: tuple[str, ...] = ("m",),
+    partition: int = 0,
+) -> int:
     """Record a label at ``offset``; the reach afterwards."""
     plan = history.plan("m", members, offset=offset, partition=partition)
     req = request([1.0, 2.0, 3.0], f"e{offset}")

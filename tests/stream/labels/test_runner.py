@@ -13,8 +13,21 @@ from ..memory import CFG, request, settings
 
 
 def _job() -> Job:
-    steps = [Step("m", i, 0, i, request([float(i), 1.0, -1.0], f"e{i}"), 1 if i % 2 else -1,
-                  1 if i % 2 else -1, "alice", None, 1.0).to_json() for i in range(12)]  # fmt: skip
+    steps = [
+        Step(
+            "m",
+            i,
+            0,
+            i,
+            request([float(i), 1.0, -1.0], f"e{i}"),
+            1 if i % 2 else -1,
+            1 if i % 2 else -1,
+            "alice",
+            None,
+            1.0,
+        ).to_json()
+        for i in range(12)
+    ]
     return Job("m", {"m": initial_envelope("m", CFG).to_json()}, steps, keep=(4, 8))
 
 
@@ -28,7 +41,9 @@ def test_a_derivation_in_its_own_process_gives_what_this_process_gives() -> None
     finally:
         runner.close()
     assert (there.states, there.checkpoints, there.last_seq) == (
-        here.states, here.checkpoints, here.last_seq
-    )  # fmt: skip
+        here.states,
+        here.checkpoints,
+        here.last_seq,
+    )
     assert sorted(there.checkpoints) == [4, 8]
     assert pid != os.getpid()

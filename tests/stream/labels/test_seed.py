@@ -40,8 +40,14 @@ def _rows(n: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
     return X, y.astype(np.int64)
 
 
-def _csv(path: Path, X: np.ndarray, y: np.ndarray, header: list[str] | None,
-         order: list[int] | None = None, labels01: bool = False) -> Path:  # fmt: skip
+def _csv(
+    path: Path,
+    X: np.ndarray,
+    y: np.ndarray,
+    header: list[str] | None,
+    order: list[int] | None = None,
+    labels01: bool = False,
+) -> Path:
     order = order if order is not None else [0, 1, 2]
     lines = [] if header is None else [",".join(header)]
     for x, label in zip(X, y, strict=True):
@@ -102,8 +108,7 @@ def test_libsvm_is_read_by_index(tmp_path: Path) -> None:
         ("a,b,c,label\n1,2,3\n", "m", "expected 4 fields"),
     ],
 )
-def test_a_file_that_cannot_seed_says_why(tmp_path: Path, text: str, name: str, error: str
-                                          ) -> None:  # fmt: skip
+def test_a_file_that_cannot_seed_says_why(tmp_path: Path, text: str, name: str, error: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(SeedError, match=re.escape(error)):
@@ -126,8 +131,9 @@ def test_libsvm_wider_than_the_model_and_unreadable_files_are_refused(tmp_path: 
 # ------------------------------------------------------------------------ training
 
 
-def _as_label_log(name: str, X: np.ndarray, y: np.ndarray) -> tuple[list[LogRecord],
-                                                                    list[LogRecord]]:  # fmt: skip
+def _as_label_log(
+    name: str, X: np.ndarray, y: np.ndarray
+) -> tuple[list[LogRecord], list[LogRecord]]:
     """The rows as the stream would carry them: a request asked with p = 1, then its label."""
     requests, labels = [], []
     for i, (x, v) in enumerate(zip(X, y, strict=True)):
@@ -202,22 +208,34 @@ def _joiner(settings: Settings) -> tuple[LabelJoiner, MemoryKafka]:
     kafka = MemoryKafka()
     initial = {n: initial_envelope(n, c) for n, c in settings.models.items()}
     out = outputs(kafka, settings, CollectorRegistry())
-    joiner = LabelJoiner(settings, pending=PendingStore(kafka.table("pending")),
-                         parked=ParkedStore(kafka.table("orphans")),
-                         models=ModelStore(kafka.table("models"), initial), outputs=out,
-                         metrics=out.metrics, clock=_Clock())  # fmt: skip
+    joiner = LabelJoiner(
+        settings,
+        pending=PendingStore(kafka.table("pending")),
+        parked=ParkedStore(kafka.table("orphans")),
+        models=ModelStore(kafka.table("models"), initial),
+        outputs=out,
+        metrics=out.metrics,
+        clock=_Clock(),
+    )
     return joiner, kafka
 
 
-def _order(settings: Settings, envelope: bytes, *, key: bytes | None = None,
-           signature: str | None = None, base: int | None = 0) -> bytes:  # fmt: skip
+def _order(
+    settings: Settings,
+    envelope: bytes,
+    *,
+    key: bytes | None = None,
+    signature: str | None = None,
+    base: int | None = 0,
+) -> bytes:
     if key is not None:
         signature = Signer(key).sign(b"m", envelope).decode()
     return Seed("m", "m", envelope, signature, "ops", 1.0, rows=10, base_version=base).to_json()
 
 
-async def _feed(joiner: LabelJoiner, value: bytes, offset: int, topic: str = LABELS,
-                key: bytes | None = None) -> None:  # fmt: skip
+async def _feed(
+    joiner: LabelJoiner, value: bytes, offset: int, topic: str = LABELS, key: bytes | None = None
+) -> None:
     """``value`` at ``offset`` of ``topic``, signed with ``key`` (the record's own HMAC)."""
     message = msg(value, offset, topic, 0, b"m")
     if key is not None:
@@ -230,8 +248,9 @@ async def test_the_learner_adopts_a_seed_and_applies_later_labels_on_top_once() 
     joiner, kafka = _joiner(settings)
     X, y = _rows(200)
     # the learner has learned a label already: version 1
-    first = LabelRequest(request_id("m", "e0"), "e0", "m", [1.0, 2.0, 3.0], 0.0, 1.0, 0, 1.0, 0,
-                         50.0, 1e9, 0.0)  # fmt: skip
+    first = LabelRequest(
+        request_id("m", "e0"), "e0", "m", [1.0, 2.0, 3.0], 0.0, 1.0, 0, 1.0, 0, 50.0, 1e9, 0.0
+    )
     await _feed(joiner, first.to_json(), 0, "abstain.label-requests")
     await _feed(joiner, Label(first.request_id, "m", 1, "ops", None).to_json(), 0)
     assert joiner.models.get("m").version == 1
@@ -248,8 +267,9 @@ async def test_the_learner_adopts_a_seed_and_applies_later_labels_on_top_once() 
     await _feed(joiner, _order(settings, seeded.to_json()), 1)
     assert joiner.models.get("m").version == 2
     # a later label is applied on top of the seeded state, once
-    later = LabelRequest(request_id("m", "e1"), "e1", "m", [0.5, -1.0, 2.0], 0.0, 1.0, 0, 1.0, 0,
-                         60.0, 1e9, 0.0)  # fmt: skip
+    later = LabelRequest(
+        request_id("m", "e1"), "e1", "m", [0.5, -1.0, 2.0], 0.0, 1.0, 0, 1.0, 0, 60.0, 1e9, 0.0
+    )
     await _feed(joiner, later.to_json(), 1, "abstain.label-requests")
     label = Label(later.request_id, "m", -1, "ops", None).to_json()
     await _feed(joiner, label, 2)
@@ -257,12 +277,15 @@ async def test_the_learner_adopts_a_seed_and_applies_later_labels_on_top_once() 
     top = joiner.models.get("m")
     assert (top.version, top.labels_applied) == (3, seeded.labels_applied + 1)
     rebuilt = rebuild_model(
-        settings, "m",
+        settings,
+        "m",
         [LogRecord(0, 0, 50_000, first.to_json()), LogRecord(0, 1, 60_000, later.to_json())],
-        [LogRecord(0, 0, 100_000, Label(first.request_id, "m", 1, "", None).to_json()),
-         LogRecord(0, 1, 100_000, _order(settings, seeded.to_json())),
-         LogRecord(0, 2, 100_000, label)],
-    ).model  # fmt: skip
+        [
+            LogRecord(0, 0, 100_000, Label(first.request_id, "m", 1, "", None).to_json()),
+            LogRecord(0, 1, 100_000, _order(settings, seeded.to_json())),
+            LogRecord(0, 2, 100_000, label),
+        ],
+    ).model
     assert (rebuilt.version, rebuilt.learner, rebuilt.pipeline) == (3, top.learner, top.pipeline)
     assert [r.json()["reason"] for r in kafka.sent(DEAD)] == []
 
@@ -318,8 +341,9 @@ def test_adopt_seed_numbers_the_state_after_the_current_one() -> None:
 
 
 async def test_a_challenger_is_seeded_through_its_champions_log() -> None:
-    challenger = ModelConfig(algorithm="dral", cost=0.25, feature_names=["a", "b", "c"],
-                             champion="m")  # fmt: skip
+    challenger = ModelConfig(
+        algorithm="dral", cost=0.25, feature_names=["a", "b", "c"], champion="m"
+    )
     settings = Settings(models={"m": NAMED, "c": challenger}, default_model="m")
     joiner, kafka = _joiner(settings)
     X, y = _rows(100)
@@ -331,7 +355,8 @@ async def test_a_challenger_is_seeded_through_its_champions_log() -> None:
     assert joiner.models.get("m").version == 0
     # an order naming a model outside the group, or sent under a challenger's key, is refused
     await _feed(joiner, Seed("m", "x", seeded.to_json(), None, "ops", 1.0).to_json(), 1)
-    await joiner.handle(msg(Seed("c", "c", seeded.to_json(), None, "o", 1.0).to_json(), 2,
-                            LABELS, 0, b"c"))  # fmt: skip
+    await joiner.handle(
+        msg(Seed("c", "c", seeded.to_json(), None, "o", 1.0).to_json(), 2, LABELS, 0, b"c")
+    )
     assert [r.json()["reason"] for r in kafka.sent(DEAD)] == ["unknown_model", "unknown_model"]
     assert joiner.models.get("c").version == 1

@@ -111,8 +111,14 @@ def test_pages_cover_the_queue_once_in_order_whatever_their_size() -> None:
     store = PendingStore(MemoryKafka().table("pending"))
     rng = random.Random(3)
     for i in range(40):
-        store.put(pending([float(i)], f"r{i:02}", priority=rng.choice([0.1, 0.5, 0.9]),
-                          requested_at=float(rng.randrange(5))))  # fmt: skip
+        store.put(
+            pending(
+                [float(i)],
+                f"r{i:02}",
+                priority=rng.choice([0.1, 0.5, 0.9]),
+                requested_at=float(rng.randrange(5)),
+            )
+        )
     whole = ids(store)
     assert len(whole) == 40
     for limit in (1, 7, 40, 100):
@@ -201,17 +207,32 @@ def test_the_summary_carries_the_priority_and_orders_non_finite_values_as_zero()
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.one_of(st.floats(allow_nan=False), st.integers(-5, 5)), max_size=5),
-    st.integers(0, 7), st.booleans(), st.sampled_from([{}, {"s": 1}, {"s": 0, "t": -1}]),
-    st.sampled_from([None, "s"]), st.text(min_size=1, max_size=5), st.booleans(),
-)  # fmt: skip
+    st.integers(0, 7),
+    st.booleans(),
+    st.sampled_from([{}, {"s": 1}, {"s": 0, "t": -1}]),
+    st.sampled_from([None, "s"]),
+    st.text(min_size=1, max_size=5),
+    st.booleans(),
+)
 def test_a_stored_entry_is_the_bytes_of_its_own_encoding(
-    features: list[float], partition: int, answered: bool, shadows: dict[str, int],
-    served_by: str | None, rid: str, with_moments: bool,
-) -> None:  # fmt: skip
+    features: list[float],
+    partition: int,
+    answered: bool,
+    shadows: dict[str, int],
+    served_by: str | None,
+    rid: str,
+    with_moments: bool,
+) -> None:
     n = len(features)
     moments = FeatureMoments(4, (0.5,) * n, (2.0,) * n) if with_moments and n else None
-    entry = pending(features, rid, partition=partition, shadow_labels=shadows,
-                    served_by=served_by, moments=moments)  # fmt: skip
+    entry = pending(
+        features,
+        rid,
+        partition=partition,
+        shadow_labels=shadows,
+        served_by=served_by,
+        moments=moments,
+    )
     if answered:
         entry = answer(entry)
     table = MemoryKafka().table("pending")
@@ -225,8 +246,9 @@ def test_the_queue_keeps_its_order_across_bursts_reads_and_answers() -> None:
     kept: dict[str, PendingEntry] = {}
     for burst in range(12):  # bursts sorted in together, then one at a time
         for i in range(50 if burst < 6 else 1):
-            entry = pending([1.0], f"r{burst}-{i}", priority=rng.random(),
-                            requested_at=float(rng.randrange(9)))  # fmt: skip
+            entry = pending(
+                [1.0], f"r{burst}-{i}", priority=rng.random(), requested_at=float(rng.randrange(9))
+            )
             store.put(entry)
             kept[entry.request_id] = entry
         for rid in rng.sample(sorted(kept), 10 if burst < 6 else 1):  # answered or expired
@@ -256,9 +278,17 @@ def _scanned(store: PendingStore, models: list[str], now: float) -> dict[str, tu
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["put", "put", "answer", "delete", "refresh"]),
-                          st.integers(0, 30), st.sampled_from(["m", "n"]),
-                          st.floats(0.0, 100.0)), max_size=60))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "put", "answer", "delete", "refresh"]),
+            st.integers(0, 30),
+            st.sampled_from(["m", "n"]),
+            st.floats(0.0, 100.0),
+        ),
+        max_size=60,
+    )
+)
 def test_the_open_requests_and_the_oldest_age_are_what_a_scan_of_the_entries_finds(
     steps: list[tuple[str, int, str, float]],
 ) -> None:

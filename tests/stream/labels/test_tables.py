@@ -92,8 +92,9 @@ def test_replaying_the_changelog_rebuilds_exactly_the_table(
 
 def test_loading_skips_keyless_records_and_applies_tombstones() -> None:
     table = ChangelogTable(TOPIC, Writes())
-    table.load(0, [(0, b"a", b"1", ()), (1, None, b"x", ()), (2, b"b", b"2", ()),
-                   (3, b"a", None, ())])  # fmt: skip
+    table.load(
+        0, [(0, b"a", b"1", ()), (1, None, b"x", ()), (2, b"b", b"2", ()), (3, b"a", None, ())]
+    )
     assert dict(table.items()) == {b"b": b"2"}
 
 
@@ -144,9 +145,11 @@ def test_a_forged_record_is_refused_the_valid_value_stays_and_is_written_again()
     assert dict(fresh.items()) == {b"a": b"genuine"}
     refused = fresh.repair()
     assert [(r.key, r.reason, r.offset) for r in refused] == [
-        (b"a", "unsigned", 3), (b"a", "bad_signature", 4), (b"a", "unsigned", 5),
+        (b"a", "unsigned", 3),
+        (b"a", "bad_signature", 4),
+        (b"a", "unsigned", 5),
         (b"new", "unsigned", 6),
-    ]  # fmt: skip
+    ]
     # superseded: the genuine value again, a signed tombstone for the key that had none
     written = {(r.key, r.value) for r in fresh.writes.take()}
     assert {(b"a", b"genuine"), (b"new", None)} <= written

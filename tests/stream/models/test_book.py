@@ -37,8 +37,7 @@ def _label(rid: str) -> Label:
     return Label(rid, "m", 1, "t", None)
 
 
-def reason(book: ModelBook, key: bytes | None, raw: bytes | None, sig: bytes | None = None
-           ) -> str:  # fmt: skip
+def reason(book: ModelBook, key: bytes | None, raw: bytes | None, sig: bytes | None = None) -> str:
     with pytest.raises(BadMessage) as info:
         book.offer(key, raw, signature=sig)
     return str(info.value.reason)
@@ -161,8 +160,9 @@ async def test_a_model_without_a_budget_asks_a_window_of_decisions_after_a_chang
     assert floor == 20
 
     def sure(n: int, start: int) -> list[RawMessage]:  # the champion's own p is ~0 there
-        return [msg({"id": f"e{i}", "features": [25.0, 0.0, 0.0]}, i)
-                for i in range(start, start + n)]  # fmt: skip
+        return [
+            msg({"id": f"e{i}", "features": [25.0, 0.0, 0.0]}, i) for i in range(start, start + n)
+        ]
 
     first = await score(scorer, sure(12, 0))
     assert [d.query_probability for d in first.decisions] == [1.0] * 12

@@ -103,9 +103,11 @@ class ScoreResult:
 
 
 def parse_event(
-    message: RawMessage, models: Mapping[str, ServedModel], limits: Limits,
+    message: RawMessage,
+    models: Mapping[str, ServedModel],
+    limits: Limits,
     champions: Champions | None = None,
-) -> ParsedEvent:  # fmt: skip
+) -> ParsedEvent:
     """Parse and resolve one message (decided by the server ``champions`` names for its
     model); :class:`BadMessage` says why it cannot be scored."""
     event = parse_feature_event(
@@ -167,8 +169,14 @@ def score_batch(
     for i, item in enumerate(parsed):
         verdict = verdicts.get(i)
         if verdict is not None:
-            _emit(out, item, verdict, now=now, ttl=limits.request_ttl,
-                  shadow_labels=shadow_labels.get(i, {}))  # fmt: skip
+            _emit(
+                out,
+                item,
+                verdict,
+                now=now,
+                ttl=limits.request_ttl,
+                shadow_labels=shadow_labels.get(i, {}),
+            )
     return out
 
 
@@ -207,9 +215,13 @@ def _parse_all(
     # the models that decide events (a shadow decides none of its own), by their width
     inputs = {n: m.config.n_inputs for n, m in models.items() if m.config.champion is None}
     for i, message in enumerate(messages):
-        fast = plain_feature_row(message.value, inputs, default_model=limits.default_model,
-                                 max_bytes=limits.max_bytes,
-                                 max_features=limits.max_features)  # fmt: skip
+        fast = plain_feature_row(
+            message.value,
+            inputs,
+            default_model=limits.default_model,
+            max_bytes=limits.max_bytes,
+            max_features=limits.max_features,
+        )
         if fast is None:
             slow.append(i)
         else:
@@ -261,10 +273,14 @@ def _decide(
         rows, labels, scores, probs, queries = _decide_rows(served, z, coins)
     refused = sorted(set(range(len(items))) - set(rows))
     dead = [
-        DeadLetter.of(Source.FEATURES, items[j].message, "non_finite",
-                      f"model {name!r}: the scaled features or the score overflow")
+        DeadLetter.of(
+            Source.FEATURES,
+            items[j].message,
+            "non_finite",
+            f"model {name!r}: the scaled features or the score overflow",
+        )
         for j in refused
-    ]  # fmt: skip
+    ]
     ids = [items[j].event.id for j in rows]
     if budget is None:
         asks = _audited(served, ids, probs, queries)
@@ -308,17 +324,23 @@ def _event_times(budget: QueryBudget, stamps: Sequence[float | None], now: float
 
 
 def _budgeted(
-    served: ServedModel, budget: QueryBudget, scores: Any, coins: np.ndarray,
-    queries: Sequence[bool], times: np.ndarray,
-) -> list[tuple[bool, float, bool]]:  # fmt: skip
+    served: ServedModel,
+    budget: QueryBudget,
+    scores: Any,
+    coins: np.ndarray,
+    queries: Sequence[bool],
+    times: np.ndarray,
+) -> list[tuple[bool, float, bool]]:
     """(queried, probability, suppressed) through the model's budget: the learner's utility
     of each score, scaled to the budget's rate (its explore share replaces the audit);
     suppressed: the learner alone would have asked, the budget did not."""
     scores = np.asarray(scores, dtype=np.float64)
     utilities = np.clip(served.learner.query_utility(scores), 0.0, 1.0)
     probs, asked = budget.ask_many(utilities, coins=coins, ts=times)
-    return [(bool(a), float(p), bool(q) and not bool(a))
-            for a, p, q in zip(asked, probs, queries, strict=True)]  # fmt: skip
+    return [
+        (bool(a), float(p), bool(q) and not bool(a))
+        for a, p, q in zip(asked, probs, queries, strict=True)
+    ]
 
 
 def _decide_rows(
@@ -350,9 +372,14 @@ def _priority(score: float, rho: float) -> float:
 
 
 def _emit(
-    out: ScoreResult, item: ParsedEvent, v: Verdict, *, now: float, ttl: float,
+    out: ScoreResult,
+    item: ParsedEvent,
+    v: Verdict,
+    *,
+    now: float,
+    ttl: float,
     shadow_labels: Mapping[str, int],
-) -> None:  # fmt: skip
+) -> None:
     served, event = item.model, item.event
     if v.suppressed:
         out.suppressed[served.name] += 1
@@ -405,8 +432,9 @@ def gather(moments: Mapping[str, Moments], result: ScoreResult) -> None:
         seen = moments.get(request.model)
         if seen:
             taken = seen.take()
-            carried = FeatureMoments(taken.count, tuple(taken.mean.tolist()),
-                                     tuple(taken.m2.tolist()))  # fmt: skip
+            carried = FeatureMoments(
+                taken.count, tuple(taken.mean.tolist()), tuple(taken.m2.tolist())
+            )
             request = dataclasses.replace(request, moments=carried)
         requests.append(request)
     result.label_requests = requests
@@ -415,8 +443,10 @@ def gather(moments: Mapping[str, Moments], result: ScoreResult) -> None:
 def records(outputs: Outputs, result: ScoreResult) -> list[OutRecord]:
     """The records the scorer wrote for ``result``: each decision to its event's features
     partition, the label requests by model, then the dead letters."""
-    out = [outputs.decision_record(d, p)
-           for d, p in zip(result.decisions, result.partitions, strict=True)]  # fmt: skip
+    out = [
+        outputs.decision_record(d, p)
+        for d, p in zip(result.decisions, result.partitions, strict=True)
+    ]
     out += [outputs.label_request_record(r) for r in result.label_requests]
     out += [outputs.dead_letter_record(x, x.partition) for x in result.dead_letters]
     return out

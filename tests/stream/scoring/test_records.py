@@ -69,11 +69,19 @@ def _envelope(name: str, labels: int, seed: int) -> ModelEnvelope:
         y = 1 if x[0] > 0 else -1
         rid = request_id(name, f"t{i}")
         fields: dict[str, Any] = {
-            "request_id": rid, "event_id": f"t{i}", "model": name,
-            "features": [float(v) for v in x], "score": 0.0, "rho": 1.0, "decided_label": 0,
-            "query_probability": 0.5, "model_version": 0, "requested_at": 0.0,
-            "expires_at": 1e9, "priority": 0.5,
-        }  # fmt: skip
+            "request_id": rid,
+            "event_id": f"t{i}",
+            "model": name,
+            "features": [float(v) for v in x],
+            "score": 0.0,
+            "rho": 1.0,
+            "decided_label": 0,
+            "query_probability": 0.5,
+            "model_version": 0,
+            "requested_at": 0.0,
+            "expires_at": 1e9,
+            "priority": 0.5,
+        }
         entry = PendingEntry(LabelRequest(**fields), 0)
         out = apply_label(cfg, envelope, entry, Label(rid, name, y, "t", None), i, now=1.0)
         assert out.model is not None
@@ -83,8 +91,10 @@ def _envelope(name: str, labels: int, seed: int) -> ModelEnvelope:
 
 def models_of(s: Settings, trained: int) -> dict[str, ServedModel]:
     """A fresh set of the settings' models (the same every call)."""
-    return {name: served(name, cfg, trained if name != "w" else 0, seed=i)
-            for i, (name, cfg) in enumerate(s.models.items())}  # fmt: skip
+    return {
+        name: served(name, cfg, trained if name != "w" else 0, seed=i)
+        for i, (name, cfg) in enumerate(s.models.items())
+    }
 
 
 @dataclass
@@ -105,22 +115,38 @@ class Both:
         self.old_models = models_of(self.s, self.trained)
         out = outputs(MemoryKafka(), self.s, CollectorRegistry())
         self.now = 0.0
-        self.scorer = Scorer(self.s, lambda: (self.new_models, self.champions), out,
-                             out.metrics, clock=lambda: self.now)  # fmt: skip
-        self.budgets = {m: make_budget(c.label_budget, share=1.0) for m, c in
-                        self.s.models.items() if c.label_budget is not None}  # fmt: skip
+        self.scorer = Scorer(
+            self.s,
+            lambda: (self.new_models, self.champions),
+            out,
+            out.metrics,
+            clock=lambda: self.now,
+        )
+        self.budgets = {
+            m: make_budget(c.label_budget, share=1.0)
+            for m, c in self.s.models.items()
+            if c.label_budget is not None
+        }
         self.groups = {m: self.s.group(m) for m in self.s.models if self.s.shadows_of(m)}
         self.outputs = out
-        self.moments = {m: Moments(c.n_inputs) for m, c in self.s.models.items()
-                        if gathers_moments(c, self.s.max_message_bytes)}  # fmt: skip
+        self.moments = {
+            m: Moments(c.n_inputs)
+            for m, c in self.s.models.items()
+            if gathers_moments(c, self.s.max_message_bytes)
+        }
 
     def batch(self, messages: Sequence[RawMessage]) -> tuple[list[OutRecord], Outgoing]:
         self.now = float(next(self.clock)) + 0.125
         result, new = self.scorer.decide(messages)
         old_result = reference.score_batch(
-            self.old_models, messages, limits=self.scorer.limits, now=self.now,
-            budgets=self.budgets, groups=self.groups, champions=self.champions,
-        )  # fmt: skip
+            self.old_models,
+            messages,
+            limits=self.scorer.limits,
+            now=self.now,
+            budgets=self.budgets,
+            groups=self.groups,
+            champions=self.champions,
+        )
         reference.gather(self.moments, old_result)
         old = reference.records(self.outputs, old_result)
         assert result.scored == old_result.scored
@@ -133,7 +159,10 @@ class Both:
         for route, seen in result.moments.items():
             them = old_result.moments[route]
             assert (seen.count, seen.mean.tolist(), seen.m2.tolist()) == (
-                them.count, them.mean.tolist(), them.m2.tolist())  # fmt: skip
+                them.count,
+                them.mean.tolist(),
+                them.m2.tolist(),
+            )
         return old, new
 
     def same_state(self) -> None:
@@ -143,7 +172,10 @@ class Both:
         for name, seen in self.moments.items():
             ours = self.scorer.moments[name]
             assert (ours.count, ours.mean.tolist(), ours.m2.tolist()) == (
-                seen.count, seen.mean.tolist(), seen.m2.tolist())  # fmt: skip
+                seen.count,
+                seen.mean.tolist(),
+                seen.m2.tolist(),
+            )
         for name, budget in self.budgets.items():
             assert budget.report() == self.scorer.budgets[name].report()
         for name, model in self.new_models.items():
@@ -176,14 +208,26 @@ def _event(draw: st.DrawFn) -> bytes:
     """A features message: mostly scorable, often not (every kind of refusal)."""
     kind = draw(st.sampled_from(["m", "m", "m", "w", "b", "h", "n", "r", "s", "zzz", "raw"]))
     if kind == "raw":
-        return draw(st.sampled_from([
-            b"", b"{", b"[1, 2]", b"null", b'{"id": "x", "features": [1e999, 0, 0]}',
-            b'{"id": "x", "features": [NaN, 0, 0]}', b'{"id": "\\ud800", "features": [1, 2, 3]}',
-            b'{"id": "x", "features": [true, 0, 0]}', b'{"id": "x", "features": ["1", 0, 0]}',
-            b'{"id": "x", "features": [1, 2, 3], "ts": "now"}', b'{"id": 7, "features": [1, 2, 3]}',
-            b'{"id": "", "features": [1, 2, 3]}', b'{"features": [1, 2, 3]}',
-            b'{"id": "x", "features": [1, 2, 3], "model": 5}',
-        ]))  # fmt: skip
+        return draw(
+            st.sampled_from(
+                [
+                    b"",
+                    b"{",
+                    b"[1, 2]",
+                    b"null",
+                    b'{"id": "x", "features": [1e999, 0, 0]}',
+                    b'{"id": "x", "features": [NaN, 0, 0]}',
+                    b'{"id": "\\ud800", "features": [1, 2, 3]}',
+                    b'{"id": "x", "features": [true, 0, 0]}',
+                    b'{"id": "x", "features": ["1", 0, 0]}',
+                    b'{"id": "x", "features": [1, 2, 3], "ts": "now"}',
+                    b'{"id": 7, "features": [1, 2, 3]}',
+                    b'{"id": "", "features": [1, 2, 3]}',
+                    b'{"features": [1, 2, 3]}',
+                    b'{"id": "x", "features": [1, 2, 3], "model": 5}',
+                ]
+            )
+        )
     record: dict[str, Any] = {"id": draw(st.text(min_size=1, max_size=12))}
     width = {"w": 2, "n": 2}.get(kind, 3) + draw(st.sampled_from([0, 0, 0, 0, 0, 0, 1, -1]))
     if kind == "n":
@@ -201,8 +245,11 @@ def _event(draw: st.DrawFn) -> bytes:
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.lists(st.lists(_event(), max_size=30), min_size=1, max_size=4), st.booleans(),
-       st.integers(0, 40))  # fmt: skip
+@given(
+    st.lists(st.lists(_event(), max_size=30), min_size=1, max_size=4),
+    st.booleans(),
+    st.integers(0, 40),
+)
 def test_the_batch_path_writes_the_records_the_event_by_event_path_wrote(
     batches: list[list[bytes]], promoted: bool, trained: int
 ) -> None:
@@ -211,9 +258,15 @@ def test_the_batch_path_writes_the_records_the_event_by_event_path_wrote(
     both = Both(s, champions, trained)
     offset = itertools.count()
     for raws in batches:
-        messages = [message(raw, next(offset), partition=i % 3,
-                            ts=None if i % 3 == 1 else 5.0 + i * [1.0, -0.5][i % 2])
-                    for i, raw in enumerate(raws)]  # fmt: skip
+        messages = [
+            message(
+                raw,
+                next(offset),
+                partition=i % 3,
+                ts=None if i % 3 == 1 else 5.0 + i * [1.0, -0.5][i % 2],
+            )
+            for i, raw in enumerate(raws)
+        ]
         old, new = both.batch(messages)
         assert rows(new) == rows(old)
     both.same_state()
@@ -229,8 +282,15 @@ def test_the_benchmarks_events_give_the_same_records_with_and_without_a_budget()
         both = Both(s, Champions(), 0)
         for b in range(8):
             at = [b * 256 + i for i in range(256)]
-            messages = [message({"id": f"e-{j}", "features": X[j % len(X)].tolist()}, j,
-                                partition=(j // 64) % 4, ts=1e9 + j) for j in at]  # fmt: skip
+            messages = [
+                message(
+                    {"id": f"e-{j}", "features": X[j % len(X)].tolist()},
+                    j,
+                    partition=(j // 64) % 4,
+                    ts=1e9 + j,
+                )
+                for j in at
+            ]
             old, new = both.batch(messages)
             assert rows(new) == rows(old)
             asked = [r for r in old if r.topic == "abstain.label-requests"]
@@ -296,9 +356,18 @@ async def test_the_producer_puts_the_columns_where_it_put_the_records() -> None:
     s = settings_with("m", "w", "b", "n")
     both = Both(s, Champions(), 5)
     rng = np.random.default_rng(9)
-    messages = [message({"id": f"e{i}", "model": ["m", "w", "b"][i % 3],
-                         "features": rng.normal(size=2 if i % 3 == 1 else 3).tolist()},
-                        i, partition=i % 7) for i in range(200)]  # fmt: skip
+    messages = [
+        message(
+            {
+                "id": f"e{i}",
+                "model": ["m", "w", "b"][i % 3],
+                "features": rng.normal(size=2 if i % 3 == 1 else 3).tolist(),
+            },
+            i,
+            partition=i % 7,
+        )
+        for i in range(200)
+    ]
     messages += [message(b"{", 200, partition=3), message({"id": "big", "features": [1] * 9}, 201)]
     old, new = both.batch(messages)
     counts = {"abstain.decisions": 4, "abstain.label-requests": 3, "abstain.dead-letters": 2}

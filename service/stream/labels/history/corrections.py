@@ -60,9 +60,13 @@ class Noted:
 
 
 def correction_refusal(
-    correction: Correction, step: Step | None, pending: PendingEntry | None, *, reach: int,
+    correction: Correction,
+    step: Step | None,
+    pending: PendingEntry | None,
+    *,
+    reach: int,
     untrusted_below: int = -1,
-) -> tuple[Reason, str] | None:  # fmt: skip
+) -> tuple[Reason, str] | None:
     """Why ``correction`` cannot be applied (None: it can), given the ``step`` of its
     request in the group's history and its ``pending`` entry (either may be gone);
     ``untrusted_below``: the labels offset below which the history read back failed its
@@ -122,20 +126,33 @@ def note(
         found = next(n for n in step.notes if n.offset == offset)
         return Noted(step, found, redelivered=True)
     if step is not None and step.knows(correction.id):
-        raise BadMessage(Reason.REPLAYED, f"correction {correction.id} of request "
-                         f"{correction.request_id} of model {group!r} was applied already "
-                         "(this is a copy of it)")  # fmt: skip
+        raise BadMessage(
+            Reason.REPLAYED,
+            f"correction {correction.id} of request "
+            f"{correction.request_id} of model {group!r} was applied already "
+            "(this is a copy of it)",
+        )
     reach, _ = history.reach(group)
-    refusal = correction_refusal(correction, step, pending, reach=reach,
-                                 untrusted_below=history.untrusted_below(group))  # fmt: skip
+    refusal = correction_refusal(
+        correction, step, pending, reach=reach, untrusted_below=history.untrusted_below(group)
+    )
     if refusal is not None:
         raise BadMessage(*refusal)
     assert step is not None  # noqa: S101 - no refusal: the step is kept
-    added = Note(offset, correction.by, correction.role, correction.label, correction.ts,
-                 changed=correction.label != step.label, id=correction.id)  # fmt: skip
+    added = Note(
+        offset,
+        correction.by,
+        correction.role,
+        correction.label,
+        correction.ts,
+        changed=correction.label != step.label,
+        id=correction.id,
+    )
     if added.changed and history.base_seq(group, step.seq) is None:
-        raise BadMessage(Reason.BEYOND_REACH, f"no checkpoint of model {group!r} before the "
-                         f"label of request {correction.request_id}")  # fmt: skip
+        raise BadMessage(
+            Reason.BEYOND_REACH,
+            f"no checkpoint of model {group!r} before the label of request {correction.request_id}",
+        )
     return Noted(step.corrected(added), added)
 
 
@@ -178,8 +195,15 @@ def finish(
         labels_offset = newest
         if partition == serving.labels_partition:
             labels_offset = max(newest, serving.labels_offset)
-        out.append(state.replace(version=serving.version + count, labels_offset=labels_offset,
-                                 labels_partition=partition, updated_at=now,
-                                 corrections_from=reach_from, corrected_to=newest,
-                                 line_from=serving.line_from))  # fmt: skip
+        out.append(
+            state.replace(
+                version=serving.version + count,
+                labels_offset=labels_offset,
+                labels_partition=partition,
+                updated_at=now,
+                corrections_from=reach_from,
+                corrected_to=newest,
+                line_from=serving.line_from,
+            )
+        )
     return out

@@ -63,8 +63,15 @@ def rederive(
         if step.label is None or server not in states:
             continue
         where = (step.partition, step.offset)
-        outcome = teach(settings.models[server], states[server], step.request, step.label,
-                        where=where, now=step.applied_at, max_weight=cap)  # fmt: skip
+        outcome = teach(
+            settings.models[server],
+            states[server],
+            step.request,
+            step.label,
+            where=where,
+            now=step.applied_at,
+            max_weight=cap,
+        )
         if outcome.outcome is not Outcome.APPLIED or outcome.model is None:
             continue
         states[server] = outcome.model
@@ -73,9 +80,16 @@ def rederive(
         for name in states:
             if name == server:
                 continue
-            shadow = apply_shadow_label(settings.models[name], states[name], pending, label,
-                                        step.offset, now=step.applied_at,
-                                        partition=step.partition, max_weight=cap)  # fmt: skip
+            shadow = apply_shadow_label(
+                settings.models[name],
+                states[name],
+                pending,
+                label,
+                step.offset,
+                now=step.applied_at,
+                partition=step.partition,
+                max_weight=cap,
+            )
             if shadow.outcome is Outcome.APPLIED and shadow.model is not None:
                 states[name] = shadow.model
     return Rederived(states, checkpoints)
@@ -120,8 +134,10 @@ def run_job(settings: Settings, job: Job) -> Derived:
     out = rederive(settings, job.group, base, steps, keep=job.keep)
     return Derived(
         states={m: state.to_json() for m, state in out.states.items()},
-        checkpoints={seq: {m: st.to_json() for m, st in states.items()}
-                     for seq, states in out.checkpoints.items()},
+        checkpoints={
+            seq: {m: st.to_json() for m, st in states.items()}
+            for seq, states in out.checkpoints.items()
+        },
         last_seq=steps[-1].seq if steps else -1,
         seconds=time.thread_time() - started,
-    )  # fmt: skip
+    )

@@ -169,8 +169,9 @@ class History:
             try:
                 self._admission.server(self._admission.request(step.request))
             except BadMessage as bad:
-                log.error("skipping history entry %r the learner would not write: %s",
-                          name[:80], bad)  # fmt: skip
+                log.error(
+                    "skipping history entry %r the learner would not write: %s", name[:80], bad
+                )
                 return None
             if step.request.model != step.group:
                 log.error("skipping history entry %r of another group", name[:80])
@@ -182,15 +183,15 @@ class History:
         newest checkpoint holding every member after the last gap (a seq missing or claimed
         twice), the steps numbered without a gap."""
         configured = set(self._settings.group(group))
-        members = frozenset(m for held in found.checkpoints.values() for m in held
-                            if m in configured)  # fmt: skip
+        members = frozenset(
+            m for held in found.checkpoints.values() for m in held if m in configured
+        )
         seqs = sorted(found.steps)
         start = 0
         for i, seq in enumerate(seqs):
             if len(found.steps[seq]) > 1 or (i and seq != seqs[i - 1] + 1):
                 start = seq + (len(found.steps[seq]) > 1)  # a duplicate spoils its own seq
-        complete = sorted(s for s, m in found.checkpoints.items()
-                          if m == members and s >= start)  # fmt: skip
+        complete = sorted(s for s, m in found.checkpoints.items() if m == members and s >= start)
         first = complete[0] if complete else None
         g = _Group(members=members)
         for seq in seqs:
@@ -207,9 +208,13 @@ class History:
                 junk.update(checkpoint_key(m, seq).encode() for m in held)
         if dropped or len(g.checkpoints) < len(found.checkpoints):
             self._untrusted[group] = g.offsets[g.seqs[0]] if g.seqs else 2**63
-            log.error("the history of model %s read back has gaps or incomplete checkpoints: "
-                      "%d steps and %d checkpoints left out (corrections cannot reach them)",
-                      group, len(dropped), len(found.checkpoints) - len(g.checkpoints))  # fmt: skip
+            log.error(
+                "the history of model %s read back has gaps or incomplete checkpoints: "
+                "%d steps and %d checkpoints left out (corrections cannot reach them)",
+                group,
+                len(dropped),
+                len(found.checkpoints) - len(g.checkpoints),
+            )
         if g.seqs and g.checkpoints:
             self._groups[group] = g
 

@@ -110,9 +110,11 @@ class ProcessRunner:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init, initargs=(self.settings, os.getpid()),
-            )  # fmt: skip
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init,
+                initargs=(self.settings, os.getpid()),
+            )
         return self._pool
 
     def start(self) -> None:

@@ -58,9 +58,11 @@ def refuted(steps: Sequence[Step], records: Mapping[int, bytes | None]) -> list[
                 == (step.request_id, step.group, note.label, note.by, note.role)
                 and (note.id is None or found.id == note.id)
             ):
-                why = (f"labels offset {note.offset} holds no correction {note.id or ''} of "
-                       f"request {step.request_id} to {note.label} by {note.by} "
-                       f"({note.role})").replace("  ", " ")  # fmt: skip
+                why = (
+                    f"labels offset {note.offset} holds no correction {note.id or ''} of "
+                    f"request {step.request_id} to {note.label} by {note.by} "
+                    f"({note.role})"
+                ).replace("  ", " ")
         if why is not None:
             out.append((step, why))
     return out
@@ -69,11 +71,15 @@ def refuted(steps: Sequence[Step], records: Mapping[int, bytes | None]) -> list[
 def _label_refutes(step: Step, raw: bytes | None) -> str | None:
     found = _parsed(raw)
     if isinstance(found, Label) and (found.request_id, found.model, found.label) == (
-        step.request_id, step.group, step.given
-    ):  # fmt: skip
+        step.request_id,
+        step.group,
+        step.given,
+    ):
         return None
-    return (f"labels offset {step.offset} holds no label {step.given} of request "
-            f"{step.request_id} of model {step.group}")  # fmt: skip
+    return (
+        f"labels offset {step.offset} holds no label {step.given} of request "
+        f"{step.request_id} of model {step.group}"
+    )
 
 
 def _parsed(raw: bytes | None) -> object:
@@ -89,5 +95,10 @@ def same_state(a: ModelEnvelope, b: ModelEnvelope) -> bool:
     """True if ``a`` and ``b`` hold the same learned state (what the labels made of them;
     versions, offsets and times aside)."""
     return (a.pipeline, a.learner, a.estimate, a.labels_applied, a.iw_loss, a.iw_weight) == (
-        b.pipeline, b.learner, b.estimate, b.labels_applied, b.iw_loss, b.iw_weight
-    )  # fmt: skip
+        b.pipeline,
+        b.learner,
+        b.estimate,
+        b.labels_applied,
+        b.iw_loss,
+        b.iw_weight,
+    )
