@@ -1,12 +1,15 @@
 """Markdown tables of the learning benchmark's results, before and after, with the ratios
 the goals are read from (``docs/results/learning.md`` is made of them).
 
-Usage: ``python loadtest/learning_tables.py [--results loadtest/results/learning]``. Reads
-``<group>-before.json`` (the served stack and the bare learner of the code before, and the
-peers) and ``<group>-after.json`` (the served stack now) written by
-``loadtest/learning_bench.py --tag=-before`` / ``--tag=-after``; prints one table per
-stream: a row per model, a column per budget, cells the median risk over runs [min-max],
-then the ratios.
+Usage: ``python loadtest/learning_tables.py [--results loadtest/results/learning]
+[--now -after] [--previous TAG] [--peers TAG]``. Reads ``<group>-before.json`` (the served
+stack and the bare learner of the code before, and the peers) and ``<group><now>.json`` (the
+served stack now) written by ``loadtest/learning_bench.py --tag=-before`` / ``--tag=-after``;
+with ``--previous``, ``<group><previous>.json`` (the served stack of an earlier round, a row
+and a ratio of its own); with ``--peers``, ``<group><peers>.json`` (the peers run again, the
+scikit-activeml ones held to the budget as River's entropy sampler is: rows of their own and
+the ratio to the best of them). Prints one table per stream: a row per model, a column per
+budget, cells the median risk over runs [min-max], then the ratios.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ BUDGET_PEERS = (
 FULL_PEERS = ("River LR (best step)", "River LR (step 0.1)")
 
 
-def load(results: Path, group: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    before = json.loads((results / f"{group}-before.json").read_text())["results"]
-    after = json.loads((results / f"{group}-after.json").read_text())["results"]
-    return before, after
+def load(results: Path, group: str, tag: str) -> dict[str, Any]:
+    """The results of ``<group><tag>.json`` (empty when there is none)."""
+    path = results / f"{group}{tag}.json"
+    return json.loads(path.read_text())["results"] if path.exists() else {}
 
 
 def median(runs: list[dict[str, Any]]) -> float:
@@ -60,6 +63,7 @@ def models(before: dict[str, Any]) -> list[str]:
 
 
 def best_peer(before: dict[str, Any], stream: str, budget: str) -> tuple[str, float] | None:
+    """The peer with the lowest median risk at ``budget`` on ``stream``."""
     peers = FULL_PEERS if budget == ", all labels" else BUDGET_PEERS
     found = [
         (p, median(before[p + budget][stream]))
@@ -69,13 +73,24 @@ def best_peer(before: dict[str, Any], stream: str, budget: str) -> tuple[str, fl
     return min(found, key=lambda f: f[1]) if found else None
 
 
-def table(group: str, stream: str, before: dict[str, Any], after: dict[str, Any]) -> str:
-    rows = [
-        ("abstain served, now", after, SERVED),
+def table(
+    group: str,
+    stream: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    previous: dict[str, Any] | None = None,
+    peers: dict[str, Any] | None = None,
+) -> str:
+    rows = [("abstain served, now", after, SERVED)]
+    if previous:
+        rows.append(("abstain served, round 1", previous, SERVED))
+    rows += [
         ("abstain served, before", before, SERVED),
         ("abstain bare (the paper's learner)", before, BARE),
     ]
     rows += [(p, before, p) for p in models(before) if p not in (SERVED, BARE)]
+    held = [p for p in models(peers or {}) if p.startswith("skactiveml")]
+    rows += [(f"{p}, held to the budget", peers or {}, p) for p in held]
     present = [i for i, b in enumerate(BUDGETS) if stream in after.get(SERVED + b, {})]
     lines = [
         "| model | " + " | ".join(HEADS[i] for i in present) + " |",
@@ -86,18 +101,24 @@ def table(group: str, stream: str, before: dict[str, Any], after: dict[str, Any]
         if any(cells):
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
     now = [median(after[SERVED + BUDGETS[i]][stream]) for i in present]
-    then = [median(before[SERVED + BUDGETS[i]][stream]) for i in present]
-    lines.append(
-        "| *now / before* | "
-        + " | ".join(f"*{a / b:.3f}*" for a, b in zip(now, then, strict=True))
-        + " |"
-    )
-    ratios = []
-    for i, a in zip(present, now, strict=True):
-        peer = best_peer(before, stream, BUDGETS[i])
-        ratios.append("" if peer is None else f"*{a / peer[1]:.2f} ({peer[0]})*")
-    if any(ratios):
-        lines.append("| *now / best peer* | " + " | ".join(ratios) + " |")
+    earlier = [("before", before)] + ([("round 1", previous)] if previous else [])
+    for name, source in earlier:
+        then = [median(source[SERVED + BUDGETS[i]][stream]) for i in present]
+        lines.append(
+            f"| *now / {name}* | "
+            + " | ".join(f"*{a / b:.3f}*" for a, b in zip(now, then, strict=True))
+            + " |"
+        )
+    against = [("best peer", before)]
+    if peers:
+        against.append(("best peer held to the budget", peers))
+    for name, source in against:
+        ratios = []
+        for i, a in zip(present, now, strict=True):
+            peer = best_peer(source, stream, BUDGETS[i])
+            ratios.append("" if peer is None else f"*{a / peer[1]:.2f} ({peer[0]})*")
+        if any(ratios):
+            lines.append(f"| *now / {name}* | " + " | ".join(ratios) + " |")
     return f"#### {stream} ({group})\n\n" + "\n".join(lines)
 
 
@@ -109,12 +130,17 @@ def main(argv: list[str]) -> int:
         type=lambda t: t.split(","),
         default=["short", "long", "replay", "elec2", "agrawal"],
     )
+    p.add_argument("--now", default="-after", help="tag of the served stack now")
+    p.add_argument("--previous", default=None, help="tag of an earlier round's served stack")
+    p.add_argument("--peers", default=None, help="tag of the peers held to the budget")
     args = p.parse_args(argv)
     for group in args.groups:
-        before, after = load(args.results, group)
+        before, after = load(args.results, group, "-before"), load(args.results, group, args.now)
+        previous = load(args.results, group, args.previous) if args.previous else None
+        peers = load(args.results, group, args.peers) if args.peers else None
         streams = list(dict.fromkeys(s for by in after.values() for s in by))
         for stream in streams:
-            print(table(group, stream, before, after), end="\n\n")
+            print(table(group, stream, before, after, previous, peers), end="\n\n")
     return 0
 
 

@@ -21,13 +21,15 @@ and watches what the champion does on its labels:
    from, the remembered labels since the change, then every new label. With
    $\Delta_i = L_i^{\text{champion}} - L_i^{\text{challenger}}$ (0-d-1 losses on the same
    label), a challenger takes over once ``min_labels`` new labels came in and the mean of
-   $\Delta_i$ exceeds $z$ standard errors while the mean of $\Delta_i / p_i$ (unbiased for
-   the difference of the risks on the stream, too noisy on a few labels for a test of its
-   own) is positive, and once it is surely better in the same sense than every challenger
-   before it in ``challengers`` (so a fresh model must beat the mirror, which keeps what
-   the champion knew). Challengers that have not won after ``patience`` labels are
-   dropped. The pattern of River's adaptive random forest (background learners started at
-   a change), judged on the model's own labels.
+   $\Delta_i$ exceeds $z$ standard errors (an error that allows for gains coming in runs,
+   as they do on a stream whose labels are correlated in time:
+   :class:`~service.learning.adaptive.challengers.Paired`) while the mean of
+   $\Delta_i / p_i$ (unbiased for the difference of the risks on the stream, too noisy on
+   a few labels for a test of its own) is positive, and once it is surely better in the
+   same sense than every challenger before it in ``challengers`` (so a fresh model must
+   beat the mirror, which keeps what the champion knew). Challengers that have not won
+   after ``patience`` labels are dropped. The pattern of River's adaptive random forest
+   (background learners started at a change), judged on the model's own labels.
 3. **Explore.** For the first ``explore_start`` labels the query utility of every event is
    at least ``explore_floor``, and for the ``explore_after`` labels after each change at
    least ``after_floor`` (1 by default: every event alike, with a budget a uniform sample
@@ -151,12 +153,12 @@ class Adaptive:
         Kinds started at a change, in order of preference (default ``("mirror", "fresh")``).
     min_labels, z, test, patience:
         The takeover test (module docstring): ``min_labels`` new labels since the
-        challengers started (default 10), a mean gain above ``z`` standard errors (default
-        2: the test is repeated at every label, and at 1 a challenger that is merely as
-        good as the champion wins by chance) with a positive importance-weighted mean
-        (``test="both"``; ``"plain"``: the first alone, ``"weighted"``: the test on the
-        weighted gains), challengers dropped after ``patience`` labels without winning
-        (default 200).
+        challengers started (default 10), a mean gain above ``z`` standard errors (allowing
+        for runs of gains; default 2: the test is repeated at every label, and at 1 a
+        challenger that is merely as good as the champion wins by chance) with a positive
+        importance-weighted mean (``test="both"``; ``"plain"``: the first alone,
+        ``"weighted"``: the test on the weighted gains), challengers dropped after
+        ``patience`` labels without winning (default 200).
     memory:
         Labels remembered to start challengers at the change (default 32; 0: at the
         detection).

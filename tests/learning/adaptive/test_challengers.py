@@ -1,0 +1,88 @@
+"""The takeover test's record: a paired gain whose standard error allows for gains that
+come in runs, and records written before it kept the products of successive gains."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from service.learning import DSAL
+from service.learning.adaptive import Adaptive
+from service.learning.adaptive.challengers import MAX_AUTOCORRELATION, Paired
+
+
+def record(gains: list[float]) -> Paired:
+    out = Paired()
+    for g in gains:
+        out.add(g, 1.0)
+    return out
+
+
+def test_gains_in_random_order_are_tested_as_before() -> None:
+    rng = np.random.default_rng(0)
+    gains = rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.3, 0.5], size=400).tolist()
+    paired = record(gains)
+    assert abs(paired.autocorrelation()) < 0.1
+    mean = float(np.mean(gains))
+    plain_se = float(np.std(gains)) / math.sqrt(len(gains))
+    assert paired.winning(10, 2.0, "plain") == (mean > 2.0 * plain_se)
+
+
+def test_a_run_of_gains_needs_more_evidence_than_the_same_gains_mixed() -> None:
+    runs = record([1.0] * 12 + [-1.0] * 4 + [1.0] * 12 + [-1.0] * 4)
+    mixed = record([1.0, 1.0, 1.0, -1.0] * 8)
+    assert runs.mean == mixed.mean
+    assert runs.autocorrelation() > 0.4
+    assert mixed.winning(10, 2.0, "plain")
+    assert not runs.winning(10, 2.0, "plain")
+
+
+@pytest.mark.parametrize(
+    "gains", [[1.0] * 20, [1.0, -1.0] * 10, [0.0] * 5 + [1.0] * 15, [1.0, 1.0], []]
+)
+def test_the_autocorrelation_is_clipped(gains: list[float]) -> None:
+    r = record(gains).autocorrelation()
+    assert 0.0 <= r <= MAX_AUTOCORRELATION
+
+
+def test_gains_that_never_vary_win_at_once() -> None:
+    assert record([1.0] * 10).winning(10, 2.0, "both")
+
+
+def test_the_products_round_trip_through_the_state() -> None:
+    paired = record([1.0, 1.0, -1.0, 1.0, 0.0, 1.0])
+    copy = Paired.from_state(json.loads(json.dumps(paired.to_state())))
+    assert copy.to_state() == paired.to_state()
+    assert copy.autocorrelation() == paired.autocorrelation()
+
+
+def test_a_record_without_the_products_keeps_the_plain_test() -> None:
+    runs = record([1.0] * 12 + [-1.0] * 4 + [1.0] * 12 + [-1.0] * 4)
+    old = runs.to_state()
+    del old["cross"], old["last"]
+    restored = Paired.from_state(old)
+    assert restored.autocorrelation() == 0.0
+    assert restored.winning(10, 2.0, "plain")  # as the record's writer tested it
+    restored.add(1.0, 1.0)  # and it goes on counting without the products
+    assert "cross" not in restored.to_state()
+
+
+def test_a_model_written_before_the_products_loads_and_goes_on() -> None:
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=(1200, 2)), np.ones(1200)]
+    y = np.where(X[:, 0] > 0, 1, -1) * np.where(np.arange(1200) < 600, 1, -1)
+    model = Adaptive(DSAL(n_features=3, cost=0.25), min_labels=50)
+    fed = 0
+    while not model.running:
+        model.update(X[fed], int(y[fed]))
+        fed += 1
+    old = model.to_state()
+    for record in old["contest"]["challengers"] + old["contest"]["duels"]:
+        del record["cross"], record["last"]
+    restored = Adaptive.from_state(json.loads(json.dumps(old)))
+    for x, label in zip(X[fed:], y[fed:], strict=True):
+        restored.update(x, int(label))
+    assert restored.champion_origin == "mirror"
