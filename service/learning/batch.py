@@ -281,8 +281,9 @@ class BatchLearner:
         n = {lrn.n_features for lrn in learners}
         if len(n) != 1:
             raise HyperparameterError(f"learners disagree on n_features: {sorted(n)}")
-        if any(lrn.rho_eta_max is not None or lrn.intercept_eta_min is not None
-               for lrn in learners):  # fmt: skip
+        if any(
+            lrn.rho_eta_max is not None or lrn.intercept_eta_min is not None for lrn in learners
+        ):
             raise HyperparameterError(
                 "a batch takes one step per row: learners with rho_eta_max or "
                 "intercept_eta_min run one at a time"

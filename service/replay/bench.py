@@ -120,14 +120,20 @@ def _rules(X: FloatArray, y: npt.NDArray[np.int64], n: int, repeat: int) -> list
             for rule in UPDATES:
 
                 def labels(rule: str = rule, name: str = name, weight: float = weight) -> None:
-                    learner = make_learner(name, n_features=X.shape[1], cost=0.25,
-                                           update_rule=rule)  # fmt: skip
+                    learner = make_learner(name, n_features=X.shape[1], cost=0.25, update_rule=rule)
                     for x, yt in zip(Xs, ys, strict=True):
                         learner.update(x, yt, weight=weight)
 
                 times[rule] = timed(labels, repeat)[0] / n * 1e6
-            rows.append([name, f"{weight:g}", f"{times['sgd']:.2f}", f"{times['normalized']:.2f}",
-                         f"{times['normalized'] / times['sgd']:.2f}"])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    f"{weight:g}",
+                    f"{times['sgd']:.2f}",
+                    f"{times['normalized']:.2f}",
+                    f"{times['normalized'] / times['sgd']:.2f}",
+                ]
+            )
     return rows
 
 

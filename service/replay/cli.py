@@ -240,21 +240,30 @@ def run_shadow_command(
     and (unless ``--no-plot``) ``shadow.png`` into ``--out``."""
     shadows = [parse_shadow(text) for text in args.shadow]
     check_shadow_options(options, shadows)
-    with tqdm(total=options.runs * options.trials * (1 + len(shadows)),
-              desc=f"replay {dataset} (shadows)", unit="trial", disable=not args.progress,
-              file=sys.stderr, dynamic_ncols=True) as bar:  # fmt: skip
+    with tqdm(
+        total=options.runs * options.trials * (1 + len(shadows)),
+        desc=f"replay {dataset} (shadows)",
+        unit="trial",
+        disable=not args.progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
 
         def advance(n: int) -> None:
             bar.update(n)
 
         result = replay_shadows(
-            X, y, options, shadows,
+            X,
+            y,
+            options,
+            shadows,
             level=DEFAULT_LEVEL if args.level is None else args.level,
             max_weight=DEFAULT_MAX_WEIGHT if args.max_weight is None else args.max_weight,
             min_labels=args.min_labels or 0,
             points=100 if args.checkpoints is None else args.checkpoints,
-            dataset=dataset, progress=advance,
-        )  # fmt: skip
+            dataset=dataset,
+            progress=advance,
+        )
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "shadow.json", out / "shadow.csv"]
@@ -265,8 +274,11 @@ def run_shadow_command(
         written.append(figures / "shadow.png")
         plot_shadow(result, written[-1])
     for track in result.tracks:
-        print(f"{track.name} ({track.role}): true risk {track.true[-1].mean():.4f}, coverage "
-              f"{track.coverage(result.min_labels):.3f}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{track.name} ({track.role}): true risk {track.true[-1].mean():.4f}, coverage "
+            f"{track.coverage(result.min_labels):.3f}",
+            file=sys.stderr,
+        )
     return written
 
 

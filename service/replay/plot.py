@@ -142,8 +142,9 @@ def plot_window(result: ReplayResult, path: Path, *, window: int, title: str | N
     a dotted vertical line at every change its learner detected (in any run; the legend
     counts them)."""
     costs = sorted({s.cost for s in result.series})
-    fig, axes = plt.subplots(len(costs), 1, figsize=(10.0, 3.2 * len(costs) + 0.8),
-                             squeeze=False, layout="constrained")  # fmt: skip
+    fig, axes = plt.subplots(
+        len(costs), 1, figsize=(10.0, 3.2 * len(costs) + 0.8), squeeze=False, layout="constrained"
+    )
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for row, cost in enumerate(costs):
         ax = axes[row][0]
@@ -158,8 +159,14 @@ def plot_window(result: ReplayResult, path: Path, *, window: int, title: str | N
             ax.plot(t, risk, color=colour, linewidth=1.3, label=label)
             for point in points:
                 ax.axvline(point, color=colour, linestyle=":", linewidth=1.0, alpha=0.8)
-        ax.axhline(cost, color="black", linewidth=0.8, alpha=0.5, linestyle="--",
-                   label=f"d = {cost:g} (rejecting everything)")  # fmt: skip
+        ax.axhline(
+            cost,
+            color="black",
+            linewidth=0.8,
+            alpha=0.5,
+            linestyle="--",
+            label=f"d = {cost:g} (rejecting everything)",
+        )
         ax.set_title(f"risk over the last {window} events, d = {cost:g}", fontsize=10)
         ax.set_xlabel("event (file order)", fontsize=9)
         ax.set_ylabel(f"{window}-event window risk", fontsize=9)
@@ -240,11 +247,24 @@ def plot_shadow(result: ShadowResult, path: Path, *, title: str | None = None) -
     for col, track in enumerate(result.tracks):
         top, bottom = axes[0][col], axes[1][col]
         colour = _COLOURS.get(track.algorithm.removeprefix("kernel-"), "tab:gray")
-        top.fill_between(t, track.low[:, 0], track.high[:, 0], color=colour, alpha=0.25,
-                         linewidth=0, label=f"{pct} interval")  # fmt: skip
+        top.fill_between(
+            t,
+            track.low[:, 0],
+            track.high[:, 0],
+            color=colour,
+            alpha=0.25,
+            linewidth=0,
+            label=f"{pct} interval",
+        )
         top.plot(t, track.estimate[:, 0], color=colour, linewidth=1.4, label="estimated")
-        top.plot(t, track.ratio[:, 0], color=colour, linewidth=1.0, linestyle=":",
-                 label="ratio estimate (envelope)")  # fmt: skip
+        top.plot(
+            t,
+            track.ratio[:, 0],
+            color=colour,
+            linewidth=1.0,
+            linestyle=":",
+            label="ratio estimate (envelope)",
+        )
         top.plot(t, track.true[:, 0], color="black", linewidth=1.2, label="true")
         top.set_title(f"{track.name} ({track.role}), d = {track.cost:g}: run 0", fontsize=10)
         top.set_ylabel("running risk", fontsize=9)
@@ -253,22 +273,31 @@ def plot_shadow(result: ShadowResult, path: Path, *, title: str | None = None) -
         cover = track.coverage_by_checkpoint(result.min_labels)
         ratio_cover = track.coverage_by_checkpoint(result.min_labels, "ratio")
         bottom.plot(t, cover, color=colour, linewidth=1.4, label="estimated (Horvitz-Thompson)")
-        bottom.plot(t, ratio_cover, color=colour, linewidth=1.0, linestyle=":",
-                    label="ratio estimate (envelope)")  # fmt: skip
-        bottom.axhline(result.level, color="gray", linestyle="--", linewidth=1.0,
-                       label=f"nominal {pct}")  # fmt: skip
+        bottom.plot(
+            t,
+            ratio_cover,
+            color=colour,
+            linewidth=1.0,
+            linestyle=":",
+            label="ratio estimate (envelope)",
+        )
+        bottom.axhline(
+            result.level, color="gray", linestyle="--", linewidth=1.0, label=f"nominal {pct}"
+        )
         bottom.axhline(0.9, color="tab:red", linestyle=":", linewidth=1.0, label="90 %")
         overall = track.coverage(result.min_labels)
-        bottom.set_title(f"runs whose interval holds the true risk (overall {overall:.3f})",
-                         fontsize=10)  # fmt: skip
+        bottom.set_title(
+            f"runs whose interval holds the true risk (overall {overall:.3f})", fontsize=10
+        )
         bottom.set_xlabel("t (events)", fontsize=9)
         bottom.set_ylim(0.0, 1.02)
         bottom.legend(fontsize=7, loc="lower right")
         for ax in (top, bottom):
             ax.grid(True, alpha=0.3)
             ax.tick_params(labelsize=8)
-    heading = title or (f"{result.dataset}: champion and shadows, {result.runs} runs x "
-                        f"{result.trials} events")  # fmt: skip
+    heading = title or (
+        f"{result.dataset}: champion and shadows, {result.runs} runs x {result.trials} events"
+    )
     fig.suptitle(heading, fontsize=12)
     fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -104,8 +104,10 @@ def plan_trials(
     if sampling not in SAMPLINGS:
         raise ReplayConfigError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
     if sampling == "sequential" and trials > n:
-        raise ReplayConfigError(f"sequential sampling shows each of the {n} rows once: "
-                                f"trials must be <= {n}, got {trials}")  # fmt: skip
+        raise ReplayConfigError(
+            f"sequential sampling shows each of the {n} rows once: "
+            f"trials must be <= {n}, got {trials}"
+        )
     indices = np.empty((runs, trials), dtype=np.int64)
     coins = np.empty((runs, trials), dtype=np.float64)
     for r in range(runs):

@@ -72,8 +72,9 @@ class Track:
 
     def covered(self, estimator: Estimator = "horvitz-thompson") -> npt.NDArray[np.bool_]:
         """``low <= true <= high`` per (checkpoint, run); False before the first label."""
-        low, high = (self.ratio_low, self.ratio_high) if estimator == "ratio" else (
-            self.low, self.high)  # fmt: skip
+        low, high = (
+            (self.ratio_low, self.ratio_high) if estimator == "ratio" else (self.low, self.high)
+        )
         out: npt.NDArray[np.bool_] = (low <= self.true) & (self.true <= high)
         return out
 
@@ -175,8 +176,17 @@ class ShadowResult:
         ``labels``, ``rejected``, the fractions of (eligible) runs covered (``coverage``,
         ``ratio_coverage``), and the estimates and intervals of run 0 (``*_run0``); 6
         significant digits, empty for NaN."""
-        names = ("true", "estimate", "low", "high", "ratio", "ratio_low", "ratio_high",
-                 "labels", "rejected")  # fmt: skip
+        names = (
+            "true",
+            "estimate",
+            "low",
+            "high",
+            "ratio",
+            "ratio_low",
+            "ratio_high",
+            "labels",
+            "rejected",
+        )
         header = ["model", "role", "t", *(f"{n}_mean" for n in names), "coverage"]
         header += ["ratio_coverage", *(f"{n}_run0" for n in names[:7])]
         with path.open("w", encoding="utf-8", newline="") as handle:

@@ -231,8 +231,17 @@ class _Recorder:
     level: float
     values: dict[str, FloatArray] = field(init=False)
 
-    NAMES = ("true", "estimate", "low", "high", "ratio", "ratio_low", "ratio_high", "labels",
-             "rejected")  # fmt: skip
+    NAMES = (
+        "true",
+        "estimate",
+        "low",
+        "high",
+        "ratio",
+        "ratio_low",
+        "ratio_high",
+        "labels",
+        "rejected",
+    )
 
     def __post_init__(self) -> None:
         shape = (self.n_models, self.grid.shape[0], self.runs)
@@ -242,8 +251,17 @@ class _Recorder:
         for i, m in enumerate(models):
             ht = m.card.report(self.level)
             ratio = m.card.estimate.interval(self.level)
-            row = (m.true_loss / t, ht.risk, ht.low, ht.high, ratio.risk, ratio.low,
-                   ratio.high, ht.labels, m.card.rejected / t)  # fmt: skip
+            row = (
+                m.true_loss / t,
+                ht.risk,
+                ht.low,
+                ht.high,
+                ratio.risk,
+                ratio.low,
+                ratio.high,
+                ht.labels,
+                m.card.rejected / t,
+            )
             for name, value in zip(self.NAMES, row, strict=True):
                 self.values[name][i, g, r] = value
 
@@ -312,12 +330,28 @@ class _Lineup:
 
     def tracks(self, rec: _Recorder) -> list[Track]:
         v = self.variant
-        out = [rec.track(0, name=v.name, role="champion", algorithm=v.algorithm,
-                         cost=self.cost, weighting=None)]  # fmt: skip
+        out = [
+            rec.track(
+                0,
+                name=v.name,
+                role="champion",
+                algorithm=v.algorithm,
+                cost=self.cost,
+                weighting=None,
+            )
+        ]
         for i, spec in enumerate(self.shadows, start=1):
             cost = self.cost if spec.cost is None else spec.cost
-            out.append(rec.track(i, name=spec.name, role="shadow", algorithm=spec.algorithm,
-                                 cost=cost, weighting=spec.weighting))  # fmt: skip
+            out.append(
+                rec.track(
+                    i,
+                    name=spec.name,
+                    role="shadow",
+                    algorithm=spec.algorithm,
+                    cost=cost,
+                    weighting=spec.weighting,
+                )
+            )
         return out
 
 
@@ -363,8 +397,21 @@ def replay_shadows(
         floored[r] = _run(models, raw, z, ys, coins, slots.tolist(), rec, r) / options.trials
         if progress is not None:
             progress(options.trials * len(models))
-    settings = {**options.settings(), "shadows": [s.name for s in shadows],
-                "max_weight": max_weight, "weight_cap": lineup.cap}  # fmt: skip
-    return ShadowResult(dataset, options.runs, options.trials, grid, level, min_labels,
-                        lineup.tracks(rec), floored, settings=settings,
-                        seconds=time.perf_counter() - started)  # fmt: skip
+    settings = {
+        **options.settings(),
+        "shadows": [s.name for s in shadows],
+        "max_weight": max_weight,
+        "weight_cap": lineup.cap,
+    }
+    return ShadowResult(
+        dataset,
+        options.runs,
+        options.trials,
+        grid,
+        level,
+        min_labels,
+        lineup.tracks(rec),
+        floored,
+        settings=settings,
+        seconds=time.perf_counter() - started,
+    )

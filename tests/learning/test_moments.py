@@ -47,8 +47,9 @@ def test_moments_merged_in_any_split_are_those_of_all_the_rows(
         total.merge(part)
     assert total.count == X.shape[0]
     np.testing.assert_allclose(total.mean, X.mean(axis=0), rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(total.m2, ((X - X.mean(axis=0)) ** 2).sum(axis=0),
-                               rtol=1e-7, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        total.m2, ((X - X.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-7, atol=1e-6
+    )
 
 
 @settings(max_examples=100, deadline=None)

@@ -96,9 +96,14 @@ def test_batched_budget_rows_match_budgeted_single_learners(
 ) -> None:
     X, y = guide_like
     options = ReplayOptions(
-        algorithms=("dral", "dsal"), runs=2, trials=500, costs=(0.25,), seed=6,
-        label_budgets=(0.1,), budget_params={"horizon": 100},
-    )  # fmt: skip
+        algorithms=("dral", "dsal"),
+        runs=2,
+        trials=500,
+        costs=(0.25,),
+        seed=6,
+        label_budgets=(0.1,),
+        budget_params={"horizon": 100},
+    )
     result = replay(X, y, options)
     plan = plan_trials(X.shape[0], 2, 500, 6)
     inputs = RunFeatures(X, plan, standardize=True, intercept=True)
@@ -124,9 +129,13 @@ def test_batched_budget_rows_match_budgeted_single_learners(
 def test_kernel_learners_run_budgets_one_at_a_time(guide_like: Dataset) -> None:
     X, y = guide_like
     options = ReplayOptions(
-        algorithms=("kernel-dsal",), runs=1, trials=400, costs=(0.25,), budget=50,
+        algorithms=("kernel-dsal",),
+        runs=1,
+        trials=400,
+        costs=(0.25,),
+        budget=50,
         label_budgets=(0.1,),
-    )  # fmt: skip
+    )
     result = replay(X, y, options)
     assert [s.variant.name for s in result.series] == [
         "kernel-dsal",
@@ -156,11 +165,22 @@ def test_cli_label_budget_writes_rows_curves_and_a_sixth_column(
 ) -> None:
     code = main(
         [
-            str(guide_like_path), "--runs", "2", "--trials", "300", "--costs", "0.25",
-            "--label-budget", "0.05,0.2", "--budget-param", "sharpness=1",
-            "--no-progress", "--out", str(tmp_path),
+            str(guide_like_path),
+            "--runs",
+            "2",
+            "--trials",
+            "300",
+            "--costs",
+            "0.25",
+            "--label-budget",
+            "0.05,0.2",
+            "--budget-param",
+            "sharpness=1",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
         ]
-    )  # fmt: skip
+    )
     assert code == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     rows = summary["results"]

@@ -21,9 +21,21 @@ def test_the_benchmark_prints_one_table_and_writes_its_results(
 ) -> None:
     peers = _load()
     argv = [
-        "--seeds", "1", "--events", "2400", "--change", "1200", "--stationary",
-        "--no-short", "--budgets", "0.2,all", "--no-figure", "--quiet", "--out", str(tmp_path),
-    ]  # fmt: skip
+        "--seeds",
+        "1",
+        "--events",
+        "2400",
+        "--change",
+        "1200",
+        "--stationary",
+        "--no-short",
+        "--budgets",
+        "0.2,all",
+        "--no-figure",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    ]
     assert peers.main(argv) == 0
     table = capsys.readouterr().out
     rows = [line for line in table.splitlines() if line.startswith("| ")]

@@ -22,11 +22,30 @@ def test_the_benchmark_prints_one_table_and_writes_its_results(
 ) -> None:
     bench = _load()
     argv = [
-        "--streams", f"{guide_like_path},label-flip", "--runs", "1", "--trials", "400",
-        "--events", "600", "--change", "300", "--after", "300", "--arms", "noisy,review",
-        "--labellers", "noise=0.2", "--budget", "0.2", "--jobs", "1", "--quiet",
-        "--out", str(tmp_path),
-    ]  # fmt: skip
+        "--streams",
+        f"{guide_like_path},label-flip",
+        "--runs",
+        "1",
+        "--trials",
+        "400",
+        "--events",
+        "600",
+        "--change",
+        "300",
+        "--after",
+        "300",
+        "--arms",
+        "noisy,review",
+        "--labellers",
+        "noise=0.2",
+        "--budget",
+        "0.2",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    ]
     assert bench.main(argv) == 0
     table = capsys.readouterr().out
     rows = [line.split(" | ")[:2] for line in table.splitlines()[2:]]

@@ -275,8 +275,13 @@ def test_learners_with_step_bounds_run_one_at_a_time(guide_like: Dataset) -> Non
     from service.replay import runner
 
     X, y = guide_like
-    bounded = ReplayOptions(algorithms=("dsal", "dsol"), runs=1, trials=200, costs=(0.25,),
-                            params={"dsal.rho_eta_max": 0.2})  # fmt: skip
+    bounded = ReplayOptions(
+        algorithms=("dsal", "dsol"),
+        runs=1,
+        trials=200,
+        costs=(0.25,),
+        params={"dsal.rho_eta_max": 0.2},
+    )
     assert [v.algorithm for v in runner._batched(bounded)] == ["dsol"]  # noqa: SLF001
     free = ReplayOptions(algorithms=("dsal",), runs=1, trials=200, costs=(0.25,))
     (dsal,) = [s for s in replay(X, y, bounded).series if s.algorithm == "dsal"]

@@ -18,8 +18,9 @@ from service.stream.models.served import initial_envelope
 
 
 def test_the_replays_learner_is_version_zero_of_the_workers_model() -> None:
-    options = ReplayOptions(algorithms=("dsal",), costs=(0.25,), seed=3, adaptive=Parts(),
-                            update_rule="normalized")  # fmt: skip
+    options = ReplayOptions(
+        algorithms=("dsal",), costs=(0.25,), seed=3, adaptive=Parts(), update_rule="normalized"
+    )
     learner = variant_learner(Variant("dsal"), 0.25, 4, options)
     config = ModelConfig(algorithm="dsal", cost=0.25, n_features=3, seed=3)
     assert isinstance(learner, Adaptive)
@@ -38,8 +39,7 @@ def test_an_adaptive_replay_runs_one_by_one_and_learns_each_asked_label() -> Non
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 3))
     y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1, -1)
-    on = ReplayOptions(algorithms=("dsal",), costs=(0.25,), runs=2, trials=300,
-                       adaptive=Parts())  # fmt: skip
+    on = ReplayOptions(algorithms=("dsal",), costs=(0.25,), runs=2, trials=300, adaptive=Parts())
     result = replay(X, y, on)
     (series,) = result.series
     assert result.settings["adaptive"] == {
@@ -61,7 +61,7 @@ def test_an_adaptive_replay_runs_one_by_one_and_learns_each_asked_label() -> Non
         (
             " explore , challengers",
             Parts(detector=False, challengers=True, explore=True, steps=False),
-        ),  # fmt: skip
+        ),
         ("steps", Parts(detector=False, challengers=False, explore=False, steps=True)),
         ("", Parts(False, False, False, False)),
     ],

@@ -39,8 +39,14 @@ def _stream() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _options(**kw: object) -> ReplayOptions:
-    base: dict[str, object] = {"algorithms": ("dsal", "dsol"), "costs": (0.25,), "runs": 3,
-                               "trials": 3000, "sampling": "sequential", "window": 200}  # fmt: skip
+    base: dict[str, object] = {
+        "algorithms": ("dsal", "dsol"),
+        "costs": (0.25,),
+        "runs": 3,
+        "trials": 3000,
+        "sampling": "sequential",
+        "window": 200,
+    }
     return ReplayOptions(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -106,14 +112,43 @@ def test_the_command_runs_the_file_once_in_order_and_draws_the_window(tmp_path: 
     ]
     data.write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
-    code = main([str(data), "--sampling", "sequential", "--algorithms", "dsal", "--costs",
-                 "0.25", "--runs", "2", "--window", "300", "--out", str(out),
-                 "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            str(data),
+            "--sampling",
+            "sequential",
+            "--algorithms",
+            "dsal",
+            "--costs",
+            "0.25",
+            "--runs",
+            "2",
+            "--window",
+            "300",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     summary = (out / "summary.json").read_text()
     assert '"trials": 3000' in summary  # every row once, by default
     assert '"window": 300' in summary
     png = (out / "window.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    assert main([str(data), "--sampling", "sequential", "--trials", "3001", "--out",
-                 str(out), "--no-progress", "--no-plot"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                str(data),
+                "--sampling",
+                "sequential",
+                "--trials",
+                "3001",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--no-plot",
+            ]
+        )
+        == 2
+    )

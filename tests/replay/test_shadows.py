@@ -26,8 +26,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _options(**kw: object) -> ReplayOptions:
-    base: dict[str, object] = {"algorithms": ("dsal",), "costs": (0.25,), "runs": 2,
-                               "trials": 400, "seed": 3}  # fmt: skip
+    base: dict[str, object] = {
+        "algorithms": ("dsal",),
+        "costs": (0.25,),
+        "runs": 2,
+        "trials": 400,
+        "seed": 3,
+    }
     return ReplayOptions(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -163,8 +168,22 @@ def test_coverage_counts_pairs_whose_interval_holds_the_true_risk() -> None:
     low = np.array([[nan, 0.00], [0.10, 0.10], [0.05, 0.05]])
     high = np.array([[nan, 0.20], [0.30, 0.20], [0.15, 0.08]])
     labels = np.array([[0, 5], [5, 50], [50, 50]], dtype=float)
-    track = Track("m", "shadow", "dral", 0.25, "importance", true, true, low, high, true, low,
-                  high, labels, np.zeros(shape))  # fmt: skip
+    track = Track(
+        "m",
+        "shadow",
+        "dral",
+        0.25,
+        "importance",
+        true,
+        true,
+        low,
+        high,
+        true,
+        low,
+        high,
+        labels,
+        np.zeros(shape),
+    )
     # pairs with a label: (0,1) yes, (1,0) yes, (1,1) no, (2,0) yes, (2,1) no
     assert track.coverage() == pytest.approx(3 / 5)
     assert track.coverage(min_labels=50) == pytest.approx(1 / 3)
@@ -181,9 +200,22 @@ def test_summary_and_curves_are_json_and_csv_with_nan_left_out(tmp_path: Path) -
     g, r = 2, 1
     nan_track = np.full((g, r), np.nan)
     ones = np.ones((g, r))
-    track = Track("dral", "shadow", "dral", 0.25, "importance", ones * 0.1, nan_track,
-                  nan_track, nan_track, nan_track, nan_track, nan_track, np.zeros((g, r)),
-                  ones * 0.5)  # fmt: skip
+    track = Track(
+        "dral",
+        "shadow",
+        "dral",
+        0.25,
+        "importance",
+        ones * 0.1,
+        nan_track,
+        nan_track,
+        nan_track,
+        nan_track,
+        nan_track,
+        nan_track,
+        np.zeros((g, r)),
+        ones * 0.5,
+    )
     result = ShadowResult("toy", r, 10, np.array([5, 10]), 0.95, 0, [track], np.zeros(r))
     result.write_summary(tmp_path / "s.json")
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -201,10 +233,28 @@ def test_the_command_writes_the_shadow_files(
     guide_like_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    args = [str(guide_like_path), "--algorithms", "dsal", "--costs", "0.25", "--shadow",
-            "dral", "--shadow", "dsal:gamma=2,weighting=none", "--runs", "2", "--trials",
-            "300", "--level", "0.9", "--checkpoints", "10", "--no-progress", "--out",
-            str(out)]  # fmt: skip
+    args = [
+        str(guide_like_path),
+        "--algorithms",
+        "dsal",
+        "--costs",
+        "0.25",
+        "--shadow",
+        "dral",
+        "--shadow",
+        "dsal:gamma=2,weighting=none",
+        "--runs",
+        "2",
+        "--trials",
+        "300",
+        "--level",
+        "0.9",
+        "--checkpoints",
+        "10",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     summary = json.loads((out / "shadow.json").read_text())
     assert [m["name"] for m in summary["models"]] == ["dsal", "dral", "dsal:gamma=2,weighting=none"]
@@ -245,8 +295,20 @@ def test_bad_shadow_arguments_exit_2_with_a_message(
     fragment: str,
 ) -> None:
     base = ["--algorithms", "dsal", "--costs", "0.25"]
-    code = main([str(guide_like_path), *base, *args, "--runs", "1", "--trials", "20",
-                 "--no-progress", "--out", str(tmp_path / "o")])  # fmt: skip
+    code = main(
+        [
+            str(guide_like_path),
+            *base,
+            *args,
+            "--runs",
+            "1",
+            "--trials",
+            "20",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert fragment in err

@@ -322,10 +322,18 @@ class LinearLearner:
         rho_eta = eta if self.rho_eta_max is None else min(eta, self.rho_eta_max)
         low = self.intercept_eta_min
         w, rho, moved = normalized_step(
-            self._w, self._rho, x, yv, h, gathered, self._gradient, eta=eta,
-            width=self._width(), rho_eta=rho_eta,
+            self._w,
+            self._rho,
+            x,
+            yv,
+            h,
+            gathered,
+            self._gradient,
+            eta=eta,
+            width=self._width(),
+            rho_eta=rho_eta,
             last_eta=eta if low is None or eta >= low else low,
-        )  # fmt: skip
+        )
         if not (
             math.isfinite(rho) and np.isfinite(w).all() and normalizer_ok(gathered)
         ):  # the model stays as it was

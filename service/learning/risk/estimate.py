@@ -205,8 +205,7 @@ class RiskEstimate:
             return RiskInterval(math.nan, math.nan, math.nan, level, 0)
         r = self.loss / events
         half = NormalDist().inv_cdf(0.5 + level / 2.0) * math.sqrt(self.var_al2) / events
-        return RiskInterval(min(r, 1.0), max(0.0, r - half), min(1.0, r + half), level,
-                            self.labels)  # fmt: skip
+        return RiskInterval(min(r, 1.0), max(0.0, r - half), min(1.0, r + half), level, self.labels)
 
     # -- state -------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:

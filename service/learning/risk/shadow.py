@@ -116,8 +116,11 @@ def learn_from_champion(
         )
     if inner is not None:
         step = weight if weighting == "importance" else 1.0
-        return bool(learner.update(x, y, query_probability=query_probability,
-                                   max_weight=max_weight, weight=step))  # fmt: skip
+        return bool(
+            learner.update(
+                x, y, query_probability=query_probability, max_weight=max_weight, weight=step
+            )
+        )
     if weighting == "none":
         return bool(learner.update(x, y))
     if not isinstance(learner, LinearLearner):
@@ -215,8 +218,13 @@ class Scorecard:
         self, level: float = DEFAULT_LEVEL, estimator: Estimator = "horvitz-thompson"
     ) -> Comparison:
         """The :class:`Comparison` record now."""
-        return Comparison.of(self.estimate, events=self.events, rejected=self.rejected,
-                             level=level, estimator=estimator)  # fmt: skip
+        return Comparison.of(
+            self.estimate,
+            events=self.events,
+            rejected=self.rejected,
+            level=level,
+            estimator=estimator,
+        )
 
     def to_state(self) -> dict[str, Any]:
         """A versioned, JSON-safe record (``"format": "abstain.scorecard"``)."""

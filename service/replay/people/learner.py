@@ -125,11 +125,15 @@ class MemoryService:
         metrics = Metrics(self.registry, models=s.models)
         out = Outputs(self.sink, s.topics, metrics)
         self.joiner = LabelJoiner(
-            s, pending=PendingStore({}, admission(s)), parked=ParkedStore({}),
+            s,
+            pending=PendingStore({}, admission(s)),
+            parked=ParkedStore({}),
             models=ModelStore({}, {MODEL: initial_envelope(MODEL, config)}),
-            history=History({}, s, admission(s)), outputs=out, metrics=metrics,
+            history=History({}, s, admission(s)),
+            outputs=out,
+            metrics=metrics,
             clock=self.clock,
-        )  # fmt: skip
+        )
         self.partition = partition_for(MODEL.encode(), s.partitions.labels)
         self.joiner.own(frozenset(range(s.partitions.labels)))
         assert config.label_budget is not None  # noqa: S101 - replay_settings checked it
@@ -169,12 +173,19 @@ class MemoryService:
         """The label request the scorer writes for ``decision`` on event ``event_id``."""
         rho = float(self.served.learner.rho)
         request = LabelRequest(
-            request_id=request_id(MODEL, event_id), event_id=event_id, model=MODEL,
-            features=x.tolist(), score=decision.score, rho=rho, decided_label=decision.label,
-            query_probability=decision.query_probability, model_version=self.served.version,
-            requested_at=self.now, expires_at=self.now + self.settings.request_ttl_seconds,
+            request_id=request_id(MODEL, event_id),
+            event_id=event_id,
+            model=MODEL,
+            features=x.tolist(),
+            score=decision.score,
+            rho=rho,
+            decided_label=decision.label,
+            query_probability=decision.query_probability,
+            model_version=self.served.version,
+            requested_at=self.now,
+            expires_at=self.now + self.settings.request_ttl_seconds,
             priority=1.0 / (1.0 + min(abs(decision.score - rho), abs(decision.score + rho))),
-        )  # fmt: skip
+        )
         return attach_moments([request], self.moments)[0]
 
     async def send(self, record: LabelRequest | Label | Opinion | Correction) -> bool:
@@ -185,9 +196,14 @@ class MemoryService:
         offset = self.offsets[kind]
         self.offsets[kind] += 1
         before = sum(self.sink.dead.values())
-        message = RawMessage(record.to_json(), topics.label_requests if kind == "requests"
-                             else topics.labels, self.partition, offset, MODEL.encode(),
-                             self.now)  # fmt: skip
+        message = RawMessage(
+            record.to_json(),
+            topics.label_requests if kind == "requests" else topics.labels,
+            self.partition,
+            offset,
+            MODEL.encode(),
+            self.now,
+        )
         await self.joiner.handle(message)
         return sum(self.sink.dead.values()) == before
 

@@ -63,8 +63,9 @@ class PeopleRun:
 class _Run:
     def __init__(self, config: ModelConfig, people: People, draws: Draws, *, keep: bool) -> None:
         self.service = MemoryService(config, keep=keep)
-        self.desk = Desk(people, draws, model=MODEL,
-                         max_weight=self.service.settings.max_importance_weight)  # fmt: skip
+        self.desk = Desk(
+            people, draws, model=MODEL, max_weight=self.service.settings.max_importance_weight
+        )
         self.requests: list[LabelRequest] = []
 
     async def ask(self, t: int, x: FloatArray, truth: int, request: LabelRequest) -> None:
@@ -84,9 +85,14 @@ class _Run:
 
 
 async def _simulate(
-    X: FloatArray, y: npt.NDArray[np.int64], coins: FloatArray, config: ModelConfig,
-    people: People, draws: Draws, keep: bool,
-) -> tuple[_Run, FloatArray, npt.NDArray[np.int8], npt.NDArray[np.bool_]]:  # fmt: skip
+    X: FloatArray,
+    y: npt.NDArray[np.int64],
+    coins: FloatArray,
+    config: ModelConfig,
+    people: People,
+    draws: Draws,
+    keep: bool,
+) -> tuple[_Run, FloatArray, npt.NDArray[np.int8], npt.NDArray[np.bool_]]:
     run = _Run(config, people, draws, keep=keep)
     service, cost = run.service, config.cost
     n = y.shape[0]
@@ -127,7 +133,13 @@ def simulate(
         _simulate(X, y, coins, config, people, draws, keep_models)
     )
     return PeopleRun(
-        loss, decided, asked, run.desk.work, run.service.corrections(),
-        run.desk.wrong_in_force(), run.service.model(), time.perf_counter() - tic,
+        loss,
+        decided,
+        asked,
+        run.desk.work,
+        run.service.corrections(),
+        run.desk.wrong_in_force(),
+        run.service.model(),
+        time.perf_counter() - tic,
         run.requests if keep_requests else [],
-    )  # fmt: skip
+    )

@@ -129,7 +129,7 @@ async def test_no_second_opinion_after_its_time_a_withdrawal_or_out_of_reach() -
             labels_offset=items[old.request_id].offset,
             corrections_from=items[old.request_id].offset,
         ),
-    )  # fmt: skip  (late and gone are older than the model can correct)
+    )  # late and gone are older than the model can correct
     got = await desk.desk.next(BOB)
     assert got is not None
     assert got.request.request_id == old.request_id
@@ -220,7 +220,7 @@ async def test_an_opinion_given_after_the_reach_passed_is_taken_for_agreement_on
             labels_offset=item.offset + 5,
             corrections_from=item.offset + 1,
         ),
-    )  # fmt: skip  (it learned fast meanwhile)
+    )  # it learned fast meanwhile
     assert await desk.opinions.answer(BOB, r.request_id, -1) == (False, False)
     assert [(o.by, o.label) for o in opinions(topics)] == [("bob", -1)]
     assert desk.book.people["ann"].checked == 1

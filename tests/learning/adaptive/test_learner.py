@@ -216,8 +216,9 @@ def test_the_decision_window_leaves_a_budgeted_model_as_it_was() -> None:
     coins = np.random.default_rng(8).random(X.shape[0])
     runs = []
     for events in (None, 0, 5000):
-        model = Budgeted(Adaptive(DSAL(n_features=N, cost=0.25), explore_events=events),
-                         QueryBudget(0.1))  # fmt: skip
+        model = Budgeted(
+            Adaptive(DSAL(n_features=N, cost=0.25), explore_events=events), QueryBudget(0.1)
+        )
         asked = []
         for x, label, c in zip(X, y, coins, strict=True):
             d = model.decide(x, coin=float(c))

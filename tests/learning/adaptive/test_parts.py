@@ -126,8 +126,7 @@ def test_the_tracking_steps_bound_rho_and_floor_the_intercept() -> None:
         "intercept_eta_min": 1.25,
     }
     assert tracking_steps(KernelDSAL(n_features=3, cost=0.25)) == {}
-    narrow = serving_learner("dsal", n_features=3, cost=0.25, seed=0,
-                             parts=Parts(intercept=False))  # fmt: skip
+    narrow = serving_learner("dsal", n_features=3, cost=0.25, seed=0, parts=Parts(intercept=False))
     assert (narrow.champion.rho_eta_max, narrow.champion.intercept_eta_min) == (0.2, None)
     dral = serving_learner("dral", n_features=3, cost=0.25, seed=0, parts=Parts())
     assert dral.champion.rho_eta_max is None

@@ -28,8 +28,15 @@ weights = hst.floats(min_value=0.01, max_value=100.0)
 
 
 @settings(max_examples=200, deadline=None)
-@given(x=vectors(4), y=labels, cost=costs, gamma=gammas, h=weights,
-       w=vectors(4), rho=hst.floats(min_value=0.0, max_value=4.0))  # fmt: skip
+@given(
+    x=vectors(4),
+    y=labels,
+    cost=costs,
+    gamma=gammas,
+    h=weights,
+    w=vectors(4),
+    rho=hst.floats(min_value=0.0, max_value=4.0),
+)
 def test_a_label_never_raises_the_double_sigmoid_loss_of_its_example(
     x: np.ndarray, y: float, cost: float, gamma: float, h: float, w: np.ndarray, rho: float
 ) -> None:
@@ -38,8 +45,9 @@ def test_a_label_never_raises_the_double_sigmoid_loss_of_its_example(
         return double_sigmoid_gradient(z, r, cost, gamma)
 
     before = double_sigmoid_loss(y * float(w @ x), rho, cost, gamma)
-    w2, rho2, _ = normalized_step(w, rho, x, y, h, Normalizer.empty(4), gradient, eta=0.5,
-                                  width=1.0 / gamma)  # fmt: skip
+    w2, rho2, _ = normalized_step(
+        w, rho, x, y, h, Normalizer.empty(4), gradient, eta=0.5, width=1.0 / gamma
+    )
     after = double_sigmoid_loss(y * float(w2 @ x), rho2, cost, gamma)
     assert after <= before + 1e-3
     assert rho2 >= 0.0
@@ -54,8 +62,9 @@ def test_on_a_ramp_the_flow_is_the_papers_branch_rule_taken_h_times(cost: float,
         return double_ramp_gradient(z, r, cost)
 
     x = np.array([1.0, 0.0])  # z = w[0]; rates 1 * eta on the coordinate that moves
-    w, rho, _ = normalized_step(np.array([2.0, 0.0]), 2.0, x, 1.0, h, Normalizer.empty(2),
-                                gradient, eta=0.5)  # fmt: skip
+    w, rho, _ = normalized_step(
+        np.array([2.0, 0.0]), 2.0, x, 1.0, h, Normalizer.empty(2), gradient, eta=0.5
+    )
     assert float(w[0]) == pytest.approx(2.0 + 0.5 * cost * h, rel=1e-12)
     assert rho == pytest.approx(2.0 - 0.5 * cost * h, rel=1e-12)
 
@@ -69,8 +78,9 @@ def test_a_heavy_label_stops_where_the_ramp_ends_and_sgd_overshoots() -> None:
     def gradient(z: float, r: float) -> tuple[float, float]:
         return double_ramp_gradient(z, r, 0.25)[0], 0.0  # rho held, to read z alone
 
-    w, _, moved = normalized_step(np.zeros(2), 0.5, x, 1.0, 1000.0, Normalizer.empty(2),
-                                  gradient, eta=0.5)  # fmt: skip
+    w, _, moved = normalized_step(
+        np.zeros(2), 0.5, x, 1.0, 1000.0, Normalizer.empty(2), gradient, eta=0.5
+    )
     assert moved
     assert float(w @ x) == pytest.approx(1.5, abs=1e-9)  # rho + 1, the end of the ramp
     sgd = 0.5 * 1000 * 0.25 * float(x @ x)  # the margin an unweighted-length step would reach

@@ -26,12 +26,28 @@ def test_sums_equal_the_stream_envelopes_risk_including_floored_probabilities() 
     cases = [(0, 1, 0.5), (1, -1, 0.25), (-1, -1, 1.0), (1, 1, 0.001), (0, -1, 0.01)]
     for i, (decided, y, p) in enumerate(cases):
         request = LabelRequest(
-            request_id=f"r{i}", event_id=f"e{i}", model="m", features=[0.1 * i, 1.0],
-            score=0.0, rho=1.0, decided_label=decided, query_probability=p,
-            model_version=envelope.version, requested_at=0.0, expires_at=1e9, priority=0.5,
-        )  # fmt: skip
-        out = apply_label(cfg, envelope, PendingEntry(request, 0), Label(f"r{i}", "m", y, "", None),
-                          i, now=1.0, max_weight=50.0)  # fmt: skip
+            request_id=f"r{i}",
+            event_id=f"e{i}",
+            model="m",
+            features=[0.1 * i, 1.0],
+            score=0.0,
+            rho=1.0,
+            decided_label=decided,
+            query_probability=p,
+            model_version=envelope.version,
+            requested_at=0.0,
+            expires_at=1e9,
+            priority=0.5,
+        )
+        out = apply_label(
+            cfg,
+            envelope,
+            PendingEntry(request, 0),
+            Label(f"r{i}", "m", y, "", None),
+            i,
+            now=1.0,
+            max_weight=50.0,
+        )
         assert out.model is not None
         envelope = out.model
         loss = 0.25 if decided == 0 else float(decided != y)
@@ -120,8 +136,9 @@ def _coverage(
     for _ in range(reps):
         losses = np.where(rng.random(n) < risk, 1.0, np.where(rng.random(n) < 0.1, 0.25, 0.0))
         # the probability depends on the loss, as a champion asks more where it errs
-        probs = np.clip(rng.uniform(p_low, 1.0, size=n) * np.where(losses > 0, 1.0, 0.5),
-                        p_low, 1.0)  # fmt: skip
+        probs = np.clip(
+            rng.uniform(p_low, 1.0, size=n) * np.where(losses > 0, 1.0, 0.5), p_low, 1.0
+        )
         asked = rng.random(n) < probs
         estimate = RiskEstimate()
         for loss, p in zip(losses[asked].tolist(), probs[asked].tolist(), strict=True):

@@ -32,8 +32,13 @@ from service.learning.state import dumps, loads
 from ..strategies import costs, margins, rhos
 
 
-def _by_hand(rule: str, events: list[tuple[np.ndarray, int, float]], eta: float, cost: float,
-             max_weight: float) -> tuple[np.ndarray, float]:  # fmt: skip
+def _by_hand(
+    rule: str,
+    events: list[tuple[np.ndarray, int, float]],
+    eta: float,
+    cost: float,
+    max_weight: float,
+) -> tuple[np.ndarray, float]:
     """The weighted update written out from the loss gradients: weight h = 1/max(p, 1/cap)
     taken as ceil(h) equal sub-steps at a constant step size."""
     w, rho = np.zeros(events[0][0].shape[0]), 1.0

@@ -18,24 +18,36 @@ MODEL = "replay"
 
 
 def _request(t: int, score: float = 0.3, decided: int = 1, p: float = 0.2) -> LabelRequest:
-    return LabelRequest(request_id(MODEL, f"e{t}"), f"e{t}", MODEL, [0.0], score, 1.0,
-                        decided, p, 0, float(t), 1e9, 0.5)  # fmt: skip
+    return LabelRequest(
+        request_id(MODEL, f"e{t}"),
+        f"e{t}",
+        MODEL,
+        [0.0],
+        score,
+        1.0,
+        decided,
+        p,
+        0,
+        float(t),
+        1e9,
+        0.5,
+    )
 
 
 def _draws(n: int, first: int = 0, second: int = 1, **coins: float) -> Draws:
     def c(name: str) -> np.ndarray:
         return np.full(n, coins.get(name, 0.5))
 
-    return Draws(np.full(n, first), np.full(n, second), c("answer"), c("opinion"),
-                 c("review"), c("undo"))  # fmt: skip
+    return Draws(
+        np.full(n, first), np.full(n, second), c("answer"), c("opinion"), c("review"), c("undo")
+    )
 
 
 @settings(max_examples=30)
 @given(team=st.integers(2, 6), seed=st.integers(0, 10_000))
 def test_a_second_opinion_is_never_given_by_the_first_labeller(team: int, seed: int) -> None:
     people = People(noise=0.3, team=team, second_opinions=SecondOpinions(share=1.0))
-    desk = Desk(people, Draws.draw(50, seed=seed, run=0, team=team), model=MODEL,
-                max_weight=100.0)  # fmt: skip
+    desk = Desk(people, Draws.draw(50, seed=seed, run=0, team=team), model=MODEL, max_weight=100.0)
     for t in range(50):
         request = _request(t)
         first = desk.answer(t, request, 1, now=float(t))
@@ -55,8 +67,12 @@ def test_the_desk_asks_a_second_opinion_exactly_when_the_label_desks_rule_does(
     score: float, decided: int, p: float, truth: int, share: float
 ) -> None:
     rule = SecondOpinions(share=share)
-    desk = Desk(People(noise=0.5, second_opinions=rule), Draws.draw(1, seed=0, run=0),
-                model=MODEL, max_weight=100.0)  # fmt: skip
+    desk = Desk(
+        People(noise=0.5, second_opinions=rule),
+        Draws.draw(1, seed=0, run=0),
+        model=MODEL,
+        max_weight=100.0,
+    )
     request = _request(0, score, decided, p)
     first = desk.answer(0, request, truth, now=0.0)
     asked = desk.check(0, request, first, now=0.0)
@@ -66,8 +82,12 @@ def test_the_desk_asks_a_second_opinion_exactly_when_the_label_desks_rule_does(
 
 
 def test_a_disagreement_reaches_the_reviewer_after_the_delay() -> None:
-    people = People(noise=(1.0, 0.0), second_opinions=SecondOpinions(share=1.0),
-                    reviewer_noise=0.0, review_delay=3)  # fmt: skip
+    people = People(
+        noise=(1.0, 0.0),
+        second_opinions=SecondOpinions(share=1.0),
+        reviewer_noise=0.0,
+        review_delay=3,
+    )
     desk = Desk(people, _draws(5), model=MODEL, max_weight=100.0)
     request = _request(0)
     first = desk.answer(0, request, -1, now=0.0)  # labeller 0 is always wrong

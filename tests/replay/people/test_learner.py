@@ -19,8 +19,9 @@ from service.replay.protocol import plan_trials
 from service.stream.scoring.decide import Limits, score_batch
 
 Dataset = tuple[np.ndarray, np.ndarray]
-CONFIG = ModelConfig(algorithm="dsal", cost=0.25, n_features=4, seed=1,
-                     label_budget=LabelBudget(fraction=0.3))  # fmt: skip
+CONFIG = ModelConfig(
+    algorithm="dsal", cost=0.25, n_features=4, seed=1, label_budget=LabelBudget(fraction=0.3)
+)
 
 
 async def _learn(service: MemoryService, X: np.ndarray, y: np.ndarray) -> None:
@@ -48,11 +49,16 @@ def test_a_decision_is_the_scorers_on_the_same_model_budget_and_coin(
         event = f"event-{t}"
         # the scorer's batch of one, with a copy of the model's budget as it stands
         budget = QueryBudget.from_state(service.budget.to_state())
-        message = RawMessage(orjson.dumps({"id": event, "features": X[t].tolist()}),
-                             "abstain.features", 0, t)  # fmt: skip
-        result = score_batch({MODEL: service.served}, [message], budgets={MODEL: budget},
-                             limits=Limits(default_model=MODEL, request_ttl=1e9),
-                             now=float(t))  # fmt: skip
+        message = RawMessage(
+            orjson.dumps({"id": event, "features": X[t].tolist()}), "abstain.features", 0, t
+        )
+        result = score_batch(
+            {MODEL: service.served},
+            [message],
+            budgets={MODEL: budget},
+            limits=Limits(default_model=MODEL, request_ttl=1e9),
+            now=float(t),
+        )
         (decision,) = result.decisions
         service.now = float(t)
         mine = service.decide(X[t], coin=coin(MODEL, event, served.version))

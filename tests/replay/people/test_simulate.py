@@ -25,21 +25,41 @@ BUDGET = 0.2
 
 
 def _config(n_features: int, **kw: Any) -> ModelConfig:
-    return ModelConfig(algorithm="dsal", cost=0.25, n_features=n_features, seed=3,
-                       label_budget=LabelBudget(fraction=BUDGET), **kw)  # fmt: skip
+    return ModelConfig(
+        algorithm="dsal",
+        cost=0.25,
+        n_features=n_features,
+        seed=3,
+        label_budget=LabelBudget(fraction=BUDGET),
+        **kw,
+    )
 
 
 def learned(model: ModelEnvelope) -> tuple[Any, ...]:
     """What a model learned, without where and when it was written."""
-    return (model.pipeline, model.learner, model.labels_applied, model.iw_loss,
-            model.iw_weight, model.estimate)  # fmt: skip
+    return (
+        model.pipeline,
+        model.learner,
+        model.labels_applied,
+        model.iw_loss,
+        model.iw_weight,
+        model.estimate,
+    )
 
 
 def test_with_perfect_people_and_no_review_it_is_the_plain_replay(guide_like: Dataset) -> None:
     X, y = guide_like
-    options = ReplayOptions(algorithms=("dsal",), costs=(0.25,), runs=2, trials=600, seed=3,
-                            scaler_fit="moments", label_budgets=(BUDGET,),
-                            adaptive=Parts(), update_rule="normalized")  # fmt: skip
+    options = ReplayOptions(
+        algorithms=("dsal",),
+        costs=(0.25,),
+        runs=2,
+        trials=600,
+        seed=3,
+        scaler_fit="moments",
+        label_budgets=(BUDGET,),
+        adaptive=Parts(),
+        update_rule="normalized",
+    )
     variant = Variant("dsal", BUDGET, "budget")
     plan = plan_trials(X.shape[0], options.runs, options.trials, options.seed, "permutation")
     features = RunFeatures(X, plan, standardize=True, intercept=True)
@@ -48,9 +68,14 @@ def test_with_perfect_people_and_no_review_it_is_the_plain_replay(guide_like: Da
         rows = plan.indices[r]
         draws = Draws.draw(options.trials, seed=0, run=r)
         run = simulate(X[rows], y[rows], plan.coins[r], _config(X.shape[1]), People(), draws)
-        plain = run_stream(variant_learner(variant, 0.25, features.n_features, options),
-                           X[rows], y[rows], plan.coins[r], 0.25,
-                           pipeline=serving_pipeline(X.shape[1]))  # fmt: skip
+        plain = run_stream(
+            variant_learner(variant, 0.25, features.n_features, options),
+            X[rows],
+            y[rows],
+            plan.coins[r],
+            0.25,
+            pipeline=serving_pipeline(X.shape[1]),
+        )
         assert np.array_equal(run.loss, plain.loss)  # every decision, every event
         assert np.array_equal(run.decided, plain.decision)
         assert np.array_equal(run.asked, plain.asked)
@@ -86,8 +111,12 @@ def test_a_reviewer_who_sees_every_wrong_answer_leaves_the_model_right_answers_m
     X, y = guide_like
     # labeller 0 errs often, labeller 1 never: every answer gets a second opinion, so
     # every wrong answer (labeller 0's) meets a right one, and a perfect reviewer decides
-    people = People(noise=(0.4, 0.0), second_opinions=SecondOpinions(share=1.0),
-                    reviewer_noise=0.0, review_delay=7)  # fmt: skip
+    people = People(
+        noise=(0.4, 0.0),
+        second_opinions=SecondOpinions(share=1.0),
+        reviewer_noise=0.0,
+        review_delay=7,
+    )
     plan = plan_trials(X.shape[0], 1, 600, seed=1, sampling="permutation")
     rows = plan.indices[0]
     config = _config(X.shape[1])
@@ -128,7 +157,7 @@ def test_a_review_that_lands_beyond_the_reach_is_refused_and_changes_nothing(
         People(noise=0.2),
         People(noise=0.2, second_opinions=SecondOpinions(share=1.0)),
         People(noise=0.2, undo=1.0),
-    ],  # fmt: skip
+    ],
     ids=["no review", "every answer checked", "authors undo"],
 )
 def test_the_label_budget_holds_and_the_peoples_work_comes_on_top(
@@ -137,8 +166,14 @@ def test_the_label_budget_holds_and_the_peoples_work_comes_on_top(
     X, y = guide_like
     plan = plan_trials(X.shape[0], 1, 1500, seed=0)
     rows = plan.indices[0]
-    run = simulate(X[rows], y[rows], plan.coins[0], _config(X.shape[1]), people,
-                   Draws.draw(1500, seed=0, run=0))  # fmt: skip
+    run = simulate(
+        X[rows],
+        y[rows],
+        plan.coins[0],
+        _config(X.shape[1]),
+        people,
+        Draws.draw(1500, seed=0, run=0),
+    )
     assert run.work.labels == int(run.asked.sum())  # one model label per request
     # a ceiling, not a quota: a model sure of most events asks less
     assert 0.1 * BUDGET * 1500 < run.work.labels <= 1.05 * BUDGET * 1500
