@@ -1,7 +1,7 @@
 # Container image for the abstain stream worker.
 #
-#   docker build -t abstain:0.1.0 .
-#   docker run --rm -p 6066:6066 -e ABSTAIN_BROKER=kafka://broker:9092 abstain:0.1.0
+#   docker build -t abstain:0.2.0 .
+#   docker run --rm -p 6066:6066 -e ABSTAIN_BROKER=kafka://broker:9092 abstain:0.2.0
 #
 # Without a Docker engine: `make image` builds this file with buildah (deploy/image/build.sh;
 # README, "The container image"). BASE_IMAGE names the base of both stages: any Debian-like
@@ -34,7 +34,7 @@ RUN /opt/abstain/bin/pip install --no-cache-dir .
 FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="abstain" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="0.2.0" \
       org.opencontainers.image.description="Kafka stream worker with online active learning of reject-option classifiers" \
       org.opencontainers.image.licenses="Apache-2.0"
 
