@@ -309,49 +309,41 @@ class LabelJoiner:
         # a label already marked at this offset: a crash interrupted its writes; each model
         # (champion, shadows) whose version is below its mark is redone, no other
         redo = pending is not None and pending.applied and pending.applied_offset == message.offset
-        if outcome.outcome is Outcome.APPLIED:
-            assert pending is not None  # noqa: S101 - an applied label had its request
-            before = {m: self.models.get(m) for m in members}
-            shadows = self._shadows(
-                pending,
-                server,
-                label,
-                message,
-                now=now,
-                cap=cap,
-                redo=redo,
-                reach_from=plan.reach_from,
-            )
-            mark = outcome.pending
-            assert mark is not None  # noqa: S101 - an applied outcome carries it
-            versions = (
-                pending.shadow_versions
-                if redo
-                else {o.model.model: o.model.version for o in shadows if o.model is not None}
-            )
-            step = _step(label, plan, message, pending.request, applied_at=now)
-            await self._store(
-                outcome,
-                replace(mark, shadow_versions=dict(versions)),
-                shadows,
-                recorded=(plan, step, before),
-            )
+        applied = outcome.outcome is Outcome.APPLIED
+        if not applied and not (redo and outcome.reason is Reason.REDELIVERED):
+            await self._not_applied(label.model, message, outcome)
             return
-        if redo and outcome.reason is Reason.REDELIVERED:
-            assert pending is not None  # noqa: S101 - redo implies an entry
-            shadows = self._shadows(
-                pending,
-                server,
-                label,
-                message,
-                now=now,
-                cap=cap,
-                redo=True,
-                reach_from=plan.reach_from,
-            )
+        assert pending is not None  # noqa: S101 - an applied or redone label had its request
+        before = {m: self.models.get(m) for m in members}
+        shadows = self._shadows(
+            pending,
+            server,
+            label,
+            message,
+            now=now,
+            cap=cap,
+            redo=redo,
+            reach_from=plan.reach_from,
+        )
+        if not applied:  # redelivered: only the shadows a crash left behind are redone
             if shadows:
                 await self._store_shadows(shadows)
-        await self._not_applied(label.model, message, outcome)
+            await self._not_applied(label.model, message, outcome)
+            return
+        mark = outcome.pending
+        assert mark is not None  # noqa: S101 - an applied outcome carries it
+        versions = (
+            pending.shadow_versions
+            if redo
+            else {o.model.model: o.model.version for o in shadows if o.model is not None}
+        )
+        step = _step(label, plan, message, pending.request, applied_at=now)
+        await self._store(
+            outcome,
+            replace(mark, shadow_versions=dict(versions)),
+            shadows,
+            recorded=(plan, step, before),
+        )
 
     def _shadows(
         self,

@@ -210,21 +210,12 @@ def teach(
         estimate=_charged(model, max_weight, request.decided_label, y, config.cost, asked),
         corrections_from=corrections_from,
     )
-    try:  # the standardiser's running sums can overflow without an error: check it all
-        encoded = new_model.to_json()
-    except RecordError:
-        return _unapplied(
-            Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
-        )
-    return LabelOutcome(
-        Outcome.APPLIED,
-        model=new_model,
-        encoded=encoded,
+    return _applied(
+        new_model,
+        learned[2],
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > asked,
-        changes=learned[2][0],
-        takeovers=learned[2][1],
     )
 
 
@@ -278,20 +269,35 @@ def apply_shadow_label(
         estimate=estimate,
         corrections_from=corrections_from,
     )
+    return _applied(new_model, learned[2], iw_loss=loss, clipped=p > request.query_probability)
+
+
+def _applied(
+    model: ModelEnvelope,
+    adapted: tuple[int, int],
+    *,
+    iw_loss: float,
+    clipped: bool,
+    turnaround: float = 0.0,
+) -> LabelOutcome:
+    """The outcome of a label applied to ``model`` (``adapted``: the changes detected and
+    takeovers it made), or a refusal when the new state does not encode: the standardiser's
+    running sums can overflow without an error, so the whole record is checked."""
     try:
-        encoded = new_model.to_json()
+        encoded = model.to_json()
     except RecordError:
         return _unapplied(
             Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
         )
     return LabelOutcome(
         Outcome.APPLIED,
-        model=new_model,
+        model=model,
         encoded=encoded,
-        iw_loss=loss,
-        clipped=p > request.query_probability,
-        changes=learned[2][0],
-        takeovers=learned[2][1],
+        iw_loss=iw_loss,
+        turnaround=turnaround,
+        clipped=clipped,
+        changes=adapted[0],
+        takeovers=adapted[1],
     )
 
 
