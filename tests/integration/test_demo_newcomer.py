@@ -150,10 +150,16 @@ def test_a_newcomer_answers_undoes_and_sees_the_team_view_and_nothing_is_refused
         answers.append(_answer(page, "1"))
         assert len(answers) < 12, answers
     own = [rid for rid, opinion, _ in answers if not opinion]
-    page.locator("#mine-list tbody tr", has_text=own[-1][:12]).wait_for(timeout=20_000)
+    # the newest answer of one's own is listed with its Undo button (U undoes the newest
+    # answer that still can be: the list refreshes while the learner applies the labels)
+    row = page.locator("#mine-list tbody tr", has_text=own[-1][:12])
+    playwright_sync.expect(row.get_by_role("button", name=re.compile("^Undo"))).to_be_visible(
+        timeout=30_000
+    )
     page.keyboard.press("u")
     playwright_sync.expect(page.locator("#status")).to_contain_text("Withdrawn", timeout=20_000)
-    assert str(page.locator("#rid").text_content()) == own[-1]  # back, to answer again
+    back = str(page.locator("#rid").text_content())  # back, to answer again
+    assert back == own[-1], (back, answers, page.locator("#mine-list").inner_text())
     page.screenshot(path=str(SHOTS / "newcomer-undone.png"), full_page=True)
     page.keyboard.press("s")  # leave it withdrawn
     playwright_sync.expect(page.locator("#status")).to_contain_text("Left withdrawn")
