@@ -55,10 +55,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import features, stop  # noqa: E402
+from harness import features, stop, users_file  # noqa: E402
 
 from service.config import Settings, Topics, load_settings  # noqa: E402
-from service.desk.auth.passwords import hash_password  # noqa: E402
 from service.records import LabelRequest, request_id  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
 
@@ -447,8 +446,7 @@ def main() -> int:
         print(f"worker holds them after {took:.1f} s more", flush=True)
 
         users = {f"bench-{i}": secrets.token_urlsafe(12) for i in range(args.clients)}
-        lines = [f'[users.{u}]\npassword = "{hash_password(pw)}"' for u, pw in users.items()]
-        (work / "users.toml").write_text("\n".join(lines) + "\n")
+        users_path = users_file(work, users)
         desk = _spawn(
             [
                 "desk",
@@ -459,7 +457,7 @@ def main() -> int:
                 "--port",
                 str(desk_port),
                 "--users",
-                str(work / "users.toml"),
+                str(users_path),
             ],
             work / "desk.log",
         )

@@ -57,7 +57,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import stop  # noqa: E402
+from harness import stop, users_file  # noqa: E402
 
 MODEL = "m"
 N_FEATURES = 3
@@ -310,7 +310,6 @@ def _start(args: argparse.Namespace, work: Path) -> tuple[Any, subprocess.Popen[
     """Broker (unless given), topics, requests, users and the desk; (kafka, desk, port,
     the person's password)."""
     from service.config import load_settings  # noqa: PLC0415
-    from service.desk.auth.passwords import hash_password  # noqa: PLC0415
     from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
 
     kafka = None
@@ -328,8 +327,7 @@ def _start(args: argparse.Namespace, work: Path) -> tuple[Any, subprocess.Popen[
     secret = {"person": password} | {
         f"ann{r}": secrets.token_urlsafe(12) for r in range(1, args.runs + 1)
     }
-    lines = [f'[users.{u}]\npassword = "{hash_password(pw)}"' for u, pw in secret.items()]
-    (work / "users.toml").write_text("\n".join(lines) + "\n")
+    users_path = users_file(work, secret)
     desk_port = find_free_ports(1)[0]
     desk = _spawn(
         [
@@ -341,7 +339,7 @@ def _start(args: argparse.Namespace, work: Path) -> tuple[Any, subprocess.Popen[
             "--port",
             str(desk_port),
             "--users",
-            str(work / "users.toml"),
+            str(users_path),
         ],
         work / "desk.log",
     )

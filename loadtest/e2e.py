@@ -58,7 +58,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import features, stop  # noqa: E402
+from harness import features, stop, worker_argv  # noqa: E402
 
 from service.config import Topics, load_settings  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
@@ -217,18 +217,7 @@ def _measure(
     try:
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "service",
-                    "worker",
-                    "--config",
-                    str(path),
-                    "--broker",
-                    broker,
-                    "--web-port",
-                    str(port),
-                ],
+                worker_argv(path, broker, port),
                 cwd=REPO,
                 env=env,
                 stdout=out,

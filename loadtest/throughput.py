@@ -76,7 +76,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from harness import features, stop  # noqa: E402
+from harness import features, stop, worker_argv  # noqa: E402
 
 from service.localkafka import LocalKafka, find_free_ports  # noqa: E402
 from service.stream.kafka.clients import topic_partitions  # noqa: E402
@@ -256,21 +256,7 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
     path = work / f"tput-{run}.json"
     path.write_text(json.dumps(config))
     ports = find_free_ports(count)
-    return [
-        [
-            sys.executable,
-            "-m",
-            "service",
-            "worker",
-            "--config",
-            str(path),
-            "--broker",
-            broker,
-            "--web-port",
-            str(port),
-        ]
-        for port in ports
-    ]
+    return [worker_argv(path, broker, port) for port in ports]
 
 
 async def learner_run(broker: str, X: np.ndarray, n: int, work: Path) -> Run:

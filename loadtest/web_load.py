@@ -49,7 +49,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import features, stop  # noqa: E402
+from harness import features, stop, worker_argv  # noqa: E402
 
 from service.config import Settings, Topics, load_settings  # noqa: E402
 from service.records import LabelRequest, request_id  # noqa: E402
@@ -365,18 +365,7 @@ def _start_worker(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
     with (work / "worker.log").open("wb") as out:
         proc = subprocess.Popen(  # noqa: S603 - fixed argv
-            [
-                sys.executable,
-                "-m",
-                "service",
-                "worker",
-                "--config",
-                str(path),
-                "--broker",
-                broker,
-                "--web-port",
-                str(port),
-            ],
+            worker_argv(path, broker, port),
             cwd=REPO,
             env=env,
             stdout=out,
