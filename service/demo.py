@@ -531,6 +531,8 @@ class DemoStream:
         return share > 0 and coin_of("demo", rid, 0, purpose="left-to-people") < share
 
     def schedule(self, req: dict[str, Any]) -> None:
+        if self._client is None:  # stopping (a timer that fired after the end): no answer
+            return
         task = asyncio.ensure_future(self.answer(req))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
@@ -661,8 +663,10 @@ class DemoStream:
                 await self.feed()
                 await self.drain()
             finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                # the followers and the answers on their way stop before the client closes
                 self._client = None
+                stopping = [*tasks, *self.pending]
+                for task in stopping:
+                    task.cancel()
+                await asyncio.gather(*stopping, return_exceptions=True)
                 print(done_line(self.tally, _metrics(self.args.web_port)))
