@@ -109,11 +109,14 @@ def _status(page: Any) -> str:
     return str(page.locator("#status").text_content() or "").strip()
 
 
-def _answer(page: Any, key: str) -> tuple[str, bool, str]:
-    """Press ``key`` on the request shown: (its id, was it a second opinion, what the desk
-    said)."""
+def _answer(page: Any, key: str, previous: str | None = None) -> tuple[str, bool, str]:
+    """Press ``key`` on the request shown once it is not ``previous`` (the one answered last,
+    whose card stays until the next one is loaded): (its id, was it a second opinion, what
+    the desk said)."""
     expect = playwright_sync.expect
     expect(page.locator("#card")).to_be_visible(timeout=60_000)
+    if previous is not None:
+        expect(page.locator("#rid")).not_to_have_text(previous, timeout=60_000)
     rid = str(page.locator("#rid").text_content())
     opinion = page.locator("#mode").is_visible()
     page.keyboard.press(key)
@@ -143,11 +146,13 @@ def test_a_newcomer_answers_undoes_and_sees_the_team_view_and_nothing_is_refused
     assert "legitimate" in str(page.locator("#a-pos").text_content())  # not +1
     assert "phishing" in str(page.locator("#a-neg").text_content())
     page.screenshot(path=str(SHOTS / "newcomer-request.png"), full_page=True)
-    answers = [_answer(page, key) for key in ("1", "2", "1")]
+    answers: list[tuple[str, bool, str]] = []
+    for key in ("1", "2", "1"):
+        answers.append(_answer(page, key, answers[-1][0] if answers else None))
     said = [text for *_, text in answers]
     assert all(t.startswith("Saved") for t in said), said
     while not [a for a in answers if not a[1]]:  # the undo needs an answer of one's own
-        answers.append(_answer(page, "1"))
+        answers.append(_answer(page, "1", answers[-1][0]))
         assert len(answers) < 12, answers
     own = [rid for rid, opinion, _ in answers if not opinion]
     # the newest answer of one's own is listed with its Undo button (U undoes the newest
