@@ -11,7 +11,18 @@ and watches what the champion does on its labels:
    when the detector fires and the recent values are the *higher* ones (a model that
    improves is not a change). A champion that collapses (rejects at least 95 % of a window
    of labels while $\rho$ grows, :class:`~service.learning.risk.collapse.CollapseWatch`) counts
-   as a change too.
+   as a change too. The labels a model asks for crowd where it is unsure, so a champion
+   that has become *confidently* wrong (after a label flip, one that moved its intercept
+   until every event falls on one side) can be right on most of them while wrong on most
+   events. A second detector of the same kind (``weighted``, on by default) therefore
+   reads each label's signal $e_i$ weighted by how unlikely it was to be asked,
+   $e_i\,\underline p / p_i$ in $[0, 1]$, with $\underline p$ the least query probability
+   seen (at least $1/$``max_weight``). Its mean over the labels asked in a stretch of
+   events is $\underline p\,\sum_t e_t / \sum_t p_t$: the champion's error rate over
+   *all* the events, scaled (the importance-weighted estimate, in a detector's range), so
+   the few labels a budget spends uniformly (:class:`~service.learning.QueryBudget`'s
+   ``explore``) carry the change. With every label asked the two detectors read the
+   same values.
 2. **Challenge.** At a change, challengers start where the champion was just before it
    (the detector says how many labels ago; the model remembers its last labels and
    snapshots of the champion, :mod:`service.learning.adaptive.recall`): ``"mirror"``, the champion
@@ -149,6 +160,9 @@ class Adaptive:
     signal:
         What the detector reads per label: ``"error"`` (default), the champion's score on
         the wrong side; ``"loss"``, its 0-d-1 loss.
+    weighted:
+        Whether a second detector of the same kind reads the signal weighted by
+        $\\underline p / p$ (module docstring; default ``True``).
     challengers:
         Kinds started at a change, in order of preference (default ``("mirror", "fresh")``).
     min_labels, z, test, patience:
@@ -179,6 +193,7 @@ class Adaptive:
 
     param_names: ClassVar[tuple[str, ...]] = (
         "signal",
+        "weighted",
         "challengers",
         "min_labels",
         "z",
@@ -198,12 +213,14 @@ class Adaptive:
         "champion",
         "champion_origin",
         "detector",
+        "weighted_detector",
         "_changes",
         "_explore_left",
         "_explored",
         "_floor",
         "_labels",
         "_last_change",
+        "_least_p",
         "_recall",
         "_risk",
         "_rng",
@@ -218,6 +235,7 @@ class Adaptive:
         *,
         detector: ADWIN | PageHinkley | None | str = "default",
         signal: str = "error",
+        weighted: bool = True,
         challengers: Sequence[str] = CHALLENGER_KINDS,
         min_labels: int = 10,
         z: float = 2.0,
@@ -243,7 +261,11 @@ class Adaptive:
             raise HyperparameterError(f"challengers must be distinct kinds of {CHALLENGER_KINDS}")
         self.champion = learner
         self.champion_origin = "initial"
+        if not isinstance(weighted, bool):
+            raise HyperparameterError(f"weighted must be true or false, got {weighted!r}")
         self.detector = detector
+        self.weighted = weighted
+        self.weighted_detector = _twin(detector) if weighted else None
         self.signal = _choice("signal", signal, SIGNALS)
         self.challengers = kinds
         self.min_labels = check_int("min_labels", min_labels, 1)
@@ -271,6 +293,7 @@ class Adaptive:
         self._changes = 0
         self._takeovers = 0
         self._last_change: int | None = None
+        self._least_p = 1.0
         self._rng = np.random.default_rng(self.seed)
 
     # -- the learner's face ------------------------------------------------------------
@@ -457,23 +480,34 @@ class Adaptive:
         if self._explore_left > 0:
             self._explore_left -= 1
         wrong = float(yv * decided.score < 0.0)
-        if self._changed(wrong if self.signal == "error" else loss, decided):
-            self._start_change()
+        back = self._changed(wrong if self.signal == "error" else loss, p, decided)
+        if back is not None:
+            self._start_change(back)
         self._maybe_take_over()
         return moved
 
-    def _changed(self, signal: float, decided: Decision) -> bool:
-        change = False
-        if self.detector is not None and self.detector.update(signal):
-            change = bool(getattr(self.detector, "rising", True))
+    def _changed(self, signal: float, p: float, decided: Decision) -> int | None:
+        """Feed the detectors and the collapse watch; at a change, how many labels ago it
+        began by the detector that saw it (0 for a collapse), else ``None``."""
+        back: int | None = None
+        plain = self.detector
+        if plain is not None and plain.update(signal) and getattr(plain, "rising", True):
+            back = int(getattr(plain, "recent", 0))
+        twin = self.weighted_detector
+        if twin is not None:
+            p = max(p, 1.0 / self._risk.max_weight)
+            self._least_p = min(self._least_p, p)
+            if twin.update(signal * self._least_p / p) and getattr(twin, "rising", True):
+                back = max(back or 0, int(getattr(twin, "recent", 0)))
         if self._watch is not None:
             before = self._watch.status().windows
             self._watch.observe(decided.label, decided.rho)
             status = self._watch.status()
-            change = change or (status.windows > before and status.collapsed)
-        return change
+            if back is None and status.windows > before and status.collapsed:
+                back = 0
+        return back
 
-    def _start_change(self) -> None:
+    def _start_change(self, back: int) -> None:
         self._changes += 1
         self._last_change = self._labels
         self._explore_left = self.explore_after
@@ -482,7 +516,6 @@ class Adaptive:
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
         if self._contest or not self.challengers:
             return
-        back = int(getattr(self.detector, "recent", 0)) if self.detector is not None else 0
         change = self._labels - back
         _, w, rho, since = self._recall.since(change)
         champion = self.champion
@@ -512,7 +545,9 @@ class Adaptive:
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
         self._recall.clear()
         if self.detector is not None:
-            self.detector = type(self.detector)(**self.detector.get_params())
+            self.detector = _twin(self.detector)
+        if self.weighted_detector is not None:
+            self.weighted_detector = _twin(self.weighted_detector)
         if self._watch is not None:
             self._watch = CollapseWatch(window=self.collapse_window)
 
@@ -534,6 +569,9 @@ class Adaptive:
             "champion_origin": self.champion_origin,
             "contest": self._contest.to_state(),
             "detector": None if self.detector is None else self.detector.to_state(),
+            "weighted_detector": (
+                None if self.weighted_detector is None else self.weighted_detector.to_state()
+            ),
             "collapse_watch": None if self._watch is None else self._watch.to_state(),
             "recall": self._recall.to_state(),
             "learned": {
@@ -544,6 +582,7 @@ class Adaptive:
                 "explore_left": self._explore_left,
                 "explored": self._explored,
                 "floor": self._floor,
+                "least_p": self._least_p,
                 "risk": self._risk.to_state(),
                 "rng": st.rng_state(self._rng),
             },
@@ -578,6 +617,11 @@ class Adaptive:
         )
 
 
+def _twin(detector: ADWIN | PageHinkley | None) -> ADWIN | PageHinkley | None:
+    """A fresh detector of the same kind and parameters (``None`` for none)."""
+    return None if detector is None else type(detector)(**detector.get_params())
+
+
 def _recapped(risk: RiskEstimate, max_weight: float) -> RiskEstimate:
     """``risk`` with its sums kept and its cap of importance weights changed."""
     record = risk.to_state()
@@ -608,5 +652,14 @@ def _restore(model: Adaptive, record: Any) -> None:
     model._explore_left = st.read_int(learned, "explore_left")
     model._explored = st.read_int(learned, "explored") if "explored" in learned else 0
     model._floor = st.read_float(learned, "floor", minimum=0.0)
+    if "least_p" in learned:  # absent in a record written before the weighted detector
+        model._least_p = st.read_float(learned, "least_p", minimum=1e-12)
+        if model._least_p > 1.0:
+            raise StateError("adaptive state field 'least_p' must be at most 1")
+    twin = record.get("weighted_detector")
+    if (twin is not None) and model.weighted_detector is None:
+        raise StateError("adaptive state: a weighted detector without weighted and a detector")
+    if twin is not None:
+        model.weighted_detector = detector_from_state(twin)
     model._risk = RiskEstimate.from_state(learned.get("risk"))
     model._rng = st.rng_from_state(learned.get("rng"))

@@ -174,6 +174,7 @@ def _conformed(record: dict[str, Any], parts: Parts) -> dict[str, Any]:
     has_detector = record.get("detector") is not None or params.get("collapse_window", 0) != 0
     if parts.detector != has_detector:
         record["detector"] = default_detector().to_state() if parts.detector else None
+        record["weighted_detector"] = None  # a fresh one with the detector, or none
         params["collapse_window"] = _COLLAPSE_WINDOW if parts.detector else 0
         record["collapse_watch"] = (
             CollapseWatch(window=_COLLAPSE_WINDOW).to_state() if parts.detector else None

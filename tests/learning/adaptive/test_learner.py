@@ -76,6 +76,53 @@ def test_a_label_flip_is_detected_once_and_the_mirror_takes_over() -> None:
     assert accuracy(plain, X[600:], y[600:]) < 0.3
 
 
+def budgeted_labels(model: Adaptive, n: int, wrong: float, seed: int = 3) -> None:
+    """Labels as a budget asks them: 97 % near the champion's boundary (p = 0.5, a quarter
+    of them against it), 3 % spent uniformly (p = 0.01, on events it is sure of, labelled
+    against it with probability ``wrong``)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        if rng.random() < 0.97:
+            y = -1 if rng.random() < 0.25 else 1
+            model.update(np.array([0.5, 0.0, 1.0]), y, query_probability=0.5)
+        else:
+            y = -1 if rng.random() < wrong else 1
+            model.update(np.array([4.0, 0.0, 1.0]), y, query_probability=0.01)
+
+
+def test_a_champion_right_where_it_asks_and_wrong_elsewhere_is_a_change() -> None:
+    detectors = {}
+    for weighted in (True, False):
+        model = Adaptive(DSAL(n_features=N, cost=0.25), weighted=weighted, challengers=())
+        budgeted_labels(model, 2000, wrong=0.0, seed=13)
+        assert model.decide([4.0, 0.0, 1.0]).label == 1
+        settled = model.changes_detected
+        budgeted_labels(model, 500, wrong=0.0, seed=15)
+        assert model.changes_detected == settled  # the same stream: no change
+        budgeted_labels(model, 2000, wrong=0.8, seed=14)  # sure and now wrong
+        detectors[weighted] = model.changes_detected - settled
+    # the plain detector reads mostly the labels near the boundary, which stay right
+    assert detectors[False] == 0
+    assert detectors[True] >= 1
+
+
+def test_with_every_label_the_weighted_detector_reads_what_the_plain_one_does() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), challengers=())
+    for x, label in zip(X[:640], y[:640], strict=True):
+        model.update(x, int(label))
+        assert model.weighted_detector is not None
+        assert model.detector is not None
+        assert model.weighted_detector.to_state() == model.detector.to_state()
+    plain = Adaptive(DSAL(n_features=N, cost=0.25), challengers=(), weighted=False)
+    feed(plain, X[:640], y[:640])
+    assert plain.weighted_detector is None
+    assert (plain.changes_detected, plain.last_change) == (
+        model.changes_detected,
+        model.last_change,
+    )
+
+
 def test_risk_since_the_change_counts_the_labels_after_it() -> None:
     X, y = flipped_stream()
     model = Adaptive(DSAL(n_features=N, cost=0.25))
@@ -260,6 +307,20 @@ def test_a_record_without_the_count_of_floored_decisions_loads() -> None:
     assert (restored.explored, restored.explore_events, restored.explore_decisions) == (0, None, 20)
 
 
+def test_a_record_from_before_the_weighted_detector_loads_with_a_fresh_one() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(model, X[:300], y[:300])
+    old = model.to_state()
+    del old["weighted_detector"], old["learned"]["least_p"], old["params"]["weighted"]
+    restored = Adaptive.from_state(old)
+    assert restored.weighted
+    assert restored.weighted_detector is not None
+    assert restored.weighted_detector.to_state() == ADWIN(**model.detector.get_params()).to_state()
+    restored.update(X[300], int(y[300]), query_probability=0.2)
+    assert restored.to_state()["learned"]["least_p"] == 0.2
+
+
 def test_without_coins_the_wrapper_draws_its_own_from_its_seed() -> None:
     X, _ = flipped_stream()
     a, b = (Adaptive(DSAL(n_features=N, cost=0.25), seed=9) for _ in range(2))
@@ -407,6 +468,11 @@ def test_state_records_are_checked() -> None:
         {**good, "recall": {**good["recall"], "labels": good["recall"]["labels"] * 9}},
         {**good, "contest": {**good["contest"], "duels": []}},
         {**good, "learned": {**good["learned"], "labels": -1}},
+        {**good, "learned": {**good["learned"], "least_p": 1.5}},
+        {**good, "learned": {**good["learned"], "least_p": 0.0}},
+        {**good, "weighted_detector": {"kind": "adwin"}},
+        {**good, "params": {**good["params"], "weighted": "yes"}},
+        {**good, "params": {**good["params"], "weighted": False}},  # its detector is there
     ]
     for record in bad:
         with pytest.raises(StateError):
