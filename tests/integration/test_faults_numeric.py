@@ -100,6 +100,19 @@ def test_updates_that_would_overflow_are_refused_and_nothing_non_finite_is_writt
         assert settle(dep, observer, list(src.truth), "m", n.timeout)
         v1 = _state(dep, "m")
         assert v1["version"] == n.labels
+        # a batch of good events decided by v1 first: the scorer then knows v1 scores, so a
+        #    batch of hostile events cannot be blamed on v1 instead (a snapshot that overflows
+        #    where the version before it did not is refused: the scorer's fallback)
+        warm = src.make(6)
+        produce(dep.bootstrap, t["features"], warm)
+        _wait(
+            lambda: all(
+                any(d.model_version == v1["version"] for d in observer.decisions.get(k.decode(), []))
+                for k, _ in warm
+            ),
+            n.timeout,
+            "good events decided by the settled version",
+        )
 
         # 2. hostile events, scored at that version: a finite decision or a refusal, never
         #    a crash; which one is computed offline from the same state
