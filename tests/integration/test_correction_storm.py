@@ -101,19 +101,26 @@ def test_a_storm_of_corrections_does_not_stall_scoring_and_each_is_applied_once(
     assert served["version"] == LABELS + len(storm.answered) + CORRECTIONS
 
 
+#: the kill's storm (corrections, seconds): half the latency test's at the same rate in CI,
+#: the same in ``make test-long``
+KILL_SIZES = {"ci": (150, 30.0), "full": (CORRECTIONS, STORM)}
+
+
+@pytest.mark.parametrize("size", [pytest.param("ci"), pytest.param("full", marks=pytest.mark.slow)])
 def test_a_kill_9_in_the_middle_of_a_storm_leaves_the_rebuild_after_a_restart(
-    service_factory: Callable[..., Any], kafka_io: Any
+    size: str, service_factory: Callable[..., Any], kafka_io: Any
 ) -> None:
+    corrections, seconds = KILL_SIZES[size]
     run = _learned(service_factory, kafka_io)
-    storm = Storm(run, corrections=CORRECTIONS, seconds=STORM, n_features=FEATURES)
+    storm = Storm(run, corrections=corrections, seconds=seconds, n_features=FEATURES)
     storm.start()
     storm.rage()
-    time.sleep(STORM / 2)
+    time.sleep(seconds / 2)
     run.worker.kill9()
     run.worker = run.service.start()
     run.worker.wait_ready()
-    assert storm.calm.wait(STORM + 30), "the corrections were not all written"
+    assert storm.calm.wait(seconds + 30), "the corrections were not all written"
     storm.stop()
     _settled(run, 300)
     served = run.served_equals_rebuild()
-    assert served["version"] == LABELS + len(storm.answered) + CORRECTIONS
+    assert served["version"] == LABELS + len(storm.answered) + corrections

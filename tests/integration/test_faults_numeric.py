@@ -107,7 +107,9 @@ def test_updates_that_would_overflow_are_refused_and_nothing_non_finite_is_writt
         produce(dep.bootstrap, t["features"], warm)
         _wait(
             lambda: all(
-                any(d.model_version == v1["version"] for d in observer.decisions.get(k.decode(), []))
+                any(
+                    d.model_version == v1["version"] for d in observer.decisions.get(k.decode(), [])
+                )
                 for k, _ in warm
             ),
             n.timeout,
