@@ -2,11 +2,11 @@
 the goals are read from (``docs/results/learning.md`` is made of them).
 
 Usage: ``python loadtest/learning_tables.py [--results loadtest/results/learning]
-[--now -after] [--previous TAG] [--peers TAG]``. Reads ``<group>-before.json`` (the served
+[--now -after] [--previous TAG[:NAME]]... [--peers TAG]``. Reads ``<group>-before.json`` (the served
 stack and the bare learner of the code before, and the peers) and ``<group><now>.json`` (the
 served stack now) written by ``loadtest/learning_bench.py --tag=-before`` / ``--tag=-after``;
-with ``--previous``, ``<group><previous>.json`` (the served stack of an earlier round, a row
-and a ratio of its own); with ``--peers``, ``<group><peers>.json`` (the peers run again, the
+with each ``--previous``, ``<group><TAG>.json`` (the served stack of an earlier round, a row
+and a ratio of its own, named ``NAME``, "round 1" by default); with ``--peers``, ``<group><peers>.json`` (the peers run again, the
 scikit-activeml ones held to the budget as River's entropy sampler is: rows of their own and
 the ratio to the best of them). Prints one table per stream: a row per model, a column per
 budget, cells the median risk over runs [min-max], then the ratios.
@@ -78,12 +78,11 @@ def table(
     stream: str,
     before: dict[str, Any],
     after: dict[str, Any],
-    previous: dict[str, Any] | None = None,
+    previous: list[tuple[str, dict[str, Any]]] | None = None,
     peers: dict[str, Any] | None = None,
 ) -> str:
     rows = [("abstain served, now", after, SERVED)]
-    if previous:
-        rows.append(("abstain served, round 1", previous, SERVED))
+    rows += [(f"abstain served, {name}", data, SERVED) for name, data in previous or []]
     rows += [
         ("abstain served, before", before, SERVED),
         ("abstain bare (the paper's learner)", before, BARE),
@@ -101,7 +100,7 @@ def table(
         if any(cells):
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
     now = [median(after[SERVED + BUDGETS[i]][stream]) for i in present]
-    earlier = [("before", before)] + ([("round 1", previous)] if previous else [])
+    earlier = [("before", before), *(previous or [])]
     for name, source in earlier:
         then = [median(source[SERVED + BUDGETS[i]][stream]) for i in present]
         lines.append(
@@ -131,12 +130,20 @@ def main(argv: list[str]) -> int:
         default=["short", "long", "replay", "elec2", "agrawal"],
     )
     p.add_argument("--now", default="-after", help="tag of the served stack now")
-    p.add_argument("--previous", default=None, help="tag of an earlier round's served stack")
+    p.add_argument(
+        "--previous",
+        action="append",
+        default=[],
+        help="TAG[:NAME] of an earlier round's served stack (repeatable; NAME: round 1)",
+    )
     p.add_argument("--peers", default=None, help="tag of the peers held to the budget")
     args = p.parse_args(argv)
     for group in args.groups:
         before, after = load(args.results, group, "-before"), load(args.results, group, args.now)
-        previous = load(args.results, group, args.previous) if args.previous else None
+        previous = []
+        for spec in args.previous:
+            tag, _, name = spec.partition(":")
+            previous.append((name or "round 1", load(args.results, group, tag)))
         peers = load(args.results, group, args.peers) if args.peers else None
         streams = list(dict.fromkeys(s for by in after.values() for s in by))
         for stream in streams:
