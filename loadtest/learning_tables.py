@@ -2,14 +2,15 @@
 the goals are read from (``docs/results/learning.md`` is made of them).
 
 Usage: ``python loadtest/learning_tables.py [--results loadtest/results/learning]
-[--now -after] [--previous TAG[:NAME]]... [--peers TAG]``. Reads ``<group>-before.json`` (the served
-stack and the bare learner of the code before, and the peers) and ``<group><now>.json`` (the
-served stack now) written by ``loadtest/learning_bench.py --tag=-before`` / ``--tag=-after``;
-with each ``--previous``, ``<group><TAG>.json`` (the served stack of an earlier round, a row
-and a ratio of its own, named ``NAME``, "round 1" by default); with ``--peers``, ``<group><peers>.json`` (the peers run again, the
-scikit-activeml ones held to the budget as River's entropy sampler is: rows of their own and
-the ratio to the best of them). Prints one table per stream: a row per model, a column per
-budget, cells the median risk over runs [min-max], then the ratios.
+[--now -after] [--previous TAG[:NAME]]... [--peers TAG]``. Reads ``<group>-before.json``
+(the served stack and the bare learner of the code before, and the peers) and
+``<group><now>.json`` (the served stack now) written by ``loadtest/learning_bench.py
+--tag=-before`` / ``--tag=-after``; with each ``--previous``, ``<group><TAG>.json`` (the
+served stack of an earlier round, a row and a ratio of its own, named ``NAME``, "round 1"
+by default); with ``--peers``, ``<group><peers>.json`` (the peers run again, the
+scikit-activeml ones held to the budget as River's entropy sampler is: rows of their own
+and the ratio to the best of them). Prints one table per stream: a row per model, a column
+per budget, cells the median risk over runs [min-max], then the ratios.
 """
 
 from __future__ import annotations
