@@ -107,7 +107,7 @@ class LabelScaler:
     >>> for v in (1.0, 2.0, 3.0):
     ...     _ = scaler.seen(np.array([v]))
     >>> scaler.learn(np.array([3.0])).round(4).tolist()   # 1.2247 by the events, then the labels
-    [1.1767, 1.0]
+    [0.6547, 1.0]
     """
 
     __slots__ = ("_moments", "pipeline")
