@@ -1,8 +1,8 @@
 """What limits a double sigmoid learner on elec2: the loss, not rho and not the step.
 
-Usage: ``python loadtest/elec2_loss.py [--steps 0.1,0.3,1,3]``. The electricity stream in its
-order, every label, inputs standardised by every event so far plus an intercept, plain
-stochastic gradient steps of constant size ``eta`` on:
+Usage: ``python loadtest/elec2_loss.py [--steps 0.1,0.3,1,3] [--radii 4,8,16]``. The
+electricity stream in its order, every label, inputs standardised by every event so far plus
+an intercept, plain stochastic gradient steps of constant size ``eta`` on:
 
 * the double sigmoid loss with rho learned (the paper's update);
 * the double sigmoid loss with rho held at ``ln((1 - d) / d)``, Chow's width in logit units
@@ -11,7 +11,9 @@ stochastic gradient steps of constant size ``eta`` on:
 
 Prints the risk (d = 0.25), the share rejected and the median abs(w . x) of each. The double
 sigmoid's gradient vanishes on an example it is confidently wrong about, which is what a
-moving boundary makes; the logistic's does not.
+moving boundary makes; the logistic's does not. With ``--radii``, a second table: the double
+sigmoid with rho learned and ``w`` held in a ball of each radius (projected after every step,
+rho scaled with it), which keeps ``|w . x|`` where the loss still has a gradient.
 """
 
 from __future__ import annotations
@@ -42,7 +44,14 @@ def standardised(X: np.ndarray) -> np.ndarray:
     return np.hstack([z, np.ones((X.shape[0], 1))])
 
 
-def run(X: np.ndarray, y: np.ndarray, eta: float, loss: str, free_rho: bool) -> tuple[float, ...]:
+def run(
+    X: np.ndarray,
+    y: np.ndarray,
+    eta: float,
+    loss: str,
+    free_rho: bool,
+    radius: float | None = None,
+) -> tuple[float, ...]:
     w, rho = np.zeros(X.shape[1]), 1.0 if free_rho else CHOW
     total = rejected = 0.0
     scores = []
@@ -63,6 +72,8 @@ def run(X: np.ndarray, y: np.ndarray, eta: float, loss: str, free_rho: bool) -> 
         w = w - eta * g * yt * x
         if free_rho:
             rho = max(0.0, rho - eta * g_rho)
+        if radius is not None and (norm := float(np.linalg.norm(w))) > radius:
+            w, rho = w * (radius / norm), rho * (radius / norm)
     n = X.shape[0]
     return total / n, rejected / n, statistics.median(scores)
 
@@ -72,6 +83,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--steps", type=lambda t: [float(v) for v in t.split(",")], default=[0.1, 0.3, 1.0, 3.0]
     )
+    p.add_argument("--radii", type=lambda t: [float(v) for v in t.split(",")], default=[])
     args = p.parse_args(argv)
     X, y = load_dataset(resolve_dataset_path("elec2/elec.csv"))
     Z = standardised(X)
@@ -85,6 +97,17 @@ def main(argv: list[str]) -> int:
             risk, rejected, scale = run(Z, y, eta, loss, free)
             cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
         print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+    if args.radii:
+        print(
+            "\n| step | " + " | ".join(f"double sigmoid, norm of w <= {r:g}" for r in args.radii) + " |"
+        )
+        print("|---|" + "---|" * len(args.radii))
+        for eta in args.steps:
+            cells = []
+            for r in args.radii:
+                risk, rejected, scale = run(Z, y, eta, "ds", True, radius=r)
+                cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
+            print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
     return 0
 
 
