@@ -98,9 +98,8 @@ def main(argv: list[str]) -> int:
             cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
         print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
     if args.radii:
-        print(
-            "\n| step | " + " | ".join(f"double sigmoid, norm of w <= {r:g}" for r in args.radii) + " |"
-        )
+        heads = [f"double sigmoid, norm of w <= {r:g}" for r in args.radii]
+        print("\n| step | " + " | ".join(heads) + " |")
         print("|---|" + "---|" * len(args.radii))
         for eta in args.steps:
             cells = []
