@@ -29,7 +29,20 @@ import numpy.typing as npt
 
 from service.learning.risk.shadow import Estimator
 
-__all__ = ["Role", "ShadowResult", "Track", "checkpoints"]
+#: what a :class:`Track` holds per checkpoint and run, in the order of the curves' columns
+CURVES = (
+    "true",
+    "estimate",
+    "low",
+    "high",
+    "ratio",
+    "ratio_low",
+    "ratio_high",
+    "labels",
+    "rejected",
+)
+
+__all__ = ["CURVES", "Role", "ShadowResult", "Track", "checkpoints"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -176,17 +189,7 @@ class ShadowResult:
         ``labels``, ``rejected``, the fractions of (eligible) runs covered (``coverage``,
         ``ratio_coverage``), and the estimates and intervals of run 0 (``*_run0``); 6
         significant digits, empty for NaN."""
-        names = (
-            "true",
-            "estimate",
-            "low",
-            "high",
-            "ratio",
-            "ratio_low",
-            "ratio_high",
-            "labels",
-            "rejected",
-        )
+        names = CURVES
         header = ["model", "role", "t", *(f"{n}_mean" for n in names), "coverage"]
         header += ["ratio_coverage", *(f"{n}_run0" for n in names[:7])]
         with path.open("w", encoding="utf-8", newline="") as handle:

@@ -58,7 +58,7 @@ from service.replay.options import ReplayOptions, accepted_params
 from service.replay.protocol import Progress, plan_trials, validate_costs
 from service.replay.results import Variant
 from service.replay.sequential import champion_weight_cap, scaler_for, variant_learner
-from service.replay.shadow_results import ShadowResult, Track, checkpoints
+from service.replay.shadow_results import CURVES, ShadowResult, Track, checkpoints
 
 __all__ = [
     "ShadowSpec",
@@ -231,17 +231,7 @@ class _Recorder:
     level: float
     values: dict[str, FloatArray] = field(init=False)
 
-    NAMES = (
-        "true",
-        "estimate",
-        "low",
-        "high",
-        "ratio",
-        "ratio_low",
-        "ratio_high",
-        "labels",
-        "rejected",
-    )
+    NAMES = CURVES
 
     def __post_init__(self) -> None:
         shape = (self.n_models, self.grid.shape[0], self.runs)
