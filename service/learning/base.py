@@ -98,6 +98,7 @@ BOUNDS: Final[dict[str, Interval]] = {
     "rho_cap": Interval(0.0, 1e6),
     "rho_eta_max": Interval(0.0, math.inf, low_open=True, high_open=True),
     "intercept_eta_min": Interval(0.0, math.inf, low_open=True, high_open=True),
+    "tail": Interval(0.0, 1e6),
 }
 """Declared bounds of the real-valued hyperparameters (name -> allowed interval)."""
 

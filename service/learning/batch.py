@@ -288,6 +288,8 @@ class BatchLearner:
                 "a batch takes one step per row: learners with rho_eta_max or "
                 "intercept_eta_min run one at a time"
             )
+        if any(getattr(lrn, "tail", 0.0) for lrn in learners):
+            raise HyperparameterError("a batch runs the paper's losses: a tail runs alone")
         batch = cls(
             [lrn.algorithm for lrn in learners],
             n.pop(),

@@ -283,33 +283,62 @@ def double_ramp_gradient(z: Real, rho: Real, cost: Real) -> tuple[Real, Real]:
 
 
 @overload
-def double_sigmoid_loss(z: float, rho: float, cost: float, gamma: float = 1.0) -> float: ...
+def double_sigmoid_loss(
+    z: float, rho: float, cost: float, gamma: float = 1.0, tail: float = 0.0
+) -> float: ...
 @overload
-def double_sigmoid_loss(z: FloatArray, rho: Real, cost: Real, gamma: Real = 1.0) -> FloatArray: ...
-def double_sigmoid_loss(z: Real, rho: Real, cost: Real, gamma: Real = 1.0) -> Real:
-    r"""Double sigmoid loss $L_{ds}(z, \rho) = 2d\,\sigma(z - \rho) + 2(1-d)\,\sigma(z + \rho)$.
+def double_sigmoid_loss(
+    z: FloatArray, rho: Real, cost: Real, gamma: Real = 1.0, tail: Real = 0.0
+) -> FloatArray: ...
+def double_sigmoid_loss(
+    z: Real, rho: Real, cost: Real, gamma: Real = 1.0, tail: Real = 0.0
+) -> Real:
+    r"""Double sigmoid loss $L_{ds}(z, \rho) = 2d\,\sigma(z - \rho) + 2(1-d)\,\sigma(z + \rho)$,
+    plus ``tail`` $\lambda$ times a logistic loss on the margin:
 
-    A smooth surrogate of $L_d$: about $2$ when confidently wrong, $2d$ deep inside the
-    reject band (for large $\gamma\rho$), $0$ when confidently right.
+    .. math::
+
+        L(z, \rho) = L_{ds}(z, \rho) + \frac{\lambda}{\gamma}\,\log(1 + e^{-\gamma z}).
+
+    $L_{ds}$ (the paper's, $\lambda = 0$) is a smooth surrogate of $L_d$: about $2$ when
+    confidently wrong, $2d$ deep inside the reject band (for large $\gamma\rho$), $0$ when
+    confidently right. It is flat where the model is confidently wrong, so a label there
+    moves nothing; the logistic term (convex, free of $\rho$) keeps a slope of about
+    $\lambda$ there, which is what lets a model follow a boundary that moves
+    (``docs/results/learning.md``).
 
     >>> round(double_sigmoid_loss(0.0, 1.0, 0.25, 2.0), 4)
     0.6192
     >>> double_sigmoid_loss(1e6, 1.0, 0.25), double_sigmoid_loss(-1e6, 1.0, 0.25)
     (0.0, 2.0)
+    >>> paper = double_sigmoid_loss(0.0, 1.0, 0.25)
+    >>> round(double_sigmoid_loss(0.0, 1.0, 0.25, 1.0, tail=2.0) - paper, 4)  # 2 log 2
+    1.3863
     """
-    return 2.0 * cost * sigmoid(z - rho, gamma) + 2.0 * (1.0 - cost) * sigmoid(z + rho, gamma)
+    ds = 2.0 * cost * sigmoid(z - rho, gamma) + 2.0 * (1.0 - cost) * sigmoid(z + rho, gamma)
+    if isinstance(tail, np.ndarray) or tail:
+        b = gamma * z  # log(1 + e^-b), stable for any b
+        if isinstance(b, np.ndarray):
+            soft: Real = np.logaddexp(0.0, -b)
+        else:
+            soft = max(-b, 0.0) + math.log1p(math.exp(-abs(b)))
+        return ds + tail / gamma * soft
+    return ds
 
 
 @overload
 def double_sigmoid_gradient(
-    z: float, rho: float, cost: float, gamma: float = 1.0
+    z: float, rho: float, cost: float, gamma: float = 1.0, tail: float = 0.0
 ) -> tuple[float, float]: ...
 @overload
 def double_sigmoid_gradient(
-    z: FloatArray, rho: Real, cost: Real, gamma: Real = 1.0
+    z: FloatArray, rho: Real, cost: Real, gamma: Real = 1.0, tail: Real = 0.0
 ) -> tuple[FloatArray, FloatArray]: ...
-def double_sigmoid_gradient(z: Real, rho: Real, cost: Real, gamma: Real = 1.0) -> tuple[Real, Real]:
-    r"""Exact gradient of $L_{ds}$ with respect to the margin $z$ and to $\rho$.
+def double_sigmoid_gradient(
+    z: Real, rho: Real, cost: Real, gamma: Real = 1.0, tail: Real = 0.0
+) -> tuple[Real, Real]:
+    r"""Exact gradient of $L_{ds}$ (plus ``tail`` $\lambda$ times the logistic term of
+    :func:`double_sigmoid_loss`) with respect to the margin $z$ and to $\rho$.
 
     With $\sigma'(a) = -\gamma\,\sigma(a)(1 - \sigma(a))$ and
     $q_\mp = \sigma(z \mp \rho)\,(1 - \sigma(z \mp \rho))$:
@@ -323,11 +352,15 @@ def double_sigmoid_gradient(z: Real, rho: Real, cost: Real, gamma: Real = 1.0) -
     The step $-\eta\nabla$ therefore moves $w$ toward $y x$ and shrinks $\rho$ when
     $d\,q_- > (1-d)\,q_+$ (a confidently right example) and grows $\rho$ otherwise (a
     confidently wrong one). The paper's printed update equations carry the opposite sign;
-    its explanation and this gradient agree.
+    its explanation and this gradient agree. The logistic term adds
+    $-\lambda\,\sigma(z)$ to $\partial L/\partial z$ (about $-\lambda$ when confidently
+    wrong, where $L_{ds}$'s slope vanishes) and nothing to $\partial L/\partial \rho$.
 
     >>> dz, drho = double_sigmoid_gradient(0.0, 1.0, 0.25, 1.0)
     >>> round(dz, 6), round(drho, 6)
     (-0.393224, -0.196612)
+    >>> round(double_sigmoid_gradient(-20.0, 1.0, 0.25, 1.0, tail=2.0)[0], 6)
+    -2.0
     """
     if isinstance(z, np.ndarray) or isinstance(rho, np.ndarray) or isinstance(gamma, np.ndarray):
         q_minus = sigmoid_slope(z - rho, gamma)
@@ -342,6 +375,8 @@ def double_sigmoid_gradient(z: Real, rho: Real, cost: Real, gamma: Real = 1.0) -
     scale = 2.0 * gamma
     dz = -scale * (cost * q_minus + (1.0 - cost) * q_plus)
     drho = scale * (cost * q_minus - (1.0 - cost) * q_plus)
+    if isinstance(tail, np.ndarray) or tail:
+        dz = dz - tail * sigmoid(z, gamma)
     return dz, drho
 
 

@@ -49,11 +49,13 @@ class DoubleRampRule:
 
 
 class DoubleSigmoidRule:
-    """DSAL: query with ``p = 4 s (1 - s)``, ``s = sigma(|f| - rho)``; gradient of L_ds."""
+    """DSAL: query with ``p = 4 s (1 - s)``, ``s = sigma(|f| - rho)``; gradient of L_ds
+    (plus ``tail`` times the logistic loss of the margin: 0, the paper's, by default)."""
 
     __slots__ = ()
     cost: float
     gamma: float
+    tail: float
     _rho: float
 
     def _query_probability(self, f: Any) -> Any:
@@ -64,7 +66,7 @@ class DoubleSigmoidRule:
         return double_sigmoid_query_probability(f, self._rho, self.gamma)
 
     def _gradient(self, z: Any, rho: float) -> tuple[Any, Any]:
-        return double_sigmoid_gradient(z, rho, self.cost, self.gamma)
+        return double_sigmoid_gradient(z, rho, self.cost, self.gamma, self.tail)
 
 
 class FullLabelRule(DoubleSigmoidRule):

@@ -75,7 +75,7 @@ def _engine_factory(
 
 
 #: hyperparameters the batched engine does not apply (a learner with them runs alone)
-_UNBATCHED_PARAMS = ("rho_eta_max", "intercept_eta_min", "update_rule")
+_UNBATCHED_PARAMS = ("rho_eta_max", "intercept_eta_min", "update_rule", "tail")
 
 
 def _batched(options: ReplayOptions) -> list[Variant]:

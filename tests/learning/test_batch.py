@@ -200,3 +200,8 @@ def test_batch_standardizer_refuses_bad_input_unchanged() -> None:
         batch.learn(np.ones((3, 2)))
     assert batch.count == 1
     assert batch.mean.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_a_learner_with_a_tail_runs_alone() -> None:
+    with pytest.raises(HyperparameterError, match="tail"):
+        BatchLearner.from_learners([DSOL(n_features=2, cost=0.25, tail=1.0)])

@@ -226,3 +226,50 @@ def test_dral_query_utility_is_a_smooth_bump_over_the_query_band(f: float, rho: 
     if abs(abs(f) - rho) >= 2.0:
         assert u <= 0.0707
     assert double_ramp_query_utility(-f, rho) == u
+
+
+@settings(max_examples=60, deadline=None)
+@given(vectors(3), labels, hst.floats(0.05, 3.0), costs, gammas, hst.floats(0.01, 10.0))
+def test_the_tailed_gradient_matches_finite_differences_of_the_tailed_loss(
+    w: np.ndarray, y: float, rho: float, d: float, gamma: float, tail: float
+) -> None:
+    x = np.array([0.3, -0.7, 1.0])
+
+    def loss(w_: np.ndarray, rho_: float) -> float:
+        return double_sigmoid_loss(y * float(w_ @ x), rho_, d, gamma, tail)
+
+    dz, drho = double_sigmoid_gradient(y * float(w @ x), rho, d, gamma, tail)
+    h = 1e-6
+    for j in range(3):
+        e = np.zeros(3)
+        e[j] = h
+        numeric = (loss(w + e, rho) - loss(w - e, rho)) / (2 * h)
+        assert dz * y * x[j] == pytest.approx(numeric, rel=1e-4, abs=1e-6)
+    # the tail is free of rho: rho's gradient is the paper's
+    assert drho == double_sigmoid_gradient(y * float(w @ x), rho, d, gamma)[1]
+
+
+@FAST
+@given(margins, rhos, costs, gammas)
+def test_a_tail_of_zero_is_the_papers_loss_exactly(
+    z: float, rho: float, d: float, g: float
+) -> None:
+    assert double_sigmoid_loss(z, rho, d, g, 0.0) == double_sigmoid_loss(z, rho, d, g)
+    assert double_sigmoid_gradient(z, rho, d, g, 0.0) == double_sigmoid_gradient(z, rho, d, g)
+
+
+def test_where_the_papers_loss_is_flat_the_tail_keeps_a_slope() -> None:
+    wrong = -30.0  # confidently wrong: the paper's gradient has vanished
+    assert abs(double_sigmoid_gradient(wrong, 1.0, 0.25)[0]) < 1e-10
+    assert double_sigmoid_gradient(wrong, 1.0, 0.25, 1.0, 2.0)[0] == pytest.approx(-2.0)
+    right = 30.0  # confidently right: neither moves
+    assert abs(double_sigmoid_gradient(right, 1.0, 0.25, 1.0, 2.0)[0]) < 1e-10
+    z = np.array([-1e6, -30.0, 0.0, 30.0, 1e6])  # huge arguments: finite and silent
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        values = double_sigmoid_loss(z, 1.0, 0.25, 1.0, 2.0)
+        slopes = double_sigmoid_gradient(z, 1.0, 0.25, 1.0, 2.0)[0]
+    assert np.isfinite(values).all()
+    assert np.isfinite(slopes).all()
+    scalars = [double_sigmoid_loss(float(v), 1.0, 0.25, 1.0, 2.0) for v in z]
+    assert np.allclose(values, scalars, rtol=1e-13)

@@ -20,7 +20,8 @@ __all__ = ["KernelDSAL", "KernelDSOL"]
 class KernelDSAL(DoubleSigmoidRule, KernelLearner):
     r"""Kernel DSAL (appendix): Bernoulli($p$) queries, double sigmoid gradient.
 
-    Parameters as :class:`KernelDRAL`, plus ``gamma`` (sigmoid slope $\gamma$; default as
+    Parameters as :class:`KernelDRAL`, plus ``gamma`` (sigmoid slope $\gamma$) and ``tail``
+    (the weight of a logistic term in the loss; both with defaults as
     :class:`~service.learning.linear.dsal.DSAL`); the default ``eta`` is
     :func:`~service.learning.kernel.defaults.default_kernel_ds_eta`, the constant
     $5/(\gamma^2 (K(x, x) + 1))$ at $\|x\|^2 = n$.
@@ -38,15 +39,17 @@ class KernelDSAL(DoubleSigmoidRule, KernelLearner):
         "n_features",
         "cost",
         "gamma",
+        "tail",
         "kernel",
         "budget",
         "eta",
         "rho_cap",
         "seed",
     )
-    __slots__ = ("gamma",)
+    __slots__ = ("gamma", "tail")
 
     gamma: float
+    tail: float
 
     def __init__(
         self,
@@ -54,6 +57,7 @@ class KernelDSAL(DoubleSigmoidRule, KernelLearner):
         cost: float,
         *,
         gamma: float = DEFAULT_GAMMA,
+        tail: float = 0.0,
         kernel: Kernel | Mapping[str, Any] | str | None = None,
         budget: int | None = DEFAULT_BUDGET,
         eta: float | Schedule | Mapping[str, Any] | None = None,
@@ -62,6 +66,7 @@ class KernelDSAL(DoubleSigmoidRule, KernelLearner):
         seed: int | None = 0,
     ) -> None:
         self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
+        self.tail = check_param("tail", tail)
         super().__init__(
             n_features,
             cost,

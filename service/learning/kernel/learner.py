@@ -360,10 +360,13 @@ class KernelLearner:
 
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
-        """Hyperparameters as JSON-safe values (the constructor's keywords)."""
+        """Hyperparameters as JSON-safe values (the constructor's keywords; a ``tail`` of 0,
+        the paper's loss, is left out, so the record is what it was before it existed)."""
         params: dict[str, Any] = {}
         for name in self.param_names:
             value = getattr(self, name)
+            if name == "tail" and value == 0.0:
+                continue
             if name in ("eta", "kernel"):
                 value = value.to_config()
             params[name] = value

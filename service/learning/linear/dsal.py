@@ -48,6 +48,12 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
     gamma:
         Slope $\gamma > 0$ of the sigmoid (default 1). Larger is closer to $L_d$ and asks
         fewer labels (the query band narrows); smaller asks more.
+    tail:
+        $\lambda \ge 0$, the weight of a logistic loss of the margin added to the loss of
+        $w$ (:func:`~service.learning.losses.double_sigmoid_loss`; $\rho$ and the query rule
+        are the paper's). Default 0: the paper's loss, exactly. With $\lambda > 0$ a label
+        the model is confidently wrong about still moves $w$, which lets it follow a
+        boundary that moves; the paper's loss is the more robust to noise.
     eta:
         Step size: a number (constant), a schedule or a schedule config. ``None`` (the
         default) takes :func:`~service.learning.schedules.default_ds_eta` of
@@ -84,15 +90,17 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         "n_features",
         "cost",
         "gamma",
+        "tail",
         "eta",
         "rho_eta_max",
         "intercept_eta_min",
         "update_rule",
         "seed",
     )
-    __slots__ = ("gamma",)
+    __slots__ = ("gamma", "tail")
 
     gamma: float
+    tail: float
 
     def __init__(
         self,
@@ -100,6 +108,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         cost: float,
         *,
         gamma: float = DEFAULT_GAMMA,
+        tail: float = 0.0,
         eta: float | Schedule | Mapping[str, Any] | None = None,
         rho_eta_max: float | None = None,
         intercept_eta_min: float | None = None,
@@ -109,6 +118,7 @@ class DSAL(DoubleSigmoidRule, LinearLearner):
         seed: int | None = 0,
     ) -> None:
         self.gamma = check_param("gamma", gamma)  # first: the default step depends on it
+        self.tail = check_param("tail", tail)
         super().__init__(
             n_features,
             cost,

@@ -347,12 +347,16 @@ class LinearLearner:
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         """Hyperparameters as JSON-safe values (the constructor's keywords; a step bound
-        that is not set is left out, so such a learner's record is what it was before
-        the bounds existed)."""
+        that is not set, the paper's update rule and a ``tail`` of 0 are left out, so such
+        a learner's record is what it was before they existed)."""
         params: dict[str, Any] = {}
         for name in self.param_names:
             value = getattr(self, name)
-            if (value is None and name in _BOUNDS) or (name == "update_rule" and value == "sgd"):
+            if (
+                (value is None and name in _BOUNDS)
+                or (name == "update_rule" and value == "sgd")
+                or (name == "tail" and value == 0.0)
+            ):
                 continue
             params[name] = value.to_config() if name == "eta" else value
         return params

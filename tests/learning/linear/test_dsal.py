@@ -174,3 +174,49 @@ def test_the_bounds_cap_rho_and_floor_the_last_weight_only() -> None:
     loose.update(x, -1)
     assert loose.w.tolist() == free.w.tolist()
     assert loose.rho == free.rho
+
+
+def test_a_tail_of_zero_leaves_the_record_as_it_was_and_a_tail_round_trips() -> None:
+    plain = DSAL(n_features=3, cost=0.25, update_rule="normalized")
+    assert plain.tail == 0.0
+    assert "tail" not in plain.to_state()["params"]
+    tailed = DSOL(n_features=3, cost=0.25, tail=2.0)
+    record = tailed.to_state()
+    assert record["params"]["tail"] == 2.0
+    again = DSOL.from_state(record)
+    for x, y in ([1.0, -2.0, 1.0], 1), ([0.5, 0.1, 1.0], -1), ([3.0, 3.0, 1.0], -1):
+        tailed.update(x, y)
+        again.update(x, y)
+    assert again.to_state() == tailed.to_state()
+
+
+def test_a_tail_must_be_a_non_negative_number() -> None:
+    from service.learning import HyperparameterError
+
+    for bad in (-0.5, math.inf, math.nan, True, "2", 1e7):
+        with pytest.raises(HyperparameterError, match="tail"):
+            DSAL(n_features=2, cost=0.25, tail=bad)
+
+
+@pytest.mark.parametrize("update_rule", ["sgd", "normalized"])
+def test_with_a_tail_a_model_follows_a_boundary_that_turned(update_rule: str) -> None:
+    """From the same model, sure of a boundary that then turned a quarter circle, the paper's
+    loss barely moves (the labels it gets wrong are confidently wrong: its slope is gone)
+    while the tail learns the new boundary within a few hundred labels."""
+    rng = np.random.default_rng(5)
+    X = np.c_[rng.normal(size=(1800, 2)), np.ones(1800)]
+    y = np.where(np.arange(1800) < 1500, np.sign(X[:, 0]), np.sign(X[:, 1])).astype(int)
+    paper = DSOL(n_features=3, cost=0.25, update_rule=update_rule)
+    for x, label in zip(X[:1500], y[:1500], strict=True):
+        paper.update(x, int(label))
+    record = paper.to_state()
+    tailed = DSOL.from_state({**record, "params": {**record["params"], "tail": 2.0}})
+    risks = {}
+    for name, model in (("paper", paper), ("tail", tailed)):
+        losses = []
+        for x, label in zip(X[1500:], y[1500:], strict=True):
+            d = model.decide(x, coin=0.5)
+            losses.append(float(d.label * label < 0) + 0.25 * float(d.label == 0))
+            model.update(x, int(label))
+        risks[name] = float(np.mean(losses[100:]))
+    assert risks["tail"] < 0.1 < 0.3 < risks["paper"]
