@@ -4,7 +4,14 @@ A challenger is a learner of the champion's class and configuration, started at 
 
 * ``"fresh"`` — nothing learned yet ($w = 0$, step clock 0, the configured $\rho$);
 * ``"mirror"`` — the champion with its score negated ($f \to -f$: linear weights, or a
-  kernel learner's coefficients) and a given $\rho$.
+  kernel learner's coefficients) and a given $\rho$;
+* ``"tail"`` — the champion as it was at the change with the other loss: a double sigmoid
+  learner's logistic ``tail`` (:func:`~service.learning.losses.double_sigmoid_loss`) switched
+  on (at :data:`TAIL`) if it was off, off if it was on. The paper's loss is flat where the
+  model is confidently wrong, which makes it robust to noise and slow to follow a boundary
+  that keeps moving; the tail is the other way round. Which one a stream needs shows in the
+  paired test, so the wrapper lets the stream choose. No such challenger for the double
+  ramp learners (:func:`challenger_for` gives ``None``).
 
 Both are built through the learners' state records, so any learner of this package works.
 A :class:`Challenger` also keeps its paired record against the champion: the sum and the
@@ -19,6 +26,9 @@ every label since it started.
 [-3.0, -0.0]
 >>> challenger_for(champion, "fresh").w.tolist()
 [0.0, 0.0]
+>>> other = challenger_for(champion, "tail", w=[3.0, 0.0])
+>>> other.w.tolist(), other.tail, challenger_for(other, "tail").tail
+([3.0, 0.0], 2.0, 0.0)
 """
 
 from __future__ import annotations
@@ -36,11 +46,14 @@ __all__ = [
     "MAX_AUTOCORRELATION",
     "Challenger",
     "Contest",
+    "TAIL",
     "Paired",
     "challenger_for",
 ]
 
-CHALLENGER_KINDS: Final = ("mirror", "fresh")
+CHALLENGER_KINDS: Final = ("mirror", "fresh", "tail")
+#: the logistic tail a ``"tail"`` challenger of a champion without one learns with
+TAIL: Final = 2.0
 #: the most the lag-1 autocorrelation of the gains counts for in the takeover test
 MAX_AUTOCORRELATION: Final = 0.9
 _TINY: Final = 1e-12
@@ -49,25 +62,32 @@ _TINY: Final = 1e-12
 def challenger_for(
     learner: Any, kind: str, *, rho: float | None = None, w: Sequence[float] | None = None
 ) -> Any:
-    """A challenger of ``kind`` for ``learner``, built through its state record.
+    """A challenger of ``kind`` for ``learner``, built through its state record (``None``:
+    no challenger of that kind for this learner).
 
     A mirror negates ``w`` (a linear learner's weights as they were at the change; by
     default its weights now) or a kernel learner's coefficients, and takes the width
-    ``rho`` (default: the learner's now). A fresh challenger takes the configured ones.
+    ``rho`` (default: the learner's now). A tail challenger takes the same ``w`` and ``rho``
+    unnegated, and the other loss. A fresh challenger takes the configured ones.
     """
     if kind == "fresh":
         return learner_from_state(_fresh_record(learner))
-    if kind != "mirror":
+    if kind not in CHALLENGER_KINDS:
         raise HyperparameterError(f"challenger kind must be one of {CHALLENGER_KINDS}: {kind!r}")
+    if kind == "tail" and not hasattr(learner, "tail"):
+        return None
     record = learner.to_state()
     learned = dict(record["learned"])
     if w is not None:
         learned["w"] = list(w)
+    if rho is not None:
+        learned["rho"] = rho
+    if kind == "tail":
+        params = {**record["params"], "tail": 0.0 if learner.tail else TAIL}
+        return learner_from_state({**record, "params": params, "learned": learned})
     for key in ("w", "coef"):  # linear weights, or a kernel learner's coefficients
         if key in learned:
             learned[key] = [-float(v) for v in learned[key]]
-    if rho is not None:
-        learned["rho"] = rho
     return learner_from_state({**record, "learned": learned})
 
 

@@ -27,9 +27,15 @@ and watches what the champion does on its labels:
    (the detector says how many labels ago; the model remembers its last labels and
    snapshots of the champion, :mod:`service.learning.adaptive.recall`): ``"mirror"``, the champion
    with its score negated (after a change that makes the champion wrong more often than
-   right, its mirror is right more often than wrong), and ``"fresh"``, the champion's
-   configuration from scratch ($w = 0$, step clock 0). They are tested on, then learn
-   from, the remembered labels since the change, then every new label. With
+   right, its mirror is right more often than wrong), ``"fresh"``, the champion's
+   configuration from scratch ($w = 0$, step clock 0), and ``"tail"`` (double sigmoid
+   learners), the champion with the other loss: the logistic tail on if it was off
+   (:func:`~service.learning.losses.double_sigmoid_loss`), off if it was on. The paper's
+   loss is flat where the model is confidently wrong, robust to noise but slow to follow a
+   boundary that keeps moving (a real stream such as electricity prices); the tail keeps a
+   slope there. Which one a stream needs shows in the same test, so the stream chooses.
+   They are tested on, then learn from, the remembered labels since the change, then
+   every new label. With
    $\Delta_i = L_i^{\text{champion}} - L_i^{\text{challenger}}$ (0-d-1 losses on the same
    label), a challenger takes over once ``min_labels`` new labels came in and the mean of
    $\Delta_i$ exceeds $z$ standard errors (an error that allows for gains coming in runs,
@@ -164,7 +170,8 @@ class Adaptive:
         Whether a second detector of the same kind reads the signal weighted by
         $\\underline p / p$ (module docstring; default ``True``).
     challengers:
-        Kinds started at a change, in order of preference (default ``("mirror", "fresh")``).
+        Kinds started at a change, in order of preference (default ``("mirror", "fresh",
+        "tail")``; a kind that does not apply to the learner is skipped).
     min_labels, z, test, patience:
         The takeover test (module docstring): ``min_labels`` new labels since the
         challengers started (default 10), a mean gain above ``z`` standard errors (allowing
@@ -257,7 +264,7 @@ class Adaptive:
         if detector is not None and not isinstance(detector, (ADWIN, PageHinkley)):
             raise HyperparameterError(f"detector must be ADWIN, PageHinkley or None: {detector!r}")
         kinds = tuple(challengers)
-        if not set(kinds) <= set(CHALLENGER_KINDS) or len(set(kinds)) != len(kinds):
+        if not all(k in CHALLENGER_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
             raise HyperparameterError(f"challengers must be distinct kinds of {CHALLENGER_KINDS}")
         self.champion = learner
         self.champion_origin = "initial"
@@ -519,9 +526,8 @@ class Adaptive:
         change = self._labels - back
         _, w, rho, since = self._recall.since(change)
         champion = self.champion
-        self._contest = Contest(
-            [Challenger(k, challenger_for(champion, k, rho=rho, w=w)) for k in self.challengers]
-        )
+        built = [(k, challenger_for(champion, k, rho=rho, w=w)) for k in self.challengers]
+        self._contest = Contest([Challenger(k, c) for k, c in built if c is not None])
         for n, z, y, p, loss in since:  # as if the challengers had started at the change
             if n < change:  # between the snapshot and the change: the old concept still
                 continue

@@ -13,7 +13,7 @@ configuration means the same stack in both.
 >>> from service.learning import DSAL
 >>> model = learner_for(DSAL(n_features=2, cost=0.25).to_state(), Parts())
 >>> type(model).__name__, model.detector is not None, model.challengers
-('Adaptive', True, ('mirror', 'fresh'))
+('Adaptive', True, ('mirror', 'fresh', 'tail'))
 >>> quiet = learner_for(model.to_state(), Parts(detector=False, challengers=False))
 >>> quiet.detector, quiet.challengers, quiet.after_floor
 (None, (), 1.0)
@@ -82,9 +82,10 @@ class Parts:
 
     ``detector``: change detection (ADWIN on the champion's margin errors, and a collapse
     counted as a change); without it nothing starts the challengers or the exploration
-    after a change. ``challengers``: the mirror and fresh challengers started at a change,
-    which may take over. ``explore``: the uniform query floors (the first labels, and the
-    labels after a change). ``steps``: the champion's tracking steps (module docstring).
+    after a change. ``challengers``: the mirror, fresh and tail challengers started at a
+    change, which may take over (a record written before a kind existed gets it).
+    ``explore``: the uniform query floors (the first labels, and the labels after a
+    change). ``steps``: the champion's tracking steps (module docstring).
     ``intercept``: not a part but what the steps need to know, whether the inputs end with
     an intercept (the model's ``intercept`` setting; without one only $\rho$'s cap applies).
     """
@@ -182,6 +183,11 @@ def _conformed(record: dict[str, Any], parts: Parts) -> dict[str, Any]:
     if parts.challengers != bool(params.get("challengers")):
         params["challengers"] = list(CHALLENGER_KINDS) if parts.challengers else []
         record["contest"] = Contest().to_state()
+    elif parts.challengers and _fewer_kinds(params.get("challengers")):
+        # a record from before a kind existed gets it for the next change (a contest that
+        # runs keeps its challengers: each names its kind); anything else is left for the
+        # wrapper's reader to judge
+        params["challengers"] = list(CHALLENGER_KINDS)
     explores = params.get("explore_floor", 0.0) != 0.0 or params.get("after_floor", 0.0) != 0.0
     if parts.explore != explores:
         params["explore_floor"] = _EXPLORE_FLOOR if parts.explore else 0.0
@@ -198,6 +204,13 @@ def _conformed(record: dict[str, Any], parts: Parts) -> dict[str, Any]:
         ]
         record["contest"] = {**contest, "challengers": challengers}
     return record
+
+
+def _fewer_kinds(kinds: Any) -> bool:
+    """Whether ``kinds`` is a list of distinct known challenger kinds that lacks some."""
+    if not isinstance(kinds, list) or not all(k in CHALLENGER_KINDS for k in kinds):
+        return False
+    return len(set(kinds)) == len(kinds) < len(CHALLENGER_KINDS)
 
 
 def _stepped(record: Any, parts: Parts) -> Any:

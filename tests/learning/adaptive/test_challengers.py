@@ -9,9 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from service.learning import DSAL
+from service.learning import DRAL, DSAL
 from service.learning.adaptive import Adaptive
-from service.learning.adaptive.challengers import MAX_AUTOCORRELATION, Paired
+from service.learning.adaptive.challengers import (
+    MAX_AUTOCORRELATION,
+    TAIL,
+    Paired,
+    challenger_for,
+)
 
 
 def record(gains: list[float]) -> Paired:
@@ -86,3 +91,18 @@ def test_a_model_written_before_the_products_loads_and_goes_on() -> None:
     for x, label in zip(X[fed:], y[fed:], strict=True):
         restored.update(x, int(label))
     assert restored.champion_origin == "mirror"
+
+
+def test_a_tail_challenger_is_the_champion_at_the_change_with_the_other_loss() -> None:
+    champion = DSAL(n_features=2, cost=0.25, w=[1.0, -2.0], rho=0.5)
+    other = challenger_for(champion, "tail", w=[3.0, 0.5], rho=0.7)
+    assert other.w.tolist() == [3.0, 0.5]  # as at the change, not negated
+    assert (other.rho, other.tail, champion.tail) == (0.7, TAIL, 0.0)
+    back = challenger_for(other, "tail")
+    assert back.tail == 0.0
+    assert back.w.tolist() == other.w.tolist()
+    assert "tail" not in back.to_state()["params"]  # the paper's loss: its record as before
+
+
+def test_no_tail_challenger_for_a_double_ramp_learner() -> None:
+    assert challenger_for(DRAL(n_features=2, cost=0.25), "tail") is None

@@ -348,8 +348,8 @@ def test_challengers_are_part_of_the_state_while_they_run() -> None:
     model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)
     until_challenged(model, X, y)
     state = model.to_state()
-    assert [c["kind"] for c in state["contest"]["challengers"]] == ["mirror", "fresh"]
-    assert Adaptive.from_state(state).running == ("mirror", "fresh")
+    assert [c["kind"] for c in state["contest"]["challengers"]] == ["mirror", "fresh", "tail"]
+    assert Adaptive.from_state(state).running == ("mirror", "fresh", "tail")
 
 
 @pytest.mark.parametrize(
@@ -531,3 +531,48 @@ def test_a_fresh_challenger_must_also_beat_the_mirror() -> None:
     feed(fresh_only, X, y)
     assert fresh_only.champion_origin == "fresh"
     assert accuracy(both, X[700:], y[700:]) > accuracy(fresh_only, X[700:], y[700:])
+
+
+def turning_stream(n: int, period: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``y = sign(cos(a) x1 + sin(a) x2)`` with the angle ``a`` turning a full circle every
+    ``period`` labels: a boundary that never stops moving."""
+    rng = np.random.default_rng(seed)
+    X = np.c_[rng.normal(size=(n, 2)), np.ones(n)]
+    a = 2 * np.pi * np.arange(n) / period
+    y = np.where(np.cos(a) * X[:, 0] + np.sin(a) * X[:, 1] > 0, 1, -1)
+    return X, y
+
+
+def _risk_after(model: Adaptive, X: np.ndarray, y: np.ndarray, start: int) -> float:
+    losses = []
+    for x, label in zip(X, y, strict=True):
+        d = model.decide(x, coin=0.5)
+        losses.append(float(d.label * label < 0) + 0.25 * float(d.label == 0))
+        model.update(x, int(label))
+    return float(np.mean(losses[start:]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_a_boundary_that_keeps_turning_the_tail_challenger_takes_over(seed: int) -> None:
+    """The paper's loss is flat where the model is confidently wrong, which a turning
+    boundary makes all the time; the challenger with the logistic tail keeps learning there,
+    wins the paired test and serves from then on, with a lower risk than the wrapper whose
+    challengers are the mirror and a fresh model only."""
+    X, y = turning_stream(6000, 4000, seed)
+    model = Adaptive(make_learner("dsol", n_features=N, cost=0.25, update_rule="normalized"))
+    without = Adaptive(
+        make_learner("dsol", n_features=N, cost=0.25, update_rule="normalized"),
+        challengers=("mirror", "fresh"),
+    )
+    risk, risk_without = _risk_after(model, X, y, 2000), _risk_after(without, X, y, 2000)
+    assert model.champion_origin == "tail"
+    assert model.champion.tail > 0.0
+    assert risk < 0.8 * risk_without
+
+
+def test_a_double_ramp_champion_runs_no_tail_challenger() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(make_learner("dral", n_features=N, cost=0.25), min_labels=50)
+    until_challenged(model, X, y)
+    assert model.running == ("mirror", "fresh")
+    assert Adaptive.from_state(model.to_state()).running == ("mirror", "fresh")

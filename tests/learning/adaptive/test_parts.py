@@ -25,7 +25,7 @@ def test_version_zero_is_the_wrapper_with_every_part_by_default() -> None:
     assert isinstance(model, Adaptive)
     assert model.detector is not None
     assert model.collapse_window == 50
-    assert model.challengers == ("mirror", "fresh")
+    assert model.challengers == ("mirror", "fresh", "tail")
     assert (model.explore_floor, model.after_floor, model.explore_start) == (0.5, 1.0, 10)
     assert model.seed == 4
     assert model.champion.seed == 4
@@ -178,3 +178,16 @@ def test_the_weight_cap_of_a_label_is_the_one_given() -> None:
     assert capped.risk_since_change.weight == pytest.approx(100.0)
     assert loose.risk_since_change.weight == pytest.approx(1000.0)
     assert capped.risk_since_change.max_weight == 100.0
+
+
+def test_a_record_from_before_the_tail_challenger_gets_it_for_the_next_change() -> None:
+    model = served()
+    record = model.to_state()
+    record["params"]["challengers"] = ["mirror", "fresh"]  # as written before
+    again = learner_for(record, Parts())
+    assert again.challengers == ("mirror", "fresh", "tail")
+    assert learner_for(record, Parts(challengers=False)).challengers == ()
+    for bad in ("mirror", ["mirror", "mirror"], ["mirror", "ghost"], [{"kind": "fresh"}]):
+        record["params"]["challengers"] = bad  # not an older record: its reader judges it
+        with pytest.raises(StateError, match="challengers"):
+            learner_for(record, Parts())
