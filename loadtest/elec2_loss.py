@@ -1,6 +1,7 @@
 """What limits a double sigmoid learner on elec2: the loss, not rho and not the step.
 
-Usage: ``python loadtest/elec2_loss.py [--steps 0.1,0.3,1,3] [--radii 4,8,16]``. The
+Usage: ``python loadtest/elec2_loss.py [--steps 0.1,0.3,1,3] [--radii 4,8,16] [--tails 0.5,2]
+[--restarts 1000]``. The
 electricity stream in its order, every label, inputs standardised by every event so far plus
 an intercept, plain stochastic gradient steps of constant size ``eta`` on:
 
@@ -13,7 +14,12 @@ Prints the risk (d = 0.25), the share rejected and the median abs(w . x) of each
 sigmoid's gradient vanishes on an example it is confidently wrong about, which is what a
 moving boundary makes; the logistic's does not. With ``--radii``, a second table: the double
 sigmoid with rho learned and ``w`` held in a ball of each radius (projected after every step,
-rho scaled with it), which keeps ``|w . x|`` where the loss still has a gradient.
+rho scaled with it), which keeps ``|w . x|`` where the loss still has a gradient. With
+``--tails``, a third: rho learned by the double sigmoid as before, ``w`` by the double sigmoid
+plus ``lambda`` times the logistic loss (a convex tail: its gradient does not vanish where the
+model is confidently wrong), for each ``lambda``. With ``--restarts``, a fourth: two double
+sigmoid learners restarted from zero in turn, each every ``2K`` labels (offset by ``K``), the
+older one deciding.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ def run(
     loss: str,
     free_rho: bool,
     radius: float | None = None,
+    tail: float = 0.0,
 ) -> tuple[float, ...]:
     w, rho = np.zeros(X.shape[1]), 1.0 if free_rho else CHOW
     total = rejected = 0.0
@@ -69,6 +76,7 @@ def run(
             g, g_rho = -1.0 / (1.0 + math.exp(min(z, 700.0))), 0.0
         else:
             g, g_rho = double_sigmoid_gradient(z, rho, COST, 1.0)
+            g -= tail / (1.0 + math.exp(min(z, 700.0)))
         w = w - eta * g * yt * x
         if free_rho:
             rho = max(0.0, rho - eta * g_rho)
@@ -78,12 +86,38 @@ def run(
     return total / n, rejected / n, statistics.median(scores)
 
 
+def restarted(X: np.ndarray, y: np.ndarray, eta: float, k: int) -> tuple[float, float]:
+    """Two double sigmoid learners restarted in turn every ``2k`` labels; the older decides."""
+    ws, rhos, ages = [np.zeros(X.shape[1]), np.zeros(X.shape[1])], [1.0, 1.0], [0, -k]
+    total = rejected = 0.0
+    for t in range(X.shape[0]):
+        x, yt = X[t], float(y[t])
+        i = 0 if ages[0] >= ages[1] else 1
+        f = float(ws[i] @ x)
+        if abs(f) <= rhos[i]:
+            total, rejected = total + COST, rejected + 1
+        elif yt * f < 0:
+            total += 1.0
+        for j in (0, 1):
+            if ages[j] >= 0:
+                g, g_rho = double_sigmoid_gradient(yt * float(ws[j] @ x), rhos[j], COST, 1.0)
+                ws[j] = ws[j] - eta * g * yt * x
+                rhos[j] = max(0.0, rhos[j] - eta * g_rho)
+            ages[j] += 1
+            if ages[j] >= 2 * k:
+                ws[j], rhos[j], ages[j] = np.zeros(X.shape[1]), 1.0, 0
+    n = X.shape[0]
+    return total / n, rejected / n
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument(
         "--steps", type=lambda t: [float(v) for v in t.split(",")], default=[0.1, 0.3, 1.0, 3.0]
     )
     p.add_argument("--radii", type=lambda t: [float(v) for v in t.split(",")], default=[])
+    p.add_argument("--tails", type=lambda t: [float(v) for v in t.split(",")], default=[])
+    p.add_argument("--restarts", type=lambda t: [int(v) for v in t.split(",")], default=[])
     args = p.parse_args(argv)
     X, y = load_dataset(resolve_dataset_path("elec2/elec.csv"))
     Z = standardised(X)
@@ -106,6 +140,26 @@ def main(argv: list[str]) -> int:
             for r in args.radii:
                 risk, rejected, scale = run(Z, y, eta, "ds", True, radius=r)
                 cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
+            print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+    if args.tails:
+        heads = [f"double sigmoid + {t:g} x logistic, rho learnt" for t in args.tails]
+        print("\n| step | " + " | ".join(heads) + " |")
+        print("|---|" + "---|" * len(args.tails))
+        for eta in args.steps:
+            cells = []
+            for t in args.tails:
+                risk, rejected, scale = run(Z, y, eta, "ds", True, tail=t)
+                cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
+            print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+    if args.restarts:
+        heads = [f"double sigmoid restarted every {k:,} labels" for k in args.restarts]
+        print("\n| step | " + " | ".join(heads) + " |")
+        print("|---|" + "---|" * len(args.restarts))
+        for eta in args.steps:
+            cells = []
+            for k in args.restarts:
+                risk, rejected = restarted(Z, y, eta, k)
+                cells.append(f"{risk:.4f} ({rejected:.0%} rejected)")
             print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
     return 0
 
