@@ -1,7 +1,8 @@
 """The contract every learner keeps (run over every algorithm of the registry, found there),
 alone and held to a query budget (:class:`~service.learning.Budgeted`), and as a model
 serves it: bare, budgeted, inside the adaptive wrapper and both, the linear learners with
-each update rule (the last section).
+each update rule and the double sigmoid learners with a logistic tail too (the last
+section).
 
 Stream and replay code rely on it: decisions never change the model or the input, a seed
 fixes every choice, a JSON round trip of the state changes nothing now or later, and bad
@@ -378,20 +379,29 @@ def test_budgeted_bad_x_is_refused_and_nothing_changes(
 
 
 # -- the same contract, as a model serves it ----------------------------------------------
-# Every learner (the linear ones with each update rule) bare, held to a budget, inside the
-# adaptive wrapper a worker serves it in (its parts and tracking steps: learner_for), and
-# both. Decisions never change what the learner has learned (the wrapper counts the
-# decisions its exploration floor raised; the budget counts events and questions), a seed
+# Every learner (the linear ones with each update rule, the double sigmoid ones also with a
+# logistic tail) bare, held to a budget, inside the adaptive wrapper a worker serves it in
+# (its parts and tracking steps: learner_for), and both. Decisions never change what the
+# learner has learned (the wrapper counts the decisions its exploration floor raised; the
+# budget counts events and questions), a seed
 # fixes every choice, a JSON round trip of the state keeps the future, a batch decides as
 # row by row, bad input changes nothing and rho stays >= 0.
 
 WRAPPINGS = ("bare", "budgeted", "adaptive", "budgeted-adaptive")
-STACK_NAMES = [*NAMES, *(f"{n}/normalized" for n in LINEAR_ALGORITHMS)]
+#: ``name[/update rule][+tail]``: the double sigmoid learners also with a logistic tail
+STACK_NAMES = [
+    *NAMES,
+    *(f"{n}/normalized" for n in LINEAR_ALGORITHMS),
+    *("dsal/normalized+tail", "dsol+tail", "kernel-dsal+tail", "kernel-dsol+tail"),
+]
 
 
 def build_stack(spec: str, wrapping: str, seed: int = 0) -> Any:
+    spec, _, tail = spec.partition("+")
     name, _, rule = spec.partition("/")
     kw: dict[str, Any] = {"seed": seed} if not rule else {"seed": seed, "update_rule": rule}
+    if tail:
+        kw["tail"] = 2.0
     model: Any = build(name, **kw)
     if "adaptive" in wrapping:
         model = learner_for(model.to_state(), Parts())
