@@ -55,7 +55,8 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from service.errors import AbstainError
 from service.learning.adaptive import Parts
-from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS
+from service.learning.errors import LearningError
+from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS, make_learner
 
 __all__ = [
     "ALGORITHMS",
@@ -301,6 +302,25 @@ class ModelConfig(BaseModel):
                 raise ValueError(
                     f"n_features={self.n_features} but {len(self.feature_names)} feature_names"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _learner_builds(self) -> ModelConfig:
+        """The learner is built once here, so a bad hyperparameter (an unknown name, a
+        value out of range) is refused when the settings are read, not when a worker first
+        serves the model."""
+        if self.feature_names is None and self.n_features is None:
+            return self  # refused above
+        try:
+            make_learner(
+                self.algorithm,
+                n_features=self.n_learner_features,
+                cost=self.cost,
+                seed=self.seed,
+                **self.learner_hyperparameters,
+            )
+        except (LearningError, TypeError, ValueError) as exc:
+            raise ValueError(f"hyperparameters: {exc}") from None
         return self
 
     @property

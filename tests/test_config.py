@@ -338,3 +338,30 @@ def test_desk_review_settings_are_checked_and_the_message_names_the_field(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_settings(desk=desk)
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"hyperparameters": {"tail": -1}}, "models.default: hyperparameters: tail must be"),
+        ({"hyperparameters": {"bogus": 1}}, "unexpected keyword argument 'bogus'"),
+        ({"hyperparameters": {"eta": "fast"}}, "eta must be a number or a schedule"),
+        ({"algorithm": "dral", "hyperparameters": {"tail": 1}}, "'dral'.*'tail'"),
+        ({"algorithm": "kernel-dsal", "hyperparameters": {"gamma": 0}}, "gamma must be in"),
+    ],
+)
+def test_a_hyperparameter_the_learner_refuses_is_refused_with_the_settings(
+    model: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(models={"default": {"n_features": 2, **model}})
+
+
+def test_the_double_sigmoid_learners_take_a_tail() -> None:
+    for algorithm in ("dsal", "dsol", "kernel-dsal", "kernel-dsol"):
+        settings = load_settings(
+            models={
+                "default": {"n_features": 2, "algorithm": algorithm, "hyperparameters": {"tail": 2}}
+            }
+        )
+        assert settings.models["default"].learner_hyperparameters["tail"] == 2
