@@ -28,6 +28,7 @@ import argparse
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,22 @@ def restarted(X: np.ndarray, y: np.ndarray, eta: float, k: int) -> tuple[float, 
     return total / n, rejected / n
 
 
+def table(
+    steps: list[float], heads: list[str], cell: Callable[[float, int], tuple[float, ...]]
+) -> None:
+    """One markdown table: a row per step, a column per head; ``cell(eta, column)`` gives
+    (risk, share rejected[, median abs(f)])."""
+    print("| step | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
+    for eta in steps:
+        cells = []
+        for c in range(len(heads)):
+            risk, rejected, *scale = cell(eta, c)
+            extra = f", median abs(f) {scale[0]:.1f}" if scale else ""
+            cells.append(f"{risk:.4f} ({rejected:.0%} rejected{extra})")
+        print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument(
@@ -121,46 +138,21 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     X, y = load_dataset(resolve_dataset_path("elec2/elec.csv"))
     Z = standardised(X)
-    print(
-        "| step | double sigmoid, rho learnt | double sigmoid, rho = ln 3 | logistic, rho = ln 3 |"
-    )
-    print("|---|---|---|---|")
-    for eta in args.steps:
-        cells = []
-        for loss, free in (("ds", True), ("ds", False), ("logistic", False)):
-            risk, rejected, scale = run(Z, y, eta, loss, free)
-            cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
-        print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+    losses = (("ds", True), ("ds", False), ("logistic", False))
+    heads = ["double sigmoid, rho learnt", "double sigmoid, rho = ln 3", "logistic, rho = ln 3"]
+    table(args.steps, heads, lambda eta, c: run(Z, y, eta, *losses[c]))
     if args.radii:
+        print()
         heads = [f"double sigmoid, norm of w <= {r:g}" for r in args.radii]
-        print("\n| step | " + " | ".join(heads) + " |")
-        print("|---|" + "---|" * len(args.radii))
-        for eta in args.steps:
-            cells = []
-            for r in args.radii:
-                risk, rejected, scale = run(Z, y, eta, "ds", True, radius=r)
-                cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
-            print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+        table(args.steps, heads, lambda eta, c: run(Z, y, eta, "ds", True, radius=args.radii[c]))
     if args.tails:
+        print()
         heads = [f"double sigmoid + {t:g} x logistic, rho learnt" for t in args.tails]
-        print("\n| step | " + " | ".join(heads) + " |")
-        print("|---|" + "---|" * len(args.tails))
-        for eta in args.steps:
-            cells = []
-            for t in args.tails:
-                risk, rejected, scale = run(Z, y, eta, "ds", True, tail=t)
-                cells.append(f"{risk:.4f} ({rejected:.0%} rejected, median abs(f) {scale:.1f})")
-            print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+        table(args.steps, heads, lambda eta, c: run(Z, y, eta, "ds", True, tail=args.tails[c]))
     if args.restarts:
+        print()
         heads = [f"double sigmoid restarted every {k:,} labels" for k in args.restarts]
-        print("\n| step | " + " | ".join(heads) + " |")
-        print("|---|" + "---|" * len(args.restarts))
-        for eta in args.steps:
-            cells = []
-            for k in args.restarts:
-                risk, rejected = restarted(Z, y, eta, k)
-                cells.append(f"{risk:.4f} ({rejected:.0%} rejected)")
-            print(f"| {eta:g} | " + " | ".join(cells) + " |", flush=True)
+        table(args.steps, heads, lambda eta, c: restarted(Z, y, eta, args.restarts[c]))
     return 0
 
 
