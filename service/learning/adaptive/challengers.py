@@ -13,7 +13,7 @@ A challenger is a learner of the champion's class and configuration, started at 
   paired test, so the wrapper lets the stream choose. No such challenger for the double
   ramp learners (:func:`challenger_for` gives ``None``).
 
-Both are built through the learners' state records, so any learner of this package works.
+All are built through the learners' state records, so any learner of this package works.
 A :class:`Challenger` also keeps its paired record against the champion: the sum and the
 sum of squares of the (importance-weighted) gains, the champion's loss minus its own, on
 every label since it started.

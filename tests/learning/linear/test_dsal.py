@@ -220,3 +220,15 @@ def test_with_a_tail_a_model_follows_a_boundary_that_turned(update_rule: str) ->
             model.update(x, int(label))
         risks[name] = float(np.mean(losses[100:]))
     assert risks["tail"] < 0.1 < 0.3 < risks["paper"]
+
+
+@pytest.mark.parametrize("bad", [-1.0, "2", None, True, math.nan, 1e300])
+def test_a_record_with_a_bad_tail_is_refused(bad: object) -> None:
+    """A record read from the models topic is input: a tail out of range or not a number
+    is a StateError, never a learner."""
+    from service.learning import StateError
+    from service.learning.registry import learner_from_state
+
+    record = DSOL(n_features=2, cost=0.25, tail=1.0).to_state()
+    with pytest.raises(StateError, match="tail"):
+        learner_from_state({**record, "params": {**record["params"], "tail": bad}})
