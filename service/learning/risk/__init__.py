@@ -12,6 +12,7 @@ from .collapse import CollapseStatus, CollapseWatch
 from .estimate import (
     DEFAULT_LEVEL,
     DEFAULT_MAX_WEIGHT,
+    PRIOR_LABELS,
     RiskEstimate,
     RiskInterval,
     importance_weight,
@@ -31,6 +32,7 @@ __all__ = [
     "Comparison",
     "DEFAULT_LEVEL",
     "DEFAULT_MAX_WEIGHT",
+    "PRIOR_LABELS",
     "ESTIMATORS",
     "RiskEstimate",
     "RiskInterval",

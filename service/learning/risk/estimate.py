@@ -19,8 +19,14 @@ $R_n = \frac1n \sum_{t \le n} L_t$ of the $n$ events decided so far. Two estimat
   envelope (:attr:`service.records.ModelEnvelope.risk`): it needs no event count, only the
   labels. Interval: the score (Wilson-type) interval, the values of $R$ that a normal test
   at level $\ell$ does not reject, $(\hat R - R)^2 \le z^2 V(R)$ with
-  $V(R) = \frac{1}{W^2} \sum_t Q_t\, a_t\, (L_t - R)^2$ (a quadratic in $R$, so an
-  interval between two roots).
+  $V_m(R) = \frac{1}{W^2} \big(\sum_t Q_t\, a_t\, (L_t - R)^2 + m\,\bar a\, R(1-R)\big)$
+  (a quadratic in $R$, so an interval between two roots), with $\bar a$ the mean $a_t$ of
+  the labels and $m$ = :data:`PRIOR_LABELS` (4) labels of the largest spread a loss in
+  $[0, 1]$ with mean $R$ can have, $R(1-R)$. The spread of the losses seen is all a sample
+  variance knows: 30 labels of one loss (a model that rejects all it is asked about) give
+  none, and the interval would be that one value while the unasked events, decided
+  otherwise, hold other losses. The prior's share fades as $m/n$; a label asked with
+  $p_t = 1$ adds nothing to it, as to the rest of the variance.
 
 Validity: $\sum_t (Q_t/p_t - 1)\,c_t$ is a martingale for any $c_t$ fixed before the coin
 ($L_t$, or $L_t - R$), with conditional variance $\sum_t \frac{1-p_t}{p_t} c_t^2$, which
@@ -44,9 +50,12 @@ intervals covered the realised risk after 100 / 300 / 1000 events: ratio (score)
 / 92 %, ratio (Wald, $\hat R \pm z\sqrt{V(\hat R)}$) 82 / 87 / 90.5 %, Horvitz-Thompson
 77 / 83 / 89 %; with $p \ge 0.2$: 89 / 93 / 94 %, 86 / 91 / 94 %, 84 / 90 / 94 %. The
 shortfall comes from skew: with heavy weights an estimate is usually a little low and
-sometimes much too high. While every label so far had the same loss the ratio's interval
-is that one value (or $[0, 1]$ while the labels are too few for the test to exclude
-anything): the variance is estimated from the spread of the losses seen. Both assume
+sometimes much too high. Served as the demo serves it (DSAL at $d = 0.25$ with a 5 % audit,
+Phishing, 150 random orders), the score interval without the prior held the true risk of
+the decisions served at the first line with 30 labels in 87 % of the orders, with it in
+96 % (95 % over the lines from 30 to 60 labels; ``tests/learning/risk/test_coverage.py``
+checks 60 orders). While the labels are too few for the test to exclude anything the
+interval is $[0, 1]$. Both assume
 $p_t > 0$ for every event (a model that never asks some events cannot be judged on them)
 and no flooring (a floored $p$ underweights the label).
 
@@ -60,7 +69,7 @@ expanded so that $V(R)$ needs no pass over the past
 >>> est.labels, est.loss, est.weight, est.risk
 (4, 4.25, 9.0, 0.4722222222222222)
 >>> r = est.interval(0.9); round(r.low, 4), round(r.high, 4)
-(0.0, 0.7901)
+(0.0, 0.8794)
 >>> r = est.interval(0.9, events=10); r.risk, round(r.low, 4), round(r.high, 4)
 (0.425, 0.0, 0.9948)
 """
@@ -80,6 +89,7 @@ from ..errors import HyperparameterError, InputError, StateError
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_MAX_WEIGHT",
+    "PRIOR_LABELS",
     "RiskEstimate",
     "RiskInterval",
     "importance_weight",
@@ -87,6 +97,10 @@ __all__ = [
 
 DEFAULT_LEVEL: Final = 0.95
 """Default confidence level of :meth:`RiskEstimate.interval`."""
+
+PRIOR_LABELS: Final = 4.0
+r"""Labels of the greatest spread a loss in $[0, 1]$ can have that the ratio's interval
+counts beside those seen (:meth:`RiskEstimate.interval`): $m$ in $V_m(R)$."""
 
 DEFAULT_MAX_WEIGHT: Final = 100.0
 """Default cap of an importance weight $1/p$ (the stream's ``max_importance_weight``)."""
@@ -185,10 +199,12 @@ class RiskEstimate:
         if math.isnan(r):
             return RiskInterval(math.nan, math.nan, math.nan, lv, 0)
         z2 = NormalDist().inv_cdf(0.5 + lv / 2.0) ** 2
-        # (A - R W)^2 <= z^2 W^2 V(R), with A = loss, W = weight: q2 R^2 - 2 q1 R + q0 <= 0
+        # (A - R W)^2 <= z^2 W^2 V_m(R), with A = loss, W = weight and the prior's
+        # m a_bar R (1 - R) added to the spread: q2 R^2 - 2 q1 R + q0 <= 0
         w = self.weight
-        q2 = w * w - z2 * self.var_a
-        q1 = self.loss * w - z2 * self.var_al
+        prior = PRIOR_LABELS * self.var_a / self.labels
+        q2 = w * w - z2 * (self.var_a - prior)
+        q1 = self.loss * w - z2 * (self.var_al - prior / 2.0)
         q0 = self.loss * self.loss - z2 * self.var_al2
         if q2 <= 0.0:  # too few labels for the test to exclude anything: no bound
             return RiskInterval(r, 0.0, 1.0, lv, self.labels)
