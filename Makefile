@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run docs test test-unit test-integration test-long test-kafka4 test-image image lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
+.PHONY: help venv run data docs test test-unit test-integration test-long test-kafka4 test-image image lint typecheck check bench replay kafka-start kafka-stop deploy-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -71,10 +71,13 @@ check: lint typecheck test ## everything CI runs on the code
 bench: $(STAMP) ## learner micro-benchmarks (prints a table)
 	$(BIN)/python -m service bench $(ARGS)
 
-replay: $(STAMP) ## paper protocol (the bare learners: --bare) on both shared datasets: data into loadtest/results/replay/, figures into docs/results/replay/figures/
-	$(BIN)/python -m service replay ../shared/data/phishing/phishing --bare --out loadtest/results/replay/phishing \
+data: $(STAMP) ## fetch the benchmarks' datasets from their original sources into var/data (sha256 checked; ARGS="--from DIR": a local copy)
+	$(BIN)/python -m service data fetch $(ARGS)
+
+replay: $(STAMP) ## paper protocol (the bare learners: --bare) on Phishing and svmguide1 (make data first): data into loadtest/results/replay/, figures into docs/results/replay/figures/
+	$(BIN)/python -m service replay phishing --bare --out loadtest/results/replay/phishing \
 		--figures docs/results/replay/figures/phishing $(ARGS)
-	$(BIN)/python -m service replay ../shared/data/svmguide1/svmguide1 --bare --out loadtest/results/replay/svmguide1 \
+	$(BIN)/python -m service replay svmguide1 --bare --out loadtest/results/replay/svmguide1 \
 		--figures docs/results/replay/figures/svmguide1 $(ARGS)
 
 kafka-start: $(STAMP) ## start the local single-node Kafka on 127.0.0.1:9092 (ARGS="--brokers 3": a cluster; "--kafka 4": Kafka 4)

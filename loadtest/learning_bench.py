@@ -18,8 +18,9 @@ Streams (``d = 0.25`` everywhere):
   (2,417 rows, 103 features; its first label);
 * ``replay``: the shared Phishing and svmguide1 files, the replay's own trials (10,000
   drawn with replacement, ``plan_trials(n, runs, 10_000, seed=0)``, as ``loadtest/peers.py``);
-* ``elec2``: the electricity stream (``../shared/data/elec2/elec.csv``, 45,312 events in
-  time order); every run the same events, only the query coins change;
+* ``elec2``: the electricity stream (``elec2/elec.csv`` of the data folder, which
+  ``python -m service data fetch`` fills; 45,312 events in time order); every run the same
+  events, only the query coins change;
 * ``agrawal``: River's Agrawal generator, function 6 for 5,000 events then function 8
   (an abrupt change; 15,000 events; generator seed = run).
 

@@ -10,7 +10,7 @@ Streams (``d = 0.25`` everywhere; run ``r`` of ``--seeds``):
 
 * the project's drift streams (:mod:`service.replay.streams`): label flip, SEA shift
   (variant 0 to 3), rotating hyperplane; 15,000 events, change at 5,000, stream seed ``r``;
-* stationary Phishing and svmguide1 (``../shared/data``): the replay's own trials
+* stationary Phishing and svmguide1 (``python -m service data fetch``): the replay's own trials
   (``plan_trials(n, runs, 10_000, seed=0)``, drawn with replacement), so abstain's rows
   are those of ``abstain replay`` on the same runs;
 * a short stream: scikit-learn's copy of the breast-cancer data (569 events), in a random

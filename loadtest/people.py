@@ -25,7 +25,7 @@ people's draws (common random numbers):
 
 Streams (``d = 0.25``; the model: DSAL held to a ``--budget`` of 10 % of the events,
 inside the adaptive wrapper, the worker's defaults; run ``r`` of ``--runs``): Phishing and
-svmguide1 (``../shared/data``) through the replay's own trials (``plan_trials(n, runs,
+svmguide1 (``python -m service data fetch``) through the replay's own trials (``plan_trials(n, runs,
 trials, seed=0)``, drawn with replacement; 5,000 a run), and the label flip
 (:mod:`service.replay.streams`: 6,000 events, every label negated at 2,000, stream seed
 ``r``, no label noise of its own: the people are the only noise). "risk after N": the

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
     "desk": ("service.desk.cli", "the label desk: a web work queue for the people who label"),
     "kafka": ("service.localkafka", "start / stop / status of a local single-node Kafka"),
+    "data": ("service.sources", "fetch the datasets the docs and benchmarks use (sha256 checked)"),
 }
 
 _SEED = ("service.stream.cli", "train a model from labelled history and publish it")

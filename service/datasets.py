@@ -11,9 +11,11 @@ Either may be gzipped: a file whose name ends in ``.gz`` is decompressed while i
 (UTF-8 text, as for plain files).
 
 Dataset names resolve under :func:`data_dir` (``ABSTAIN_DATA_DIR``, else ``../shared/data``
-beside the repository); the demo dataset, Phishing, also ships gzipped inside the package
-(``service/data/phishing.gz``, attribution in ``service/data/README.md``) and is used when
-neither place has it, with the names of its 68 one-hot columns
+beside the repository when it is there, else ``var/data``, which ``abstain data fetch``
+fills from the original sources: :mod:`service.sources`); the demo dataset, Phishing,
+also ships gzipped inside the package (``service/data/phishing.gz``, attribution in
+``service/data/README.md``) and is used when neither place has it, with the names of its
+68 one-hot columns
 (``service/data/phishing-features.txt``, :func:`feature_names`).
 
 Labels are returned in ``{-1, +1}``: files may store ``{0, 1}`` (``0`` becomes ``-1``) or
@@ -60,6 +62,7 @@ __all__ = [
     "dataset_format",
     "data_dir",
     "feature_names",
+    "fetched_dir",
     "load_csv",
     "load_dataset",
     "load_libsvm",
@@ -84,18 +87,25 @@ class DatasetError(AbstainError, ValueError):
     """A dataset file is missing, unreadable, malformed or empty."""
 
 
-def data_dir() -> Path:
-    """Directory holding the shared datasets.
+def fetched_dir() -> Path:
+    """``<repo>/var/data``: where ``abstain data fetch`` puts the datasets by default
+    (:mod:`service.sources`), ``<repo>`` the directory that contains the ``service`` package."""
+    return Path(__file__).resolve().parent.parent / "var" / "data"
 
-    ``ABSTAIN_DATA_DIR`` when set, else ``<repo>/../shared/data`` where ``<repo>`` is the
-    directory that contains the ``service`` package. The directory need not exist: see
-    :func:`resolve_dataset_path` for the packaged fallback.
+
+def data_dir() -> Path:
+    """Directory holding the datasets.
+
+    ``ABSTAIN_DATA_DIR`` when set; else ``<repo>/../shared/data`` when that folder exists
+    beside the checkout; else :func:`fetched_dir` (``abstain data fetch`` fills it). The
+    directory need not exist: see :func:`resolve_dataset_path` for the packaged fallback.
     """
-    env = os.environ.get("ABSTAIN_DATA_DIR")
+    env = os.environ.get("ABSTAIN_DATA_DIR", "").strip()
     if env:
         return Path(env)
     repo = Path(__file__).resolve().parent.parent
-    return repo.parent / "shared" / "data"
+    shared = repo.parent / "shared" / "data"
+    return shared if shared.is_dir() else fetched_dir()
 
 
 def packaged_dataset_path(name: str) -> Path | None:
@@ -149,7 +159,10 @@ def resolve_dataset_path(name_or_path: str | os.PathLike[str]) -> Path:
         if candidate.is_file():
             return candidate
     looked = ", ".join(str(p) for p in [path, *candidates])
-    raise DatasetError(f"dataset {str(name_or_path)!r} not found (looked at: {looked})")
+    raise DatasetError(
+        f"dataset {str(name_or_path)!r} not found (looked at: {looked}); "
+        "`abstain data fetch` fetches the datasets the docs name"
+    )
 
 
 def _label(token: str, where: str) -> int:

@@ -3,7 +3,7 @@
 
 Usage::
 
-    python loadtest/replay/budget_sweep.py ../shared/data/phishing/phishing \\
+    python loadtest/replay/budget_sweep.py phishing \\
         --out loadtest/results/replay/phishing/budget-sweep.csv
 
 One replay per setting (20 runs x 10,000 trials, seed 0, DRAL and DSAL, d in {0.1, 0.25,
