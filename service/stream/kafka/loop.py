@@ -21,6 +21,7 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from service.stream.health.stalls import StableMarks
 from service.stream.kafka.groups import Starts
 
 __all__ = [
@@ -121,7 +122,13 @@ class ConsumerView(Protocol):
         ...
 
     async def highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
-        """Fresh high-water marks of ``tps`` from the broker, by (topic, partition)."""
+        """Fresh end offsets of ``tps`` from the broker, by (topic, partition): under
+        ``read_committed`` the last stable offset, what the consumer can read up to."""
+        ...
+
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        """The high watermark and last stable offset of the consumer's last fetch of ``tp``
+        (None before one, or when the broker gave no last stable offset)."""
         ...
 
     async def position(self, tp: TP) -> int | None:
@@ -216,6 +223,20 @@ class LoopView:
         ends = await consumer.end_offsets([_tp(tp) for tp in tps])
         return {(tp.topic, tp.partition): int(h) for tp, h in ends.items() if h is not None}
 
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        """From the consumer's fetch responses, which carry both ends whatever the isolation
+        level (``end_offsets`` asks with the consumer's own: the last stable offset under
+        ``read_committed``). Under ``read_uncommitted`` the last stable offset reads -1."""
+        consumer = self._loop.consumer
+        part = _tp(tp)
+        if consumer is None or part not in consumer.assignment():
+            return None
+        high, stable = consumer.highwater(part), consumer.last_stable_offset(part)
+        fetched_ms = consumer.last_poll_timestamp(part)
+        if high is None or stable is None or fetched_ms is None:
+            return None
+        return StableMarks(high=int(high), stable=int(stable), fetched_at=fetched_ms / 1000.0)
+
     async def position(self, tp: TP) -> int | None:
         consumer = self._loop.consumer
         if consumer is None:
@@ -285,6 +306,9 @@ class RoutedView:
         for view, members in groups.values():
             out.update(await view.highwaters(members))
         return out
+
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        return self._of(tp).stable_marks(tp)
 
     async def position(self, tp: TP) -> int | None:
         return await self._of(tp).position(tp)
