@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaConnectionError
 from intervaltree import IntervalTree
 
-from service.stream.health.stalls import StableMarks
-from service.stream.kafka.loop import TP, ConsumerView, RecoveryState, partition_key
+from service.stream.kafka.loop import TP, ConsumerView, RecoveryState, StableMarks, partition_key
 
 __all__ = ["FakeConsumerView"]
 

@@ -41,10 +41,16 @@ from service.stream.health.stalls import (
     PartitionStatus,
     PinnedWatch,
     RecoveryWatch,
-    StableMarks,
     stalled_partitions,
 )
-from service.stream.kafka.loop import TP, ConsumerView, Progress, RecoveryState, partition_key
+from service.stream.kafka.loop import (
+    TP,
+    ConsumerView,
+    Progress,
+    RecoveryState,
+    StableMarks,
+    partition_key,
+)
 from service.stream.kafka.unreadable import Unreadable
 
 __all__ = ["LivenessMonitor", "LivenessReport"]
@@ -155,8 +161,14 @@ class LivenessMonitor:
         for tp in tps:
             key = partition_key(tp)
             marks = self.view.stable_marks(tp)
-            seconds = self.pinned_watch.seconds(key, marks)
-            past = marks.unstable if marks is not None else 0
+            if marks is None:  # no fetch answered yet
+                self.pinned_watch.forget([key])
+                seconds, past = 0.0, 0
+            else:
+                seconds = self.pinned_watch.seconds(
+                    key, high=marks.high, stable=marks.stable, fetched_at=marks.fetched_at
+                )
+                past = marks.unstable
             self.metrics.set_stable(tp.topic, tp.partition, pinned=seconds, past_stable=past)
             if marks is not None and seconds > self.pinned_seconds:
                 lines[key] = _pinned_line(tp, marks, seconds)

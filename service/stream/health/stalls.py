@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PartitionStatus", "PinnedWatch", "RecoveryWatch", "StableMarks", "stalled_partitions"]
+__all__ = ["PartitionStatus", "PinnedWatch", "RecoveryWatch", "stalled_partitions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,32 +102,6 @@ class RecoveryWatch:
         self.last = None
 
 
-@dataclass(frozen=True, slots=True)
-class StableMarks:
-    """A partition's two ends as one fetch response gave them.
-
-    ``high``: the high watermark (the next offset to be written); ``stable``: the last stable
-    offset (the first offset of the oldest transaction not yet ended, else ``high``): under
-    ``read_committed`` nothing at or after it is handed out; ``fetched_at``: when the response
-    came (seconds)."""
-
-    high: int
-    stable: int
-    fetched_at: float
-
-    @property
-    def unstable(self) -> int:
-        """Records at or after the last stable offset (not readable under read_committed);
-        0 under read_uncommitted, where the last stable offset reads -1.
-
-        >>> StableMarks(high=12, stable=4, fetched_at=0.0).unstable
-        8
-        >>> StableMarks(high=12, stable=-1, fetched_at=0.0).unstable
-        0
-        """
-        return max(0, self.high - self.stable) if self.stable >= 0 else 0
-
-
 @dataclass
 class PinnedWatch:
     r"""How long each partition's last stable offset has stood behind its high watermark
@@ -145,29 +119,30 @@ class PinnedWatch:
     watermark all the time, but moving: that is not pinned.
 
     >>> w = PinnedWatch()
-    >>> w.seconds(("t", 0), StableMarks(high=9, stable=4, fetched_at=100.0))
+    >>> w.seconds(("t", 0), high=9, stable=4, fetched_at=100.0)
     0.0
-    >>> w.seconds(("t", 0), StableMarks(high=12, stable=4, fetched_at=131.0))
+    >>> w.seconds(("t", 0), high=12, stable=4, fetched_at=131.0)
     31.0
-    >>> w.seconds(("t", 0), StableMarks(high=12, stable=9, fetched_at=132.0))
+    >>> w.seconds(("t", 0), high=12, stable=9, fetched_at=132.0)
     0.0
-    >>> w.seconds(("t", 0), StableMarks(high=12, stable=12, fetched_at=133.0))
+    >>> w.seconds(("t", 0), high=12, stable=12, fetched_at=133.0)
     0.0
     """
 
     since: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
 
-    def seconds(self, key: tuple[str, int], marks: StableMarks | None) -> float:
-        """Seconds the last stable offset of ``key`` has stood behind its high watermark
-        (0 when it is at the high watermark, or unknown: ``marks`` None)."""
-        if marks is None or marks.stable < 0 or marks.stable >= marks.high:
+    def seconds(self, key: tuple[str, int], *, high: int, stable: int, fetched_at: float) -> float:
+        """Seconds the last stable offset of ``key`` has stood behind its high watermark,
+        from a fetch response (at ``fetched_at``) that gave ``high`` and ``stable``; 0 when
+        it is at the high watermark or unknown (negative: ``read_uncommitted``)."""
+        if stable < 0 or stable >= high:
             self.since.pop(key, None)
             return 0.0
         held = self.since.get(key)
-        if held is None or held[0] != marks.stable:
-            self.since[key] = (marks.stable, marks.fetched_at)
+        if held is None or held[0] != stable:
+            self.since[key] = (stable, fetched_at)
             return 0.0
-        return max(0.0, marks.fetched_at - held[1])
+        return max(0.0, fetched_at - held[1])
 
     def forget(self, keys: Iterable[tuple[str, int]]) -> None:
         """Drop partitions no longer assigned."""

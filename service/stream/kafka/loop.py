@@ -7,6 +7,8 @@ loop's consumer, and what a loop has processed.
   consumes its topic). In tests an in-memory fake (``tests/stream/fakes.py``), so liveness
   needs neither Kafka nor faust to be tested;
 - :class:`RecoveryState`: the learner's table recovery at one moment;
+- :class:`StableMarks`: a partition's high watermark and last stable offset, as a fetch gave
+  them;
 - :class:`Progress`: the last offset a loop processed per (topic, partition), and when.
 """
 
@@ -21,7 +23,6 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from service.stream.health.stalls import StableMarks
 from service.stream.kafka.groups import Starts
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Progress",
     "RecoveryState",
     "RoutedView",
+    "StableMarks",
     "partition_key",
 ]
 
@@ -88,6 +90,32 @@ class RecoveryState:
     def reading(self) -> bool:
         """True while changelogs are being read (what :class:`RecoveryWatch` watches)."""
         return self.in_recovery and not self.completed
+
+
+@dataclass(frozen=True, slots=True)
+class StableMarks:
+    """A partition's two ends as one fetch response gave them.
+
+    ``high``: the high watermark (the next offset to be written); ``stable``: the last stable
+    offset (the first offset of the oldest transaction not yet ended, else ``high``): under
+    ``read_committed`` nothing at or after it is handed out; ``fetched_at``: when the response
+    came (seconds)."""
+
+    high: int
+    stable: int
+    fetched_at: float
+
+    @property
+    def unstable(self) -> int:
+        """Records at or after the last stable offset (not readable under read_committed);
+        0 under read_uncommitted, where the last stable offset reads -1.
+
+        >>> StableMarks(high=12, stable=4, fetched_at=0.0).unstable
+        8
+        >>> StableMarks(high=12, stable=-1, fetched_at=0.0).unstable
+        0
+        """
+        return max(0, self.high - self.stable) if self.stable >= 0 else 0
 
 
 class ConsumerView(Protocol):

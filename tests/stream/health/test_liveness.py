@@ -13,8 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
 from service.stream.health.liveness import LivenessMonitor, LivenessReport
-from service.stream.health.stalls import StableMarks
-from service.stream.kafka.loop import Progress, RecoveryState
+from service.stream.kafka.loop import Progress, RecoveryState, StableMarks
 from service.stream.kafka.unreadable import Unreadable, UnreadableBatch
 
 from ..fakes import FakeConsumerView
