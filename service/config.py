@@ -953,6 +953,13 @@ class Settings(BaseSettings):
     stall_seconds: float = Field(
         default=60.0, gt=0.0, description="lag without progress this long fails /healthz"
     )
+    pinned_transaction_seconds: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="a consumed partition whose last stable offset stands this long behind its "
+        "high watermark (a transaction neither committed nor aborted, under read_committed) is "
+        "named in /healthz (pinned) and abstain_pinned_transaction_seconds passes it",
+    )
     batch_size: int = Field(
         default=256, ge=1, description="most events scored together (one decide_many)"
     )

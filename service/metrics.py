@@ -161,6 +161,22 @@ class Metrics:
         self.consumer_lag = Gauge(
             "abstain_consumer_lag", "Messages behind the end", ["topic", "partition"], registry=r
         )
+        self.pinned_transaction = Gauge(
+            "abstain_pinned_transaction_seconds",
+            "Seconds the partition's last stable offset has stood behind its high watermark "
+            "without moving: a transaction neither committed nor aborted holds back every "
+            "record after it under read_committed (0 while it moves or is at the end)",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.past_stable = Gauge(
+            "abstain_records_past_stable_offset",
+            "Records at or after the partition's last stable offset (high watermark minus last "
+            "stable offset): written but not readable under read_committed until the "
+            "transactions before them end; not counted in abstain_consumer_lag",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.last_progress = Gauge(
             "abstain_last_progress_timestamp_seconds",
             "Unix time of the last processed message",
@@ -359,8 +375,18 @@ class Metrics:
         self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
         self.last_progress.labels(topic=topic, partition=str(partition)).set(progress_ts)
 
+    def set_stable(self, topic: str, partition: int, *, pinned: float, past_stable: int) -> None:
+        """A partition's transaction gauges (:class:`~service.stream.health.stalls.PinnedWatch`)."""
+        self.pinned_transaction.labels(topic=topic, partition=str(partition)).set(pinned)
+        self.past_stable.labels(topic=topic, partition=str(partition)).set(past_stable)
+
     def remove_partition(self, topic: str, partition: int) -> None:
         """Drop a partition's series (on revoke)."""
-        for metric in (self.consumer_lag, self.last_progress):
+        for metric in (
+            self.consumer_lag,
+            self.last_progress,
+            self.pinned_transaction,
+            self.past_stable,
+        ):
             with contextlib.suppress(KeyError):
                 metric.remove(topic, str(partition))

@@ -31,6 +31,8 @@ CATALOGUE = {
     "abstain_decide_latency_seconds": ("histogram", {"model"}),
     "abstain_consumer_lag": ("gauge", {"topic", "partition"}),
     "abstain_last_progress_timestamp_seconds": ("gauge", {"topic", "partition"}),
+    "abstain_pinned_transaction_seconds": ("gauge", {"topic", "partition"}),
+    "abstain_records_past_stable_offset": ("gauge", {"topic", "partition"}),
     "abstain_label_requests_suppressed_total": ("counter", {"model"}),
     "abstain_label_requests_dropped_total": ("counter", {"model"}),
     "abstain_importance_weights_clipped_total": ("counter", {"model"}),
@@ -67,6 +69,7 @@ def test_every_series_of_the_catalogue_is_declared_with_its_type_and_labels() ->
     registry = CollectorRegistry()
     m = Metrics(registry, models=["a", "b"])
     m.set_partition("abstain.features", 0, lag=3, progress_ts=1.0)
+    m.set_stable("abstain.features", 0, pinned=0.0, past_stable=0)
     m.dead_letters.labels(source="features", reason="not_json").inc()
     m.unreadable_partitions.labels(topic="abstain.features").set(0)
     m.unreadable_batches.labels(topic="abstain.features", outcome="stopped").inc()

@@ -849,6 +849,36 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 width=12,
             ),
             timeseries(
+                "Records past the last stable offset",
+                "Records written but not yet readable under read_committed, per partition: "
+                "from the last stable offset (the first record of the oldest transaction not "
+                "yet ended) to the high watermark (abstain_records_past_stable_offset). Not "
+                "counted in the consumer lag above, which ends at the last stable offset.",
+                [
+                    (
+                        "max by (topic, partition) (abstain_records_past_stable_offset)",
+                        "{{topic}}[{{partition}}]",
+                    )
+                ],
+                width=12,
+            ),
+            timeseries(
+                "Last stable offset held by a transaction",
+                "Seconds each partition's last stable offset has stood behind its high "
+                "watermark without moving (abstain_pinned_transaction_seconds): a transaction "
+                "neither committed nor aborted holds back every record after it. Above "
+                "pinned_transaction_seconds /healthz names the partition (alert "
+                "AbstainTransactionPinned).",
+                [
+                    (
+                        "max by (topic, partition) (abstain_pinned_transaction_seconds)",
+                        "{{topic}}[{{partition}}]",
+                    )
+                ],
+                unit="s",
+                width=12,
+            ),
+            timeseries(
                 "Partitions stopped at an unreadable batch",
                 "Partitions that stand at a record batch the worker cannot read (a codec, a "
                 "CRC, a record that does not parse), per topic: their events wait until "

@@ -281,6 +281,7 @@ def create_app(
             watched=watched(s),
             stall_seconds=s.stall_seconds,
             unreadable=unreadable,
+            pinned_seconds=s.pinned_transaction_seconds,
         ),
     )
     parts = app.parts = Parts(s, metrics, book, scorer, scoring, learning, joiner, housekeeping)

@@ -102,7 +102,8 @@ def mount_web(app: Any, parts: Worker, labels_topic: Any, pending: PendingStore)
     class HealthView(faust.web.View):
         async def get(self, request: Any) -> Any:
             status = parts.housekeeping.status
-            return _reply(self, views.health(status.live, {"stalled": list(status.stalled)}))
+            detail = {"stalled": list(status.stalled), "pinned": list(status.pinned)}
+            return _reply(self, views.health(status.live, detail))
 
     @app.page("/readyz")
     class ReadyView(faust.web.View):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaConnectionError
 from intervaltree import IntervalTree
 
-from service.stream.kafka.loop import TP, ConsumerView, RecoveryState, partition_key
+from service.stream.kafka.loop import TP, ConsumerView, RecoveryState, StableMarks, partition_key
 
 __all__ = ["FakeConsumerView"]
 
@@ -41,6 +41,7 @@ class FakeConsumerView:
     positions: dict[Key, int] = field(default_factory=dict)
     default_position: int | None = 0  # of a partition not in ``positions``
     committed: dict[Key, int] = field(default_factory=dict)
+    marks: dict[Key, StableMarks] = field(default_factory=dict)
     earliest_offset: int = 0
     gaps: dict[Key, IntervalTree] = field(default_factory=dict)
     sought: list[tuple[Key, int]] = field(default_factory=list)
@@ -66,6 +67,9 @@ class FakeConsumerView:
         if self.broker == "silent":
             await asyncio.Event().wait()  # never answers: the caller's timeout ends it
         return {partition_key(tp): self.highs.get(partition_key(tp), 0) for tp in tps}
+
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        return self.marks.get(partition_key(tp))
 
     async def position(self, tp: TP) -> int | None:
         return self.positions.get(partition_key(tp), self.default_position)

@@ -77,6 +77,7 @@ class WorkerStatus:
     live: bool = True
     stalled: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
+    pinned: tuple[str, ...] = ()
 
 
 class Housekeeping:
@@ -129,6 +130,7 @@ class Housekeeping:
             live=report.live,
             stalled=report.stalled,
             unreadable=report.unreadable,
+            pinned=report.pinned,
         )
         return self.status
 

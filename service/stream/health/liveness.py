@@ -17,6 +17,14 @@ A partition stopped at a batch the worker cannot read
 (:class:`~service.stream.kafka.unreadable.Unreadable`) is stalled at once, named with its
 offsets and the command that moves it on (:attr:`LivenessReport.unreadable`; readiness fails
 too): waiting ``stall_seconds`` would only delay the alarm.
+
+A partition whose last stable offset has stood behind its high watermark for more than
+``pinned_seconds`` (:class:`~service.stream.health.stalls.PinnedWatch`: a transaction neither
+committed nor aborted) is named in :attr:`LivenessReport.pinned`, with both offsets. Its lag
+reads 0 meanwhile (under ``read_committed`` the end offsets are the last stable offset), and
+it is not stalled: the worker reads every other partition, and a restart would not end the
+producer's transaction (the broker does, at its timeout, or an operator with
+``kafka-transactions.sh abort``).
 """
 
 from __future__ import annotations
@@ -29,8 +37,20 @@ from dataclasses import dataclass
 from aiokafka.errors import KafkaError
 
 from service.metrics import Metrics
-from service.stream.health.stalls import PartitionStatus, RecoveryWatch, stalled_partitions
-from service.stream.kafka.loop import TP, ConsumerView, Progress, RecoveryState, partition_key
+from service.stream.health.stalls import (
+    PartitionStatus,
+    PinnedWatch,
+    RecoveryWatch,
+    stalled_partitions,
+)
+from service.stream.kafka.loop import (
+    TP,
+    ConsumerView,
+    Progress,
+    RecoveryState,
+    StableMarks,
+    partition_key,
+)
 from service.stream.kafka.unreadable import Unreadable
 
 __all__ = ["LivenessMonitor", "LivenessReport"]
@@ -45,13 +65,16 @@ class LivenessReport:
     ``live``: nothing stalled; ``stalled``: why not (a partition with its lag, or a table
     recovery that reads nothing); ``broker_reachable``: the last end-offset request was
     answered in time (readiness follows it); ``partitions``: the watched partitions;
-    ``unreadable``: partitions stopped at a batch that cannot be read (also in ``stalled``)."""
+    ``unreadable``: partitions stopped at a batch that cannot be read (also in ``stalled``);
+    ``pinned``: partitions whose last stable offset an open transaction holds back (not in
+    ``stalled``: they do not make the worker not live)."""
 
     live: bool
     stalled: tuple[str, ...]
     broker_reachable: bool
     partitions: tuple[PartitionStatus, ...]
     unreadable: tuple[str, ...] = ()
+    pinned: tuple[str, ...] = ()
 
 
 class LivenessMonitor:
@@ -62,7 +85,9 @@ class LivenessMonitor:
     assigned counts as progress, and a revoked one is forgotten); ``watched``: the topics
     whose partitions must not stall; ``stall_seconds``: how long lag without progress is
     tolerated; ``answer_timeout``: how long the broker has to give end offsets;
-    ``unreadable``: the partitions the loops stopped at a batch they cannot read.
+    ``unreadable``: the partitions the loops stopped at a batch they cannot read;
+    ``pinned_seconds``: how long a last stable offset may stand behind the high watermark
+    before its partition is reported as pinned.
     """
 
     def __init__(
@@ -75,6 +100,7 @@ class LivenessMonitor:
         stall_seconds: float,
         answer_timeout: float = 5.0,
         unreadable: Unreadable | None = None,
+        pinned_seconds: float = 30.0,
     ) -> None:
         self.view = view
         self.unreadable = unreadable if unreadable is not None else Unreadable()
@@ -85,6 +111,9 @@ class LivenessMonitor:
         self.answer_timeout = answer_timeout
         self.broker_reachable = True  # the last end-offset request was answered in time
         self.recovery_watch = RecoveryWatch()
+        self.pinned_seconds = pinned_seconds
+        self.pinned_watch = PinnedWatch()
+        self._pinned: set[tuple[str, int]] = set()  # partitions reported pinned
         self._known: set[tuple[str, int]] = set()  # partitions with gauge series
 
     async def check(self, now: float) -> LivenessReport:
@@ -106,6 +135,7 @@ class LivenessMonitor:
         if paused:
             self.progress.hold(current, now)
         statuses = [await self._status(tp, highs.get(partition_key(tp))) for tp in tps]
+        pinned = self._pinned_partitions(tps)
         self._forget_revoked(current)
         unreadable = self.unreadable.lines()
         waiting = [st for st in statuses if (st.topic, st.partition) not in self.unreadable.stopped]
@@ -121,7 +151,33 @@ class LivenessMonitor:
             broker_reachable=self.broker_reachable,
             partitions=tuple(statuses),
             unreadable=tuple(unreadable),
+            pinned=tuple(pinned),
         )
+
+    def _pinned_partitions(self, tps: Iterable[TP]) -> list[str]:
+        """Partitions whose last stable offset has stood behind the high watermark for more
+        than ``pinned_seconds``, named with both offsets; also set as their gauges."""
+        lines: dict[tuple[str, int], str] = {}
+        for tp in tps:
+            key = partition_key(tp)
+            marks = self.view.stable_marks(tp)
+            if marks is None:  # no fetch answered yet
+                self.pinned_watch.forget([key])
+                seconds, past = 0.0, 0
+            else:
+                seconds = self.pinned_watch.seconds(
+                    key, high=marks.high, stable=marks.stable, fetched_at=marks.fetched_at
+                )
+                past = marks.unstable
+            self.metrics.set_stable(tp.topic, tp.partition, pinned=seconds, past_stable=past)
+            if marks is not None and seconds > self.pinned_seconds:
+                lines[key] = _pinned_line(tp, marks, seconds)
+        for key in sorted(lines.keys() - self._pinned):
+            log.warning("%s", lines[key])
+        for topic, partition in sorted(self._pinned - lines.keys()):
+            log.warning("%s[%d]: its last stable offset moves again", topic, partition)
+        self._pinned = set(lines)
+        return list(lines.values())
 
     def _cached_highwaters(self, tps: Iterable[TP]) -> dict[tuple[str, int], int]:
         """The consumer's cached marks (no broker request while the stream is paused)."""
@@ -177,6 +233,8 @@ class LivenessMonitor:
             self.metrics.remove_partition(topic, partition)
             self.progress.offsets.pop((topic, partition), None)
             self.progress.times.pop((topic, partition), None)
+        self.pinned_watch.forget(self._known - current)
+        self._pinned &= current
         self._known = set(current)
 
     async def _recovery_stalled(
@@ -198,3 +256,25 @@ class LivenessMonitor:
         if probe:
             await self._highwaters(probe)  # sets broker_reachable
         return [note] if self.broker_reachable else []
+
+
+def _pinned_line(tp: TP, marks: StableMarks, seconds: float) -> str:
+    """What ``/healthz`` says of a pinned partition, with Kafka's commands that name the
+    producer and end its transaction (the transaction starts at the last stable offset).
+
+    >>> from collections import namedtuple
+    >>> tp = namedtuple("TP", "topic partition")("f", 0)
+    >>> line = _pinned_line(tp, StableMarks(high=9, stable=4, fetched_at=0.0), 31.2)
+    >>> line.split(" (")[0]
+    'f[0] last stable offset 4 behind high watermark 9 for 31 s'
+    >>> line.split("`")[3].split(" abort ")[1]
+    '--topic f --partition 0 --start-offset 4'
+    """
+    where = f"--topic {tp.topic} --partition {tp.partition}"
+    tool = "kafka-transactions.sh --bootstrap-server <broker>"
+    return (
+        f"{tp.topic}[{tp.partition}] last stable offset {marks.stable} behind high watermark "
+        f"{marks.high} for {seconds:.0f} s (a transaction neither committed nor aborted holds "
+        f"back {marks.unstable} records): `{tool} describe-producers {where}` names its "
+        f"producer, `{tool} abort {where} --start-offset {marks.stable}` ends it"
+    )

@@ -1,6 +1,7 @@
 """Liveness rules over the partitions a worker consumes, as pure functions and values (no
-Kafka): :class:`PartitionStatus` and :func:`stalled_partitions` (lag without progress) and
-:class:`RecoveryWatch` (table recovery that stops reading its changelogs).
+Kafka): :class:`PartitionStatus` and :func:`stalled_partitions` (lag without progress),
+:class:`RecoveryWatch` (table recovery that stops reading its changelogs) and
+:class:`PinnedWatch` (a last stable offset held back by a transaction that does not end).
 
 :class:`~service.stream.health.liveness.LivenessMonitor` feeds them from the loops' consumers.
 """
@@ -8,10 +9,10 @@ Kafka): :class:`PartitionStatus` and :func:`stalled_partitions` (lag without pro
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PartitionStatus", "RecoveryWatch", "stalled_partitions"]
+__all__ = ["PartitionStatus", "PinnedWatch", "RecoveryWatch", "stalled_partitions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +100,51 @@ class RecoveryWatch:
 
     def reset(self) -> None:
         self.last = None
+
+
+@dataclass
+class PinnedWatch:
+    r"""How long each partition's last stable offset has stood behind its high watermark
+    without moving: a producer that opens a transaction and neither commits nor aborts it
+    (alive, or killed) holds back every record written after the transaction's first one,
+    every producer's, until the broker's transaction timeout aborts it (the producer's
+    ``transaction.timeout.ms``, up to the broker's ``transaction.max.timeout.ms``, 15 minutes
+    by default). The consumer's end offsets under ``read_committed`` are the last stable
+    offset, so its lag reads 0 meanwhile.
+
+    The last stable offset never goes back, so two responses that show the same one behind
+    the high watermark mean it stood there in between: the time is measured between fetch
+    responses (a partition not fetched for a while is not counted as pinned past its last
+    response). A busy transactional producer keeps the last stable offset behind the high
+    watermark all the time, but moving: that is not pinned.
+
+    >>> w = PinnedWatch()
+    >>> w.seconds(("t", 0), high=9, stable=4, fetched_at=100.0)
+    0.0
+    >>> w.seconds(("t", 0), high=12, stable=4, fetched_at=131.0)
+    31.0
+    >>> w.seconds(("t", 0), high=12, stable=9, fetched_at=132.0)
+    0.0
+    >>> w.seconds(("t", 0), high=12, stable=12, fetched_at=133.0)
+    0.0
+    """
+
+    since: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+
+    def seconds(self, key: tuple[str, int], *, high: int, stable: int, fetched_at: float) -> float:
+        """Seconds the last stable offset of ``key`` has stood behind its high watermark,
+        from a fetch response (at ``fetched_at``) that gave ``high`` and ``stable``; 0 when
+        it is at the high watermark or unknown (negative: ``read_uncommitted``)."""
+        if stable < 0 or stable >= high:
+            self.since.pop(key, None)
+            return 0.0
+        held = self.since.get(key)
+        if held is None or held[0] != stable:
+            self.since[key] = (stable, fetched_at)
+            return 0.0
+        return max(0.0, fetched_at - held[1])
+
+    def forget(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Drop partitions no longer assigned."""
+        for key in keys:
+            self.since.pop(key, None)

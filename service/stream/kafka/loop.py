@@ -7,6 +7,8 @@ loop's consumer, and what a loop has processed.
   consumes its topic). In tests an in-memory fake (``tests/stream/fakes.py``), so liveness
   needs neither Kafka nor faust to be tested;
 - :class:`RecoveryState`: the learner's table recovery at one moment;
+- :class:`StableMarks`: a partition's high watermark and last stable offset, as a fetch gave
+  them;
 - :class:`Progress`: the last offset a loop processed per (topic, partition), and when.
 """
 
@@ -32,6 +34,7 @@ __all__ = [
     "Progress",
     "RecoveryState",
     "RoutedView",
+    "StableMarks",
     "partition_key",
 ]
 
@@ -89,6 +92,32 @@ class RecoveryState:
         return self.in_recovery and not self.completed
 
 
+@dataclass(frozen=True, slots=True)
+class StableMarks:
+    """A partition's two ends as one fetch response gave them.
+
+    ``high``: the high watermark (the next offset to be written); ``stable``: the last stable
+    offset (the first offset of the oldest transaction not yet ended, else ``high``): under
+    ``read_committed`` nothing at or after it is handed out; ``fetched_at``: when the response
+    came (seconds)."""
+
+    high: int
+    stable: int
+    fetched_at: float
+
+    @property
+    def unstable(self) -> int:
+        """Records at or after the last stable offset (not readable under read_committed);
+        0 under read_uncommitted, where the last stable offset reads -1.
+
+        >>> StableMarks(high=12, stable=4, fetched_at=0.0).unstable
+        8
+        >>> StableMarks(high=12, stable=-1, fetched_at=0.0).unstable
+        0
+        """
+        return max(0, self.high - self.stable) if self.stable >= 0 else 0
+
+
 class ConsumerView(Protocol):
     """The Kafka consumer of a running worker, as liveness uses it.
 
@@ -121,7 +150,13 @@ class ConsumerView(Protocol):
         ...
 
     async def highwaters(self, tps: Sequence[TP]) -> Mapping[tuple[str, int], int]:
-        """Fresh high-water marks of ``tps`` from the broker, by (topic, partition)."""
+        """Fresh end offsets of ``tps`` from the broker, by (topic, partition): under
+        ``read_committed`` the last stable offset, what the consumer can read up to."""
+        ...
+
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        """The high watermark and last stable offset of the consumer's last fetch of ``tp``
+        (None before one, or when the broker gave no last stable offset)."""
         ...
 
     async def position(self, tp: TP) -> int | None:
@@ -216,6 +251,20 @@ class LoopView:
         ends = await consumer.end_offsets([_tp(tp) for tp in tps])
         return {(tp.topic, tp.partition): int(h) for tp, h in ends.items() if h is not None}
 
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        """From the consumer's fetch responses, which carry both ends whatever the isolation
+        level (``end_offsets`` asks with the consumer's own: the last stable offset under
+        ``read_committed``). Under ``read_uncommitted`` the last stable offset reads -1."""
+        consumer = self._loop.consumer
+        part = _tp(tp)
+        if consumer is None or part not in consumer.assignment():
+            return None
+        high, stable = consumer.highwater(part), consumer.last_stable_offset(part)
+        fetched_ms = consumer.last_poll_timestamp(part)
+        if high is None or stable is None or fetched_ms is None:
+            return None
+        return StableMarks(high=int(high), stable=int(stable), fetched_at=fetched_ms / 1000.0)
+
     async def position(self, tp: TP) -> int | None:
         consumer = self._loop.consumer
         if consumer is None:
@@ -285,6 +334,9 @@ class RoutedView:
         for view, members in groups.values():
             out.update(await view.highwaters(members))
         return out
+
+    def stable_marks(self, tp: TP) -> StableMarks | None:
+        return self._of(tp).stable_marks(tp)
 
     async def position(self, tp: TP) -> int | None:
         return await self._of(tp).position(tp)

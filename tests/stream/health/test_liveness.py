@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
 from service.stream.health.liveness import LivenessMonitor, LivenessReport
-from service.stream.kafka.loop import Progress, RecoveryState
+from service.stream.kafka.loop import Progress, RecoveryState, StableMarks
 from service.stream.kafka.unreadable import Unreadable, UnreadableBatch
 
 from ..fakes import FakeConsumerView
@@ -26,7 +26,7 @@ DONE = RecoveryState(in_recovery=False, completed=True)
 
 class Worker:
     """A liveness monitor over a fake consumer, with its clock, progress and metrics
-    (``stall_seconds`` 10, the features topic watched)."""
+    (``stall_seconds`` 10, ``pinned_seconds`` 30, the features topic watched)."""
 
     def __init__(self, view: FakeConsumerView, *, answer_timeout: float = 5.0) -> None:
         self.now = 1000.0
@@ -40,6 +40,7 @@ class Worker:
             watched=[FEATURES],
             stall_seconds=10.0,
             answer_timeout=answer_timeout,
+            pinned_seconds=30.0,
         )
 
     def check(self, after: float = 0.0) -> LivenessReport:
@@ -264,3 +265,94 @@ def test_offsets_the_consumer_passed_without_handing_out_a_record_are_not_lag() 
     assert [(p.high, p.position, p.lag) for p in report.partitions] == [(6, 6, 0)]
     view.positions[(FEATURES, 0)] = 3  # behind what was handled: what was handled counts
     assert [p.position for p in w.check(after=1.0).partitions] == [5]
+
+
+def _fetched(view: FakeConsumerView, w: Worker, *, high: int, stable: int) -> None:
+    """The consumer's last fetch of partition 0, answered now."""
+    view.marks[(FEATURES, 0)] = StableMarks(high=high, stable=stable, fetched_at=w.now)
+
+
+def test_a_last_stable_offset_held_behind_the_high_watermark_is_pinned_not_stalled() -> None:
+    view = FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 4}, default_position=4)
+    w = Worker(view)
+    _fetched(view, w, high=9, stable=4)  # a transaction opened at 4; 5 records after it
+    assert w.check().pinned == ()
+    for _ in range(30):  # lag 0 all along: the end offsets are the last stable offset
+        w.now += 1.0
+        _fetched(view, w, high=9, stable=4)
+        report = w.check()
+    assert report.pinned == ()  # 30 s: not more than pinned_seconds yet
+    assert w.sample("abstain_pinned_transaction_seconds") == 30.0
+    w.now += 1.0
+    _fetched(view, w, high=12, stable=4)
+    report = w.check()
+    (line,) = report.pinned
+    assert line.startswith(
+        "abstain.features[0] last stable offset 4 behind high watermark 12 for 31 s "
+        "(a transaction neither committed nor aborted holds back 8 records)"
+    )
+    assert line.endswith("abort --topic abstain.features --partition 0 --start-offset 4` ends it")
+    assert report.live  # the worker reads its other partitions; a restart ends nothing
+    assert report.stalled == ()
+    assert w.sample("abstain_consumer_lag") == 0.0
+    assert w.sample("abstain_pinned_transaction_seconds") == 31.0
+    assert w.sample("abstain_records_past_stable_offset") == 8.0
+    w.now += 1.0
+    _fetched(view, w, high=12, stable=12)  # committed (or aborted)
+    report = w.check()
+    assert report.pinned == ()
+    assert w.sample("abstain_pinned_transaction_seconds") == 0.0
+    assert w.sample("abstain_records_past_stable_offset") == 0.0
+
+
+def test_a_last_stable_offset_that_moves_is_never_pinned() -> None:
+    """A busy transactional producer: always a transaction open, each one short."""
+    view = FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 0}, default_position=0)
+    w = Worker(view)
+    for second in range(120):
+        _fetched(view, w, high=10 * second + 10, stable=10 * second + 3)
+        assert w.check(after=1.0).pinned == ()
+        assert w.sample("abstain_pinned_transaction_seconds") == 0.0
+    assert w.sample("abstain_records_past_stable_offset") == 7.0
+
+
+def test_the_pinned_time_counts_between_fetches_not_past_the_last_one() -> None:
+    """A partition not fetched (paused) keeps the time of its last fetch response."""
+    view = FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 4}, default_position=4)
+    w = Worker(view)
+    _fetched(view, w, high=9, stable=4)
+    w.check()
+    w.now += 20.0
+    _fetched(view, w, high=9, stable=4)
+    w.check()
+    assert w.check(after=60.0).pinned == ()  # not fetched since: 20 s known, no more
+    assert w.sample("abstain_pinned_transaction_seconds") == 20.0
+
+
+def test_read_uncommitted_is_never_pinned() -> None:
+    """Under read_uncommitted a fetch response's last stable offset reads -1."""
+    view = FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 9}, default_position=9)
+    w = Worker(view)
+    for _ in range(40):
+        _fetched(view, w, high=9, stable=-1)
+        assert w.check(after=1.0).pinned == ()
+    assert w.sample("abstain_pinned_transaction_seconds") == 0.0
+    assert w.sample("abstain_records_past_stable_offset") == 0.0
+
+
+def test_a_revoked_pinned_partition_loses_its_series_and_its_clock() -> None:
+    view = FakeConsumerView(assigned={TP0}, highs={(FEATURES, 0): 4}, default_position=4)
+    w = Worker(view)
+    _fetched(view, w, high=9, stable=4)
+    w.check()
+    w.now += 40.0
+    _fetched(view, w, high=9, stable=4)
+    assert w.check().pinned
+    view.assigned = set()
+    assert w.check(after=1.0).pinned == ()
+    assert w.sample("abstain_pinned_transaction_seconds") is None
+    assert w.sample("abstain_records_past_stable_offset") is None
+    view.assigned = {TP0}  # back again, still held: the clock starts from its next fetch
+    _fetched(view, w, high=9, stable=4)
+    assert w.check(after=1.0).pinned == ()
+    assert w.sample("abstain_pinned_transaction_seconds") == 0.0
