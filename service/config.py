@@ -636,6 +636,13 @@ class SecondOpinions(BaseModel):
     model_config = _FROZEN
 
     enabled: bool = Field(default=True, description="ask for second opinions at all")
+    after_answers: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="a person is offered second opinions first only once they have given "
+        "this many first answers; before, a free request comes first (0: always opinions first)",
+    )
     share: float = Field(
         default=0.05,
         ge=0.0,

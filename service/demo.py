@@ -312,6 +312,9 @@ def _config(
             "leases_topic": f"demo-{run}.desk-leases",
             "revocations_topic": f"demo-{run}.desk-revocations",
             "session_key": secrets.token_urlsafe(32),  # this run only, like the label token
+            # the newcomer answers requests first: second opinions on the labeller's
+            # answers come first only once they have given five answers of their own
+            "second_opinions": {"after_answers": NEWCOMER_ANSWERS},
         },
         "log_level": "warning",
     }
@@ -322,6 +325,8 @@ def _config(
 
 
 DESK_USER = "demo"
+#: first answers the demo's person gives before second opinions come first
+NEWCOMER_ANSWERS = 5
 
 
 def write_users(path: Path, password: str) -> None:

@@ -160,10 +160,32 @@ class Desk:
                 held = await self.opinions.held(person, rid)
                 if held is not None and (model is None or held.item.model == model):
                     return _offered(held)
-        if self.opinions is not None:  # second opinions first: they close with the reach
+        # second opinions first (they close with the reach), but not to a newcomer: a person
+        # who has given fewer first answers than second_opinions.after_answers gets a free
+        # request first, and a second opinion only when no request is free
+        newcomer = self._newcomer(person)
+        if self.opinions is not None and not newcomer:
             offered = await self.opinions.next(person, model)
             if offered is not None:
                 return _offered(offered)
+        claimed = await self._first_answer(person, model)
+        if claimed is None and self.opinions is not None and newcomer:
+            offered = await self.opinions.next(person, model)
+            if offered is not None:
+                return _offered(offered)
+        return claimed
+
+    def _newcomer(self, person: Person) -> bool:
+        """Whether ``person`` has given fewer first answers (over the review's horizon) than
+        ``second_opinions.after_answers``."""
+        after = self.settings.desk.second_opinions.after_answers
+        if not after or self.review is None:
+            return False
+        tally = self.review.book.people.get(person.name)
+        return (0 if tally is None else tally.answers) < after
+
+    async def _first_answer(self, person: Person, model: str | None) -> Claimed | None:
+        """The most urgent free request ``person`` may answer, won on the leases topic."""
         for lost in range(_CLAIM_TRIES):
             # the first try takes the most urgent free request; after a loss (another
             # replica's people went for it too) one of the few most urgent, at random

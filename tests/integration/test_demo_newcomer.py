@@ -118,7 +118,9 @@ def _answer(page: Any, key: str, previous: str | None = None) -> tuple[str, bool
     if previous is not None:
         expect(page.locator("#rid")).not_to_have_text(previous, timeout=60_000)
     rid = str(page.locator("#rid").text_content())
-    opinion = page.locator("#mode").is_visible()
+    opinion = "opinion" in str(page.locator("#card").get_attribute("class") or "").split()
+    kind = str(page.locator("#mode").text_content())
+    assert kind.startswith("Second opinion" if opinion else "A request"), kind
     page.keyboard.press(key)
     expect(page.locator("#status")).to_contain_text("Saved", timeout=20_000)
     return rid, opinion, _status(page)
@@ -151,6 +153,8 @@ def test_a_newcomer_answers_undoes_and_sees_the_team_view_and_nothing_is_refused
         answers.append(_answer(page, key, answers[-1][0] if answers else None))
     said = [text for *_, text in answers]
     assert all(t.startswith("Saved") for t in said), said
+    # a newcomer's first answers are answers, not second opinions on the labeller's
+    assert [opinion for _, opinion, _ in answers] == [False, False, False], answers
     while not [a for a in answers if not a[1]]:  # the undo needs an answer of one's own
         answers.append(_answer(page, "1", answers[-1][0]))
         assert len(answers) < 12, answers

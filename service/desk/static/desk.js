@@ -53,6 +53,7 @@
   }
 
   const MODES = {
+    answer: "A request: nobody has answered it yet. Your answer teaches the model.",
     opinion: "Second opinion: someone else has answered this request. Give your own answer; " +
       "you will not see theirs.",
     again: "You withdrew your answer to this request. Answer it again, or press S to leave it " +
@@ -67,7 +68,7 @@
   function show(req, how) {
     current = req;
     mode = how || (req.second_opinion ? "opinion" : "answer");
-    $("mode").hidden = mode === "answer";
+    $("mode").hidden = !MODES[mode];
     $("mode").textContent = MODES[mode] || "";
     $("card").classList.toggle("opinion", mode === "opinion");
     $("card").classList.toggle("again", mode === "again");

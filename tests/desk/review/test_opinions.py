@@ -177,6 +177,32 @@ async def test_second_opinions_come_before_new_requests_and_keep_to_the_model_fi
     assert (second.request.request_id, second.opinion) == (waiting.request_id, False)
 
 
+async def test_a_newcomer_answers_requests_first_and_gets_second_opinions_after_some() -> None:
+    topics, (desk,) = deployment(1, second_opinions={"after_answers": 2})
+    heavy = req("heavy", **WEIGHTY)
+    await answered(topics, desk.desk, ANN, heavy, 1)  # ann's answer waits for an opinion
+    for i in range(2):  # bob has given no answer: free requests come first
+        topics.request(req(f"mine{i}", priority=0.9))
+        got = await desk.desk.next(BOB)
+        assert got is not None
+        assert (got.request.request_id, got.opinion) == (req(f"mine{i}").request_id, False)
+        await desk.desk.answer(BOB, got.request.request_id, 1)
+    assert desk.book.people["bob"].answers == 2
+    heavier = req("heavier", **WEIGHTY)
+    await answered(topics, desk.desk, ANN, heavier, 1)
+    topics.request(req("later", priority=0.9))
+    got = await desk.desk.next(BOB)  # two answers given: second opinions first again
+    assert got is not None
+    assert (got.request.request_id, got.opinion) == (heavy.request_id, True)
+    cat = await desk.desk.next(CAT)  # a newcomer: the free request, not "heavier"
+    assert cat is not None
+    assert (cat.request.request_id, cat.opinion) == (req("later").request_id, False)
+    await desk.desk.answer(CAT, cat.request.request_id, 1)
+    cat = await desk.desk.next(CAT)  # no request free: the second opinion, not nothing
+    assert cat is not None
+    assert (cat.request.request_id, cat.opinion) == (heavier.request_id, True)
+
+
 async def _answers(
     topics: Topics, desk: Replica, person: Person, names: list[str], every: float
 ) -> None:
