@@ -177,3 +177,58 @@ def test_a_decompression_bomb_stops_its_partition_and_never_the_worker(
         f"{peak['VmHWM'] / 2**20:.0f} MiB (at rest {rested['VmHWM'] / 2**20:.0f} MiB), "
         f"peak address space {peak['VmPeak'] / 2**20:.0f} MiB; bomb {len(bomb)} bytes"
     )
+
+
+def test_a_worker_that_never_met_the_bomb_passes_it_on_the_order_written_before_it_started(
+    service_factory: Callable[..., Service], kafka_io: KafkaIO
+) -> None:
+    # the worker that met the bomb is gone (killed by it, before the bound); the operator's
+    # order is on the models topic before the next worker starts
+    service = service_factory(
+        default_model="m",
+        partitions={"features": 4, "decisions": 1, "labels": 1, "models": 1},
+    )
+    t = service.topics
+    pre = [f"pre-{i}" for i in range(3)]
+    post = [f"post-{i}" for i in range(3)]
+    first = service.start(memory_bytes=LIMIT)
+    first.wait_ready()
+    produce_records(service.bootstrap, t["features"], [_event(n, BAD) for n in pre])
+    _wait(
+        lambda: all(_decided(kafka_io, t["decisions"])[n] == 1 for n in pre),
+        30,
+        "the events before the bomb decided",
+    )
+    _wait(
+        lambda: first.metric("abstain_consumer_lag", {"topic": t["features"]}) == 0,
+        30,
+        "their offsets committed",
+    )
+    assert first.stop() == 0
+    write_batch(service.bootstrap, TopicPartition(t["features"], BAD), zstd_bomb(INFLATED))
+    produce_records(service.bootstrap, t["features"], [_event(n, BAD) for n in post])
+    result = _skip(service, t["features"])
+    assert (result["read_from"], result["first"], result["last"]) == (3, 3, 3)
+    assert "InflateRefused" in result["error"]
+
+    worker = service.start(memory_bytes=LIMIT)
+    worker.wait_ready()
+    statuses: list[int] = []
+
+    def decided_all() -> bool:
+        statuses.append(worker.status("/readyz"))
+        decided = _decided(kafka_io, t["decisions"])
+        return all(decided[n] == 1 for n in pre + post)
+
+    _wait(decided_all, 60, "every event after the bomb decided")
+    assert worker.alive(), worker.tail()
+    skipped = {"topic": t["features"], "outcome": "skipped"}
+    stopped = {"topic": t["features"], "outcome": "stopped"}
+    assert worker.metric("abstain_unreadable_batches_total", skipped) == 1
+    assert worker.metric("abstain_unreadable_batches_total", stopped) == 0  # never stood
+    assert set(statuses) == {200}
+    _wait(
+        lambda: worker.metric("abstain_consumer_lag", {"topic": t["features"]}) == 0,
+        30,
+        "the offset after the bomb committed",
+    )
