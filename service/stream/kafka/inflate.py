@@ -11,7 +11,8 @@ compressed bytes), whatever the batch says of itself.
 
 - gzip: zlib with a ``max_length`` on every call (every member of a multi-member stream);
 - zstd and lz4 (Kafka's LZ4 frames): cramjam decodes into an anonymous memory map of
-  ``limit + 1`` bytes (pages are only taken as they are written) and fails once it is full;
+  ``limit + 1`` bytes, one per thread (pages are only taken as they are written, and given
+  back after a batch of more than :data:`KEEP_BYTES`), and fails once it is full;
 - snappy (raw, or xerial's framing of raw blocks): each raw block states its length before
   its data, so the sum is checked before anything is inflated.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +46,7 @@ from service.stream.errors import InflateRefused
 
 __all__ = [
     "DECODERS",
+    "KEEP_BYTES",
     "gzip_decode",
     "lz4_decode",
     "snappy_decode",
@@ -57,6 +60,10 @@ _FULL = "failed to write whole buffer"
 #: then blocks of a 4-byte big-endian length and a raw snappy block
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16
+#: the room a thread keeps resident after inflating a batch; what a larger batch took is given
+#: back at once
+KEEP_BYTES = 8 << 20
+_rooms = threading.local()
 
 
 def _refuse(codec: str, data: Any, limit: int) -> InflateRefused:
@@ -65,22 +72,34 @@ def _refuse(codec: str, data: Any, limit: int) -> InflateRefused:
     )
 
 
+def _room(limit: int) -> mmap.mmap:
+    """This thread's room for ``limit`` bytes and one more (made once: a new map for every
+    batch costs more than inflating it)."""
+    room: mmap.mmap | None = getattr(_rooms, "room", None)
+    if room is None or len(room) != limit + 1:
+        if room is not None:
+            room.close()
+        room = _rooms.room = mmap.mmap(-1, limit + 1)
+    return room
+
+
 def _into_room(
     codec: str, decompress_into: Callable[[Any, Any], int], data: Any, limit: int
 ) -> bytes:
-    room = mmap.mmap(-1, limit + 1)
+    room = _room(limit)
+    used = limit + 1  # unless told otherwise: all of it
     try:
-        try:
-            size = int(decompress_into(data, room))
-        except cramjam.DecompressionError as exc:
-            if _FULL in str(exc):
-                raise _refuse(codec, data, limit) from None
-            raise
-        if size > limit:
+        used = int(decompress_into(data, room))
+        if used > limit:
             raise _refuse(codec, data, limit)
-        return room[:size]
+        return room[:used]
+    except cramjam.DecompressionError as exc:
+        if _FULL in str(exc):
+            raise _refuse(codec, data, limit) from None
+        raise
     finally:
-        room.close()
+        if used > KEEP_BYTES:  # the pages go back to the system (they read as zeros again)
+            room.madvise(mmap.MADV_DONTNEED)
 
 
 def zstd_decode(data: Any, limit: int) -> bytes:
