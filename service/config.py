@@ -956,6 +956,14 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(
         default=1_000_000, ge=64, description="largest record read or written; larger: dead letter"
     )
+    max_inflated_bytes: int = Field(
+        default=134_217_728,
+        ge=1_048_576,
+        description="largest a compressed record batch may inflate to (fetch sizes bound "
+        "compressed bytes only); larger: the batch is refused before it is inflated whole and "
+        "read as unreadable (the partition stops there until `abstain skip`). At least "
+        "fetch_bytes; keep it well inside the worker's memory limit",
+    )
     max_features: int = Field(default=100_000, ge=1, description="most features a model may have")
     stall_seconds: float = Field(
         default=60.0, gt=0.0, description="lag without progress this long fails /healthz"
@@ -1037,6 +1045,12 @@ class Settings(BaseSettings):
             raise ValueError("broker: give at least one host:port")
         if not self.models:
             raise ValueError("models: configure at least one model")
+        if self.max_inflated_bytes < self.fetch_bytes:
+            raise ValueError(
+                f"max_inflated_bytes {self.max_inflated_bytes} is below fetch_bytes "
+                f"{self.fetch_bytes} (max(1 MiB, 2 x max_message_bytes)): a batch that "
+                "is read whole uncompressed would be refused once compressed"
+            )
         for name, model in self.models.items():
             if not name or not all(c.isalnum() or c in "._-" for c in name):
                 raise ValueError(f"models: bad model name {name!r} (letters, digits, . _ -)")

@@ -18,6 +18,7 @@ the one place that catches broadly, and it records why.
      ├── StreamError        (RuntimeError) service.stream: the stream cannot go on
      │    ├── TopicError                     a topic is missing or cannot be described
      │    ├── KafkaLoginError                Kafka refused the certificate or the login
+     │    ├── InflateRefused                 a record batch inflates past max_inflated_bytes
      │    └── AclError                       Kafka refused to add an ACL
      ├── ReplayError        (ValueError)   service.replay
      │    └── ReplayConfigError

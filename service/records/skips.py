@@ -7,8 +7,9 @@ so (``/healthz``, ``/readyz``, ``abstain_unreadable_partitions``): it never skip
 input on its own. ``abstain skip`` reads the batch again, writes its dead letter, then this
 order, key :func:`skip_key` on the compacted models topic (which every worker follows; signed
 like a snapshot when a key is set). A worker moves past a batch only when an order names that
-batch exactly (topic, partition, first offset and end), so an order can never skip a record
-that can be read.
+batch exactly (topic, partition, first offset and end) and the worker fails to read it there
+itself (whether it had stopped at it before the order came or meets it after), so an order
+can never skip a record that can be read.
 
 Skip order (JSON)::
 

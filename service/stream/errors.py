@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from service.errors import AbstainError
 
-__all__ = ["DATA_ERRORS", "AclError", "KafkaLoginError", "StreamError", "TopicError"]
+__all__ = [
+    "DATA_ERRORS",
+    "AclError",
+    "InflateRefused",
+    "KafkaLoginError",
+    "StreamError",
+    "TopicError",
+]
 
 #: errors bad data could still provoke despite validation (a bug met by odd data): the
 #: scorer and the learner dead-letter the record (reason ``schema``, the error in the detail)
@@ -24,6 +31,12 @@ class TopicError(StreamError):
 class KafkaLoginError(StreamError):
     """Kafka refused the connection for good at start-up: an untrusted or mismatched
     certificate, or a refused login. The message names the setting to fix, never a secret."""
+
+
+class InflateRefused(StreamError):
+    """A compressed record batch would inflate beyond ``max_inflated_bytes``: refused before
+    it is inflated whole (:mod:`service.stream.kafka.inflate`); read as a batch that cannot be
+    read."""
 
 
 class AclError(StreamError):

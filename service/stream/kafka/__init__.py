@@ -12,5 +12,9 @@
   partition starts, commits, seeking back);
 - :mod:`.loop`: how the worker sees a loop's consumer (:class:`~.loop.LoopView`, one
   :class:`~.loop.RoutedView` over both) and what a loop processed (:class:`~.loop.Progress`);
-- :mod:`.internals`: every use of a faust internal, with the version it was written against.
+- :mod:`.unreadable`: record batches a consumer cannot read (stopped at or skipped, loudly);
+- :mod:`.inflate`: decompression within ``max_inflated_bytes`` (a bomb is refused, never
+  inflated whole);
+- :mod:`.internals`: every use of a faust or aiokafka internal, with the version it was
+  written against (among them the bound installed as aiokafka's decoders).
 """

@@ -30,6 +30,7 @@ from aiokafka.errors import KafkaError
 from service.config import KafkaSecurity, Settings
 from service.records.codec import dumps
 from service.stream.errors import TopicError
+from service.stream.kafka.internals import bound_inflation
 from service.stream.kafka.unreadable import Reader
 
 __all__ = [
@@ -66,11 +67,14 @@ def broker_credentials(security: KafkaSecurity) -> Any:
 
 def consumer_options(settings: Settings) -> dict[str, Any]:
     """What every consumer of ``settings`` is made with besides its own options: security
-    and isolation level.
+    and isolation level. Installs ``max_inflated_bytes`` as the bound of every record batch
+    the process inflates (:func:`~service.stream.kafka.internals.bound_inflation`), before
+    any of its consumers reads.
 
     >>> consumer_options(Settings())["isolation_level"]
     'read_committed'
     """
+    bound_inflation(settings.max_inflated_bytes)
     return {**settings.security.aiokafka_kwargs(), "isolation_level": settings.isolation_level}
 
 

@@ -9,12 +9,15 @@ names the version it was written against and why it is needed.
 - ``Worker._setup_spinner_handler``'s side effect on the root logger: :class:`Worker`.
 
 aiokafka 0.14.0 (pinned exactly, with its codecs) is used through its public API, but for one
-reading: where a failed ``getmany`` failed (:func:`failed_fetch`).
+reading, where a failed ``getmany`` failed (:func:`failed_fetch`), and one replacement: the
+decoders it inflates a compressed batch with (:func:`bound_inflation`).
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +26,38 @@ from typing import Any
 import faust
 from aiokafka import TopicPartition
 
-__all__ = ["App", "FailedFetch", "Worker", "failed_fetch"]
+from service.stream.kafka import inflate
+
+__all__ = [
+    "App",
+    "FailedFetch",
+    "Worker",
+    "bound_inflation",
+    "failed_fetch",
+    "inflation_bound",
+]
+
+#: the modules of aiokafka 0.14.0 that inflate a record batch, each with the decoders it
+#: imported from ``aiokafka.codec`` under its own names (the C extension's ``_crecords``
+#: modules look those names up in their module globals at every call, as the pure-Python
+#: ones do)
+_DECODING_MODULES = {
+    "aiokafka.codec": ("gzip_decode", "snappy_decode", "lz4_decode", "zstd_decode"),
+    "aiokafka.record.default_records": (
+        "gzip_decode",
+        "snappy_decode",
+        "lz4_decode",
+        "zstd_decode",
+    ),
+    "aiokafka.record.legacy_records": ("gzip_decode", "snappy_decode", "lz4_decode"),
+    "aiokafka.record._crecords.default_records": (
+        "gzip_decode",
+        "snappy_decode",
+        "lz4_decode",
+        "zstd_decode",
+    ),
+    "aiokafka.record._crecords.legacy_records": ("gzip_decode", "snappy_decode", "lz4_decode"),
+}
 
 
 class App(faust.App):
@@ -107,3 +141,42 @@ def failed_fetch(exc: BaseException) -> FailedFetch | None:
     if batch is None:
         return None
     return FailedFetch(batch.tp, batch.first, batch.end, drained)
+
+
+def bound_inflation(limit: int) -> None:
+    """Make every record batch this process reads inflate within ``limit`` bytes, or fail to
+    read (:class:`~service.stream.errors.InflateRefused`), as a batch that does not decode
+    does: :func:`failed_fetch` finds it and the reader stops at it or skips it.
+
+    aiokafka 0.14.0 inflates a compressed batch whole (``DefaultRecordBatch._maybe_uncompress``
+    and ``LegacyRecordBatch._decompress``, pure Python or the ``_crecords`` C extension) with
+    the ``*_decode`` functions of ``aiokafka.codec`` (cramjam, gzip), which have no bound: a
+    58 KB zstd batch of zeros takes 1.9 GB before a record of it is read. Those names are
+    replaced, in every module that holds them (:data:`_DECODING_MODULES`), by the decoders of
+    :mod:`service.stream.kafka.inflate` bound to ``limit``: for every consumer of the
+    process (the worker's loops, faust's, the desk's, ``abstain skip``). Installed again with
+    another limit, the last one holds. A name aiokafka no longer holds is an error here
+    (``tests/stream/kafka/test_inflate.py`` reads every one back); the C extension's modules
+    may be missing (a platform without its wheel reads with the pure-Python ones).
+    """
+    for module_name, names in _DECODING_MODULES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            if "._crecords." in module_name:
+                continue
+            raise
+        for name in names:
+            if not callable(getattr(module, name, None)):
+                raise RuntimeError(f"aiokafka: {module_name}.{name} is gone; see bound_inflation")
+            setattr(module, name, functools.partial(inflate.DECODERS[name], limit=limit))
+
+
+def inflation_bound() -> int | None:
+    """The bound :func:`bound_inflation` installed (None: aiokafka's own decoders)."""
+    import aiokafka.codec  # noqa: PLC0415
+
+    decode = aiokafka.codec.zstd_decode
+    if isinstance(decode, functools.partial):
+        return int(decode.keywords["limit"])
+    return None

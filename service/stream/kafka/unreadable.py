@@ -2,9 +2,10 @@
 
 A batch can be impossible to read however often it is fetched: compressed with a codec the
 client lacks, failing its CRC, holding a record that does not parse (a header key that is
-not UTF-8, which Kafka's own broker takes). aiokafka then raises from every ``getmany`` that
-reaches it, keeps the partition where it was (so the next fetch fails the same way), and
-drops the records the call had already taken from other partitions
+not UTF-8, which Kafka's own broker takes), inflating beyond ``max_inflated_bytes``
+(refused before it is inflated whole: :mod:`service.stream.kafka.inflate`). aiokafka then
+raises from every ``getmany`` that reaches it, keeps the partition where it was (so the next
+fetch fails the same way), and drops the records the call had already taken from other partitions
 (:func:`~service.stream.kafka.internals.failed_fetch`). :class:`Reader` wraps ``getmany``:
 
 - what the failed call took from other partitions is returned (nothing is lost);
@@ -16,7 +17,11 @@ drops the records the call had already taken from other partitions
     under ``stalled``, readiness fails, ``abstain_unreadable_partitions{topic}`` counts it, and
     the other partitions go on. It moves on only past a batch an operator's skip order names
     exactly (``abstain skip``, :class:`~service.records.SkipOrder`, read from the models
-    topic into a :class:`SkipBook`): :meth:`Reader.release`;
+    topic into a :class:`SkipBook`): :meth:`Reader.release`. An order read before the
+    partition gets there (the worker that met the batch first was stopped, or killed) is
+    honoured when the reader reaches the batch and fails to read it: it moves past it at once,
+    without stopping. An order is never a reason to skip by itself: a batch it names that
+    reads is read (a forged or mistaken order skips nothing);
   * ``skip`` (what is read from the beginning again at every start: the models topic, the
     learner's changelogs, the desk's topics): the batch is skipped at once and handed to
     ``on_skip`` (a dead letter, a count, an error in the log).
@@ -208,7 +213,9 @@ class Reader:
     """``getmany`` of ``consumer`` that survives a batch it cannot read (module docstring).
 
     ``policy`` ``stop``: the partition is paused at the batch and recorded in
-    ``unreadable``; ``skip``: the consumer seeks past it and ``on_skip`` is awaited with it."""
+    ``unreadable``, unless an order of ``orders`` names it: then the consumer seeks past it
+    and the offset after it waits in :attr:`ordered` for :meth:`release`; ``skip``: the
+    consumer seeks past it and ``on_skip`` is awaited with it."""
 
     def __init__(
         self,
@@ -217,12 +224,17 @@ class Reader:
         policy: Literal["stop", "skip"],
         unreadable: Unreadable | None = None,
         on_skip: Callable[[UnreadableBatch], Awaitable[None]] | None = None,
+        orders: SkipBook | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.consumer = consumer
         self.policy = policy
         self.unreadable = unreadable if unreadable is not None else Unreadable()
         self.on_skip = on_skip
+        self.orders = orders
+        #: partitions moved past a batch an order named as the reader met it, with the offset
+        #: each goes on from (handed out by the next :meth:`release`)
+        self.ordered: dict[TopicPartition, int] = {}
         self.clock = clock
 
     async def getmany(
@@ -260,10 +272,25 @@ class Reader:
             self.unreadable.count(batch.topic, "skipped")
             if self.on_skip is not None:
                 await self.on_skip(batch)
+        elif (order := self._order_for(batch)) is not None:
+            self._honour(batch, order)
+            self.ordered[tp] = batch.end
         else:
             self.consumer.pause(tp)
             self.unreadable.stop(batch)
         return out
+
+    def _order_for(self, batch: UnreadableBatch) -> SkipOrder | None:
+        return None if self.orders is None else self.orders.order_for(batch)
+
+    def _honour(self, batch: UnreadableBatch, order: SkipOrder) -> None:
+        self.consumer.seek(batch.tp, batch.end)
+        self.unreadable.count(batch.topic, "skipped")
+        log.warning(
+            "%s: skipped on the order of %s (dead letter written by `abstain skip`)",
+            batch.describe(),
+            order.by or "an operator",
+        )
 
     async def _read_before(
         self, tp: TopicPartition, first: int, end: int
@@ -313,39 +340,49 @@ class Reader:
 
     def release(self, orders: SkipBook) -> dict[TopicPartition, int]:
         """Move past every stopped batch of this consumer's partitions that an order in
-        ``orders`` names; the offset each moved partition goes on from."""
-        moved: dict[TopicPartition, int] = {}
-        for batch in self.unreadable.of(self.consumer.assignment()):
+        ``orders`` names; the offset each moved partition goes on from (with those moved
+        past an ordered batch as they met it, :attr:`ordered`)."""
+        mine = self.consumer.assignment()
+        moved = {tp: end for tp, end in self.ordered.items() if tp in mine}
+        self.ordered.clear()
+        for batch in self.unreadable.of(mine):
             order = orders.order_for(batch)
             if order is None:
                 continue
             tp = batch.tp
-            self.consumer.seek(tp, batch.end)
+            self._honour(batch, order)
             self.consumer.resume(tp)
             self.unreadable.release([tp])
-            self.unreadable.count(batch.topic, "skipped")
-            log.warning(
-                "%s: skipped on the order of %s (dead letter written by `abstain skip`)",
-                batch.describe(),
-                order.by or "an operator",
-            )
             moved[tp] = batch.end
         return moved
 
+    @property
+    def to_release(self) -> bool:
+        """True when :meth:`release` has something to do (a stopped batch, an ordered one)."""
+        return bool(self.ordered or self.unreadable.stopped)
+
     @classmethod
     def of(
-        cls, reader: Reader | None, consumer: AIOKafkaConsumer, unreadable: Unreadable
+        cls,
+        reader: Reader | None,
+        consumer: AIOKafkaConsumer,
+        unreadable: Unreadable,
+        orders: SkipBook | None = None,
     ) -> Reader:
         """``reader`` if it reads ``consumer``, else a new one that stops at an unreadable
-        batch (a loop's consumer is made again when it restarts)."""
+        batch unless ``orders`` names it (a loop's consumer is made again when it
+        restarts)."""
         if reader is not None and reader.consumer is consumer:
             return reader
-        return cls(consumer, policy="stop", unreadable=unreadable)
+        return cls(consumer, policy="stop", unreadable=unreadable, orders=orders)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Stop watching ``tps`` (revoked, or sought back to be read again): their batches,
         if they are met again, are found again."""
+        tps = list(tps)
         gone = self.unreadable.release(tps)
+        for tp in tps:
+            self.ordered.pop(tp, None)
         mine = self.consumer.assignment()
         for batch in gone:
             if batch.tp in mine:

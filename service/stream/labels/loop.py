@@ -203,7 +203,7 @@ class LearnLoop:
             pause = self._handled_for * (1.0 - LEARN_SHARE) / LEARN_SHARE
             await asyncio.sleep(min(MAX_DEFER_SECONDS, pause))
         reader = self._reader(consumer)
-        if self.unreadable.stopped:
+        if reader.to_release:
             await self._skip_ordered(reader)
         await self._corrections(consumer)
         wait = 50 if self.joiner.corrector.busy() else 200
@@ -289,7 +289,7 @@ class LearnLoop:
             self.progress.mark(tp.topic, tp.partition, end - 1)
 
     def _reader(self, consumer: AIOKafkaConsumer) -> Reader:
-        self.reader = Reader.of(self.reader, consumer, self.unreadable)
+        self.reader = Reader.of(self.reader, consumer, self.unreadable, self.skips)
         return self.reader
 
     async def _skip_ordered(self, reader: Reader) -> None:

@@ -179,7 +179,7 @@ class ScoreLoop:
         if self.starts.unknown:
             await self._start(consumer)
         reader = self._reader(consumer)
-        if self.unreadable.stopped:
+        if reader.to_release:
             await self._skip_ordered(reader)
         try:
             fetched = await reader.getmany(timeout_ms=100, max_records=self.settings.batch_size)
@@ -218,7 +218,7 @@ class ScoreLoop:
             self.progress.mark(tp.topic, tp.partition, end - 1)
 
     def _reader(self, consumer: AIOKafkaConsumer) -> Reader:
-        self.reader = Reader.of(self.reader, consumer, self.unreadable)
+        self.reader = Reader.of(self.reader, consumer, self.unreadable, self.skips)
         return self.reader
 
     async def _skip_ordered(self, reader: Reader) -> None:

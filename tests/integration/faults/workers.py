@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -52,6 +53,19 @@ WORKER_ENV = "ABSTAIN_FAULTS_WORKER"
 def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass(frozen=True, slots=True)
+class _Limited:
+    """A child's set-up: it dies with its parent and may map at most ``memory_bytes`` of
+    address space (RLIMIT_AS: an allocation past it fails, as one past a container's memory
+    limit gets the process killed)."""
+
+    memory_bytes: int
+
+    def __call__(self) -> None:
+        _die_with_parent()
+        resource.setrlimit(resource.RLIMIT_AS, (self.memory_bytes, self.memory_bytes))
 
 
 def http(
@@ -188,6 +202,16 @@ class WorkerProcess:
                 self.proc.wait(10)
         return int(self.proc.returncode)
 
+    def memory(self) -> dict[str, int]:
+        """The process's memory from ``/proc``, in bytes: ``VmHWM`` (peak resident), ``VmRSS``,
+        ``VmPeak`` (peak address space), ``VmSize``."""
+        out = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "VmRSS", "VmPeak", "VmSize"):
+                out[name] = int(value.split()[0]) * 1024
+        return out
+
     def tail(self, lines: int = 40) -> str:
         parts = []
         for path in (self.stdout, self.stderr):
@@ -228,8 +252,11 @@ class Deployment:
         path.write_text(json.dumps(self.config))
         return path
 
-    def start(self, *, argv: list[str] | None = None) -> WorkerProcess:
-        """Start one more worker (own HTTP port, own log files)."""
+    def start(
+        self, *, argv: list[str] | None = None, memory_bytes: int | None = None
+    ) -> WorkerProcess:
+        """Start one more worker (own HTTP port, own log files); ``memory_bytes``: the most
+        address space it may map."""
         n = len(self.processes)
         port = find_free_ports(1)[0]
         path = self.write_config()
@@ -240,7 +267,12 @@ class Deployment:
         out, err = self.tmp / f"worker-{n}.out", self.tmp / f"worker-{n}.err"
         with out.open("wb") as o, err.open("wb") as e:
             proc = subprocess.Popen(  # noqa: S603 - fixed argv
-                cmd, cwd=REPO, env=env, stdout=o, stderr=e, preexec_fn=_die_with_parent
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdout=o,
+                stderr=e,
+                preexec_fn=_die_with_parent if memory_bytes is None else _Limited(memory_bytes),
             )
         worker = WorkerProcess(proc, port, out, err)
         self.processes.append(worker)
