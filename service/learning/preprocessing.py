@@ -40,7 +40,7 @@ from . import state as st
 from .base import check_int, features, features_matrix, quiet, raise_non_finite
 from .errors import DimensionError, HyperparameterError, InputError, StateError
 from .losses import FloatArray
-from .moments import Implausible, Moments, implausible
+from .moments import Implausible, Moments, implausible, merge_step
 
 __all__ = [
     "MERGE_ROWS",
@@ -274,9 +274,10 @@ class OnlineStandardizer:
         A record :meth:`refusal` finds implausible (a mean or variance no scorer could have
         gathered from events like those the statistics rest on) is refused and changes
         nothing. Any other counts for at most :data:`MERGE_ROWS` (100) rows, its mean and
-        variance kept: a series of records that lie adds at most 100 rows each, each within
-        the bounds of the statistics as they are, so it cannot compound its claimed counts
-        into a majority of the rows.
+        variance kept, and moves each mean and variance at most one step
+        (:func:`~service.learning.moments.merge_step`: three times the sampling error of its
+        rows): a series of records that lie adds at most 100 rows each and moves the
+        statistics by the sum of such steps, however many rows it claims.
 
         >>> z = OnlineStandardizer(1)
         >>> m = Moments(1); m.add_many([[1.0], [3.0]])
@@ -289,11 +290,20 @@ class OnlineStandardizer:
             return 0
         count = min(moments.count, MERGE_ROWS)
         m2 = moments.m2 * (count / moments.count) if count < moments.count else moments.m2
-        total = self._count + count
+        n, total = self._count, self._count + count
         delta = moments.mean - self._mean
-        self._m2 = self._m2 + m2 + delta * delta * (self._count * count / total)
-        self._mean = self._mean + delta * (count / total)
-        self._count = total
+        new_m2 = self._m2 + m2 + delta * delta * (n * count / total)
+        new_mean = self._mean + delta * (count / total)
+        std = self.std
+        judged = std > self.min_std
+        if n and judged.any():  # each judged feature moves at most one step
+            a, b = merge_step(count, n)
+            reach = np.where(judged, a * std, np.inf)
+            new_mean = np.clip(new_mean, self._mean - reach, self._mean + reach)
+            var, new_var = std * std, new_m2 / total
+            low, high = var * math.exp(-b), var * math.exp(b)
+            new_m2 = np.where(judged, np.clip(new_var, low, high) * total, new_m2)
+        self._m2, self._mean, self._count = new_m2, new_mean, total
         self._refresh_scale()
         return count
 

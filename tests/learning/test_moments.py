@@ -14,7 +14,7 @@ from hypothesis import strategies as hst
 
 from service.learning import Pipeline, default_pipeline, serving_pipeline
 from service.learning.errors import DimensionError, InputError
-from service.learning.moments import Moments, bounds, implausible
+from service.learning.moments import Moments, bounds, implausible, merge_step
 from service.learning.preprocessing import (
     MERGE_ROWS,
     Intercept,
@@ -67,6 +67,12 @@ def test_a_standardiser_merging_moments_equals_one_that_learned_the_rows(
     rest = Moments(3)
     rest.add_many(X[k:])
     assume(merged.refusal(rest) is None)  # refused: changes nothing (tests below)
+    if k and rest.count:  # within one step of the statistics (else bounded: tests below)
+        a, b = merge_step(rest.count, k)
+        sd, judged = merged.std, merged.std > merged.min_std
+        assume(np.all(~judged | (np.abs(one.mean - merged.mean) <= 0.999 * a * sd)))
+        ratio = np.divide(one.std**2, sd**2, out=np.ones(3), where=judged)
+        assume(np.all(~judged | (np.abs(np.log(np.maximum(ratio, 1e-300))) <= 0.999 * b)))
     assert merged.merge(rest) == X.shape[0] - k
     assert merged.count == one.count
     np.testing.assert_allclose(merged.mean, one.mean, rtol=1e-9, atol=1e-9)
@@ -168,7 +174,7 @@ def test_a_plausible_record_counts_for_at_most_merge_rows_whatever_it_claims() -
     assert fresh.merge(claim) == MERGE_ROWS  # at the start too
 
 
-def test_the_events_of_a_stationary_or_steadily_drifting_stream_are_never_refused() -> None:
+def test_the_events_of_a_stationary_or_cycling_stream_are_never_refused() -> None:
     rng = np.random.default_rng(3)
     z, drifting = OnlineStandardizer(3), OnlineStandardizer(3)
     t = 0
@@ -178,10 +184,10 @@ def test_the_events_of_a_stationary_or_steadily_drifting_stream_are_never_refuse
         seen.add_many(rng.standard_t(8, size=(size, 3)) * [20.0, 1.0, 1e-3] + [100.0, -5.0, 0.0])
         assert z.refusal(seen) is None
         assert z.merge(seen) == min(size, MERGE_ROWS)
-        # a feature that grows with time (a date), one that cycles slowly, a day of the week
+        # a time of day, a feature that cycles slowly, a day of the week
         ts = np.arange(t, t + size, dtype=float)
         t += size
-        rows = np.column_stack([ts, np.sin(ts / 50.0), (ts // 48) % 7])
+        rows = np.column_stack([ts % 48, np.sin(ts / 50.0), (ts // 48) % 7])
         seen = Moments(3)
         seen.add_many(rows)
         assert drifting.refusal(seen) is None, (t, drifting.refusal(seen))
@@ -197,7 +203,7 @@ records = hst.tuples(
 
 @settings(max_examples=200, deadline=None)
 @given(n=hst.integers(min_value=1, max_value=10**5), series=hst.lists(records, max_size=30))
-def test_no_record_moves_a_mean_more_than_its_bound_and_none_adds_more_than_merge_rows(
+def test_no_record_moves_the_statistics_more_than_one_step_nor_adds_more_than_merge_rows(
     n: int, series: list[tuple[int, float, float]]
 ) -> None:
     z = OnlineStandardizer(1)
@@ -217,6 +223,25 @@ def test_no_record_moves_a_mean_more_than_its_bound_and_none_adds_more_than_merg
         bound = bounds(count, rows)[0]
         moved = abs(float(z.mean[0]) - mean_before) / sd_before
         assert moved <= merged / (rows + merged) * bound * (1 + 1e-9)
+        if merged:
+            a, b = merge_step(merged, rows)
+            assert moved <= a * (1 + 1e-9)
+            ratio = (float(z.std[0]) / sd_before) ** 2
+            assert np.exp(-b) * (1 - 1e-9) <= ratio <= np.exp(b) * (1 + 1e-9)
+
+
+def test_thirty_records_just_inside_the_gate_move_statistics_of_10000_rows_little() -> None:
+    z = _standardiser(10_000)
+    mean0, sd0 = z.mean, z.std
+    for _ in range(30):  # each as far out as the gate lets it, claiming every row it can
+        reach, spread = bounds(10**12, z.count)
+        lie = Moments(2)
+        lie.count = 10**12
+        lie.mean = z.mean + 0.99 * reach * z.std
+        lie.m2 = 0.99 * spread * z.std**2 * lie.count
+        assert z.merge(lie) == MERGE_ROWS
+    assert np.all(np.abs(z.mean - mean0) / sd0 < 0.09)
+    assert np.all(z.std / sd0 < 1.07)
 
 
 def test_a_standardiser_with_a_prior_starts_as_the_identity_and_keeps_it_in_its_record() -> None:
