@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.records import Action
 from service.records.codec import DEAD_LETTER_REASONS
-from service.records.reasons import IGNORED, REFUSED, Source
+from service.records.reasons import IGNORED, MOMENTS_REFUSED, REFUSED, Source
 
 __all__ = ["CORRECTION_OUTCOMES", "Metrics"]
 
@@ -107,6 +107,14 @@ class Metrics:
         self.updates_refused = Counter(
             "abstain_updates_refused_total",
             "Model updates refused (state would not be finite)",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.moments_refused = Counter(
+            "abstain_moments_refused_total",
+            "Label requests whose moments were refused: implausible against the model's "
+            "statistics, not merged into its first standardiser (the label still teaches; "
+            "the request is dead-lettered with reason moments)",
             ["model", "reason"],
             registry=r,
         )
@@ -340,6 +348,8 @@ class Metrics:
             self.labels_ignored.labels(model=model, reason=reason)
         for reason in REFUSED:
             self.updates_refused.labels(model=model, reason=reason)
+        for kind in MOMENTS_REFUSED:
+            self.moments_refused.labels(model=model, reason=kind)
 
     def set_model(
         self,

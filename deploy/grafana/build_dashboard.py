@@ -286,6 +286,19 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     )
                 ],
             ),
+            timeseries(
+                "Moments refused",
+                "Label requests whose moments were refused: a mean or a variance no scorer "
+                "could have gathered from events like the model's so far (increase over the "
+                "interval). The labels are applied; the requests are dead-lettered (moments).",
+                [
+                    (
+                        "sum by (model, reason) "
+                        f"(increase(abstain_moments_refused_total{{{M}}}[{RATE}]))",
+                        "{{model}} {{reason}}",
+                    )
+                ],
+            ),
         ],
     ),
     (

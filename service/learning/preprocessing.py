@@ -40,10 +40,10 @@ from . import state as st
 from .base import check_int, features, features_matrix, quiet, raise_non_finite
 from .errors import DimensionError, HyperparameterError, InputError, StateError
 from .losses import FloatArray
-from .moments import Moments
+from .moments import Implausible, Moments, implausible, merge_step
 
 __all__ = [
-    "MERGE_FLOOR",
+    "MERGE_ROWS",
     "Intercept",
     "OnlineStandardizer",
     "Pipeline",
@@ -74,10 +74,11 @@ class Preprocessor(Protocol):
     def to_state(self) -> dict[str, Any]: ...
 
 
-MERGE_FLOOR: Final = 100
-"""Rows a moments record may count for when the statistics rest on fewer
-(:meth:`OnlineStandardizer.merge`): a first record of a model that asks rarely (one label
-in 100 events or fewer) still counts for 100 events."""
+MERGE_ROWS: Final = 100
+"""Rows one moments record counts for at most (:meth:`OnlineStandardizer.merge`), whatever
+count it claims: a series of records adds at most 100 rows each, so the rows of the events
+before it keep their weight (a model that asks once in 100 events or more often sends
+records of fewer)."""
 
 
 def _finite_number(name: str, value: Any) -> float:
@@ -257,32 +258,52 @@ class OnlineStandardizer:
         self._count = count
         self._refresh_scale()
 
+    def refusal(self, moments: Moments) -> Implausible | None:
+        """Why :meth:`merge` would refuse ``moments`` (None: it would take them): they are
+        implausible against the statistics so far (:func:`~service.learning.moments.implausible`).
+        """
+        if moments.n_features != self._n:
+            raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
+        return implausible(moments, self._count, self._mean, self.std, min_std=self.min_std)
+
     def merge(self, moments: Moments) -> int:
         r"""Take in the moments of rows learnt elsewhere (Chan's merge,
-        :mod:`service.learning.moments`); return how many rows they counted for.
+        :mod:`service.learning.moments`); return how many rows they counted for (0: none,
+        refused).
 
-        A record counts for at most ``max(count, MERGE_FLOOR)`` rows (:data:`MERGE_FLOOR`:
-        100), its mean and variance kept: once the statistics rest on 100 rows one record
-        can at most double what they rest on, so a record that lies (a forged or broken
-        one) moves the mean at most half way to its own and the variance likewise, whatever
-        count it claims.
+        A record :meth:`refusal` finds implausible (a mean or variance no scorer could have
+        gathered from events like those the statistics rest on) is refused and changes
+        nothing. Any other counts for at most :data:`MERGE_ROWS` (100) rows, its mean and
+        variance kept, and moves each mean and variance at most one step
+        (:func:`~service.learning.moments.merge_step`: three times the sampling error of its
+        rows): a series of records that lie adds at most 100 rows each and moves the
+        statistics by the sum of such steps, however many rows it claims.
 
         >>> z = OnlineStandardizer(1)
         >>> m = Moments(1); m.add_many([[1.0], [3.0]])
         >>> z.merge(m), z.count, z.mean.tolist(), z.std.tolist()
         (2, 2, [2.0], [1.0])
+        >>> z.merge(Moments.from_record({"count": 10**9, "mean": [1e6], "m2": [0.0]}, 1))
+        0
         """
-        if moments.n_features != self._n:
-            raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
-        if not moments.count:
+        if self.refusal(moments) is not None or not moments.count:
             return 0
-        count = min(moments.count, max(self._count, MERGE_FLOOR))
+        count = min(moments.count, MERGE_ROWS)
         m2 = moments.m2 * (count / moments.count) if count < moments.count else moments.m2
-        total = self._count + count
+        n, total = self._count, self._count + count
         delta = moments.mean - self._mean
-        self._m2 = self._m2 + m2 + delta * delta * (self._count * count / total)
-        self._mean = self._mean + delta * (count / total)
-        self._count = total
+        new_m2 = self._m2 + m2 + delta * delta * (n * count / total)
+        new_mean = self._mean + delta * (count / total)
+        std = self.std
+        judged = std > self.min_std
+        if n and judged.any():  # each judged feature moves at most one step
+            a, b = merge_step(count, n)
+            reach = np.where(judged, a * std, np.inf)
+            new_mean = np.clip(new_mean, self._mean - reach, self._mean + reach)
+            var, new_var = std * std, new_m2 / total
+            low, high = var * math.exp(-b), var * math.exp(b)
+            new_m2 = np.where(judged, np.clip(new_var, low, high) * total, new_m2)
+        self._m2, self._mean, self._count = new_m2, new_mean, total
         self._refresh_scale()
         return count
 
@@ -421,6 +442,15 @@ class Pipeline:
             isinstance(step, OnlineStandardizer) for step in self.steps[:2]
         )
 
+    def moments_refusal(self, moments: Moments) -> Implausible | None:
+        """Why :meth:`learn_label` would not merge ``moments`` into the first step (None:
+        it would, or the pipeline takes no moments)."""
+        if not self.takes_moments:
+            return None
+        first = self.steps[0]
+        assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
+        return first.refusal(moments)
+
     def learn_label(self, x: Any, moments: Moments | None = None) -> int:
         """What the statistics learn when the label of raw row ``x`` arrives; return how
         many events the moments counted for.
@@ -430,7 +460,9 @@ class Pipeline:
         as the first step now transforms it, into the steps after it. Its first step learns
         from moments only: a request without them (the second of a scorer's batch, whose
         events came with the first) teaches the later steps alone. Any other pipeline learns
-        ``x`` in every step (:meth:`learn`), as it always did.
+        ``x`` in every step (:meth:`learn`), as it always did. Moments the first step
+        refuses (:meth:`moments_refusal`) count for nothing; the row still teaches the
+        later steps.
 
         >>> pipe = serving_pipeline(1)
         >>> seen = Moments(1); seen.add_many([[1.0], [3.0], [5.0]])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-__all__ = ["IGNORED", "REFUSED", "Action", "Reason", "Source"]
+__all__ = ["IGNORED", "MOMENTS_REFUSED", "REFUSED", "Action", "Reason", "Source"]
 
 
 class Source(StrEnum):
@@ -60,6 +60,7 @@ class Reason(StrEnum):
     UNREADABLE = "unreadable"  # a record batch the client cannot read (codec, CRC, a record)
     HISTORY_UNTRUSTED = "history_untrusted"  # the learner's history failed its checks
     REPLAYED = "replayed"  # a copy of a correction or an order the learner already took
+    MOMENTS = "moments"  # a label request's moments no scorer could have gathered (not merged)
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 
@@ -70,5 +71,8 @@ IGNORED: Final = (
     Reason.EXPIRED,
     Reason.UNKNOWN_REQUEST,
 )
+#: why a label request's moments were not merged (``abstain_moments_refused_total{reason}``):
+#: a mean or a variance no scorer could have gathered from events like the model's so far
+MOMENTS_REFUSED: Final = ("mean", "spread")
 #: reasons an update was refused (``abstain_updates_refused_total{reason}``)
 REFUSED: Final = (Reason.NON_FINITE,)

@@ -266,6 +266,9 @@ class PendingEntry:
     # the version each shadow of the model reaches with this label (the mark of its write,
     # as ``applied_version`` is the champion's); empty before any shadow learned from it
     shadow_versions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # where the request was read on the label-requests topic (its dead letter names it, if
+    # its moments are refused); None: entries written before it was kept
+    request_offset: int | None = None
 
     @property
     def request_id(self) -> str:
@@ -305,6 +308,8 @@ class PendingEntry:
         """The request's fields, flat, plus the entry's own (the answer's when applied)."""
         out = self.request.to_dict()
         out.update(partition=self.partition, applied=self.applied)
+        if self.request_offset is not None:
+            out["request_offset"] = self.request_offset
         if self.applied:
             out.update(
                 label=self.label,
@@ -322,6 +327,8 @@ def parse_pending_entry(raw: bytes) -> PendingEntry:
     """Check and decode a ``pending`` table value."""
     record = decode_object(raw)
     entry = PendingEntry(label_request_from_dict(record), integer(record, "partition"))
+    if record.get("request_offset") is not None:
+        entry = dataclasses.replace(entry, request_offset=integer(record, "request_offset"))
     applied = field(record, "applied")
     if not isinstance(applied, bool):
         raise BadMessage("schema", "field 'applied' must be true or false")

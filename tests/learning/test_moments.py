@@ -1,6 +1,6 @@
 """Mergeable moments and what a standardiser makes of them: merged in any split and order
 they are the moments of all the rows, a record read back is checked, a record that lies is
-bounded, and the serving pipeline learns every event's moments and the labelled rows."""
+refused or bounded, and the serving pipeline learns every event's moments and the labelled rows."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as hst
 
 from service.learning import Pipeline, default_pipeline, serving_pipeline
 from service.learning.errors import DimensionError, InputError
-from service.learning.moments import Moments
+from service.learning.moments import Moments, bounds, implausible, merge_step
 from service.learning.preprocessing import (
-    MERGE_FLOOR,
+    MERGE_ROWS,
     Intercept,
     OnlineStandardizer,
     label_prior,
@@ -66,6 +66,13 @@ def test_a_standardiser_merging_moments_equals_one_that_learned_the_rows(
         merged.learn(x)
     rest = Moments(3)
     rest.add_many(X[k:])
+    assume(merged.refusal(rest) is None)  # refused: changes nothing (tests below)
+    if k and rest.count:  # within one step of the statistics (else bounded: tests below)
+        a, b = merge_step(rest.count, k)
+        sd, judged = merged.std, merged.std > merged.min_std
+        assume(np.all(~judged | (np.abs(one.mean - merged.mean) <= 0.999 * a * sd)))
+        ratio = np.divide(one.std**2, sd**2, out=np.ones(3), where=judged)
+        assume(np.all(~judged | (np.abs(np.log(np.maximum(ratio, 1e-300))) <= 0.999 * b)))
     assert merged.merge(rest) == X.shape[0] - k
     assert merged.count == one.count
     np.testing.assert_allclose(merged.mean, one.mean, rtol=1e-9, atol=1e-9)
@@ -124,17 +131,117 @@ def test_moments_of_another_width_are_refused() -> None:
         OnlineStandardizer(2).merge(Moments(3))
 
 
-def test_a_record_that_claims_many_rows_moves_the_statistics_at_most_half_way() -> None:
+def _standardiser(n: int, seed: int = 1) -> OnlineStandardizer:
+    z = OnlineStandardizer(2)
+    seen = Moments(2)
+    seen.add_many(np.random.default_rng(seed).normal(size=(n, 2)) * [20.0, 1.0] + [100.0, -5.0])
+    z._count, z._mean, z._m2 = seen.count, seen.mean, seen.m2  # as if learnt row by row
+    z._refresh_scale()
+    return z
+
+
+@pytest.mark.parametrize(
+    ("record", "kind"),
+    [
+        ({"count": 10**12, "mean": [1e6, -5.0], "m2": [0.0, 0.0]}, "mean"),
+        ({"count": 10**9, "mean": [100.0 + 5 * 20.0, -5.0], "m2": [4e11, 1e9]}, "mean"),
+        ({"count": 10**12, "mean": [100.0, -5.0], "m2": [1e24, 1e24]}, "spread"),
+        ({"count": 1, "mean": [100.0, -5.0 + 9.0], "m2": [0.0, 0.0]}, "mean"),
+        ({"count": 50, "mean": [100.0, -5.0], "m2": [50 * 400.0, 50 * 30.0]}, "spread"),
+    ],
+)
+def test_moments_no_scorer_could_have_gathered_are_refused_and_change_nothing(
+    record: dict[str, Any], kind: str
+) -> None:
+    z = _standardiser(5000)
+    before = z.to_state()
+    lie = Moments.from_record(record, 2)
+    verdict = z.refusal(lie)
+    assert verdict is not None
+    assert verdict.kind == kind
+    assert f"feature {verdict.feature}" in verdict.detail
+    assert z.merge(lie) == 0
+    assert z.to_state() == before
+
+
+def test_a_plausible_record_counts_for_at_most_merge_rows_whatever_it_claims() -> None:
+    z = _standardiser(5000)
+    claim = Moments.from_record({"count": 10**12, "mean": [101.0, -5.0], "m2": [4e14, 1e12]}, 2)
+    assert z.refusal(claim) is None
+    assert z.merge(claim) == MERGE_ROWS
+    assert z.count == 5000 + MERGE_ROWS
+    fresh = OnlineStandardizer(2)
+    assert fresh.merge(claim) == MERGE_ROWS  # at the start too
+
+
+def test_the_events_of_a_stationary_or_cycling_stream_are_never_refused() -> None:
+    rng = np.random.default_rng(3)
+    z, drifting = OnlineStandardizer(3), OnlineStandardizer(3)
+    t = 0
+    for _ in range(1000):
+        size = int(rng.integers(1, 150))
+        seen = Moments(3)
+        seen.add_many(rng.standard_t(8, size=(size, 3)) * [20.0, 1.0, 1e-3] + [100.0, -5.0, 0.0])
+        assert z.refusal(seen) is None
+        assert z.merge(seen) == min(size, MERGE_ROWS)
+        # a time of day, a feature that cycles slowly, a day of the week
+        ts = np.arange(t, t + size, dtype=float)
+        t += size
+        rows = np.column_stack([ts % 48, np.sin(ts / 50.0), (ts // 48) % 7])
+        seen = Moments(3)
+        seen.add_many(rows)
+        assert drifting.refusal(seen) is None, (t, drifting.refusal(seen))
+        drifting.merge(seen)
+
+
+records = hst.tuples(
+    hst.integers(min_value=1, max_value=10**12),
+    hst.floats(min_value=-50.0, max_value=50.0),
+    hst.floats(min_value=0.0, max_value=1e4),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=hst.integers(min_value=1, max_value=10**5), series=hst.lists(records, max_size=30))
+def test_no_record_moves_the_statistics_more_than_one_step_nor_adds_more_than_merge_rows(
+    n: int, series: list[tuple[int, float, float]]
+) -> None:
     z = OnlineStandardizer(1)
-    for v in np.random.default_rng(1).normal(size=5000):
-        z.learn([v])
-    before = float(z.mean[0])
-    forged = Moments.from_record({"count": 10**12, "mean": [1e6], "m2": [0.0]}, 1)
-    assert z.merge(forged) == 5000  # counts for as many rows as the statistics rest on
-    assert float(z.mean[0]) == pytest.approx((before + 1e6) / 2)
-    assert z.count == 10_000
-    fresh = OnlineStandardizer(1)
-    assert fresh.merge(forged) == MERGE_FLOOR  # at the start, for at most MERGE_FLOOR rows
+    z._count, z._mean, z._m2 = n, np.zeros(1), np.full(1, float(n))  # mean 0, sd 1
+    z._refresh_scale()
+    for count, shift, variance in series:
+        sd_before, mean_before, rows = float(z.std[0]), float(z.mean[0]), z.count
+        record = Moments(1)
+        record.count = count
+        record.mean = np.array([mean_before + shift * sd_before])
+        record.m2 = np.array([variance * sd_before**2 * count])
+        refused = implausible(record, rows, z.mean, z.std) is not None
+        merged = z.merge(record)
+        assert (merged == 0) == refused
+        assert merged <= MERGE_ROWS
+        assert z.count == rows + merged
+        bound = bounds(count, rows)[0]
+        moved = abs(float(z.mean[0]) - mean_before) / sd_before
+        assert moved <= merged / (rows + merged) * bound * (1 + 1e-9)
+        if merged:
+            a, b = merge_step(merged, rows)
+            assert moved <= a * (1 + 1e-9)
+            ratio = (float(z.std[0]) / sd_before) ** 2
+            assert np.exp(-b) * (1 - 1e-9) <= ratio <= np.exp(b) * (1 + 1e-9)
+
+
+def test_thirty_records_just_inside_the_gate_move_statistics_of_10000_rows_little() -> None:
+    z = _standardiser(10_000)
+    mean0, sd0 = z.mean, z.std
+    for _ in range(30):  # each as far out as the gate lets it, claiming every row it can
+        reach, spread = bounds(10**12, z.count)
+        lie = Moments(2)
+        lie.count = 10**12
+        lie.mean = z.mean + 0.99 * reach * z.std
+        lie.m2 = 0.99 * spread * z.std**2 * lie.count
+        assert z.merge(lie) == MERGE_ROWS
+    assert np.all(np.abs(z.mean - mean0) / sd0 < 0.09)
+    assert np.all(z.std / sd0 < 1.07)
 
 
 def test_a_standardiser_with_a_prior_starts_as_the_identity_and_keeps_it_in_its_record() -> None:

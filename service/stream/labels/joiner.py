@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from service.config import Settings
+from service.learning.moments import Implausible
 from service.metrics import Metrics
 from service.records import (
     BadMessage,
@@ -221,7 +222,9 @@ class LabelJoiner:
             )
             return
         if request.request_id not in self.pending:  # a re-sent request must not reset an answer
-            self.pending.put(PendingEntry(request, message.partition))
+            self.pending.put(
+                PendingEntry(request, message.partition, request_offset=message.offset)
+            )
             self._cap(request.model)
         parked = self.parked.get(request.request_id)
         if parked is not None:  # its label overtook it: apply that label now
@@ -343,6 +346,25 @@ class LabelJoiner:
             replace(mark, shadow_versions=dict(versions)),
             shadows,
             recorded=(plan, step, before),
+        )
+        if outcome.moments_refused is not None:
+            await self._refuse_moments(server, pending, outcome.moments_refused)
+
+    async def _refuse_moments(self, model: str, pending: PendingEntry, why: Implausible) -> None:
+        """Count and dead-letter the moments of ``pending``'s request that ``model``'s first
+        standardiser refused (the label was applied without them): the dead letter names
+        the request where it was read on the label-requests topic (offset -1 for an entry
+        stored before the offset was kept)."""
+        self.metrics.moments_refused.labels(model=model, reason=why.kind).inc()
+        offset = -1 if pending.request_offset is None else pending.request_offset
+        origin = RawMessage(
+            pending.request.to_json(),
+            self.settings.topics.label_requests,
+            pending.partition,
+            offset,
+        )
+        await self.outputs.dead_letter(
+            DeadLetter.of(Source.LABEL_REQUESTS, origin, Reason.MOMENTS, why.detail)
         )
 
     def _shadows(

@@ -29,7 +29,7 @@ from service.learning import (
     learner_for,
 )
 from service.learning.linear import LinearLearner
-from service.learning.moments import Moments
+from service.learning.moments import Implausible, Moments
 from service.learning.risk.shadow import Weighting
 from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
 from service.records.state import ParkedLabel
@@ -81,6 +81,8 @@ class LabelOutcome:
     clipped: bool = False  # the weight 1/p was capped at max_weight
     changes: int = 0  # changes the model's detector found on this label (adaptive learning)
     takeovers: int = 0  # challengers that took over on this label
+    # why the request's moments were not merged (the label was applied without them)
+    moments_refused: Implausible | None = None
 
 
 def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
@@ -216,6 +218,7 @@ def teach(
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > asked,
+        moments_refused=learned[3],
     )
 
 
@@ -269,7 +272,13 @@ def apply_shadow_label(
         estimate=estimate,
         corrections_from=corrections_from,
     )
-    return _applied(new_model, learned[2], iw_loss=loss, clipped=p > request.query_probability)
+    return _applied(
+        new_model,
+        learned[2],
+        iw_loss=loss,
+        clipped=p > request.query_probability,
+        moments_refused=learned[3],
+    )
 
 
 def _applied(
@@ -279,6 +288,7 @@ def _applied(
     iw_loss: float,
     clipped: bool,
     turnaround: float = 0.0,
+    moments_refused: Implausible | None = None,
 ) -> LabelOutcome:
     """The outcome of a label applied to ``model`` (``adapted``: the changes detected and
     takeovers it made), or a refusal when the new state does not encode: the standardiser's
@@ -298,7 +308,13 @@ def _applied(
         clipped=clipped,
         changes=adapted[0],
         takeovers=adapted[1],
+        moments_refused=moments_refused,
     )
+
+
+#: what :func:`_learn` gives: pipeline state, learner state, (changes, takeovers), and why
+#: the request's moments were refused (None: merged, or it carried none)
+_Learned = tuple[dict[str, Any], dict[str, Any], tuple[int, int], Implausible | None]
 
 
 def _learn(
@@ -306,21 +322,32 @@ def _learn(
     model: ModelEnvelope,
     request: LabelRequest,
     step: Callable[[Any, np.ndarray], None],
-) -> tuple[dict[str, Any], dict[str, Any], tuple[int, int]] | LabelOutcome:
+) -> _Learned | LabelOutcome:
     """(pipeline state, learner state) after the standardisers learn what the request
     brings (the moments of the events scored since the scorer's last request, when it
     carries them, and the labelled row: :meth:`~service.learning.Pipeline.learn_label`)
     and ``step(learner, transformed x)`` updates the learner (the learner the configuration
     serves: :func:`service.learning.learner_for` with its ``adaptive`` parts, as the
-    scorer's), and the changes and takeovers the step made; a refusal when not finite."""
+    scorer's), the changes and takeovers the step made, and why the moments were refused
+    (None: merged, or none); a refusal when not finite.
+
+    Moments implausible against the model's statistics
+    (:meth:`~service.learning.Pipeline.moments_refusal`: a mean or variance no scorer could
+    have gathered from events like those so far) are not merged; the labelled row is learnt
+    all the same. The verdict depends on the model's state and the request alone, so a
+    rebuild and a correction's re-derivation refuse the same moments."""
     x = np.asarray(request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
     learner = learner_for(dict(model.learner), config.adaptive.parts(intercept=config.intercept))
     before = _adaptation(learner)
+    refused = None
     try:
         seen = None
-        if request.moments is not None:  # checked when read; bounded again when merged
+        if request.moments is not None:  # checked when read; judged and bounded when merged
             seen = Moments.from_record(request.moments.to_dict(), x.shape[0])
+            refused = pipeline.moments_refusal(seen)
+            if refused is not None:
+                seen = None
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
             pipeline.learn_label(x, seen)
             step(learner, pipeline.transform(x))
@@ -331,7 +358,7 @@ def _learn(
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, "update gave non-finite parameters")
     after = _adaptation(learner)
-    return new_pipeline, new_learner, (after[0] - before[0], after[1] - before[1])
+    return new_pipeline, new_learner, (after[0] - before[0], after[1] - before[1]), refused
 
 
 def _adaptation(learner: Any) -> tuple[int, int]:
@@ -343,7 +370,7 @@ def _adaptation(learner: Any) -> tuple[int, int]:
 
 def _next(
     model: ModelEnvelope,
-    learned: tuple[dict[str, Any], dict[str, Any], tuple[int, int]],
+    learned: _Learned,
     *,
     where: tuple[int, int],
     now: float,

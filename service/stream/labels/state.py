@@ -328,13 +328,17 @@ def _encoded(entry: PendingEntry) -> bytes:
         entry.applied is not False
         or type(request.shadow_labels) is not dict
         or type(entry.partition) is not int
+        or type(entry.request_offset) not in (int, type(None))
     ):
         return entry.to_json()
     try:
         head = request.to_json()
     except orjson.JSONEncodeError:  # what only the entry's own encoding writes (numpy)
         return entry.to_json()
-    return head[:-1] + b',"partition":%d,"applied":false}' % entry.partition
+    tail = b',"partition":%d,"applied":false' % entry.partition
+    if entry.request_offset is not None:
+        tail += b',"request_offset":%d' % entry.request_offset
+    return head[:-1] + tail + b"}"
 
 
 class ParkedStore:

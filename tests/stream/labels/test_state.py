@@ -4,6 +4,7 @@ pages, unreadable values."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -213,6 +214,7 @@ def test_the_summary_carries_the_priority_and_orders_non_finite_values_as_zero()
     st.sampled_from([None, "s"]),
     st.text(min_size=1, max_size=5),
     st.booleans(),
+    st.sampled_from([None, 0, 41]),
 )
 def test_a_stored_entry_is_the_bytes_of_its_own_encoding(
     features: list[float],
@@ -222,6 +224,7 @@ def test_a_stored_entry_is_the_bytes_of_its_own_encoding(
     served_by: str | None,
     rid: str,
     with_moments: bool,
+    request_offset: int | None,
 ) -> None:
     n = len(features)
     moments = FeatureMoments(4, (0.5,) * n, (2.0,) * n) if with_moments and n else None
@@ -233,11 +236,24 @@ def test_a_stored_entry_is_the_bytes_of_its_own_encoding(
         served_by=served_by,
         moments=moments,
     )
+    entry = replace(entry, request_offset=request_offset)
     if answered:
         entry = answer(entry)
     table = MemoryKafka().table("pending")
     PendingStore(table).put(entry)
     assert table.data[rid.encode()] == entry.to_json()
+
+
+def test_an_entry_keeps_where_its_request_was_read_and_older_entries_read_without_it() -> None:
+    table = MemoryKafka().table("pending")
+    store = PendingStore(table)
+    store.put(replace(pending([1.0, 2.0], "a"), request_offset=41))
+    store.put(pending([1.0, 2.0], "b"))
+    a, b = store.get("a"), store.get("b")
+    assert a is not None
+    assert b is not None
+    assert (a.request_offset, b.request_offset) == (41, None)
+    assert b"request_offset" not in table.data[b"b"]  # what every release wrote
 
 
 def test_the_queue_keeps_its_order_across_bursts_reads_and_answers() -> None:
