@@ -12,7 +12,7 @@ from .collapse import CollapseStatus, CollapseWatch
 from .estimate import (
     DEFAULT_LEVEL,
     DEFAULT_MAX_WEIGHT,
-    PRIOR_LABELS,
+    PRIOR_SHARE,
     RiskEstimate,
     RiskInterval,
     importance_weight,
@@ -32,7 +32,7 @@ __all__ = [
     "Comparison",
     "DEFAULT_LEVEL",
     "DEFAULT_MAX_WEIGHT",
-    "PRIOR_LABELS",
+    "PRIOR_SHARE",
     "ESTIMATORS",
     "RiskEstimate",
     "RiskInterval",

@@ -12,7 +12,7 @@ from hypothesis import strategies as hst
 
 from service.config import ModelConfig
 from service.learning import HyperparameterError, InputError, RiskEstimate, StateError
-from service.learning.risk import PRIOR_LABELS, importance_weight
+from service.learning.risk import PRIOR_SHARE, importance_weight
 from service.learning.state import dumps, loads
 from service.records import Label, LabelRequest, PendingEntry
 from service.stream.labels.protocol import apply_label
@@ -70,14 +70,14 @@ def test_variance_equals_the_formula_evaluated_over_the_labels() -> None:
     assert estimate.risk == pytest.approx(r, rel=1e-12)
     assert estimate.variance() == pytest.approx(v, rel=1e-9)
     # the score interval: the end points solve (r - R)^2 = z^2 V_m(R), V_m at the tested R:
-    # the spread seen plus PRIOR_LABELS labels of spread R (1 - R) at the mean coefficient
+    # the spread seen plus PRIOR_SHARE of a label at the weight cap (100) of spread R (1 - R)
     interval = estimate.interval(0.95)
     z2 = 1.959964**2
     a = (1 - probs) / probs**2
     for end in (interval.low, interval.high):
         v_end = float(np.sum(a * (losses - end) ** 2) / np.sum(1 / probs) ** 2)
         assert estimate.variance(at=end) == pytest.approx(v_end, rel=1e-9)
-        prior = PRIOR_LABELS * float(np.mean(a)) * end * (1 - end) / np.sum(1 / probs) ** 2
+        prior = PRIOR_SHARE * 99 * 100 * end * (1 - end) / np.sum(1 / probs) ** 2
         assert (r - end) ** 2 == pytest.approx(z2 * (v_end + prior), rel=1e-5)
     assert interval.low < r < interval.high
     assert interval.width > 2 * 1.959964 * math.sqrt(v)  # skew: wider above than below
@@ -96,8 +96,8 @@ def test_one_loss_seen_is_not_certainty_and_too_few_labels_give_no_bound() -> No
     for _ in range(30):
         estimate.add(0.25, 0.2)  # no spread among the losses seen, but the unasked vary
     interval = estimate.interval()
-    # 30 labels cannot pin the risk to a point: the prior's PRIOR_LABELS labels of spread
-    # R (1 - R) keep the interval about 10 points wide here (it was 0.25 to 0.25)
+    # 30 labels cannot pin the risk to a point: the events they did not sample may hold
+    # other losses (the prior keeps it about 25 points wide here; it was 0.25 to 0.25)
     assert interval.low < 0.21
     assert interval.high > 0.29
     more = RiskEstimate()
