@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 MAX_REQUEST = 8 * 1024 * 1024
+#: a producer that has not started, or not had a chunk acknowledged, in this long is replaced
+STUCK_SECONDS = 30.0
 
 
 def loads(raw: bytes | None) -> Any:
@@ -115,7 +117,16 @@ def produce(
 def produce_records(
     bootstrap: str, topic: str, records: Iterable[Out], *, attempts: int = 30
 ) -> list[tuple[int, int]]:
-    """:func:`produce` for :class:`Out` records: tombstones, chosen partitions, headers."""
+    """:func:`produce` for :class:`Out` records: tombstones, chosen partitions, headers.
+
+    A producer that has not started, or whose chunk is not acknowledged, within
+    :data:`STUCK_SECONDS` is closed and a new one made: aiokafka 0.14.0 can wedge a client
+    for good when a broker comes back. Bootstrapped by a broker still starting (or shutting
+    down), a client learns no broker (``No broker metadata found in MetadataResponse``) and
+    keeps the bootstrap connection as its only way to the cluster; once that connection
+    drops, it asks no one for metadata again, and an idempotent producer's start (its
+    ``InitProducerIdRequest``) waits for a broker forever. A new producer bootstraps
+    afresh."""
     batch = list(records)
 
     async def started() -> AIOKafkaProducer:
@@ -128,10 +139,10 @@ def produce_records(
                 enable_idempotence=True,
             )
             try:
-                await producer.start()
+                await asyncio.wait_for(producer.start(), STUCK_SECONDS)
                 return producer
-            except KafkaError as exc:
-                await producer.stop()
+            except (KafkaError, TimeoutError) as exc:
+                await _abandon(producer)
                 if attempt == attempts - 1:
                     raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
                 await asyncio.sleep(1.0)
@@ -146,6 +157,10 @@ def produce_records(
             headers=list(out.headers) or None,
         )
 
+    async def acked(producer: AIOKafkaProducer, chunk: list[Out]) -> list[Any]:
+        futures = [await send(producer, out) for out in chunk]
+        return list(await asyncio.gather(*futures))
+
     async def run() -> list[tuple[int, int]]:
         producer = await started()
         where: list[tuple[int, int]] = []
@@ -154,19 +169,29 @@ def produce_records(
                 chunk = batch[start : start + 2000]
                 for attempt in range(attempts):
                     try:
-                        futures = [await send(producer, out) for out in chunk]
-                        metas = await asyncio.gather(*futures)
+                        metas = await asyncio.wait_for(acked(producer, chunk), STUCK_SECONDS)
                         where += [(m.partition, m.offset) for m in metas]
                         break
-                    except KafkaError as exc:
+                    except (KafkaError, TimeoutError) as exc:
                         if attempt == attempts - 1:
                             raise HarnessError(f"cannot produce to {topic}: {exc!r}") from exc
+                        await _abandon(producer)
                         await asyncio.sleep(1.0)
+                        producer = await started()
         finally:
-            await producer.stop()
+            await _abandon(producer)
         return where
 
     return asyncio.run(run())
+
+
+async def _abandon(producer: AIOKafkaProducer) -> None:
+    """Stop ``producer``; one that cannot flush what it holds within a few seconds (no
+    broker) has its connections closed and is left (its loop ends with the call)."""
+    try:
+        await asyncio.wait_for(producer.stop(), 5.0)
+    except (KafkaError, TimeoutError):
+        await producer.client.close()
 
 
 async def partitions_of(bootstrap: str, topic: str) -> list[TopicPartition]:
