@@ -36,6 +36,9 @@ __all__ = [
 MAX_REQUEST = 8 * 1024 * 1024
 #: a producer that has not started, or not had a chunk acknowledged, in this long is replaced
 STUCK_SECONDS = 30.0
+#: how long a producer is made again while the broker does not answer (an outage of 20 s,
+#: then a broker that starts slowly on a busy machine)
+BROKER_AWAY_SECONDS = 120.0
 
 
 def loads(raw: bytes | None) -> Any:
@@ -110,7 +113,9 @@ def produce(
     landed, ``(partition, offset)``, in order.
 
     A chunk that fails (broker away) is sent again, up to ``attempts`` times one second
-    apart: a retried chunk may land twice, which the fault tests tolerate by design."""
+    apart, and a producer that cannot connect is made again for up to
+    :data:`BROKER_AWAY_SECONDS`: a retried chunk may land twice, which the fault tests
+    tolerate by design."""
     return produce_records(bootstrap, topic, [Out(k, v) for k, v in items], attempts=attempts)
 
 
@@ -130,7 +135,8 @@ def produce_records(
     batch = list(records)
 
     async def started() -> AIOKafkaProducer:
-        for attempt in range(attempts):
+        deadline = time.monotonic() + BROKER_AWAY_SECONDS
+        while True:
             producer = AIOKafkaProducer(
                 bootstrap_servers=bootstrap,
                 linger_ms=5,
@@ -143,10 +149,9 @@ def produce_records(
                 return producer
             except (KafkaError, TimeoutError) as exc:
                 await _abandon(producer)
-                if attempt == attempts - 1:
+                if time.monotonic() > deadline:
                     raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
                 await asyncio.sleep(1.0)
-        raise AssertionError("unreachable")
 
     async def send(producer: AIOKafkaProducer, out: Out) -> Any:
         return await producer.send(
