@@ -23,6 +23,7 @@ from . import HarnessError
 __all__ = [
     "Out",
     "Rec",
+    "abandon",
     "create_topics",
     "end_offsets",
     "group_lag",
@@ -31,6 +32,7 @@ __all__ = [
     "produce",
     "produce_records",
     "read_topic",
+    "started_producer",
 ]
 
 MAX_REQUEST = 8 * 1024 * 1024
@@ -130,28 +132,13 @@ def produce_records(
     down), a client learns no broker (``No broker metadata found in MetadataResponse``) and
     keeps the bootstrap connection as its only way to the cluster; once that connection
     drops, it asks no one for metadata again, and an idempotent producer's start (its
-    ``InitProducerIdRequest``) waits for a broker forever. A new producer bootstraps
-    afresh."""
+    ``InitProducerIdRequest``) waits for a broker forever. A chunk that fails is sent
+    again by a new producer too: an idempotent producer whose batch expired while its
+    partition had no leader (the broker back, its leaders not yet elected) has used that
+    batch's sequence numbers, and the broker refuses every later batch of the partition
+    (``OutOfOrderSequenceNumber``). A new producer bootstraps afresh, with a new producer
+    id."""
     batch = list(records)
-
-    async def started() -> AIOKafkaProducer:
-        deadline = time.monotonic() + BROKER_AWAY_SECONDS
-        while True:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap,
-                linger_ms=5,
-                max_request_size=MAX_REQUEST,
-                acks="all",
-                enable_idempotence=True,
-            )
-            try:
-                await asyncio.wait_for(producer.start(), STUCK_SECONDS)
-                return producer
-            except (KafkaError, TimeoutError) as exc:
-                await _abandon(producer)
-                if time.monotonic() > deadline:
-                    raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
-                await asyncio.sleep(1.0)
 
     async def send(producer: AIOKafkaProducer, out: Out) -> Any:
         return await producer.send(
@@ -167,7 +154,7 @@ def produce_records(
         return list(await asyncio.gather(*futures))
 
     async def run() -> list[tuple[int, int]]:
-        producer = await started()
+        producer = await started_producer(bootstrap)
         where: list[tuple[int, int]] = []
         try:
             for start in range(0, len(batch), 2000):
@@ -180,17 +167,40 @@ def produce_records(
                     except (KafkaError, TimeoutError) as exc:
                         if attempt == attempts - 1:
                             raise HarnessError(f"cannot produce to {topic}: {exc!r}") from exc
-                        await _abandon(producer)
+                        await abandon(producer)
                         await asyncio.sleep(1.0)
-                        producer = await started()
+                        producer = await started_producer(bootstrap)
         finally:
-            await _abandon(producer)
+            await abandon(producer)
         return where
 
     return asyncio.run(run())
 
 
-async def _abandon(producer: AIOKafkaProducer) -> None:
+async def started_producer(bootstrap: str, *, linger_ms: int = 5) -> AIOKafkaProducer:
+    """A started idempotent producer (acks=all). One that has not started within
+    :data:`STUCK_SECONDS` is closed and made again, one second apart, for up to
+    :data:`BROKER_AWAY_SECONDS` (see :func:`produce_records`)."""
+    deadline = time.monotonic() + BROKER_AWAY_SECONDS
+    while True:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            linger_ms=linger_ms,
+            max_request_size=MAX_REQUEST,
+            acks="all",
+            enable_idempotence=True,
+        )
+        try:
+            await asyncio.wait_for(producer.start(), STUCK_SECONDS)
+            return producer
+        except (KafkaError, TimeoutError) as exc:
+            await abandon(producer)
+            if time.monotonic() > deadline:
+                raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
+            await asyncio.sleep(1.0)
+
+
+async def abandon(producer: AIOKafkaProducer) -> None:
     """Stop ``producer``; one that cannot flush what it holds within a few seconds (no
     broker) has its connections closed and is left (its loop ends with the call)."""
     try:
