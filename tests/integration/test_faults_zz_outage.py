@@ -180,10 +180,10 @@ def test_broker_outage_every_producer_of_the_worker_and_the_desk_writes_again(
             lead = Person(desk)
             assert lead.login("lead", PASSWORD)[0] == 303
             # every producer has started and the stream runs before the broker goes
+            before = Written(dep.bootstrap, time.time())
             produce(
                 dep.bootstrap, t["features"], [_event(f"before-{i}", i / 10) for i in range(10)]
             )
-            before = Written(dep.bootstrap, 0.0)
             before.wait("decisions", t["decisions"], lambda r: r.key == b"before-9", 60.0)
 
             assert kafka.stop()
