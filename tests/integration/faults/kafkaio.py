@@ -23,6 +23,7 @@ from . import HarnessError
 __all__ = [
     "Out",
     "Rec",
+    "abandon",
     "create_topics",
     "end_offsets",
     "group_lag",
@@ -31,9 +32,15 @@ __all__ = [
     "produce",
     "produce_records",
     "read_topic",
+    "started_producer",
 ]
 
 MAX_REQUEST = 8 * 1024 * 1024
+#: a producer that has not started, or not had a chunk acknowledged, in this long is replaced
+STUCK_SECONDS = 30.0
+#: how long a producer is made again while the broker does not answer (an outage of 20 s,
+#: then a broker that starts slowly on a busy machine)
+BROKER_AWAY_SECONDS = 120.0
 
 
 def loads(raw: bytes | None) -> Any:
@@ -108,34 +115,30 @@ def produce(
     landed, ``(partition, offset)``, in order.
 
     A chunk that fails (broker away) is sent again, up to ``attempts`` times one second
-    apart: a retried chunk may land twice, which the fault tests tolerate by design."""
+    apart, and a producer that cannot connect is made again for up to
+    :data:`BROKER_AWAY_SECONDS`: a retried chunk may land twice, which the fault tests
+    tolerate by design."""
     return produce_records(bootstrap, topic, [Out(k, v) for k, v in items], attempts=attempts)
 
 
 def produce_records(
     bootstrap: str, topic: str, records: Iterable[Out], *, attempts: int = 30
 ) -> list[tuple[int, int]]:
-    """:func:`produce` for :class:`Out` records: tombstones, chosen partitions, headers."""
-    batch = list(records)
+    """:func:`produce` for :class:`Out` records: tombstones, chosen partitions, headers.
 
-    async def started() -> AIOKafkaProducer:
-        for attempt in range(attempts):
-            producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap,
-                linger_ms=5,
-                max_request_size=MAX_REQUEST,
-                acks="all",
-                enable_idempotence=True,
-            )
-            try:
-                await producer.start()
-                return producer
-            except KafkaError as exc:
-                await producer.stop()
-                if attempt == attempts - 1:
-                    raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
-                await asyncio.sleep(1.0)
-        raise AssertionError("unreachable")
+    A producer that has not started, or whose chunk is not acknowledged, within
+    :data:`STUCK_SECONDS` is closed and a new one made: aiokafka 0.14.0 can wedge a client
+    for good when a broker comes back. Bootstrapped by a broker still starting (or shutting
+    down), a client learns no broker (``No broker metadata found in MetadataResponse``) and
+    keeps the bootstrap connection as its only way to the cluster; once that connection
+    drops, it asks no one for metadata again, and an idempotent producer's start (its
+    ``InitProducerIdRequest``) waits for a broker forever. A chunk that fails is sent
+    again by a new producer too: an idempotent producer whose batch expired while its
+    partition had no leader (the broker back, its leaders not yet elected) has used that
+    batch's sequence numbers, and the broker refuses every later batch of the partition
+    (``OutOfOrderSequenceNumber``). A new producer bootstraps afresh, with a new producer
+    id."""
+    batch = list(records)
 
     async def send(producer: AIOKafkaProducer, out: Out) -> Any:
         return await producer.send(
@@ -146,27 +149,64 @@ def produce_records(
             headers=list(out.headers) or None,
         )
 
+    async def acked(producer: AIOKafkaProducer, chunk: list[Out]) -> list[Any]:
+        futures = [await send(producer, out) for out in chunk]
+        return list(await asyncio.gather(*futures))
+
     async def run() -> list[tuple[int, int]]:
-        producer = await started()
+        producer = await started_producer(bootstrap)
         where: list[tuple[int, int]] = []
         try:
             for start in range(0, len(batch), 2000):
                 chunk = batch[start : start + 2000]
                 for attempt in range(attempts):
                     try:
-                        futures = [await send(producer, out) for out in chunk]
-                        metas = await asyncio.gather(*futures)
+                        metas = await asyncio.wait_for(acked(producer, chunk), STUCK_SECONDS)
                         where += [(m.partition, m.offset) for m in metas]
                         break
-                    except KafkaError as exc:
+                    except (KafkaError, TimeoutError) as exc:
                         if attempt == attempts - 1:
                             raise HarnessError(f"cannot produce to {topic}: {exc!r}") from exc
+                        await abandon(producer)
                         await asyncio.sleep(1.0)
+                        producer = await started_producer(bootstrap)
         finally:
-            await producer.stop()
+            await abandon(producer)
         return where
 
     return asyncio.run(run())
+
+
+async def started_producer(bootstrap: str, *, linger_ms: int = 5) -> AIOKafkaProducer:
+    """A started idempotent producer (acks=all). One that has not started within
+    :data:`STUCK_SECONDS` is closed and made again, one second apart, for up to
+    :data:`BROKER_AWAY_SECONDS` (see :func:`produce_records`)."""
+    deadline = time.monotonic() + BROKER_AWAY_SECONDS
+    while True:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            linger_ms=linger_ms,
+            max_request_size=MAX_REQUEST,
+            acks="all",
+            enable_idempotence=True,
+        )
+        try:
+            await asyncio.wait_for(producer.start(), STUCK_SECONDS)
+            return producer
+        except (KafkaError, TimeoutError) as exc:
+            await abandon(producer)
+            if time.monotonic() > deadline:
+                raise HarnessError(f"cannot connect to {bootstrap}: {exc!r}") from exc
+            await asyncio.sleep(1.0)
+
+
+async def abandon(producer: AIOKafkaProducer) -> None:
+    """Stop ``producer``; one that cannot flush what it holds within a few seconds (no
+    broker) has its connections closed and is left (its loop ends with the call)."""
+    try:
+        await asyncio.wait_for(producer.stop(), 5.0)
+    except (KafkaError, TimeoutError):
+        await producer.client.close()
 
 
 async def partitions_of(bootstrap: str, topic: str) -> list[TopicPartition]:

@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from . import HarnessError
-from .kafkaio import MAX_REQUEST, loads, partitions_of
+from .kafkaio import MAX_REQUEST, STUCK_SECONDS, abandon, loads, partitions_of, started_producer
 
 __all__ = ["Observer", "SeenDecision", "answer_fraction"]
 
@@ -94,11 +94,8 @@ class Observer(threading.Thread):
             fetch_max_bytes=4 * MAX_REQUEST,
             metadata_max_age_ms=2000,
         )
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, linger_ms=2, acks="all", enable_idempotence=True
-        )
         await consumer.start()
-        await producer.start()
+        producer = await started_producer(self.bootstrap, linger_ms=2)
         try:
             tps = await self._partitions(names)
             consumer.assign(tps)
@@ -124,9 +121,9 @@ class Observer(threading.Thread):
                             if str(request["request_id"]) not in self.answered:
                                 out += self._maybe_answer(request, force=True)
                 for model, value in out:
-                    await self._send(producer, model, value)
+                    producer = await self._send(producer, model, value)
         finally:
-            await producer.stop()
+            await abandon(producer)
             await consumer.stop()
 
     def _ignored(self, topic: str, record: Any) -> bool:
@@ -148,17 +145,25 @@ class Observer(threading.Thread):
                 raise HarnessError(f"topics {names} do not all exist")
             await asyncio.sleep(0.5)
 
-    async def _send(self, producer: AIOKafkaProducer, model: str, value: bytes) -> None:
+    async def _send(self, producer: AIOKafkaProducer, model: str, value: bytes) -> AIOKafkaProducer:
+        """Send one label; the producer to send the next with. A send that fails or hangs is
+        retried by a new producer (see :func:`~faults.kafkaio.produce_records`: a failed
+        idempotent producer may never write that partition again)."""
         for _ in range(120):
             try:
-                await producer.send_and_wait(self.topics["labels"], value, key=model.encode())
+                await asyncio.wait_for(
+                    producer.send_and_wait(self.topics["labels"], value, key=model.encode()),
+                    STUCK_SECONDS,
+                )
                 with self.lock:
                     self.labels_sent += 1
-                return
-            except KafkaError as exc:  # broker away: retry for up to two minutes
+                return producer
+            except (KafkaError, TimeoutError) as exc:  # broker away: retry for a while
                 self.errors.append(f"transient: {exc!r}")
+                await abandon(producer)
                 await asyncio.sleep(1.0)
-        raise HarnessError("oracle could not send a label for two minutes")
+                producer = await started_producer(self.bootstrap, linger_ms=2)
+        raise HarnessError("oracle could not send a label 120 times")
 
     def _on_record(
         self, topic: str, key: bytes | None, value: bytes | None
