@@ -112,9 +112,10 @@ class Metrics:
         )
         self.moments_refused = Counter(
             "abstain_moments_refused_total",
-            "Label requests whose moments were refused: implausible against the model's "
-            "statistics, not merged into its first standardiser (the label still teaches; "
-            "the request is dead-lettered with reason moments)",
+            "Label requests whose moments were refused, not merged into the model's first "
+            "standardiser: implausible against its statistics (mean, spread; no key) or not "
+            "signed by a worker (unsigned, bad_signature; with snapshot_key). The label "
+            "still teaches; the request is dead-lettered with reason moments",
             ["model", "reason"],
             registry=r,
         )

@@ -385,6 +385,7 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         1795780000.6,
         1795783600.6,
         0.81,
+        moments=_signed_moments(rid),
     )
     envelope = initial_envelope("fraud", ModelConfig(n_features=3))
     seed = Seed(
@@ -408,6 +409,16 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         ("models", "`__skip__/<topic>/<partition>/<first>`", "SkipOrder", _skip_order()),
         ("dead_letters", "none", "DeadLetter", _dead_letter()),
     ]
+
+
+def _signed_moments(rid: str) -> Any:
+    """The moments a scorer with ``snapshot_key`` attaches (an example key signs them)."""
+    from service.records.signing import Signer, moments_message  # noqa: PLC0415
+    from service.records.wire import FeatureMoments  # noqa: PLC0415
+
+    mean, m2 = (0.64, 11.3, 0.9), (10.2, 3120.4, 3.6)
+    signed = Signer(b"example-key-" * 3).sign(*moments_message("fraud", rid, 40, mean, m2))
+    return FeatureMoments(40, mean, m2, signed.decode())
 
 
 def _decision() -> Any:

@@ -266,10 +266,15 @@ class OnlineStandardizer:
             raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
         return implausible(moments, self._count, self._mean, self.std, min_std=self.min_std)
 
-    def merge(self, moments: Moments) -> int:
+    def merge(self, moments: Moments, *, trusted: bool = False) -> int:
         r"""Take in the moments of rows learnt elsewhere (Chan's merge,
         :mod:`service.learning.moments`); return how many rows they counted for (0: none,
         refused).
+
+        ``trusted`` moments (a scorer's, whose signature verified) are not judged: they
+        count for at most ``max(count, MERGE_ROWS)`` rows, their mean and variance kept, so
+        an abrupt honest change is followed at once (once the statistics rest on 100 rows
+        one record can at most double what they rest on).
 
         A record :meth:`refusal` finds implausible (a mean or variance no scorer could have
         gathered from events like those the statistics rest on) is refused and changes
@@ -285,7 +290,13 @@ class OnlineStandardizer:
         (2, 2, [2.0], [1.0])
         >>> z.merge(Moments.from_record({"count": 10**9, "mean": [1e6], "m2": [0.0]}, 1))
         0
+        >>> z.merge(Moments.from_record({"count": 2, "mean": [1e6], "m2": [0.0]}, 1), trusted=True)
+        2
+        >>> round(z.mean.tolist()[0])
+        500001
         """
+        if trusted:
+            return self._merge_trusted(moments)
         if self.refusal(moments) is not None or not moments.count:
             return 0
         count = min(moments.count, MERGE_ROWS)
@@ -304,6 +315,22 @@ class OnlineStandardizer:
             low, high = var * math.exp(-b), var * math.exp(b)
             new_m2 = np.where(judged, np.clip(new_var, low, high) * total, new_m2)
         self._m2, self._mean, self._count = new_m2, new_mean, total
+        self._refresh_scale()
+        return count
+
+    def _merge_trusted(self, moments: Moments) -> int:
+        """Chan's merge of trusted ``moments``, at most ``max(count, MERGE_ROWS)`` rows."""
+        if moments.n_features != self._n:
+            raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
+        if not moments.count:
+            return 0
+        count = min(moments.count, max(self._count, MERGE_ROWS))
+        m2 = moments.m2 * (count / moments.count) if count < moments.count else moments.m2
+        total = self._count + count
+        delta = moments.mean - self._mean
+        self._m2 = self._m2 + m2 + delta * delta * (self._count * count / total)
+        self._mean = self._mean + delta * (count / total)
+        self._count = total
         self._refresh_scale()
         return count
 
@@ -451,7 +478,7 @@ class Pipeline:
         assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
         return first.refusal(moments)
 
-    def learn_label(self, x: Any, moments: Moments | None = None) -> int:
+    def learn_label(self, x: Any, moments: Moments | None = None, *, trusted: bool = False) -> int:
         """What the statistics learn when the label of raw row ``x`` arrives; return how
         many events the moments counted for.
 
@@ -462,7 +489,8 @@ class Pipeline:
         events came with the first) teaches the later steps alone. Any other pipeline learns
         ``x`` in every step (:meth:`learn`), as it always did. Moments the first step
         refuses (:meth:`moments_refusal`) count for nothing; the row still teaches the
-        later steps.
+        later steps. ``trusted`` moments are merged unjudged
+        (:meth:`OnlineStandardizer.merge`).
 
         >>> pipe = serving_pipeline(1)
         >>> seen = Moments(1); seen.add_many([[1.0], [3.0], [5.0]])
@@ -475,7 +503,7 @@ class Pipeline:
         cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
         first = self.steps[0]
         assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
-        merged = 0 if moments is None else first.merge(moments)
+        merged = 0 if moments is None else first.merge(moments, trusted=trusted)
         cur = first.transform(cur)
         last = len(self.steps) - 1
         for i, step in enumerate(self.steps[1:], start=1):

@@ -60,7 +60,7 @@ class Reason(StrEnum):
     UNREADABLE = "unreadable"  # a record batch the client cannot read (codec, CRC, a record)
     HISTORY_UNTRUSTED = "history_untrusted"  # the learner's history failed its checks
     REPLAYED = "replayed"  # a copy of a correction or an order the learner already took
-    MOMENTS = "moments"  # a label request's moments no scorer could have gathered (not merged)
+    MOMENTS = "moments"  # a label request's moments no scorer gathered or signed (not merged)
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 
 
@@ -72,7 +72,8 @@ IGNORED: Final = (
     Reason.UNKNOWN_REQUEST,
 )
 #: why a label request's moments were not merged (``abstain_moments_refused_total{reason}``):
-#: a mean or a variance no scorer could have gathered from events like the model's so far
-MOMENTS_REFUSED: Final = ("mean", "spread")
+#: without a key, a mean or a variance no scorer could have gathered from events like the
+#: model's so far; with ``snapshot_key``, moments no worker signed (none, or a bad signature)
+MOMENTS_REFUSED: Final = ("mean", "spread", "unsigned", "bad_signature")
 #: reasons an update was refused (``abstain_updates_refused_total{reason}``)
 REFUSED: Final = (Reason.NON_FINITE,)

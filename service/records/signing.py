@@ -29,16 +29,27 @@ True
 >>> rotated = Signer(b"n" * 32, previous=[b"k" * 32])
 >>> rotated.verify(b"m", b'{"version": 1}', header), rotated.is_current(header)
 (None, False)
+
+**Moments.** A scorer signs the moments a label request carries with the same key, over
+:func:`moments_message` (the model, the request id, the count, means and squared
+deviations), so that the learner merges only moments a worker gathered:
+
+>>> signed = signer.sign(*moments_message("m", "r1", 2, [1.0], [0.5])).decode()
+>>> signer.verify(*moments_message("m", "r1", 2, [1.0], [0.5]), signed.encode())
+>>> signer.verify(*moments_message("m", "r1", 2, [9.0], [0.5]), signed.encode())
+'bad_signature'
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
-__all__ = ["SIGNATURE_HEADER", "Signer", "key_id"]
+import orjson
+
+__all__ = ["SIGNATURE_HEADER", "Signer", "key_id", "moments_message", "signer_of"]
 
 SIGNATURE_HEADER: Final = "abstain-signature"
 _VERSION: Final = "v1"
@@ -47,6 +58,23 @@ _VERSION: Final = "v1"
 def key_id(key: bytes) -> str:
     """A short public name of ``key`` (first 16 hex digits of its SHA-256)."""
     return hashlib.sha256(key).hexdigest()[:16]
+
+
+def signer_of(key: str | None, previous: str | None = None) -> Signer | None:
+    """The signer of ``key`` that also verifies with ``previous``; None without a key."""
+    if key is None:
+        return None
+    return Signer(key.encode(), [] if previous is None else [previous.encode()])
+
+
+def moments_message(
+    model: str, request_id: str, count: int, mean: Sequence[float], m2: Sequence[float]
+) -> tuple[bytes, bytes]:
+    """The (record key, value) a moments signature covers: the model, and the request id
+    with the moments as orjson writes ``[count, mean, m2]`` (floats: a record read back
+    gives the same bytes)."""
+    numbers = [int(count), [float(v) for v in mean], [float(v) for v in m2]]
+    return model.encode(), request_id.encode() + b"\x00" + orjson.dumps(numbers)
 
 
 def _digest(key: bytes, record_key: bytes, value: bytes) -> str:

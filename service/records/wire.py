@@ -188,9 +188,17 @@ class FeatureMoments:
     count: int
     mean: tuple[float, ...]
     m2: tuple[float, ...]
+    # the scorer's signature of the moments with ``snapshot_key``
+    # (:func:`~service.records.signing.moments_message`); None: unsigned
+    signature: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "mean": list(self.mean), "m2": list(self.m2)}
+        return {
+            "count": self.count,
+            "mean": list(self.mean),
+            "m2": list(self.m2),
+            "signature": self.signature,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +391,10 @@ def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
         raise BadMessage("schema", f"moments 'mean' must be within +-{MAX_MAGNITUDE:g}")
     if any(not 0.0 <= v < count * MAX_MAGNITUDE * MAX_MAGNITUDE for v in m2):
         raise BadMessage("schema", "moments 'm2' must be >= 0 and below count * 1e200")
-    return FeatureMoments(count, tuple(mean), tuple(m2))
+    signature = value.get("signature")
+    if signature is not None and (not isinstance(signature, str) or len(signature) > 256):
+        raise BadMessage("schema", "moments 'signature' must be a short string")
+    return FeatureMoments(count, tuple(mean), tuple(m2), signature)
 
 
 def _shadow_labels(record: dict[str, Any]) -> dict[str, int]:

@@ -99,8 +99,9 @@ class LabelScaler:
     a label: the pipeline learns as the worker's label path makes it learn,
     :meth:`~service.learning.Pipeline.learn_label` with the moments of the events scored
     since the last label (the labelled one among them), which the scorer sent with the
-    label's request. Labels come back at once here; in a worker they come later, and the
-    moments of the events in between wait for the next request.
+    label's request, trusted as a keyed worker trusts its scorers' signed moments (merged
+    unjudged). Labels come back at once here; in a worker they come later, and the moments
+    of the events in between wait for the next request.
 
     >>> from service.learning import serving_pipeline
     >>> scaler = LabelScaler(serving_pipeline(1))
@@ -126,5 +127,5 @@ class LabelScaler:
     def learn(self, x: FloatArray) -> FloatArray:
         """Learn from the label of raw row ``x``; return its input as transformed now."""
         taken = self._moments.take() if self._moments is not None else None
-        self.pipeline.learn_label(x, taken)
+        self.pipeline.learn_label(x, taken, trusted=True)  # a keyed worker's, signed
         return self.pipeline.transform(x)

@@ -243,6 +243,7 @@ def create_app(
         metrics,
         clock=clock,
         fallback=book.refuse if signer is None else None,
+        signer=signer,
     )
     unreadable = Unreadable(metrics, topics=watched(s))
     scoring = _score_loop(s, scorer, progress, unreadable, book.skips)

@@ -22,7 +22,9 @@
   :class:`~service.learning.QueryBudget` asked with the learner's utility of the score and
   the event's coin, all on arrays (:meth:`service.learning.Budgeted.decide_many` on a batch
   of one), and it counts the event in the model's moments, which the next label request
-  carries (:func:`~service.stream.scoring.scorer.attach_moments`). That is the scorer's
+  carries (:func:`~service.stream.scoring.scorer.attach_moments`), signed as a keyed
+  worker signs them, so the learner trusts them (:mod:`service.records.moments`;
+  the replay's other records go unsigned, as without a key). That is the scorer's
   decision bit for bit
   (``tests/replay/people/test_learner.py``); the plain replay's scalar
   :meth:`~service.learning.Budgeted.decide` can differ from it in the last bits of the
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 from service.config import ModelConfig, Settings
 from service.learning import Budgeted, Decision, QueryBudget
@@ -56,6 +59,7 @@ from service.records import (
     parse_model_envelope,
     request_id,
 )
+from service.records.signing import Signer
 from service.replay.errors import ReplayConfigError
 from service.stream.kafka.produce import Headers, partition_for
 from service.stream.labels.admission import admission
@@ -107,11 +111,17 @@ def replay_settings(config: ModelConfig) -> Settings:
         models={MODEL: config},
         default_model=MODEL,
         max_importance_weight=DEFAULT_MAX_WEIGHT,
-        snapshot_key=None,
+        # a keyed deployment: the scorer signs its moments and the learner trusts them
+        # (the replay's other records are handed to the learner unsigned, its tables too)
+        snapshot_key=SecretStr(REPLAY_KEY),
         snapshot_key_previous=None,
         request_ttl_seconds=1e9,
         sweep_every=1_000_000,
     )
+
+
+#: the key the replay's scorer signs its moments with (any key: scorer and learner share it)
+REPLAY_KEY = "abstain-replay-moments-key-0123456789"  # noqa: S105 - not a secret
 
 
 class MemoryService:
@@ -134,6 +144,7 @@ class MemoryService:
             metrics=metrics,
             clock=self.clock,
         )
+        self.signer = Signer(REPLAY_KEY.encode())  # signs the moments, as a keyed scorer
         self.partition = partition_for(MODEL.encode(), s.partitions.labels)
         self.joiner.own(frozenset(range(s.partitions.labels)))
         assert config.label_budget is not None  # noqa: S101 - replay_settings checked it
@@ -186,7 +197,7 @@ class MemoryService:
             expires_at=self.now + self.settings.request_ttl_seconds,
             priority=1.0 / (1.0 + min(abs(decision.score - rho), abs(decision.score + rho))),
         )
-        return attach_moments([request], self.moments)[0]
+        return attach_moments([request], self.moments, signer=self.signer)[0]
 
     async def send(self, record: LabelRequest | Label | Opinion | Correction) -> bool:
         """Hand ``record`` to the learner as the next record of its topic; False when the

@@ -48,6 +48,7 @@ from service.records import (
 )
 from service.records.history import Step
 from service.records.labels import Rollback, Seed, parse_labels_record
+from service.records.moments import Untrusted, moments_trust
 from service.records.reasons import IGNORED, Source
 from service.records.state import ParkedLabel
 from service.stream.errors import DATA_ERRORS
@@ -66,6 +67,7 @@ from service.stream.labels.protocol import (
 )
 from service.stream.labels.publish import Publisher
 from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
+from service.stream.models.book import signer_for
 from service.stream.outputs import Outputs
 
 __all__ = ["LabelJoiner"]
@@ -91,6 +93,9 @@ class LabelJoiner:
         runner: Runner | None = None,
     ) -> None:
         self.settings = settings
+        # checks the moments label requests carry with the settings' key, as a correction's
+        # re-derivation does (service.records.moments)
+        self.moments_signer = signer_for(settings)
         self.admission = admission(settings)  # the checks the label desk makes too
         self.pending = pending
         self.parked = parked
@@ -308,6 +313,7 @@ class LabelJoiner:
             parked=parked,
             max_weight=cap,
             corrections_from=plan.reach_from,
+            trust=moments_trust(self.moments_signer, pending.request) if pending else None,
         )
         # a label already marked at this offset: a crash interrupted its writes; each model
         # (champion, shadows) whose version is below its mark is redone, no other
@@ -350,7 +356,9 @@ class LabelJoiner:
         if outcome.moments_refused is not None:
             await self._refuse_moments(server, pending, outcome.moments_refused)
 
-    async def _refuse_moments(self, model: str, pending: PendingEntry, why: Implausible) -> None:
+    async def _refuse_moments(
+        self, model: str, pending: PendingEntry, why: Implausible | Untrusted
+    ) -> None:
         """Count and dead-letter the moments of ``pending``'s request that ``model``'s first
         standardiser refused (the label was applied without them): the dead letter names
         the request where it was read on the label-requests topic (offset -1 for an entry
@@ -401,6 +409,7 @@ class LabelJoiner:
                 partition=message.partition,
                 max_weight=cap,
                 corrections_from=reach_from,
+                trust=moments_trust(self.moments_signer, pending.request),
             )
             if outcome.outcome is Outcome.APPLIED:
                 out.append(outcome)

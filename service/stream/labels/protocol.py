@@ -32,6 +32,7 @@ from service.learning.linear import LinearLearner
 from service.learning.moments import Implausible, Moments
 from service.learning.risk.shadow import Weighting
 from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
+from service.records.moments import MomentsTrust, Untrusted, untrusted
 from service.records.state import ParkedLabel
 
 __all__ = [
@@ -82,7 +83,7 @@ class LabelOutcome:
     changes: int = 0  # changes the model's detector found on this label (adaptive learning)
     takeovers: int = 0  # challengers that took over on this label
     # why the request's moments were not merged (the label was applied without them)
-    moments_refused: Implausible | None = None
+    moments_refused: Implausible | Untrusted | None = None
 
 
 def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
@@ -138,6 +139,7 @@ def apply_label(
     parked: bool = False,
     max_weight: float = 100.0,
     corrections_from: int = -1,
+    trust: MomentsTrust | None = None,
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
@@ -150,7 +152,9 @@ def apply_label(
     and is applied now that the request arrived, so its offset may lie below
     ``labels_offset`` without being a redelivery. ``max_weight`` caps the importance weight
     1/p of the label in the risk estimate (p is floored at ``1 / max_weight``).
-    ``corrections_from``: what the new version says of how far back corrections reach."""
+    ``corrections_from``: what the new version says of how far back corrections reach.
+    ``trust``: the verdict on the request's moments
+    (:func:`~service.records.moments.moments_trust`; None: no key, judged)."""
     refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)
     if refusal is not None:
         return refusal
@@ -164,6 +168,7 @@ def apply_label(
         now=now,
         max_weight=max_weight,
         corrections_from=corrections_from,
+        trust=trust,
     )
     if outcome.model is None:
         return outcome
@@ -183,6 +188,7 @@ def teach(
     now: float,
     max_weight: float,
     corrections_from: int = -1,
+    trust: MomentsTrust | None = None,
 ) -> LabelOutcome:
     """The next version of the model that decided ``request`` after learning its label
     ``y`` (read at labels ``where`` = (partition, offset)), with no check of the join: the
@@ -197,7 +203,7 @@ def teach(
         else:
             learner.update(z, y)
 
-    learned = _learn(config, model, request, step)
+    learned = _learn(config, model, request, step, trust)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(asked, 1.0 / max_weight)
@@ -233,6 +239,7 @@ def apply_shadow_label(
     partition: int,
     max_weight: float,
     corrections_from: int = -1,
+    trust: MomentsTrust | None = None,
 ) -> LabelOutcome:
     r"""Update the shadow ``model`` with the label its champion's request ``pending``
     received (at labels ``partition``, ``offset``): its own standardiser learns the example,
@@ -251,7 +258,7 @@ def apply_shadow_label(
             learner, z, y, request.query_probability, max_weight=max_weight, weighting=weighting
         )
 
-    learned = _learn(config, model, request, step)
+    learned = _learn(config, model, request, step, trust)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(request.query_probability, 1.0 / max_weight)
@@ -288,7 +295,7 @@ def _applied(
     iw_loss: float,
     clipped: bool,
     turnaround: float = 0.0,
-    moments_refused: Implausible | None = None,
+    moments_refused: Implausible | Untrusted | None = None,
 ) -> LabelOutcome:
     """The outcome of a label applied to ``model`` (``adapted``: the changes detected and
     takeovers it made), or a refusal when the new state does not encode: the standardiser's
@@ -314,7 +321,7 @@ def _applied(
 
 #: what :func:`_learn` gives: pipeline state, learner state, (changes, takeovers), and why
 #: the request's moments were refused (None: merged, or it carried none)
-_Learned = tuple[dict[str, Any], dict[str, Any], tuple[int, int], Implausible | None]
+_Learned = tuple[dict[str, Any], dict[str, Any], tuple[int, int], Implausible | Untrusted | None]
 
 
 def _learn(
@@ -322,6 +329,7 @@ def _learn(
     model: ModelEnvelope,
     request: LabelRequest,
     step: Callable[[Any, np.ndarray], None],
+    trust: MomentsTrust | None = None,
 ) -> _Learned | LabelOutcome:
     """(pipeline state, learner state) after the standardisers learn what the request
     brings (the moments of the events scored since the scorer's last request, when it
@@ -334,22 +342,25 @@ def _learn(
     Moments implausible against the model's statistics
     (:meth:`~service.learning.Pipeline.moments_refusal`: a mean or variance no scorer could
     have gathered from events like those so far) are not merged; the labelled row is learnt
-    all the same. The verdict depends on the model's state and the request alone, so a
-    rebuild and a correction's re-derivation refuse the same moments."""
+    all the same. With a key (``trust`` not None) the signature decides instead: trusted
+    moments are merged unjudged, unsigned or badly signed ones refused
+    (:mod:`service.records.moments`). The verdict depends on the model's state, the
+    request and its ``trust`` alone, so a rebuild and a correction's re-derivation refuse
+    the same moments."""
     x = np.asarray(request.features, dtype=np.float64)
     pipeline = Pipeline.from_state(dict(model.pipeline))
     learner = learner_for(dict(model.learner), config.adaptive.parts(intercept=config.intercept))
     before = _adaptation(learner)
-    refused = None
+    refused: Implausible | Untrusted | None = None
     try:
         seen = None
         if request.moments is not None:  # checked when read; judged and bounded when merged
             seen = Moments.from_record(request.moments.to_dict(), x.shape[0])
-            refused = pipeline.moments_refusal(seen)
+            refused = untrusted(trust) if trust is not None else pipeline.moments_refusal(seen)
             if refused is not None:
                 seen = None
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
-            pipeline.learn_label(x, seen)
+            pipeline.learn_label(x, seen, trusted=trust == "trusted")
             step(learner, pipeline.transform(x))
         new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
     except ValueError as exc:

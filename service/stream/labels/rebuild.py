@@ -45,6 +45,7 @@ from service.records import (
 )
 from service.records.history import Step
 from service.records.labels import LabelsRecord, Rollback, Seed, parse_labels_record
+from service.records.moments import moments_trust
 from service.stream.labels.history import History, finish, job, note, run_job
 from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.labels.seed import adopt_seed, stale_order
@@ -175,10 +176,11 @@ class _Replay:
             self.name, (self.name,), offset=rec.offset, partition=rec.partition
         )
         before = self.out.model
+        pending = self.pending.get(label.request_id)
         outcome = apply_label(
             self.config,
             before,
-            self.pending.get(label.request_id),
+            pending,
             label,
             rec.offset,
             now=rec.now,
@@ -186,6 +188,7 @@ class _Replay:
             parked=True,  # every label is read exactly once here: no redelivery check
             max_weight=self.cap,
             corrections_from=plan.reach_from,
+            trust=None if pending is None else moments_trust(self.signer, pending.request),
         )
         if outcome.outcome is not Outcome.APPLIED:
             self.out.skipped[str(outcome.reason)] += 1

@@ -76,6 +76,7 @@ from service.records import (
 )
 from service.records.champions import CHAMPIONS_KEY, parse_champions
 from service.records.reasons import Source
+from service.records.signing import signer_of
 from service.records.skips import is_skip_key, parse_skip_order
 from service.stream.kafka.clients import reader, topic_partitions
 from service.stream.kafka.topics import watched
@@ -122,12 +123,10 @@ def champions_rank(record: Champions, raw: bytes) -> tuple[int, str]:
 
 def signer_for(settings: Settings) -> Signer | None:
     """The snapshot signer of ``settings`` (None without ``snapshot_key``)."""
-    if settings.snapshot_key is None:
-        return None
-    previous = settings.snapshot_key_previous
-    return Signer(
-        settings.snapshot_key.get_secret_value().encode(),
-        [] if previous is None else [previous.get_secret_value().encode()],
+    key, previous = settings.snapshot_key, settings.snapshot_key_previous
+    return signer_of(
+        None if key is None else key.get_secret_value(),
+        None if previous is None else previous.get_secret_value(),
     )
 
 

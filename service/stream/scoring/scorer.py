@@ -43,7 +43,9 @@ from service.learning.moments import Moments
 from service.learning.risk import CollapseWatch
 from service.metrics import Metrics
 from service.records import Action, Champions, DeadLetter, LabelRequest, RawMessage, Reason
+from service.records.ids import request_id
 from service.records.reasons import Source
+from service.records.signing import Signer, moments_message
 from service.records.wire import FeatureMoments
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import Column, Outgoing
@@ -83,22 +85,36 @@ def gathers_moments(config: ModelConfig, max_message_bytes: int) -> bool:
 
 
 def attach_moments(
-    requests: list[LabelRequest], gathered: Mapping[str, Moments]
+    requests: list[LabelRequest],
+    gathered: Mapping[str, Moments],
+    *,
+    signer: Signer | None = None,
 ) -> list[LabelRequest]:
     """``requests`` with the first one of each route carrying that route's ``gathered``
-    moments (which start afresh); routes without moments gathered are left as they are."""
+    moments (which start afresh), signed by ``signer`` when given; routes without moments
+    gathered are left as they are."""
     out = []
     for request in requests:
         seen = gathered.get(request.model)
         if seen:
-            request = dataclasses.replace(request, moments=feature_moments(seen.take()))
+            carried = feature_moments(
+                seen.take(), signer=signer, model=request.model, request_id=request.request_id
+            )
+            request = dataclasses.replace(request, moments=carried)
         out.append(request)
     return out
 
 
-def feature_moments(taken: Moments) -> FeatureMoments:
-    """``taken`` as a label request carries it."""
-    return FeatureMoments(taken.count, tuple(taken.mean.tolist()), tuple(taken.m2.tolist()))
+def feature_moments(
+    taken: Moments, *, signer: Signer | None = None, model: str = "", request_id: str = ""
+) -> FeatureMoments:
+    """``taken`` as the label request ``request_id`` of ``model`` carries it: signed by
+    ``signer`` when given (:func:`~service.records.signing.moments_message`)."""
+    mean, m2 = tuple(taken.mean.tolist()), tuple(taken.m2.tolist())
+    if signer is None:
+        return FeatureMoments(taken.count, mean, m2)
+    signed = signer.sign(*moments_message(model, request_id, taken.count, mean, m2))
+    return FeatureMoments(taken.count, mean, m2, signed.decode("ascii"))
 
 
 def make_budget(config: LabelBudget, *, share: float) -> QueryBudget:
@@ -135,8 +151,10 @@ class Scorer:
         *,
         clock: Callable[[], float],
         fallback: Fallback | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.fallback = fallback
+        self.signer = signer  # signs the moments label requests carry (``snapshot_key``)
         self.good: dict[str, ServedModel] = {}  # per model: the last version that scored
         self.limits = Limits(
             default_model=settings.default_model,
@@ -210,7 +228,13 @@ class Scorer:
         for b in result.blocks:
             gathered = self.moments.get(b.route)
             if gathered and b.queried.any():
-                b.moments = feature_moments(gathered.take())
+                first = b.ids[int(b.asked()[0])]
+                b.moments = feature_moments(
+                    gathered.take(),
+                    signer=self.signer,
+                    model=b.route,
+                    request_id=request_id(b.route, first),
+                )
 
     def _records(self, result: ScoreResult) -> Outgoing:
         """The records of ``result``, encoded from its columns: the decisions and the label

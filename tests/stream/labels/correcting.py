@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
 from service.records import Correction, Label, ModelEnvelope, RawMessage, Signer, request_id
+from service.records.signing import moments_message
 from service.records.wire import FeatureMoments
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
@@ -147,9 +148,13 @@ class Learner:
         x = [float(offset % 7) - 3.0, 1.0 + (offset % 3), float(len(event))]
         seen = None
         if self.moments:  # as a scorer sends them: the events it scored since its last request
-            seen = FeatureMoments(
-                5 + offset % 4, tuple(v + 0.5 for v in x), tuple(2.0 + offset % 5 for _ in x)
-            )
+            count, mean = 5 + offset % 4, tuple(v + 0.5 for v in x)
+            m2 = tuple(2.0 + offset % 5 for _ in x)
+            signature = None
+            if self.settings.snapshot_key is not None:  # a keyed scorer signs them
+                signed = moments_message("m", request_id("m", event), count, mean, m2)
+                signature = Signer(KEY.encode()).sign(*signed).decode()
+            seen = FeatureMoments(count, mean, m2, signature)
         req = request(
             x,
             event,

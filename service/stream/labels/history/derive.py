@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from service.config import Settings
 from service.records import Label, ModelEnvelope, PendingEntry, parse_model_envelope
 from service.records.history import Step, parse_step
+from service.records.moments import moments_trust
+from service.records.signing import signer_of
 from service.stream.labels.protocol import Outcome, apply_shadow_label, teach
 
 __all__ = ["Derived", "Job", "Rederived", "rederive", "run_job"]
@@ -56,6 +58,11 @@ def rederive(
     wanted = set(keep)
     checkpoints: dict[int, dict[str, ModelEnvelope]] = {}
     cap = settings.models[group].weight_cap(settings.max_importance_weight)
+    key, previous = settings.snapshot_key, settings.snapshot_key_previous
+    signer = signer_of(  # the workers' key: the moments' verdict is the label path's
+        None if key is None else key.get_secret_value(),
+        None if previous is None else previous.get_secret_value(),
+    )
     for step in steps:
         if step.seq in wanted:
             checkpoints[step.seq] = dict(states)
@@ -63,6 +70,7 @@ def rederive(
         if step.label is None or server not in states:
             continue
         where = (step.partition, step.offset)
+        trust = moments_trust(signer, step.request)
         outcome = teach(
             settings.models[server],
             states[server],
@@ -71,6 +79,7 @@ def rederive(
             where=where,
             now=step.applied_at,
             max_weight=cap,
+            trust=trust,
         )
         if outcome.outcome is not Outcome.APPLIED or outcome.model is None:
             continue
@@ -89,6 +98,7 @@ def rederive(
                 now=step.applied_at,
                 partition=step.partition,
                 max_weight=cap,
+                trust=trust,
             )
             if shadow.outcome is Outcome.APPLIED and shadow.model is not None:
                 states[name] = shadow.model
