@@ -28,6 +28,7 @@ from service.config import ModelConfig
 from service.learning import Parts, Pipeline, learner_for
 from service.learning.adaptive import is_adaptive_state
 from service.learning.moments import Moments
+from service.records.signing import Signer, moments_message
 from service.records.state import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 from service.stream.models.served import served_learner as config_learner
@@ -161,21 +162,34 @@ class Explained:
 Row = list[float] | Mapping[str, Any]
 
 
-def learn_row(pipeline: Pipeline, row: Row) -> np.ndarray:
+def learn_row(pipeline: Pipeline, row: Row, signer: Signer | None = None) -> np.ndarray:
     """The preprocessing learns what a labelled request brings, as the label path does
-    (:meth:`~service.learning.Pipeline.learn_label`); returns the request's features."""
+    (:meth:`~service.learning.Pipeline.learn_label`); returns the request's features.
+    ``signer``: the deployment's key (its moments signed by it are trusted, any others
+    refused, as the learner judges them: :func:`service.records.moments.moments_trust`)."""
     features = row["features"] if isinstance(row, Mapping) else row
     x = np.asarray(features, dtype=np.float64)
     moments = row.get("moments") if isinstance(row, Mapping) else None
     seen = None if moments is None else Moments.from_record(moments, x.shape[0])
-    pipeline.learn_label(x, seen)
+    trusted = False
+    if signer is not None and seen is not None and isinstance(row, Mapping):
+        signature = moments.get("signature") if isinstance(moments, Mapping) else None
+        signed = moments_message(
+            str(row["model"]), str(row["request_id"]), moments["count"], moments["mean"],
+            moments["m2"],
+        )  # fmt: skip
+        trusted = signer.verify(*signed, None if signature is None else signature.encode()) is None
+        seen = seen if trusted else None
+    pipeline.learn_label(x, seen, trusted=trusted)
     return x
 
 
-def _step(state: Mapping[str, Any], row: Row, y: int) -> tuple[Pipeline, Any]:
+def _step(
+    state: Mapping[str, Any], row: Row, y: int, signer: Signer | None
+) -> tuple[Pipeline, Any]:
     pipeline = Pipeline.from_state(state["pipeline"])
     learner = served_learner(state["learner"])
-    xa = learn_row(pipeline, row)
+    xa = learn_row(pipeline, row, signer)
     learner.update(pipeline.transform(xa), y)
     return pipeline, learner
 
@@ -194,6 +208,7 @@ def explain_chain(
     chain: Chain,
     labels: Sequence[Rec],
     features: Mapping[str, Row],
+    signer: Signer | None = None,
 ) -> Explained:
     """Find, for each version step, the one label (request id) that produced it.
 
@@ -220,7 +235,7 @@ def explain_chain(
             candidates = [by_offset[o] for o in sorted(by_offset) if o <= lo_before]
         found = None
         for rid, y in sorted(candidates, key=lambda c: c[0] in used):  # unused ones first
-            pipeline, learner = _step(before, features[rid], y)
+            pipeline, learner = _step(before, features[rid], y, signer)
             if _same(after, pipeline, learner):
                 found = rid
                 break
@@ -245,7 +260,10 @@ class Replay:
 
 
 def learn_offline(
-    name: str, config: ModelConfig | Mapping[str, Any], labelled: Iterable[tuple[Row, int]]
+    name: str,
+    config: ModelConfig | Mapping[str, Any],
+    labelled: Iterable[tuple[Row, int]],
+    signer: Signer | None = None,
 ) -> tuple[Pipeline, Any]:
     """The pipeline and the learner a worker serves for ``config`` (a model's settings),
     from version 0, after ``labelled`` (each a request, or its features, and its label) in
@@ -255,7 +273,7 @@ def learn_offline(
     pipeline = Pipeline.from_state(start["pipeline"])
     learner = config_learner(config, start["learner"])
     for row, y in labelled:
-        xa = learn_row(pipeline, row)
+        xa = learn_row(pipeline, row, signer)
         learner.update(pipeline.transform(xa), y)
     return pipeline, learner
 
@@ -265,10 +283,11 @@ def replay(
     config: ModelConfig,
     labelled: Sequence[tuple[Row, int]],
     final: Mapping[str, Any],
+    signer: Signer | None = None,
 ) -> Replay:
     """Offline: ``labelled`` in order from version 0 through service.learning, compared
     with the ``final`` state the service wrote."""
-    pipeline, learner = learn_offline(name, config, labelled)
+    pipeline, learner = learn_offline(name, config, labelled, signer)
     w, rho, _ = _learned(final)
     diff = float(np.max(np.abs(np.asarray(w) - np.asarray(learner.w)), initial=0.0))
     diff = max(diff, abs(rho - float(learner.rho)))

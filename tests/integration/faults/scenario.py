@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from service.config import ModelConfig
+from service.records.signing import signer_of
 
 from . import HarnessError
 from .checks import (
@@ -127,7 +128,9 @@ def learning_report(
         valid = set(observer.answered) & set(requests) if answered is None else set(answered)
         dead = Counter(str(d.get("reason")) for d in observer.dead)
     features = {rid: dict(r) for rid, r in requests.items()}  # features and moments
-    explained = explain_chain(chain, labels, features)
+    key = dep.config.get("snapshot_key")
+    signer = signer_of(None if key is None else str(key))  # the moments it signed are trusted
+    explained = explain_chain(chain, labels, features, signer)
     labelled = []
     by_rid = {}
     for rec in labels:
@@ -138,7 +141,7 @@ def learning_report(
             continue
     for rid in explained.order:
         labelled.append((features[rid], by_rid[rid]))
-    result = replay(model, config, labelled, chain.final)
+    result = replay(model, config, labelled, chain.final, signer)
     pending_table = final_entries(read_topic(b, dep.changelog("pending")))
     applied = set(explained.order)
     pending = [
