@@ -185,7 +185,7 @@ def learn_row(pipeline: Pipeline, row: Row, signer: Signer | None = None) -> np.
 
 
 def _step(
-    state: Mapping[str, Any], row: Row, y: int, signer: Signer | None
+    state: Mapping[str, Any], row: Row, y: int, signer: Signer | None = None
 ) -> tuple[Pipeline, Any]:
     pipeline = Pipeline.from_state(state["pipeline"])
     learner = served_learner(state["learner"])
