@@ -371,7 +371,8 @@ class DeskClient:
 class DeskShift(threading.Thread):
     """A person working at the desk on ``model`` until :meth:`halt`: takes the next request
     every ``every`` s and answers it (+1 / -1 in turn), except every 5th (skipped), every 7th
-    (can't tell); every 6th answer is sent twice (the second is refused). ``done`` counts
+    (can't tell); every 6th answer is sent twice (the second is refused). A second opinion
+    the desk offers (an answered request, offered first) gets one. ``done`` counts
     what happened by outcome (HTTP status of each call, by action)."""
 
     def __init__(self, client: DeskClient, model: str, *, every: float = 1.0) -> None:
@@ -391,7 +392,13 @@ class DeskShift(threading.Thread):
                 try:
                     status, body = self.client.api("next", model=self.model)
                     req = body.get("request") if status == 200 else None
-                    if req:
+                    if req and req.get("second_opinion"):  # an answered request, again
+                        label = 1 if n % 2 else -1
+                        reply = self.client.api(
+                            "opinion", request_id=req["request_id"], label=label
+                        )
+                        self._count(f"opinion {self._outcome(reply)}")
+                    elif req:
                         n += 1
                         self._work(n, req["request_id"])
                 except OSError:  # the desk is down (a fault test): the person waits
@@ -399,13 +406,20 @@ class DeskShift(threading.Thread):
         except BaseException as exc:  # noqa: BLE001 - handed to the test by halt()
             self.error = exc
 
+    @staticmethod
+    def _outcome(reply: tuple[int, dict[str, Any]]) -> str:
+        """The status, with the desk's code of a refusal (``409 already_answered``)."""
+        status, body = reply
+        return f"{status}" if status == 200 else f"{status} {body.get('error', '?')}"
+
     def _work(self, n: int, rid: str) -> None:
         if n % 5 == 0 or n % 7 == 0:
             why = "skip" if n % 5 == 0 else "cant_tell"
-            self._count(f"{why} {self.client.api('skip', request_id=rid, why=why)[0]}")
+            self._count(f"{why} {self._outcome(self.client.api('skip', request_id=rid, why=why))}")
             return
         label = 1 if n % 2 else -1
-        self._count(f"answer {self.client.api('answer', request_id=rid, label=label)[0]}")
+        reply = self.client.api("answer", request_id=rid, label=label)
+        self._count(f"answer {self._outcome(reply)}")
         if n % 6 == 0:
             again = self.client.api("answer", request_id=rid, label=label)[0]
             self._count(f"answer again {again}")
