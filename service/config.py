@@ -54,6 +54,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import AbstainError
+from service.features import FieldsConfig
 from service.learning.adaptive import Parts
 from service.learning.errors import LearningError
 from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS, make_learner
@@ -240,6 +241,12 @@ class ModelConfig(BaseModel):
         default=None,
         description="the features' names: events may send {name: value}; the desk shows them",
     )
+    fields: FieldsConfig | None = Field(
+        default=None,
+        description="the events' fields as producers write them (numbers, booleans, "
+        "categories, tokens, nulls; hashed): instead of n_features or feature_names "
+        "(docs/operate/events.md)",
+    )
     hyperparameters: dict[str, Any] = Field(
         default_factory=dict,
         description="keywords of the learner (eta, gamma, kernel, budget, ...)",
@@ -291,8 +298,12 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _features_given(self) -> ModelConfig:
+        if self.fields is not None:
+            if self.feature_names is not None or self.n_features is not None:
+                raise ValueError("give fields, or n_features / feature_names, not both")
+            return self
         if self.feature_names is None and self.n_features is None:
-            raise ValueError("give n_features or feature_names")
+            raise ValueError("give n_features, feature_names or fields")
         if self.feature_names is not None:
             if len(set(self.feature_names)) != len(self.feature_names):
                 raise ValueError("feature_names must be unique")
@@ -309,7 +320,7 @@ class ModelConfig(BaseModel):
         """The learner is built once here, so a bad hyperparameter (an unknown name, a
         value out of range) is refused when the settings are read, not when a worker first
         serves the model."""
-        if self.feature_names is None and self.n_features is None:
+        if self.feature_names is None and self.n_features is None and self.fields is None:
             return self  # refused above
         try:
             make_learner(
@@ -325,7 +336,10 @@ class ModelConfig(BaseModel):
 
     @property
     def n_inputs(self) -> int:
-        """Number of raw features an event carries for this model."""
+        """Number of raw features an event carries for this model (with ``fields``: the
+        inputs its declaration encodes an event to)."""
+        if self.fields is not None:
+            return self.fields.width
         if self.feature_names is not None:
             return len(self.feature_names)
         assert self.n_features is not None  # noqa: S101 - guaranteed by the validator
@@ -873,11 +887,13 @@ def _check_shadow(name: str, model: ModelConfig, models: Mapping[str, ModelConfi
             "name a model that decides"
         )
     theirs = models[champion]
-    if (model.n_inputs, model.feature_names) != (theirs.n_inputs, theirs.feature_names):
+    mine = (model.n_inputs, model.feature_names, model.fields)
+    if mine != (theirs.n_inputs, theirs.feature_names, theirs.fields):
         raise ValueError(
-            f"{where}: a shadow takes its champion's features; {name!r} takes "
-            f"{model.feature_names or model.n_inputs}, {champion!r} takes "
-            f"{theirs.feature_names or theirs.n_inputs}"
+            f"{where}: a shadow takes its champion's features (the same n_features, "
+            f"feature_names or fields); {name!r} takes "
+            f"{model.fields or model.feature_names or model.n_inputs}, {champion!r} takes "
+            f"{theirs.fields or theirs.feature_names or theirs.n_inputs}"
         )
     if model.label_budget is not None:
         raise ValueError(

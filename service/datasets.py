@@ -48,15 +48,18 @@ import zlib
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from service.errors import AbstainError
+from service.features import Encoder, FieldError
 
 __all__ = [
     "PACKAGED",
+    "EVENT_SUFFIXES",
     "DatasetError",
     "csv_header",
     "dataset_format",
@@ -65,12 +68,15 @@ __all__ = [
     "fetched_dir",
     "load_csv",
     "load_dataset",
+    "load_events",
     "load_libsvm",
     "packaged_dataset_path",
     "resolve_dataset_path",
 ]
 
 Format = Literal["libsvm", "csv"]
+#: the names of JSON-lines files of events (``abstain replay`` reads them as events)
+EVENT_SUFFIXES = (".jsonl", ".ndjson")
 FloatArray = npt.NDArray[np.float64]
 LabelArray = npt.NDArray[np.int64]
 
@@ -205,6 +211,53 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DatasetError(f"{path}: no such file") from exc
     except _READ_ERRORS as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from exc
+
+
+def load_events(path: str | os.PathLike[str], encoder: Encoder) -> tuple[FloatArray, LabelArray]:
+    """Read a JSON-lines file of events as producers write them, one per line with its
+    label (``{"features": {...}, "label": 1}``; ``id``, ``model`` and ``ts`` may be there
+    too, unused), each encoded by ``encoder`` (a model's declaration, exactly as a worker
+    encodes it). A line that does not parse, lacks a label of +-1 (or 0 for -1) or has a
+    field the declaration refuses is a :class:`DatasetError` naming its line and field.
+
+    >>> import tempfile
+    >>> from service.features import Encoder, FieldsConfig
+    >>> enc = Encoder(FieldsConfig.model_validate({"fields": {"a": "number", "b": "number"}}))
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+    ...     _ = f.write('{"features": {"a": 1, "b": null}, "label": 1}\\n')
+    >>> X, y = load_events(f.name, enc)
+    >>> X.tolist(), y.tolist()
+    ([[1.0, 0.0]], [1])
+    """
+    path = Path(path)
+    rows: list[FloatArray] = []
+    labels: list[int] = []
+    for number, raw in _lines(path):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{number}: not JSON ({exc})") from None
+        if type(record) is not dict or type(record.get("features")) is not dict:
+            raise DatasetError(f"{path}:{number}: expected an object with an object 'features'")
+        raw_label = record.get("label")
+        label = _LABELS.get(float(raw_label)) if _is_label(raw_label) else None
+        if label is None:
+            raise DatasetError(f"{path}:{number}: 'label' must be 1 or -1 (or 0)")
+        try:
+            rows.append(encoder.dense(record["features"]))
+        except FieldError as exc:
+            raise DatasetError(f"{path}:{number}: {exc}") from None
+        labels.append(label)
+    if not rows:
+        raise DatasetError(f"{path}: no events")
+    return np.vstack(rows), np.asarray(labels, dtype=np.int64)
+
+
+def _is_label(value: Any) -> TypeGuard[int | float]:
+    return type(value) in (int, float)
 
 
 def load_libsvm(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelConfig
+from service.features import encoder_of
 from service.records import LabelRequest
 
 __all__ = ["answer_names", "feature_names", "present", "top_features"]
@@ -27,7 +28,10 @@ TOP = 5
 
 
 def feature_names(config: ModelConfig) -> list[str]:
-    """The model's ``feature_names``, else ``x0``, ``x1``, ..."""
+    """The model's ``feature_names``; with ``fields``, its number fields' names, then ``#i``
+    for each hashed bucket; else ``x0``, ``x1``, ..."""
+    if config.fields is not None:
+        return list(encoder_of(config.fields).names)
     if config.feature_names is not None:
         return list(config.feature_names)
     return [f"x{i}" for i in range(config.n_inputs)]

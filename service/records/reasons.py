@@ -60,6 +60,7 @@ class Reason(StrEnum):
     UNREADABLE = "unreadable"  # a record batch the client cannot read (codec, CRC, a record)
     HISTORY_UNTRUSTED = "history_untrusted"  # the learner's history failed its checks
     REPLAYED = "replayed"  # a copy of a correction or an order the learner already took
+    FIELD = "field"  # an event's field does not fit its model's declaration (named)
     MOMENTS = "moments"  # a label request's moments no scorer gathered or signed (not merged)
     REDELIVERED = "redelivered"  # never dead-lettered: a redelivered label is a no-op
 

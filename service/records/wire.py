@@ -30,7 +30,6 @@ from service.records.codec import (
     decode_json,
     dumps,
     feature_list,
-    feature_value,
     field,
     ident,
     integer,
@@ -75,11 +74,12 @@ class RawMessage:
 @dataclass(frozen=True, slots=True)
 class FeatureEvent:
     """An event to score. ``features`` is the raw vector, or a name -> value mapping when the
-    model declares ``feature_names`` (resolved by the handler, which knows the model)."""
+    model declares ``feature_names`` or ``fields`` (its values as sent: resolved by the
+    handler, which knows the model and what its names take)."""
 
     id: str
     model: str
-    features: list[float] | dict[str, float]
+    features: list[float] | dict[str, Any]
     ts: float | None
 
 
@@ -94,11 +94,14 @@ def parse_feature_event(
     if isinstance(feats, list):
         if len(feats) > max_features:
             raise BadMessage("feature_count", f"{len(feats)} features > limit {max_features}")
-        values: list[float] | dict[str, float] = feature_list(feats)
+        values: list[float] | dict[str, Any] = feature_list(feats)
     elif isinstance(feats, dict):
         if len(feats) > max_features:
             raise BadMessage("feature_count", f"{len(feats)} features > limit {max_features}")
-        values = {text(k, "a feature name"): feature_value(v, "named") for k, v in feats.items()}
+        values = {text(k, "a feature name"): v for k, v in feats.items()}
+        for k, v in values.items():  # never a feature of any kind (NaN, +-Infinity)
+            if type(v) is float and not math.isfinite(v):
+                raise BadMessage("non_finite", f"feature {k!r:.80} is not finite")
     else:
         raise BadMessage("schema", "field 'features' must be a list or an object")
     ts = number(record, "ts") if record.get("ts") is not None else None

@@ -61,7 +61,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from service.datasets import DatasetError, load_dataset, resolve_dataset_path
+from service.config import load_settings
+from service.datasets import (
+    EVENT_SUFFIXES,
+    DatasetError,
+    load_dataset,
+    load_events,
+    resolve_dataset_path,
+)
+from service.features import encoder_of
 from service.learning import LearningError, Parts
 from service.learning.risk import DEFAULT_LEVEL, DEFAULT_MAX_WEIGHT
 from service.replay.errors import ReplayConfigError, ReplayError
@@ -94,11 +102,56 @@ def _floats(text: str) -> list[float]:
         raise ReplayConfigError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _load(path: Path, args: argparse.Namespace) -> tuple[Any, Any]:
+    """The dataset's rows and labels; events encoded under the named model's declaration."""
+    events = args.format == "events" or (
+        args.format is None and path.name.lower().removesuffix(".gz").endswith(EVENT_SUFFIXES)
+    )
+    if not events:
+        if args.config is not None or args.model is not None:
+            raise ReplayConfigError("--config and --model are for a file of events")
+        return load_dataset(path, format=args.format)
+    try:
+        settings = load_settings(args.config)
+    except (ValueError, OSError) as exc:
+        raise ReplayConfigError(f"the settings: {exc}") from None
+    name = args.model or settings.default_model
+    model = settings.models.get(name)
+    if model is None:
+        raise ReplayConfigError(f"no model named {name!r} (one of {sorted(settings.models)})")
+    if model.fields is None:
+        raise ReplayConfigError(f"model {name!r} declares no fields: events need its fields")
+    return load_events(path, encoder_of(model.fields))
+
+
 def _ints(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ReplayConfigError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _source_arguments(p: argparse.ArgumentParser) -> None:
+    """How the dataset is read: its format, and for events the model that declares them."""
+    p.add_argument(
+        "--format",
+        choices=["libsvm", "csv", "events"],
+        default=None,
+        help="default: guess (events: JSON lines of events as producers write them, each "
+        "with its label, encoded under --model's fields; guessed from .jsonl / .ndjson)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="with events: the worker's settings file (JSON or TOML; default: ABSTAIN_CONFIG)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="with events: the model whose fields declaration encodes them (default: the "
+        "settings' default_model)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prequential replay of a labelled dataset (Shah & Manwani 2020 protocol).",
     )
     p.add_argument("dataset", help="a file path, or a name under ABSTAIN_DATA_DIR (phishing)")
-    p.add_argument("--format", choices=["libsvm", "csv"], default=None, help="default: guess")
+    _source_arguments(p)
     p.add_argument("--algorithms", default="dral,dsal,dsol", help="comma-separated")
     p.add_argument("--costs", default="0.1,0.25,0.4", help="rejection costs d in (0, 0.5)")
     p.add_argument("--runs", type=int, default=100, help="independent runs R")
@@ -497,7 +550,7 @@ def main(argv: list[str]) -> int:
                 "--budgets (support-set study) and --label-budget: run them separately"
             )
         path = resolve_dataset_path(args.dataset)
-        X, y = load_dataset(path, format=args.format)
+        X, y = _load(path, args)
         if args.sampling == "sequential":  # every row once unless --trials says fewer
             options = _options(args, n_rows=len(y))
         dataset = _dataset_name(path)

@@ -40,9 +40,11 @@ from service.datasets import (
     csv_header,
     dataset_format,
     load_csv,
+    load_events,
     load_libsvm,
 )
 from service.errors import AbstainError
+from service.features import encoder_of
 from service.records import (
     BadMessage,
     Label,
@@ -116,8 +118,15 @@ def read_rows(
     """The rows of a seed file as ``(X, y)`` in file order, X's columns in the model's
     feature order. CSV: a header naming the model's features (any order) when it has
     ``feature_names``, the label column named ``label`` or last; LIBSVM: feature ``i`` is
-    the model's i-th. Labels are +1/-1 or 1/0 (:mod:`service.datasets`). :class:`SeedError`
+    the model's i-th; a model that declares ``fields``: JSON lines of events, each with its
+    label (:func:`~service.datasets.load_events`). Labels are +1/-1 or 1/0
+    (:mod:`service.datasets`). :class:`SeedError`
     for an unreadable or empty file, a wrong width, a non-finite value or another label."""
+    if config.fields is not None:  # events as producers write them, each with its label
+        try:
+            return load_events(path, encoder_of(config.fields))
+        except DatasetError as exc:
+            raise SeedError(str(exc)) from exc
     try:
         fmt = dataset_format(path) if format is None else format
         if fmt == "libsvm":

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelConfig
+from service.features import FieldError, encoder_of
 from service.learning import (
     Adaptive,
     LearningError,
@@ -30,7 +31,8 @@ from service.learning import (
     serving_pipeline,
 )
 from service.learning.risk import DEFAULT_LEVEL, RiskInterval
-from service.records import BadMessage, FeatureEvent, ModelEnvelope
+from service.records import BadMessage, FeatureEvent, ModelEnvelope, Reason
+from service.records.codec import feature_value
 
 __all__ = ["ServedModel", "build_pipeline", "initial_envelope", "served_learner"]
 
@@ -150,9 +152,20 @@ class ServedModel:
         return cls.from_envelope(config, initial_envelope(name, config))
 
     def raw_vector(self, event: FeatureEvent) -> np.ndarray:
-        """The raw feature vector of an event, in the model's feature order."""
+        """The raw feature vector of an event, in the model's feature order (a model that
+        declares ``fields``: the event's fields encoded under the declaration)."""
         feats = event.features
         names = self.config.feature_names
+        declared = self.config.fields
+        if declared is not None:
+            if not isinstance(feats, dict):
+                raise BadMessage(
+                    "schema", f"model {self.name!r} declares fields; send them as an object"
+                )
+            try:
+                return encoder_of(declared).dense(feats)
+            except FieldError as bad:
+                raise BadMessage(Reason.FIELD, f"model {self.name!r}: {bad}") from None
         if isinstance(feats, dict):
             if names is None:
                 raise BadMessage("schema", f"model {self.name!r} has no feature_names; send a list")
@@ -163,7 +176,7 @@ class ServedModel:
                     "feature_count",
                     f"model {self.name!r}: missing {missing[:5]}, {extra} unknown features",
                 )
-            return np.array([feats[n] for n in names], dtype=np.float64)
+            return np.array([feature_value(feats[n], repr(n)) for n in names], dtype=np.float64)
         if len(feats) != self.config.n_inputs:
             raise BadMessage(
                 "feature_count",

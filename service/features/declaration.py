@@ -1,0 +1,176 @@
+"""How a model says what an event's fields are: the ``fields`` block of a model's settings.
+
+A declaration names each field an event may carry and its kind:
+
+* ``number`` — a finite number (an integer or a float; a boolean is refused), at a fixed
+  coordinate of its own, in the declared order, standardised as any dense feature;
+* ``boolean`` — ``true`` is 1 at the hashed coordinate of the field's name, ``false`` 0;
+* ``category`` — a string (or an integer, read as its decimal text): 1 at the hashed
+  coordinate of ``name=value``;
+* ``tokens`` — a list of strings, or one string split at white space: a bag of words, each
+  token adding 1 at the hashed coordinate of ``name^token``;
+* ``ignore`` — read and dropped.
+
+A field that is ``null`` or missing is ``absent`` by default: it adds nothing (a number's
+coordinate holds 0). ``missing: indicator`` also sets 1 at the hashed coordinate of
+``name?``, so the model learns what a missing value means; ``missing: refuse`` dead-letters
+such an event. ``cross`` pairs two hashed fields (Vowpal Wabbit's ``-q``): every key of the
+first with every key of the second, at the hashed coordinate of ``a*b`` (the product of
+their values). A field an event sends that is not declared is refused (``undeclared:
+refuse``, the default) or dropped (``undeclared: ignore``).
+
+The model's inputs are the numbers first, then, when a field is hashed, ``2**hash_bits``
+buckets: MurmurHash3 (32 bit, seeded with ``seed``) of each key's UTF-8 bytes, modulo the
+buckets (:mod:`service.features.encode`).
+
+>>> d = FieldsConfig.model_validate(
+...     {"hash_bits": 4, "fields": {"amount": "number", "country": "category"}})
+>>> d.numbers, d.hashed, d.width
+(('amount',), True, 17)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "KINDS",
+    "MAX_HASH_BITS",
+    "FieldSpec",
+    "FieldsConfig",
+    "Kind",
+]
+
+Kind = Literal["number", "boolean", "category", "tokens", "ignore"]
+KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
+MAX_HASH_BITS = 10
+"""The most hashed buckets a model holds, as a power of two: a model version carries every
+weight and every standardiser's statistics of every coordinate, and beyond 2^10 buckets
+the served model's version outgrows Kafka's default 1 MB record."""
+
+_NAME_LEN = 256
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class FieldSpec(BaseModel):
+    """One declared field: its kind and what a missing or ``null`` value means."""
+
+    model_config = _FROZEN
+
+    kind: Kind = Field(description="number, boolean, category, tokens or ignore")
+    missing: Literal["absent", "indicator", "refuse"] = Field(
+        default="absent",
+        description="a null or missing field: adds nothing (absent), also sets its "
+        "missing-indicator bucket (indicator), or dead-letters the event (refuse)",
+    )
+    max_tokens: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="tokens: the most one event may send in this field (more: dead-lettered)",
+    )
+
+    @model_validator(mode="after")
+    def _tokens_only(self) -> FieldSpec:
+        if self.max_tokens != 10_000 and self.kind != "tokens":
+            raise ValueError(f"max_tokens is for a tokens field, not a {self.kind}")
+        if self.kind == "ignore" and self.missing != "absent":
+            raise ValueError("an ignored field has no missing policy")
+        return self
+
+
+def _spec(value: Any) -> Any:
+    """``"number"`` is short for ``{"kind": "number"}``."""
+    return {"kind": value} if isinstance(value, str) else value
+
+
+class FieldsConfig(BaseModel):
+    """A model's declaration of its events' fields (see the module docstring)."""
+
+    model_config = _FROZEN
+
+    fields: dict[str, Annotated[FieldSpec, Field()]] = Field(
+        description="field name -> kind (or {kind, missing, max_tokens}), in order"
+    )
+    hash_bits: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_HASH_BITS,
+        description=f"hashed buckets, as a power of two (1-{MAX_HASH_BITS}); required when a "
+        "field is hashed (boolean, category, tokens, a missing indicator, a cross)",
+    )
+    seed: int = Field(
+        default=0, ge=0, lt=2**32, description="seed of the hash (MurmurHash3, 32 bit)"
+    )
+    cross: tuple[tuple[str, str], ...] = Field(
+        default=(), description="pairs of hashed fields crossed (every key of one by the other's)"
+    )
+    undeclared: Literal["refuse", "ignore"] = Field(
+        default="refuse", description="a field an event sends that is not declared"
+    )
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _short_forms(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _spec(v) for k, v in value.items()}
+        return value
+
+    @field_validator("fields")
+    @classmethod
+    def _names(cls, value: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+        if not value:
+            raise ValueError("declare at least one field")
+        for name in value:
+            if not name.strip() or len(name) > _NAME_LEN:
+                raise ValueError(f"a field name must be 1-{_NAME_LEN} characters, not {name!r:.80}")
+        if all(spec.kind == "ignore" for spec in value.values()):
+            raise ValueError("every field is ignored: the model would see nothing")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FieldsConfig:
+        for a, b in self.cross:
+            for name in (a, b):
+                spec = self.fields.get(name)
+                if spec is None:
+                    raise ValueError(f"cross: {name!r} is not a declared field")
+                if spec.kind in ("number", "ignore"):
+                    raise ValueError(f"cross: {name!r} is a {spec.kind}; cross hashed fields")
+            if a == b:
+                raise ValueError(f"cross: {a!r} with itself")
+        if len(set(self.cross)) != len(self.cross):
+            raise ValueError("cross: a pair is given twice")
+        if self.hashed and self.hash_bits is None:
+            raise ValueError(
+                "hash_bits is required when a field is hashed "
+                f"(boolean, category, tokens, a missing indicator, a cross): 1-{MAX_HASH_BITS}"
+            )
+        if not self.hashed and self.hash_bits is not None:
+            raise ValueError("hash_bits is set but no field is hashed")
+        return self
+
+    @property
+    def numbers(self) -> tuple[str, ...]:
+        """The number fields, in order: the model's first inputs."""
+        return tuple(n for n, s in self.fields.items() if s.kind == "number")
+
+    @property
+    def hashed(self) -> bool:
+        """Whether any field lands in the hashed buckets."""
+        return bool(self.cross) or any(
+            s.kind in ("boolean", "category", "tokens") or s.missing == "indicator"
+            for s in self.fields.values()
+        )
+
+    @property
+    def buckets(self) -> int:
+        """Hashed buckets (0 when nothing is hashed)."""
+        return 0 if self.hash_bits is None else 1 << self.hash_bits
+
+    @property
+    def width(self) -> int:
+        """The model's inputs: one per number field, then the buckets."""
+        return len(self.numbers) + self.buckets

@@ -1,0 +1,199 @@
+r"""An event's fields as a model's inputs, under its declaration (pure: mmh3 and numpy).
+
+:meth:`Encoder.sparse` gives the coordinates an event sets and their values;
+:meth:`Encoder.dense` the whole input vector. A hashed key is MurmurHash3 (x86, 32 bit,
+seeded) of its UTF-8 bytes, keeping the low ``hash_bits`` bits: the same on every process,
+machine and restart (Python's ``hash()`` of a string is salted per process and is never
+used). Keys: ``name`` (a boolean), ``name=value`` (a category), ``name^token`` (a token),
+``name?`` (a missing indicator), ``a*b`` (a cross of two keys). Several keys may share a
+bucket: their values add.
+
+>>> from service.features.declaration import FieldsConfig
+>>> enc = Encoder(FieldsConfig.model_validate({"hash_bits": 4, "fields": {
+...     "amount": "number", "country": "category", "new_device": "boolean",
+...     "merchant": {"kind": "category", "missing": "indicator"}, "tokens": "tokens"}}))
+>>> idx, val = enc.sparse({"amount": 12.5, "country": "SE", "new_device": True,
+...                        "merchant": None, "tokens": "refund urgent refund"})
+>>> [(int(i), float(v)) for i, v in zip(idx, val)]
+[(0, 12.5), (13, 1.0), (5, 1.0), (3, 1.0), (1, 2.0), (5, 1.0)]
+>>> bucket("country=SE", seed=0, bits=4)     # stable: the same on every machine
+12
+>>> enc.sparse({"amount": "12.5"})
+Traceback (most recent call last):
+service.features.encode.FieldError: field 'amount': a string where a number is declared
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+import mmh3
+import numpy as np
+import numpy.typing as npt
+
+from service.features.declaration import FieldsConfig, FieldSpec
+
+__all__ = ["Encoder", "FieldError", "bucket", "encoder_of"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_NAMES: Final = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    dict: "an object",
+}
+_WANTS: Final = {
+    "number": "a number",
+    "boolean": "a boolean",
+    "category": "a category (a string)",
+    "tokens": "tokens (a list of strings or a string)",
+}
+
+
+class FieldError(ValueError):
+    """An event's field does not fit the declaration; ``field`` names it."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"field {field!r:.80}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+def bucket(key: str, *, seed: int, bits: int) -> int:
+    """The hashed bucket of ``key``: MurmurHash3_x86_32 of its UTF-8 bytes, low ``bits``."""
+    return int(mmh3.hash(key, seed, signed=False)) & ((1 << bits) - 1)
+
+
+def _kind_of(value: Any) -> str:
+    return _NAMES.get(type(value), type(value).__name__)
+
+
+class Encoder:
+    """Encodes events under one :class:`~service.features.declaration.FieldsConfig`."""
+
+    def __init__(self, declaration: FieldsConfig) -> None:
+        self.declaration = declaration
+        self.numbers: dict[str, int] = {n: i for i, n in enumerate(declaration.numbers)}
+        self.offset = len(self.numbers)
+        self.width = declaration.width
+        self.seed = declaration.seed
+        self._mask = declaration.buckets - 1
+        self._specs = declaration.fields
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """A name per input: the number fields', then ``#i`` per bucket."""
+        return (*self.numbers, *(f"#{i}" for i in range(self.declaration.buckets)))
+
+    def _hash(self, key: str) -> int:
+        return self.offset + (int(mmh3.hash(key, self.seed, signed=False)) & self._mask)
+
+    def sparse(self, fields: Mapping[str, Any]) -> tuple[IntArray, FloatArray]:
+        """The coordinates ``fields`` sets and their values (a coordinate may repeat: the
+        values add); :class:`FieldError` names the first field that does not fit."""
+        if self.declaration.undeclared == "refuse":
+            for name in fields:
+                if name not in self._specs:
+                    raise FieldError(name, "not declared by the model")
+        idx: list[int] = []
+        val: list[float] = []
+        keys: dict[str, list[tuple[str, float]]] = {}
+        for name, spec in self._specs.items():
+            if spec.kind == "ignore":
+                continue
+            value = fields.get(name)
+            if value is None:
+                if spec.missing == "refuse":
+                    raise FieldError(name, "missing or null, and the model refuses that")
+                if spec.missing == "indicator":
+                    keys[name] = [(f"{name}?", 1.0)]
+                if spec.kind == "number":
+                    idx.append(self.numbers[name])
+                    val.append(0.0)
+                continue
+            if spec.kind == "number":
+                idx.append(self.numbers[name])
+                val.append(_number(name, value))
+                continue
+            keys[name] = _keys(name, spec, value)
+        for pairs in keys.values():
+            for key, v in pairs:
+                idx.append(self._hash(key))
+                val.append(v)
+        for a, b in self.declaration.cross:
+            for ka, va in keys.get(a, ()):
+                for kb, vb in keys.get(b, ()):
+                    idx.append(self._hash(f"{ka}*{kb}"))
+                    val.append(va * vb)
+        return np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
+
+    def dense(self, fields: Mapping[str, Any]) -> FloatArray:
+        """The model's whole input vector of ``fields`` (``width`` floats)."""
+        idx, val = self.sparse(fields)
+        x = np.zeros(self.width, dtype=np.float64)
+        np.add.at(x, idx, val)
+        return x
+
+
+def _number(name: str, value: Any) -> float:
+    if type(value) is bool or not isinstance(value, int | float):
+        raise FieldError(name, f"{_kind_of(value)} where a number is declared")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise FieldError(name, "an integer too large for a float") from None
+    if not math.isfinite(number):
+        raise FieldError(name, "not a finite number")
+    return number
+
+
+def _keys(name: str, spec: FieldSpec, value: Any) -> list[tuple[str, float]]:
+    """The hashed keys of a present value of a boolean, category or tokens field."""
+    kind = spec.kind
+    if kind == "boolean":
+        if type(value) is not bool:
+            raise FieldError(name, f"{_kind_of(value)} where a boolean is declared")
+        return [(name, 1.0)] if value else []
+    if kind == "category":
+        if type(value) is str:
+            return [(f"{name}={value}", 1.0)]
+        if type(value) is int:
+            return [(f"{name}={value}", 1.0)]
+        raise FieldError(name, f"{_kind_of(value)} where {_WANTS[kind]} is declared")
+    tokens: list[Any]
+    if type(value) is str:
+        tokens = value.split()
+    elif type(value) is list:
+        tokens = value
+    else:
+        raise FieldError(name, f"{_kind_of(value)} where {_WANTS[kind]} is declared")
+    if len(tokens) > spec.max_tokens:
+        raise FieldError(name, f"{len(tokens)} tokens > max_tokens {spec.max_tokens}")
+    counts: dict[str, float] = {}
+    for i, token in enumerate(tokens):
+        if type(token) is not str:
+            raise FieldError(name, f"token {i} is {_kind_of(token)}, not a string")
+        counts[token] = counts.get(token, 0.0) + 1.0
+    return [(f"{name}^{t}", c) for t, c in counts.items()]
+
+
+_ENCODERS: dict[int, tuple[FieldsConfig, Encoder]] = {}
+
+
+def encoder_of(declaration: FieldsConfig) -> Encoder:
+    """The :class:`Encoder` of ``declaration``, made once per declaration object (settings
+    are read once and kept; a declaration is frozen)."""
+    held = _ENCODERS.get(id(declaration))
+    if held is not None and held[0] is declaration:
+        return held[1]
+    if len(_ENCODERS) >= 256:  # settings read again and again (tests): start afresh
+        _ENCODERS.clear()
+    encoder = Encoder(declaration)
+    _ENCODERS[id(declaration)] = (declaration, encoder)
+    return encoder

@@ -1,0 +1,255 @@
+"""Events as producers write them: the declaration, the encoding, its stability, and each kind
+of bad field refused with its name (no Kafka: the scoring path is pure)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import mmh3
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from stream.memory import msg
+
+from service.config import ModelConfig
+from service.features import Encoder, FieldError, FieldsConfig, bucket, encoder_of
+from service.records import Reason
+from service.stream.models.served import ServedModel
+from service.stream.scoring.decide import Limits, score_batch
+
+DECL: dict[str, Any] = {
+    "hash_bits": 10,
+    "seed": 7,
+    "fields": {
+        "amount": "number",
+        "age": {"kind": "number", "missing": "indicator"},
+        "country": "category",
+        "merchant": {"kind": "category", "missing": "indicator"},
+        "new_device": "boolean",
+        "tokens": {"kind": "tokens", "max_tokens": 500},
+        "ref": {"kind": "category", "missing": "refuse"},
+        "debug": "ignore",
+    },
+    "cross": [["country", "new_device"]],
+}
+EVENT: dict[str, Any] = {
+    "amount": 12.5,
+    "age": None,
+    "country": "SE",
+    "merchant": None,
+    "new_device": True,
+    "tokens": [f"t{i % 120}" for i in range(300)],
+    "ref": 4711,
+    "debug": {"anything": ["goes"]},
+}
+
+
+def enc() -> Encoder:
+    return Encoder(FieldsConfig.model_validate(DECL))
+
+
+def test_murmurhash3_known_answers_keep_every_bucket_stable_across_versions() -> None:
+    # MurmurHash3_x86_32's published test vectors: a hasher that changed would move every
+    # model's weights to other buckets
+    assert mmh3.hash(b"", 0, signed=False) == 0
+    assert mmh3.hash(b"", 1, signed=False) == 0x514E28B7
+    assert mmh3.hash("The quick brown fox jumps over the lazy dog", 0, signed=False) == 0x2E4FF723
+    assert bucket("country=SE", seed=0, bits=4) == mmh3.hash("country=SE", 0, signed=False) & 15
+    assert bucket("country=SE", seed=0, bits=4) == 12  # and never another bucket
+
+
+def test_the_layout_numbers_first_then_buckets_and_each_key_where_it_hashes() -> None:
+    e = enc()
+    assert e.width == 2 + 1024
+    x = e.dense(EVENT)
+    assert x[0] == 12.5
+    assert x[1] == 0.0
+
+    def at(key: str) -> int:
+        return 2 + bucket(key, seed=7, bits=10)
+
+    expected = np.zeros(e.width)
+    for key, value in [
+        ("age?", 1.0),
+        ("country=SE", 1.0),
+        ("merchant?", 1.0),
+        ("new_device", 1.0),
+        ("ref=4711", 1.0),
+        ("country=SE*new_device", 1.0),
+    ]:
+        expected[at(key)] += value
+    for i in range(120):
+        expected[at(f"tokens^t{i}")] += 300 // 120 + (1 if i < 300 % 120 else 0)
+    expected[0] = 12.5
+    np.testing.assert_array_equal(x, expected)
+    assert x[2:].sum() == 300 + 6
+
+
+def test_the_same_event_hashes_alike_in_another_process_with_another_hash_seed() -> None:
+    # Python salts str hashes per process (PYTHONHASHSEED): a worker elsewhere, or restarted,
+    # must encode an event to the very same inputs
+    probe = (
+        "import json, sys; from service.features import Encoder, FieldsConfig; "
+        "d, ev = json.loads(sys.argv[1]), json.loads(sys.argv[2]); "
+        "print(json.dumps(Encoder(FieldsConfig.model_validate(d)).dense(ev).tolist()))"
+    )
+    outs = []
+    for salt in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, json.dumps(DECL), json.dumps(EVENT)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": salt, "PATH": "/usr/bin:/bin"},
+            cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]),
+        )
+        outs.append(json.loads(done.stdout))
+    assert outs[0] == outs[1] == enc().dense(EVENT).tolist()
+
+
+def test_another_seed_or_width_moves_the_buckets() -> None:
+    other = Encoder(FieldsConfig.model_validate({**DECL, "seed": 8}))
+    assert not np.array_equal(other.dense(EVENT), enc().dense(EVENT))
+    assert encoder_of(FieldsConfig.model_validate(DECL)).width == 1026
+
+
+def test_undeclared_fields_are_refused_by_default_and_dropped_when_asked() -> None:
+    with pytest.raises(FieldError) as bad:
+        enc().dense({**EVENT, "surprise": 1})
+    assert bad.value.field == "surprise"
+    lax = Encoder(FieldsConfig.model_validate({**DECL, "undeclared": "ignore"}))
+    np.testing.assert_array_equal(lax.dense({**EVENT, "surprise": 1}), enc().dense(EVENT))
+
+
+def test_missing_fields_are_absent_or_indicated_or_refused() -> None:
+    e = enc()
+    base = {"ref": "r"}
+    x = e.dense(base)
+    # absent: nothing; indicated: the two indicators; the numbers hold 0
+    assert x[0] == 0.0
+    assert x[1] == 0.0
+    assert x[2:].sum() == 1 + 2  # ref=r, age?, merchant?
+    with pytest.raises(FieldError, match="'ref': missing or null"):
+        e.dense({"amount": 1.0})
+    with pytest.raises(FieldError, match="'ref': missing or null"):
+        e.dense({"ref": None})
+
+
+def test_a_string_of_tokens_is_split_at_white_space() -> None:
+    e = enc()
+    a = e.dense({"ref": "r", "tokens": "refund  urgent\trefund"})
+    b = e.dense({"ref": "r", "tokens": ["refund", "urgent", "refund"]})
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("decl", "why"),
+    [
+        ({"fields": {}}, "at least one field"),
+        ({"fields": {"a": "ignore"}}, "every field is ignored"),
+        ({"fields": {"a": "category"}}, "hash_bits is required"),
+        ({"fields": {"a": "number"}, "hash_bits": 4}, "no field is hashed"),
+        ({"fields": {"a": "category"}, "hash_bits": 11}, "less than or equal to 10"),
+        ({"fields": {"a": "category"}, "hash_bits": 0}, "greater than or equal to 1"),
+        ({"fields": {"a": "colour"}, "hash_bits": 4}, "Input should be"),
+        ({"fields": {" ": "number"}}, "field name"),
+        (
+            {"fields": {"a": "number", "b": "category"}, "hash_bits": 4, "cross": [["a", "b"]]},
+            "'a' is a number",
+        ),
+        ({"fields": {"b": "category"}, "hash_bits": 4, "cross": [["b", "z"]]}, "not a declared"),
+        ({"fields": {"a": {"kind": "number", "max_tokens": 3}}}, "max_tokens is for a tokens"),
+        ({"fields": {"a": "number"}, "seed": -1}, "greater than or equal to 0"),
+        ({"fields": {"a": "number"}, "colour": 1}, "Extra inputs"),
+    ],
+)
+def test_a_bad_declaration_is_refused_when_the_settings_are_read(decl: Any, why: str) -> None:
+    with pytest.raises(ValidationError, match=why):
+        ModelConfig(fields=decl)
+
+
+def test_a_model_gives_fields_or_a_width_never_both() -> None:
+    with pytest.raises(ValidationError, match="not both"):
+        ModelConfig(fields={"fields": {"a": "number"}}, n_features=1)
+    assert ModelConfig(fields=DECL).n_inputs == 1026
+
+
+# each kind of field, a value of every other JSON kind, refused with the field's name
+_JSON = {
+    "a string": st.text(max_size=8),
+    "a boolean": st.booleans(),
+    "an integer": st.integers(-(10**6), 10**6),
+    "a number": st.floats(allow_nan=False, allow_infinity=False),
+    "a list": st.lists(st.integers(-(2**53), 2**53), min_size=0, max_size=3),
+    "an object": st.dictionaries(st.text(max_size=3), st.integers(-9, 9), max_size=2),
+}
+_TAKES = {
+    "number": {"an integer", "a number"},
+    "boolean": {"a boolean"},
+    "category": {"a string", "an integer"},
+    "tokens": {"a string"},  # a list of strings too: lists of integers are refused
+}
+
+
+@st.composite
+def _misfit(draw: st.DrawFn) -> tuple[str, str, Any]:
+    kind = draw(st.sampled_from(sorted(_TAKES)))
+    wrong = draw(st.sampled_from(sorted(set(_JSON) - _TAKES[kind])))
+    value = draw(_JSON[wrong])
+    if kind == "tokens" and wrong == "a list" and not value:
+        value = [1]  # an empty list is no tokens: fine
+    return kind, wrong, value
+
+
+@settings(max_examples=200, deadline=None)
+@given(_misfit(), st.text(min_size=1, max_size=20).filter(lambda s: s.strip() not in ("", "ok")))
+def test_each_kind_of_bad_field_is_dead_lettered_naming_it(
+    misfit: tuple[str, str, Any], name: str
+) -> None:
+    kind, _, value = misfit
+    cfg = ModelConfig(fields={"hash_bits": 4, "fields": {"ok": "category", name: kind}})
+    models = {"m": ServedModel.initial("m", cfg)}
+    event = {"id": "e1", "features": {"ok": "fine", name: value}}
+    result = score_batch(
+        models, [msg(event, 0)], limits=Limits(default_model="m", request_ttl=60.0), now=1.0
+    )
+    assert not result.blocks
+    (dead,) = result.dead_letters
+    assert dead.reason == Reason.FIELD
+    assert f"field {name!r:.80}" in dead.detail, dead.detail
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=12),
+    st.booleans(),
+    st.lists(st.text(max_size=6), max_size=40),
+)
+def test_well_formed_events_are_scored_and_encoded_as_the_encoder_says(
+    amount: float, country: str, device: bool, tokens: list[str]
+) -> None:
+    cfg = ModelConfig(fields=DECL)
+    models = {"m": ServedModel.initial("m", cfg)}
+    fields = {
+        "amount": amount,
+        "country": country,
+        "new_device": device,
+        "tokens": tokens,
+        "ref": "r",
+    }
+    result = score_batch(
+        models,
+        [msg({"id": "e1", "features": fields}, 0)],
+        limits=Limits(default_model="m", request_ttl=60.0),
+        now=1.0,
+    )
+    assert not result.dead_letters
+    (block,) = result.blocks
+    assert [d.id for d in block.decisions(1.0)] == ["e1"]
+    np.testing.assert_array_equal(block.x[0], enc().dense(fields))
