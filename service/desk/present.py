@@ -19,10 +19,18 @@ from typing import Any
 import numpy as np
 
 from service.config import ModelConfig
-from service.features import encoder_of
+from service.features import FieldError, encoder_of
 from service.records import LabelRequest
 
-__all__ = ["answer_names", "feature_names", "present", "top_features"]
+__all__ = [
+    "answer_names",
+    "feature_names",
+    "feature_rows",
+    "input_names",
+    "present",
+    "shown_value",
+    "top_features",
+]
 
 TOP = 5
 
@@ -37,15 +45,61 @@ def feature_names(config: ModelConfig) -> list[str]:
     return [f"x{i}" for i in range(config.n_inputs)]
 
 
+def shown_value(value: Any) -> float | str:
+    """A field's value as the desk shows it: a number as it is, text as it is, tokens
+    joined by spaces, a missing value as ``(missing)``, a boolean as ``true`` / ``false``.
+
+    >>> [shown_value(v) for v in (1.5, "SE", ["refund", "urgent"], None, True)]
+    [1.5, 'SE', 'refund urgent', '(missing)', 'true']
+    """
+    if value is None:
+        return "(missing)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def feature_rows(request: LabelRequest, config: ModelConfig) -> list[tuple[str, float | str]]:
+    """What the desk shows of a request's event, name and value: the fields as its producer
+    sent them (a model that declares ``fields``), else each named feature's number."""
+    if request.fields is not None:
+        return [(name, shown_value(v)) for name, v in request.fields.items()]
+    return list(zip(feature_names(config), request.features, strict=False))
+
+
+def input_names(request: LabelRequest, config: ModelConfig) -> tuple[list[str], set[int] | None]:
+    """A name per input of the model for this request: :func:`feature_names`, with the
+    keys of the request's fields where its hashed inputs are set (``country=SE``); and for
+    a model that declares ``fields``, the inputs the event sets (with the intercept: what
+    a person can read in the fields shown), else None."""
+    names = feature_names(config)
+    if config.fields is None or request.fields is None:
+        return names, None
+    try:
+        keys = encoder_of(config.fields).keys(request.fields)
+    except FieldError:  # a request another declaration wrote: the plain names
+        return names, None
+    for i, key in keys.items():
+        if i < len(names):
+            names[i] = key
+    return names, {*keys, len(names)}
+
+
 def answer_names(names: tuple[str, str] | None) -> dict[str, str]:
     """Display names of the +1 and -1 answers."""
     pos, neg = names if names is not None else ("+1", "\u22121")
     return {"pos": pos, "neg": neg}
 
 
-def top_features(served: Any, features: list[float], names: list[str]) -> list[dict[str, Any]]:
+def top_features(
+    served: Any, features: list[float], names: list[str], only: set[int] | None = None
+) -> list[dict[str, Any]]:
     """The ``TOP`` features with the largest :math:`|w_i z_i|` (empty if the learner has no
-    explicit weight vector or the sizes do not fit)."""
+    explicit weight vector or the sizes do not fit); ``only``: among these inputs alone."""
     w = getattr(served, "learner", None)
     w = getattr(w, "w", None)
     if w is None:
@@ -59,6 +113,10 @@ def top_features(served: Any, features: list[float], names: list[str]) -> list[d
         return []
     labels = [*names, "(intercept)"][: len(w)]
     contrib = w * z
+    if only is not None:
+        mask = np.zeros(len(contrib), dtype=bool)
+        mask[[i for i in only if 0 <= i < len(contrib)]] = True
+        contrib = np.where(mask, contrib, 0.0)
     order = np.argsort(-np.abs(contrib))[:TOP]
     return [
         {"name": labels[i], "contribution": round(float(contrib[i]), 4)}
@@ -77,7 +135,7 @@ def present(
     names: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON the labelling view renders."""
-    fnames = feature_names(config)
+    fnames, among = input_names(request, config)
     answers = answer_names(names)
     decided = {1: answers["pos"], -1: answers["neg"], 0: "reject"}[request.decided_label]
     version = None if served is None else int(served.envelope.version)
@@ -87,9 +145,13 @@ def present(
         "model": request.model,
         # the features that are set first (one-hot data: the values the event has), each
         # group in the model's order
-        "features": sorted(
-            ({"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)),
-            key=lambda f: f["value"] == 0,
+        "features": (
+            [{"name": n, "value": v} for n, v in feature_rows(request, config)]
+            if request.fields is not None
+            else sorted(
+                ({"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)),
+                key=lambda f: f["value"] == 0,
+            )
         ),
         "score": request.score,
         "rho": request.rho,
@@ -103,5 +165,5 @@ def present(
         "time_left": round(request.expires_at - now, 1),
         "lease_expires_at": lease_expires_at,
         "answers": answers,
-        "top": [] if served is None else top_features(served, request.features, fnames),
+        "top": [] if served is None else top_features(served, request.features, fnames, among),
     }

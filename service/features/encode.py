@@ -26,7 +26,7 @@ service.features.encode.FieldError: field 'amount': a string where a number is d
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import mmh3
@@ -66,8 +66,10 @@ class FieldError(ValueError):
 
 
 def bucket(key: str, *, seed: int, bits: int) -> int:
-    """The hashed bucket of ``key``: MurmurHash3_x86_32 of its UTF-8 bytes, low ``bits``."""
-    return int(mmh3.hash(key, seed, signed=False)) & ((1 << bits) - 1)
+    """The hashed bucket of ``key``: MurmurHash3_x86_32 of its UTF-8 bytes, low ``bits``.
+    (The bytes are made here: mmh3 5.3.1 given a ``str`` with a lone surrogate, which no
+    encoding holds, crashes the process; ``str.encode`` raises UnicodeEncodeError.)"""
+    return int(mmh3.hash(key.encode(), seed, signed=False)) & ((1 << bits) - 1)
 
 
 def _kind_of(value: Any) -> str:
@@ -91,18 +93,66 @@ class Encoder:
         """A name per input: the number fields', then ``#i`` per bucket."""
         return (*self.numbers, *(f"#{i}" for i in range(self.declaration.buckets)))
 
+    def shown(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields of an event the model reads (declared, not ignored, present), in
+        declared order, as sent (a number as the float it reads, a category as the text it
+        hashes): what a person answering its label request is shown. For an event that
+        :meth:`sparse` takes.
+
+        >>> enc = Encoder(FieldsConfig.model_validate(
+        ...     {"hash_bits": 2, "fields": {"b": "category", "a": "number", "x": "ignore"}}))
+        >>> enc.shown({"a": 1, "x": [0] * 100, "b": "SE", "z": 2})
+        {'b': 'SE', 'a': 1.0}
+        """
+        out: dict[str, Any] = {}
+        for name, spec in self._specs.items():
+            value = fields.get(name)
+            if spec.kind == "ignore" or name not in fields:
+                continue
+            if value is None or spec.kind in ("boolean", "tokens"):
+                out[name] = value
+            elif spec.kind == "number":
+                out[name] = _number(name, value)
+            else:  # a category: its text, as it is hashed
+                out[name] = value if type(value) is str else str(value)
+        return out
+
+    def keys(self, fields: Mapping[str, Any]) -> dict[int, str]:
+        """The keys of ``fields`` (an event :meth:`sparse` takes) by the input they land on,
+        keys that share a bucket joined by `` | ``: what an input of this event stands for
+        (the desk's "weighs most").
+
+        >>> enc = Encoder(FieldsConfig.model_validate(
+        ...     {"hash_bits": 4, "fields": {"a": "number", "b": "category"}}))
+        >>> enc.keys({"a": 2.0, "b": "SE"})
+        {0: 'a', 5: 'b=SE'}
+        """
+        out: dict[int, str] = {}
+        for i, key, _ in self._walk(fields):
+            out[i] = key if i not in out else f"{out[i]} | {key}"
+        return out
+
     def _hash(self, key: str) -> int:
-        return self.offset + (int(mmh3.hash(key, self.seed, signed=False)) & self._mask)
+        """The input of ``key`` (:func:`bucket`, after the numbers)."""
+        return self.offset + (int(mmh3.hash(key.encode(), self.seed, signed=False)) & self._mask)
 
     def sparse(self, fields: Mapping[str, Any]) -> tuple[IntArray, FloatArray]:
         """The coordinates ``fields`` sets and their values (a coordinate may repeat: the
         values add); :class:`FieldError` names the first field that does not fit."""
+        idx: list[int] = []
+        val: list[float] = []
+        for i, _, v in self._walk(fields):
+            idx.append(i)
+            val.append(v)
+        return np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
+
+    def _walk(self, fields: Mapping[str, Any]) -> Iterator[tuple[int, str, float]]:
+        """Each (input, key, value) of ``fields``: the numbers, each field's keys, the
+        crosses; :class:`FieldError` names the first field that does not fit."""
         if self.declaration.undeclared == "refuse":
             for name in fields:
                 if name not in self._specs:
                     raise FieldError(name, "not declared by the model")
-        idx: list[int] = []
-        val: list[float] = []
         keys: dict[str, list[tuple[str, float]]] = {}
         for name, spec in self._specs.items():
             if spec.kind == "ignore":
@@ -114,24 +164,22 @@ class Encoder:
                 if spec.missing == "indicator":
                     keys[name] = [(f"{name}?", 1.0)]
                 if spec.kind == "number":
-                    idx.append(self.numbers[name])
-                    val.append(0.0)
+                    yield self.numbers[name], name, 0.0
                 continue
             if spec.kind == "number":
-                idx.append(self.numbers[name])
-                val.append(_number(name, value))
+                yield self.numbers[name], name, _number(name, value)
                 continue
             keys[name] = _keys(name, spec, value)
-        for pairs in keys.values():
-            for key, v in pairs:
-                idx.append(self._hash(key))
-                val.append(v)
+        for name, pairs in keys.items():
+            try:
+                hashed = [(self._hash(key), key, v) for key, v in pairs]
+            except UnicodeEncodeError:  # a lone surrogate (\ud800): not text of any encoding
+                raise FieldError(name, "text that is not valid Unicode") from None
+            yield from hashed
         for a, b in self.declaration.cross:
             for ka, va in keys.get(a, ()):
                 for kb, vb in keys.get(b, ()):
-                    idx.append(self._hash(f"{ka}*{kb}"))
-                    val.append(va * vb)
-        return np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
+                    yield self._hash(f"{ka}*{kb}"), f"{ka}*{kb}", va * vb
 
     def dense(self, fields: Mapping[str, Any]) -> FloatArray:
         """The model's whole input vector of ``fields`` (``width`` floats)."""

@@ -229,6 +229,10 @@ class LabelRequest:
     # the moments of the events scored since the scorer's last request for the model;
     # None: records written before they existed, or a scorer that sends none
     moments: FeatureMoments | None = None
+    # the event's fields as its producer sent them, those its model reads (a model that
+    # declares ``fields``): what the desk shows a person; None for the others. The learner
+    # learns from ``features`` alone
+    fields: Mapping[str, Any] | None = None
 
     @property
     def server(self) -> str:
@@ -245,6 +249,7 @@ class LabelRequest:
         out["features"] = list(self.features)
         out["shadow_labels"] = dict(self.shadow_labels)
         out["moments"] = None if self.moments is None else self.moments.to_dict()
+        out["fields"] = None if self.fields is None else dict(self.fields)
         return out
 
 
@@ -293,6 +298,7 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
     numbers = [get(name) for name in _REQUEST_NUMBERS]
     priority = get("priority", 0.0)
     shadows, served_by, moments = get("shadow_labels"), get("served_by"), get("moments")
+    shown = get("fields")
     texts = [request_id, event_id, model] + ([] if served_by is None else [served_by])
     if (
         type(feats) is not list
@@ -306,6 +312,7 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
         or type(priority) not in _NUMBER
         or not (shadows is None or (type(shadows) is dict and not shadows))
         or moments is not None
+        or shown is not None
         or not _FLOAT.issuperset(map(type, feats))
         or not (finite or _checked(feats, [*numbers, p, priority], texts))
     ):
@@ -370,7 +377,18 @@ def _label_request(record: dict[str, Any]) -> LabelRequest:
         shadow_labels=_shadow_labels(record),
         served_by=ident(record, "served_by") if record.get("served_by") is not None else None,
         moments=_moments(record, len(features)),
+        fields=_fields(record),
     )
+
+
+def _fields(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The optional ``fields`` of a label request: an object (what the desk shows)."""
+    value = record.get("fields")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadMessage("schema", "field 'fields' must be an object")
+    return {text(k, "a field name"): v for k, v in value.items()}
 
 
 def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:

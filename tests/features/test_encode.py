@@ -18,7 +18,7 @@ from stream.memory import msg
 
 from service.config import ModelConfig
 from service.features import Encoder, FieldError, FieldsConfig, bucket, encoder_of
-from service.records import Reason
+from service.records import Reason, parse_label_request
 from service.stream.models.served import ServedModel
 from service.stream.scoring.decide import Limits, score_batch
 
@@ -253,3 +253,50 @@ def test_well_formed_events_are_scored_and_encoded_as_the_encoder_says(
     (block,) = result.blocks
     assert [d.id for d in block.decisions(1.0)] == ["e1"]
     np.testing.assert_array_equal(block.x[0], enc().dense(fields))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        rb'{"id": "e1", "features": {"ok": "x\ud800"}}',
+        rb'{"id": "e1", "features": {"ok": "fine", "words": ["a", "\udfff"]}}',
+        rb'{"id": "e1", "features": {"ok": "fine", "words": "a \ud800 b"}}',
+    ],
+)
+def test_text_with_a_lone_surrogate_is_dead_lettered_not_hashed(raw: bytes) -> None:
+    # no encoding holds a lone surrogate; handed to the hasher as a str it would crash the
+    # process (mmh3 5.3.1), so the encoder makes the bytes itself and refuses the field
+    cfg = ModelConfig(fields={"hash_bits": 4, "fields": {"ok": "category", "words": "tokens"}})
+    result = score_batch(
+        {"m": ServedModel.initial("m", cfg)},
+        [msg(raw, 0)],
+        limits=Limits(default_model="m", request_ttl=60.0),
+        now=1.0,
+    )
+    assert not result.blocks
+    (dead,) = result.dead_letters
+    assert dead.reason in (Reason.FIELD, Reason.NOT_JSON, Reason.SCHEMA), dead
+    if dead.reason == Reason.FIELD:
+        assert "not valid Unicode" in dead.detail
+
+
+def test_a_request_carries_the_fields_a_person_is_shown_and_parses_back() -> None:
+    cfg = ModelConfig(fields=DECL, audit_rate=0.5)
+    models = {"m": ServedModel.initial("m", cfg)}
+    events = [{"id": f"e{i}", "features": {**EVENT, "ref": 2**62 + i}} for i in range(20)]
+    result = score_batch(
+        models,
+        [msg(json.dumps(e).encode(), i) for i, e in enumerate(events)],
+        limits=Limits(default_model="m", request_ttl=60.0),
+        now=1.0,
+    )
+    (block,) = result.blocks
+    requests = block.label_requests(1.0, 60.0)
+    assert requests
+    for request in requests:
+        shown = dict(request.fields or {})
+        assert "debug" not in shown  # ignored: never shown
+        assert shown["country"] == "SE"
+        assert shown["merchant"] is None
+        assert shown["ref"] == str(2**62 + int(request.event_id[1:]))  # as it is hashed
+        assert parse_label_request(request.to_json()) == request

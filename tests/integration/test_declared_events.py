@@ -16,13 +16,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from faults.desk import DeskProcess
 
 from service.datasets import load_events
+from service.desk.auth.passwords import hash_password
 from service.features import Encoder, FieldsConfig
 
 KafkaIO = Record = Service = Worker = Any  # fixtures' types live in conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "docs" / "desk"
 FIELDS: dict[str, Any] = {
     "hash_bits": 8,
     "seed": 11,
@@ -38,6 +41,13 @@ FIELDS: dict[str, Any] = {
     "cross": [["country", "new_device"]],
 }
 MODELS = {"fraud": {"algorithm": "dsal", "cost": 0.2, "fields": FIELDS, "audit_rate": 0.0}}
+DESK = {
+    "session_key": "s" * 40,
+    "lease_seconds": 30,
+    "min_time_left_seconds": 0,
+    "second_opinions": {"enabled": False},
+}
+PASSWORD = "ann-password-1"  # noqa: S105 - a test account
 WORDS = [f"w{i}" for i in range(200)]
 RISKY = {"refund", "urgent", "gift"}
 
@@ -90,7 +100,7 @@ def seeded(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Service, Worker, Path]:
     """A worker serving ``fraud``, seeded from 600 labelled events (JSON lines)."""
-    service = service_factory(models=MODELS, default_model="fraud")
+    service = service_factory(models=MODELS, default_model="fraud", desk=DESK)
     worker = service.start()
     worker.wait_ready()
     history = _jsonl(tmp_path_factory.mktemp("events") / "history.jsonl", _events(600, 1, "h"))
@@ -292,3 +302,40 @@ def test_the_replay_reads_the_same_events_as_the_worker_encodes_them(
     )
     assert done.returncode == 0, done.stderr
     assert "600 trials" in done.stderr, done.stderr
+
+
+def test_the_desk_shows_a_person_the_fields_as_the_producer_sent_them(
+    seeded: tuple[Service, Worker, Path],
+    kafka_io: KafkaIO,
+    browser: Any,
+    tmp_path: Path,
+) -> None:
+    service, _, _ = seeded
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"ann": hash_password(PASSWORD)}))
+    desk = DeskProcess(service, users)
+    try:
+        desk.wait_ready()
+        desk.wait(lambda: desk.open_requests() > 0, "an open request", timeout=60)
+        page = browser.new_context(viewport={"width": 1280, "height": 1100}).new_page()
+        page.goto(desk.url + "/")
+        page.get_by_label("User name").fill("ann")
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_selector("#card:not([hidden])", timeout=20_000)
+        rows = page.locator("#features tbody tr").all_inner_texts()
+        names = [r.split("\t")[0] for r in rows]
+        # the fields the model reads, in declared order; the ignored one is not shown
+        assert names == [n for n in FIELDS["fields"] if n != "debug"], rows
+        shown = dict(r.split("\t", 1) for r in rows)
+        assert shown["country"] in ("SE", "NO", "DE", "FR", "US")
+        assert shown["new_device"] in ("true", "false")
+        assert len(shown["tokens"].split()) == 300  # the text, as a person reads it
+        assert shown["merchant"] == "(missing)" or shown["merchant"].startswith("m")
+        # what weighs most is named by the keys of the event's fields, not by buckets
+        top = [r.split("\t")[0] for r in page.locator("#top tbody tr").all_inner_texts()]
+        assert top, "a seeded linear model has weights to show"
+        assert all(not t.startswith("#") for t in top), top
+        page.screenshot(path=str(SHOTS / "declared-fields.png"), full_page=True)
+    finally:
+        desk.stop()

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from service.config import Settings
 from service.desk.charts import BUCKET_SECONDS, BUCKETS, sparkline
 from service.desk.pages import age, esc, frame, header
-from service.desk.present import answer_names, feature_names
+from service.desk.present import answer_names, feature_rows
 from service.desk.review.item import Item
 from service.desk.review.stats import ReviewStats
 from service.desk.review.views import name_of, step_text
@@ -148,8 +148,10 @@ def _detail(item: Item, settings: Settings, note: str) -> str:
     request = item.request
     assert request is not None  # noqa: S101 - the page shows joined answers only
     features = "".join(
-        f"<tr><th scope=row>{esc(n)}</th><td>{v:.4f}</td></tr>"
-        for n, v in zip(feature_names(settings.models[item.model]), request.features, strict=False)
+        f"<tr><th scope=row>{esc(n)}</th><td>"
+        + (f"{v:.4f}" if isinstance(v, float) else esc(v))
+        + "</td></tr>"
+        for n, v in feature_rows(request, settings.models[item.model])
     )
     decided = {1: names["pos"], -1: names["neg"], 0: "reject"}[request.decided_label]
     steps = "".join(f"<li>{_when(s.at)}: {esc(step_text(s, names))}</li>" for s in item.steps)

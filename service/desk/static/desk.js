@@ -39,7 +39,13 @@
     for (const [a, b] of rows) {
       const tr = document.createElement("tr");
       const th = document.createElement("th"); th.scope = "row"; th.textContent = a;
-      const td = document.createElement("td"); td.textContent = b;
+      const td = document.createElement("td");
+      if (typeof b === "string" && b.length > 160) {  // text: a box of its own that scrolls
+        const box = document.createElement("div"); box.className = "long"; box.textContent = b;
+        td.append(box);
+      } else {
+        td.textContent = b;
+      }
       tr.append(th, td); tbody.append(tr);
     }
   }

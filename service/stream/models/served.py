@@ -151,6 +151,14 @@ class ServedModel:
         """Version 0 (:func:`initial_envelope`)."""
         return cls.from_envelope(config, initial_envelope(name, config))
 
+    def shown(self, event: FeatureEvent) -> dict[str, Any] | None:
+        """The fields of ``event`` a person answering its label request is shown (a model
+        that declares ``fields``; None for the others, whose features are the numbers)."""
+        declared = self.config.fields
+        if declared is None or not isinstance(event.features, dict):
+            return None
+        return encoder_of(declared).shown(event.features)
+
     def raw_vector(self, event: FeatureEvent) -> np.ndarray:
         """The raw feature vector of an event, in the model's feature order (a model that
         declares ``fields``: the event's fields encoded under the declaration)."""

@@ -129,9 +129,16 @@ class Rows:
     ids: list[str]
     ts: list[float | None]
     x: np.ndarray
+    # per row, the fields a person is shown of an event of a model that declares ``fields``
+    # (:meth:`~service.features.Encoder.shown`); None: no row has any
+    fields: list[dict[str, Any] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
+
+    def fields_of(self, rows: Sequence[int]) -> list[dict[str, Any] | None] | None:
+        """The fields of ``rows`` (None when no row has any)."""
+        return None if self.fields is None else [self.fields[j] for j in rows]
 
 
 @dataclass(slots=True)
@@ -222,9 +229,18 @@ def parse_batch(
         except BadMessage as bad:
             dead.append(DeadLetter.of(Source.FEATURES, message, bad.reason, bad.detail))
             continue
+        shown = one.model.shown(one.event)
         _join(
             found,
-            Rows(one.route, one.model, [i], [one.event.id], [one.event.ts], one.x[np.newaxis, :]),
+            Rows(
+                one.route,
+                one.model,
+                [i],
+                [one.event.id],
+                [one.event.ts],
+                one.x[np.newaxis, :],
+                None if shown is None else [shown],
+            ),
         )
     return sorted(found.values(), key=lambda r: r.positions[0]), dead
 
@@ -289,6 +305,10 @@ def _join(found: dict[str, Rows], one: Rows) -> None:
         found[one.route] = one
         return
     at = int(np.searchsorted(np.asarray(rows.positions), one.positions[0]))
+    if one.fields is not None or rows.fields is not None:
+        if rows.fields is None:
+            rows.fields = [None] * len(rows.positions)
+        rows.fields.insert(at, None if one.fields is None else one.fields[0])
     rows.positions.insert(at, one.positions[0])
     rows.ids.insert(at, one.ids[0])
     rows.ts.insert(at, one.ts[0])

@@ -75,6 +75,8 @@ class Decided:
     shadow_labels: list[dict[str, int]] | None = None
     # the moments the first row that asks carries (the scorer attaches them)
     moments: FeatureMoments | None = None
+    # per row, the fields a person is shown (a model that declares ``fields``; else None)
+    fields: list[dict[str, Any] | None] | None = None
 
     def decisions(self, now: float) -> list[Decision]:
         """The :class:`Decision` of each row."""
@@ -130,6 +132,7 @@ class Decided:
                 shadow_labels={} if shadows is None else dict(shadows[j]),
                 served_by=None if name == route else name,
                 moments=self.moments if k == 0 else None,
+                fields=None if self.fields is None else self.fields[j],
             )
             for k, (j, rid) in enumerate(zip(rows, request_ids(route, ids), strict=True))
         ]
@@ -328,6 +331,7 @@ def _decide(
         queried,
         probabilities,
         float(served.learner.rho),
+        fields=rows.fields,
     )
     return block, dead, suppressed
 
@@ -341,6 +345,7 @@ def _take(rows: Rows, kept: list[int]) -> Rows:
         [rows.ids[j] for j in kept],
         [rows.ts[j] for j in kept],
         rows.x[kept],
+        rows.fields_of(kept),
     )
 
 

@@ -124,10 +124,11 @@ def label_requests(
     ttl: float,
     shadow_labels: Sequence[Mapping[str, int]] | None = None,
     moments: FeatureMoments | None = None,
+    fields: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> list[bytes]:
     """The label requests for ``route``'s events ``ids`` (raw features ``x``, a row each),
     decided by ``server``, as :meth:`LabelRequest.to_json` writes them (``moments``: those
-    the first request carries)."""
+    the first request carries; ``fields``: each event's shown fields)."""
     served_by = b"null" if server == route else _text(server)
     template = (
         b'{"request_id":"%b","event_id":%b,"model":'
@@ -143,7 +144,7 @@ def label_requests(
         + b',"priority":%b'
         + b',"shadow_labels":%b,"served_by":'
         + served_by
-        + b',"moments":%b}'
+        + b',"moments":%b,"fields":%b}'
     )
     shadows = (
         [b"{}"] * len(ids)
@@ -154,6 +155,11 @@ def label_requests(
     if moments is not None and carried:
         carried[0] = orjson.dumps(moments)
     dumps = orjson.dumps
+    shown = (
+        [b"null"] * len(ids)
+        if fields is None
+        else [b"null" if f is None else dumps(f) for f in fields]
+    )
     columns = zip(
         request_ids(route, ids),
         ids,
@@ -164,11 +170,12 @@ def label_requests(
         floats(priorities(scores, rho)),
         shadows,
         carried,
+        shown,
         strict=True,
     )
     return [
-        template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow, m)
-        for rid, i, row, score, label, p, priority, shadow, m in columns
+        template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow, m, f)
+        for rid, i, row, score, label, p, priority, shadow, m, f in columns
     ]
 
 

@@ -300,6 +300,7 @@ class Scorer:
             ttl=ttl,
             shadow_labels=shadows,
             moments=b.moments,
+            fields=None if b.fields is None else [b.fields[j] for j in chosen],
         )
         return decided, asked, rows
 
