@@ -45,10 +45,11 @@ __all__ = [
 
 Kind = Literal["number", "boolean", "category", "tokens", "ignore"]
 KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
-MAX_HASH_BITS = 10
+MAX_HASH_BITS = 9
 """The most hashed buckets a model holds, as a power of two: a model version carries every
-weight and every standardiser's statistics of every coordinate, and beyond 2^10 buckets
-the served model's version outgrows Kafka's default 1 MB record."""
+weight and every standardiser's statistics of every input densely; the served model of 2^9
+buckets writes versions of about 540 KiB (``loadtest/wide.py``), one of 2^10 about 1.05 MiB,
+past Kafka's default 1 MB record."""
 
 _NAME_LEN = 256
 _FROZEN = ConfigDict(frozen=True, extra="forbid")

@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from stream.memory import msg
 
-from service.config import ModelConfig
-from service.features import Encoder, FieldError, FieldsConfig, bucket, encoder_of
+from service.config import ModelConfig, Settings
+from service.features import MAX_HASH_BITS, Encoder, FieldError, FieldsConfig, bucket, encoder_of
 from service.records import Reason, parse_label_request
+from service.stream.labels.seed import seed_model
 from service.stream.models.served import ServedModel
 from service.stream.scoring.decide import Limits, score_batch
 
 DECL: dict[str, Any] = {
-    "hash_bits": 10,
+    "hash_bits": 9,
     "seed": 7,
     "fields": {
         "amount": "number",
@@ -65,13 +66,13 @@ def test_murmurhash3_known_answers_keep_every_bucket_stable_across_versions() ->
 
 def test_the_layout_numbers_first_then_buckets_and_each_key_where_it_hashes() -> None:
     e = enc()
-    assert e.width == 2 + 1024
+    assert e.width == 2 + 512
     x = e.dense(EVENT)
     assert x[0] == 12.5
     assert x[1] == 0.0
 
     def at(key: str) -> int:
-        return 2 + bucket(key, seed=7, bits=10)
+        return 2 + bucket(key, seed=7, bits=9)
 
     expected = np.zeros(e.width)
     for key, value in [
@@ -115,7 +116,7 @@ def test_the_same_event_hashes_alike_in_another_process_with_another_hash_seed()
 def test_another_seed_or_width_moves_the_buckets() -> None:
     other = Encoder(FieldsConfig.model_validate({**DECL, "seed": 8}))
     assert not np.array_equal(other.dense(EVENT), enc().dense(EVENT))
-    assert encoder_of(FieldsConfig.model_validate(DECL)).width == 1026
+    assert encoder_of(FieldsConfig.model_validate(DECL)).width == 514
 
 
 def test_undeclared_fields_are_refused_by_default_and_dropped_when_asked() -> None:
@@ -154,7 +155,7 @@ def test_a_string_of_tokens_is_split_at_white_space() -> None:
         ({"fields": {"a": "ignore"}}, "every field is ignored"),
         ({"fields": {"a": "category"}}, "hash_bits is required"),
         ({"fields": {"a": "number"}, "hash_bits": 4}, "no field is hashed"),
-        ({"fields": {"a": "category"}, "hash_bits": 11}, "less than or equal to 10"),
+        ({"fields": {"a": "category"}, "hash_bits": 10}, "less than or equal to 9"),
         ({"fields": {"a": "category"}, "hash_bits": 0}, "greater than or equal to 1"),
         ({"fields": {"a": "colour"}, "hash_bits": 4}, "Input should be"),
         ({"fields": {" ": "number"}}, "field name"),
@@ -176,7 +177,7 @@ def test_a_bad_declaration_is_refused_when_the_settings_are_read(decl: Any, why:
 def test_a_model_gives_fields_or_a_width_never_both() -> None:
     with pytest.raises(ValidationError, match="not both"):
         ModelConfig(fields={"fields": {"a": "number"}}, n_features=1)
-    assert ModelConfig(fields=DECL).n_inputs == 1026
+    assert ModelConfig(fields=DECL).n_inputs == 514
 
 
 # each kind of field, a value of every other JSON kind, refused with the field's name
@@ -300,3 +301,29 @@ def test_a_request_carries_the_fields_a_person_is_shown_and_parses_back() -> Non
         assert shown["merchant"] is None
         assert shown["ref"] == str(2**62 + int(request.event_id[1:]))  # as it is hashed
         assert parse_label_request(request.to_json()) == request
+
+
+def test_the_widest_declared_model_writes_versions_under_the_record_limit() -> None:
+    # every input weighs in a version (weights, standardisers, challengers, recall): the
+    # widest declaration the settings take must still fit max_message_bytes once the
+    # adaptive wrapper's parts have all grown (its versions stop growing by ~300 labels)
+    decl = {
+        "hash_bits": MAX_HASH_BITS,
+        "fields": {f"n{i}": "number" for i in range(4)} | {"c": "category", "t": "tokens"},
+    }
+    cfg = ModelConfig(fields=decl)
+    settings_ = Settings(models={"m": cfg.model_dump()}, default_model="m")
+    enc = encoder_of(cfg.fields)  # type: ignore[arg-type]
+    rng = np.random.default_rng(0)
+    rows, labels = [], []
+    for _ in range(600):
+        words = [f"w{int(k)}" for k in rng.integers(0, 3000, size=30)]
+        fields = {f"n{i}": float(rng.normal()) for i in range(4)} | {
+            "c": f"c{int(rng.integers(0, 50))}",
+            "t": words,
+        }
+        rows.append(enc.dense(fields))
+        labels.append(1 if "w1" in words or fields["n0"] > 0.5 else -1)
+    seeded = seed_model(settings_, "m", np.vstack(rows), np.asarray(labels), now=1.0)
+    size = len(seeded.model.to_json())
+    assert 400_000 < size < Settings().max_message_bytes, size
