@@ -66,6 +66,26 @@ def moments_of(rows: np.ndarray) -> FeatureMoments:
     return FeatureMoments(m.count, tuple(m.mean.tolist()), tuple(m.m2.tolist()))
 
 
+def request_of(i: int, x: np.ndarray, version: int, moments: FeatureMoments | None) -> LabelRequest:
+    """The request of event ``e{i}`` (raw features ``x``) of model ``m`` at ``version``,
+    asked with p = 0.3, carrying ``moments``."""
+    return LabelRequest(
+        request_id=request_id("m", f"e{i}"),
+        event_id=f"e{i}",
+        model="m",
+        features=x.tolist(),
+        score=0.0,
+        rho=1.0,
+        decided_label=0,
+        query_probability=0.3,
+        model_version=version,
+        requested_at=0.0,
+        expires_at=1e12,
+        priority=0.5,
+        moments=moments,
+    )
+
+
 def labels(
     stack: str, X: np.ndarray, w: np.ndarray
 ) -> tuple[list[float], list[int], ModelEnvelope]:
@@ -81,21 +101,7 @@ def labels(
         seen = None
         if stack == "now":  # the moments of the events scored since the last request
             seen = moments_of(np.vstack([rng.normal(size=(BETWEEN - 1, X.shape[1])), X[i]]))
-        request = LabelRequest(
-            request_id=rid,
-            event_id=f"e{i}",
-            model="m",
-            features=X[i].tolist(),
-            score=0.0,
-            rho=1.0,
-            decided_label=0,
-            query_probability=0.3,
-            model_version=model.version,
-            requested_at=0.0,
-            expires_at=1e12,
-            priority=0.5,
-            moments=seen,
-        )
+        request = request_of(i, X[i], model.version, seen)
         tic = time.perf_counter()
         out = apply_label(
             config, model, PendingEntry(request, 0), Label(rid, "m", y, "bench", None), i, now=1.0

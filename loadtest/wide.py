@@ -31,12 +31,14 @@ import numpy as np
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from label_cost import moments_of, request_of  # noqa: E402
 
 from service.config import ModelConfig  # noqa: E402
 from service.features import encoder_of  # noqa: E402
 from service.learning.moments import Moments  # noqa: E402
-from service.records import Label, LabelRequest, PendingEntry, RawMessage, request_id  # noqa: E402
-from service.records.wire import FeatureMoments  # noqa: E402
+from service.records import Label, PendingEntry, RawMessage, request_id  # noqa: E402
 from service.stream.labels.protocol import apply_label  # noqa: E402
 from service.stream.models.served import ServedModel, initial_envelope  # noqa: E402
 from service.stream.scoring.decide import Limits, score_batch  # noqa: E402
@@ -98,12 +100,6 @@ def vector(config: ModelConfig, features: Any) -> np.ndarray:
     return encoder_of(config.fields).dense(features)
 
 
-def moments_of(rows: np.ndarray) -> FeatureMoments:
-    m = Moments(rows.shape[1])
-    m.add_many(rows)
-    return FeatureMoments(m.count, tuple(m.mean.tolist()), tuple(m.m2.tolist()))
-
-
 def learn(shape: str, stream: list[tuple[Any, int]]) -> tuple[float, int, int, Any]:
     """CPU seconds per label (median), the last version's and a request's bytes, the model."""
     config = config_of(shape)
@@ -114,21 +110,7 @@ def learn(shape: str, stream: list[tuple[Any, int]]) -> tuple[float, int, int, A
     for i, (_, y) in enumerate(stream):
         rid = request_id("m", f"e{i}")
         seen = moments_of(X[max(0, i - BETWEEN + 1) : i + 1])
-        request = LabelRequest(
-            request_id=rid,
-            event_id=f"e{i}",
-            model="m",
-            features=X[i].tolist(),
-            score=0.0,
-            rho=1.0,
-            decided_label=0,
-            query_probability=0.3,
-            model_version=model.version,
-            requested_at=0.0,
-            expires_at=1e12,
-            priority=0.5,
-            moments=seen,
-        )
+        request = request_of(i, X[i], model.version, seen)
         asked = len(request.to_json())
         tic = time.process_time()
         out = apply_label(
