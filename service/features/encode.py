@@ -26,7 +26,8 @@ service.features.encode.FieldError: field 'amount': a string where a number is d
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Final
 
 import mmh3
@@ -48,6 +49,7 @@ _NAMES: Final = {
     list: "a list",
     dict: "an object",
 }
+_TEXT: Final = frozenset({str})
 _WANTS: Final = {
     "number": "a number",
     "boolean": "a boolean",
@@ -69,7 +71,7 @@ def bucket(key: str, *, seed: int, bits: int) -> int:
     """The hashed bucket of ``key``: MurmurHash3_x86_32 of its UTF-8 bytes, low ``bits``.
     (The bytes are made here: mmh3 5.3.1 given a ``str`` with a lone surrogate, which no
     encoding holds, crashes the process; ``str.encode`` raises UnicodeEncodeError.)"""
-    return int(mmh3.hash(key.encode(), seed, signed=False)) & ((1 << bits) - 1)
+    return int(mmh3.hash(key.encode(), seed, False)) & ((1 << bits) - 1)
 
 
 def _kind_of(value: Any) -> str:
@@ -128,65 +130,69 @@ class Encoder:
         {0: 'a', 5: 'b=SE'}
         """
         out: dict[int, str] = {}
-        for i, key, _ in self._walk(fields):
-            out[i] = key if i not in out else f"{out[i]} | {key}"
+        for idx, keys, _ in self._parts(fields):
+            for i, key in zip(idx, keys, strict=True):
+                out[i] = key if i not in out else f"{out[i]} | {key}"
         return out
-
-    def _hash(self, key: str) -> int:
-        """The input of ``key`` (:func:`bucket`, after the numbers)."""
-        return self.offset + (int(mmh3.hash(key.encode(), self.seed, signed=False)) & self._mask)
 
     def sparse(self, fields: Mapping[str, Any]) -> tuple[IntArray, FloatArray]:
         """The coordinates ``fields`` sets and their values (a coordinate may repeat: the
         values add); :class:`FieldError` names the first field that does not fit."""
         idx: list[int] = []
         val: list[float] = []
-        for i, _, v in self._walk(fields):
-            idx.append(i)
-            val.append(v)
+        for part_idx, _, part_val in self._parts(fields):
+            idx += part_idx
+            val += part_val
         return np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
 
-    def _walk(self, fields: Mapping[str, Any]) -> Iterator[tuple[int, str, float]]:
-        """Each (input, key, value) of ``fields``: the numbers, each field's keys, the
-        crosses; :class:`FieldError` names the first field that does not fit."""
+    def dense(self, fields: Mapping[str, Any]) -> FloatArray:
+        """The model's whole input vector of ``fields`` (``width`` floats)."""
+        idx, val = self.sparse(fields)
+        return np.bincount(idx, weights=val, minlength=self.width).astype(np.float64)
+
+    def _parts(self, fields: Mapping[str, Any]) -> list[tuple[list[int], list[str], list[float]]]:
+        """(inputs, keys, values) of ``fields``, a part per field and per cross: the
+        numbers, each field's keys, the crosses; :class:`FieldError` names the first field
+        that does not fit."""
         if self.declaration.undeclared == "refuse":
             for name in fields:
                 if name not in self._specs:
                     raise FieldError(name, "not declared by the model")
-        keys: dict[str, list[tuple[str, float]]] = {}
+        parts: list[tuple[list[int], list[str], list[float]]] = []
+        keyed: dict[str, tuple[list[str], list[float]]] = {}
         for name, spec in self._specs.items():
-            if spec.kind == "ignore":
+            kind = spec.kind
+            if kind == "ignore":
                 continue
             value = fields.get(name)
             if value is None:
                 if spec.missing == "refuse":
                     raise FieldError(name, "missing or null, and the model refuses that")
                 if spec.missing == "indicator":
-                    keys[name] = [(f"{name}?", 1.0)]
-                if spec.kind == "number":
-                    yield self.numbers[name], name, 0.0
+                    keyed[name] = ([f"{name}?"], [1.0])
+                if kind == "number":
+                    parts.append(([self.numbers[name]], [name], [0.0]))
                 continue
-            if spec.kind == "number":
-                yield self.numbers[name], name, _number(name, value)
+            if kind == "number":
+                parts.append(([self.numbers[name]], [name], [_number(name, value)]))
                 continue
-            keys[name] = _keys(name, spec, value)
-        for name, pairs in keys.items():
+            keyed[name] = _keys(name, spec, value)
+        for name, (keys, values) in keyed.items():
             try:
-                hashed = [(self._hash(key), key, v) for key, v in pairs]
+                parts.append((self._hash_all(keys), keys, values))
             except UnicodeEncodeError:  # a lone surrogate (\ud800): not text of any encoding
                 raise FieldError(name, "text that is not valid Unicode") from None
-            yield from hashed
         for a, b in self.declaration.cross:
-            for ka, va in keys.get(a, ()):
-                for kb, vb in keys.get(b, ()):
-                    yield self._hash(f"{ka}*{kb}"), f"{ka}*{kb}", va * vb
+            (ka, va), (kb, vb) = keyed.get(a, ([], [])), keyed.get(b, ([], []))
+            keys = [f"{x}*{y}" for x in ka for y in kb]
+            parts.append((self._hash_all(keys), keys, [x * y for x in va for y in vb]))
+        return parts
 
-    def dense(self, fields: Mapping[str, Any]) -> FloatArray:
-        """The model's whole input vector of ``fields`` (``width`` floats)."""
-        idx, val = self.sparse(fields)
-        x = np.zeros(self.width, dtype=np.float64)
-        np.add.at(x, idx, val)
-        return x
+    def _hash_all(self, keys: list[str]) -> list[int]:
+        """The input of each key (:func:`bucket`, after the numbers). mmh3's ``signed`` is
+        given by position: by keyword it costs four times the hash."""
+        hash32, seed, mask, offset = mmh3.hash, self.seed, self._mask, self.offset
+        return [offset + (hash32(key.encode(), seed, False) & mask) for key in keys]
 
 
 def _number(name: str, value: Any) -> float:
@@ -201,18 +207,17 @@ def _number(name: str, value: Any) -> float:
     return number
 
 
-def _keys(name: str, spec: FieldSpec, value: Any) -> list[tuple[str, float]]:
-    """The hashed keys of a present value of a boolean, category or tokens field."""
+def _keys(name: str, spec: FieldSpec, value: Any) -> tuple[list[str], list[float]]:
+    """The hashed keys of a present value of a boolean, category or tokens field, and their
+    values."""
     kind = spec.kind
     if kind == "boolean":
         if type(value) is not bool:
             raise FieldError(name, f"{_kind_of(value)} where a boolean is declared")
-        return [(name, 1.0)] if value else []
+        return ([name], [1.0]) if value else ([], [])
     if kind == "category":
-        if type(value) is str:
-            return [(f"{name}={value}", 1.0)]
-        if type(value) is int:
-            return [(f"{name}={value}", 1.0)]
+        if type(value) is str or type(value) is int:
+            return [f"{name}={value}"], [1.0]
         raise FieldError(name, f"{_kind_of(value)} where {_WANTS[kind]} is declared")
     tokens: list[Any]
     if type(value) is str:
@@ -223,12 +228,12 @@ def _keys(name: str, spec: FieldSpec, value: Any) -> list[tuple[str, float]]:
         raise FieldError(name, f"{_kind_of(value)} where {_WANTS[kind]} is declared")
     if len(tokens) > spec.max_tokens:
         raise FieldError(name, f"{len(tokens)} tokens > max_tokens {spec.max_tokens}")
-    counts: dict[str, float] = {}
-    for i, token in enumerate(tokens):
-        if type(token) is not str:
-            raise FieldError(name, f"token {i} is {_kind_of(token)}, not a string")
-        counts[token] = counts.get(token, 0.0) + 1.0
-    return [(f"{name}^{t}", c) for t, c in counts.items()]
+    if not _TEXT.issuperset(map(type, tokens)):
+        i, token = next((i, t) for i, t in enumerate(tokens) if type(t) is not str)
+        raise FieldError(name, f"token {i} is {_kind_of(token)}, not a string")
+    counts = Counter(tokens)
+    prefix = f"{name}^"
+    return [prefix + t for t in counts], [float(c) for c in counts.values()]
 
 
 _ENCODERS: dict[int, tuple[FieldsConfig, Encoder]] = {}

@@ -222,6 +222,7 @@ def parse_batch(
         if rows.positions:
             found[route] = Rows(route, served, rows.positions, rows.ids, rows.ts, matrix)
     dead: list[DeadLetter] = []
+    alone: dict[str, list[tuple[int, ParsedEvent]]] = {}
     for i in sorted(slow):  # refusals in batch order
         message = messages[i]
         try:
@@ -229,19 +230,9 @@ def parse_batch(
         except BadMessage as bad:
             dead.append(DeadLetter.of(Source.FEATURES, message, bad.reason, bad.detail))
             continue
-        shown = one.model.shown(one.event)
-        _join(
-            found,
-            Rows(
-                one.route,
-                one.model,
-                [i],
-                [one.event.id],
-                [one.event.ts],
-                one.x[np.newaxis, :],
-                None if shown is None else [shown],
-            ),
-        )
+        alone.setdefault(one.route, []).append((i, one))
+    for route, events in alone.items():
+        _join(found, route, events)
     return sorted(found.values(), key=lambda r: r.positions[0]), dead
 
 
@@ -298,18 +289,35 @@ def _read(
     return pending, slow
 
 
-def _join(found: dict[str, Rows], one: Rows) -> None:
-    """Add an event parsed alone to its route's rows, in batch order."""
-    rows = found.get(one.route)
+def _join(found: dict[str, Rows], route: str, events: list[tuple[int, ParsedEvent]]) -> None:
+    """Add the events of ``route`` parsed alone (at their batch positions, in order) to its
+    rows, all at once, in batch order."""
+    shown = [event.model.shown(event.event) for _, event in events]
+    alone = Rows(
+        route,
+        events[0][1].model,
+        [i for i, _ in events],
+        [event.event.id for _, event in events],
+        [event.event.ts for _, event in events],
+        np.vstack([event.x for _, event in events]),
+        None if all(f is None for f in shown) else shown,
+    )
+    rows = found.get(route)
     if rows is None:
-        found[one.route] = one
+        found[route] = alone
         return
-    at = int(np.searchsorted(np.asarray(rows.positions), one.positions[0]))
-    if one.fields is not None or rows.fields is not None:
-        if rows.fields is None:
-            rows.fields = [None] * len(rows.positions)
-        rows.fields.insert(at, None if one.fields is None else one.fields[0])
-    rows.positions.insert(at, one.positions[0])
-    rows.ids.insert(at, one.ids[0])
-    rows.ts.insert(at, one.ts[0])
-    rows.x = np.insert(rows.x, at, one.x[0], axis=0)
+    order = np.argsort(np.asarray(rows.positions + alone.positions), kind="stable").tolist()
+
+    def merged(a: list[Any], b: list[Any]) -> list[Any]:
+        both = a + b
+        return [both[k] for k in order]
+
+    if rows.fields is not None or alone.fields is not None:
+        rows.fields = merged(
+            rows.fields or [None] * len(rows.positions),
+            alone.fields or [None] * len(alone.positions),
+        )
+    rows.positions = merged(rows.positions, alone.positions)
+    rows.ids = merged(rows.ids, alone.ids)
+    rows.ts = merged(rows.ts, alone.ts)
+    rows.x = np.vstack([rows.x, alone.x])[order]
