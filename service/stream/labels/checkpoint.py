@@ -10,7 +10,9 @@ A label's effects and the offset that caused them reach Kafka in this order, and
    :meth:`LearnerSink.flush`): every table write made so far is sent and acknowledged;
 3. **model write**: only then the models table and the snapshots are written, so a crash
    between the two leaves a mark ahead of the model, and the redelivered label is applied
-   once more and then never again (:func:`~service.stream.labels.protocol.apply_label`);
+   once more and then never again (:func:`~service.stream.labels.protocol.apply_label`).
+   The learn loop does 2 and 3 once per fetched batch (group commit: the joiner stages
+   the batch's model versions and writes them after one flush of every mark);
 4. **commit**: at the end of each batch :meth:`Checkpoint.durable` flushes again; only then
    :meth:`Checkpoint.handled` takes the batch's offsets and :meth:`Checkpoint.commit` commits
    them (every ``commit_interval_seconds``, and before partitions go). An offset is never

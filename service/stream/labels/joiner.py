@@ -21,13 +21,24 @@ With the mark first, a crash before the model write leaves a mark whose
 ``applied_version`` is ahead of the model: the redelivered label is applied once more
 (see ``apply_label``), and then never again. A parked label is deleted only after its
 effect is stored: its own offset was committed long ago, so the parked copy is all there is.
+
+Group commit: the learn loop hands the joiner a fetched batch between :meth:`LabelJoiner.stage`
+and :meth:`LabelJoiner.commit`. Inside it a label's mark and history step are written as
+always, but its model versions are *staged* (the next label of the batch learns from them);
+``commit`` makes every mark of the batch durable with one flush, then writes the staged
+versions, each as it would have been written alone, in order. The order per label is the
+one above (its mark durable before its model write), so a crash anywhere leaves marks ahead
+of the model, redone once each in offset order; what changes is one wait for the broker per
+batch instead of one per label. A record that is not a label to apply (an order, a sweep)
+commits what is staged first.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import replace
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 
 from service.config import Settings
 from service.learning.moments import Implausible
@@ -73,6 +84,22 @@ from service.stream.outputs import Outputs
 __all__ = ["LabelJoiner"]
 
 log = logging.getLogger(__name__)
+
+
+#: the table writes of labels partition ``p`` are made inside ``writing(p)``
+Writing = Callable[[int], AbstractContextManager[object]]
+
+
+@dataclass(slots=True)
+class _Staged:
+    """The model writes of a batch waiting for their marks to be durable: (the labels
+    partition the label was read on, its model outcome) in order, the requests they answer,
+    and what waits for them to be written (a parked label's copy deleted, on its partition)."""
+
+    writing: Writing
+    writes: list[tuple[int, LabelOutcome]] = field(default_factory=list)
+    requests: set[str] = field(default_factory=set)
+    after: list[tuple[int, Callable[[], None]]] = field(default_factory=list)
 
 
 class LabelJoiner:
@@ -137,6 +164,45 @@ class LabelJoiner:
         # per label-requests partition: the newest record timestamp read (how far along the
         # learner is: a parked label waits for the requests written up to its own time)
         self._requests_read: dict[int, float] = {}
+        self._staged: _Staged | None = None  # between stage() and commit(): group commit
+
+    def stage(self, writing: Writing) -> None:
+        """From now until :meth:`commit`, model versions wait for one flush of their marks
+        (module docstring: group commit); ``writing(p)`` is where the table writes of
+        labels partition ``p`` go."""
+        self._staged = _Staged(writing)
+
+    async def commit(self) -> None:
+        """Make the staged labels' marks durable, then write their model versions in order
+        (each as the label alone would have) and what waited for them; staging ends."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        try:
+            if staged.writes:
+                async with self.publisher.lock:
+                    await self.outputs.durable()
+                    for partition, outcome in staged.writes:
+                        with staged.writing(partition):
+                            await self.publisher.put(outcome)
+            for partition, then in staged.after:
+                with staged.writing(partition):
+                    then()
+        finally:
+            self.models.unstage()
+
+    def unstage(self) -> None:
+        """Drop what is staged (the batch failed: the learner reads its tables again)."""
+        self._staged = None
+        self.models.unstage()
+
+    async def _settle_staged(self) -> None:
+        """Commit what is staged, and go on staging (before a record that writes models
+        other than by a label: an order)."""
+        staged = self._staged
+        if staged is not None and (staged.writes or staged.after):
+            await self.commit()
+            self.stage(staged.writing)
 
     def versions(self) -> dict[str, int]:
         """The version of each model this learner owns: those whose key maps to one of its
@@ -178,7 +244,7 @@ class LabelJoiner:
             stored = {name: encoded for name, _, encoded in self.models.stored()}
             chosen = [m for m in self._owned() if models is None or m in models]
             for name in chosen:
-                encoded = stored.get(name) or self.models.get(name).to_json()
+                encoded = stored.get(name) or self.models.get(name, staged=False).to_json()
                 await self.outputs.model(name, encoded)
         return chosen
 
@@ -237,7 +303,11 @@ class LabelJoiner:
                 parked.raw, self.settings.topics.labels, message.partition, parked.offset
             )
             await self._join(parked.label, origin, parked=True)
-            self.parked.delete(request.request_id)  # only once its effect is stored
+            rid = request.request_id
+            if self._staged is not None and self._staged.writes:  # once its effect is stored
+                self._staged.after.append((message.partition, lambda: self.parked.delete(rid)))
+            else:
+                self.parked.delete(rid)
 
     async def on_label(self, message: RawMessage) -> None:
         """Apply a label to its request's model (or park it until the request arrives)."""
@@ -245,6 +315,8 @@ class LabelJoiner:
             label = parse_labels_record(message.value, max_bytes=self.settings.max_message_bytes)
             self.admission.deciding(label.model)
             self.admission.placement(label.model, key=message.key, partition=message.partition)
+            if isinstance(label, (Rollback, Seed, Correction)):
+                await self._settle_staged()
             if isinstance(label, Rollback):
                 await self.control.rollback(label, message)
                 return
@@ -336,7 +408,7 @@ class LabelJoiner:
         )
         if not applied:  # redelivered: only the shadows a crash left behind are redone
             if shadows:
-                await self._store_shadows(shadows)
+                await self._store_shadows(shadows, message.partition)
             await self._not_applied(label.model, message, outcome)
             return
         mark = outcome.pending
@@ -352,6 +424,7 @@ class LabelJoiner:
             replace(mark, shadow_versions=dict(versions)),
             shadows,
             recorded=(plan, step, before),
+            partition=message.partition,
         )
         if outcome.moments_refused is not None:
             await self._refuse_moments(server, pending, outcome.moments_refused)
@@ -455,26 +528,43 @@ class LabelJoiner:
         shadows: list[LabelOutcome],
         *,
         recorded: tuple[Plan, Step, dict[str, ModelEnvelope]],
+        partition: int,
     ) -> None:
         """The applied ``mark`` and the label's step in the history (with the checkpoint of
         the states ``before`` it when one is due) first, durably; then the model and its
-        shadows (module docstring)."""
+        shadows (module docstring), staged when a batch is (read on labels ``partition``)."""
         model = outcome.model
         assert model is not None  # noqa: S101 - an applied outcome carries it
         async with self.publisher.lock:
             self.pending.put(mark)
             self.history.record(*recorded)
-            await self.outputs.durable()
-            await self.publisher.put(outcome)
-            for shadow in shadows:
-                await self.publisher.put(shadow)
+            if self._staged is not None:
+                self._stage([outcome, *shadows], partition)
+                self._staged.requests.add(mark.request.request_id)
+            else:
+                await self.outputs.durable()
+                await self.publisher.put(outcome)
+                for shadow in shadows:
+                    await self.publisher.put(shadow)
         self.metrics.label_turnaround.labels(model=model.model).observe(outcome.turnaround)
 
-    async def _store_shadows(self, shadows: list[LabelOutcome]) -> None:
+    async def _store_shadows(self, shadows: list[LabelOutcome], partition: int) -> None:
         """Redo the shadows' writes of a label whose mark is already durable."""
         async with self.publisher.lock:
+            if self._staged is not None:
+                self._stage(shadows, partition)
+                return
             for shadow in shadows:
                 await self.publisher.put(shadow)
+
+    def _stage(self, outcomes: list[LabelOutcome], partition: int) -> None:
+        """Hold ``outcomes``' model versions for :meth:`commit`; the models table answers
+        with them meanwhile (the next label learns from them)."""
+        assert self._staged is not None  # noqa: S101 - only while staging
+        for outcome in outcomes:
+            assert outcome.model is not None  # noqa: S101 - applied outcomes
+            self.models.stage(outcome.model)
+            self._staged.writes.append((partition, outcome))
 
     async def _not_applied(self, model: str, message: RawMessage, outcome: LabelOutcome) -> None:
         reason = outcome.reason
@@ -514,7 +604,11 @@ class LabelJoiner:
         """Drop expired requests of ``partition`` (past expiry plus grace) and dead-letter
         its labels whose request did not come within ``orphan_label_seconds``."""
         now, s = self.clock(), self.settings
-        for key, summary in self.pending.due(partition, now=now, grace=s.expired_grace_seconds):
+        due = self.pending.due(partition, now=now, grace=s.expired_grace_seconds)
+        staged = self._staged
+        if staged is not None and any(key in staged.requests for key, _ in due):
+            await self._settle_staged()  # an answered entry goes once its label is stored
+        for key, summary in due:
             self.pending.delete(key)
             if not summary.applied:
                 self.metrics.label_requests_expired.labels(model=summary.model).inc()

@@ -229,8 +229,13 @@ class LearnLoop:
             ends = await fetched_ends(consumer, fetched)
             try:
                 started = time.thread_time()  # CPU: waits for the broker do not count
-                await self._handle(fetched)
-                self._handled_for = time.thread_time() - started
+                self.joiner.stage(self.checkpoint.writes.partition)  # one flush per batch
+                try:
+                    await self._handle(fetched)
+                    self._handled_for = time.thread_time() - started
+                    await self.joiner.commit()
+                finally:
+                    self.joiner.unstage()  # nothing is left after a commit; else dropped
                 await self.checkpoint.durable()
             except KafkaError as exc:
                 log.warning("storing the learner's state failed (%r): reading it again", exc)
@@ -304,6 +309,9 @@ class LearnLoop:
             with self.checkpoint.writes.partition(tp.partition):
                 for r in fetched[tp]:
                     await self.joiner.handle(raw_message(r))
+                    # a turn for the scoring path between records: a staged label waits for
+                    # no broker, so a batch would otherwise hold the event loop to its end
+                    await asyncio.sleep(0)
 
     def _caught_up(self, consumer: AIOKafkaConsumer) -> None:
         """Tell the joiner which of its label-requests partitions have nothing left to read

@@ -388,8 +388,15 @@ class ModelStore:
         # times a label; what it wrote (or parsed once) is not parsed again while the table
         # holds those very bytes (a record read back from the changelog is new bytes)
         self._parsed: dict[str, tuple[bytes, ModelEnvelope]] = {}
+        # versions made but not yet written (the learner's group commit): read first
+        self._staged: dict[str, ModelEnvelope] = {}
 
-    def get(self, model: str) -> ModelEnvelope:
+    def get(self, model: str, *, staged: bool = True) -> ModelEnvelope:
+        """The newest version of ``model``: a staged one first unless ``staged`` is false
+        (what is written: a republish never publishes a version whose mark is not durable)."""
+        newest = self._staged.get(model) if staged else None
+        if newest is not None:
+            return newest
         raw = self._table.get(model.encode())
         if raw is None:
             return self._initial[model]
@@ -412,6 +419,15 @@ class ModelStore:
             old = f"{name}@{version - self._history}".encode()
             if old in self._table:
                 del self._table[old]
+
+    def stage(self, envelope: ModelEnvelope) -> None:
+        """``envelope`` is what :meth:`get` answers for its model until :meth:`unstage`
+        (it is written with :meth:`put` once its label's mark is durable)."""
+        self._staged[envelope.model] = envelope
+
+    def unstage(self) -> None:
+        """Answer from the table again (what was staged is written, or dropped)."""
+        self._staged.clear()
 
     def version(self, model: str, version: int) -> ModelEnvelope | None:
         """Version ``version`` of ``model`` if it is kept (version 0: the initial one)."""

@@ -1,0 +1,241 @@
+"""Labels applied per second by one model's learner, end to end through Kafka (bounded; stops
+by itself).
+
+    python loadtest/labels_rate.py [--broker HOST:PORT] [--events 3000] [--repeats 3]
+                                   [--algorithms dsol,dsal] [--web-port 16199]
+
+For each algorithm, ``--repeats`` times, with a fresh worker and fresh topics each time:
+
+1. ``--events`` events of the packaged Phishing data (68 features) are produced and decided;
+   the test reads every label request the worker writes, and waits until the learner has
+   stored all of them (its pending table's changelog);
+2. then the true label of every request is produced to the labels topic as fast as the
+   producer goes, and the clock runs from the first label sent until the worker serves the
+   version that applied the last one (``abstain_model_version``, polled every 50 ms): the
+   labels topic in, versions out, every label applied once (the version counts labels).
+
+Printed per run: labels, seconds, **labels/s**, the worker's CPU seconds per label (its
+``/proc`` times over the label phase) and the size of the last model version; then the
+median of the runs per algorithm. ``dsol`` asks every event (every label); ``dsal`` asks
+what its learner wants (most events early on).
+
+Starts its own Kafka (service.localkafka) unless ``--broker`` is given, and one worker
+subprocess per run; all are stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from harness import stop, worker_argv  # noqa: E402
+
+from service.config import Topics, load_settings  # noqa: E402
+from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
+from service.stream.kafka.clients import Client, read_topic  # noqa: E402
+
+MODEL = "m"
+TIMEOUT = 600.0  # s, the bound on every wait
+
+
+def _metric(port: int, name: str) -> float:
+    """The value of ``name{model="m"}`` on the worker's /metrics (nan if absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f"{name}{{") and f'model="{MODEL}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    return float("nan")
+
+
+def _ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited; see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if json.loads(r.read()).get("ready"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"worker not ready; see {log}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _run(
+    settings: Any, X: np.ndarray, y: np.ndarray, events: int, port: int, pid: int
+) -> dict[str, float]:
+    t = settings.topics
+    changelog = f"{settings.app_id}-pending-changelog"
+    asked: dict[str, int] = {}  # request id -> true label
+    stored = {"n": 0}
+    async with Client(settings) as client:
+        positioned = asyncio.Event()
+
+        async def watch() -> None:
+            async for rec in client.follow([t.label_requests, changelog], positioned=positioned):
+                if rec.topic == t.label_requests:
+                    request = json.loads(rec.value)
+                    asked[request["request_id"]] = int(y[int(request["event_id"][1:]) % len(y)])
+                else:
+                    stored["n"] += 1
+
+        watcher = asyncio.create_task(watch())
+        await positioned.wait()
+        for i in range(events):
+            await client.send(
+                t.features, f"e{i}", {"id": f"e{i}", "features": X[i % len(X)].tolist()}
+            )
+        await client.flush()
+        # every request stored by the learner (the changelog may hold more records than
+        # requests: one per write), and no new request for a second
+        deadline = time.monotonic() + TIMEOUT
+        last, quiet_since = -1, time.monotonic()
+        while time.monotonic() - quiet_since < 2.0:
+            if time.monotonic() > deadline:
+                raise SystemExit("the learner did not store the requests in time")
+            n = len(asked)
+            if n != last or stored["n"] < n:
+                last, quiet_since = n, time.monotonic()
+            await asyncio.sleep(0.2)
+        version0 = _metric(port, "abstain_model_version")
+        cpu0 = _cpu_seconds(pid)
+        start = time.monotonic()
+        for rid, label in list(asked.items()):
+            await client.send(
+                t.labels,
+                MODEL,
+                {"request_id": rid, "model": MODEL, "label": label, "labelled_by": "bench"},
+            )
+        await client.flush()
+        sent = time.monotonic()
+        target = version0 + len(asked)
+        while True:
+            version = _metric(port, "abstain_model_version")
+            if version >= target:
+                break
+            if time.monotonic() - start > TIMEOUT:
+                raise SystemExit(f"version {version} of {target} after {TIMEOUT:.0f}s")
+            await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - start
+        cpu = _cpu_seconds(pid) - cpu0
+        watcher.cancel()
+    last = [r for r in await read_topic(settings, t.models, timeout=60) if r.key == MODEL.encode()]
+    return {
+        "labels": float(len(asked)),
+        "produce s": sent - start,
+        "applied s": elapsed,
+        "labels/s": len(asked) / elapsed,
+        "worker CPU ms/label": 1000.0 * cpu / len(asked),
+        "last version bytes": float(len(last[-1].value)) if last else float("nan"),
+    }
+
+
+def _config(work: Path, algorithm: str) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    return {
+        "app_id": f"lr-{run}",
+        "datadir": str(work / f"worker-{run}"),
+        "topics": Topics.prefixed(f"lr-{run}"),
+        "partitions": {"features": 4, "decisions": 4, "labels": 1},
+        "request_ttl_seconds": 3600,
+        "default_model": MODEL,
+        "models": {MODEL: {"algorithm": algorithm, "cost": 0.25, "n_features": 68}},
+        "log_level": "warning",
+    }
+
+
+def _measure(work: Path, broker: str, algorithm: str, events: int, port: int) -> dict[str, float]:
+    X, y = load_dataset(resolve_dataset_path("phishing"))
+    config = _config(work, algorithm)
+    path = work / f"{config['app_id']}.json"
+    path.write_text(json.dumps(config))
+    settings = load_settings(path, broker=broker)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
+    log = work / f"{config['app_id']}.log"
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                worker_argv(path, broker, port),
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _ready(port, proc, log)
+        return asyncio.run(_run(settings, X, y, events, port, proc.pid))
+    finally:
+        stop(proc)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--broker")
+    p.add_argument("--events", type=int, default=3000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--algorithms", default="dsol,dsal")
+    p.add_argument("--web-port", type=int, default=16199)
+    args = p.parse_args()
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    work = Path(tempfile.mkdtemp(prefix="abstain-labels-rate-"))
+    kafka: Any = None
+    runs: dict[str, list[dict[str, float]]] = {a: [] for a in algorithms}
+    try:
+        broker = args.broker
+        if broker is None:
+            from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
+
+            port, ctl = find_free_ports(2)
+            kafka = LocalKafka(
+                port=port, controller_port=ctl, data_dir=work / "kafka", die_with_parent=True
+            )
+            kafka.start()
+            broker = kafka.bootstrap
+        for r in range(args.repeats):
+            for k, algorithm in enumerate(algorithms):  # alternating, so drift in the
+                result = _measure(work, broker, algorithm, args.events, args.web_port + k + 10 * r)
+                runs[algorithm].append(result)
+                print(
+                    f"{algorithm} run {r + 1}: "
+                    + ", ".join(f"{n} {v:,.1f}" for n, v in result.items()),
+                    flush=True,
+                )
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    print(f"\nlabels applied per second, one model, 68 features, medians of {args.repeats}")
+    print(f"{'algorithm':<10}{'labels':>8}{'labels/s':>10}{'CPU ms/label':>14}{'version KiB':>13}")
+    for algorithm, results in runs.items():
+        med = {n: statistics.median(r[n] for r in results) for n in results[0]}
+        print(
+            f"{algorithm:<10}{med['labels']:>8,.0f}{med['labels/s']:>10,.0f}"
+            f"{med['worker CPU ms/label']:>14.2f}{med['last version bytes'] / 1024:>13.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

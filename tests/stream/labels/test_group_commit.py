@@ -1,0 +1,138 @@
+"""Group commit: the learn loop hands the joiner a batch between ``stage`` and ``commit``; the
+batch's marks become durable with one flush, then its model versions are written, each as it
+would have been alone (in-memory tables and producer, no broker)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from service.config import ModelConfig
+from service.records import request_id
+from service.stream.labels.joiner import LabelJoiner
+
+from ..memory import CFG, MemoryKafka, Sent
+from .test_joiner import MODELS, Crash, Learner
+
+SHADOW = ModelConfig(algorithm="dral", cost=0.25, n_features=3, audit_rate=0.05, champion="m")
+MODELS_CHANGELOG = "models-changelog"
+
+
+def start(kafka: MemoryKafka | None = None, *, crash_on_model: bool = False) -> Learner:
+    return Learner.start(kafka, crash_on_model=crash_on_model, models={"m": CFG, "m-dral": SHADOW})
+
+
+def stage(joiner: LabelJoiner) -> None:
+    joiner.stage(lambda partition: contextlib.nullcontext())
+
+
+async def feed(learner: Learner, n: int) -> None:
+    """``n`` requests and their labels: request i at offset i, its label at offset i + 1
+    (labels flip halfway); request 3's label (offset 0, :func:`feed_parked_first`) came
+    before it (parked); label 5 is sent twice (a second answer) and one label names a
+    request never made."""
+    for i in range(n):
+        if i != 3:
+            await learner.request(f"r{i}", i)
+        if i == 4:
+            await learner.request("r3", 3)  # the parked label of r3 is applied now
+    for i in range(n):
+        if i == 3:
+            continue
+        await learner.label(f"r{i}", i + 1, y=1 if (i % 3 and i < n // 2) else -1)
+    await learner.label("r5", n + 1, y=-1)  # a second answer: dead-lettered
+    await learner.label("nobody", n + 2)  # parked: no request
+
+
+async def feed_parked_first(learner: Learner) -> None:
+    await learner.label("r3", 0, y=1)  # the first label, before its request: parked
+
+
+def versions(learner: Learner, name: str = "m") -> list[int]:
+    """The versions of ``name`` on the models topic, in order."""
+    return [int(r.json()["version"]) for r in learner.kafka.sent(MODELS) if r.key == name.encode()]
+
+
+def by_topic(records: list[Sent], topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    return [(r.key, r.value) for r in records if r.topic == topic]
+
+
+async def run(learner: Learner, n: int, *, staged: bool) -> None:
+    if staged:
+        stage(learner.joiner)
+    await feed_parked_first(learner)
+    await feed(learner, n)
+    if staged:
+        await learner.joiner.commit()
+    await learner.kafka.flush()
+
+
+async def test_a_batch_writes_what_its_labels_write_alone_with_one_flush() -> None:
+    alone, batched = start(), start()
+    await run(alone, 30, staged=False)
+    await run(batched, 30, staged=True)
+    assert versions(alone) == list(range(1, 31))
+    assert alone.dead() == [("already_applied", 31)]
+    for topic in (MODELS, MODELS_CHANGELOG, "pending-changelog"):
+        assert by_topic(batched.kafka.durable, topic) == by_topic(alone.kafka.durable, topic), topic
+    # a parked label's copy is deleted once its label's model is written: later in a batch,
+    # to the same end
+    orphans = [dict(by_topic(x.kafka.durable, "orphans-changelog")) for x in (alone, batched)]
+    assert orphans[0] == orphans[1]
+    assert sum(v is not None for v in orphans[0].values()) == 1  # the label of no request
+    assert by_topic(batched.kafka.durable, "abstain.dead-letters") == by_topic(
+        alone.kafka.durable, "abstain.dead-letters"
+    )
+    assert batched.joiner.models.get("m-dral").version == 30  # the shadow learnt each label
+    # one flush for the whole batch (and the test's own) against one a label
+    assert batched.kafka.flushes == 2
+    assert alone.kafka.flushes >= 30
+
+
+async def test_the_next_label_of_a_batch_learns_from_the_staged_version() -> None:
+    learner = start()
+    learner.joiner.own(frozenset(range(learner.settings.partitions.labels)))
+    stage(learner.joiner)
+    for i in range(3):
+        await learner.request(f"r{i}", i)
+        await learner.label(f"r{i}", i)
+        assert learner.joiner.models.get("m").version == i + 1  # staged, read back
+    assert versions(learner) == []  # nothing written before the commit
+    republished = await learner.joiner.republish()  # a republish publishes what is written
+    assert republished == ["m", "m-dral"]
+    assert versions(learner) == [0]
+    await learner.joiner.commit()
+    assert versions(learner) == [0, 1, 2, 3]
+    assert learner.joiner.models.get("m", staged=False).version == 3
+
+
+@pytest.mark.parametrize("where", ["before the flush", "after the flush, at a model write"])
+async def test_a_crash_inside_a_batch_applies_every_label_once_after_a_restart(
+    where: str,
+) -> None:
+    kafka = MemoryKafka()
+    crashing = start(kafka, crash_on_model=where != "before the flush")
+    stage(crashing.joiner)
+    await feed_parked_first(crashing)
+    await feed(crashing, 20)
+    if where != "before the flush":  # the process dies at the first model write
+        with pytest.raises(Crash):
+            await crashing.joiner.commit()
+    kafka.crash()
+    marks_durable = any(r.topic == "pending-changelog" for r in kafka.durable)
+    assert marks_durable == (where != "before the flush")
+    # the restarted learner reads its tables back and is handed the batch again
+    restarted = start(kafka)
+    assert restarted.joiner.models.get("m").version == 0
+    await run(restarted, 20, staged=True)
+    await run(restarted, 20, staged=True)  # and once more: nothing applied twice
+    clean = start()
+    await run(clean, 20, staged=False)
+    for name in ("m", "m-dral"):
+        redone, once = restarted.joiner.models.get(name), clean.joiner.models.get(name)
+        assert redone.version == once.version == 20
+        assert redone.replace(updated_at=0.0) == once.replace(updated_at=0.0)
+    applied = restarted.joiner.pending.get(request_id("m", "r7"))
+    assert applied is not None
+    assert applied.applied
