@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -91,18 +92,66 @@ def encode_finite(state: Any) -> bytes:
 
 
 def _all_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_all_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        try:  # a list of numbers (weights, snapshots) at C speed
-            return all(map(math.isfinite, value))
-        except (TypeError, OverflowError):  # records or strings inside; an int past float
-            return all(_all_finite(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+    """True if no float in ``value`` (dicts, lists and tuples at any depth, numpy floats and
+    float arrays) is NaN or infinite.
+
+    A walk over a stack (no call per container). A list is first summed: a sum that comes
+    out a finite Python float is one of numbers all finite (a NaN or an infinity among the
+    terms leaves the sum NaN or infinite; a string, a container or None raises), so most
+    lists of weights need no look at each item; any other sum (an overflow of finite
+    numbers, numpy objects inside) leaves the list to the item-by-item checks."""
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    with np.errstate(all="ignore"):  # numpy scalars summed: an overflow decides nothing
+        while stack:
+            item = pop()
+            kind = type(item)
+            if kind is float:
+                if not _isfinite(item):
+                    return False
+            elif kind is dict:
+                extend(item.values())
+            elif kind is list or kind is tuple:
+                if not _finite_items(item, extend):
+                    return False
+            elif kind in _LEAVES:
+                continue
+            elif isinstance(item, float):
+                if not _isfinite(item):
+                    return False
+            elif isinstance(item, dict):
+                extend(item.values())
+            elif isinstance(item, list | tuple):
+                if not _finite_items(item, extend):
+                    return False
+            elif (
+                isinstance(item, np.ndarray)
+                and item.dtype.kind in "fc"
+                and not np.isfinite(item).all()
+            ):
+                return False
     return True
+
+
+_isfinite: Final = math.isfinite
+_LEAVES: Final = frozenset({str, int, bool, type(None)})
+
+
+def _finite_items(items: list[Any] | tuple[Any, ...], later: Callable[[Any], None]) -> bool:
+    """False if a number of ``items`` is not finite; items that are not numbers (records,
+    strings, arrays) are handed to ``later`` to be walked."""
+    try:
+        total = sum(items)
+    except (TypeError, ValueError, ArithmeticError):  # not all numbers; an int past float
+        pass
+    else:
+        if type(total) is float and _isfinite(total):
+            return True
+    try:  # a list of numbers at C speed
+        return all(map(_isfinite, items))
+    except (TypeError, OverflowError):  # records or strings inside; an int past float
+        later(items)
+        return True
 
 
 def decode_object(raw: bytes, *, max_bytes: int | None = None) -> dict[str, Any]:

@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from service.records.codec import RecordError, decode_object, encode_finite
+from service.records.codec import RecordError, _all_finite, decode_object, encode_finite
 
 
 @pytest.mark.parametrize(
@@ -36,3 +38,92 @@ def test_finite_states_with_nulls_strings_and_wide_ints_pass() -> None:
         "wide": [2**62, 1.0],
     }
     assert decode_object(encode_finite(state)) == state
+
+
+def _all_finite_by_recursion(value: object) -> bool:
+    """The check as first written (one call per container): what the walk must agree with."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite_by_recursion(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        try:
+            return all(map(math.isfinite, value))  # type: ignore[arg-type]
+        except (TypeError, OverflowError):
+            return all(_all_finite_by_recursion(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+    return True
+
+
+_numbers = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=1e300, max_value=1.7e308),  # finite, whose sums overflow
+    st.integers(),
+    st.integers(min_value=2**64, max_value=2**1100),  # past a float
+    st.booleans(),
+    st.floats(allow_nan=True, allow_infinity=True).map(np.float64),
+    st.floats(width=32, allow_nan=True, allow_infinity=True).map(np.float32),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1).map(np.int64),
+)
+_leaves = st.one_of(
+    _numbers,
+    _numbers,
+    st.none(),
+    st.text(max_size=4),
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=3).map(np.array),
+    st.lists(st.floats(width=32), max_size=3).map(lambda v: np.array(v, dtype=np.float32)),
+    st.lists(st.integers(-5, 5), max_size=3).map(lambda v: np.array(v, dtype=np.int64)),
+)
+_states = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=6),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=3), inner, max_size=5),
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_states)
+def test_the_finiteness_walk_agrees_with_the_recursive_check(state: object) -> None:
+    assert _all_finite(state) is _all_finite_by_recursion(state)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.floats(allow_nan=False, allow_infinity=False) | st.none() | st.text(max_size=3),
+        lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=3), inner),
+        max_leaves=25,
+    ),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.integers(0, 10**6),
+)
+def test_one_non_finite_number_at_any_depth_is_refused(
+    state: object, bad: float, where: int
+) -> None:
+    """A finite state encodes; the same state with one number made NaN or infinite, wherever
+    it sits, is refused with the same error."""
+    assert decode_object(encode_finite({"s": state})) == {"s": state}
+    spots: list[tuple[list[object] | dict[str, object], object]] = []
+
+    def collect(value: object) -> None:
+        if isinstance(value, list):
+            spots.extend((value, i) for i in range(len(value)))
+            for v in value:
+                collect(v)
+        elif isinstance(value, dict):
+            spots.extend((value, k) for k in value)
+            for v in value.values():
+                collect(v)
+
+    top: list[object] = [state]
+    collect(top)
+    holder, key = spots[where % len(spots)]
+    holder[key] = bad  # type: ignore[index]
+    with pytest.raises(RecordError, match="^model state holds a non-finite number$"):
+        encode_finite({"s": top})

@@ -6,6 +6,18 @@ CURRENT (w, rho) (a delayed label is a stochastic gradient step at the current i
 around them (which table is written first, when a parked label is applied, sweeps) is
 :class:`service.stream.labels.joiner.LabelJoiner`; ``abstain rebuild`` replays a label log through
 these same functions.
+
+Reading a model's states into objects (:meth:`~service.learning.Pipeline.from_state`,
+:func:`~service.learning.learner_for`) costs most of a label: an adaptive learner rebuilds
+its champion, challengers, detectors and remembered labels. The objects that wrote a
+version are that version read back (every state record round-trips exactly: floats as the
+shortest repr that reads back to the same double, the generator's words as decimal
+strings), so :data:`LIVE` (:class:`LiveModels`) keeps them, per model, with the
+:class:`~service.records.ModelEnvelope` they wrote, and the next label takes them only for
+that same envelope object (not an equal one: another process's version, a rollback, a
+rebuild or a correction's re-derivation brings another object) and the same adaptive parts.
+Taking an entry removes it: a label that is refused, raises, or whose version is not kept
+leaves nothing behind (its objects may have moved), and the next label reads the states.
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -23,6 +35,7 @@ from service.config import ModelConfig
 from service.learning import (
     Adaptive,
     LearningError,
+    Parts,
     Pipeline,
     RiskEstimate,
     learn_from_champion,
@@ -36,7 +49,9 @@ from service.records.moments import MomentsTrust, Untrusted, untrusted
 from service.records.state import ParkedLabel
 
 __all__ = [
+    "LIVE",
     "LabelOutcome",
+    "LiveModels",
     "Outcome",
     "apply_label",
     "apply_shadow_label",
@@ -84,6 +99,53 @@ class LabelOutcome:
     takeovers: int = 0  # challengers that took over on this label
     # why the request's moments were not merged (the label was applied without them)
     moments_refused: Implausible | Untrusted | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    model: ModelEnvelope  # the version these objects wrote
+    parts: Parts | None  # the adaptive parts the learner was read with
+    pipeline: Pipeline
+    learner: Any
+
+
+class LiveModels:
+    """The objects of at most ``size`` models (the least recently kept go first)."""
+
+    __slots__ = ("_entries", "_size")
+
+    def __init__(self, size: int = 64) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._size = size
+
+    def take(self, model: ModelEnvelope, parts: Parts | None) -> tuple[Pipeline, Any] | None:
+        """The (pipeline, learner) that wrote ``model`` itself, read with ``parts``, now
+        the caller's alone; None when none is kept for it (the caller reads the state)."""
+        entry = self._entries.pop(model.model, None)
+        if entry is None or entry.model is not model or entry.parts != parts:
+            return None
+        return entry.pipeline, entry.learner
+
+    def keep(
+        self, model: ModelEnvelope, parts: Parts | None, pipeline: Pipeline, learner: Any
+    ) -> None:
+        """Keep ``pipeline`` and ``learner``, whose ``to_state()`` are ``model``'s
+        records, for the next label of ``model``."""
+        self._entries.pop(model.model, None)
+        self._entries[model.model] = _Entry(model, parts, pipeline, learner)
+        while len(self._entries) > self._size:
+            del self._entries[next(iter(self._entries))]
+
+    def clear(self) -> None:
+        """Forget every entry (the next label of each model reads its state)."""
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+#: the process's live models (module docstring)
+LIVE: Final = LiveModels()
 
 
 def _unapplied(outcome: Outcome, reason: Reason, detail: str) -> LabelOutcome:
@@ -220,11 +282,10 @@ def teach(
     )
     return _applied(
         new_model,
-        learned[2],
+        learned,
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > asked,
-        moments_refused=learned[3],
     )
 
 
@@ -281,31 +342,33 @@ def apply_shadow_label(
     )
     return _applied(
         new_model,
-        learned[2],
+        learned,
         iw_loss=loss,
         clipped=p > request.query_probability,
-        moments_refused=learned[3],
     )
 
 
 def _applied(
     model: ModelEnvelope,
-    adapted: tuple[int, int],
+    learned: _Learned,
     *,
     iw_loss: float,
     clipped: bool,
     turnaround: float = 0.0,
-    moments_refused: Implausible | Untrusted | None = None,
 ) -> LabelOutcome:
-    """The outcome of a label applied to ``model`` (``adapted``: the changes detected and
-    takeovers it made), or a refusal when the new state does not encode: the standardiser's
-    running sums can overflow without an error, so the whole record is checked."""
+    """The outcome of a label applied to ``model`` (the version ``learned`` made), or a
+    refusal when the new state does not encode: the standardiser's running sums can
+    overflow without an error, so the whole record is checked. The objects that wrote an
+    applied version are kept for the next label of that version
+    (:data:`LIVE`)."""
     try:
         encoded = model.to_json()
     except RecordError:
         return _unapplied(
             Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
         )
+    _, _, adapted, moments_refused, (parts, pipeline, learner) = learned
+    LIVE.keep(model, parts, pipeline, learner)
     return LabelOutcome(
         Outcome.APPLIED,
         model=model,
@@ -319,9 +382,16 @@ def _applied(
     )
 
 
-#: what :func:`_learn` gives: pipeline state, learner state, (changes, takeovers), and why
-#: the request's moments were refused (None: merged, or it carried none)
-_Learned = tuple[dict[str, Any], dict[str, Any], tuple[int, int], Implausible | Untrusted | None]
+#: what :func:`_learn` gives: pipeline state, learner state, (changes, takeovers), why the
+#: request's moments were refused (None: merged, or it carried none), and the objects that
+#: wrote the states with the adaptive parts the learner was read with
+_Learned = tuple[
+    dict[str, Any],
+    dict[str, Any],
+    tuple[int, int],
+    Implausible | Untrusted | None,
+    tuple[Parts | None, Pipeline, Any],
+]
 
 
 def _learn(
@@ -346,10 +416,19 @@ def _learn(
     moments are merged unjudged, unsigned or badly signed ones refused
     (:mod:`service.records.moments`). The verdict depends on the model's state, the
     request and its ``trust`` alone, so a rebuild and a correction's re-derivation refuse
-    the same moments."""
+    the same moments.
+
+    When ``model`` is the version the previous label wrote, with the same parts, the
+    objects that wrote it are taken as they are instead of reading its states
+    (:data:`LIVE`: they are those states read back)."""
     x = np.asarray(request.features, dtype=np.float64)
-    pipeline = Pipeline.from_state(dict(model.pipeline))
-    learner = learner_for(dict(model.learner), config.adaptive.parts(intercept=config.intercept))
+    parts = config.adaptive.parts(intercept=config.intercept)
+    live = LIVE.take(model, parts)
+    if live is None:
+        pipeline = Pipeline.from_state(dict(model.pipeline))
+        learner = learner_for(dict(model.learner), parts)
+    else:
+        pipeline, learner = live
     before = _adaptation(learner)
     refused: Implausible | Untrusted | None = None
     try:
@@ -369,7 +448,8 @@ def _learn(
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
         return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, "update gave non-finite parameters")
     after = _adaptation(learner)
-    return new_pipeline, new_learner, (after[0] - before[0], after[1] - before[1]), refused
+    adapted = (after[0] - before[0], after[1] - before[1])
+    return new_pipeline, new_learner, adapted, refused, (parts, pipeline, learner)
 
 
 def _adaptation(learner: Any) -> tuple[int, int]:
