@@ -10,9 +10,9 @@ For each algorithm, ``--repeats`` times, with a fresh worker and fresh topics ea
    the test reads every label request the worker writes, and waits until the learner has
    stored all of them (its pending table's changelog);
 2. then the true label of every request is produced to the labels topic as fast as the
-   producer goes, and the clock runs from the first label sent until the worker serves the
-   version that applied the last one (``abstain_model_version``, polled every 50 ms): the
-   labels topic in, versions out, every label applied once (the version counts labels).
+   producer goes, and the clock runs from the first label sent until the version that
+   applied the last one is read on the models topic: the labels topic in, versions out,
+   every label applied once (the version counts labels).
 
 Printed per run: labels, seconds, **labels/s**, the worker's CPU seconds per label (its
 ``/proc`` times over the label phase) and the size of the last model version; then the
@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -51,16 +52,8 @@ from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
 from service.stream.kafka.clients import Client, read_topic  # noqa: E402
 
 MODEL = "m"
+VERSION = re.compile(rb'"version":(\d+)')
 TIMEOUT = 600.0  # s, the bound on every wait
-
-
-def _metric(port: int, name: str) -> float:
-    """The value of ``name{model="m"}`` on the worker's /metrics (nan if absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(f"{name}{{") and f'model="{MODEL}"' in line:
-                return float(line.rsplit(" ", 1)[1])
-    return float("nan")
 
 
 def _ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -91,12 +84,21 @@ async def _run(
     changelog = f"{settings.app_id}-pending-changelog"
     asked: dict[str, int] = {}  # request id -> true label
     stored = {"n": 0}
+    newest = {"version": 0, "target": -1}
+    applied = asyncio.Event()
     async with Client(settings) as client:
         positioned = asyncio.Event()
 
         async def watch() -> None:
-            async for rec in client.follow([t.label_requests, changelog], positioned=positioned):
-                if rec.topic == t.label_requests:
+            topics = [t.label_requests, changelog, t.models]
+            async for rec in client.follow(topics, positioned=positioned, poll_ms=20):
+                if rec.topic == t.models:
+                    found = VERSION.search(rec.value[:200])
+                    if rec.key == MODEL.encode() and found is not None:
+                        newest["version"] = max(newest["version"], int(found.group(1)))
+                        if 0 <= newest["target"] <= newest["version"]:
+                            applied.set()
+                elif rec.topic == t.label_requests:
                     request = json.loads(rec.value)
                     asked[request["request_id"]] = int(y[int(request["event_id"][1:]) % len(y)])
                 else:
@@ -120,7 +122,7 @@ async def _run(
             if n != last or stored["n"] < n:
                 last, quiet_since = n, time.monotonic()
             await asyncio.sleep(0.2)
-        version0 = _metric(port, "abstain_model_version")
+        version0 = newest["version"]
         cpu0 = _cpu_seconds(pid)
         start = time.monotonic()
         for rid, label in list(asked.items()):
@@ -131,14 +133,13 @@ async def _run(
             )
         await client.flush()
         sent = time.monotonic()
-        target = version0 + len(asked)
-        while True:
-            version = _metric(port, "abstain_model_version")
-            if version >= target:
-                break
-            if time.monotonic() - start > TIMEOUT:
-                raise SystemExit(f"version {version} of {target} after {TIMEOUT:.0f}s")
-            await asyncio.sleep(0.05)
+        newest["target"] = version0 + len(asked)
+        if newest["version"] >= newest["target"]:
+            applied.set()
+        try:
+            await asyncio.wait_for(applied.wait(), TIMEOUT)
+        except TimeoutError:
+            raise SystemExit(f"version {newest['version']} after {TIMEOUT:.0f}s") from None
         elapsed = time.monotonic() - start
         cpu = _cpu_seconds(pid) - cpu0
         watcher.cancel()
