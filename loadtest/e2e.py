@@ -43,8 +43,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,29 +56,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import features, stop, worker_argv  # noqa: E402
+from harness import features, local_broker, running_worker  # noqa: E402
 
-from service.config import Topics, load_settings  # noqa: E402
+from service.config import Topics  # noqa: E402
 from service.stream.kafka.clients import Client  # noqa: E402
 
 
 def _features(n_features: int) -> np.ndarray:
     return features(n_features)
-
-
-def _ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"worker exited; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if json.loads(r.read()).get("ready"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"worker not ready; see {log}")
 
 
 def _total_lag(port: int) -> float:
@@ -207,27 +190,9 @@ def _measure(
 ) -> tuple[dict[str, float], Any]:
     """One worker subprocess for a fresh configuration; the benchmark against it. The worker
     is stopped by PID before this returns."""
-    config = _config(work, X, args, budget)
-    path = work / f"{config['app_id']}.json"
-    path.write_text(json.dumps(config))
-    settings = load_settings(path, broker=broker)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    log = work / f"{config['app_id']}.log"
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                worker_argv(path, broker, port),
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        _ready(port, proc, log)
+    with running_worker(work, _config(work, X, args, budget), broker, port) as (settings, _):
         run_args = argparse.Namespace(**{**vars(args), "web_port": port})
         return asyncio.run(_run(settings, X, run_args)), settings
-    finally:
-        stop(proc)
 
 
 def _table(title: str, results: dict[str, float]) -> None:
@@ -272,16 +237,7 @@ def main() -> int:
     kafka: Any = None
     runs: list[tuple[str, dict[str, float], Any]] = []
     try:
-        broker = args.broker
-        if broker is None:
-            from service.localkafka import LocalKafka, find_free_ports
-
-            port, ctl = find_free_ports(2)
-            kafka = LocalKafka(
-                port=port, controller_port=ctl, data_dir=work / "kafka", die_with_parent=True
-            )
-            kafka.start()
-            broker = kafka.bootstrap
+        kafka, broker = local_broker(args.broker, work)
         results, settings = _measure(work, broker, X, args, None, args.web_port)
         runs.append(("no label budget", results, settings))
         if args.budget_fraction > 0:

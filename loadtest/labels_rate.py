@@ -31,11 +31,9 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -45,30 +43,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import stop, worker_argv  # noqa: E402
+from harness import local_broker, running_worker  # noqa: E402
 
-from service.config import Topics, load_settings  # noqa: E402
+from service.config import Topics  # noqa: E402
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
 from service.stream.kafka.clients import Client, read_topic  # noqa: E402
 
 MODEL = "m"
 VERSION = re.compile(rb'"version":(\d+)')
 TIMEOUT = 600.0  # s, the bound on every wait
-
-
-def _ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"worker exited; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if json.loads(r.read()).get("ready"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"worker not ready; see {log}")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -170,26 +153,8 @@ def _config(work: Path, algorithm: str) -> dict[str, Any]:
 
 def _measure(work: Path, broker: str, algorithm: str, events: int, port: int) -> dict[str, float]:
     X, y = load_dataset(resolve_dataset_path("phishing"))
-    config = _config(work, algorithm)
-    path = work / f"{config['app_id']}.json"
-    path.write_text(json.dumps(config))
-    settings = load_settings(path, broker=broker)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ABSTAIN_")}
-    log = work / f"{config['app_id']}.log"
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                worker_argv(path, broker, port),
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        _ready(port, proc, log)
+    with running_worker(work, _config(work, algorithm), broker, port) as (settings, proc):
         return asyncio.run(_run(settings, X, y, events, port, proc.pid))
-    finally:
-        stop(proc)
 
 
 def main() -> int:
@@ -205,18 +170,9 @@ def main() -> int:
     kafka: Any = None
     runs: dict[str, list[dict[str, float]]] = {a: [] for a in algorithms}
     try:
-        broker = args.broker
-        if broker is None:
-            from service.localkafka import LocalKafka, find_free_ports  # noqa: PLC0415
-
-            port, ctl = find_free_ports(2)
-            kafka = LocalKafka(
-                port=port, controller_port=ctl, data_dir=work / "kafka", die_with_parent=True
-            )
-            kafka.start()
-            broker = kafka.bootstrap
+        kafka, broker = local_broker(args.broker, work)
         for r in range(args.repeats):
-            for k, algorithm in enumerate(algorithms):  # alternating, so drift in the
+            for k, algorithm in enumerate(algorithms):  # alternating: drift hits both alike
                 result = _measure(work, broker, algorithm, args.events, args.web_port + k + 10 * r)
                 runs[algorithm].append(result)
                 print(
