@@ -133,7 +133,7 @@ def test_the_detector_fires_once_after_the_flip_and_a_challenger_takes_over(
     worker = flipped.worker
     assert worker.metric("abstain_drift_detected_total", {"model": "m"}) == 1.0
     assert worker.metric("abstain_takeovers_total", {"model": "m"}) >= 1.0
-    chain = states(kafka_io, flipped.service.topics["models"])
+    chain = states(kafka_io, flipped.service.changelog("models"))  # every version
     changed = [s["version"] for s in chain if s["learner"]["learned"]["changes"] > 0]
     assert changed[0] > flipped.before  # nothing before the flip
     assert changed[0] <= flipped.before + 40  # within a few tens of labels after it
@@ -162,19 +162,23 @@ def test_every_label_is_applied_once_and_the_rebuild_is_the_same_model(
 ) -> None:
     service, answered = flipped.service, flipped.answered
     topic = service.topics["models"]
-    chain = states(kafka_io, topic)
-    # versions 1..N, none skipped; a version may be published again (a republish, when the
-    # scorers' version lagged behind the learner's on a busy machine), never changed
+    # every version is in the learner's table (the models topic has the newest of each of
+    # its batches): versions 1..N, none skipped; what the scorers were sent is among them,
+    # a version perhaps sent again (a republish, when the scorers' version lagged behind
+    # the learner's on a busy machine), never changed
+    chain = states(kafka_io, service.changelog("models"))
+    sent = states(kafka_io, topic)
     assert sorted({s["version"] for s in chain}) == list(range(1, answered + 1))
     by_version = {s["version"]: s["learner"] for s in chain}
-    assert all(s["learner"] == by_version[s["version"]] for s in chain)
+    assert all(s["learner"] == by_version[s["version"]] for s in chain + sent)
+    assert sent[-1]["version"] == answered
     assert chain[-1]["labels_applied"] == answered
     assert flipped.worker.metric("abstain_labels_applied_total", {"model": "m"}) == answered
     out = json.loads(service.cli("rebuild", "--model", "m", "--publish").stdout)
     assert out["version"] == answered
     assert (out["changes_detected"], out["skipped"]) == (1, {})
     after = states(kafka_io, topic)
-    assert len(after) > len(chain)
+    assert len(after) > len(sent)
     rebuilt, served = after[-1], chain[-1]
     for key in (
         "version",

@@ -108,12 +108,13 @@ def _lag(dep: Deployment, topic: str) -> dict[str, int]:
 
 
 def _envelope(dep: Deployment, model: str, version: int) -> dict[str, Any]:
-    """The learner's snapshot of ``model`` at ``version`` from the models topic."""
-    found = [
-        r.json()
-        for r in read_topic(dep.bootstrap, dep.topics["models"])
-        if r.key == model.encode() and not is_hostile(r.headers)
+    """The learner's snapshot of ``model`` at ``version`` from the models topic or its
+    table's changelog (which holds every version; the topic the newest of a batch)."""
+    records = [
+        *read_topic(dep.bootstrap, dep.topics["models"]),
+        *read_topic(dep.bootstrap, dep.changelog("models")),
     ]
+    found = [r.json() for r in records if r.key == model.encode() and not is_hostile(r.headers)]
     mine = [e for e in found if e["version"] == version]
     assert mine, f"no snapshot of {model} at version {version}: {[e['version'] for e in found]}"
     return dict(mine[-1])

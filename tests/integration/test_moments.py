@@ -42,7 +42,9 @@ def _truth(x: list[float]) -> int:
 
 
 def _versions(kio: KafkaIO, service: Service) -> list[dict[str, Any]]:
-    return [r.json() for r in kio.read(service.topics["models"]) if r.key == b"m"]
+    """Every version of ``m``, in order: the learner's table holds each (the models topic
+    the newest of each batch)."""
+    return [r.json() for r in kio.read(service.changelog("models")) if r.key == b"m"]
 
 
 def _first_step(state: dict[str, Any]) -> Any:

@@ -71,7 +71,7 @@ def test_kernel_dsal_model_scores_requests_labels_and_learns(
 ) -> None:
     service, worker, _ = labelled
     t = service.topics
-    states = _states(kafka_io, t["models"], "ker")
+    states = _states(kafka_io, service.changelog("models"), "ker")  # every version
     assert [s["version"] for s in states] == list(range(1, 9))
     assert states[-1]["learner"]["format"] == "abstain.adaptive"  # served adaptive by default
     champion = states[-1]["learner"]["champion"]

@@ -29,8 +29,10 @@ always, but its model versions are *staged* (the next label of the batch learns 
 versions, each as it would have been written alone, in order. The order per label is the
 one above (its mark durable before its model write), so a crash anywhere leaves marks ahead
 of the model, redone once each in offset order; what changes is one wait for the broker per
-batch instead of one per label. A record that is not a label to apply (an order, a sweep)
-commits what is staged first.
+batch instead of one per label. The models topic is sent each model's newest version of the
+batch alone (the table and its changelog keep every version, as a rollback and an audit need):
+scorers serve the newest anyway, and read and rebuild one version a batch instead of one a
+label. A record that is not a label to apply (an order, a sweep) commits what is staged first.
 """
 
 from __future__ import annotations
@@ -180,11 +182,15 @@ class LabelJoiner:
             return
         try:
             if staged.writes:
+                # the scorers are sent each model's newest version of the batch alone
+                newest = {o.model.model: k for k, (_, o) in enumerate(staged.writes) if o.model}
                 async with self.publisher.lock:
                     await self.outputs.durable()
-                    for partition, outcome in staged.writes:
+                    for k, (partition, outcome) in enumerate(staged.writes):
+                        assert outcome.model is not None  # noqa: S101 - applied outcomes
                         with staged.writing(partition):
-                            await self.publisher.put(outcome)
+                            last = newest[outcome.model.model] == k
+                            await self.publisher.put(outcome, publish=last)
             for partition, then in staged.after:
                 with staged.writing(partition):
                     then()

@@ -32,9 +32,12 @@ class Publisher:
         self.lock = asyncio.Lock()
         self.versions: dict[str, int] | None = None  # the owner's cache, kept up to date
 
-    async def put(self, outcome: LabelOutcome, *, learned: bool = True) -> None:
-        """Write one model's new version to the table and the models topic (the caller
-        holds :attr:`lock`), and count it when it ``learned`` a label."""
+    async def put(
+        self, outcome: LabelOutcome, *, learned: bool = True, publish: bool = True
+    ) -> None:
+        """Write one model's new version to the table and (unless not ``publish``: a later
+        version of the same batch follows it) the models topic (the caller holds
+        :attr:`lock`), and count it when it ``learned`` a label."""
         model, encoded = outcome.model, outcome.encoded
         assert model is not None  # noqa: S101 - an applied outcome carries both
         assert encoded is not None  # noqa: S101
@@ -42,7 +45,8 @@ class Publisher:
         self.models.put(model, encoded)
         if self.versions is not None:
             self.versions[name] = model.version
-        await self.outputs.model(name, encoded)
+        if publish:
+            await self.outputs.model(name, encoded)
         if not learned:
             return
         self.metrics.labels_applied.labels(model=name).inc()

@@ -1,6 +1,7 @@
 """Group commit: the learn loop hands the joiner a batch between ``stage`` and ``commit``; the
-batch's marks become durable with one flush, then its model versions are written, each as it
-would have been alone (in-memory tables and producer, no broker)."""
+batch's marks become durable with one flush, then its model versions are written to the table,
+each as it would have been alone, and each model's newest to the models topic (in-memory
+tables and producer, no broker)."""
 
 from __future__ import annotations
 
@@ -74,8 +75,13 @@ async def test_a_batch_writes_what_its_labels_write_alone_with_one_flush() -> No
     await run(batched, 30, staged=True)
     assert versions(alone) == list(range(1, 31))
     assert alone.dead() == [("already_applied", 31)]
-    for topic in (MODELS, MODELS_CHANGELOG, "pending-changelog"):
+    for topic in (MODELS_CHANGELOG, "pending-changelog"):
         assert by_topic(batched.kafka.durable, topic) == by_topic(alone.kafka.durable, topic), topic
+    # the scorers are sent each model's newest version of the batch: the very same record
+    each = by_topic(alone.kafka.durable, MODELS)
+    newest = [r for k, r in enumerate(each) if all(later[0] != r[0] for later in each[k + 1 :])]
+    assert [key for key, _ in newest] == [b"m", b"m-dral"]
+    assert by_topic(batched.kafka.durable, MODELS) == newest
     # a parked label's copy is deleted once its label's model is written: later in a batch,
     # to the same end
     orphans = [dict(by_topic(x.kafka.durable, "orphans-changelog")) for x in (alone, batched)]
@@ -103,7 +109,7 @@ async def test_the_next_label_of_a_batch_learns_from_the_staged_version() -> Non
     assert republished == ["m", "m-dral"]
     assert versions(learner) == [0]
     await learner.joiner.commit()
-    assert versions(learner) == [0, 1, 2, 3]
+    assert versions(learner) == [0, 3]  # the newest of the batch: what scorers serve
     assert learner.joiner.models.get("m", staged=False).version == 3
 
 
