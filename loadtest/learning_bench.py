@@ -2,16 +2,22 @@
 stationary sets in random orders, real drifting streams in their own order and generated
 drift.
 
-Usage: ``python loadtest/learning_bench.py [--groups short,long,replay,elec2,agrawal]
-[--runs 10] [--out loadtest/results/learning] [--jobs 1]`` (River, scikit-learn and
-scikit-activeml come with the ``bench`` extra). Prints one table per group and writes
-``<group>.json`` (every run's risk and labels, the settings) to ``--out``.
+Usage: ``python loadtest/learning_bench.py [--groups short,onehot,long,replay,elec2,agrawal]
+[--runs 10] [--out loadtest/results/learning] [--jobs 1]`` (River, scikit-learn,
+scikit-activeml and Vowpal Wabbit come with the ``bench`` extra). Prints one table per group
+and writes ``<group>.json`` (every run's risk and labels, each peer's tuning, the settings)
+to ``--out``.
 
 Streams (``d = 0.25`` everywhere):
 
-* ``short``: 500-1,000 events, stationary, a random order per run: scikit-learn's
-  breast-cancer set (569 events) and its digits (0-4 against 5-9; the first 900 events of
-  the order);
+* ``short``: 150-1,000 events, stationary, a random order per run: scikit-learn's
+  breast-cancer set (569 events), its digits (0-4 against 5-9; the first 900 events of
+  the order), wine (cultivar 2 against the rest, 178), iris (virginica against the rest,
+  150) and diabetes (progression above its median, 442);
+* ``onehot``: one-hot and sparse binary features, generated (10,000 events each, the first
+  5,000 of a random order per run): 12 categorical attributes one-hot, 300 sparse binary
+  features, and River's Agrawal (function 4) with every attribute one-hot (the numeric ones
+  cut at their deciles); see ``_generated``;
 * ``long``: stationary sets bundled with River and scikit-learn, the first 5,000 events of a
   random order per run: River's Phishing (1,250), Bananas (5,300), image segments (2,310;
   brickface, sky and foliage against the rest), Shuttle (class 1 against the rest), Yeast
@@ -35,17 +41,24 @@ Models:
   scored since the last one, as the scorers send them;
 * ``bare``: the paper's learners: no wrapper, the paper's update, and a standardiser of the
   labelled rows (a worker's before);
-* River's ``LogisticRegression`` behind a ``StandardScaler`` with every label, at a
-  constant step picked on each run's first 10 % from 0.01-1 (``River LR (best step)``) and
-  at 0.1; River's ``active.EntropySampler`` (discount 3) around the LR at 0.1, held to each
-  budget (a label only while labels <= budget x events); scikit-activeml's
-  ``VariableUncertainty``, ``Split`` and ``StreamProbabilisticAL`` (PAL, kernel frequencies
-  from the labelled events) deciding which labels the same LR gets (``short`` only: they
-  are slow), held to the budget the same way (their own budget managers reach the rate
-  only in the long run: on the 569 events of breast cancer they asked 15-27 % more labels
-  than the budget before this cap, ``loadtest/results/learning/short-before.json``). The
-  peers' scaler learns from every event (River's ``learn_during_predict``).
-  Their decisions: Chow's rule, reject iff the top class probability is below ``1 - d``.
+* the peers, each at its best, tuned once per stream as a user would on a run of its own
+  (:func:`tuning_run`: an order, trials, generator seed or coins none of the evaluated runs
+  has; elec2 has one order, so there only the coins and seeds differ and the full-label
+  peers' tuning is the best in hindsight): River's ``LogisticRegression`` behind a
+  ``StandardScaler`` with every label, its constant step then its intercept's step chosen
+  from 0.01-1 (:data:`STEPS`) by risk on that run; River's ``active.EntropySampler``
+  around that LR; Vowpal Wabbit's logistic regression (``--loss_function logistic``, its
+  learning rate from 0.01-10 on raw or standardised features, chosen the same way) with
+  every label, and its active learner (``--active``); scikit-activeml's
+  ``VariableUncertainty``, ``Split`` and ``StreamProbabilisticAL`` (PAL, kernel
+  frequencies from the labelled events) deciding which labels the tuned LR gets (``short``
+  only: they are slow). Each budgeted peer's knob (the discount factor, the mellowness,
+  scikit-activeml's budget) is searched geometrically on the tuning run until, free of
+  the cap, it asks the budget (:func:`search_knob`); then every budgeted peer is held to
+  the budget (a label only while labels <= budget x events). The River peers' scaler
+  learns from every event (River's ``learn_during_predict``). Their decisions: Chow's
+  rule, reject iff the top class probability is below ``1 - d``. Each peer's tuning is
+  written in its cells and in the JSON (``tuning``, and beside each run's measures).
 
 Measures: risk (mean 0-d-1 loss per event) and labels used, per run; tables show the median
 over runs [min-max].
@@ -56,11 +69,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,8 +97,7 @@ from service.replay.sequential import variant_learner  # noqa: E402
 
 COST = 0.25
 BUDGETS: tuple[float | None, ...] = (0.05, 0.1, 0.2, None)
-STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-GROUPS = ("short", "long", "replay", "elec2", "agrawal")
+GROUPS = ("short", "onehot", "long", "replay", "elec2", "agrawal")
 
 
 # -- streams ---------------------------------------------------------------------------
@@ -120,8 +133,70 @@ def _sklearn(name: str) -> tuple[np.ndarray, np.ndarray]:
     if name == "breast-cancer":
         data = datasets.load_breast_cancer()
         return np.asarray(data.data, dtype=np.float64), _signs(data.target == 1)
+    if name == "wine":  # cultivar 2 against the other two (71 of 178)
+        data = datasets.load_wine()
+        return np.asarray(data.data, dtype=np.float64), _signs(data.target == 1)
+    if name == "iris":  # virginica against the rest (50 of 150)
+        data = datasets.load_iris()
+        return np.asarray(data.data, dtype=np.float64), _signs(data.target == 2)
+    if name == "diabetes":  # disease progression above its median (442 events)
+        data = datasets.load_diabetes()
+        target = np.asarray(data.target)
+        return np.asarray(data.data, dtype=np.float64), _signs(target > np.median(target))
     data = datasets.load_digits()
     return np.asarray(data.data, dtype=np.float64), _signs(data.target >= 5)
+
+
+def _one_hot(codes: np.ndarray) -> np.ndarray:
+    """Columns of integer codes (one column per attribute) as one-hot blocks."""
+    blocks = []
+    for column in codes.T:
+        levels = np.unique(column)
+        blocks.append((column[:, None] == levels[None, :]).astype(np.float64))
+    return np.hstack(blocks)
+
+
+def _generated(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The generated one-hot and sparse binary sets (10,000 events; fixed seeds).
+
+    * ``onehot``: 12 categorical attributes of 3-20 levels, one-hot (101 columns, 12 ones a
+      row); the label drawn from a logistic model of a random effect per level;
+    * ``sparse-binary``: 300 binary features present with probabilities 0.2 / (j + 1)^0.5
+      (about 7 ones a row), the label drawn from a logistic model whose weights are zero on 70 %
+      of the features;
+    * ``agrawal-onehot``: River's Agrawal (function 4, 5 % perturbation, seed 0), its
+      categorical attributes (education level, car, zip code) one-hot and its numeric ones
+      cut at their deciles, one-hot (87 columns, 9 ones a row).
+    """
+    rng = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(len(name),)))
+    n = 10_000
+    if name == "onehot":
+        levels = (3, 4, 5, 6, 8, 10, 12, 15, 20, 3, 5, 10)
+        codes = np.stack([rng.integers(0, k, n) for k in levels], axis=1)
+        effects = [rng.normal(0.0, 0.8, k) for k in levels]
+        score = sum(e[codes[:, i]] for i, e in enumerate(effects)) - 0.3
+        return _one_hot(codes), _signs(rng.random(n) < 1.0 / (1.0 + np.exp(-score)))
+    if name == "sparse-binary":
+        d = 300
+        presence = 0.2 / np.sqrt(np.arange(1, d + 1))
+        X = (rng.random((n, d)) < presence).astype(np.float64)
+        w = rng.normal(0.0, 1.5, d) * (rng.random(d) < 0.3)
+        score = X @ w + 0.2
+        return X, _signs(rng.random(n) < 1.0 / (1.0 + np.exp(-score)))
+    from river.datasets import synth  # noqa: PLC0415 - bench extra
+
+    rows = list(itertools.islice(synth.Agrawal(4, seed=0, perturbation=0.05), n))
+    keys = list(rows[0][0])
+    raw = np.array([[float(x[k]) for k in keys] for x, _ in rows])
+    codes = np.empty(raw.shape, dtype=np.int64)
+    for j, key in enumerate(keys):
+        column = raw[:, j]
+        if key in ("elevel", "car", "zipcode"):
+            codes[:, j] = column.astype(np.int64)
+        else:
+            edges = np.unique(np.quantile(column, np.linspace(0.1, 0.9, 9)))
+            codes[:, j] = np.searchsorted(edges, column, side="right")
+    return _one_hot(codes), _signs([bool(v) for _, v in rows])
 
 
 def _river(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -142,6 +217,12 @@ def _river(name: str) -> tuple[np.ndarray, np.ndarray]:
 SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None]] = {
     "breast-cancer": (_sklearn, None),
     "digits": (_sklearn, 900),
+    "wine": (_sklearn, None),
+    "iris": (_sklearn, None),
+    "diabetes": (_sklearn, None),
+    "onehot": (_generated, 5000),
+    "sparse-binary": (_generated, 5000),
+    "agrawal-onehot": (_generated, 5000),
     "river-phishing": (_river, 5000),
     "bananas": (_river, 5000),
     "segment": (_river, 5000),
@@ -149,45 +230,55 @@ SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None
     "yeast": (_river, 5000),
 }
 MEMBERS = {
-    "short": ("breast-cancer", "digits"),
+    "short": ("breast-cancer", "digits", "wine", "iris", "diabetes"),
+    "onehot": ("onehot", "sparse-binary", "agrawal-onehot"),
     "long": ("river-phishing", "bananas", "segment", "shuttle", "yeast"),
     "replay": ("phishing", "svmguide1"),
     "elec2": ("elec2",),
     "agrawal": ("agrawal",),
 }
+#: the run index of the tuning order: every peer's knobs are chosen on this order (a
+#: permutation, trials, coins or generator seed of its own), never on an evaluated one
+TUNE = 1_000_000
 
 
-def shuffled(name: str, runs: int) -> Iterator[Run]:
+def shuffled(name: str, runs: Iterable[int]) -> Iterator[Run]:
     """A stationary set in a random order per run (its first ``SETS[name][1]`` events)."""
     load, events = SETS[name]
     X, y = load(name)
-    for r in range(runs):
+    for r in runs:
         rng = _rng(r)
         order = rng.permutation(y.shape[0])[:events]
         yield Run(name, r, X[order], y[order], rng.random(order.shape[0]))
 
 
-def replayed(name: str, runs: int, trials: int = 10_000) -> Iterator[Run]:
-    """The replay's own trials of a shared file (as ``abstain replay`` and peers.py)."""
+def replayed(name: str, runs: Iterable[int], trials: int = 10_000) -> Iterator[Run]:
+    """The replay's own trials of a shared file (as ``abstain replay`` and peers.py); the
+    tuning run: one trial planned with a seed of its own."""
     X, y = load_dataset(resolve_dataset_path(name))
-    plan = plan_trials(X.shape[0], runs, trials, seed=0)
-    for r in range(runs):
-        rows = plan.indices[r]
-        yield Run(name, r, X[rows], y[rows], plan.coins[r])
+    wanted = list(runs)
+    evaluated = [r for r in wanted if r != TUNE]
+    plan = plan_trials(X.shape[0], max(evaluated, default=0) + 1, trials, seed=0)
+    tune = plan_trials(X.shape[0], 1, trials, seed=TUNE)
+    for r in wanted:
+        trials_of, i = (tune, 0) if r == TUNE else (plan, r)
+        rows = trials_of.indices[i]
+        yield Run(name, r, X[rows], y[rows], trials_of.coins[i])
 
 
-def elec2(runs: int) -> Iterator[Run]:
-    """The electricity stream in its own order; the coins change with the run."""
+def elec2(runs: Iterable[int]) -> Iterator[Run]:
+    """The electricity stream in its own order; the coins change with the run. It has one
+    order: the tuning run differs by its coins and seeds only."""
     X, y = load_dataset(resolve_dataset_path("elec2/elec.csv"))
-    for r in range(runs):
+    for r in runs:
         yield Run("elec2", r, X, y, _rng(r).random(y.shape[0]))
 
 
-def agrawal(runs: int, n: int = 15_000, change: int = 5_000) -> Iterator[Run]:
+def agrawal(runs: Iterable[int], n: int = 15_000, change: int = 5_000) -> Iterator[Run]:
     """River's Agrawal, function 6 then 8 from event ``change`` (abrupt)."""
     from river.datasets import synth  # noqa: PLC0415 - bench extra
 
-    for r in range(runs):
+    for r in runs:
         before = itertools.islice(synth.Agrawal(classification_function=6, seed=r), change)
         after = itertools.islice(
             synth.Agrawal(classification_function=8, seed=10_000 + r), n - change
@@ -198,14 +289,23 @@ def agrawal(runs: int, n: int = 15_000, change: int = 5_000) -> Iterator[Run]:
         yield Run("agrawal", r, X, _signs([bool(v) for _, v in rows]), _rng(r).random(n))
 
 
-def runs_of(name: str, runs: int) -> Iterator[Run]:
+def runs_of(name: str, runs: int | Iterable[int]) -> Iterator[Run]:
+    """The runs ``0 .. runs - 1`` of a stream (or the run indices given; :data:`TUNE`: the
+    tuning run)."""
+    which = range(runs) if isinstance(runs, int) else runs
     if name in SETS:
-        return shuffled(name, runs)
+        return shuffled(name, which)
     if name in ("phishing", "svmguide1"):
-        return replayed(name, runs)
+        return replayed(name, which)
     if name == "elec2":
-        return elec2(runs)
-    return agrawal(runs)
+        return elec2(which)
+    return agrawal(which)
+
+
+def tuning_run(name: str) -> Run:
+    """The run every peer of ``name`` is tuned on: an order (trials, generator seed, coins)
+    of its own, none of the evaluated runs."""
+    return next(runs_of(name, [TUNE]))
 
 
 # -- abstain ---------------------------------------------------------------------------
@@ -276,10 +376,27 @@ def _standardised(X: np.ndarray) -> np.ndarray:
 
 
 # -- peers -----------------------------------------------------------------------------
-def _logistic(step: float) -> Any:
+#: the constant steps River's LR is tuned over (its weights' and its intercept's)
+STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+#: Vowpal Wabbit's learning rates (its updates are adaptive and normalised; 0.5 its default)
+VW_RATES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: each budgeted peer's knob: its name, the range it is searched over, whether asking rises
+#: with it
+KNOBS: dict[str, tuple[str, float, float, bool]] = {
+    "river-es": ("discount_factor", 1e-2, 1e5, False),
+    "vw-active": ("mellowness", 1e-7, 10.0, True),
+    "VariableUncertainty": ("budget", 1e-3, 1.0, True),
+    "Split": ("budget", 1e-3, 1.0, True),
+    "PAL": ("budget", 1e-3, 1.0, True),
+}
+SKACTIVEML = ("VariableUncertainty", "Split", "PAL")
+
+
+def _logistic(step: float, intercept_step: float | None = None) -> Any:
     from river import linear_model, optim, preprocessing  # noqa: PLC0415 - bench extra
 
-    lr = linear_model.LogisticRegression(optimizer=optim.SGD(step), intercept_lr=step)
+    intercept = step if intercept_step is None else intercept_step
+    lr = linear_model.LogisticRegression(optimizer=optim.SGD(step), intercept_lr=intercept)
     return preprocessing.StandardScaler() | lr
 
 
@@ -294,14 +411,29 @@ def _loss(decision: int, y: int) -> float:
     return COST if decision == 0 else float(decision != y)
 
 
-def river_run(run: Run, budget: float | None, *, step: float, sampler: bool) -> Trace:
-    """River's LR (``sampler``: inside the entropy sampler) with the scaler learning every
-    event, labels within the budget."""
+def _over(budget: float | None, used: int, t: int) -> bool:
+    """Whether one more label would take a peer over its budget after ``t + 1`` events."""
+    return budget is not None and used + 1 > budget * (t + 1)
+
+
+def river_run(
+    run: Run,
+    budget: float | None,
+    *,
+    step: float,
+    intercept_step: float | None = None,
+    discount: float | None = None,
+    cap: bool = True,
+) -> Trace:
+    """River's LR (``discount``: inside the entropy sampler of that discount factor) with
+    the scaler learning every event; labels within the budget (``cap=False``: as many as
+    the sampler asks, what the tuning counts)."""
     from river import active, compose  # noqa: PLC0415 - bench extra
 
-    model = _logistic(step)
+    model = _logistic(step, intercept_step)
+    sampler = discount is not None
     if sampler:
-        model = active.EntropySampler(model, discount_factor=3, seed=run.run)
+        model = active.EntropySampler(model, discount_factor=discount, seed=run.run)
     n = run.y.shape[0]
     loss, decision = np.empty(n), np.empty(n, dtype=np.int8)
     asked = np.zeros(n, dtype=np.bool_)
@@ -316,7 +448,7 @@ def river_run(run: Run, budget: float | None, *, step: float, sampler: bool) -> 
         p = float(proba.get(True, 0.5)) if proba else 0.5
         decision[t], _ = _chow(p)
         loss[t] = _loss(int(decision[t]), yt)
-        if budget is not None and used + 1 > budget * (t + 1):
+        if cap and _over(budget, used, t):
             ask = False
         if ask:
             used += 1
@@ -325,17 +457,67 @@ def river_run(run: Run, budget: float | None, *, step: float, sampler: bool) -> 
     return Trace(loss, decision, asked, asked.astype(np.float64), COST)
 
 
-def best_step(run: Run) -> float:
-    """River LR's constant step with the lowest risk on the run's first 10 % (every label)."""
-    head = max(run.y.shape[0] // 10, 1)
-    part = Run(run.name, run.run, run.X[:head], run.y[:head], run.coins[:head])
-    risks = {s: river_run(part, None, step=s, sampler=False).risk for s in STEPS}
-    return min(risks, key=lambda s: (risks[s], s))
+def vw_run(
+    run: Run,
+    budget: float | None,
+    *,
+    rate: float,
+    scaled: bool = False,
+    mellowness: float | None = None,
+    cap: bool = True,
+) -> Trace:
+    """Vowpal Wabbit's logistic regression (``--loss_function logistic``, its adaptive
+    normalised updates at learning rate ``rate``) on the raw features (``scaled``: each
+    standardised by the mean and deviation of every event so far, as the River peers' scaler
+    does); with ``mellowness``,
+    its active learner (``--active --simulation``: it sees each label and learns from it
+    only if it queries it, with the importance weight it queried with), labels within the
+    budget (``cap=False``: as many as it queries). Decisions by Chow's rule on its
+    probability (``--link logistic``)."""
+    from vowpalwabbit import pyvw  # noqa: PLC0415 - bench extra
+
+    options = f"--loss_function logistic --link logistic -l {rate:g} --quiet"
+    options += f" --random_seed {run.run % 2**31}"
+    if mellowness is not None:
+        options += f" --active --simulation --mellowness {mellowness:.6g}"
+    vw = pyvw.Workspace(options)
+    n = run.y.shape[0]
+    loss, decision = np.empty(n), np.empty(n, dtype=np.int8)
+    asked = np.zeros(n, dtype=np.bool_)
+    used = 0
+    X = _standardised(run.X) if scaled else run.X
+    try:
+        for t, (row, yt) in enumerate(zip(X.tolist(), run.y.tolist(), strict=True)):
+            features = " ".join(f"{j}:{v:.9g}" for j, v in enumerate(row) if v != 0.0)
+            example = vw.example(f"{yt} | {features}")
+            p = float(vw.predict(example))
+            decision[t], _ = _chow(p)
+            loss[t] = _loss(int(decision[t]), yt)
+            if not (cap and _over(budget, used, t)):
+                vw.learn(example)
+                # an example the active learner did not query loses its label
+                if mellowness is None or abs(example.get_simplelabel_label()) < 1e30:
+                    used += 1
+                    asked[t] = True
+            vw.finish_example(example)
+    finally:
+        vw.finish()
+    return Trace(loss, decision, asked, asked.astype(np.float64), COST)
 
 
-def skactiveml_run(run: Run, budget: float, strategy: str) -> Trace:
-    """A scikit-activeml stream strategy choosing the labels of River's LR (step 0.1,
-    scaler learning every event)."""
+def skactiveml_run(
+    run: Run,
+    budget: float,
+    strategy: str,
+    *,
+    step: float = 0.1,
+    intercept_step: float | None = None,
+    knob: float | None = None,
+    cap: bool = True,
+) -> Trace:
+    """A scikit-activeml stream strategy (its budget parameter ``knob``, ``budget`` by
+    default) choosing the labels of River's LR (its steps; scaler learning every event),
+    held to ``budget`` (``cap=False``: as many labels as the strategy asks)."""
     from river import compose  # noqa: PLC0415 - bench extra
     from skactiveml.base import SkactivemlClassifier  # noqa: PLC0415
     from skactiveml.stream import (  # noqa: PLC0415
@@ -345,7 +527,7 @@ def skactiveml_run(run: Run, budget: float, strategy: str) -> Trace:
     )
 
     warnings.filterwarnings("ignore", module="skactiveml")  # its kernel's bandwidth notes
-    model = _logistic(0.1)
+    model = _logistic(step, intercept_step)
 
     class Proba(SkactivemlClassifier):  # type: ignore[misc]
         """The LR's probabilities of scaled rows for scikit-activeml (it learns elsewhere)."""
@@ -370,7 +552,8 @@ def skactiveml_run(run: Run, budget: float, strategy: str) -> Trace:
         "PAL": StreamProbabilisticAL,
     }
     extra = {"metric": "rbf"} if strategy == "PAL" else {}
-    query = kinds[strategy](budget=budget, random_state=run.run, **extra)
+    asks = budget if knob is None else knob
+    query = kinds[strategy](budget=asks, random_state=run.run % 2**31, **extra)
     clf = Proba()
     n = run.y.shape[0]
     loss, decision = np.empty(n), np.empty(n, dtype=np.int8)
@@ -392,7 +575,7 @@ def skactiveml_run(run: Run, budget: float, strategy: str) -> Trace:
             picked, u = query.query(candidate, clf, X=X_l, y=y_l, return_utilities=True)
         else:
             picked, u = query.query(candidate, clf, return_utilities=True)
-        if len(picked) and used + 1 > budget * (t + 1):  # held to the budget, as River's
+        if len(picked) and cap and _over(budget, used, t):  # held to the budget
             picked = picked[:0]
         query.update(candidate, picked, budget_manager_param_dict={"utilities": u})
         if len(picked):
@@ -411,6 +594,138 @@ def _scaled(model: Any, x: dict[int, float]) -> list[float]:
     return [float(z[k]) for k in sorted(z)]
 
 
+def peer_trace(
+    kind: str, run: Run, budget: float | None, knobs: dict[str, Any], *, cap: bool = True
+) -> Trace:
+    """One peer (``river-lr``, ``river-es``, ``vw``, ``vw-active`` or a scikit-activeml
+    strategy) on ``run`` with its tuned ``knobs`` (:func:`tune`)."""
+    steps = {"step": knobs.get("step", 0.1), "intercept_step": knobs.get("intercept_step")}
+    if kind == "river-lr":
+        return river_run(run, None, **steps)
+    if kind == "river-es":
+        return river_run(run, budget, **steps, discount=knobs["discount_factor"], cap=cap)
+    vw = {"rate": knobs.get("learning_rate", 0.5), "scaled": knobs.get("scaled", False)}
+    if kind == "vw":
+        return vw_run(run, None, **vw)
+    if kind == "vw-active":
+        return vw_run(run, budget, **vw, mellowness=knobs["mellowness"], cap=cap)
+    assert budget is not None
+    return skactiveml_run(run, budget, kind, **steps, knob=knobs["budget"], cap=cap)
+
+
+# -- tuning ----------------------------------------------------------------------------
+def pick(risks: dict[float, float]) -> float:
+    """The value of the lowest risk (the smaller value on a tie)."""
+    return min(risks, key=lambda v: (risks[v], v))
+
+
+def tune_steps(run: Run, steps: tuple[float, ...] = STEPS) -> dict[str, float]:
+    """River LR's constant step, then its intercept's, from ``steps`` by risk with every
+    label on ``run`` (the tuning run): the step with the intercept at the same step first,
+    then the intercept's step at that step."""
+    risks = {s: river_run(run, None, step=s, intercept_step=s).risk for s in steps}
+    step = pick(risks)
+    inter = {
+        s: risks[step] if s == step else river_run(run, None, step=step, intercept_step=s).risk
+        for s in steps
+    }
+    intercept = pick(inter)
+    return {"step": step, "intercept_step": intercept, "risk": inter[intercept]}
+
+
+def tune_vw(run: Run, rates: tuple[float, ...] = VW_RATES) -> dict[str, Any]:
+    """Vowpal Wabbit's learning rate from ``rates``, on raw or standardised features, by
+    risk with every label on ``run``."""
+    risks = {
+        (r, scaled): vw_run(run, None, rate=r, scaled=scaled).risk
+        for scaled in (False, True)
+        for r in rates
+    }
+    rate, scaled = min(risks, key=lambda k: (risks[k], k))
+    return {"learning_rate": rate, "scaled": scaled, "risk": risks[rate, scaled]}
+
+
+def search_knob(
+    asked: Callable[[float], float],
+    target: float,
+    low: float,
+    high: float,
+    *,
+    rising: bool,
+    tol: float = 0.05,
+    iterations: int = 10,
+) -> tuple[float, float]:
+    """Bisect a knob geometrically in ``[low, high]`` until ``asked(knob)`` (the fraction of
+    events a peer asks the label of) is within ``tol`` x ``target`` of ``target``; ``rising``:
+    asking rises with the knob. Returns the (knob, fraction) closest to the target seen."""
+    best: tuple[float, float] | None = None
+    for _ in range(iterations):
+        mid = math.sqrt(low * high)
+        fraction = asked(mid)
+        if best is None or abs(fraction - target) < abs(best[1] - target):
+            best = (mid, fraction)
+        if abs(fraction - target) <= tol * target:
+            break
+        if (fraction < target) == rising:
+            low = mid
+        else:
+            high = mid
+    assert best is not None
+    return best
+
+
+def tune_budgeted(
+    kind: str, run: Run, budget: float, base: dict[str, Any], **search: Any
+) -> dict[str, float]:
+    """``kind``'s knob (:data:`KNOBS`) searched on ``run`` until, free of the cap, it asks
+    ``budget`` of the labels; ``base``: its tuned steps or learning rate."""
+    name, low, high, rising = KNOBS[kind]
+    n = run.y.shape[0]
+
+    def asked(value: float) -> float:
+        trace = peer_trace(kind, run, budget, {**base, name: value}, cap=False)
+        return float(trace.labels) / n
+
+    value, fraction = search_knob(asked, budget, low, high, rising=rising, **search)
+    return {**{k: v for k, v in base.items() if k != "risk"}, name: value, "asked": fraction}
+
+
+def arm_key(kind: str, budget: float | None) -> str:
+    """The key of a peer's tuning: its kind, and its budget if it has one."""
+    return kind if budget is None else f"{kind} @{budget:g}"
+
+
+def tune(name: str, family: str, kinds: list[tuple[str, float | None]]) -> dict[str, Any]:
+    """Every peer of ``family`` (``river``: River's LR, its entropy sampler and the
+    scikit-activeml strategies around it; ``vw``: Vowpal Wabbit) tuned on the tuning run of
+    ``name`` (:func:`tuning_run`): ``{arm_key: knobs}``."""
+    run = tuning_run(name)
+    base = tune_steps(run) if family == "river" else tune_vw(run)
+    out: dict[str, Any] = {}
+    for kind, budget in kinds:
+        if budget is None:
+            out[arm_key(kind, None)] = base
+        else:
+            out[arm_key(kind, budget)] = tune_budgeted(kind, run, budget, base)
+    return out
+
+
+def describe(knobs: dict[str, Any]) -> str:
+    """A peer's tuning in a few words (a table cell's suffix)."""
+    words = []
+    if "step" in knobs:
+        words.append(f"step {knobs['step']:g}/{knobs['intercept_step']:g}")
+    if "learning_rate" in knobs:
+        words.append(f"rate {knobs['learning_rate']:g}")
+        words.append("standardised" if knobs.get("scaled") else "raw")
+    for key, word in (("discount_factor", "discount"), ("mellowness", "mellowness")):
+        if key in knobs:
+            words.append(f"{word} {knobs[key]:.3g}")
+    if "budget" in knobs:
+        words.append(f"budget {knobs['budget']:.3g}")
+    return ", ".join(words)
+
+
 # -- arms ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Arm:
@@ -418,28 +733,29 @@ class Arm:
 
     name: str
     budget: float | None
-    kind: str  # abstain | river-lr | river-best | river-es | VariableUncertainty | Split | PAL
+    kind: str  # abstain | river-lr | river-es | vw | vw-active | a scikit-activeml strategy
     abstain: Abstain | None = None
 
     @property
     def label(self) -> str:
         return f"{self.name} @{self.budget:.0%}" if self.budget else f"{self.name}, all labels"
 
-    def __call__(self, run: Run) -> dict[str, Any]:
+    @property
+    def family(self) -> str | None:
+        """Which tuning the peer takes (:func:`tune`); ``None`` for abstain's models."""
+        if self.kind == "abstain":
+            return None
+        return "vw" if self.kind.startswith("vw") else "river"
+
+    def __call__(self, run: Run, tuning: dict[str, Any] | None = None) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         if self.kind == "abstain":
             assert self.abstain is not None
             trace = self.abstain(run, self.budget)
-        elif self.kind == "river-lr":
-            trace = river_run(run, None, step=0.1, sampler=False)
-        elif self.kind == "river-best":
-            extra["step"] = step = best_step(run)
-            trace = river_run(run, None, step=step, sampler=False)
-        elif self.kind == "river-es":
-            trace = river_run(run, self.budget, step=0.1, sampler=True)
         else:
-            assert self.budget is not None
-            trace = skactiveml_run(run, self.budget, self.kind)
+            knobs = (tuning or {})[arm_key(self.kind, self.budget)]
+            extra["tuning"] = knobs
+            trace = peer_trace(self.kind, run, self.budget, knobs)
         rejected = float((trace.decision == 0).mean())
         return {"risk": trace.risk, "labels": trace.labels, "rejected": rejected, **extra}
 
@@ -454,33 +770,59 @@ def arms(group: str, args: argparse.Namespace) -> list[Arm]:
     for b in budgets:
         if b is None:
             out += [
-                Arm("River LR (best step)", None, "river-best"),
-                Arm("River LR (step 0.1)", None, "river-lr"),
+                Arm("River LR (tuned)", None, "river-lr"),
+                Arm("VW logistic (tuned)", None, "vw"),
             ]
             continue
-        out.append(Arm("River entropy sampler", b, "river-es"))
+        out += [
+            Arm("River entropy sampler (tuned)", b, "river-es"),
+            Arm("VW active (tuned)", b, "vw-active"),
+        ]
         if group == "short":
-            out += [Arm(f"skactiveml {s}", b, s) for s in ("VariableUncertainty", "Split", "PAL")]
+            out += [Arm(f"skactiveml {s} (tuned)", b, s) for s in SKACTIVEML]
     return out
 
 
-def _job(job: tuple[str, int, int, list[Arm]]) -> list[tuple[str, str, dict[str, Any]]]:
-    name, r, runs, todo = job
-    run = next(itertools.islice(runs_of(name, runs), r, None))
-    return [(arm.label, name, arm(run)) for arm in todo]
+def _tune_job(job: tuple[str, str, list[tuple[str, float | None]]]) -> dict[str, Any]:
+    return tune(*job)
 
 
-def run_group(group: str, args: argparse.Namespace) -> dict[str, dict[str, list[Any]]]:
-    """``{arm label: {stream: [measures of each run]}}``."""
+def _job(
+    job: tuple[str, int, list[Arm], dict[str, Any]],
+) -> list[tuple[str, str, dict[str, Any]]]:
+    name, r, todo, tuning = job
+    run = next(runs_of(name, [r]))
+    return [(arm.label, name, arm(run, tuning)) for arm in todo]
+
+
+def run_group(
+    group: str, args: argparse.Namespace
+) -> tuple[dict[str, dict[str, list[Any]]], dict[str, dict[str, Any]]]:
+    """``{arm label: {stream: [measures of each run]}}`` and each stream's tuning
+    (``{stream: {arm label: knobs}}``), the peers tuned first on each stream's tuning run."""
     todo = arms(group, args)
     runs = args.runs if group != "elec2" else args.elec2_runs
-    jobs = [(name, r, runs, todo) for name in MEMBERS[group] for r in range(runs)]
+    families: dict[str, list[tuple[str, float | None]]] = {}
+    for arm in todo:
+        if arm.family is not None:
+            families.setdefault(arm.family, []).append((arm.kind, arm.budget))
+    tune_jobs = [(name, f, k) for name in MEMBERS[group] for f, k in families.items()]
     results: dict[str, dict[str, list[Any]]] = {a.label: {} for a in todo}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        tuned: dict[str, dict[str, Any]] = {name: {} for name in MEMBERS[group]}
+        for (name, _, _), knobs in zip(tune_jobs, pool.map(_tune_job, tune_jobs), strict=True):
+            tuned[name].update(knobs)
+        jobs = [(name, r, todo, tuned[name]) for name in MEMBERS[group] for r in range(runs)]
         for done in pool.map(_job, jobs):
             for label, name, measures in done:
                 results[label].setdefault(name, []).append(measures)
-    return results
+    tuning = {
+        name: {
+            a.label: tuned[name][arm_key(a.kind, a.budget)] for a in todo if a.family is not None
+        }
+        for name in MEMBERS[group]
+    }
+    return results, tuning
 
 
 def cell(values: list[float], fmt: str = ".4f") -> str:
@@ -488,10 +830,20 @@ def cell(values: list[float], fmt: str = ".4f") -> str:
 
 
 def table(results: dict[str, dict[str, list[Any]]]) -> str:
+    """One row per model, a column per stream: median risk [min-max] over runs, and a peer's
+    tuning on that stream after it."""
     names = list(dict.fromkeys(n for by in results.values() for n in by))
     lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, by in results.items():
-        cells = [cell([m["risk"] for m in by[n]]) if n in by else "" for n in names]
+        cells = []
+        for n in names:
+            if n not in by:
+                cells.append("")
+                continue
+            text = cell([m["risk"] for m in by[n]])
+            if "tuning" in by[n][0]:
+                text += f" ({describe(by[n][0]['tuning'])})"
+            cells.append(text)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -552,7 +904,7 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for group in args.groups:
         tic = time.perf_counter()
-        results = run_group(group, args)
+        results, tuning = run_group(group, args)
         text = table(results)
         print(f"## {group}\n\n{text}\n", flush=True)
         settings = {
@@ -562,7 +914,7 @@ def main(argv: list[str]) -> int:
             "budgets": args.budgets,
             "seconds": round(time.perf_counter() - tic, 1),
         }
-        record = {"group": group, "settings": settings, "results": results}
+        record = {"group": group, "settings": settings, "tuning": tuning, "results": results}
         path = args.out / f"{group}{args.tag}.json"
         path.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     return 0

@@ -11,6 +11,13 @@ by default); with ``--peers``, ``<group><peers>.json`` (the peers run again, the
 scikit-activeml ones held to the budget as River's entropy sampler is: rows of their own
 and the ratio to the best of them). Prints one table per stream: a row per model, a column
 per budget, cells the median risk over runs [min-max], then the ratios.
+
+``--tuned TAG`` reads one file per group, ``<group><TAG>.json``, with every model of
+``loadtest/learning_bench.py`` in it (its peers tuned on a separate order): a summary, one
+row per stream and budget, of the served stack against the best tuned peer (the lowest
+median risk) and the paper's learner, then a table per stream with each peer's tuning in its
+cells and the served stack's ratio to each of them. Ratios are taken run by run (the same
+order and coins) and shown as the median [min-max] over runs.
 """
 
 from __future__ import annotations
@@ -122,13 +129,132 @@ def table(
     return f"#### {stream} ({group})\n\n" + "\n".join(lines)
 
 
+# -- one run of every model, the peers tuned (learning_bench.py since the peers' tuning) ---
+#: the tuned peers each budget is compared with (their rows' names without the budget)
+TUNED_BUDGET_PEERS = (
+    "River entropy sampler (tuned)",
+    "VW active (tuned)",
+    "skactiveml VariableUncertainty (tuned)",
+    "skactiveml Split (tuned)",
+    "skactiveml PAL (tuned)",
+)
+TUNED_FULL_PEERS = ("River LR (tuned)", "VW logistic (tuned)")
+
+
+def ratios(num: list[dict[str, Any]], den: list[dict[str, Any]]) -> list[float]:
+    """Risk of ``num`` over risk of ``den``, run by run (the same orders and coins)."""
+    return [
+        a["risk"] / b["risk"] if b["risk"] > 0 else float("inf")
+        for a, b in zip(num, den, strict=True)
+    ]
+
+
+def spread(values: list[float], fmt: str = ".2f") -> str:
+    """``median [min-max]``."""
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def tuned_peers(results: dict[str, Any], stream: str, budget: str) -> list[tuple[str, float]]:
+    """The tuned peers at ``budget`` on ``stream`` with their median risks, best first."""
+    names = TUNED_FULL_PEERS if budget == ", all labels" else TUNED_BUDGET_PEERS
+    found = [
+        (p, median(results[p + budget][stream]))
+        for p in names
+        if stream in results.get(p + budget, {})
+    ]
+    return sorted(found, key=lambda f: f[1])
+
+
+def _describe(knobs: dict[str, Any]) -> str:
+    sys.path.insert(0, str(HERE))
+    from learning_bench import describe  # noqa: PLC0415 - the bench's own words
+
+    return str(describe(knobs))
+
+
+def tuned_table(stream: str, results: dict[str, Any]) -> str:
+    """A stream's table: a row per model (a peer's cell ends with its tuning), a column per
+    budget, then the served stack's ratio to the paper's learner, to each tuned peer and to
+    the best tuned peer, each the median [min-max] over runs of the run-by-run ratio."""
+    present = [i for i, b in enumerate(BUDGETS) if stream in results.get(SERVED + b, {})]
+    lines = [
+        "| model | " + " | ".join(HEADS[i] for i in present) + " |",
+        "|---|" + "---|" * len(present),
+    ]
+    for name in models(results):
+        cells = []
+        for i in present:
+            runs = results.get(name + BUDGETS[i], {}).get(stream)
+            text = cell(runs)
+            if runs and "tuning" in runs[0]:
+                text += f" ({_describe(runs[0]['tuning'])})"
+            cells.append(text)
+        if any(cells):
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    served = {i: results[SERVED + BUDGETS[i]][stream] for i in present}
+    against = [BARE, *TUNED_FULL_PEERS, *TUNED_BUDGET_PEERS]
+    for other in against:
+        cells = [
+            spread(ratios(served[i], results[other + BUDGETS[i]][stream]))
+            if stream in results.get(other + BUDGETS[i], {})
+            else ""
+            for i in present
+        ]
+        if any(cells):
+            lines.append(
+                f"| *served / {other}* | " + " | ".join(f"*{c}*" if c else "" for c in cells) + " |"
+            )
+    best = []
+    for i in present:
+        peers = tuned_peers(results, stream, BUDGETS[i])
+        if not peers:
+            best.append("")
+            continue
+        name = peers[0][0]
+        best.append(f"**{spread(ratios(served[i], results[name + BUDGETS[i]][stream]))}** ({name})")
+    lines.append("| *served / best tuned peer* | " + " | ".join(best) + " |")
+    return f"#### {stream}\n\n" + "\n".join(lines)
+
+
+def summary(group_results: list[tuple[str, dict[str, Any]]]) -> str:
+    """One row per stream and budget: the served stack's median risk, the best tuned peer
+    (lowest median risk) and its tuning, the run-by-run ratios to it and to the paper's
+    learner (median [min-max])."""
+    lines = [
+        "| stream | labels | served | best tuned peer | its tuning | served / best peer "
+        "| served / bare |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for group, results in group_results:
+        streams = list(dict.fromkeys(s for by in results.values() for s in by))
+        for stream in streams:
+            for i, b in enumerate(BUDGETS):
+                runs = results.get(SERVED + b, {}).get(stream)
+                if not runs:
+                    continue
+                peers = tuned_peers(results, stream, b)
+                if not peers:
+                    continue
+                name = peers[0][0]
+                other = results[name + b][stream]
+                bare = results.get(BARE + b, {}).get(stream)
+                lines.append(
+                    f"| {stream} ({group}) | {HEADS[i]} | {median(runs):.4f} | {name} "
+                    f"{peers[0][1]:.4f} | {_describe(other[0].get('tuning', {}))} | "
+                    f"{spread(ratios(runs, other))} | "
+                    + (spread(ratios(runs, bare)) if bare else "")
+                    + " |"
+                )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--results", type=Path, default=HERE / "results" / "learning")
     p.add_argument(
         "--groups",
         type=lambda t: t.split(","),
-        default=["short", "long", "replay", "elec2", "agrawal"],
+        default=["short", "onehot", "long", "replay", "elec2", "agrawal"],
     )
     p.add_argument("--now", default="-after", help="tag of the served stack now")
     p.add_argument(
@@ -138,7 +264,21 @@ def main(argv: list[str]) -> int:
         help="TAG[:NAME] of an earlier round's served stack (repeatable; NAME: round 1)",
     )
     p.add_argument("--peers", default=None, help="tag of the peers held to the budget")
+    p.add_argument(
+        "--tuned",
+        default=None,
+        help="tag of a run of every model with the peers tuned (learning_bench.py --tag): "
+        "a summary of the served stack against the best tuned peer, then a table per stream",
+    )
     args = p.parse_args(argv)
+    if args.tuned is not None:
+        found = [(g, load(args.results, g, args.tuned)) for g in args.groups]
+        found = [(g, r) for g, r in found if r]
+        print(summary(found), end="\n\n")
+        for _, results in found:
+            for stream in dict.fromkeys(s for by in results.values() for s in by):
+                print(tuned_table(stream, results), end="\n\n")
+        return 0
     for group in args.groups:
         before, after = load(args.results, group, "-before"), load(args.results, group, args.now)
         previous = []

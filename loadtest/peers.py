@@ -33,14 +33,20 @@ Models (River's pipelines learn their standardisation from the labelled examples
 * ``abstain bare``: the paper's learner through the replay's own code
   (:func:`service.replay.sequential.variant_learner`) with a standardiser of the labelled
   rows;
-* River's ``LogisticRegression`` with every label, at River's default step (SGD 0.01) and
-  at 0.1 (the step that recovers fastest from the label flip, within a few % of the best on
-  the stationary sets), and at 0.1 reset by ``drift.ADWIN``
-  (``drift.DriftRetrainingClassifier``);
-* River's ``active.EntropySampler`` (discount 3) around the LR at step 0.1, held to the
-  same budgets (a label only while ``labels <= budget x events``);
+* River's ``LogisticRegression`` with every label at its best constant step, alone and
+  reset by ``drift.ADWIN`` (``drift.DriftRetrainingClassifier``);
+* River's ``active.EntropySampler`` around that LR, held to the same budgets (a label only
+  while ``labels <= budget x events``);
 * an oracle on the drift streams: the Bayes decision of the concept in force (it knows
   both concepts and when the change happens): the floor of what the measures can show.
+
+Every River contender runs at its best, tuned once per stream as a user would, on a run of
+its own (:data:`TUNE`: a stream seed, trials or order none of the evaluated runs has): the
+LR's constant step from 0.01-1, then its intercept's at that step, by risk with every label
+(:data:`STEPS`); for each budget the entropy sampler's discount factor, searched
+geometrically until, free of the cap, it asks the budget on that run
+(``learning_bench.search_knob``). ``peers.md`` lists each one's tuning under the table;
+``peers.json`` keeps it (``tuning``) and beside each run's measures.
 
 Decisions of River's models by Chow's rule: reject iff the top class probability is
 below ``1 - d``. Measures (:mod:`service.replay.prequential`): risk (mean 0-d-1 loss),
@@ -64,7 +70,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from learning_bench import pick, search_knob  # noqa: E402
 
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
 from service.learning import Budgeted, Parts, default_pipeline, serving_pipeline  # noqa: E402
@@ -88,6 +98,11 @@ COST = 0.25
 BUDGETS: tuple[float | None, ...] = (0.05, 0.1, 0.2, None)
 STATIONARY = ("phishing", "svmguide1")
 SHORT = "breast-cancer"
+#: the run index of the tuning run: River's steps and the entropy sampler's discount are
+#: chosen on a stream seed, trials or order of its own, never on an evaluated run
+TUNE = 1_000_000
+#: the constant steps River's LR is tuned over (its weights' and its intercept's)
+STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 # -- streams ---------------------------------------------------------------------------
@@ -118,24 +133,31 @@ def _short_data() -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(data.data, dtype=np.float64), np.where(data.target == 1, 1, -1)
 
 
+def stream_run(name: str, r: int, args: argparse.Namespace) -> Stream:
+    """Run ``r`` of stream ``name`` (:data:`TUNE`: the run its peers are tuned on)."""
+    if name in DRIFT_STREAMS:
+        s = DRIFT_STREAMS[name](n=args.events, change=args.change, seed=r)
+        return Stream(name, r, s.X, s.y, _rng(r).random(s.n), s)
+    if name == SHORT:
+        X, y = _short_data()
+        rng = _rng(r)
+        order = rng.permutation(y.shape[0])
+        return Stream(SHORT, r, X[order], y[order], rng.random(y.shape[0]))
+    X, y = load_dataset(resolve_dataset_path(name))
+    if r == TUNE:
+        plan, i = plan_trials(X.shape[0], 1, args.trials, seed=TUNE), 0
+    else:
+        plan, i = plan_trials(X.shape[0], args.seeds, args.trials, seed=0), r
+    rows = plan.indices[i]
+    return Stream(name, r, X[rows], y[rows], plan.coins[i])
+
+
 def streams(args: argparse.Namespace) -> Iterator[Stream]:
     """Every (stream, run) of the benchmark, drift streams first."""
-    for name in args.drift:
+    names = [*args.drift, *args.stationary, *([SHORT] if args.short else [])]
+    for name in names:
         for r in range(args.seeds):
-            s = DRIFT_STREAMS[name](n=args.events, change=args.change, seed=r)
-            yield Stream(name, r, s.X, s.y, _rng(r).random(s.n), s)
-    for name in args.stationary:
-        X, y = load_dataset(resolve_dataset_path(name))
-        plan = plan_trials(X.shape[0], args.seeds, args.trials, seed=0)
-        for r in range(args.seeds):
-            rows = plan.indices[r]
-            yield Stream(name, r, X[rows], y[rows], plan.coins[r])
-    if args.short:
-        X, y = _short_data()
-        for r in range(args.seeds):
-            rng = _rng(r)
-            order = rng.permutation(y.shape[0])
-            yield Stream(SHORT, r, X[order], y[order], rng.random(y.shape[0]))
+            yield stream_run(name, r, args)
 
 
 # -- models ----------------------------------------------------------------------------
@@ -232,14 +254,30 @@ def abstain_arm(
     return Arm(f"{name} ({settings})" if settings else name, budget, run)
 
 
-class RiverRunner:
-    """A River classifier on a stream: Chow's rule, labels within the budget."""
+#: each stream's tuning of the River contenders (:func:`tune_river`), filled as streams come
+TUNED: dict[str, dict[str, dict[str, Any]]] = {}
 
-    def __init__(self, make: Callable[[int], Any], budget: float | None, sampler: bool) -> None:
+
+class RiverRunner:
+    """A River classifier on a stream: Chow's rule, labels within the budget (``cap=False``:
+    as many as the sampler asks). ``make(run, knobs)`` builds it with its tuning
+    (``TUNED[stream][key]``; ``knobs`` given: those)."""
+
+    def __init__(
+        self,
+        make: Callable[[int, dict[str, Any]], Any],
+        budget: float | None,
+        sampler: bool,
+        key: str = "lr",
+        knobs: dict[str, Any] | None = None,
+        cap: bool = True,
+    ) -> None:
         self.make, self.budget, self.sampler = make, budget, sampler
+        self.key, self.knobs, self.cap = key, knobs, cap
 
     def __call__(self, stream: Stream) -> Trace:
-        model = self.make(stream.run)
+        knobs = self.knobs if self.knobs is not None else TUNED[stream.name][self.key]
+        model = self.make(stream.run, knobs)
         n = stream.y.shape[0]
         loss, decision = np.empty(n), np.empty(n, dtype=np.int8)
         asked = np.zeros(n, dtype=np.bool_)
@@ -256,7 +294,7 @@ class RiverRunner:
             else:
                 decision[t] = 1 if p >= 0.5 else -1
                 loss[t] = float(decision[t] != yt)
-            if self.budget is not None and used + 1 > self.budget * (t + 1):
+            if self.cap and self.budget is not None and used + 1 > self.budget * (t + 1):
                 ask = False
             if ask:
                 used += 1
@@ -265,53 +303,98 @@ class RiverRunner:
         return Trace(loss, decision, asked, asked.astype(np.float64), COST)
 
 
-def _logistic(step: float) -> Any:
+def _logistic(step: float, intercept_step: float | None = None) -> Any:
     from river import linear_model, optim, preprocessing  # noqa: PLC0415 - bench extra
 
-    lr = linear_model.LogisticRegression(optimizer=optim.SGD(step), intercept_lr=step)
+    intercept = step if intercept_step is None else intercept_step
+    lr = linear_model.LogisticRegression(optimizer=optim.SGD(step), intercept_lr=intercept)
     return preprocessing.StandardScaler() | lr
 
 
+def _lr(r: int, knobs: dict[str, Any]) -> Any:
+    return _logistic(knobs["step"], knobs["intercept_step"])
+
+
+def _sampler(r: int, knobs: dict[str, Any]) -> Any:
+    from river import active  # noqa: PLC0415 - bench extra
+
+    return active.EntropySampler(_lr(r, knobs), discount_factor=knobs["discount_factor"], seed=r)
+
+
+def _lr_adwin(r: int, knobs: dict[str, Any]) -> Any:
+    from river import drift  # noqa: PLC0415 - bench extra
+
+    return drift.DriftRetrainingClassifier(_lr(r, knobs), drift.ADWIN(), train_in_background=False)
+
+
+def es_key(budget: float) -> str:
+    return f"entropy sampler @{budget:g}"
+
+
+def tune_river(stream: Stream, budgets: tuple[float | None, ...]) -> dict[str, dict[str, Any]]:
+    """River's contenders tuned on ``stream`` (the tuning run): the LR's step from
+    :data:`STEPS` with the intercept at the same step, then the intercept's step, by risk
+    with every label; per budget, the entropy sampler's discount searched until it asks the
+    budget free of the cap. ``{"lr": knobs, es_key(budget): knobs, ...}``."""
+
+    def risk(step: float, intercept: float) -> float:
+        knobs = {"step": step, "intercept_step": intercept}
+        return RiverRunner(_lr, None, False, knobs=knobs)(stream).risk
+
+    risks = {s: risk(s, s) for s in STEPS}
+    step = pick(risks)
+    inter = {s: risks[step] if s == step else risk(step, s) for s in STEPS}
+    lr = {"step": step, "intercept_step": pick(inter)}
+    out: dict[str, dict[str, Any]] = {"lr": {**lr, "risk": inter[lr["intercept_step"]]}}
+    n = stream.y.shape[0]
+    for b in budgets:
+        if b is None:
+            continue
+
+        def asked(discount: float, b: float = b) -> float:
+            knobs = {**lr, "discount_factor": discount}
+            return RiverRunner(_sampler, b, True, knobs=knobs, cap=False)(stream).labels / n
+
+        discount, fraction = search_knob(asked, b, 1e-2, 1e5, rising=False)
+        out[es_key(b)] = {**lr, "discount_factor": discount, "asked": fraction}
+    return out
+
+
 def river_arms(budgets: tuple[float | None, ...], arf: bool) -> list[Arm]:
-    from river import active, drift, forest, preprocessing  # noqa: PLC0415 - bench extra
+    from river import forest, preprocessing  # noqa: PLC0415 - bench extra
 
     arms = []
     for b in budgets:
         if b is None:
             arms += [
-                Arm(
-                    "River LR (step 0.01)",
-                    None,
-                    RiverRunner(lambda r: _logistic(0.01), None, False),
-                ),
-                Arm(
-                    "River LR (step 0.1)", None, RiverRunner(lambda r: _logistic(0.1), None, False)
-                ),
-                Arm(
-                    "River LR (step 0.1) + ADWIN reset",
-                    None,
-                    RiverRunner(
-                        lambda r: drift.DriftRetrainingClassifier(
-                            _logistic(0.1), drift.ADWIN(), train_in_background=False
-                        ),
-                        None,
-                        False,
-                    ),
-                ),
+                Arm("River LR (tuned)", None, RiverRunner(_lr, None, False)),
+                Arm("River LR (tuned) + ADWIN reset", None, RiverRunner(_lr_adwin, None, False)),
             ]
             if arf:
 
-                def make_arf(r: int) -> Any:
+                def make_arf(r: int, knobs: dict[str, Any]) -> Any:
                     return preprocessing.StandardScaler() | forest.ARFClassifier(seed=r)
 
                 arms.append(Arm("River ARF", None, RiverRunner(make_arf, None, False), True))
         else:
-
-            def make_es(r: int) -> Any:
-                return active.EntropySampler(_logistic(0.1), discount_factor=3, seed=r)
-
-            arms.append(Arm("River entropy sampler (LR 0.1)", b, RiverRunner(make_es, b, True)))
+            runner = RiverRunner(_sampler, b, True, key=es_key(b))
+            arms.append(Arm("River entropy sampler (tuned)", b, runner))
     return arms
+
+
+def tuning_lines(tuned: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The tuning of River's contenders on each stream, as a markdown table."""
+    lines = ["| stream | River LR (step / intercept step) | entropy sampler: discount (asked) |"]
+    lines.append("|---|---|---|")
+    for name, knobs in tuned.items():
+        lr = knobs["lr"]
+        es = [
+            f"{k.split('@')[1]}: {v['discount_factor']:.3g} ({v['asked']:.3f})"
+            for k, v in knobs.items()
+            if k != "lr"
+        ]
+        lines.append(f"| {name} | {lr['step']:g} / {lr['intercept_step']:g} | {'; '.join(es)} |")
+    return "\n".join(lines)
 
 
 def oracle_arm() -> Arm:
@@ -433,12 +516,18 @@ def run_all(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]
     """``{model label: {stream: [measures of each run]}}``, models in table order."""
     models = arms(args)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {a.label: {} for a in models}
+    TUNED.clear()
     for stream in streams(args):
         tic = time.perf_counter()
+        if "river" in args.models and stream.name not in TUNED:
+            tuning = stream_run(stream.name, TUNE, args)
+            TUNED[stream.name] = tune_river(tuning, tuple(args.budgets))
         for arm in models:
             if arm.drift_only and stream.drift is None:
                 continue
             m = measure(arm.run(stream), stream)
+            if isinstance(arm.run, RiverRunner) and stream.name in TUNED:
+                m["tuning"] = TUNED[stream.name][arm.run.key]
             results[arm.label].setdefault(stream.name, []).append(m)
         if args.progress:
             print(
@@ -455,7 +544,7 @@ def figure(results: dict[str, dict[str, list[dict[str, Any]]]], path: Path, args
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    shown = [k for k in results if "@10%" in k or k.startswith(("oracle", "River LR (step 0.1),"))]
+    shown = [k for k in results if "@10%" in k or k.startswith(("oracle", "River LR (tuned),"))]
     names = [n for n in ("label-flip", "sea-shift", "rotating-hyperplane") if n in args.drift]
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
@@ -558,10 +647,14 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     results = run_all(args)
     text = table(results)
+    if TUNED:
+        text += "\n\nThe River contenders' tuning (on a run of each stream of its own):\n\n"
+        text += tuning_lines(TUNED)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     record = {"settings": settings, "cost": COST, "seconds": time.perf_counter() - started}
+    record["tuning"] = TUNED
     record["results"] = results
     (args.out / "peers.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
     (args.out / "peers.md").write_text(text + "\n")

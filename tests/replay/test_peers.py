@@ -38,17 +38,17 @@ def test_the_benchmark_prints_one_table_and_writes_its_results(
     ]
     assert peers.main(argv) == 0
     table = capsys.readouterr().out
-    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    main, _, tuning = table.partition("The River contenders' tuning")
+    rows = [line for line in main.splitlines() if line.startswith("| ")]
     labels = [row.split(" | ")[0].removeprefix("| ") for row in rows[1:]]
     assert labels == [
         "abstain served @20%",
         "abstain bare @20%",
         "abstain served, all labels",
         "abstain bare, all labels",
-        "River entropy sampler (LR 0.1) @20%",
-        "River LR (step 0.01), all labels",
-        "River LR (step 0.1), all labels",
-        "River LR (step 0.1) + ADWIN reset, all labels",
+        "River entropy sampler (tuned) @20%",
+        "River LR (tuned), all labels",
+        "River LR (tuned) + ADWIN reset, all labels",
         "oracle (the concept in force)",
     ]
     assert (tmp_path / "peers.md").read_text().strip() == table.strip()
@@ -64,3 +64,11 @@ def test_the_benchmark_prints_one_table_and_writes_its_results(
     assert flip["abstain served @20%"]["labels"] == pytest.approx(0.2 * 2400, rel=0.1)
     assert flip["abstain bare @20%"]["labels"] < flip["abstain served @20%"]["labels"]
     assert flip["oracle (the concept in force)"]["risk"] == pytest.approx(0.1, abs=0.03)
+    # River's contenders were tuned on a run of their own, their tuning written beside them
+    tuned = record["tuning"]
+    assert set(tuned) == {"label-flip", "sea-shift", "rotating-hyperplane"}
+    es = tuned["label-flip"]["entropy sampler @0.2"]
+    assert es["asked"] == pytest.approx(0.2, rel=0.15)
+    assert flip["River entropy sampler (tuned) @20%"]["tuning"] == es
+    assert flip["River LR (tuned), all labels"]["tuning"] == tuned["label-flip"]["lr"]
+    assert "| label-flip |" in tuning
