@@ -15,7 +15,7 @@ Streams (``d = 0.25`` everywhere):
   the order), wine (cultivar 2 against the rest, 178), iris (virginica against the rest,
   150) and diabetes (progression above its median, 442);
 * ``onehot``: one-hot and sparse binary features, generated (10,000 events each, the first
-  5,000 of a random order per run): 12 categorical attributes one-hot, 300 sparse binary
+  3,000 of a random order per run): 12 categorical attributes one-hot, 300 sparse binary
   features, and River's Agrawal (function 4) with every attribute one-hot (the numeric ones
   cut at their deciles); see ``_generated``;
 * ``long``: stationary sets bundled with River and scikit-learn, the first 5,000 events of a
@@ -220,9 +220,9 @@ SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None
     "wine": (_sklearn, None),
     "iris": (_sklearn, None),
     "diabetes": (_sklearn, None),
-    "onehot": (_generated, 5000),
-    "sparse-binary": (_generated, 5000),
-    "agrawal-onehot": (_generated, 5000),
+    "onehot": (_generated, 3000),
+    "sparse-binary": (_generated, 3000),
+    "agrawal-onehot": (_generated, 3000),
     "river-phishing": (_river, 5000),
     "bananas": (_river, 5000),
     "segment": (_river, 5000),
@@ -657,21 +657,24 @@ def search_knob(
 ) -> tuple[float, float]:
     """Bisect a knob geometrically in ``[low, high]`` until ``asked(knob)`` (the fraction of
     events a peer asks the label of) is within ``tol`` x ``target`` of ``target``; ``rising``:
-    asking rises with the knob. Returns the (knob, fraction) closest to the target seen."""
-    best: tuple[float, float] | None = None
+    asking rises with the knob. Returns that (knob, fraction); when no knob tried lands
+    there (a peer whose asking jumps), the one that asks the least at or above the target
+    (the cap then holds it to the budget), else the closest below."""
+    seen: list[tuple[float, float]] = []
     for _ in range(iterations):
         mid = math.sqrt(low * high)
         fraction = asked(mid)
-        if best is None or abs(fraction - target) < abs(best[1] - target):
-            best = (mid, fraction)
+        seen.append((mid, fraction))
         if abs(fraction - target) <= tol * target:
-            break
+            return mid, fraction
         if (fraction < target) == rising:
             low = mid
         else:
             high = mid
-    assert best is not None
-    return best
+    above = [s for s in seen if s[1] >= target]
+    if above:
+        return min(above, key=lambda s: s[1])
+    return min(seen, key=lambda s: target - s[1])
 
 
 def tune_budgeted(

@@ -47,11 +47,17 @@ def test_the_search_lands_within_its_tolerance_of_the_target(
     assert all(1e-4 < c < 1e4 for c in calls)
 
 
-def test_a_search_that_cannot_reach_the_target_returns_the_closest_it_saw(
+def test_a_search_that_cannot_land_takes_the_least_that_asks_the_budget(
     bench: ModuleType,
 ) -> None:
-    knob, fraction = bench.search_knob(lambda k: 0.5, 0.1, 1e-3, 1e3, rising=True)
-    assert fraction == 0.5
+    # asking jumps from 2 % to 40 % at knob 1: the cap holds a knob above it to the budget
+    knob, fraction = bench.search_knob(
+        lambda k: 0.4 if k > 1 else 0.02, 0.1, 1e-3, 1e3, rising=True
+    )
+    assert fraction == 0.4
+    assert knob > 1
+    knob, fraction = bench.search_knob(lambda k: 0.05, 0.1, 1e-3, 1e3, rising=True)
+    assert fraction == 0.05
     assert 1e-3 < knob < 1e3
 
 
