@@ -1004,6 +1004,15 @@ class Settings(BaseSettings):
         ge=0.0,
         description="how long an expired request is kept so a late label reads 'expired'",
     )
+    label_group_ms: float = Field(
+        default=250.0,
+        gt=0.0,
+        le=60_000.0,
+        description="longest the learner applies labels before one flush makes them durable "
+        "and their model versions are written (a group commit); a fetched batch that takes "
+        "longer is written in several groups, so a label's version is served this soon after "
+        "it is applied",
+    )
     commit_interval_seconds: float = Field(
         default=2.8,
         gt=0.0,

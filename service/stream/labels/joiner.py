@@ -23,7 +23,8 @@ With the mark first, a crash before the model write leaves a mark whose
 effect is stored: its own offset was committed long ago, so the parked copy is all there is.
 
 Group commit: the learn loop hands the joiner a fetched batch between :meth:`LabelJoiner.stage`
-and :meth:`LabelJoiner.commit`. Inside it a label's mark and history step are written as
+and :meth:`LabelJoiner.commit` (and :meth:`LabelJoiner.commit_group` after each
+``label_group_ms`` of it). Inside it a label's mark and history step are written as
 always, but its model versions are *staged* (the next label of the batch learns from them);
 ``commit`` makes every mark of the batch durable with one flush, then writes the staged
 versions, each as it would have been written alone, in order. The order per label is the
@@ -201,6 +202,11 @@ class LabelJoiner:
         """Drop what is staged (the batch failed: the learner reads its tables again)."""
         self._staged = None
         self.models.unstage()
+
+    async def commit_group(self) -> None:
+        """Commit what is staged and go on staging (the loop's group has lasted
+        ``label_group_ms``)."""
+        await self._settle_staged()
 
     async def _settle_staged(self) -> None:
         """Commit what is staged, and go on staging (before a record that writes models

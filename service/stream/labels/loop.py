@@ -13,9 +13,10 @@ owns a model's pending requests, its labels and its (w, rho), as before.
 - **A batch:** for each partition, its label requests, then its labels, go through
   :meth:`~service.stream.labels.joiner.LabelJoiner.handle` with table writes going to that
   partition's changelogs. The writes collect in :class:`~service.stream.labels.tables.Writes`;
-  at the end of the batch (and wherever the joiner asks for durability: the applied mark
-  before the model write) they are sent as one produce batch per changelog partition,
-  acks=all, together with a flush of the learner's other outputs. Only then may the batch's
+  at the end of the batch, and of each ``label_group_ms`` of it (and wherever the joiner
+  asks for durability: the applied mark before the model write) they are sent as one
+  produce batch per changelog partition, acks=all, together with a flush of the learner's
+  other outputs. Only then may the batch's
   offsets be committed (every ``commit_interval_seconds``, and before partitions go): the
   order is :mod:`~service.stream.labels.checkpoint`'s. A request costs a dictionary write
   and a record appended to a batch, not a produce call of its own.
@@ -100,6 +101,8 @@ LEARN_SHARE = 0.1
 #: the longest such pause: labels (each waits for its mark to be durable) still apply
 #: within about a second under a sustained backlog
 MAX_DEFER_SECONDS = 1.0
+#: the clock of a group's length (``label_group_ms``)
+_now = time.monotonic
 
 
 def learn_group(app_id: str) -> str:
@@ -305,10 +308,17 @@ class LearnLoop:
     async def _handle(self, fetched: dict[TopicPartition, list[Any]]) -> None:
         requests = self.settings.topics.label_requests
         order = sorted(fetched, key=lambda tp: (tp.partition, tp.topic != requests))
+        group = self.settings.label_group_ms / 1000.0
+        began = _now()
         for tp in order:
             with self.checkpoint.writes.partition(tp.partition):
                 for r in fetched[tp]:
                     await self.joiner.handle(raw_message(r))
+                    if _now() - began >= group:
+                        # the labels applied so far are made durable and their versions
+                        # written: a long batch is served group by group, not at its end
+                        await self.joiner.commit_group()
+                        began = _now()
                     # a turn for the scoring path between records: a staged label waits for
                     # no broker, so a batch would otherwise hold the event loop to its end
                     await asyncio.sleep(0)

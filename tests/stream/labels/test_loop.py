@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from service.records import RawMessage
 from service.stream.kafka.loop import Progress
 from service.stream.kafka.topics import changelog_topic
+from service.stream.labels import loop as loop_module
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.loop import LearnLoop
@@ -52,8 +55,8 @@ class Caught:
     told: list[tuple[int, float]] = field(default_factory=list)
 
 
-def loop() -> tuple[LearnLoop, Caught]:
-    s = settings()
+def loop(**kw: object) -> tuple[LearnLoop, Caught]:
+    s = settings(**kw)
     kafka, caught = MemoryKafka(), Caught()
     out = outputs(kafka, s, CollectorRegistry())
     writes = Writes()
@@ -111,3 +114,46 @@ async def test_an_idle_requests_partition_is_caught_up_when_a_fetch_brings_nothi
     learn.state.committed = {r0: 12}
     await learn._round(Consumer({r0}, highs={r0: 12}))  # type: ignore[arg-type]
     assert caught.told == [(0, 500.0)]
+
+
+@dataclass
+class Record:
+    """A fetched record, as the loop reads it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes = b"m"
+    value: bytes = b"{}"
+    timestamp: int = 1
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@pytest.mark.parametrize(("group_ms", "commits"), [(100.0, [3, 6, 9]), (10_000.0, [])])
+async def test_a_long_batch_is_made_durable_and_served_group_by_group(
+    monkeypatch: pytest.MonkeyPatch, group_ms: float, commits: list[int]
+) -> None:
+    """Each record takes 40 ms here: with ``label_group_ms`` 100 what the records staged is
+    committed after every third record (written then, not at the batch's end; the last
+    record is left to the batch's own commit); with a group longer than the batch, only the
+    batch's own commit writes it."""
+    learn, _ = loop(label_group_ms=group_ms)
+    clock = [0.0]
+    monkeypatch.setattr(loop_module, "_now", lambda: clock[0])
+    handled: list[int] = []
+    committed: list[int] = []
+
+    async def handle(message: RawMessage) -> None:
+        clock[0] += 0.04
+        handled.append(message.offset)
+
+    async def commit_group() -> None:
+        committed.append(len(handled))
+
+    learn.joiner.handle = handle  # type: ignore[method-assign]
+    learn.joiner.commit_group = commit_group  # type: ignore[method-assign]
+    requests = [Record(REQUESTS, 0, o) for o in range(4)]
+    labels = [Record(LABELS, 0, o) for o in range(6)]
+    await learn._handle({TopicPartition(LABELS, 0): labels, TopicPartition(REQUESTS, 0): requests})
+    assert handled == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5]  # requests first, then labels
+    assert committed == commits  # records handled at each group's commit
