@@ -3,6 +3,7 @@ by itself).
 
     python loadtest/labels_rate.py [--broker HOST:PORT] [--events 3000] [--repeats 3]
                                    [--algorithms dsol,dsal] [--web-port 16199]
+                                   [--profile DIR]
 
 For each algorithm, ``--repeats`` times, with a fresh worker and fresh topics each time:
 
@@ -19,6 +20,9 @@ Printed per run: labels, seconds, **labels/s**, the worker's CPU seconds per lab
 median of the runs per algorithm. ``dsol`` asks every event (every label); ``dsal`` asks
 what its learner wants (most events early on).
 
+``--profile DIR`` records the worker with py-spy over each label phase alone (collapsed
+stacks, ``DIR/<algorithm>-<run>.txt``; py-spy beside the venv's Python, or on ``PATH``).
+
 Starts its own Kafka (service.localkafka) unless ``--broker`` is given, and one worker
 subprocess per run; all are stopped by PID at the end.
 """
@@ -30,7 +34,10 @@ import asyncio
 import json
 import os
 import re
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +61,12 @@ VERSION = re.compile(rb'"version":(\d+)')
 TIMEOUT = 600.0  # s, the bound on every wait
 
 
+def _py_spy() -> str:
+    """py-spy beside this Python (the venv's), else the one on ``PATH``."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else (shutil.which("py-spy") or "py-spy")
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -61,7 +74,12 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _run(
-    settings: Any, X: np.ndarray, y: np.ndarray, events: int, port: int, pid: int
+    settings: Any,
+    X: np.ndarray,
+    y: np.ndarray,
+    events: int,
+    pid: int,
+    profile: Path | None,
 ) -> dict[str, float]:
     t = settings.topics
     changelog = f"{settings.app_id}-pending-changelog"
@@ -106,6 +124,26 @@ async def _run(
                 last, quiet_since = n, time.monotonic()
             await asyncio.sleep(0.2)
         version0 = newest["version"]
+        spy = None
+        if profile is not None:
+            spy = subprocess.Popen(  # noqa: S603 - py-spy on PATH, our own worker's pid
+                [
+                    _py_spy(),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "200",
+                    "--output",
+                    str(profile),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            await asyncio.sleep(1.0)  # attached before the first label
         cpu0 = _cpu_seconds(pid)
         start = time.monotonic()
         for rid, label in list(asked.items()):
@@ -126,6 +164,9 @@ async def _run(
         elapsed = time.monotonic() - start
         cpu = _cpu_seconds(pid) - cpu0
         watcher.cancel()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
     last = [r for r in await read_topic(settings, t.models, timeout=60) if r.key == MODEL.encode()]
     return {
         "labels": float(len(asked)),
@@ -151,10 +192,12 @@ def _config(work: Path, algorithm: str) -> dict[str, Any]:
     }
 
 
-def _measure(work: Path, broker: str, algorithm: str, events: int, port: int) -> dict[str, float]:
+def _measure(
+    work: Path, broker: str, algorithm: str, events: int, port: int, profile: Path | None
+) -> dict[str, float]:
     X, y = load_dataset(resolve_dataset_path("phishing"))
     with running_worker(work, _config(work, algorithm), broker, port) as (settings, proc):
-        return asyncio.run(_run(settings, X, y, events, port, proc.pid))
+        return asyncio.run(_run(settings, X, y, events, proc.pid, profile))
 
 
 def main() -> int:
@@ -164,6 +207,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--algorithms", default="dsol,dsal")
     p.add_argument("--web-port", type=int, default=16199)
+    p.add_argument("--profile", type=Path, help="py-spy the label phases into this directory")
     args = p.parse_args()
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     work = Path(tempfile.mkdtemp(prefix="abstain-labels-rate-"))
@@ -173,7 +217,12 @@ def main() -> int:
         kafka, broker = local_broker(args.broker, work)
         for r in range(args.repeats):
             for k, algorithm in enumerate(algorithms):  # alternating: drift hits both alike
-                result = _measure(work, broker, algorithm, args.events, args.web_port + k + 10 * r)
+                spy = None
+                if args.profile is not None:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    spy = args.profile / f"{algorithm}-{r + 1}.txt"
+                port = args.web_port + k + 10 * r
+                result = _measure(work, broker, algorithm, args.events, port, spy)
                 runs[algorithm].append(result)
                 print(
                     f"{algorithm} run {r + 1}: "
