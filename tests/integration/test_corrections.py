@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from faults.corrections import concept, truthful
 from faults.kafkaio import Out, produce_records
 from faults.workers import wait_until
 
@@ -47,10 +48,6 @@ MODELS = {
     "m-dral": {"algorithm": "dral", "cost": 0.25, "n_features": 3, "champion": "m"},
 }
 EVENTS = 160
-
-
-def concept(x: list[float]) -> int:
-    return 1 if x[0] - 0.5 * x[2] > 0 else -1
 
 
 @dataclass
@@ -106,21 +103,7 @@ def answered(service_factory: Callable[..., Service], kafka_io: KafkaIO) -> Answ
     time.sleep(1.0)  # the requests follow their decisions
     requests = [r.json() for r in kafka_io.read(t["label_requests"])]
     assert len(requests) > 40
-    kafka_io.produce_json(
-        t["labels"],
-        [
-            (
-                "m",
-                {
-                    "request_id": q["request_id"],
-                    "model": "m",
-                    "label": concept(q["features"]),
-                    "labelled_by": "alice",
-                },
-            )
-            for q in requests
-        ],
-    )
+    kafka_io.produce_json(t["labels"], truthful(requests))
     run = Answered(service, worker, requests)
     wait_until(lambda: run.version() == len(requests), 90, "every label learned")
     return run

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,29 @@ from service.records import SIGNATURE_HEADER, Signer
 from .kafkaio import Out, Rec, produce_records
 from .workers import wait_until
 
-__all__ = ["Learned", "concept", "learned"]
+__all__ = ["Learned", "concept", "learned", "truthful"]
 
 
 def concept(x: Sequence[float]) -> int:
     """The known truth of an event."""
     return 1 if x[0] - 0.5 * x[2] > 0 else -1
+
+
+def truthful(requests: Sequence[Mapping[str, Any]], by: str = "alice") -> list[Any]:
+    """The true label of each of model ``m``'s ``requests`` (:func:`concept`), as ``by``
+    answers it: (key, label) pairs for the labels topic."""
+    return [
+        (
+            "m",
+            {
+                "request_id": q["request_id"],
+                "model": "m",
+                "label": concept(q["features"]),
+                "labelled_by": by,
+            },
+        )
+        for q in requests
+    ]
 
 
 @dataclass
@@ -171,21 +188,7 @@ def learned(
         # the first label alone, so that version 1 is on the models topic (which carries the
         # newest version of each of the learner's batches): tests copy an older snapshot
         for part in (fresh[:1], fresh[1:]) if not answered else (fresh,):
-            kio.produce_json(
-                t["labels"],
-                [
-                    (
-                        "m",
-                        {
-                            "request_id": q["request_id"],
-                            "model": "m",
-                            "label": concept(q["features"]),
-                            "labelled_by": "alice",
-                        },
-                    )
-                    for q in part
-                ],
-            )
+            kio.produce_json(t["labels"], truthful(part))
             answered += part
             count = len(answered)
             wait_until(
