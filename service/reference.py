@@ -485,17 +485,22 @@ def records_markdown() -> str:
     for event in FEATURE_EVENTS:
         parts += ["```json", event, "```", ""]
     for topic, key, name, record in _examples():
-        parts += [
-            f"## `{names[topic]}`: `{name}`",
-            "",
-            f"Key: {key}.",
-            "",
-            "```json",
-            _shown(record),
-            "```",
-            "",
-        ]
+        parts += [f"## `{names[topic]}`: `{name}`", "", f"Key: {key}.", ""]
+        if name == "ModelEnvelope":
+            parts += [_PACKED, ""]
+        parts += ["```json", _shown(record), "```", ""]
     return "\n".join(parts)
+
+
+_PACKED: Final = (
+    "A learner writes a version in the packed form (`service.records.packed`): the "
+    "4 bytes `AB 41 4D 32`, the header's length (u32, little-endian), then the JSON "
+    "`[D, record]`, where every list of 16 or more learned floats is a reference "
+    '(`{"$d": [i, n]}`: `n` doubles from number `i`; `{"$s": [offset, n, k, fill]}`: '
+    "`n` floats all `fill` but `k`, given as `k` u32 indices then `k` doubles) into the "
+    "`D` little-endian doubles that follow, then the sparse arrays. Read back, it is this "
+    "record exactly. Every reader takes either form: a seed order carries the JSON one."
+)
 
 
 # --- the pages ----------------------------------------------------------------------------

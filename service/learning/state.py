@@ -59,6 +59,7 @@ __all__ = [
     "RISK_FORMAT",
     "SCORECARD_FORMAT",
     "VERSION",
+    "FloatList",
     "dumps",
     "float_list",
     "learner_record",
@@ -198,8 +199,48 @@ def read_int(section: Mapping[str, Any], key: str, *, minimum: int = 0) -> int:
     return value
 
 
+class FloatList(list[float]):
+    """A list of floats that keeps a copy of the array it was made from (:attr:`array`), so
+    that a writer taking arrays (a model version's packed form) need not convert it back;
+    any change to the list drops the copy.
+
+    >>> f = float_list(np.array([0.5, 1.5]))
+    >>> f == [0.5, 1.5], f.array is not None
+    (True, True)
+    >>> f[0] = 2.0; f.array is None
+    True
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, values: npt.NDArray[np.float64]) -> None:
+        super().__init__(values.tolist())
+        self.array: npt.NDArray[np.float64] | None = values.copy()
+
+
+def _drops_array(name: str) -> Any:
+    method = getattr(list, name)
+
+    def changed(self: FloatList, *args: Any) -> Any:
+        self.array = None
+        return method(self, *args)
+
+    changed.__name__ = name
+    return changed
+
+
+for _name in (
+    "__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
+    "pop", "remove", "clear", "sort", "reverse",
+):  # fmt: skip
+    setattr(FloatList, _name, _drops_array(_name))
+
+
 def float_list(values: npt.NDArray[np.float64]) -> list[Any]:
-    """An array as (nested) lists of Python floats: JSON-safe and bit-exact."""
+    """An array as (nested) lists of Python floats: JSON-safe and bit-exact (one dimension:
+    a :class:`FloatList`)."""
+    if values.ndim == 1 and values.dtype == np.float64:
+        return FloatList(values)
     out: list[Any] = values.tolist()
     return out
 
@@ -211,10 +252,15 @@ def read_floats(
     value = section.get(key)
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
         raise StateError(f"state field {key!r} must be a list of numbers; {_WHAT_TO_DO}")
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise StateError(f"state field {key!r} is not a list of numbers; {_WHAT_TO_DO}") from exc
+    if type(value) is FloatList and value.array is not None:
+        arr = value.array.copy()  # the array the list was made from (unchanged since)
+    else:
+        try:
+            arr = np.array(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise StateError(
+                f"state field {key!r} is not a list of numbers; {_WHAT_TO_DO}"
+            ) from exc
     if arr.shape != shape:
         raise StateError(
             f"state field {key!r} has shape {arr.shape}, expected {shape}; {_WHAT_TO_DO}"

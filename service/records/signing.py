@@ -2,8 +2,8 @@
 
 The learner signs every snapshot it publishes on the models topic with the configured key
 (``snapshot_key``); every worker checks the signature before it serves a snapshot and
-refuses one that is unsigned or does not verify. The value (the model envelope's JSON) is
-unchanged, so tools that read the topic keep working.
+refuses one that is unsigned or does not verify. The value (the model version, in its
+packed form or as JSON) is unchanged: the signature rides in a header.
 
 Header ``abstain-signature``: ``v1:<key id>:<hex digest>``, where the key id is the first 16
 hex digits of SHA-256 of the key (it names the key without revealing it) and the digest is

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -60,6 +61,7 @@ from service.records.codec import (
     number,
     text,
 )
+from service.records.packed import is_packed, pack, unpack
 from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
 
 __all__ = [
@@ -82,6 +84,7 @@ MAX_COUNTER: Final = 2**53
 # digits after "e+" (every finite float of 1e16 or more is written so; a literal parsed from
 # elsewhere, 1E100 or a 101-digit mantissa, is written so again once re-encoded)
 _BIG: Final = re.compile(rb"e\+\d{3}")
+_HEADER_LENGTH: Final = struct.Struct("<I")
 
 
 def _beyond(value: Any) -> bool:
@@ -103,8 +106,9 @@ def _beyond(value: Any) -> bool:
 
 def _out_of_bounds(envelope: ModelEnvelope, encoded: bytes) -> bool:
     """True if ``envelope`` (encoded by orjson as ``encoded``: what :meth:`to_json` writes,
-    or its learned parts re-encoded, :func:`_learned_bytes`) holds a learned number beyond
-    the bound (a scan of the states only when the bytes show a number that large)."""
+    or its learned parts re-encoded, :func:`_learned_bytes`, or the header of its packed
+    form) holds a learned number beyond the bound (a scan of the states only when the bytes
+    show a number that large)."""
     if _BIG.search(encoded) is None:
         return False
     return any(_beyond(part) for part in (envelope.pipeline, envelope.learner, envelope.estimate))
@@ -171,6 +175,18 @@ class ModelEnvelope:
             )
         return encoded
 
+    def to_bytes(self) -> bytes:
+        """The record a learner writes: :meth:`to_dict` in the packed form
+        (:mod:`service.records.packed`: the arrays as raw doubles), with the checks of
+        :meth:`to_json`."""
+        encoded = pack(self.to_dict(), bound=MAX_MAGNITUDE)
+        (size,) = _HEADER_LENGTH.unpack_from(encoded, 4)
+        if _out_of_bounds(self, encoded[8 : 8 + size]):
+            raise RecordError(
+                f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
+            )
+        return encoded
+
     def replace(self, **changes: Any) -> ModelEnvelope:
         """A copy with ``changes`` (the record itself never changes)."""
         return dataclasses.replace(self, **changes)
@@ -179,7 +195,11 @@ class ModelEnvelope:
 def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None) -> ModelEnvelope:
     """Check and decode a model state read from a table or the models topic; ``model`` is
     the name it is stored under (a record naming another model is refused)."""
-    record = decode_object(raw, max_bytes=max_bytes)
+    packed = is_packed(raw)
+    if packed:  # every number in it below the bound, or refused (unpack)
+        record = unpack(raw, max_bytes=max_bytes, bound=MAX_MAGNITUDE)
+    else:
+        record = decode_object(raw, max_bytes=max_bytes)
     if record.get("format") != MODEL_FORMAT:
         raise BadMessage("schema", f"model state for {model!r} has an unknown format")
     if record.get("format_version") != MODEL_FORMAT_VERSION:
@@ -225,7 +245,7 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         raise BadMessage("schema", f"model state for {model!r} has a counter out of range")
     if envelope.iw_loss < 0 or envelope.iw_weight < 0:
         raise BadMessage("schema", f"model state for {model!r} has a negative risk sum")
-    if _out_of_bounds(envelope, _learned_bytes(envelope)):
+    if not packed and _out_of_bounds(envelope, _learned_bytes(envelope)):
         raise BadMessage(
             "schema",
             f"model state for {model!r} holds a learned number of magnitude >= {MAX_MAGNITUDE:g}",

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from faults.checks import champion_record
 from faults.corrections import Learned, concept, learned
-from faults.kafkaio import Out
+from faults.kafkaio import Out, loads
 from faults.workers import wait_until
 
 from service.records import LabelRequest, request_id
@@ -90,7 +90,7 @@ def test_a_forged_checkpoint_is_refused_and_the_corrected_model_is_the_rebuild(
     latest = {r.key: r for r in history if r.value is not None}
     at = sorted(int(k.split(b"#")[1]) for k in latest if k.startswith(b"m#"))[1]
     genuine = latest[f"m#{at}".encode()]
-    state = json.loads(genuine.value or b"{}")
+    state = loads(genuine.value)
     learned_ = champion_record(state["learner"])["learned"]
     learned_["w"] = [40.0 * (-1) ** i for i in range(len(learned_["w"]))]
     forged = Out(genuine.key, json.dumps(state).encode(), partition=genuine.partition)
@@ -149,7 +149,7 @@ def _forged_checkpoint(run: Learned, index: int) -> tuple[Out, int]:
     latest = {r.key: r for r in history if r.value is not None}
     at = sorted(int(k.split(b"#")[1]) for k in latest if k.startswith(b"m#"))[index]
     genuine = latest[f"m#{at}".encode()]
-    state = json.loads(genuine.value or b"{}")
+    state = loads(genuine.value)
     learned_ = champion_record(state["learner"])["learned"]
     learned_["w"] = [40.0 * (-1) ** i for i in range(len(learned_["w"]))]
     return Out(genuine.key, json.dumps(state).encode(), partition=genuine.partition), at

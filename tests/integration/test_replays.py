@@ -3,8 +3,9 @@ record the learner already took changes nothing.
 
 - a reviewer's correction sent again after a later reviewer's correction of the same
   label: refused (``replayed``), the later decision stands, the model is the rebuild;
-- an old snapshot (version 1, with its genuine signature) copied from the models topic into
-  a seed order: refused, the model unchanged;
+- an old snapshot (version 1 of the models topic, as JSON with a genuine signature) in a
+  signed seed order that names no version it was written against: refused (``replayed``),
+  the model unchanged;
 - a genuine seed order (``abstain models seed``) written again: refused (``replayed``), the
   model unchanged.
 """
@@ -23,7 +24,7 @@ from faults.corrections import Learned, concept, learned
 from faults.kafkaio import Out, Rec
 from faults.workers import wait_until
 
-from service.records import SIGNATURE_HEADER
+from service.records import SIGNATURE_HEADER, parse_model_envelope
 
 pytestmark = pytest.mark.integration
 
@@ -94,21 +95,27 @@ def test_an_old_snapshot_in_a_seed_order_is_refused_and_the_model_unchanged(
     run: Learned,
 ) -> None:
     old = next(r for r in run.records("models") if r.key == b"m" and r.json()["version"] == 1)
-    signature = dict(old.headers)[SIGNATURE_HEADER].decode()
+    # a seed order carries a version as JSON (the models topic's is packed): the old version
+    # as a seed publishes it, with a genuine signature over those bytes
+    envelope = json.dumps(old.json()).encode()
+    assert parse_model_envelope(envelope, model="m").version == 1
+    signature = dict(run.sign(b"m", envelope))[SIGNATURE_HEADER].decode()
     served = run.states()[-1]
     order = {
         "kind": "seed",
         "model": "m",
         "target": "m",
-        "envelope": (old.value or b"").decode(),
+        "envelope": envelope.decode(),
         "signature": signature,
         "rows": 1,
         "labelled_by": "mallory",
         "ts": time.time(),
     }
-    spot = run.write("labels", [Out(b"m", json.dumps(order).encode())])[0]
+    raw = json.dumps(order).encode()  # the order signed too: only its age gives it away
+    spot = run.write("labels", [Out(b"m", raw, headers=run.sign(b"m", raw))])[0]
     letter = _settled(run, spot)
     assert letter is not None, "the seed order was adopted"
+    assert letter["reason"] == "replayed", letter
     assert run.states()[-1]["learner"] == served["learner"]
     assert run.version() == served["version"]
 

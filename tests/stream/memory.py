@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import orjson
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from service.config import ModelConfig, Settings
 from service.metrics import Metrics
 from service.records import Label, LabelRequest, PendingEntry, RawMessage, request_id
+from service.records.packed import is_packed, unpack
 from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.outputs import Outputs
@@ -36,9 +38,15 @@ class Sent:
     headers: tuple[tuple[str, bytes], ...] = ()
 
     def json(self) -> dict[str, object]:
+        """The value as a record (a model version's packed form read back)."""
         assert self.value is not None
-        out: dict[str, object] = orjson.loads(self.value)
-        return out
+        return record_of(self.value)
+
+
+def record_of(raw: bytes) -> dict[str, Any]:
+    """A record as JSON or, a model version, in its packed form, read back."""
+    out: dict[str, Any] = unpack(raw) if is_packed(raw) else orjson.loads(raw)
+    return out
 
 
 @dataclass

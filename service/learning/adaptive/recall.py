@@ -61,7 +61,7 @@ class Recall:
         :data:`SNAPSHOT_EVERY` labels."""
         if self.size and label % SNAPSHOT_EVERY == 0:
             w = getattr(champion, "w", None)
-            self._snapshots.append((label, None if w is None else w.tolist(), champion.rho))
+            self._snapshots.append((label, None if w is None else st.float_list(w), champion.rho))
 
     def remember(self, label: int, x: FloatArray, y: float, p: float, loss: float) -> None:
         if self.size:
@@ -115,5 +115,7 @@ class Recall:
                 raise StateError("a snapshot must be an object")
             w = None if item.get("w") is None else st.read_floats(item, "w", (n_features,))
             rho = st.read_float(item, "rho", minimum=0.0)
-            out._snapshots.append((st.read_int(item, "n"), None if w is None else w.tolist(), rho))
+            out._snapshots.append(
+                (st.read_int(item, "n"), None if w is None else st.float_list(w), rho)
+            )
         return out

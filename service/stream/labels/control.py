@@ -96,7 +96,7 @@ class Control:
                 await self.outputs.durable()
             envelope = envelope.replace(corrections_from=-1, line_from=envelope.version)
             await self.publisher.put(
-                LabelOutcome(Outcome.APPLIED, model=envelope, encoded=envelope.to_json()),
+                LabelOutcome(Outcome.APPLIED, model=envelope, encoded=envelope.to_bytes()),
                 learned=False,
             )
 

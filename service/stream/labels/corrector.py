@@ -408,7 +408,7 @@ class Corrector:
             now=self.clock(),
             reach_from=reach_from,
         ):
-            outcome = LabelOutcome(Outcome.APPLIED, model=version, encoded=version.to_json())
+            outcome = LabelOutcome(Outcome.APPLIED, model=version, encoded=version.to_bytes())
             await self.publisher.put(outcome, learned=False)
 
     def _counted(self, group: str, applied: Mapping[int, _Waiting]) -> None:

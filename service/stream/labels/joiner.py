@@ -256,7 +256,7 @@ class LabelJoiner:
             stored = {name: encoded for name, _, encoded in self.models.stored()}
             chosen = [m for m in self._owned() if models is None or m in models]
             for name in chosen:
-                encoded = stored.get(name) or self.models.get(name, staged=False).to_json()
+                encoded = stored.get(name) or self.models.get(name, staged=False).to_bytes()
                 await self.outputs.model(name, encoded)
         return chosen
 

@@ -90,7 +90,7 @@ class LabelOutcome:
     reason: Reason | None = None
     detail: str = ""
     model: ModelEnvelope | None = None
-    encoded: bytes | None = None  # model.to_json(), checked finite
+    encoded: bytes | None = None  # model.to_bytes(), checked finite
     pending: PendingEntry | None = None
     iw_loss: float = 0.0
     turnaround: float = 0.0
@@ -362,7 +362,7 @@ def _applied(
     applied version are kept for the next label of that version
     (:data:`LIVE`)."""
     try:
-        encoded = model.to_json()
+        encoded = model.to_bytes()
     except RecordError:
         return _unapplied(
             Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"

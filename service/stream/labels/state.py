@@ -408,7 +408,7 @@ class ModelStore:
         return envelope
 
     def put(self, envelope: ModelEnvelope, encoded: bytes) -> None:
-        """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_json`),
+        """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_bytes`),
         as the current version and in the history (the version that falls out of it is
         deleted)."""
         name, version = envelope.model, envelope.version

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from service.records.packed import is_packed, unpack
 from service.stream.labels.loop import learn_group
 from service.stream.scoring.loop import score_group
 
@@ -44,8 +45,11 @@ BROKER_AWAY_SECONDS = 120.0
 
 
 def loads(raw: bytes | None) -> Any:
-    """Parse JSON the way the service does (``NaN`` / ``Infinity`` allowed)."""
-    return None if raw is None else json.loads(raw)
+    """Parse JSON the way the service does (``NaN`` / ``Infinity`` allowed), or a model
+    version's packed form."""
+    if raw is None:
+        return None
+    return unpack(raw) if is_packed(raw) else json.loads(raw)
 
 
 @dataclass(frozen=True, slots=True)

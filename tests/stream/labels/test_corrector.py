@@ -12,9 +12,10 @@ import pytest
 
 from service.records import Signer
 from service.records.labels import Rollback, Seed
+from service.records.packed import pack
 from service.stream.labels.corrector import MIN_GAP
 
-from ..memory import MemoryKafka
+from ..memory import MemoryKafka, record_of
 from .correcting import Learner, ManualRunner, learned, stream
 
 
@@ -175,9 +176,9 @@ async def test_without_a_key_a_forged_checkpoint_never_reaches_a_model() -> None
     await kafka.flush()
     table = kafka.table("history")
     key = next(k for k in sorted(table.data) if k.startswith(b"m#"))
-    state = orjson.loads(table.data[key])
+    state = record_of(table.data[key])
     state["pipeline"]["steps"] = []  # a state the labels did not make
-    await kafka.send("history-changelog", key, orjson.dumps(state))
+    await kafka.send("history-changelog", key, pack(state))
     await kafka.flush()
     restarted = Learner.start(kafka, log=learner.log)
     restarted.clock.now = learner.clock.now

@@ -477,7 +477,7 @@ class History:
     def put_checkpoint(self, member: str, seq: int, envelope: ModelEnvelope) -> None:
         """Write ``member``'s state before step ``seq`` (a correction rewrites the
         checkpoints after the step it corrected)."""
-        self.put_raw_checkpoint(member, seq, envelope.to_json())
+        self.put_raw_checkpoint(member, seq, envelope.to_bytes())
 
     def put_raw_checkpoint(self, member: str, seq: int, raw: bytes) -> None:
         """:meth:`put_checkpoint` of a state already encoded."""

@@ -1,0 +1,277 @@
+"""Model versions in a compact binary form: the structure as JSON, the arrays as raw doubles.
+
+A model's state is mostly arrays of floats (weights, moments, remembered inputs). As JSON
+each float takes 18-24 bytes and a parse; here each takes 8 bytes, copied. Layout::
+
+    MAGIC (4 bytes) | header length (u32, little-endian) | header | doubles | sparse
+
+The header is the JSON ``[D, record]``: ``D`` the number of float64 (little-endian) in
+``doubles``, and the record with each list of at least :data:`MIN_PACKED` floats (outside
+any ``params`` section: hyperparameters stay as written) replaced by a reference, an object
+of one key:
+
+* ``{"$d": [i, n]}``: the ``n`` doubles from number ``i`` of ``doubles``;
+* ``{"$s": [offset, n, k, fill]}``: ``n`` floats all equal to ``fill`` (0.0 or 1.0, bit for
+  bit) but ``k`` of them: at byte ``offset`` of ``sparse``, ``k`` u32 indices (strictly
+  increasing), then their ``k`` float64. Written where it is smaller: the weights of an
+  untrained model, a hashed model's untouched buckets.
+
+Reading gives back exactly the record that was packed (lists of Python floats, bit for bit),
+so a reader that took the JSON form reads this one the same way. The first byte is not one
+a JSON text can start with, so a reader can tell the two forms apart.
+
+>>> rec = {"w": [i / 7 for i in range(20)], "m": [0.0] * 300 + [2.0], "n": 3}
+>>> rec["params"] = {"s": [1.0] * 20}
+>>> raw = pack(rec)
+>>> unpack(raw) == rec, len(raw), len(orjson.dumps(rec))
+(True, 332, 1656)
+>>> unpack(raw[:-1])
+Traceback (most recent call last):
+...
+service.records.codec.BadMessage: schema: a packed array reaches past the record's end
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from service.learning.state import FloatList
+from service.records.codec import BadMessage, RecordError
+
+__all__ = ["MAGIC", "MAX_ELEMENTS", "MIN_PACKED", "is_packed", "pack", "unpack"]
+
+MAGIC: Final = b"\xabAM2"
+#: lists shorter than this stay in the header (a reference costs about as much)
+MIN_PACKED: Final = 16
+#: floats a record may expand to in all (a bound on what a small hostile record can cost)
+MAX_ELEMENTS: Final = 1 << 23
+_LENGTH: Final = struct.Struct("<I")
+_FILLS: Final = (0.0, 1.0)
+_FILL_BITS: Final = tuple(np.array(_FILLS, dtype="<f8").view("<u8").tolist())
+_DENSE, _SPARSE = "$d", "$s"
+
+
+def is_packed(raw: bytes) -> bool:
+    """True if ``raw`` is in this form (not JSON)."""
+    return raw[:4] == MAGIC
+
+
+class _Packer:
+    """Replaces the float lists of a record with references, keeping the lists in order."""
+
+    __slots__ = ("lists", "refs")
+
+    def __init__(self) -> None:
+        self.lists: list[npt.NDArray[np.float64]] = []  # each list as a 1-d float array
+        self.refs: list[dict[str, list[Any]]] = []  # each list's reference, set by pack()
+
+    def _ref(self, values: npt.NDArray[np.float64]) -> dict[str, list[Any]]:
+        ref: dict[str, list[Any]] = {}
+        self.lists.append(values)
+        self.refs.append(ref)
+        return ref
+
+    def walk(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):
+                raise RecordError("model state holds a non-finite number")
+            return value
+        if kind is dict:
+            return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+        if kind is FloatList and value.array is not None and len(value) >= MIN_PACKED:
+            return self._ref(value.array)  # the array it was made from: no conversion
+        if kind is list or kind is tuple or kind is FloatList:
+            if len(value) >= MIN_PACKED and type(value[0]) is float:
+                # numpy classifies in C: float64 and one-dimensional only when every item is
+                # a float (or an int among floats: read back as a float of the same value)
+                try:
+                    values = np.array(value)
+                except ValueError:  # lists of unequal lengths inside
+                    values = None
+                if values is not None and values.dtype == np.float64 and values.ndim == 1:
+                    return self._ref(values)
+            return [self.walk(v) for v in value]
+        if kind is int or kind is str or kind is bool or value is None:
+            return value
+        if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind == "f":
+            return self._ref(np.asarray(value, dtype="<f8"))
+        if isinstance(value, Mapping):
+            return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+        if isinstance(value, float | np.floating):
+            return self.walk(float(value))
+        return value
+
+
+def _fills(flat: npt.NDArray[np.float64], sizes: list[int]) -> npt.NDArray[np.intp]:
+    """For each list of ``sizes`` laid end to end in ``flat``: the index in :data:`_FILLS`
+    of the fill whose sparse form is smaller than the dense one, or -1 (a few passes over
+    ``flat`` in all, whatever the number of lists)."""
+    out = np.full(len(sizes), -1, dtype=np.intp)
+    if not sizes or not flat.size:
+        return out
+    starts = np.cumsum([0, *sizes[:-1]])
+    n = np.asarray(sizes)
+    bits = flat.view("<u8")
+    for which in (1, 0):  # 0.0 wins over 1.0 where both would do
+        same = np.add.reduceat((bits == _FILL_BITS[which]).astype(np.int64), starts)
+        out[(n - same) * 12 < n * 8] = which
+    return out
+
+
+def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
+    """``record`` (JSON-safe, numpy arrays allowed) in the packed form; raises
+    :class:`~service.records.codec.RecordError` if a number in it is not finite, or one in a
+    packed array has a magnitude of ``bound`` or more."""
+    packer = _Packer()
+    body = packer.walk(record)
+    sizes = [v.size for v in packer.lists]
+    flat = np.concatenate(packer.lists) if packer.lists else np.empty(0)
+    if not np.isfinite(flat).all():
+        raise RecordError("model state holds a non-finite number")
+    if flat.size and float(np.abs(flat).max()) >= bound:
+        raise RecordError(f"model state holds a learned number of magnitude >= {bound:g}")
+    fill = _fills(flat, sizes)
+    dense: list[npt.NDArray[np.float64]] = []
+    sparse: list[bytes] = []
+    start = kept = sparse_at = 0
+    for n, ref, which in zip(sizes, packer.refs, fill.tolist(), strict=True):
+        values = flat[start : start + n]
+        start += n
+        if which < 0:
+            ref[_DENSE] = [kept, n]
+            dense.append(values)
+            kept += n
+            continue
+        where = np.flatnonzero(values.view("<u8") != _FILL_BITS[which])
+        ref[_SPARSE] = [sparse_at, n, where.size, _FILLS[which]]
+        sparse += [where.astype("<u4").tobytes(), values[where].tobytes()]
+        sparse_at += 12 * where.size
+    try:  # every float in it was checked on the walk
+        header = orjson.dumps([kept, body], option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError as exc:
+        raise RecordError(f"model state is not JSON-safe: {exc}") from exc
+    if len(dense) == len(packer.lists):  # no list went sparse: the doubles are flat's
+        doubles = flat.tobytes()
+    else:
+        doubles = np.concatenate(dense).tobytes() if dense else b""
+    return b"".join([MAGIC, _LENGTH.pack(len(header)), header, doubles, *sparse])
+
+
+class _Unpacker:
+    __slots__ = ("bound", "doubles", "left", "sparse")
+
+    def __init__(self, doubles: npt.NDArray[np.float64], sparse: memoryview, bound: float):
+        self.bound = bound
+        self.doubles = doubles
+        self.sparse = sparse
+        self.left = MAX_ELEMENTS
+
+    def _take(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise BadMessage("schema", f"a packed record expands past {MAX_ELEMENTS} floats")
+
+    def _slice(self, at: int, size: int) -> memoryview:
+        if at + size > len(self.sparse):
+            raise BadMessage("schema", "a packed array reaches past the record's end")
+        return self.sparse[at : at + size]
+
+    def _dense(self, args: Any) -> list[float]:
+        if not (isinstance(args, list) and len(args) == 2 and all(type(i) is int for i in args)):
+            raise BadMessage("schema", "a packed array's reference is malformed")
+        at, n = args
+        if at < 0 or n < 0 or at + n > self.doubles.size:
+            raise BadMessage("schema", "a packed array reaches past the record's end")
+        self._take(n)
+        return FloatList(self.doubles[at : at + n])  # its array: no conversion in from_state
+
+    def _sparse(self, args: Any) -> list[float]:
+        if not (
+            isinstance(args, list)
+            and len(args) == 4
+            and all(type(i) is int and i >= 0 for i in args[:3])
+            and type(args[3]) is float
+            and args[3] in _FILLS
+            and args[2] <= args[1]
+        ):
+            raise BadMessage("schema", "a packed sparse array's reference is malformed")
+        at, n, k, fill = args
+        self._take(n)
+        where = np.frombuffer(self._slice(at, 4 * k), dtype="<u4")
+        found = np.frombuffer(self._slice(at + 4 * k, 8 * k), dtype="<f8")
+        if k and (
+            int(where[-1]) >= n or (k > 1 and not (np.diff(where.astype(np.int64)) > 0).all())
+        ):
+            raise BadMessage("schema", "a packed sparse array's indices are out of order")
+        self._check(found)
+        values = np.full(n, fill)
+        values[where] = found
+        return FloatList(values)
+
+    def _check(self, values: npt.NDArray[np.float64]) -> None:
+        if not np.isfinite(values).all():
+            raise BadMessage("schema", "a packed array holds a non-finite number")
+        if values.size and float(np.abs(values).max()) >= self.bound:
+            raise BadMessage(
+                "schema", f"a packed record holds a number of magnitude >= {self.bound:g}"
+            )
+
+    def walk(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if len(value) == 1:
+                kind = next(iter(value))
+                if kind == _DENSE:
+                    return self._dense(value[kind])
+                if kind == _SPARSE:
+                    return self._sparse(value[kind])
+            return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.walk(v) for v in value]
+        if isinstance(value, float) and abs(value) >= self.bound:
+            raise BadMessage(
+                "schema", f"a packed record holds a number of magnitude >= {self.bound:g}"
+            )
+        return value
+
+
+def unpack(raw: bytes, *, max_bytes: int | None = None, bound: float = math.inf) -> dict[str, Any]:
+    """The record :func:`pack` wrote; :class:`~service.records.codec.BadMessage` for anything
+    else (a reference that is malformed or reaches outside the record, a non-finite float,
+    more than :data:`MAX_ELEMENTS` floats in all, a number outside a ``params`` section of
+    magnitude ``bound`` or more)."""
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise BadMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
+    if not is_packed(raw) or len(raw) < 8:
+        raise BadMessage("schema", "not a packed record")
+    (size,) = _LENGTH.unpack_from(raw, 4)
+    if 8 + size > len(raw):
+        raise BadMessage("schema", "a packed record's header reaches past its end")
+    try:
+        header = orjson.loads(raw[8 : 8 + size])
+    except orjson.JSONDecodeError as exc:
+        raise BadMessage("not_json", f"a packed record's header: {exc}") from None
+    if not (
+        isinstance(header, list)
+        and len(header) == 2
+        and type(header[0]) is int
+        and 0 <= header[0] <= (len(raw) - 8 - size) // 8
+        and isinstance(header[1], dict)
+    ):
+        raise BadMessage("schema", "a packed record's header is not [doubles, object]")
+    end = 8 + size + 8 * header[0]
+    unpacker = _Unpacker(
+        np.frombuffer(raw, dtype="<f8", count=header[0], offset=8 + size),
+        memoryview(raw)[end:],
+        bound,
+    )
+    unpacker._check(unpacker.doubles)
+    out: dict[str, Any] = unpacker.walk(header[1])
+    return out

@@ -1,0 +1,206 @@
+"""The packed form of model versions: the same record back, bit for bit, and anything else
+a clear refusal (a version record is read from topics anyone with write access can fill)."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.config import ModelConfig
+from service.records import BadMessage, RecordError, parse_model_envelope
+from service.records.packed import MAGIC, MAX_ELEMENTS, MIN_PACKED, pack, unpack
+from service.records.state import MAX_MAGNITUDE
+from service.stream.models.served import initial_envelope
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+scalars = st.one_of(
+    finite, st.integers(-(2**53), 2**53), st.booleans(), st.none(), st.text(max_size=5)
+)
+float_lists = st.one_of(
+    st.lists(finite, min_size=MIN_PACKED, max_size=40),
+    # mostly one fill value: the sparse form, with -0.0 and the fill among the others
+    st.builds(
+        lambda fill, n, picks: [picks.get(i, fill) for i in range(n)],
+        st.sampled_from([0.0, 1.0]),
+        st.integers(MIN_PACKED, 600),
+        st.dictionaries(st.integers(0, 599), finite, max_size=30),
+    ),
+)
+records = st.recursive(
+    st.one_of(scalars, float_lists),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def bits(value: Any) -> Any:
+    """``value`` with every float as its bit pattern (so -0.0 and 0.0 differ)."""
+    if isinstance(value, float):
+        return ("f", struct.pack("<d", value))
+    if isinstance(value, dict):
+        return {k: bits(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [bits(v) for v in value]
+    return value
+
+
+@given(st.dictionaries(st.text(max_size=6), records, max_size=6))
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_a_record_reads_back_bit_for_bit(record: dict[str, Any]) -> None:
+    raw = pack(record)
+    assert raw.startswith(MAGIC)
+    assert bits(unpack(raw)) == bits(record)
+
+
+def test_float_lists_go_to_the_arrays_and_the_rest_stays_json() -> None:
+    wide = [i / 7 for i in range(1000)]
+    record = {
+        "w": wide,
+        "untouched": [0.0] * 5000 + [2.5],  # sparse: one value of 5,001
+        "short": [0.25, 0.5],
+        "counts": list(range(40)),  # integers stay integers
+        "params": {"scales": [1.5] * 40},  # hyperparameters stay as written
+    }
+    raw = pack(record)
+    assert unpack(raw) == record
+    assert type(unpack(raw)["counts"][0]) is int
+    assert len(raw) < 8 * 1000 + 12 + 1000  # 8 bytes a weight, 12 a sparse value, a header
+    assert b'"scales":[1.5,' in raw
+    assert b'"short":[0.25,0.5]' in raw
+    assert len(raw) * 2 < len(orjson.dumps(record))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("where", ["array", "scalar", "sparse"])
+def test_a_non_finite_number_is_never_written(bad: float, where: str) -> None:
+    record: dict[str, Any] = {"w": [0.5] * 20, "rho": 1.0, "z": [0.0] * 400}
+    {"array": record["w"], "sparse": record["z"]}.get(where, [None])[0] = bad
+    if where == "scalar":
+        record["rho"] = bad
+    with pytest.raises(RecordError, match="non-finite"):
+        pack(record)
+
+
+def test_a_learned_number_beyond_the_bound_is_refused_both_ways() -> None:
+    config = ModelConfig(algorithm="dsal", cost=0.25, n_features=30)
+    env = initial_envelope("m", config)
+    learner = orjson.loads(orjson.dumps(dict(env.learner)))
+    learned = learner["champion"]["learned"]  # the adaptive wrapper's champion
+    learned["w"] = [i / 3 for i in range(len(learned["w"]))]
+    learned["w"][7] = -2e100
+    forged = env.replace(learner=learner)
+    with pytest.raises(RecordError, match="magnitude"):
+        forged.to_bytes()
+    raw = pack(forged.to_dict())  # as a forger writes it
+    with pytest.raises(BadMessage, match="schema: .*magnitude"):
+        parse_model_envelope(raw, model="m")
+    learned["w"][7] = -9e99
+    fine = env.replace(learner=learner)
+    assert parse_model_envelope(fine.to_bytes(), model="m") == fine
+
+
+def learned_everywhere(value: Any, rng: np.random.Generator) -> Any:
+    """``value`` with every learned float list filled as learning fills it."""
+    if isinstance(value, dict):
+        return {k: v if k == "params" else learned_everywhere(v, rng) for k, v in value.items()}
+    if isinstance(value, list):
+        if len(value) >= MIN_PACKED and all(type(v) is float for v in value):
+            return rng.normal(size=len(value)).tolist()
+        return [learned_everywhere(v, rng) for v in value]
+    return value
+
+
+def test_a_version_reads_the_same_in_either_form_and_packed_is_smaller() -> None:
+    config = ModelConfig(algorithm="dsal", cost=0.25, n_features=68)
+    env = initial_envelope("m", config)
+    assert parse_model_envelope(env.to_bytes(), model="m") == env
+    assert parse_model_envelope(env.to_json(), model="m") == env
+    assert len(env.to_bytes()) < 0.8 * len(env.to_json())  # zeros: sparse
+    rng = np.random.default_rng(0)
+    learned = env.replace(
+        pipeline=learned_everywhere(env.pipeline, rng), learner=learned_everywhere(env.learner, rng)
+    )
+    assert parse_model_envelope(learned.to_bytes(), model="m") == learned
+    assert len(learned.to_bytes()) < 0.6 * len(learned.to_json())
+
+
+def forge(header: Any, tail: bytes = b"") -> bytes:
+    head = orjson.dumps(header)
+    return MAGIC + struct.pack("<I", len(head)) + head + tail
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (MAGIC, "not a packed record"),
+        (MAGIC + struct.pack("<I", 99) + b"[0,{}]", "header reaches past"),
+        (forge({"a": 1}), r"not \[doubles, object\]"),
+        (forge([1, {}]), r"not \[doubles, object\]"),  # doubles past the end
+        (forge([0, {"w": {"$d": [0, 3]}}]), "reaches past"),
+        (forge([1, {"w": {"$d": [-1, 1]}}], b"\0" * 8), "reaches past"),
+        (forge([1, {"w": {"$d": [0, True]}}], b"\0" * 8), "malformed"),
+        (forge([1, {"w": {"$d": "x"}}], b"\0" * 8), "malformed"),
+        (forge([1, {}], struct.pack("<d", math.nan)), "non-finite"),
+        (forge([1, {}], struct.pack("<d", 1e300)), "magnitude"),
+        (forge([0, {"w": {"$s": [0, 4, 1, 0.5]}}], b"\0" * 12), "malformed"),  # fill
+        (forge([0, {"w": {"$s": [0, 4, 5, 0.0]}}], b"\0" * 60), "malformed"),  # k > n
+        (forge([0, {"w": {"$s": [0, 4, 1, 0.0]}}], b"\0" * 4), "reaches past"),
+        (forge([0, {"w": {"$s": [0, 4, 1, 0.0]}}], struct.pack("<Id", 4, 1.0)), "out of order"),
+        (
+            forge([0, {"w": {"$s": [0, 9, 2, 0.0]}}], struct.pack("<IIdd", 3, 3, 1.0, 1.0)),
+            "out of order",
+        ),
+        (
+            forge([0, {"w": {"$s": [0, 9, 2, 0.0]}}], struct.pack("<IIdd", 5, 3, 1.0, 1.0)),
+            "out of order",
+        ),
+        (forge([0, {"w": {"$s": [0, 4, 1, 0.0]}}], struct.pack("<Id", 1, math.inf)), "non-finite"),
+        (forge([0, {"rho": 1e200}]), "magnitude"),
+        (MAGIC + struct.pack("<I", 3) + b"[0,", "not_json"),
+    ],
+)
+def test_a_malformed_packed_record_is_refused_with_a_reason(raw: bytes, why: str) -> None:
+    with pytest.raises(BadMessage, match=why):
+        unpack(raw, bound=MAX_MAGNITUDE)
+
+
+def test_a_small_record_cannot_expand_without_bound() -> None:
+    # a few hundred bytes naming the same sparse array again and again: refused before
+    # anything of that size is made
+    n = MAX_ELEMENTS // 4
+    raw = forge([0, {"w": [{"$s": [0, n, 0, 0.0]}] * 5}])
+    assert len(raw) < 300
+    with pytest.raises(BadMessage, match="expands past"):
+        unpack(raw)
+
+
+def test_an_oversize_record_is_refused_before_it_is_read() -> None:
+    raw = pack({"w": [0.5] * 1000})
+    with pytest.raises(BadMessage, match="oversize"):
+        unpack(raw, max_bytes=len(raw) - 1)
+
+
+@given(st.binary(max_size=64), st.integers(0, 10_000), st.integers(0, 255))
+@settings(max_examples=400)
+def test_any_damage_is_a_refusal_or_a_finite_record(noise: bytes, at: int, byte: int) -> None:
+    record = {"format": "x", "w": [i / 3 for i in range(50)], "z": [0.0] * 300 + [1.5]}
+    raw = bytearray(pack(record))
+    raw[at % len(raw)] = byte
+    for damaged in (bytes(raw), bytes(raw) + noise, bytes(raw[: at % len(raw)])):
+        try:
+            out = unpack(damaged, bound=MAX_MAGNITUDE)
+        except BadMessage:
+            continue
+        floats = np.array(
+            [v for k in ("w", "z") if isinstance(out.get(k), list) for v in out[k]], dtype=object
+        )
+        assert all(isinstance(v, float) and math.isfinite(v) for v in floats)
