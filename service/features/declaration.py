@@ -45,11 +45,11 @@ __all__ = [
 
 Kind = Literal["number", "boolean", "category", "tokens", "ignore"]
 KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
-MAX_HASH_BITS = 9
+MAX_HASH_BITS = 10
 """The most hashed buckets a model holds, as a power of two: a model version carries every
-weight and every standardiser's statistics of every input densely; the served model of 2^9
-buckets writes versions of about 540 KiB (``loadtest/wide.py``), one of 2^10 about 1.05 MiB,
-past Kafka's default 1 MB record."""
+weight and every standardiser's statistics of every input, 8 bytes each (the packed form,
+:mod:`service.records.packed`); the served model of 2^10 buckets, trained, writes versions
+of about 460 KiB, one of 2^11 about 910 KiB, too near Kafka's default 1 MB record."""
 
 _NAME_LEN = 256
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
