@@ -77,6 +77,7 @@ class Run:
     promoted: list[dict[str, Any]] = field(default_factory=list)  # phase-2 decisions
     compare_page: list[dict[str, Any]] = field(default_factory=list)
     compare_cli: list[dict[str, Any]] = field(default_factory=list)
+    shown: dict[str, Any] = field(default_factory=dict)  # abstain models show s
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -114,6 +115,7 @@ def learn_phase(run: Run, kio: KafkaIO) -> None:
     run.compare_page = json.loads(run.worker.get("/models")[1])["models"]
     out = run.service.cli("models", "compare").stdout
     run.compare_cli = [json.loads(line) for line in out.splitlines()]
+    run.shown = json.loads(run.service.cli("models", "show", "s").stdout)
 
 
 def promote_phase(run: Run, kio: KafkaIO) -> None:
@@ -212,6 +214,11 @@ def test_models_page_and_cli_compare_the_champion_and_its_challenger(run: Run) -
     page = {r["model"]: r for r in run.compare_page}
     assert page["s"]["events"] == page["c"]["events"] == 150
     assert page["c"]["reject_rate"] is not None
+    # the version served, as JSON (it travels packed): what a worker reads, record for record
+    shown = run.shown
+    assert (shown["format"], shown["model"]) == ("abstain.model", "s")
+    assert shown["version"] == shown["labels_applied"] == ANSWERED
+    assert parse_model_envelope(json.dumps(shown).encode(), model="s").version == ANSWERED
 
 
 def test_promotion_switches_at_one_offset_and_decides_every_event_once(

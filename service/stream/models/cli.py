@@ -3,6 +3,7 @@
 ::
 
     abstain models compare [--url URL] [--broker ...] [--config FILE]
+    abstain models show NAME [--broker ...] [--config FILE]
     abstain models promote NAME [--if-serial N] [--broker ...] [--config FILE]
     abstain models rollback NAME --to-version V [--broker ...] [--config FILE]
     abstain models seed --model NAME FILE [--broker ...] [--config FILE]
@@ -10,7 +11,10 @@
 ``compare`` prints one JSON line per model (:func:`~service.stream.models.champions.comparison`):
 from the models topic (what every worker serves: versions, labels, risk and interval), or
 with ``--url`` from a worker's ``GET /models`` page, which adds the decisions that worker
-made with each model and the share it rejected. ``promote`` writes the models topic's
+made with each model and the share it rejected. ``show`` prints the version of NAME every
+worker serves, read and checked as a worker reads it (its signature too), as one JSON
+record (versions travel in a packed binary form, :mod:`service.records.packed`, that a
+console tool does not print). ``promote`` writes the models topic's
 champions record (signed with ``snapshot_key`` when one is set) that makes NAME serve its
 group from the first batch each worker scores after reading it; ``promote`` of a group's
 own name gives the route back to it. It is a compare-and-set: it writes the serial after
@@ -65,6 +69,9 @@ def main(argv: list[str]) -> int:
     compare = sub.add_parser("compare", help="the live comparison, one JSON line per model")
     common_arguments(compare)
     compare.add_argument("--url", help="a worker's web address (adds its decision counts)")
+    show = sub.add_parser("show", help="the version of a model served, as JSON")
+    common_arguments(show)
+    show.add_argument("name", help="the model")
     promote = sub.add_parser("promote", help="make a challenger serve its group")
     common_arguments(promote)
     promote.add_argument("name", help="the model to serve")
@@ -87,12 +94,23 @@ def main(argv: list[str]) -> int:
             for row in rows:
                 print(dumps(row).decode())
             return 0
+        if args.action == "show":
+            return asyncio.run(_show(settings, args.name))
         if args.action == "rollback":
             return asyncio.run(_rollback(settings, args.name, args.to_version, args.by))
         return asyncio.run(_promote(settings, args.name, args.if_serial))
     except (ConfigError, ValueError, OSError, StreamError) as exc:
         print(f"abstain: {exc}", file=sys.stderr)
         return 2
+
+
+async def _show(settings: Settings, name: str) -> int:
+    if name not in settings.models:
+        print(f"abstain: no model {name!r} is configured", file=sys.stderr)
+        return 2
+    book = await read_book(settings)
+    print(book.models[name].envelope.to_json().decode())
+    return 0
 
 
 async def read_book(settings: Settings) -> ModelBook:
