@@ -3,11 +3,14 @@ by itself).
 
     python loadtest/labels_rate.py [--broker HOST:PORT] [--events 3000] [--repeats 3]
                                    [--algorithms dsol,dsal] [--web-port 16199]
-                                   [--profile DIR]
+                                   [--shape phishing] [--profile DIR]
 
 For each algorithm, ``--repeats`` times, with a fresh worker and fresh topics each time:
 
-1. ``--events`` events of the packaged Phishing data (68 features) are produced and decided;
+1. ``--events`` events of the packaged Phishing data (68 features; ``--shape`` one of
+   ``loadtest/wide.py``'s instead, such as ``hashed10-300``: events as producers write them,
+   four numbers, categories, a boolean and 300 tokens, under a declaration of 2^10 buckets)
+   are produced and decided;
    the test reads every label request the worker writes, and waits until the learner has
    stored all of them (its pending table's changelog);
 2. then the true label of every request is produced to the labels topic as fast as the
@@ -51,6 +54,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness import local_broker, running_worker  # noqa: E402
+from wide import config_of  # noqa: E402
+from wide import events as wide_events  # noqa: E402
 
 from service.config import Topics  # noqa: E402
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
@@ -75,8 +80,8 @@ def _cpu_seconds(pid: int) -> float:
 
 async def _run(
     settings: Any,
-    X: np.ndarray,
-    y: np.ndarray,
+    features: list[Any],
+    y: list[int],
     events: int,
     pid: int,
     profile: Path | None,
@@ -101,7 +106,7 @@ async def _run(
                             applied.set()
                 elif rec.topic == t.label_requests:
                     request = json.loads(rec.value)
-                    asked[request["request_id"]] = int(y[int(request["event_id"][1:]) % len(y)])
+                    asked[request["request_id"]] = y[int(request["event_id"][1:]) % len(y)]
                 else:
                     stored["n"] += 1
 
@@ -109,7 +114,7 @@ async def _run(
         await positioned.wait()
         for i in range(events):
             await client.send(
-                t.features, f"e{i}", {"id": f"e{i}", "features": X[i % len(X)].tolist()}
+                t.features, f"e{i}", {"id": f"e{i}", "features": features[i % len(features)]}
             )
         await client.flush()
         # every request stored by the learner (the changelog may hold more records than
@@ -178,7 +183,23 @@ async def _run(
     }
 
 
-def _config(work: Path, algorithm: str) -> dict[str, Any]:
+def _model(shape: str, algorithm: str) -> dict[str, Any]:
+    if shape == "phishing":
+        return {"algorithm": algorithm, "cost": 0.25, "n_features": 68}
+    model: dict[str, Any] = config_of(shape).model_dump(mode="json", exclude_none=True)
+    return {"fields": model["fields"], "algorithm": algorithm, "cost": 0.25}
+
+
+def _stream(shape: str, events: int) -> tuple[list[Any], list[int]]:
+    """Each event's ``features`` as a producer writes them, and its true label."""
+    if shape == "phishing":
+        X, y = load_dataset(resolve_dataset_path("phishing"))
+        return [x.tolist() for x in X], [int(v) for v in y]
+    stream = wide_events(shape, events, np.random.default_rng(1))
+    return [f for f, _ in stream], [label for _, label in stream]
+
+
+def _config(work: Path, algorithm: str, shape: str) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     return {
         "app_id": f"lr-{run}",
@@ -187,17 +208,24 @@ def _config(work: Path, algorithm: str) -> dict[str, Any]:
         "partitions": {"features": 4, "decisions": 4, "labels": 1},
         "request_ttl_seconds": 3600,
         "default_model": MODEL,
-        "models": {MODEL: {"algorithm": algorithm, "cost": 0.25, "n_features": 68}},
+        "models": {MODEL: _model(shape, algorithm)},
         "log_level": "warning",
     }
 
 
 def _measure(
-    work: Path, broker: str, algorithm: str, events: int, port: int, profile: Path | None
+    work: Path,
+    broker: str,
+    algorithm: str,
+    shape: str,
+    events: int,
+    port: int,
+    profile: Path | None,
 ) -> dict[str, float]:
-    X, y = load_dataset(resolve_dataset_path("phishing"))
-    with running_worker(work, _config(work, algorithm), broker, port) as (settings, proc):
-        return asyncio.run(_run(settings, X, y, events, proc.pid, profile))
+    features, y = _stream(shape, events)
+    config = _config(work, algorithm, shape)
+    with running_worker(work, config, broker, port) as (settings, proc):
+        return asyncio.run(_run(settings, features, y, events, proc.pid, profile))
 
 
 def main() -> int:
@@ -207,6 +235,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--algorithms", default="dsol,dsal")
     p.add_argument("--web-port", type=int, default=16199)
+    p.add_argument("--shape", default="phishing", help="phishing, or a loadtest/wide.py shape")
     p.add_argument("--profile", type=Path, help="py-spy the label phases into this directory")
     args = p.parse_args()
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
@@ -222,7 +251,7 @@ def main() -> int:
                     args.profile.mkdir(parents=True, exist_ok=True)
                     spy = args.profile / f"{algorithm}-{r + 1}.txt"
                 port = args.web_port + k + 10 * r
-                result = _measure(work, broker, algorithm, args.events, port, spy)
+                result = _measure(work, broker, algorithm, args.shape, args.events, port, spy)
                 runs[algorithm].append(result)
                 print(
                     f"{algorithm} run {r + 1}: "
@@ -232,7 +261,7 @@ def main() -> int:
     finally:
         if kafka is not None:
             kafka.stop()
-    print(f"\nlabels applied per second, one model, 68 features, medians of {args.repeats}")
+    print(f"\nlabels applied per second, one model, {args.shape}, medians of {args.repeats}")
     print(f"{'algorithm':<10}{'labels':>8}{'labels/s':>10}{'CPU ms/label':>14}{'version KiB':>13}")
     for algorithm, results in runs.items():
         med = {n: statistics.median(r[n] for r in results) for n in results[0]}
