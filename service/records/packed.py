@@ -45,7 +45,7 @@ import orjson
 from service.learning.state import FloatList
 from service.records.codec import BadMessage, RecordError
 
-__all__ = ["MAGIC", "MAX_ELEMENTS", "MIN_PACKED", "is_packed", "pack", "unpack"]
+__all__ = ["MAGIC", "MAX_ELEMENTS", "MIN_PACKED", "header_of", "is_packed", "pack", "unpack"]
 
 MAGIC: Final = b"\xabAM2"
 #: lists shorter than this stay in the header (a reference costs about as much)
@@ -55,12 +55,20 @@ MAX_ELEMENTS: Final = 1 << 23
 _LENGTH: Final = struct.Struct("<I")
 _FILLS: Final = (0.0, 1.0)
 _FILL_BITS: Final = tuple(np.array(_FILLS, dtype="<f8").view("<u8").tolist())
-_DENSE, _SPARSE = "$d", "$s"
+_DENSE, _SPARSE, _ESCAPE = "$d", "$s", "$$"
+#: a record's own object of one such key is written inside {"$$": ...}, never as a reference
+_RESERVED: Final = frozenset((_DENSE, _SPARSE, _ESCAPE))
 
 
 def is_packed(raw: bytes) -> bool:
     """True if ``raw`` is in this form (not JSON)."""
     return raw[:4] == MAGIC
+
+
+def header_of(raw: bytes) -> bytes:
+    """The JSON header of a record :func:`pack` wrote (the record without its arrays)."""
+    (size,) = _LENGTH.unpack_from(raw, 4)
+    return raw[8 : 8 + size]
 
 
 class _Packer:
@@ -85,7 +93,8 @@ class _Packer:
                 raise RecordError("model state holds a non-finite number")
             return value
         if kind is dict:
-            return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+            out = {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+            return {_ESCAPE: out} if len(out) == 1 and next(iter(out)) in _RESERVED else out
         if kind is FloatList and value.array is not None and len(value) >= MIN_PACKED:
             return self._ref(value.array)  # the array it was made from: no conversion
         if kind is list or kind is tuple or kind is FloatList:
@@ -104,7 +113,7 @@ class _Packer:
         if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind == "f":
             return self._ref(np.asarray(value, dtype="<f8"))
         if isinstance(value, Mapping):
-            return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+            return self.walk(dict(value))
         if isinstance(value, float | np.floating):
             return self.walk(float(value))
         return value
@@ -232,6 +241,8 @@ class _Unpacker:
                     return self._dense(value[kind])
                 if kind == _SPARSE:
                     return self._sparse(value[kind])
+                if kind == _ESCAPE and isinstance(value[kind], dict):
+                    return {k: self.walk(v) for k, v in value[kind].items()}
             return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.walk(v) for v in value]

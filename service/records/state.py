@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -61,7 +60,7 @@ from service.records.codec import (
     number,
     text,
 )
-from service.records.packed import is_packed, pack, unpack
+from service.records.packed import header_of, is_packed, pack, unpack
 from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
 
 __all__ = [
@@ -84,7 +83,6 @@ MAX_COUNTER: Final = 2**53
 # digits after "e+" (every finite float of 1e16 or more is written so; a literal parsed from
 # elsewhere, 1E100 or a 101-digit mantissa, is written so again once re-encoded)
 _BIG: Final = re.compile(rb"e\+\d{3}")
-_HEADER_LENGTH: Final = struct.Struct("<I")
 
 
 def _beyond(value: Any) -> bool:
@@ -180,8 +178,7 @@ class ModelEnvelope:
         (:mod:`service.records.packed`: the arrays as raw doubles), with the checks of
         :meth:`to_json`."""
         encoded = pack(self.to_dict(), bound=MAX_MAGNITUDE)
-        (size,) = _HEADER_LENGTH.unpack_from(encoded, 4)
-        if _out_of_bounds(self, encoded[8 : 8 + size]):
+        if _out_of_bounds(self, header_of(encoded)):
             raise RecordError(
                 f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
             )

@@ -61,6 +61,11 @@ def test_a_record_reads_back_bit_for_bit(record: dict[str, Any]) -> None:
     assert bits(unpack(raw)) == bits(record)
 
 
+def test_a_record_s_own_object_named_like_a_reference_reads_back_as_itself() -> None:
+    for record in ({"$d": [0, 1]}, {"x": {"$s": []}}, {"$$": {"$d": [1.5] * 20}}):
+        assert unpack(pack(record)) == record
+
+
 def test_float_lists_go_to_the_arrays_and_the_rest_stays_json() -> None:
     wide = [i / 7 for i in range(1000)]
     record = {
