@@ -108,9 +108,8 @@ def labels(
         )
         times.append(time.perf_counter() - tic)
         assert out.model is not None  # noqa: S101 - every label applies
-        assert out.encoded is not None  # noqa: S101
         model = out.model
-        sizes.append(len(out.encoded))
+        sizes.append(len(out.encode()))
     return times, sizes, model
 
 

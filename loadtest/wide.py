@@ -119,8 +119,7 @@ def learn(shape: str, stream: list[tuple[Any, int]]) -> tuple[float, int, int, A
         )
         times.append(time.process_time() - tic)
         assert out.model is not None  # noqa: S101 - every label applies
-        assert out.encoded is not None  # noqa: S101
-        model, size = out.model, len(out.encoded)
+        model, size = out.model, len(out.encode())
     return statistics.median(times), size, asked, model
 
 

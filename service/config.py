@@ -1009,9 +1009,9 @@ class Settings(BaseSettings):
         gt=0.0,
         le=60_000.0,
         description="longest the learner applies labels before one flush makes them durable "
-        "and their model versions are written (a group commit); a fetched batch that takes "
-        "longer is written in several groups, so a label's version is served this soon after "
-        "it is applied",
+        "and each model's newest version, which holds them all, is written (a group commit); "
+        "a fetched batch that takes longer is written in several groups, so a label's version "
+        "is served this soon after it is applied",
     )
     commit_interval_seconds: float = Field(
         default=2.8,

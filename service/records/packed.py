@@ -45,7 +45,16 @@ import orjson
 from service.learning.state import FloatList
 from service.records.codec import BadMessage, RecordError
 
-__all__ = ["MAGIC", "MAX_ELEMENTS", "MIN_PACKED", "header_of", "is_packed", "pack", "unpack"]
+__all__ = [
+    "MAGIC",
+    "MAX_ELEMENTS",
+    "MIN_PACKED",
+    "check",
+    "header_of",
+    "is_packed",
+    "pack",
+    "unpack",
+]
 
 MAGIC: Final = b"\xabAM2"
 #: lists shorter than this stay in the header (a reference costs about as much)
@@ -74,11 +83,13 @@ def header_of(raw: bytes) -> bytes:
 class _Packer:
     """Replaces the float lists of a record with references, keeping the lists in order."""
 
-    __slots__ = ("lists", "refs")
+    __slots__ = ("big", "bound", "lists", "refs")
 
-    def __init__(self) -> None:
+    def __init__(self, bound: float) -> None:
         self.lists: list[npt.NDArray[np.float64]] = []  # each list as a 1-d float array
         self.refs: list[dict[str, list[Any]]] = []  # each list's reference, set by pack()
+        self.bound = bound
+        self.big = False  # a number left in the header has a magnitude of ``bound`` or more
 
     def _ref(self, values: npt.NDArray[np.float64]) -> dict[str, list[Any]]:
         ref: dict[str, list[Any]] = {}
@@ -91,6 +102,8 @@ class _Packer:
         if kind is float:
             if not math.isfinite(value):
                 raise RecordError("model state holds a non-finite number")
+            if abs(value) >= self.bound:
+                self.big = True
             return value
         if kind is dict:
             out = {k: v if k == "params" else self.walk(v) for k, v in value.items()}
@@ -135,11 +148,12 @@ def _fills(flat: npt.NDArray[np.float64], sizes: list[int]) -> npt.NDArray[np.in
     return out
 
 
-def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
-    """``record`` (JSON-safe, numpy arrays allowed) in the packed form; raises
-    :class:`~service.records.codec.RecordError` if a number in it is not finite, or one in a
-    packed array has a magnitude of ``bound`` or more."""
-    packer = _Packer()
+def _walked(
+    record: Mapping[str, Any], bound: float
+) -> tuple[_Packer, Any, npt.NDArray[np.float64], list[int]]:
+    """``record`` walked (its lists to pack collected) and checked: the packer, the body of
+    the header, the lists laid end to end and their sizes."""
+    packer = _Packer(bound)
     body = packer.walk(record)
     sizes = [v.size for v in packer.lists]
     flat = np.concatenate(packer.lists) if packer.lists else np.empty(0)
@@ -147,6 +161,30 @@ def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
         raise RecordError("model state holds a non-finite number")
     if flat.size and float(np.abs(flat).max()) >= bound:
         raise RecordError(f"model state holds a learned number of magnitude >= {bound:g}")
+    return packer, body, flat, sizes
+
+
+def check(record: Mapping[str, Any], *, bound: float = math.inf) -> bool:
+    """Raise what :func:`pack` raises for ``record``, without encoding it (what a learner
+    checks of a version it may never write); True if a number :func:`pack` would leave in
+    the header (a list too short to pack, a single number) has a magnitude of ``bound`` or
+    more, which the caller judges (it may be a setting, not a learned number).
+
+    >>> check({"w": [0.5] * 20, "n": 1e120}, bound=1e100)
+    True
+    >>> check({"w": [0.5] * 19 + [float("nan")]})
+    Traceback (most recent call last):
+    ...
+    service.records.codec.RecordError: model state holds a non-finite number
+    """
+    return _walked(record, bound)[0].big
+
+
+def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
+    """``record`` (JSON-safe, numpy arrays allowed) in the packed form; raises
+    :class:`~service.records.codec.RecordError` if a number in it is not finite, or one in a
+    packed array has a magnitude of ``bound`` or more."""
+    packer, body, flat, sizes = _walked(record, bound)
     fill = _fills(flat, sizes)
     dense: list[npt.NDArray[np.float64]] = []
     sparse: list[bytes] = []

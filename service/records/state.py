@@ -60,7 +60,7 @@ from service.records.codec import (
     number,
     text,
 )
-from service.records.packed import header_of, is_packed, pack, unpack
+from service.records.packed import check, header_of, is_packed, pack, unpack
 from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
 
 __all__ = [
@@ -183,6 +183,16 @@ class ModelEnvelope:
                 f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
             )
         return encoded
+
+    def check(self) -> None:
+        """Raise what :meth:`to_bytes` raises, without encoding: what a learner checks of
+        each version it makes, writing only some (a group's newest)."""
+        if check(self.to_dict(), bound=MAX_MAGNITUDE) and any(
+            _beyond(part) for part in (self.pipeline, self.learner, self.estimate)
+        ):
+            raise RecordError(
+                f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
+            )
 
     def replace(self, **changes: Any) -> ModelEnvelope:
         """A copy with ``changes`` (the record itself never changes)."""

@@ -133,13 +133,15 @@ def test_the_detector_fires_once_after_the_flip_and_a_challenger_takes_over(
     worker = flipped.worker
     assert worker.metric("abstain_drift_detected_total", {"model": "m"}) == 1.0
     assert worker.metric("abstain_takeovers_total", {"model": "m"}) >= 1.0
-    chain = states(kafka_io, flipped.service.changelog("models"))  # every version
+    chain = states(kafka_io, flipped.service.changelog("models"))  # each group's newest
     changed = [s["version"] for s in chain if s["learner"]["learned"]["changes"] > 0]
-    assert changed[0] > flipped.before  # nothing before the flip
-    assert changed[0] <= flipped.before + 40  # within a few tens of labels after it
+    unchanged = [s["version"] for s in chain if s["learner"]["learned"]["changes"] == 0]
     final = chain[-1]["learner"]
     assert final["learned"]["changes"] == 1
-    assert final["learned"]["last_change"] == changed[0]  # the label count at detection
+    at = final["learned"]["last_change"]  # the label count (= version) at detection
+    assert flipped.before < at <= flipped.before + 40  # within a few tens of labels after it
+    # the versions written agree: none before the detection holds it, every one after does
+    assert max(unchanged) < at <= min(changed)
     assert final["champion_origin"] in ("mirror", "fresh")
 
 
@@ -162,13 +164,13 @@ def test_every_label_is_applied_once_and_the_rebuild_is_the_same_model(
 ) -> None:
     service, answered = flipped.service, flipped.answered
     topic = service.topics["models"]
-    # every version is in the learner's table (the models topic has the newest of each of
-    # its batches): versions 1..N, none skipped; what the scorers were sent is among them,
-    # a version perhaps sent again (a republish, when the scorers' version lagged behind
-    # the learner's on a busy machine), never changed
+    # the learner's table holds each group's newest version, as the models topic does:
+    # what the scorers were sent is among them, a version perhaps sent again (a republish,
+    # when the scorers' version lagged behind the learner's on a busy machine), never changed
     chain = states(kafka_io, service.changelog("models"))
     sent = states(kafka_io, topic)
-    assert sorted({s["version"] for s in chain}) == list(range(1, answered + 1))
+    assert max(s["version"] for s in chain) == answered
+    assert {s["version"] for s in sent} <= {s["version"] for s in chain}
     by_version = {s["version"]: s["learner"] for s in chain}
     assert all(s["learner"] == by_version[s["version"]] for s in chain + sent)
     assert sent[-1]["version"] == answered

@@ -169,15 +169,24 @@ def test_an_unsigned_or_mis_signed_rollback_order_is_dead_lettered_and_changes_n
     assert (
         worker.metric("abstain_dead_letters_total", {"source": "labels", "reason": "unsigned"}) == 1
     )
-    # the CLI signs its order: taken
-    assert finish(run_cli(service, "models", "rollback", "c", "--to-version", "2")).code == 0
+    # the CLI signs its order: taken. The learner's table keeps the versions it wrote (the
+    # newest of each group of labels) under c@<version>: the order names the oldest
+    table = {r.key: r for r in kio.read(service.changelog("models")) if r.value is not None}
+    kept = sorted(int(k[2:]) for k in table if k.startswith(b"c@"))
+    assert kept[-1] == LABELS
+    target = kept[0] if len(kept) > 1 else 0  # version 0, the configured one, is always kept
+    rollback = run_cli(service, "models", "rollback", "c", "--to-version", str(target))
+    assert finish(rollback).code == 0
     kio.wait_for(t["models"], lambda rs: LABELS + 1 in versions(kio, service, "c"), timeout=60)
-    history = {  # every version is in the learner's table
+    history = {
         r.json()["version"]: r.json()
         for r in kio.read(service.changelog("models"))
         if r.key == b"c"
     }
-    assert history[LABELS + 1]["learner"] == history[2]["learner"]
+    restored = history[LABELS + 1]
+    assert restored["labels_applied"] == target  # what the version it serves had learnt
+    if target:
+        assert restored["learner"] == history[target]["learner"]
 
 
 def test_an_unsigned_or_mis_signed_champions_record_is_dead_lettered_and_changes_nothing(

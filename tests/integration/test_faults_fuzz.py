@@ -227,7 +227,6 @@ def test_fuzz_bad_input_is_dead_lettered_and_changes_nothing(
         assert not set(decisions) - set(src.truth)
         # the model is what the good labels alone make of it
         r = report
-        assert not r.chain.gaps
         assert not r.chain.forks
         assert not r.explained.unexplained
         assert not r.explained.twice

@@ -42,8 +42,8 @@ def _truth(x: list[float]) -> int:
 
 
 def _versions(kio: KafkaIO, service: Service) -> list[dict[str, Any]]:
-    """Every version of ``m``, in order: the learner's table holds each (the models topic
-    the newest of each batch)."""
+    """The versions of ``m`` written, in order: the learner's table holds the newest of each
+    group of labels (as the models topic does)."""
     return [r.json() for r in kio.read(service.changelog("models")) if r.key == b"m"]
 
 

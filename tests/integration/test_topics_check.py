@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import topicadmin as ka
-from faults.checks import explain_chain, replay
+from faults.checks import explain_chain, replay, version_marks
 from faults.data import EventSource
 from faults.kafkaio import Out, produce, produce_records, read_topic
 from faults.oracle import Observer
@@ -212,7 +212,7 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
 
     after = _chain(b, [new.topics["models"], new.changelog("models")])
     assert max(after) == 10
-    # every step is one label, old ones then new ones, and the end is the offline replay
+    # every version is one label, old ones then new ones, and the end is the offline replay
     features = {rid: r for o in (taught, taught_again) for rid, r in o.requests.items()}
     labelled = []
     config = ModelConfig(**old.config["models"]["m"])
@@ -223,8 +223,10 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
             for r in read_topic(b, dep.topics["labels"])
         }
         states = {0: initial, **before} if dep is old else {6: seed, **after}
-        chain = SimpleNamespace(states=[states[v] for v in range(first - 1, first + len(labels))])
-        explained = explain_chain(chain, read_topic(b, dep.topics["labels"]), features)  # type: ignore[arg-type]
+        chain = SimpleNamespace(states={v: s for v, s in states.items() if v >= first - 1})
+        marks = version_marks(read_topic(b, dep.changelog("pending")), "m")
+        labels_log = read_topic(b, dep.topics["labels"])
+        explained = explain_chain(chain, labels_log, features, marks)  # type: ignore[arg-type]
         assert explained.unexplained == []
         assert explained.twice == []
         labelled += [(features[rid], labels[rid]) for rid in explained.order]

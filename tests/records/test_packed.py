@@ -4,6 +4,7 @@ a clear refusal (a version record is read from topics anyone with write access c
 from __future__ import annotations
 
 import math
+import re
 import struct
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from service.config import ModelConfig
 from service.records import BadMessage, RecordError, parse_model_envelope
-from service.records.packed import MAGIC, MAX_ELEMENTS, MIN_PACKED, pack, unpack
+from service.records.packed import MAGIC, MAX_ELEMENTS, MIN_PACKED, check, header_of, pack, unpack
 from service.records.state import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 
@@ -95,6 +96,38 @@ def test_a_non_finite_number_is_never_written(bad: float, where: str) -> None:
         pack(record)
 
 
+any_float = st.one_of(st.floats(), st.sampled_from([1e100, -1e100, 9.99e99, 1e308]))
+wild_records = st.recursive(
+    st.one_of(any_float, st.integers(-5, 5), st.lists(any_float, min_size=MIN_PACKED, max_size=20)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from("abc"), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["w", "x"]), wild_records, max_size=3))
+@settings(max_examples=400)
+def test_checking_a_record_refuses_what_packing_refuses_and_no_more(
+    record: dict[str, Any],
+) -> None:
+    """What a learner checks of a version it may never write is what writing it checks
+    (settings, under ``params``, are neither walked nor judged: the envelope's test below)."""
+    bound = 1e100
+    refused: str | None = None
+    try:
+        raw = pack(record, bound=bound)
+    except RecordError as exc:
+        refused = str(exc)
+    if refused is not None:
+        with pytest.raises(RecordError) as checked:
+            check(record, bound=bound)
+        assert str(checked.value) == refused
+        return
+    # the numbers left in the header: one of the bound or more shows in it as e+NNN
+    assert check(record, bound=bound) == (re.search(rb"e\+\d{3}", header_of(raw)) is not None)
+
+
 def test_a_learned_number_beyond_the_bound_is_refused_both_ways() -> None:
     config = ModelConfig(algorithm="dsal", cost=0.25, n_features=30)
     env = initial_envelope("m", config)
@@ -105,12 +138,22 @@ def test_a_learned_number_beyond_the_bound_is_refused_both_ways() -> None:
     forged = env.replace(learner=learner)
     with pytest.raises(RecordError, match="magnitude"):
         forged.to_bytes()
+    with pytest.raises(RecordError, match="magnitude"):
+        forged.check()  # what a learner checks of each version it makes
     raw = pack(forged.to_dict())  # as a forger writes it
     with pytest.raises(BadMessage, match="schema: .*magnitude"):
         parse_model_envelope(raw, model="m")
+    learned["rho"] = 3e100  # a learned number left in the header
     learned["w"][7] = -9e99
+    with pytest.raises(RecordError, match="magnitude"):
+        env.replace(learner=learner).check()
+    learned["rho"] = 1.0
     fine = env.replace(learner=learner)
+    fine.check()
     assert parse_model_envelope(fine.to_bytes(), model="m") == fine
+    learner["champion"]["params"] = {"limit": 1e200}  # a setting, not a learned number
+    env.replace(learner=learner).check()
+    env.replace(learner=learner).to_bytes()
 
 
 def learned_everywhere(value: Any, rng: np.random.Generator) -> Any:

@@ -567,6 +567,7 @@ async def test_a_rollback_to_a_version_no_longer_kept_is_dead_lettered() -> None
         ("unknown_version", 20),
         ("unknown_version", 21),
     ]
+    assert "kept: 0, 3," in dead[0]["detail"]  # what an operator may roll back to instead
     assert learner.joiner.models.get("c").version == 4
 
 

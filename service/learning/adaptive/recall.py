@@ -49,11 +49,15 @@ class Recall:
     """The last ``size`` labels (plus up to one snapshot period) and the snapshots that
     reach as far back."""
 
-    __slots__ = ("size", "_labels", "_snapshots")
+    __slots__ = ("size", "_labels", "_records", "_snapshots")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._labels: deque[Remembered] = deque(maxlen=size + SNAPSHOT_EVERY if size else 0)
+        # each remembered label's record, made once: a label never changes once remembered,
+        # so every state written while it is remembered holds the same record (a learner
+        # writes a state per label; making 40 of these each time was most of its cost)
+        self._records: deque[dict[str, Any]] = deque(maxlen=self._labels.maxlen)
         self._snapshots: deque[Snapshot] = deque(maxlen=size // SNAPSHOT_EVERY + 2)
 
     def snapshot(self, label: int, champion: Any) -> None:
@@ -65,7 +69,12 @@ class Recall:
 
     def remember(self, label: int, x: FloatArray, y: float, p: float, loss: float) -> None:
         if self.size:
-            self._labels.append((label, np.array(x, dtype=np.float64), y, p, loss))
+            self._keep((label, np.array(x, dtype=np.float64), y, p, loss))
+
+    def _keep(self, item: Remembered) -> None:
+        n, x, y, p, loss = item
+        self._labels.append(item)
+        self._records.append({"n": n, "x": st.float_list(x), "y": y, "p": p, "loss": loss})
 
     def since(self, label: int) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
         """The latest snapshot at or before ``label`` whose labels since are all remembered,
@@ -79,14 +88,14 @@ class Recall:
 
     def clear(self) -> None:
         self._labels.clear()
+        self._records.clear()
         self._snapshots.clear()
 
     def to_state(self) -> dict[str, Any]:
+        """The remembered labels and the snapshots (each label's record is shared by the
+        states made while it is remembered: records are never changed once made)."""
         return {
-            "labels": [
-                {"n": n, "x": st.float_list(x), "y": y, "p": p, "loss": loss}
-                for n, x, y, p, loss in self._labels
-            ],
+            "labels": list(self._records),
             "snapshots": [{"n": n, "w": w, "rho": rho} for n, w, rho in self._snapshots],
         }
 
@@ -109,7 +118,7 @@ class Recall:
                 raise StateError(f"a remembered label must be +1 or -1, got {y!r}")
             p = st.read_float(item, "p", minimum=0.0)
             loss = st.read_float(item, "loss", minimum=0.0)
-            out._labels.append((st.read_int(item, "n"), x, y, p, loss))
+            out._keep((st.read_int(item, "n"), x, y, p, loss))
         for item in snaps:
             if not isinstance(item, Mapping):
                 raise StateError("a snapshot must be an object")

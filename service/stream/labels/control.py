@@ -120,8 +120,13 @@ class Control:
         current = self.models.get(target)
         old = self.models.version(target, order.to_version)
         if old is None or order.to_version >= current.version:
-            detail = f"version {order.to_version} of {target!r} is not kept (now {current.version}"
-            raise BadMessage("unknown_version", f"{detail}; the last {HISTORY} are)")
+            kept = [0, *(v for v in self.models.kept(target) if v < current.version)]
+            raise BadMessage(
+                "unknown_version",
+                f"version {order.to_version} of {target!r} is not kept (now "
+                f"{current.version}; kept: {', '.join(map(str, kept))}, of the last "
+                f"{HISTORY} written)",
+            )
         offset = message.offset
         if message.partition == current.labels_partition:
             offset = max(offset, current.labels_offset)

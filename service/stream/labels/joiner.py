@@ -26,14 +26,15 @@ Group commit: the learn loop hands the joiner a fetched batch between :meth:`Lab
 and :meth:`LabelJoiner.commit` (and :meth:`LabelJoiner.commit_group` after each
 ``label_group_ms`` of it). Inside it a label's mark and history step are written as
 always, but its model versions are *staged* (the next label of the batch learns from them);
-``commit`` makes every mark of the batch durable with one flush, then writes the staged
-versions, each as it would have been written alone, in order. The order per label is the
-one above (its mark durable before its model write), so a crash anywhere leaves marks ahead
-of the model, redone once each in offset order; what changes is one wait for the broker per
-batch instead of one per label. The models topic is sent each model's newest version of the
-batch alone (the table and its changelog keep every version, as a rollback and an audit need):
-scorers serve the newest anyway, and read and rebuild one version a batch instead of one a
-label. A record that is not a label to apply (an order, a sweep) commits what is staged first.
+``commit`` makes every mark of the group durable with one flush, then writes each model's
+newest version of the group alone, to the table, its changelog and the models topic (a
+version holds every label before it; the others are checked when made, counted, and never
+encoded). The order per label is the one above (its mark durable before the model write
+that holds it), so a crash anywhere leaves marks ahead of the model, redone once each in
+offset order; what changes is one wait for the broker and one version a model per group
+instead of one per label. Version numbers still count labels, so the versions written
+have gaps; a rollback serves one of the last ones written. A record that is not a label to
+apply (an order, a sweep) commits what is staged first.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ class LabelJoiner:
             return
         try:
             if staged.writes:
-                # the scorers are sent each model's newest version of the batch alone
+                # each model's newest version of the group is written, and holds the others
                 newest = {o.model.model: k for k, (_, o) in enumerate(staged.writes) if o.model}
                 async with self.publisher.lock:
                     await self.outputs.durable()
@@ -191,7 +192,7 @@ class LabelJoiner:
                         assert outcome.model is not None  # noqa: S101 - applied outcomes
                         with staged.writing(partition):
                             last = newest[outcome.model.model] == k
-                            await self.publisher.put(outcome, publish=last)
+                            await self.publisher.put(outcome, write=last)
             for partition, then in staged.after:
                 with staged.writing(partition):
                     then()

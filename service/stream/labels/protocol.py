@@ -90,7 +90,9 @@ class LabelOutcome:
     reason: Reason | None = None
     detail: str = ""
     model: ModelEnvelope | None = None
-    encoded: bytes | None = None  # model.to_bytes(), checked finite
+    # model.to_bytes() when already made; a label's version is only checked (what it
+    # would write is finite and bounded) and encoded if it is written (:meth:`encode`)
+    encoded: bytes | None = None
     pending: PendingEntry | None = None
     iw_loss: float = 0.0
     turnaround: float = 0.0
@@ -99,6 +101,12 @@ class LabelOutcome:
     takeovers: int = 0  # challengers that took over on this label
     # why the request's moments were not merged (the label was applied without them)
     moments_refused: Implausible | Untrusted | None = None
+
+    def encode(self) -> bytes:
+        """The record of the applied version, as a learner writes it (its checks passed
+        when it was made: :meth:`~service.records.ModelEnvelope.check`)."""
+        assert self.model is not None  # noqa: S101 - an applied outcome carries it
+        return self.encoded if self.encoded is not None else self.model.to_bytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,12 +365,13 @@ def _applied(
     turnaround: float = 0.0,
 ) -> LabelOutcome:
     """The outcome of a label applied to ``model`` (the version ``learned`` made), or a
-    refusal when the new state does not encode: the standardiser's running sums can
-    overflow without an error, so the whole record is checked. The objects that wrote an
-    applied version are kept for the next label of that version
-    (:data:`LIVE`)."""
+    refusal when the new state would not encode: the standardiser's running sums can
+    overflow without an error, so the whole record is checked
+    (:meth:`~service.records.ModelEnvelope.check`; it is encoded only if it is written:
+    :meth:`LabelOutcome.encode`). The objects that wrote an applied version are kept for
+    the next label of that version (:data:`LIVE`)."""
     try:
-        encoded = model.to_bytes()
+        model.check()
     except RecordError:
         return _unapplied(
             Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
@@ -372,7 +381,6 @@ def _applied(
     return LabelOutcome(
         Outcome.APPLIED,
         model=model,
-        encoded=encoded,
         iw_loss=iw_loss,
         turnaround=turnaround,
         clipped=clipped,

@@ -33,20 +33,27 @@ class Publisher:
         self.versions: dict[str, int] | None = None  # the owner's cache, kept up to date
 
     async def put(
-        self, outcome: LabelOutcome, *, learned: bool = True, publish: bool = True
+        self,
+        outcome: LabelOutcome,
+        *,
+        learned: bool = True,
+        publish: bool = True,
+        write: bool = True,
     ) -> None:
-        """Write one model's new version to the table and (unless not ``publish``: a later
-        version of the same batch follows it) the models topic (the caller holds
-        :attr:`lock`), and count it when it ``learned`` a label."""
-        model, encoded = outcome.model, outcome.encoded
-        assert model is not None  # noqa: S101 - an applied outcome carries both
-        assert encoded is not None  # noqa: S101
+        """Write one model's new version to the table and (unless not ``publish``) the
+        models topic (the caller holds :attr:`lock`), and count it when it ``learned`` a
+        label. Not ``write``: a later version of the same group follows it and is written
+        instead (a version holds every label before it), so this one is only counted."""
+        model = outcome.model
+        assert model is not None  # noqa: S101 - an applied outcome carries it
         name = model.model
-        self.models.put(model, encoded)
-        if self.versions is not None:
-            self.versions[name] = model.version
-        if publish:
-            await self.outputs.model(name, encoded)
+        if write:
+            encoded = outcome.encode()
+            self.models.put(model, encoded)
+            if self.versions is not None:
+                self.versions[name] = model.version
+            if publish:
+                await self.outputs.model(name, encoded)
         if not learned:
             return
         self.metrics.labels_applied.labels(model=name).inc()

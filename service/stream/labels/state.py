@@ -369,14 +369,15 @@ class ParkedStore:
         return out
 
 
-#: versions of each model kept besides the current one (``abstain models rollback``)
+#: versions of each model kept besides the current one (``abstain models rollback``): the
+#: last this many written
 HISTORY = 20
 
 
 class ModelStore:
     """The learner's current envelope of each model (``initial`` for a model never
-    stored), and its last :data:`HISTORY` versions under ``<model>@<version>`` (what a
-    rollback serves again)."""
+    stored), and the last :data:`HISTORY` versions written under ``<model>@<version>``
+    (what a rollback serves again)."""
 
     def __init__(
         self, table: Table, initial: Mapping[str, ModelEnvelope], *, history: int = HISTORY
@@ -416,9 +417,15 @@ class ModelStore:
         self._parsed[name] = (encoded, envelope)
         if self._history > 0:
             self._table[f"{name}@{version}".encode()] = encoded
-            old = f"{name}@{version - self._history}".encode()
-            if old in self._table:
-                del self._table[old]
+            for old in self.kept(name)[: -self._history]:
+                del self._table[f"{name}@{old}".encode()]
+
+    def kept(self, model: str) -> list[int]:
+        """The versions of ``model`` kept for a rollback, oldest first (a learner writes
+        one version per model per group of labels: their numbers have gaps)."""
+        prefix = f"{model}@".encode()
+        versions = [key[len(prefix) :] for key, _ in self._table.items() if key.startswith(prefix)]
+        return sorted(int(v) for v in versions if v.isdigit())
 
     def stage(self, envelope: ModelEnvelope) -> None:
         """``envelope`` is what :meth:`get` answers for its model until :meth:`unstage`

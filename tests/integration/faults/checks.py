@@ -3,10 +3,14 @@
 - :func:`check_decisions`: every accepted event has a decision; repeats of one
   (event id, model version) never differ.
 - :func:`model_chain`: every model version ever written (models topic and the table's
-  changelog); copies of one version never differ.
-- :func:`explain_chain`: each version step is the effect of exactly one label, found
-  independently (by offset, else by trying the unused ones) and re-applied through
-  :mod:`service.learning`; no label explains two steps.
+  changelog); copies of one version never differ. A learner writes one version per model
+  per group of labels, so the versions written have gaps.
+- :func:`version_marks`: which label the pending table's applied marks say made each
+  version (a version number counts labels).
+- :func:`explain_chain`: each step between two written versions is the effect of exactly
+  the labels marked for the versions in between, in order, re-applied through
+  :mod:`service.learning` and compared bit for bit; every version is claimed by one label
+  and no label by two versions.
 - :func:`replay`: the distinct applied labels, in order, from the initial model through
   :mod:`service.learning` give the final (w, rho, version) the service wrote.
 - :func:`final_entries`: the last value per key of a changelog (pending requests).
@@ -50,6 +54,7 @@ __all__ = [
     "model_chain",
     "non_finite_floats",
     "replay",
+    "version_marks",
 ]
 
 
@@ -106,20 +111,19 @@ def _learned(state: Mapping[str, Any]) -> tuple[list[float], float, Any]:
 
 @dataclass
 class Chain:
-    """Every version of one model, 0 (configured) to the newest."""
+    """The versions of one model that were written: 0 (configured) to the newest."""
 
-    states: list[dict[str, Any]]  # index = version
+    states: dict[int, dict[str, Any]]  # version -> state, the versions written and 0
     copies: int  # records read (topic + changelog)
-    gaps: list[int]  # versions missing from both sources
     forks: list[int]  # versions written twice with different parameters
 
     @property
     def final(self) -> dict[str, Any]:
-        return self.states[-1]
+        return self.states[self.version]
 
     @property
     def version(self) -> int:
-        return len(self.states) - 1
+        return max(self.states)
 
 
 def model_chain(
@@ -134,27 +138,39 @@ def model_chain(
         state = rec.json()
         by_version[int(state["version"])].append(state)
         copies += 1
-    top = max(by_version, default=0)
-    states = [initial_envelope(name, config).to_dict()]
-    gaps, forks = [], []
-    for v in range(1, top + 1):
-        got = by_version.get(v)
-        if not got:
-            gaps.append(v)
-            states.append(states[-1])
-            continue
+    states = {0: initial_envelope(name, config).to_dict()}
+    forks = []
+    for v, got in sorted(by_version.items()):
         if any(_learned(s) != _learned(got[0]) for s in got[1:]):
             forks.append(v)
-        states.append(got[0])
-    return Chain(states, copies, gaps, forks)
+        states[v] = got[0]
+    return Chain(states, copies, forks)
+
+
+def version_marks(pending_changelog: Sequence[Rec], name: str) -> dict[int, set[tuple[str, int]]]:
+    """version of ``name`` -> the (request id, labels offset) of each label an applied mark
+    of the pending table's changelog says produced it (every record read, not only each
+    key's last: a label marked twice with different versions shows as two claims)."""
+    out: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    for rec in pending_changelog:
+        entry = loads(rec.value) if rec.value is not None else None
+        if not isinstance(entry, dict) or not entry.get("applied"):
+            continue
+        server = entry.get("served_by") or entry.get("model")
+        version = entry.get("applied_version") if server == name else None
+        if version is None:
+            version = (entry.get("shadow_versions") or {}).get(name)
+        if version is not None:
+            out[int(version)].add((str(entry["request_id"]), int(entry["applied_offset"])))
+    return dict(out)
 
 
 @dataclass
 class Explained:
-    order: list[str] = field(default_factory=list)  # request ids, one per version step
-    unexplained: list[int] = field(default_factory=list)  # versions no label explains
-    twice: list[str] = field(default_factory=list)  # labels that explain a second step
-    parked: int = 0  # steps applied out of offset order (label before its request)
+    order: list[str] = field(default_factory=list)  # request ids, one per version
+    unexplained: list[int] = field(default_factory=list)  # versions no single label explains
+    twice: list[str] = field(default_factory=list)  # labels that explain a second version
+    parked: int = 0  # labels applied out of offset order (label before its request)
 
 
 #: what a label teaches from: the features of its request, or the request itself (its
@@ -208,15 +224,19 @@ def explain_chain(
     chain: Chain,
     labels: Sequence[Rec],
     features: Mapping[str, Row],
+    marks: Mapping[int, set[tuple[str, int]]],
     signer: Signer | None = None,
 ) -> Explained:
-    """Find, for each version step, the one label (request id) that produced it.
+    """Check each step between two versions written: the labels marked for the versions
+    in between (:func:`version_marks`), applied in that order to the earlier version, give
+    the later one exactly.
 
-    ``labels``: the model's records of the labels topic; ``features``: request id ->
-    the request (or its features alone, for a scorer that sends no moments). A step is
-    explained only if applying that label to the previous version gives the next one
-    exactly; a label that explains a second step (applied twice) is listed in ``twice``."""
-    by_offset: dict[int, tuple[str, int]] = {}
+    ``labels``: the model's records of the labels topic (what each request was answered);
+    ``features``: request id -> the request (or its features alone, for a scorer that
+    sends no moments). A version that no label or two labels claim, or a step the marked
+    labels do not give, is listed in ``unexplained``; a label that claims a second version
+    (applied twice) in ``twice``."""
+    answers: dict[str, int] = {}
     for rec in labels:
         try:
             obj = rec.json()
@@ -224,29 +244,35 @@ def explain_chain(
         except (ValueError, TypeError, KeyError):
             continue
         if y in (1, -1) and not isinstance(y, bool | float) and rid in features:
-            by_offset[rec.offset] = (rid, int(y))
+            answers.setdefault(rid, int(y))
     out = Explained()
     used: set[str] = set()
-    for v in range(1, len(chain.states)):
-        before, after = chain.states[v - 1], chain.states[v]
-        lo_before, lo_after = int(before["labels_offset"]), int(after["labels_offset"])
-        candidates = [by_offset[lo_after]] if lo_after in by_offset else []
-        if lo_after <= lo_before:  # out of offset order: any label so far may explain it
-            candidates = [by_offset[o] for o in sorted(by_offset) if o <= lo_before]
-        found = None
-        for rid, y in sorted(candidates, key=lambda c: c[0] in used):  # unused ones first
-            pipeline, learner = _step(before, features[rid], y, signer)
-            if _same(after, pipeline, learner):
-                found = rid
-                break
-        if found is None:
-            out.unexplained.append(v)
+    last_offset = -1
+    written = sorted(chain.states)
+    for before, after in zip(written, written[1:], strict=False):
+        claims = [sorted(marks.get(v, ())) for v in range(before + 1, after + 1)]
+        step = [c[0] for c in claims if len(c) == 1 and c[0][0] in answers]
+        if len(step) != len(claims):
+            versions = range(before + 1, after + 1)
+            bad = [v for v, c in zip(versions, claims, strict=True) if len(c) != 1]
+            out.unexplained += bad or [after]
             continue
-        if found in used:
-            out.twice.append(found)
-        used.add(found)
-        out.order.append(found)
-        out.parked += int(lo_after <= lo_before)
+        state = chain.states[before]
+        pipeline = Pipeline.from_state(state["pipeline"])
+        learner = served_learner(state["learner"])
+        for rid, _ in step:
+            xa = learn_row(pipeline, features[rid], signer)
+            learner.update(pipeline.transform(xa), answers[rid])
+        if not _same(chain.states[after], pipeline, learner):
+            out.unexplained.append(after)
+            continue
+        for rid, offset in step:
+            if rid in used:
+                out.twice.append(rid)
+            used.add(rid)
+            out.order.append(rid)
+            out.parked += int(offset < last_offset)
+            last_offset = max(last_offset, offset)
     return out
 
 
@@ -375,7 +401,7 @@ def foreign_served(samples: Sequence[Served], chain: Chain) -> list[Served]:
     none of the versions in ``chain`` (the learner's): ``/readyz`` names another version,
     or the gauges (version, rho, ||w||, read together) are not those of that version."""
     states = {}
-    for v, state in enumerate(chain.states):
+    for v, state in chain.states.items():
         w, rho, _ = _learned(state)
         states[v] = (rho, float(np.linalg.norm(np.asarray(w, dtype=np.float64))))
     out = []

@@ -343,6 +343,25 @@ def test_a_json_round_trip_keeps_decisions_and_the_future(cut: int) -> None:
     assert copy.to_state() == model.to_state()
 
 
+def test_a_remembered_label_s_record_is_made_once_and_never_changes() -> None:
+    """A learner writes a state per label: the labels it remembers are not made into
+    records again for each (the states share them), and no later label changes a state
+    already made."""
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    feed(model, X[:100], y[:100])
+    first = model.to_state()
+    frozen = json.dumps(first)
+    feed(model, X[100:103], y[100:103])
+    second = model.to_state()
+    old, new = first["recall"]["labels"], second["recall"]["labels"]
+    assert len(old) == len(new)
+    assert all(a is b for a, b in zip(old[3:], new, strict=False))  # shared, not rebuilt
+    assert json.dumps(first) == frozen  # what was written stays as it was
+    copy = Adaptive.from_state(json.loads(json.dumps(second)))
+    assert copy.to_state() == second
+
+
 def test_challengers_are_part_of_the_state_while_they_run() -> None:
     X, y = flipped_stream()
     model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)

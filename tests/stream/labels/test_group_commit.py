@@ -1,7 +1,7 @@
 """Group commit: the learn loop hands the joiner a batch between ``stage`` and ``commit``; the
-batch's marks become durable with one flush, then its model versions are written to the table,
-each as it would have been alone, and each model's newest to the models topic (in-memory
-tables and producer, no broker)."""
+batch's marks become durable with one flush, then each model's newest version of the batch is
+written to the table and the models topic, the very record its last label alone would have
+written (in-memory tables and producer, no broker)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,15 @@ async def test_a_batch_writes_what_its_labels_write_alone_with_one_flush() -> No
     await run(batched, 30, staged=True)
     assert versions(alone) == list(range(1, 31))
     assert alone.dead() == [("already_applied", 31)]
-    for topic in (MODELS_CHANGELOG, "pending-changelog"):
-        assert by_topic(batched.kafka.durable, topic) == by_topic(alone.kafka.durable, topic), topic
+    pending = [by_topic(x.kafka.durable, "pending-changelog") for x in (alone, batched)]
+    assert pending[0] == pending[1]  # every label's mark, as alone
+    # the table is written each model's newest version of the batch, which holds the others:
+    # the very record the last label alone wrote
+    last = dict(by_topic(alone.kafka.durable, MODELS_CHANGELOG))
+    written = [b"m", b"m@30", b"m-dral", b"m-dral@30"]
+    assert by_topic(batched.kafka.durable, MODELS_CHANGELOG) == [(k, last[k]) for k in written]
+    assert batched.joiner.models.kept("m") == [30]
+    assert alone.joiner.models.kept("m") == list(range(11, 31))  # the last 20 written
     # the scorers are sent each model's newest version of the batch: the very same record
     each = by_topic(alone.kafka.durable, MODELS)
     newest = [r for k, r in enumerate(each) if all(later[0] != r[0] for later in each[k + 1 :])]

@@ -70,7 +70,7 @@ def _outcome(out: LabelOutcome) -> tuple[Any, ...]:
         out.outcome,
         out.reason,
         out.detail,
-        out.encoded,
+        out.encode() if out.model is not None else None,
         out.pending.to_json() if out.pending is not None else None,
         out.iw_loss,
         out.turnaround,
@@ -90,8 +90,8 @@ class _Run:
 
     def record(self, out: LabelOutcome) -> None:
         self.outcomes.append(_outcome(out))
-        if out.model is not None and out.encoded is not None:
-            self.versions.append((out.model, out.encoded))
+        if out.model is not None:  # its bytes as they are now, before the objects move on
+            self.versions.append((out.model, out.encode()))
 
 
 def _stream(read_back: bool) -> _Run:
@@ -137,7 +137,7 @@ def _stream(read_back: bool) -> _Run:
         if i == 100 and out.model is not None:  # the version is not kept: learn it again
             fresh()
             lost = apply_label(config, model, entry, label, i, now=1.0 + i)
-            assert lost.encoded == out.encoded
+            assert lost.encode() == out.encode()
             run.record(lost)
             out = lost
         if out.model is not None and out.pending is not None:
@@ -150,8 +150,7 @@ def _stream(read_back: bool) -> _Run:
             run.record(shadowed)
             shadow = shadowed.model or shadow
         if i in (40, 180):  # another process's version, equal to ours
-            assert out.encoded is not None
-            model = parse_model_envelope(out.encoded, model="m")
+            model = parse_model_envelope(out.encode(), model="m")
         if i == 120:  # a rollback to a version ten labels back
             model = kept[-10]
     return run

@@ -171,10 +171,9 @@ def test_kernel_model_scores_requests_labels_and_learns_like_an_offline_replay(
         )
         assert outcome.outcome == "applied", outcome
         assert outcome.model is not None
-        assert outcome.encoded is not None
         # the wire form is the state itself, 128-bit generator words included
-        assert parse_model_envelope(outcome.encoded, model="m") == outcome.model
-        state = parse_model_envelope(outcome.encoded, model="m")
+        assert parse_model_envelope(outcome.encode(), model="m") == outcome.model
+        state = parse_model_envelope(outcome.encode(), model="m")
         x = np.array(req.features)
         pipe.learn_label(x, None)  # as the label path learns a request without moments
         offline.update(pipe.transform(x), y)
