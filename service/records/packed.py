@@ -80,16 +80,77 @@ def header_of(raw: bytes) -> bytes:
     return raw[8 : 8 + size]
 
 
-class _Packer:
-    """Replaces the float lists of a record with references, keeping the lists in order."""
+def _array_of(value: Any, kind: type) -> npt.NDArray[np.float64] | None:
+    """The float64 array a list or array of ``kind`` is packed as, None if it stays in the
+    header (shorter than :data:`MIN_PACKED`, or not all floats)."""
+    if kind is FloatList and value.array is not None and len(value) >= MIN_PACKED:
+        return value.array  # type: ignore[no-any-return]  # the array it was made from
+    if kind is list or kind is tuple or kind is FloatList:
+        if len(value) >= MIN_PACKED and type(value[0]) is float:
+            # numpy classifies in C: float64 and one-dimensional only when every item is
+            # a float (or an int among floats: read back as a float of the same value)
+            try:
+                values = np.array(value)
+            except ValueError:  # lists of unequal lengths inside
+                return None
+            if values.dtype == np.float64 and values.ndim == 1:
+                return values
+        return None
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind == "f":
+        return np.asarray(value, dtype="<f8")
+    return None
 
-    __slots__ = ("big", "bound", "lists", "refs")
+
+class _Checker:
+    """Walks a record as :class:`_Packer` does, building nothing: collects the arrays it
+    would pack and checks every number left in the header."""
+
+    __slots__ = ("big", "bound", "lists")
 
     def __init__(self, bound: float) -> None:
         self.lists: list[npt.NDArray[np.float64]] = []  # each list as a 1-d float array
-        self.refs: list[dict[str, list[Any]]] = []  # each list's reference, set by pack()
         self.bound = bound
         self.big = False  # a number left in the header has a magnitude of ``bound`` or more
+
+    def number(self, value: float) -> float:
+        if not math.isfinite(value):
+            raise RecordError("model state holds a non-finite number")
+        if abs(value) >= self.bound:
+            self.big = True
+        return value
+
+    def walk(self, value: Any) -> None:
+        kind = type(value)
+        if kind is float:
+            self.number(value)
+        elif kind is dict:
+            for k, v in value.items():
+                if k != "params":
+                    self.walk(v)
+        elif kind is not int and kind is not str and kind is not bool and value is not None:
+            self.other(value, kind)
+
+    def other(self, value: Any, kind: type) -> None:
+        array = _array_of(value, kind)
+        if array is not None:
+            self.lists.append(array)
+        elif kind is list or kind is tuple or kind is FloatList:
+            for v in value:
+                self.walk(v)
+        elif isinstance(value, Mapping):
+            self.walk(dict(value))
+        elif isinstance(value, float | np.floating):
+            self.walk(float(value))
+
+
+class _Packer(_Checker):
+    """Replaces the float lists of a record with references, keeping the lists in order."""
+
+    __slots__ = ("refs",)
+
+    def __init__(self, bound: float) -> None:
+        super().__init__(bound)
+        self.refs: list[dict[str, list[Any]]] = []  # each list's reference, set by pack()
 
     def _ref(self, values: npt.NDArray[np.float64]) -> dict[str, list[Any]]:
         ref: dict[str, list[Any]] = {}
@@ -97,38 +158,24 @@ class _Packer:
         self.refs.append(ref)
         return ref
 
-    def walk(self, value: Any) -> Any:
+    def pack(self, value: Any) -> Any:
         kind = type(value)
         if kind is float:
-            if not math.isfinite(value):
-                raise RecordError("model state holds a non-finite number")
-            if abs(value) >= self.bound:
-                self.big = True
-            return value
+            return self.number(value)
         if kind is dict:
-            out = {k: v if k == "params" else self.walk(v) for k, v in value.items()}
+            out = {k: v if k == "params" else self.pack(v) for k, v in value.items()}
             return {_ESCAPE: out} if len(out) == 1 and next(iter(out)) in _RESERVED else out
-        if kind is FloatList and value.array is not None and len(value) >= MIN_PACKED:
-            return self._ref(value.array)  # the array it was made from: no conversion
-        if kind is list or kind is tuple or kind is FloatList:
-            if len(value) >= MIN_PACKED and type(value[0]) is float:
-                # numpy classifies in C: float64 and one-dimensional only when every item is
-                # a float (or an int among floats: read back as a float of the same value)
-                try:
-                    values = np.array(value)
-                except ValueError:  # lists of unequal lengths inside
-                    values = None
-                if values is not None and values.dtype == np.float64 and values.ndim == 1:
-                    return self._ref(values)
-            return [self.walk(v) for v in value]
         if kind is int or kind is str or kind is bool or value is None:
             return value
-        if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind == "f":
-            return self._ref(np.asarray(value, dtype="<f8"))
+        array = _array_of(value, kind)
+        if array is not None:
+            return self._ref(array)
+        if kind is list or kind is tuple or kind is FloatList:
+            return [self.pack(v) for v in value]
         if isinstance(value, Mapping):
-            return self.walk(dict(value))
+            return self.pack(dict(value))
         if isinstance(value, float | np.floating):
-            return self.walk(float(value))
+            return self.pack(float(value))
         return value
 
 
@@ -148,20 +195,14 @@ def _fills(flat: npt.NDArray[np.float64], sizes: list[int]) -> npt.NDArray[np.in
     return out
 
 
-def _walked(
-    record: Mapping[str, Any], bound: float
-) -> tuple[_Packer, Any, npt.NDArray[np.float64], list[int]]:
-    """``record`` walked (its lists to pack collected) and checked: the packer, the body of
-    the header, the lists laid end to end and their sizes."""
-    packer = _Packer(bound)
-    body = packer.walk(record)
-    sizes = [v.size for v in packer.lists]
-    flat = np.concatenate(packer.lists) if packer.lists else np.empty(0)
+def _checked(lists: list[npt.NDArray[np.float64]], bound: float) -> npt.NDArray[np.float64]:
+    """``lists`` laid end to end, every number in them finite and below ``bound``."""
+    flat = np.concatenate(lists) if lists else np.empty(0)
     if not np.isfinite(flat).all():
         raise RecordError("model state holds a non-finite number")
     if flat.size and float(np.abs(flat).max()) >= bound:
         raise RecordError(f"model state holds a learned number of magnitude >= {bound:g}")
-    return packer, body, flat, sizes
+    return flat
 
 
 def check(record: Mapping[str, Any], *, bound: float = math.inf) -> bool:
@@ -177,14 +218,20 @@ def check(record: Mapping[str, Any], *, bound: float = math.inf) -> bool:
     ...
     service.records.codec.RecordError: model state holds a non-finite number
     """
-    return _walked(record, bound)[0].big
+    checker = _Checker(bound)
+    checker.walk(record)
+    _checked(checker.lists, bound)
+    return checker.big
 
 
 def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
     """``record`` (JSON-safe, numpy arrays allowed) in the packed form; raises
     :class:`~service.records.codec.RecordError` if a number in it is not finite, or one in a
     packed array has a magnitude of ``bound`` or more."""
-    packer, body, flat, sizes = _walked(record, bound)
+    packer = _Packer(bound)
+    body = packer.pack(record)
+    sizes = [v.size for v in packer.lists]
+    flat = _checked(packer.lists, bound)
     fill = _fills(flat, sizes)
     dense: list[npt.NDArray[np.float64]] = []
     sparse: list[bytes] = []
