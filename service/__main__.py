@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("service.demo", "local Kafka + worker + demo stream + simulated labeller"),
     "labels": ("service.stream.cli", "list pending label requests / submit labels"),
     "rebuild": ("service.stream.cli", "rebuild a model by replaying its label log"),
-    "models": ("service.stream.models.cli", "compare, promote, roll back, seed from a file"),
+    "models": ("service.stream.models.cli", "compare, promote, roll back, versions, seed"),
     "skip": ("service.stream.skip", "dead-letter a batch no worker can read and move past it"),
     "replay": ("service.replay.cli", "prequential replay of a dataset (paper protocol)"),
     "bench": ("service.replay.bench", "micro-benchmarks of the learners"),
@@ -51,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"abstain: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    if name == "models" and rest[:1] == ["seed"]:
-        # seeding trains through the label protocol, which service.stream.cli sits above
-        name, rest = "seed", rest[1:]
+    if name == "models" and rest[:1] in (["seed"], ["versions"]):
+        # seeding trains through the label protocol, and the versions kept are the learner's
+        # table: service.stream.cli sits above both
+        name, rest = rest[0], rest[1:]
     module = importlib.import_module(COMMANDS.get(name, _SEED)[0])
-    shared = {"worker", "labels", "rebuild", "seed"}  # service.stream.cli serves these
+    shared = {"worker", "labels", "rebuild", "seed", "versions"}  # service.stream.cli's
     code: int = module.main([name, *rest]) if name in shared else module.main(rest)
     return code
 

@@ -59,7 +59,12 @@ _GENERATED: Final = (
 )
 
 #: subcommands a command dispatches before its parser sees them (not in its ``{...}``)
-HIDDEN_SUBCOMMANDS: Final = (("desk", "hash-password"), ("kafka", "acls"), ("models", "seed"))
+HIDDEN_SUBCOMMANDS: Final = (
+    ("desk", "hash-password"),
+    ("kafka", "acls"),
+    ("models", "seed"),
+    ("models", "versions"),
+)
 
 #: settings the chart sets from values outside ``config`` (the rest: ``config.<setting>``,
 #: where values.schema.json has it)

@@ -9,6 +9,7 @@
                            [--model NAME]
     abstain rebuild --model NAME [--publish] [--broker ...] [--config FILE]
     abstain models seed --model NAME FILE [--format csv|libsvm] [--dry-run] [--by WHO]
+    abstain models versions NAME [--broker ...] [--config FILE]
 
 Settings come from the environment (``ABSTAIN_*``) and the optional config file; the flags
 override both. ``labels list`` reads the label-requests and labels topics from the start
@@ -20,9 +21,11 @@ rebuilt state's summary as JSON; ``--publish`` writes the state to the models to
 ``models seed`` trains a model from a labelled file through the learner's own protocol
 (:mod:`service.stream.labels.seed`) and publishes it: a seed order on the labels topic (the
 learner adopts it there and learns on from it), then the state on the models topic; both
-signed with ``snapshot_key`` when one is set. It lives here, not in
-:mod:`service.stream.models.cli`, because it needs the label protocol, which sits above
-``models/``.
+signed with ``snapshot_key`` when one is set. ``models versions`` prints the versions of a
+model its learner keeps for ``abstain models rollback`` (read from the models table's
+changelog and checked as the learner checks it, signatures included): one JSON line each,
+version 0 first. Both live here, not in :mod:`service.stream.models.cli`, because they need
+the label protocol's tables, which sit above ``models/``.
 """
 
 from __future__ import annotations
@@ -44,17 +47,22 @@ from service.stream.errors import KafkaLoginError, TopicError
 from service.stream.kafka.clients import produce_one, read_topic, topic_partitions
 from service.stream.kafka.groups import raw_message
 from service.stream.kafka.login import check_login
+from service.stream.kafka.topics import changelog_topic
 from service.stream.labels.rebuild import LogRecord, Rebuilt, rebuild_model, summary
 from service.stream.labels.seed import Seeded, SeedError, read_rows, seed_model
+from service.stream.labels.state import ModelStore
+from service.stream.labels.tables import ChangelogTable, Writes
 from service.stream.models.book import signer_for
 from service.stream.models.cli import read_book
+from service.stream.models.served import initial_envelope
 
 __all__ = ["main"]
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: ``argv[0]`` is ``worker``, ``labels``, ``rebuild`` or ``seed``."""
-    if not argv or argv[0] not in {"worker", "labels", "rebuild", "seed"}:
+    """Entry point: ``argv[0]`` is ``worker``, ``labels``, ``rebuild``, ``seed`` or
+    ``versions``."""
+    if not argv or argv[0] not in {"worker", "labels", "rebuild", "seed", "versions"}:
         print("usage: abstain worker|labels|rebuild ...", file=sys.stderr)
         return 2
     try:
@@ -64,6 +72,8 @@ def main(argv: list[str]) -> int:
             return _rebuild(argv[1:])
         if argv[0] == "seed":
             return _seed(argv[1:])
+        if argv[0] == "versions":
+            return _versions(argv[1:])
         return _labels(argv[1:])
     except (ConfigError, TopicError) as exc:  # TopicError: a topic read only in part
         print(f"abstain: {exc}", file=sys.stderr)
@@ -260,6 +270,58 @@ def _seed(argv: list[str]) -> int:
     }
     print(dumps(out).decode())
     return 0
+
+
+def _versions(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="abstain models versions",
+        description="the versions of a model kept for a rollback, one JSON line each",
+    )
+    common_arguments(parser)
+    parser.add_argument("name", help="the model")
+    args = parser.parse_args(argv)
+    settings = settings_from_arguments(args)
+    if args.name not in settings.models:
+        print(f"abstain: no model {args.name!r} is configured", file=sys.stderr)
+        return 2
+    for row in asyncio.run(kept_versions(settings, args.name)):
+        print(dumps(row).decode())
+    return 0
+
+
+async def kept_versions(settings: Settings, name: str) -> list[dict[str, Any]]:
+    """The versions of ``name`` its learner keeps (0, the configured one, then those in
+    the models table, ``<name>@<version>``), read from the table's changelog and checked
+    as the learner reads it back; the current one says so."""
+    topic = changelog_topic(settings.app_id, "models")
+    table = ChangelogTable(topic, Writes(), signer=signer_for(settings))
+    by_partition: dict[int, list[Any]] = {}
+    for r in await read_topic(settings, topic):
+        by_partition.setdefault(r.partition, []).append(r)
+    for partition, records in by_partition.items():
+        table.load(partition, [(r.offset, r.key, r.value, r.headers or ()) for r in records])
+    store = ModelStore(table, {name: initial_envelope(name, settings.models[name])})
+    current = store.get(name).version
+    rows = []
+    for version in [0, *store.kept(name)]:
+        try:
+            envelope = store.version(name, version)
+        except BadMessage as bad:
+            rows.append({"model": name, "version": version, "unreadable": bad.detail})
+            continue
+        if envelope is None:
+            continue
+        rows.append(
+            {
+                "model": name,
+                "version": version,
+                "labels_applied": envelope.labels_applied,
+                "risk": None if envelope.iw_weight <= 0 else envelope.risk,
+                "updated_at": envelope.updated_at,
+                "current": version == current,
+            }
+        )
+    return rows
 
 
 def _train(settings: Settings, name: str, X: Any, y: Any) -> Seeded:

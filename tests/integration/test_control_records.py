@@ -187,6 +187,22 @@ def test_an_unsigned_or_mis_signed_rollback_order_is_dead_lettered_and_changes_n
     assert restored["labels_applied"] == target  # what the version it serves had learnt
     if target:
         assert restored["learner"] == history[target]["learner"]
+    # what an operator may roll back to: the versions kept, checked as the learner reads
+    # them back (a record written to the changelog without the key's signature is not one)
+    forged = table[f"c@{LABELS}".encode()].value
+    produce_records(
+        service.bootstrap,
+        service.changelog("models"),
+        [Out(b"c@999", forged, partition=table[f"c@{LABELS}".encode()].partition)],
+    )
+    listed = finish(run_cli(service, "models", "versions", "c"))
+    assert listed.code == 0, listed.err
+    rows = [json.loads(line) for line in listed.out.splitlines()]
+    assert [r["version"] for r in rows] == [0, *kept, LABELS + 1]
+    assert [r["version"] for r in rows if r["current"]] == [LABELS + 1]
+    assert rows[-1]["labels_applied"] == target
+    assert rows[0]["labels_applied"] == 0
+    assert rows[-2]["labels_applied"] == LABELS
 
 
 def test_an_unsigned_or_mis_signed_champions_record_is_dead_lettered_and_changes_nothing(

@@ -25,8 +25,9 @@ order on the labels topic (key: NAME's group, like its labels; signed like the c
 record; naming the version of NAME served when it was written, so that a copy of it written
 later is refused): the learner that owns the group serves version V of NAME
 again as its next version, at the order's place among the labels, and learns on from it;
-it keeps the last ``HISTORY`` versions of each model (:mod:`service.stream.labels.state`), an
-older one is refused (dead letter ``unknown_version``). ``seed`` trains NAME from a labelled
+it keeps the last ``HISTORY`` versions it wrote of each model (one a group of labels:
+:mod:`service.stream.labels.state`; ``abstain models versions NAME`` lists them), another
+one is refused (dead letter ``unknown_version``). ``seed`` trains NAME from a labelled
 file and publishes it; it is :mod:`service.stream.cli`'s (it needs the label protocol, above
 this folder), and ``abstain models seed`` is sent there.
 """
@@ -63,7 +64,8 @@ def main(argv: list[str]) -> int:
         prog="abstain models",
         description="champion and challengers",
         epilog="abstain models seed --model NAME FILE: train NAME from labelled history and "
-        "publish it (abstain models seed --help)",
+        "publish it (abstain models seed --help); abstain models versions NAME: the versions "
+        "of NAME kept for a rollback",
     )
     sub = parser.add_subparsers(dest="action", required=True)
     compare = sub.add_parser("compare", help="the live comparison, one JSON line per model")
