@@ -301,7 +301,10 @@ async def kept_versions(settings: Settings, name: str) -> list[dict[str, Any]]:
     for partition, records in by_partition.items():
         table.load(partition, [(r.offset, r.key, r.value, r.headers or ()) for r in records])
     store = ModelStore(table, {name: initial_envelope(name, settings.models[name])})
-    current = store.get(name).version
+    try:
+        current: int | None = store.get(name).version
+    except BadMessage:  # unreadable: the learner refuses it too, and says so when it starts
+        current = None
     rows = []
     for version in [0, *store.kept(name)]:
         try:

@@ -1,6 +1,6 @@
 """``abstain models seed`` from the command line, without a broker: it trains (``--dry-run``
 publishes nothing) and every file that cannot seed stops it with a message and exit code 2
-before anything is written."""
+before anything is written. ``abstain models versions`` over a changelog read as given."""
 
 from __future__ import annotations
 
@@ -154,3 +154,46 @@ def test_an_order_too_big_for_the_labels_topic_publishes_nothing(
     with pytest.raises(SeedError, match="over max_message_bytes"):
         asyncio.run(cli.publish_seed(settings, seeded, by="cli"))
     assert written == []
+
+
+def test_versions_lists_what_the_table_keeps_and_survives_what_it_cannot_read(
+    monkeypatch: pytest.MonkeyPatch, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a key (an unsigned deployment) anyone may write the changelog: a record that
+    is not a version is reported as unreadable, a tombstone removes its version, and the
+    command still lists the rest and exits 0."""
+    settings = Settings.model_validate(orjson.loads(config.read_bytes()))
+    good = initial_envelope("m", settings.models["m"]).replace(version=7, labels_applied=7)
+
+    class Rec:
+        def __init__(self, offset: int, key: bytes, value: bytes | None) -> None:
+            self.partition, self.offset, self.key, self.value, self.headers = (
+                0,
+                offset,
+                key,
+                value,
+                (),
+            )
+
+    records = [
+        Rec(0, b"m@5", good.replace(version=5, labels_applied=5).to_bytes()),
+        Rec(1, b"m@7", good.to_bytes()),
+        Rec(2, b"m", b"not an envelope"),
+        Rec(3, b"m@6", b"{}"),
+        Rec(4, b"m@4", good.replace(version=4).to_bytes()),
+        Rec(5, b"m@4", None),  # deleted as it fell out
+    ]
+
+    async def read_topic(_settings: Any, topic: str, **_: Any) -> list[Rec]:
+        assert topic.endswith("-models-changelog")
+        return records
+
+    monkeypatch.setattr(cli, "read_topic", read_topic)
+    assert main(["models", "versions", "m", "--config", str(config)]) == 0
+    rows = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["version"] for r in rows] == [0, 5, 6, 7]
+    assert "unreadable" in rows[2]
+    assert [r["labels_applied"] for r in rows if "unreadable" not in r] == [0, 5, 7]
+    assert not any(r.get("current") for r in rows)  # the current record is not a version
+    assert main(["models", "versions", " ", "--config", str(config)]) == 2
+    assert "no model ' ' is configured" in capsys.readouterr().err
