@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.learning import Parts, learner_for
 from service.records import SIGNATURE_HEADER, BadMessage, Correction, Label, ModelEnvelope
@@ -77,6 +79,9 @@ def main(argv: list[str]) -> int:
         return _labels(argv[1:])
     except (ConfigError, TopicError) as exc:  # TopicError: a topic read only in part
         print(f"abstain: {exc}", file=sys.stderr)
+        return 2
+    except KafkaError as exc:  # a broker that cannot be reached, or stops mid-read
+        print(f"abstain: Kafka: {exc}", file=sys.stderr)
         return 2
 
 

@@ -197,3 +197,15 @@ def test_versions_lists_what_the_table_keeps_and_survives_what_it_cannot_read(
     assert not any(r.get("current") for r in rows)  # the current record is not a version
     assert main(["models", "versions", " ", "--config", str(config)]) == 2
     assert "no model ' ' is configured" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command", [["models", "versions", "m"], ["models", "show", "m"], ["labels", "list"]]
+)
+def test_a_broker_that_cannot_be_reached_is_one_line_and_exit_code_2(
+    config: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    assert main([*command, "--config", str(config)]) == 2  # 127.0.0.1:1: nobody listens
+    err = capsys.readouterr().err
+    assert err.startswith("abstain: Kafka: ")
+    assert "Traceback" not in err

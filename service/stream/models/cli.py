@@ -42,6 +42,8 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from service.config import ConfigError, Settings, common_arguments, settings_from_arguments
 from service.records import SIGNATURE_HEADER, BadMessage, Champions
 from service.records.champions import CHAMPIONS_KEY, CHAMPIONS_MAX_SERIAL, parse_champions
@@ -103,6 +105,9 @@ def main(argv: list[str]) -> int:
         return asyncio.run(_promote(settings, args.name, args.if_serial))
     except (ConfigError, ValueError, OSError, StreamError) as exc:
         print(f"abstain: {exc}", file=sys.stderr)
+        return 2
+    except KafkaError as exc:  # a broker that cannot be reached, or stops mid-read
+        print(f"abstain: Kafka: {exc}", file=sys.stderr)
         return 2
 
 
