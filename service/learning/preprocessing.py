@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 from . import state as st
 from .base import check_int, features, features_matrix, quiet, raise_non_finite
@@ -43,6 +44,7 @@ from .losses import FloatArray
 from .moments import Implausible, Moments, implausible, merge_step
 
 __all__ = [
+    "BINARY_TOLERANCE",
     "MERGE_ROWS",
     "Intercept",
     "OnlineStandardizer",
@@ -79,6 +81,20 @@ MERGE_ROWS: Final = 100
 count it claims: a series of records adds at most 100 rows each, so the rows of the events
 before it keep their weight (a model that asks once in 100 events or more often sends
 records of fewer)."""
+
+BINARY_TOLERANCE: Final = 1e-9
+r"""How far a feature's variance may be from $\hat p(1 - \hat p)$ for it to count as binary
+(:meth:`OnlineStandardizer.binary`): rounding, not a value other than 0 or 1."""
+
+
+def _binary_rows(count: int, mean: FloatArray, m2: FloatArray) -> npt.NDArray[np.bool_]:
+    """Which features of statistics of ``count`` rows could come from 0/1 values alone
+    (a mean in [0, 1], a variance of mean * (1 - mean))."""
+    if not count:
+        return np.zeros(mean.shape, dtype=bool)
+    gap = np.abs(m2 / count - mean * (1.0 - mean))
+    out: npt.NDArray[np.bool_] = (mean >= 0.0) & (mean <= 1.0) & (gap <= BINARY_TOLERANCE)
+    return out
 
 
 def _finite_number(name: str, value: Any) -> float:
@@ -187,24 +203,63 @@ class OnlineStandardizer:
     :func:`serving_pipeline`) then moves away from the identity only as the rows it learns
     outweigh them, instead of standardising by the statistics of its first few rows.
 
+    ``uncentred_binary`` (default False): a feature that has held 0 and 1 and nothing else
+    (a one-hot level, a flag, a hashed category) is divided by its root mean square
+    $\sqrt{\hat p}$ and not centred, so a zero stays zero: a row of such features stays
+    sparse, and a label moves only the weights of the features it holds. Whether a feature
+    is binary is read from the statistics alone (``mean`` strictly between 0 and 1, and the
+    variance $\hat p(1 - \hat p)$, which only 0/1 values give), so every process holding
+    the same statistics transforms alike; a feature that later holds any other value is
+    standardised as any other from then on (:meth:`binary`).
+
     >>> z = OnlineStandardizer(1)
     >>> for v in (1.0, 2.0, 3.0, 4.0):
     ...     z.learn([v])
     >>> z.count, z.mean.tolist(), round(float(z.std[0]) ** 2, 12)
     (4, [2.5], 1.25)
+    >>> b = OnlineStandardizer(2, uncentred_binary=True)
+    >>> for row in ([1.0, 1.0], [0.0, 3.0], [0.0, 5.0], [0.0, 7.0]):
+    ...     b.learn(row)
+    >>> b.binary().tolist(), b.transform([0.0, 4.0]).tolist(), float(b.transform([1.0, 4.0])[0])
+    ([True, False], [0.0, 0.0], 2.0)
     """
 
     kind: ClassVar[str] = "standardizer"
-    __slots__ = ("_count", "_m2", "_mean", "_n", "_scale", "min_std", "prior")
+    __slots__ = (
+        "_centre",
+        "_count",
+        "_m2",
+        "_mean",
+        "_n",
+        "_scale",
+        "min_std",
+        "prior",
+        "uncentred_binary",
+    )
 
-    def __init__(self, n_features: int, *, min_std: float = 1e-9, prior: int = 0) -> None:
+    def __init__(
+        self,
+        n_features: int,
+        *,
+        min_std: float = 1e-9,
+        prior: int = 0,
+        uncentred_binary: bool = False,
+    ) -> None:
         self._n = check_int("n_features", n_features, 1)
         self.min_std = check_min_std(min_std)
         self.prior = check_int("prior", prior, 0)
+        if not isinstance(uncentred_binary, bool):
+            raise HyperparameterError(
+                f"uncentred_binary must be true or false, not {uncentred_binary!r}"
+            )
+        if uncentred_binary and self.prior:
+            raise HyperparameterError("uncentred_binary needs prior 0 (pseudo-rows are not binary)")
+        self.uncentred_binary = uncentred_binary
         self._count = self.prior
         self._mean = np.zeros(self._n)
         self._m2 = np.full(self._n, float(self.prior))
         self._scale = np.ones(self._n)
+        self._centre = self._mean
 
     @property
     def n_features_in(self) -> int:
@@ -228,21 +283,46 @@ class OnlineStandardizer:
         """Running population standard deviation (a copy; zeros before any example)."""
         return np.sqrt(self._m2 / self._count) if self._count else np.zeros(self._n)
 
+    def binary(self) -> npt.NDArray[np.bool_]:
+        r"""Which features are binary by the statistics: a mean $\hat p$ strictly between 0
+        and 1 and a variance of $\hat p(1 - \hat p)$ (to $10^{-9}$). Values in $[0, 1]$ have
+        a variance of at most $\hat p(1 - \hat p)$, equal only when every value is 0 or 1.
+        All False without ``uncentred_binary``.
+
+        >>> z = OnlineStandardizer(3, uncentred_binary=True)
+        >>> for row in ([0.0, 0.0, 1.0], [1.0, 0.5, 1.0]):
+        ...     z.learn(row)
+        >>> z.binary().tolist()           # 0 and 1; 0 and 0.5; always 1 (constant)
+        [True, False, False]
+        """
+        if not self.uncentred_binary:
+            return np.zeros(self._n, dtype=bool)
+        mean = self._mean
+        out: npt.NDArray[np.bool_] = (
+            _binary_rows(self._count, mean, self._m2) & (mean > 0.0) & (mean < 1.0)
+        )
+        return out
+
     def _refresh_scale(self) -> None:
         std = np.sqrt(self._m2 / self._count)
         scale = np.ones(self._n)
         self._scale = np.divide(1.0, std, out=scale, where=std > self.min_std)
+        self._centre = self._mean
+        binary = self.binary()
+        if binary.any():  # scaled by the root mean square sqrt(p), a zero kept zero
+            self._scale = np.where(binary, 1.0 / np.sqrt(np.where(binary, self._mean, 1.0)), scale)
+            self._centre = np.where(binary, 0.0, self._mean)
 
     @quiet
     def transform(self, x: Any) -> FloatArray:
         x = features(x, self._n)
-        out: FloatArray = (x - self._mean) * self._scale
+        out: FloatArray = (x - self._centre) * self._scale
         return out
 
     @quiet
     def transform_many(self, X: Any) -> FloatArray:
         X = features_matrix(X, self._n)
-        out: FloatArray = (X - self._mean) * self._scale
+        out: FloatArray = (X - self._centre) * self._scale
         return out
 
     @quiet
@@ -314,6 +394,10 @@ class OnlineStandardizer:
             var, new_var = std * std, new_m2 / total
             low, high = var * math.exp(-b), var * math.exp(b)
             new_m2 = np.where(judged, np.clip(new_var, low, high) * total, new_m2)
+            # a binary feature merging 0/1 rows stays binary: its variance follows its mean
+            kept = self.binary() & _binary_rows(moments.count, moments.mean, moments.m2)
+            if kept.any():
+                new_m2 = np.where(kept, new_mean * (1.0 - new_mean) * total, new_m2)
         self._m2, self._mean, self._count = new_m2, new_mean, total
         self._refresh_scale()
         return count
@@ -338,6 +422,8 @@ class OnlineStandardizer:
         params: dict[str, Any] = {"n_features": self._n, "min_std": self.min_std}
         if self.prior:  # a standardiser without one writes the record it always wrote
             params["prior"] = self.prior
+        if self.uncentred_binary:
+            params["uncentred_binary"] = True
         return _record(
             self.kind,
             params,
@@ -360,14 +446,17 @@ class OnlineStandardizer:
         step._m2 = st.read_floats(learned, "m2", (step._n,))
         if (step._m2 < 0.0).any():
             raise StateError("standardizer state field 'm2' holds negative values")
+        step._centre = step._mean
         if step._count:
             step._refresh_scale()
         return step
 
     def __repr__(self) -> str:
         prior = f", prior={self.prior}" if self.prior else ""
+        binary = ", uncentred_binary=True" if self.uncentred_binary else ""
         return (
-            f"OnlineStandardizer({self._n}, min_std={self.min_std!r}{prior}, count={self._count})"
+            f"OnlineStandardizer({self._n}, min_std={self.min_std!r}{prior}{binary}, "
+            f"count={self._count})"
         )
 
 
@@ -581,9 +670,11 @@ def serving_pipeline(
     rows as the first transforms them, starting from :func:`label_prior` pseudo-rows of
     mean 0 and variance 1: once the labels outweigh them it centres and scales by the events
     the learner asks about, which for an active learner lie near the boundary (the curvature
-    of the loss is there; a diagonal preconditioner of the steps). Without moments (a scorer
-    that sends none) the first step stays the identity. With ``intercept``: a constant
-    feature last.
+    of the loss is there; a diagonal preconditioner of the steps). The first step leaves a
+    binary feature (one-hot levels, flags, hashed categories) uncentred, divided by
+    $\sqrt{\hat p}$ (``uncentred_binary``): the second centres it only as the labels
+    outweigh its prior. Without moments (a scorer that sends none) the first step stays the
+    identity. With ``intercept``: a constant feature last.
 
     >>> serving_pipeline(3).n_features_out, serving_pipeline(3, standardize=False).steps
     (4, (Intercept(value=1.0),))
@@ -591,7 +682,10 @@ def serving_pipeline(
     steps: list[Preprocessor] = []
     if standardize:
         prior = label_prior(n_features)
-        steps += [OnlineStandardizer(n_features), OnlineStandardizer(n_features, prior=prior)]
+        steps += [
+            OnlineStandardizer(n_features, uncentred_binary=True),
+            OnlineStandardizer(n_features, prior=prior),
+        ]
     if intercept:
         steps.append(Intercept())
     return Pipeline(steps, n_features=n_features)

@@ -142,3 +142,99 @@ def test_min_std_must_keep_the_scale_finite() -> None:
     for bad in (0.0, -1.0, 1e-320, math.nan):
         with pytest.raises(HyperparameterError, match="min_std"):
             OnlineStandardizer(2, min_std=bad)
+
+
+# -- binary features left uncentred (uncentred_binary) ---------------------------------
+def _one_hot_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows of a 4-level one-hot block beside a numeric column."""
+    levels = rng.integers(0, 4, n)
+    block = (levels[:, None] == np.arange(4)[None, :]).astype(np.float64)
+    return np.hstack([block, rng.normal(5.0, 2.0, (n, 1))])
+
+
+def test_binary_features_keep_their_zeros_and_numbers_are_standardised_as_before() -> None:
+    rng = np.random.default_rng(3)
+    rows = _one_hot_rows(rng, 400)
+    binary, plain = OnlineStandardizer(5, uncentred_binary=True), OnlineStandardizer(5)
+    for row in rows:
+        binary.learn(row)
+        plain.learn(row)
+    assert binary.binary().tolist() == [True, True, True, True, False]
+    out = binary.transform_many(rows)
+    assert np.array_equal(out[:, :4] == 0.0, rows[:, :4] == 0.0)  # sparse stays sparse
+    p = rows[:, :4].mean(axis=0)
+    assert np.allclose(out[:, :4].max(axis=0), 1.0 / np.sqrt(p))  # divided by sqrt(p)
+    assert np.allclose((out[:, :4] ** 2).mean(axis=0), 1.0)  # unit root mean square
+    assert np.array_equal(out[:, 4], plain.transform_many(rows)[:, 4])
+    assert not plain.binary().any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.sampled_from([0.0, 1.0, 0.5, 2.0, -1.0]), min_size=1, max_size=30))
+def test_a_feature_is_binary_exactly_when_it_held_both_0_and_1_and_nothing_else(
+    values: list[float],
+) -> None:
+    z = OnlineStandardizer(1, uncentred_binary=True)
+    for v in values:
+        z.learn([v])
+    assert bool(z.binary()[0]) == (set(values) == {0.0, 1.0})
+
+
+def test_a_feature_that_stops_being_binary_is_standardised_from_then_on() -> None:
+    z = OnlineStandardizer(1, uncentred_binary=True)
+    for v in (0.0, 1.0, 0.0, 0.0):
+        z.learn([v])
+    assert z.transform([0.0])[0] == 0.0
+    z.learn([3.0])
+    assert not z.binary()[0]
+    mean, std = z.mean[0], z.std[0]
+    assert z.transform([0.0])[0] == pytest.approx(-mean / std)
+
+
+def test_merged_moments_of_binary_rows_keep_a_binary_feature_binary_even_when_clipped() -> None:
+    from service.learning.moments import Moments
+
+    z = OnlineStandardizer(1, uncentred_binary=True)
+    for i in range(1000):  # p = 0.1
+        z.learn([float(i % 10 == 0)])
+    assert z.binary()[0]
+    shifted = Moments(1)  # an abrupt change to p = 0.9: the untrusted merge clips the mean
+    shifted.add_many([[float(i % 10 != 0)] for i in range(100)])
+    assert z.merge(shifted) == 100
+    mean = z.mean[0]
+    assert 0.1 < mean < (0.9 * 100 + 0.1 * 1000) / 1100  # moved, but less than Chan's merge
+    assert z.binary()[0]  # its variance followed its mean
+    assert z.std[0] ** 2 == pytest.approx(mean * (1 - mean), abs=1e-12)
+
+
+def test_uncentred_binary_is_in_the_record_only_when_set_and_round_trips() -> None:
+    rng = np.random.default_rng(4)
+    z = OnlineStandardizer(5, uncentred_binary=True)
+    for row in _one_hot_rows(rng, 50):
+        z.learn(row)
+    record = json.loads(json.dumps(z.to_state()))
+    assert record["params"]["uncentred_binary"] is True
+    clone = OnlineStandardizer.from_state(record)
+    probe = _one_hot_rows(rng, 5)
+    assert np.array_equal(clone.transform_many(probe), z.transform_many(probe))
+    # a record written before the setting existed keeps centring every feature
+    params = {k: v for k, v in record["params"].items() if k != "uncentred_binary"}
+    old = {**record, "params": params}
+    assert "uncentred_binary" not in OnlineStandardizer(2).to_state()["params"]
+    assert not OnlineStandardizer.from_state(old).binary().any()
+    for bad in ("yes", 1, None):
+        broken = {**record, "params": {**record["params"], "uncentred_binary": bad}}
+        with pytest.raises(StateError, match="uncentred_binary"):
+            OnlineStandardizer.from_state(broken)
+    with pytest.raises(HyperparameterError, match="prior"):
+        OnlineStandardizer(2, prior=3, uncentred_binary=True)
+
+
+def test_the_serving_pipeline_leaves_binary_features_uncentred_in_its_first_step_only() -> None:
+    from service.learning import serving_pipeline
+
+    first, second = serving_pipeline(3).steps[:2]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    assert first.uncentred_binary
+    assert not second.uncentred_binary
