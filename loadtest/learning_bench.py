@@ -2,7 +2,7 @@
 stationary sets in random orders, real drifting streams in their own order and generated
 drift.
 
-Usage: ``python loadtest/learning_bench.py [--groups short,onehot,long,replay,elec2,agrawal]
+Usage: ``python loadtest/learning_bench.py [--groups short,onehot,fields,long,replay,elec2,agrawal]
 [--runs 10] [--out loadtest/results/learning] [--jobs 1]`` (River, scikit-learn,
 scikit-activeml and Vowpal Wabbit come with the ``bench`` extra). Prints one table per group
 and writes ``<group>.json`` (every run's risk and labels, each peer's tuning, the settings)
@@ -18,6 +18,11 @@ Streams (``d = 0.25`` everywhere):
   3,000 of a random order per run): 12 categorical attributes one-hot, 300 sparse binary
   features, and River's Agrawal (function 4) with every attribute one-hot (the numeric ones
   cut at their deciles); see ``_generated``;
+* ``fields``: events as producers write them (numbers, strings, booleans, nulls, lists of
+  tokens), each encoded under a model's ``fields`` declaration into 2^10 hashed buckets as a
+  worker encodes it, every model given those inputs (10,000 events each, the first 3,000 of
+  a random order per run): River's Agrawal with its categorical attributes as strings, and
+  generated events of 30 tokens; see :func:`declared_events`;
 * ``long``: stationary sets bundled with River and scikit-learn, the first 5,000 events of a
   random order per run: River's Phishing (1,250), Bananas (5,300), image segments (2,310;
   brickface, sky and foliage against the rest), Shuttle (class 1 against the rest), Yeast
@@ -97,7 +102,7 @@ from service.replay.sequential import variant_learner  # noqa: E402
 
 COST = 0.25
 BUDGETS: tuple[float | None, ...] = (0.05, 0.1, 0.2, None)
-GROUPS = ("short", "onehot", "long", "replay", "elec2", "agrawal")
+GROUPS = ("short", "onehot", "fields", "long", "replay", "elec2", "agrawal")
 
 
 # -- streams ---------------------------------------------------------------------------
@@ -199,6 +204,98 @@ def _generated(name: str) -> tuple[np.ndarray, np.ndarray]:
     return _one_hot(codes), _signs([bool(v) for _, v in rows])
 
 
+#: the declarations of the ``fields`` group (a model's ``fields`` block, 2^10 buckets)
+DECLARED: dict[str, dict[str, Any]] = {
+    "agrawal-fields": {
+        "hash_bits": 10,
+        "fields": {
+            **{k: "number" for k in ("salary", "commission", "age", "hvalue", "hyears", "loan")},
+            **{k: "category" for k in ("elevel", "car", "zipcode")},
+        },
+    },
+    "text-fields": {
+        "hash_bits": 10,
+        "fields": {
+            "amount": "number",
+            "channel": "category",
+            "country": {"kind": "category", "missing": "indicator"},
+            "new_device": "boolean",
+            "text": "tokens",
+        },
+    },
+}
+
+
+TEXT_SHARPNESS = 2.5  # the text stream's score scale: its Bayes risk well below d
+
+
+def declared_events(name: str, n: int = 10_000) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The events of a ``fields`` stream as a producer writes them, and their labels.
+
+    * ``agrawal-fields``: River's Agrawal (function 4, 5 % perturbation, seed 0): its six
+      numbers, and its education level, car and zip code as strings (``"car7"``);
+    * ``text-fields``: generated (seed 11): 30 tokens of a 3,000-word vocabulary drawn by
+      Zipf's law (s = 1.1), a channel of 8, a country of 40 (``null`` in 5 % of the events),
+      a boolean, an amount (log-normal); the label drawn from a logistic model of a weight
+      per word (zero for 80 % of the words), per channel and country, the boolean and the
+      log of the amount.
+    """
+    if name == "agrawal-fields":
+        from river.datasets import synth  # noqa: PLC0415 - bench extra
+
+        rows = list(itertools.islice(synth.Agrawal(4, seed=0, perturbation=0.05), n))
+        events = []
+        for x, _ in rows:
+            event: dict[str, Any] = {k: float(v) for k, v in x.items()}
+            for key in ("elevel", "car", "zipcode"):
+                event[key] = f"{key}{int(x[key])}"
+            events.append(event)
+        return events, _signs([bool(v) for _, v in rows])
+    rng = np.random.default_rng(11)
+    words = 3000
+    freq = 1.0 / np.arange(1, words + 1) ** 1.1
+    freq /= freq.sum()
+    word_w = rng.normal(0.0, 1.5, words) * (rng.random(words) < 0.2)
+    channel_w, country_w = rng.normal(0.0, 0.8, 8), rng.normal(0.0, 0.6, 40)
+    events, score, coins = [], np.empty(n), np.empty(n)
+    for i in range(n):
+        tokens = rng.choice(words, size=30, p=freq)
+        channel, country = int(rng.integers(8)), int(rng.integers(40))
+        missing = bool(rng.random() < 0.05)
+        device = bool(rng.random() < 0.3)
+        amount = float(np.exp(rng.normal(3.0, 1.0)))
+        coins[i] = rng.random()
+        events.append(
+            {
+                "amount": round(amount, 2),
+                "channel": f"c{channel}",
+                "country": None if missing else f"k{country}",
+                "new_device": device,
+                "text": [f"w{t}" for t in tokens],
+            }
+        )
+        score[i] = (
+            word_w[tokens].sum() / math.sqrt(30.0)
+            + channel_w[channel]
+            + (0.0 if missing else country_w[country])
+            + (0.7 if device else 0.0)
+            + 0.4 * (math.log(amount) - 3.0)
+        )
+    return events, _signs(coins < 1.0 / (1.0 + np.exp(-TEXT_SHARPNESS * score)))
+
+
+def _declared(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A ``fields`` stream encoded under its declaration, as a worker encodes each event:
+    the numbers, then the 2^10 hashed buckets (MurmurHash3) of the strings, booleans,
+    missing values and tokens (:mod:`service.features`). Every model gets these inputs."""
+    from service.features import encoder_of  # noqa: PLC0415
+    from service.features.declaration import FieldsConfig  # noqa: PLC0415
+
+    encoder = encoder_of(FieldsConfig.model_validate(DECLARED[name]))
+    events, y = declared_events(name)
+    return np.array([encoder.dense(e) for e in events]), y
+
+
 def _river(name: str) -> tuple[np.ndarray, np.ndarray]:
     from river import datasets  # noqa: PLC0415 - bench extra
 
@@ -223,6 +320,8 @@ SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None
     "onehot": (_generated, 3000),
     "sparse-binary": (_generated, 3000),
     "agrawal-onehot": (_generated, 3000),
+    "agrawal-fields": (_declared, 3000),
+    "text-fields": (_declared, 3000),
     "river-phishing": (_river, 5000),
     "bananas": (_river, 5000),
     "segment": (_river, 5000),
@@ -232,6 +331,7 @@ SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None
 MEMBERS = {
     "short": ("breast-cancer", "digits", "wine", "iris", "diabetes"),
     "onehot": ("onehot", "sparse-binary", "agrawal-onehot"),
+    "fields": ("agrawal-fields", "text-fields"),
     "long": ("river-phishing", "bananas", "segment", "shuttle", "yeast"),
     "replay": ("phishing", "svmguide1"),
     "elec2": ("elec2",),

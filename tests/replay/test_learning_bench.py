@@ -148,3 +148,29 @@ def test_a_peers_tuning_is_written_beside_its_row(bench: ModuleType) -> None:
     text = bench.table(results)
     assert "0.1000 [0.1000-0.1000] (step 0.2/0.05)" in text
     assert "| abstain served, all labels | 0.0900 [0.0900-0.0900] |" in text
+
+
+def test_the_fields_streams_are_encoded_as_a_worker_encodes_their_events(
+    bench: ModuleType,
+) -> None:
+    import orjson
+
+    from service.config import ModelConfig
+    from service.records import parse_feature_event
+    from service.stream.models.served import ServedModel
+
+    events, y = bench.declared_events("text-fields", 300)
+    assert {type(v) for e in events for v in e.values()} >= {str, bool, list, float}
+    assert any(e["country"] is None for e in events)
+    assert set(y.tolist()) == {-1, 1}
+    config = ModelConfig.model_validate(
+        {"algorithm": "dsal", "fields": bench.DECLARED["text-fields"]}
+    )
+    model = ServedModel.initial("m", config)
+    X, y_all = bench._declared("text-fields")
+    assert X.shape == (10_000, config.n_inputs)
+    assert np.array_equal(y_all[:300], y)
+    for i in (0, 1, 150, 299):  # each event as a producer sends it, read by the worker
+        raw = orjson.dumps({"id": f"e{i}", "features": events[i]})
+        event = parse_feature_event(raw, default_model="m")
+        assert np.array_equal(X[i], model.raw_vector(event))
