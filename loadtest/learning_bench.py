@@ -2,7 +2,7 @@
 stationary sets in random orders, real drifting streams in their own order and generated
 drift.
 
-Usage: ``python loadtest/learning_bench.py [--groups short,onehot,fields,long,replay,elec2,agrawal]
+Usage: ``python loadtest/learning_bench.py [--groups short,mid,onehot,fields,long,...]
 [--runs 10] [--out loadtest/results/learning] [--jobs 1]`` (River, scikit-learn,
 scikit-activeml and Vowpal Wabbit come with the ``bench`` extra). Prints one table per group
 and writes ``<group>.json`` (every run's risk and labels, each peer's tuning, the settings)
@@ -14,6 +14,9 @@ Streams (``d = 0.25`` everywhere):
   breast-cancer set (569 events), its digits (0-4 against 5-9; the first 900 events of
   the order), wine (cultivar 2 against the rest, 178), iris (virginica against the rest,
   150) and diabetes (progression above its median, 442);
+* ``mid``: 800 events of a random order per run of River's Phishing (1,250) and image
+  segments (2,310; brickface, sky and foliage against the rest), two more streams of the
+  500-1,000 events the short sets' goal names;
 * ``onehot``: one-hot and sparse binary features, generated (10,000 events each, the first
   3,000 of a random order per run): 12 categorical attributes one-hot, 300 sparse binary
   features, and River's Agrawal (function 4) with every attribute one-hot (the numeric ones
@@ -57,7 +60,7 @@ Models:
   every label, and its active learner (``--active``); scikit-activeml's
   ``VariableUncertainty``, ``Split`` and ``StreamProbabilisticAL`` (PAL, kernel
   frequencies from the labelled events) deciding which labels the tuned LR gets (``short``
-  only: they are slow). Each budgeted peer's knob (the discount factor, the mellowness,
+  and ``mid`` only: they are slow). Each budgeted peer's knob (the discount factor, the mellowness,
   scikit-activeml's budget) is searched geometrically on the tuning run until, free of
   the cap, it asks the budget (:func:`search_knob`); then every budgeted peer is held to
   the budget (a label only while labels <= budget x events). The River peers' scaler
@@ -102,7 +105,7 @@ from service.replay.sequential import variant_learner  # noqa: E402
 
 COST = 0.25
 BUDGETS: tuple[float | None, ...] = (0.05, 0.1, 0.2, None)
-GROUPS = ("short", "onehot", "fields", "long", "replay", "elec2", "agrawal")
+GROUPS = ("short", "mid", "onehot", "fields", "long", "replay", "elec2", "agrawal")
 
 
 # -- streams ---------------------------------------------------------------------------
@@ -310,6 +313,11 @@ def _river(name: str) -> tuple[np.ndarray, np.ndarray]:
     return _river_rows(datasets.Yeast(), lambda y: bool(y["Class1"]))
 
 
+def _river_cut(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A River set of the ``long`` group, of which a run takes 800 events (``-800``)."""
+    return _river(name.removesuffix("-800"))
+
+
 #: stream name -> (loader, events per run: None for all)
 SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None]] = {
     "breast-cancer": (_sklearn, None),
@@ -322,6 +330,8 @@ SETS: dict[str, tuple[Callable[[str], tuple[np.ndarray, np.ndarray]], int | None
     "agrawal-onehot": (_generated, 3000),
     "agrawal-fields": (_declared, 3000),
     "text-fields": (_declared, 3000),
+    "river-phishing-800": (_river_cut, 800),
+    "segment-800": (_river_cut, 800),
     "river-phishing": (_river, 5000),
     "bananas": (_river, 5000),
     "segment": (_river, 5000),
@@ -332,6 +342,7 @@ MEMBERS = {
     "short": ("breast-cancer", "digits", "wine", "iris", "diabetes"),
     "onehot": ("onehot", "sparse-binary", "agrawal-onehot"),
     "fields": ("agrawal-fields", "text-fields"),
+    "mid": ("river-phishing-800", "segment-800"),
     "long": ("river-phishing", "bananas", "segment", "shuttle", "yeast"),
     "replay": ("phishing", "svmguide1"),
     "elec2": ("elec2",),
@@ -881,7 +892,7 @@ def arms(group: str, args: argparse.Namespace) -> list[Arm]:
             Arm("River entropy sampler (tuned)", b, "river-es"),
             Arm("VW active (tuned)", b, "vw-active"),
         ]
-        if group == "short":
+        if group in ("short", "mid"):
             out += [Arm(f"skactiveml {s} (tuned)", b, s) for s in SKACTIVEML]
     return out
 

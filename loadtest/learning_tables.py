@@ -254,7 +254,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--groups",
         type=lambda t: t.split(","),
-        default=["short", "onehot", "fields", "long", "replay", "elec2", "agrawal"],
+        default=["short", "mid", "onehot", "fields", "long", "replay", "elec2", "agrawal"],
     )
     p.add_argument("--now", default="-after", help="tag of the served stack now")
     p.add_argument(
