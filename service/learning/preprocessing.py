@@ -359,7 +359,8 @@ class OnlineStandardizer:
         A record :meth:`refusal` finds implausible (a mean or variance no scorer could have
         gathered from events like those the statistics rest on) is refused and changes
         nothing. Any other counts for at most :data:`MERGE_ROWS` (100) rows, its mean and
-        variance kept, and moves each mean and variance at most one step
+        variance kept, and moves each mean and variance at most one step (a feature
+        :meth:`binary` so far keeps a variance of $\hat p(1 - \hat p)$ and stays binary)
         (:func:`~service.learning.moments.merge_step`: three times the sampling error of its
         rows): a series of records that lie adds at most 100 rows each and moves the
         statistics by the sum of such steps, however many rows it claims.
@@ -394,8 +395,9 @@ class OnlineStandardizer:
             var, new_var = std * std, new_m2 / total
             low, high = var * math.exp(-b), var * math.exp(b)
             new_m2 = np.where(judged, np.clip(new_var, low, high) * total, new_m2)
-            # a binary feature merging 0/1 rows stays binary: its variance follows its mean
-            kept = self.binary() & _binary_rows(moments.count, moments.mean, moments.m2)
+            # a binary feature stays binary through untrusted moments, whatever they claim:
+            # its variance follows its mean (one record cannot switch its centring back on)
+            kept = self.binary()
             if kept.any():
                 new_m2 = np.where(kept, new_mean * (1.0 - new_mean) * total, new_m2)
         self._m2, self._mean, self._count = new_m2, new_mean, total

@@ -238,3 +238,21 @@ def test_the_serving_pipeline_leaves_binary_features_uncentred_in_its_first_step
     assert isinstance(second, OnlineStandardizer)
     assert first.uncentred_binary
     assert not second.uncentred_binary
+
+
+def test_an_untrusted_record_cannot_switch_a_binary_features_centring_back_on() -> None:
+    from service.learning.moments import Moments
+
+    z = OnlineStandardizer(1, uncentred_binary=True)
+    for i in range(10_000):  # p = 0.1
+        z.learn([float(i % 10 == 0)])
+    # plausible (its variance 1.3 x the binary one), but no 0/1 rows have it
+    record = Moments.from_record({"count": 100, "mean": [0.1], "m2": [100 * 0.09 * 1.3]}, 1)
+    assert z.merge(record) == 100
+    assert z.binary()[0]
+    assert z.transform([0.0])[0] == 0.0
+    signed = OnlineStandardizer(1, uncentred_binary=True)  # signed moments are followed
+    for i in range(10_000):
+        signed.learn([float(i % 10 == 0)])
+    assert signed.merge(record, trusted=True) == 100
+    assert not signed.binary()[0]
