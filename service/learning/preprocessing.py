@@ -87,16 +87,6 @@ r"""How far a feature's variance may be from $\hat p(1 - \hat p)$ for it to coun
 (:meth:`OnlineStandardizer.binary`): rounding, not a value other than 0 or 1."""
 
 
-def _binary_rows(count: int, mean: FloatArray, m2: FloatArray) -> npt.NDArray[np.bool_]:
-    """Which features of statistics of ``count`` rows could come from 0/1 values alone
-    (a mean in [0, 1], a variance of mean * (1 - mean))."""
-    if not count:
-        return np.zeros(mean.shape, dtype=bool)
-    gap = np.abs(m2 / count - mean * (1.0 - mean))
-    out: npt.NDArray[np.bool_] = (mean >= 0.0) & (mean <= 1.0) & (gap <= BINARY_TOLERANCE)
-    return out
-
-
 def _finite_number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise HyperparameterError(f"{name} must be a number, got {value!r}")
@@ -209,8 +199,9 @@ class OnlineStandardizer:
     sparse, and a label moves only the weights of the features it holds. Whether a feature
     is binary is read from the statistics alone (``mean`` strictly between 0 and 1, and the
     variance $\hat p(1 - \hat p)$, which only 0/1 values give), so every process holding
-    the same statistics transforms alike; a feature that later holds any other value is
-    standardised as any other from then on (:meth:`binary`).
+    the same statistics transforms alike; a feature that later holds any other value, in a
+    row learned or in moments merged ``trusted``, is standardised as any other from then on
+    (:meth:`binary`). Untrusted moments cannot do that (:meth:`merge`).
 
     >>> z = OnlineStandardizer(1)
     >>> for v in (1.0, 2.0, 3.0, 4.0):
@@ -295,12 +286,11 @@ class OnlineStandardizer:
         >>> z.binary().tolist()           # 0 and 1; 0 and 0.5; always 1 (constant)
         [True, False, False]
         """
-        if not self.uncentred_binary:
+        if not self.uncentred_binary or not self._count:
             return np.zeros(self._n, dtype=bool)
         mean = self._mean
-        out: npt.NDArray[np.bool_] = (
-            _binary_rows(self._count, mean, self._m2) & (mean > 0.0) & (mean < 1.0)
-        )
+        gap = np.abs(self._m2 / self._count - mean * (1.0 - mean))
+        out: npt.NDArray[np.bool_] = (mean > 0.0) & (mean < 1.0) & (gap <= BINARY_TOLERANCE)
         return out
 
     def _refresh_scale(self) -> None:
