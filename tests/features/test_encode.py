@@ -256,6 +256,71 @@ def test_well_formed_events_are_scored_and_encoded_as_the_encoder_says(
     np.testing.assert_array_equal(block.x[0], enc().dense(fields))
 
 
+def _uncached(e: Encoder, name: str, tokens: list[str]) -> np.ndarray:
+    """The inputs of a tokens field the long way: each distinct key hashed, its count added."""
+    out = np.zeros(e.width)
+    for token in tokens:
+        out[e.offset + bucket(f"{name}^{token}", seed=e.seed, bits=e.declaration.hash_bits)] += 1
+    return out
+
+
+_WORDS = st.lists(
+    st.one_of(st.sampled_from(["a", "b", "refund", "ö", "東京", "a b"[:1]]), st.text(max_size=6)),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_WORDS, min_size=1, max_size=6))
+def test_cached_tokens_land_where_their_keys_hash_event_after_event(
+    events: list[list[str]],
+) -> None:
+    # one encoder across events (its cache warm after the first), against each key hashed
+    e = Encoder(FieldsConfig.model_validate({"hash_bits": 6, "seed": 3, "fields": {"t": "tokens"}}))
+    cold = Encoder(e.declaration)
+    for tokens in events:
+        want = _uncached(e, "t", tokens)
+        np.testing.assert_array_equal(e.dense({"t": tokens}), want)
+        np.testing.assert_array_equal(e.dense({"t": tokens}), want)  # again, all cached
+        # the desk's keys come the long way and agree
+        assert set(e.keys({"t": tokens})) == {int(i) for i in np.flatnonzero(want)}
+    assert set(e._cached["t"]) == {t for tokens in events for t in tokens}
+    np.testing.assert_array_equal(cold.dense({"t": events[-1]}), e.dense({"t": events[-1]}))
+
+
+def test_the_token_cache_is_bounded_and_stays_right_when_emptied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import service.features.encode as encode
+
+    monkeypatch.setattr(encode, "CACHED_TOKENS", 5)
+    e = Encoder(FieldsConfig.model_validate({"hash_bits": 8, "fields": {"t": "tokens"}}))
+    for k in range(30):
+        tokens = [f"w{k}", f"w{k + 1}", f"w{k}", "common"]
+        np.testing.assert_array_equal(e.dense({"t": tokens}), _uncached(e, "t", tokens))
+        assert len(e._cached["t"]) <= 5
+
+
+def test_a_warm_cache_still_refuses_a_token_that_is_not_a_string() -> None:
+    e = enc()
+    e.dense({**EVENT, "tokens": ["1", "a"]})  # "1" and "a" are cached
+    for bad, kind in ((1, "an integer"), (True, "a boolean"), (["a"], "a list"), (None, "None")):
+        with pytest.raises(FieldError, match=f"'tokens': token 1 is {kind}"):
+            e.dense({**EVENT, "tokens": ["a", bad]})
+    with pytest.raises(FieldError, match="'tokens': text that is not valid Unicode"):
+        e.dense({**EVENT, "tokens": ["a", "x\ud800"]})
+    assert "x\ud800" not in e._cached["tokens"]
+
+
+def test_a_crossed_tokens_field_is_hashed_with_its_counts_never_cached() -> None:
+    decl = {"hash_bits": 6, "fields": {"t": "tokens", "c": "category"}, "cross": [["t", "c"]]}
+    e = Encoder(FieldsConfig.model_validate(decl))
+    assert e._cached == {}
+    x = e.dense({"t": ["a", "a", "b"], "c": "SE"})
+    cross = bucket("t^a*c=SE", seed=0, bits=6)
+    assert x[e.offset + cross] >= 2.0  # the cross of a token seen twice weighs 2
+
+
 @pytest.mark.parametrize(
     "raw",
     [
