@@ -49,6 +49,7 @@ __all__ = [
     "RawMessage",
     "label_from_dict",
     "label_request_from_dict",
+    "feature_event",
     "parse_feature_event",
     "parse_label",
     "parse_label_request",
@@ -87,7 +88,16 @@ def parse_feature_event(
     raw: bytes, *, default_model: str, max_bytes: int | None = None, max_features: int = 100_000
 ) -> FeatureEvent:
     """``{id, model?, features: [..] | {name: value}, ts?}`` -> :class:`FeatureEvent`."""
-    record = obj(decode_json(raw, max_bytes=max_bytes))
+    return feature_event(
+        decode_json(raw, max_bytes=max_bytes),
+        default_model=default_model,
+        max_features=max_features,
+    )
+
+
+def feature_event(value: Any, *, default_model: str, max_features: int = 100_000) -> FeatureEvent:
+    """:func:`parse_feature_event` of an event's JSON already decoded (``value``)."""
+    record = obj(value)
     event_id = ident(record, "id")
     model = ident(record, "model") if record.get("model") is not None else default_model
     feats = field(record, "features")

@@ -14,6 +14,9 @@ then one array per model and one finiteness check. Anything else, and any row th
 check doubts (a non-finite value, an integer beyond a float), goes through
 :func:`parse_event` alone, which names the exact problem. Either way an event is what
 parsing it alone gives (``tests/stream/scoring/test_decide.py`` holds the two together).
+An event the one pass decoded but did not take (an object of fields, for a model that
+declares them) is not decoded again; what a person would be shown of it is made only for
+the rows that ask for their label (:class:`Shown`).
 """
 
 from __future__ import annotations
@@ -32,14 +35,16 @@ from service.records import (
     DeadLetter,
     FeatureEvent,
     RawMessage,
+    feature_event,
     parse_feature_event,
 )
 from service.records.reasons import Source
 from service.stream.models.served import ServedModel
 
-__all__ = ["Limits", "Messages", "ParsedEvent", "Rows", "parse_batch", "parse_event"]
+__all__ = ["Limits", "Messages", "ParsedEvent", "Rows", "Shown", "parse_batch", "parse_event"]
 
 _PLAIN: Final[frozenset[type]] = frozenset({float, int})
+_UNREAD: Final = object()  # parse_event: the message's value is still to decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +136,7 @@ class Rows:
     x: np.ndarray
     # per row, the fields a person is shown of an event of a model that declares ``fields``
     # (:meth:`~service.features.Encoder.shown`); None: no row has any
-    fields: list[dict[str, Any] | None] | None = None
+    fields: Sequence[dict[str, Any] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -139,6 +144,43 @@ class Rows:
     def fields_of(self, rows: Sequence[int]) -> list[dict[str, Any] | None] | None:
         """The fields of ``rows`` (None when no row has any)."""
         return None if self.fields is None else [self.fields[j] for j in rows]
+
+
+class Shown(Sequence[dict[str, Any] | None]):
+    """What a person answering a label request is shown of each event parsed alone
+    (:meth:`~service.stream.models.served.ServedModel.shown`), made when a row is first
+    read: only the rows that ask for their label ever are."""
+
+    __slots__ = ("_events", "_made")
+
+    def __init__(self, events: Sequence[ParsedEvent]) -> None:
+        self._events = events
+        self._made: dict[int, dict[str, Any] | None] = {}
+
+    @staticmethod
+    def any_of(events: Sequence[ParsedEvent]) -> bool:
+        """Whether any of ``events`` has fields to show (a model that declares them)."""
+        return any(
+            e.model.config.fields is not None and isinstance(e.event.features, dict) for e in events
+        )
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, j: int) -> dict[str, Any] | None: ...
+
+    @overload
+    def __getitem__(self, j: slice) -> list[dict[str, Any] | None]: ...
+
+    def __getitem__(self, j: int | slice) -> dict[str, Any] | None | list[dict[str, Any] | None]:
+        if isinstance(j, slice):
+            return [self[k] for k in range(len(self))[j]]
+        k = range(len(self))[j]  # an IndexError as a list's
+        if k not in self._made:
+            event = self._events[k]
+            self._made[k] = event.model.shown(event.event)
+        return self._made[k]
 
 
 @dataclass(slots=True)
@@ -171,15 +213,23 @@ def parse_event(
     models: Mapping[str, ServedModel],
     limits: Limits,
     champions: Champions | None = None,
+    *,
+    decoded: Any = _UNREAD,
 ) -> ParsedEvent:
     """Parse and resolve one message (decided by the server ``champions`` names for its
-    model); :class:`BadMessage` says why it cannot be scored."""
-    event = parse_feature_event(
-        message.value,
-        default_model=limits.default_model,
-        max_bytes=limits.max_bytes,
-        max_features=limits.max_features,
-    )
+    model); :class:`BadMessage` says why it cannot be scored. ``decoded``: its value's JSON
+    when already decoded (by orjson, from a value within ``limits.max_bytes``)."""
+    if decoded is _UNREAD:
+        event = parse_feature_event(
+            message.value,
+            default_model=limits.default_model,
+            max_bytes=limits.max_bytes,
+            max_features=limits.max_features,
+        )
+    else:
+        event = feature_event(
+            decoded, default_model=limits.default_model, max_features=limits.max_features
+        )
     served = models.get(event.model)
     if served is None:
         raise BadMessage("unknown_model", f"no model named {event.model!r}")
@@ -200,7 +250,7 @@ def parse_batch(
 ) -> tuple[list[Rows], list[DeadLetter]]:
     """The valid events of ``messages`` by route (routes in the order of their first event)
     and the dead letters of the others (in batch order); see the module docstring."""
-    pending, slow = _read(messages.values, models, limits)
+    pending, slow, decoded = _read(messages.values, models, limits)
     found: dict[str, Rows] = {}
     for route, rows in pending.items():
         served = models[route]
@@ -226,7 +276,7 @@ def parse_batch(
     for i in sorted(slow):  # refusals in batch order
         message = messages[i]
         try:
-            one = parse_event(message, models, limits, champions)
+            one = parse_event(message, models, limits, champions, decoded=decoded.get(i, _UNREAD))
         except BadMessage as bad:
             dead.append(DeadLetter.of(Source.FEATURES, message, bad.reason, bad.detail))
             continue
@@ -238,15 +288,22 @@ def parse_batch(
 
 def _read(
     values: Sequence[bytes], models: Mapping[str, ServedModel], limits: Limits
-) -> tuple[dict[str, _Pending], list[int]]:
+) -> tuple[dict[str, _Pending], list[int], dict[int, Any]]:
     """One pass over the raw values: the events in the common shape by route (features as
-    lists), and the positions of the others."""
-    # the models that decide events (a shadow decides none of its own), by their width
-    inputs = {n: m.config.n_inputs for n, m in models.items() if m.config.champion is None}
+    lists), the positions of the others, and the JSON of those of them orjson decoded (an
+    object) by position."""
+    # the models that decide events given as lists (a shadow decides none of its own, a
+    # model that declares fields takes objects), by their width
+    inputs = {
+        n: m.config.n_inputs
+        for n, m in models.items()
+        if m.config.champion is None and m.config.fields is None
+    }
     default, max_bytes, max_features = limits.default_model, limits.max_bytes, limits.max_features
     loads, plain, isfinite = orjson.loads, _PLAIN.issuperset, math.isfinite
     pending: dict[str, _Pending] = {}
     slow: list[int] = []
+    decoded: dict[int, Any] = {}
     for i, raw in enumerate(values):
         if max_bytes is not None and len(raw) > max_bytes:
             slow.append(i)
@@ -259,6 +316,7 @@ def _read(
         if type(record) is not dict:
             slow.append(i)
             continue
+        decoded[i] = record  # whatever follows, it is not decoded again
         event_id, feats, model, ts = (
             record.get("id"),
             record.get("features"),
@@ -286,13 +344,13 @@ def _read(
         rows.ids.append(event_id)
         rows.ts.append(None if ts is None else float(ts))
         rows.features.append(feats)
-    return pending, slow
+    return pending, slow, decoded
 
 
 def _join(found: dict[str, Rows], route: str, events: list[tuple[int, ParsedEvent]]) -> None:
     """Add the events of ``route`` parsed alone (at their batch positions, in order) to its
     rows, all at once, in batch order."""
-    shown = [event.model.shown(event.event) for _, event in events]
+    parsed = [event for _, event in events]
     alone = Rows(
         route,
         events[0][1].model,
@@ -300,7 +358,7 @@ def _join(found: dict[str, Rows], route: str, events: list[tuple[int, ParsedEven
         [event.event.id for _, event in events],
         [event.event.ts for _, event in events],
         np.vstack([event.x for _, event in events]),
-        None if all(f is None for f in shown) else shown,
+        Shown(parsed) if Shown.any_of(parsed) else None,
     )
     rows = found.get(route)
     if rows is None:
@@ -308,8 +366,8 @@ def _join(found: dict[str, Rows], route: str, events: list[tuple[int, ParsedEven
         return
     order = np.argsort(np.asarray(rows.positions + alone.positions), kind="stable").tolist()
 
-    def merged(a: list[Any], b: list[Any]) -> list[Any]:
-        both = a + b
+    def merged(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
+        both = [*a, *b]
         return [both[k] for k in order]
 
     if rows.fields is not None or alone.fields is not None:

@@ -76,7 +76,7 @@ class Decided:
     # the moments the first row that asks carries (the scorer attaches them)
     moments: FeatureMoments | None = None
     # per row, the fields a person is shown (a model that declares ``fields``; else None)
-    fields: list[dict[str, Any] | None] | None = None
+    fields: Sequence[dict[str, Any] | None] | None = None
 
     def decisions(self, now: float) -> list[Decision]:
         """The :class:`Decision` of each row."""

@@ -25,6 +25,7 @@ from service.records import (
 )
 from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
+from service.stream.scoring.batch import Shown
 from service.stream.scoring.decide import Limits, ScoreResult, _parse_all, parse_event, score_batch
 
 from ..memory import CFG, msg, trained
@@ -222,8 +223,14 @@ def _event() -> st.SearchStrategy[bytes]:
     record = st.fixed_dictionaries(
         {"id": st.one_of(st.text(min_size=0, max_size=4), st.integers(0, 9), st.none())},
         optional={
-            "features": st.one_of(good, good, odd, st.dictionaries(st.text(max_size=2), _VALUES)),
-            "model": st.sampled_from(["m", "w", "s", "nope", 3]),
+            "features": st.one_of(
+                good,
+                good,
+                odd,
+                st.dictionaries(st.text(max_size=2), _VALUES),
+                st.fixed_dictionaries({}, optional={"a": _VALUES, "c": _VALUES}),
+            ),
+            "model": st.sampled_from(["m", "w", "s", "f", "nope", 3]),
             "ts": _VALUES,
         },
     )
@@ -235,7 +242,11 @@ def _event() -> st.SearchStrategy[bytes]:
 @given(st.lists(_event(), max_size=12))
 def test_the_batch_parse_gives_what_parsing_each_event_alone_gives(raws: list[bytes]) -> None:
     shadow = ModelConfig(algorithm="dral", cost=0.25, n_features=3, champion="m")
-    models = models_(m=CFG, w=ModelConfig(algorithm="dral", cost=0.2, n_features=2), s=shadow)
+    # f declares fields and takes 3 inputs (a number and 2 buckets): a list of 3 is refused
+    declared = ModelConfig(fields={"hash_bits": 1, "fields": {"a": "number", "c": "category"}})
+    assert declared.n_inputs == 3
+    w = ModelConfig(algorithm="dral", cost=0.2, n_features=2)
+    models = models_(m=CFG, w=w, s=shadow, f=declared)
     limits = Limits(default_model="m", request_ttl=60.0, max_bytes=120, max_features=3)
     messages = [msg(raw, i, partition=i % 2) for i, raw in enumerate(raws)]
     dead: list[DeadLetter] = []
@@ -253,3 +264,36 @@ def test_the_batch_parse_gives_what_parsing_each_event_alone_gives(raws: list[by
         np.testing.assert_array_equal(a.x, b.x)
         assert a.event.ts == b.event.ts
     assert [(d.offset, d.reason, d.detail) for d in dead] == refused
+
+
+def test_a_list_sent_to_a_model_that_declares_fields_is_refused_in_a_batch_as_alone() -> None:
+    # a list as long as the declared model's inputs once passed the batch's common shape
+    declared = ModelConfig(fields={"hash_bits": 1, "fields": {"a": "number", "c": "category"}})
+    models = models_(m=CFG, f=declared)
+    as_list = {"id": "e1", "model": "f", "features": [1.0] * declared.n_inputs}
+    as_fields = {"id": "e2", "model": "f", "features": {"a": 2.5, "c": "SE"}}
+    out = score(models, [msg(as_list, 0), msg(as_fields, 1)])
+    assert [d.id for d in out.decisions] == ["e2"]
+    ((offset, reason, detail),) = [(d.offset, d.reason, d.detail) for d in out.dead_letters]
+    assert (offset, reason) == (0, "schema")
+    assert "declares fields; send them as an object" in detail
+
+
+def test_what_a_person_is_shown_is_made_for_the_rows_read_and_is_what_the_model_shows() -> None:
+    declared = ModelConfig(fields={"hash_bits": 2, "fields": {"a": "number", "c": "category"}})
+    models = models_(f=declared)
+    limits = Limits(default_model="f", request_ttl=60.0)
+    events = [
+        parse_event(msg({"id": f"e{i}", "features": {"a": i, "c": f"c{i}"}}, i), models, limits)
+        for i in range(4)
+    ]
+    shown = Shown(events)
+    assert Shown.any_of(events)
+    assert not Shown.any_of([])
+    assert not shown._made  # nothing made until read
+    assert shown[2] == {"a": 2.0, "c": "c2"} == models["f"].shown(events[2].event)
+    assert list(shown._made) == [2]
+    assert shown[-1] == {"a": 3.0, "c": "c3"}
+    assert shown[1:3] == [{"a": 1.0, "c": "c1"}, {"a": 2.0, "c": "c2"}]
+    with pytest.raises(IndexError):
+        shown[4]
