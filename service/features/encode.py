@@ -9,7 +9,8 @@ used). Keys: ``name`` (a boolean), ``name=value`` (a category), ``name^token`` (
 bucket: their values add.
 
 A tokens field that no cross reads is encoded through a cache of the inputs its tokens land
-on (at most :data:`CACHED_TOKENS` a field, emptied when full), so a word seen before costs
+on (at most :data:`CACHED_TOKENS` words of at most :data:`CACHED_LENGTH` characters a
+field, emptied when full: a few MiB whatever events bring), so a word seen before costs
 one lookup instead of its key, its hash and its count: the inputs are the same, each
 occurrence adding 1 where the uncached path adds the count once.
 
@@ -44,10 +45,12 @@ import numpy.typing as npt
 
 from service.features.declaration import FieldsConfig, FieldSpec
 
-__all__ = ["CACHED_TOKENS", "Encoder", "FieldError", "bucket", "encoder_of"]
+__all__ = ["CACHED_LENGTH", "CACHED_TOKENS", "Encoder", "FieldError", "bucket", "encoder_of"]
 
 #: the tokens a field's cache holds before it is emptied (bounded whatever events bring)
 CACHED_TOKENS: Final = 1 << 15
+#: the longest token cached (a longer one is hashed each time: it cannot fill the memory)
+CACHED_LENGTH: Final = 64
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -234,9 +237,10 @@ class Encoder:
                     i = offset + (hash32((prefix + token).encode(), seed, False) & mask)
                 except UnicodeEncodeError:  # a lone surrogate: not text of any encoding
                     raise FieldError(name, "text that is not valid Unicode") from None
-                if len(cache) >= CACHED_TOKENS:
-                    cache.clear()
-                cache[token] = i
+                if len(token) <= CACHED_LENGTH:
+                    if len(cache) >= CACHED_TOKENS:
+                        cache.clear()
+                    cache[token] = i
             inputs.append(i)
         return inputs
 

@@ -301,6 +301,17 @@ def test_the_token_cache_is_bounded_and_stays_right_when_emptied(
         assert len(e._cached["t"]) <= 5
 
 
+def test_a_long_token_is_hashed_each_time_never_cached() -> None:
+    # an event of a few huge tokens must not pin megabytes per token in the cache
+    import service.features.encode as encode
+
+    e = Encoder(FieldsConfig.model_validate({"hash_bits": 8, "fields": {"t": "tokens"}}))
+    edge, long = "x" * encode.CACHED_LENGTH, "y" * (encode.CACHED_LENGTH + 1)
+    for tokens in ([edge, long], [long, "z" * 100_000, edge], [long, long]):
+        np.testing.assert_array_equal(e.dense({"t": tokens}), _uncached(e, "t", tokens))
+    assert set(e._cached["t"]) == {edge}
+
+
 def test_a_warm_cache_still_refuses_a_token_that_is_not_a_string() -> None:
     e = enc()
     e.dense({**EVENT, "tokens": ["1", "a"]})  # "1" and "a" are cached
