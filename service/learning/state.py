@@ -60,6 +60,7 @@ __all__ = [
     "SCORECARD_FORMAT",
     "VERSION",
     "FloatList",
+    "FrozenRecord",
     "dumps",
     "float_list",
     "learner_record",
@@ -234,6 +235,49 @@ for _name in (
     "pop", "remove", "clear", "sort", "reverse",
 ):  # fmt: skip
     setattr(FloatList, _name, _drops_array(_name))
+
+
+class FrozenRecord(dict[str, Any]):
+    """A part of a state that never changes once made (its mutators raise ``TypeError``),
+    shared by every state written while it lasts (a remembered label): what a writer derives
+    from it once, such as a check of its numbers, is kept in :attr:`memo`, and holds while
+    :meth:`unchanged` (its values are numbers, text or :class:`FloatList` values that still
+    hold their arrays: a change to a list drops its array).
+
+    >>> r = FrozenRecord(n=1, x=float_list(np.array([0.5])))
+    >>> r["x"], r == {"n": 1, "x": [0.5]}, r.unchanged()
+    ([0.5], True, True)
+    >>> r["x"][0] = 2.0; r.unchanged()
+    False
+    >>> r["n"] = 2
+    Traceback (most recent call last):
+    TypeError: a FrozenRecord does not change
+    """
+
+    __slots__ = ("_lists", "_plain", "memo")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.memo: dict[str, Any] = {}
+        self._lists = tuple(v for v in self.values() if type(v) is FloatList)
+        self._plain = all(type(v) in _IMMUTABLE or type(v) is FloatList for v in self.values())
+
+    def unchanged(self) -> bool:
+        """Whether every value is still what it was made as (see the class docstring)."""
+        return self._plain and all(v.array is not None for v in self._lists)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles: made anew from the items
+        return (FrozenRecord, (dict(self),))
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a FrozenRecord does not change")
+
+    __setitem__ = __delitem__ = __ior__ = _frozen
+    clear = pop = popitem = setdefault = update = _frozen
+
+
+#: the types of a value that cannot change in place
+_IMMUTABLE: Final = frozenset({int, float, str, bool, type(None), np.float64})
 
 
 def float_list(values: npt.NDArray[np.float64]) -> list[Any]:

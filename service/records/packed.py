@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from service.learning.state import FloatList
+from service.learning.state import FloatList, FrozenRecord
 from service.records.codec import BadMessage, RecordError
 
 __all__ = [
@@ -105,12 +105,13 @@ class _Checker:
     """Walks a record as :class:`_Packer` does, building nothing: collects the arrays it
     would pack and checks every number left in the header."""
 
-    __slots__ = ("big", "bound", "lists")
+    __slots__ = ("big", "bound", "key", "lists")
 
     def __init__(self, bound: float) -> None:
         self.lists: list[npt.NDArray[np.float64]] = []  # each list as a 1-d float array
         self.bound = bound
         self.big = False  # a number left in the header has a magnitude of ``bound`` or more
+        self.key = f"packed.check<{bound!r}"  # a FrozenRecord's memo of this check
 
     def number(self, value: float) -> float:
         if not math.isfinite(value):
@@ -131,6 +132,9 @@ class _Checker:
             self.other(value, kind)
 
     def other(self, value: Any, kind: type) -> None:
+        if kind is FrozenRecord:
+            self.frozen(value)
+            return
         array = _array_of(value, kind)
         if array is not None:
             self.lists.append(array)
@@ -141,6 +145,20 @@ class _Checker:
             self.walk(dict(value))
         elif isinstance(value, float | np.floating):
             self.walk(float(value))
+
+    def frozen(self, record: FrozenRecord) -> None:
+        """Check ``record`` (its arrays too) once per bound: a record shared by the states
+        of many versions (a remembered label) is walked again only if a value in it has
+        changed since (:meth:`~service.learning.state.FrozenRecord.unchanged`)."""
+        big = record.memo.get(self.key)
+        if big is None or not record.unchanged():
+            inner = _Checker(self.bound)
+            inner.walk(dict(record))
+            _checked(inner.lists, self.bound)
+            big = inner.big
+            if record.unchanged():
+                record.memo[self.key] = big
+        self.big = self.big or big
 
 
 class _Packer(_Checker):

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.config import ModelConfig
+from service.learning.state import FrozenRecord, float_list
 from service.records import BadMessage, RecordError, parse_model_envelope
 from service.records.packed import MAGIC, MAX_ELEMENTS, MIN_PACKED, check, header_of, pack, unpack
 from service.records.state import MAX_MAGNITUDE
@@ -252,3 +253,55 @@ def test_any_damage_is_a_refusal_or_a_finite_record(noise: bytes, at: int, byte:
             [v for k in ("w", "z") if isinstance(out.get(k), list) for v in out[k]], dtype=object
         )
         assert all(isinstance(v, float) and math.isfinite(v) for v in floats)
+
+
+# -- a frozen record (a remembered label, shared by many versions) is checked once -----------
+
+
+def _frozen(x: list[float], **more: Any) -> FrozenRecord:
+    return FrozenRecord(n=3, x=float_list(np.array(x)), y=1.0, p=0.5, loss=0.25, **more)
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=40))
+@settings(max_examples=200)
+def test_checking_a_frozen_record_says_what_checking_its_plain_copy_says(x: list[float]) -> None:
+    record = {"labels": [_frozen(x)], "rho": 1.0}
+    plain = {"labels": [dict(_frozen(x))], "rho": 1.0}
+    for _ in range(2):  # the second time from its memo
+        outcomes = []
+        for r in (record, plain):
+            try:
+                outcomes.append(("ok", check(r, bound=1e100)))
+            except RecordError as exc:
+                outcomes.append(("refused", str(exc)))
+        assert outcomes[0] == outcomes[1]
+
+
+def test_a_frozen_record_changed_in_place_is_checked_again() -> None:
+    record = _frozen([0.5] * 20)
+    state = {"labels": [record]}
+    assert check(state) is False
+    assert record.memo  # remembered
+    record["x"][3] = math.nan  # a list inside can still be changed: its array is dropped
+    with pytest.raises(RecordError, match="non-finite"):
+        check(state)
+    with pytest.raises(TypeError, match="does not change"):
+        record["y"] = math.nan
+
+
+def test_a_frozen_record_s_memo_holds_for_its_bound_only() -> None:
+    record = _frozen([0.5] * 20, big=1e120)
+    assert check({"r": record}, bound=math.inf) is False
+    assert check({"r": record}, bound=1e100) is True  # the header number judged anew
+    record2 = _frozen([0.5] * 19 + [1e120])
+    check({"r": record2})
+    with pytest.raises(RecordError, match="magnitude"):
+        check({"r": record2}, bound=1e100)
+
+
+def test_a_frozen_record_packs_and_reads_back_as_its_plain_copy() -> None:
+    record = {"labels": [_frozen([0.25] * 20), _frozen([1.0] * 3)]}
+    check(record)
+    assert bits(unpack(pack(record))) == bits(
+        unpack(pack({"labels": [dict(r) for r in record["labels"]]}))
+    )

@@ -49,7 +49,7 @@ class Recall:
     """The last ``size`` labels (plus up to one snapshot period) and the snapshots that
     reach as far back."""
 
-    __slots__ = ("size", "_labels", "_records", "_snapshots")
+    __slots__ = ("size", "_labels", "_records", "_snapshot_records", "_snapshots")
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -59,13 +59,19 @@ class Recall:
         # writes a state per label; making 40 of these each time was most of its cost)
         self._records: deque[dict[str, Any]] = deque(maxlen=self._labels.maxlen)
         self._snapshots: deque[Snapshot] = deque(maxlen=size // SNAPSHOT_EVERY + 2)
+        self._snapshot_records: deque[dict[str, Any]] = deque(maxlen=self._snapshots.maxlen)
 
     def snapshot(self, label: int, champion: Any) -> None:
         """Before the champion learns label number ``label``: keep where it is, every
         :data:`SNAPSHOT_EVERY` labels."""
         if self.size and label % SNAPSHOT_EVERY == 0:
             w = getattr(champion, "w", None)
-            self._snapshots.append((label, None if w is None else st.float_list(w), champion.rho))
+            self._snap((label, None if w is None else st.float_list(w), champion.rho))
+
+    def _snap(self, item: Snapshot) -> None:
+        n, w, rho = item
+        self._snapshots.append(item)
+        self._snapshot_records.append(st.FrozenRecord(n=n, w=w, rho=rho))
 
     def remember(self, label: int, x: FloatArray, y: float, p: float, loss: float) -> None:
         if self.size:
@@ -74,7 +80,7 @@ class Recall:
     def _keep(self, item: Remembered) -> None:
         n, x, y, p, loss = item
         self._labels.append(item)
-        self._records.append({"n": n, "x": st.float_list(x), "y": y, "p": p, "loss": loss})
+        self._records.append(st.FrozenRecord(n=n, x=st.float_list(x), y=y, p=p, loss=loss))
 
     def since(self, label: int) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
         """The latest snapshot at or before ``label`` whose labels since are all remembered,
@@ -90,14 +96,13 @@ class Recall:
         self._labels.clear()
         self._records.clear()
         self._snapshots.clear()
+        self._snapshot_records.clear()
 
     def to_state(self) -> dict[str, Any]:
-        """The remembered labels and the snapshots (each label's record is shared by the
-        states made while it is remembered: records are never changed once made)."""
-        return {
-            "labels": list(self._records),
-            "snapshots": [{"n": n, "w": w, "rho": rho} for n, w, rho in self._snapshots],
-        }
+        """The remembered labels and the snapshots (each record is shared by the states
+        made while it is kept: a :class:`~service.learning.state.FrozenRecord`, never changed
+        once made)."""
+        return {"labels": list(self._records), "snapshots": list(self._snapshot_records)}
 
     @classmethod
     def from_state(cls, size: int, record: Any, n_features: int) -> Recall:
@@ -124,7 +129,5 @@ class Recall:
                 raise StateError("a snapshot must be an object")
             w = None if item.get("w") is None else st.read_floats(item, "w", (n_features,))
             rho = st.read_float(item, "rho", minimum=0.0)
-            out._snapshots.append(
-                (st.read_int(item, "n"), None if w is None else st.float_list(w), rho)
-            )
+            out._snap((st.read_int(item, "n"), None if w is None else st.float_list(w), rho))
         return out

@@ -24,6 +24,7 @@ from service.learning import (
 from service.learning.adaptive import ADAPTIVE_FORMAT, Adaptive
 from service.learning.adaptive.challengers import challenger_for
 from service.learning.drift import ADWIN, PageHinkley
+from service.learning.state import FrozenRecord
 
 N = 3  # two features and an intercept
 
@@ -357,6 +358,11 @@ def test_a_remembered_label_s_record_is_made_once_and_never_changes() -> None:
     old, new = first["recall"]["labels"], second["recall"]["labels"]
     assert len(old) == len(new)
     assert all(a is b for a, b in zip(old[3:], new, strict=False))  # shared, not rebuilt
+    snaps = first["recall"]["snapshots"], second["recall"]["snapshots"]
+    assert any(a is b for a in snaps[0] for b in snaps[1])  # the snapshots' records too
+    for record in [*new, *snaps[1]]:  # frozen: what a writer checked of one holds
+        assert isinstance(record, FrozenRecord)
+        assert record.unchanged()
     assert json.dumps(first) == frozen  # what was written stays as it was
     copy = Adaptive.from_state(json.loads(json.dumps(second)))
     assert copy.to_state() == second
