@@ -207,11 +207,18 @@ below count * 1e200
         return f"Moments({self._n}, count={self.count})"
 
 
+_PLAIN: Final = frozenset({int, float})
+
+
 def _floats(record: Mapping[str, Any], key: str, n: int) -> FloatArray:
     value = record.get(key)
     if not isinstance(value, list) or len(value) != n:
         raise InputError(f"moments field {key!r} must be a list of {n} numbers")
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+    # every item a plain int or float: one pass in C; otherwise item by item (a bool is
+    # refused, a subclass of int or float taken)
+    if not _PLAIN.issuperset(map(type, value)) and any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) for v in value
+    ):
         raise InputError(f"moments field {key!r} must be a list of {n} numbers")
     try:
         arr = np.array(value, dtype=np.float64)
