@@ -290,8 +290,8 @@ def _read(
     values: Sequence[bytes], models: Mapping[str, ServedModel], limits: Limits
 ) -> tuple[dict[str, _Pending], list[int], dict[int, Any]]:
     """One pass over the raw values: the events in the common shape by route (features as
-    lists), the positions of the others, and the JSON of those of them orjson decoded (an
-    object) by position."""
+    lists), the positions of the others, and the JSON of those of them orjson decoded to
+    an object (by position; one the batch check refuses later is decoded again)."""
     # the models that decide events given as lists (a shadow decides none of its own, a
     # model that declares fields takes objects), by their width
     inputs = {
@@ -316,7 +316,6 @@ def _read(
         if type(record) is not dict:
             slow.append(i)
             continue
-        decoded[i] = record  # whatever follows, it is not decoded again
         event_id, feats, model, ts = (
             record.get("id"),
             record.get("features"),
@@ -336,6 +335,7 @@ def _read(
             or not plain(map(type, feats))
         ):
             slow.append(i)
+            decoded[i] = record  # parsed alone from this, not decoded again
             continue
         rows = pending.get(name)
         if rows is None:
