@@ -14,6 +14,7 @@ from service.datasets import (
     DatasetError,
     data_dir,
     feature_names,
+    fetched_dir,
     load_csv,
     load_dataset,
     load_libsvm,
@@ -200,9 +201,15 @@ def test_data_dir_honours_environment(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_data_dir_default_is_next_to_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ../shared/data when a checkout has it beside; a clone alone (a new machine) fetches
+    # into its own var/data
     monkeypatch.delenv("ABSTAIN_DATA_DIR", raising=False)
     repo = Path(__file__).resolve().parent.parent
-    assert data_dir() == repo.parent / "shared" / "data"
+    shared = repo.parent / "shared" / "data"
+    if shared.is_dir():
+        assert data_dir() == shared
+    else:
+        assert data_dir() == fetched_dir() == repo / "var" / "data"
 
 
 def test_unknown_dataset_name_lists_where_it_looked(
