@@ -287,6 +287,14 @@ def declared_events(name: str, n: int = 10_000) -> tuple[list[dict[str, Any]], n
     return events, _signs(coins < 1.0 / (1.0 + np.exp(-TEXT_SHARPNESS * score)))
 
 
+def hashed_from(name: str) -> int | None:
+    """The first hashed input of a ``fields`` stream's declaration (None for other sets)."""
+    from service.features.declaration import FieldsConfig  # noqa: PLC0415
+
+    spec = DECLARED.get(name)
+    return None if spec is None else FieldsConfig.model_validate(spec).hashed_from
+
+
 def _declared(name: str) -> tuple[np.ndarray, np.ndarray]:
     """A ``fields`` stream encoded under its declaration, as a worker encodes each event:
     the numbers, then the 2^10 hashed buckets (MurmurHash3) of the strings, booleans,
@@ -468,7 +476,10 @@ class Abstain:
         kind = self.preprocessing
         if kind in ("labels", "served"):
             d = run.X.shape[1]
-            pipe = default_pipeline(d) if kind == "labels" else serving_pipeline(d)
+            if kind == "labels":
+                pipe = default_pipeline(d)
+            else:  # a declared stream's buckets are hashed: the worker's pipeline for them
+                pipe = serving_pipeline(d, hashed_from=hashed_from(run.name))
             return run_stream(model, run.X, run.y, run.coins, COST, pipeline=pipe)
         X = run.X
         if kind == "events":

@@ -45,11 +45,12 @@ __all__ = [
 
 Kind = Literal["number", "boolean", "category", "tokens", "ignore"]
 KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
-MAX_HASH_BITS = 10
+MAX_HASH_BITS = 12
 """The most hashed buckets a model holds, as a power of two: a model version carries every
-weight and every standardiser's statistics of every input, 8 bytes each (the packed form,
-:mod:`service.records.packed`); the served model of 2^10 buckets, trained, writes versions
-of about 460 KiB, one of 2^11 about 910 KiB, too near Kafka's default 1 MB record."""
+weight and the statistics of every event of every input, 8 bytes each (the packed form,
+:mod:`service.records.packed`), and the rows it remembers as sparse as their events (the
+buckets are never centred); the served model of 2^12 buckets, trained, writes versions of
+about 300-410 KiB (one of 2^13 about 570-710 KiB, too near Kafka's default 1 MB record)."""
 
 _NAME_LEN = 256
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -175,3 +176,10 @@ class FieldsConfig(BaseModel):
     def width(self) -> int:
         """The model's inputs: one per number field, then the buckets."""
         return len(self.numbers) + self.buckets
+
+    @property
+    def hashed_from(self) -> int | None:
+        """The index of the first hashed bucket among the inputs (None when nothing is
+        hashed): the inputs a model's standardisers never centre
+        (:func:`~service.learning.serving_pipeline`)."""
+        return len(self.numbers) if self.buckets else None

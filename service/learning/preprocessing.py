@@ -198,10 +198,24 @@ class OnlineStandardizer:
     $\sqrt{\hat p}$ and not centred, so a zero stays zero: a row of such features stays
     sparse, and a label moves only the weights of the features it holds. Whether a feature
     is binary is read from the statistics alone (``mean`` strictly between 0 and 1, and the
-    variance $\hat p(1 - \hat p)$, which only 0/1 values give), so every process holding
-    the same statistics transforms alike; a feature that later holds any other value, in a
-    row learned or in moments merged ``trusted``, is standardised as any other from then on
-    (:meth:`binary`). Untrusted moments cannot do that (:meth:`merge`).
+    variance $\hat p(1 - \hat p)$, which among values in $[0, 1]$ only 0/1 values give), so
+    every process holding the same statistics transforms alike; a feature that later holds
+    any other value in $[0, 1]$, in a row learned or in moments merged ``trusted``, is
+    standardised as any other from then on (:meth:`binary`). Untrusted moments cannot do
+    that (:meth:`merge`). Values outside $[0, 1]$ can match both moments by coincidence
+    (eight 0.5 and a 2.0: mean 2/3, variance 2/9); such a feature is then divided by its
+    root mean square, uncentred, until its moments part.
+
+    ``uncentred_from`` (default None): the features from this index on (a declared model's
+    hashed buckets: categories, flags, token counts) are never centred, whatever they hold,
+    and are divided by their root mean square $\sqrt{\hat\mu^2 + \hat s^2}$: a zero stays
+    zero, so a row of them stays as sparse as the event that set them (a token counted
+    twice makes a bucket no less sparse, where ``uncentred_binary`` would centre it).
+
+    ``passes_from`` (default None): the features from this index on pass through unchanged
+    and their statistics are never learned (kept at mean 0 and no variance: a declared
+    model's second standardiser leaves its hashed buckets as the first one scaled them, and
+    a label costs it only the numbers).
 
     >>> z = OnlineStandardizer(1)
     >>> for v in (1.0, 2.0, 3.0, 4.0):
@@ -213,6 +227,16 @@ class OnlineStandardizer:
     ...     b.learn(row)
     >>> b.binary().tolist(), b.transform([0.0, 4.0]).tolist(), float(b.transform([1.0, 4.0])[0])
     ([True, False], [0.0, 0.0], 2.0)
+    >>> h = OnlineStandardizer(2, uncentred_from=1)
+    >>> for row in ([5.0, 0.0], [7.0, 2.0], [9.0, 0.0], [11.0, 2.0]):
+    ...     h.learn(row)
+    >>> h.transform([8.0, 0.0]).tolist(), round(float(h.transform([8.0, 2.0])[1]), 12)
+    ([0.0, 0.0], 1.414213562373)
+    >>> p = OnlineStandardizer(2, prior=2, passes_from=1)
+    >>> for row in ([5.0, 0.0], [7.0, 2.0]):
+    ...     p.learn(row)
+    >>> p.transform([3.0, 2.0]).tolist(), p.mean.tolist()
+    ([0.0, 2.0], [3.0, 0.0])
     """
 
     kind: ClassVar[str] = "standardizer"
@@ -226,6 +250,8 @@ class OnlineStandardizer:
         "min_std",
         "prior",
         "uncentred_binary",
+        "uncentred_from",
+        "passes_from",
     )
 
     def __init__(
@@ -235,8 +261,12 @@ class OnlineStandardizer:
         min_std: float = 1e-9,
         prior: int = 0,
         uncentred_binary: bool = False,
+        uncentred_from: int | None = None,
+        passes_from: int | None = None,
     ) -> None:
         self._n = check_int("n_features", n_features, 1)
+        self.uncentred_from = self._index("uncentred_from", uncentred_from)
+        self.passes_from = self._index("passes_from", passes_from)
         self.min_std = check_min_std(min_std)
         self.prior = check_int("prior", prior, 0)
         if not isinstance(uncentred_binary, bool):
@@ -249,8 +279,26 @@ class OnlineStandardizer:
         self._count = self.prior
         self._mean = np.zeros(self._n)
         self._m2 = np.full(self._n, float(self.prior))
+        if self.passes_from is not None:
+            self._m2[self.passes_from :] = 0.0
         self._scale = np.ones(self._n)
         self._centre = self._mean
+
+    def _index(self, name: str, value: Any) -> int | None:
+        """``value`` as the index of one of the features (None stays None)."""
+        if value is None:
+            return None
+        index = check_int(name, value, 0)
+        if index >= self._n:
+            raise HyperparameterError(f"{name} must be below n_features ({self._n}), got {index}")
+        return index
+
+    def _pass_tail(self) -> None:
+        """Keep the statistics of the features from ``passes_from`` on unlearned."""
+        k = self.passes_from
+        if k is not None:
+            self._mean[k:] = 0.0
+            self._m2[k:] = 0.0
 
     @property
     def n_features_in(self) -> int:
@@ -277,7 +325,8 @@ class OnlineStandardizer:
     def binary(self) -> npt.NDArray[np.bool_]:
         r"""Which features are binary by the statistics: a mean $\hat p$ strictly between 0
         and 1 and a variance of $\hat p(1 - \hat p)$ (to $10^{-9}$). Values in $[0, 1]$ have
-        a variance of at most $\hat p(1 - \hat p)$, equal only when every value is 0 or 1.
+        a variance of at most $\hat p(1 - \hat p)$, equal only when every value is 0 or 1
+        (other values can match both moments by coincidence: the class docstring).
         All False without ``uncentred_binary``.
 
         >>> z = OnlineStandardizer(3, uncentred_binary=True)
@@ -302,6 +351,15 @@ class OnlineStandardizer:
         if binary.any():  # scaled by the root mean square sqrt(p), a zero kept zero
             self._scale = np.where(binary, 1.0 / np.sqrt(np.where(binary, self._mean, 1.0)), scale)
             self._centre = np.where(binary, 0.0, self._mean)
+        k = self.uncentred_from
+        if k is not None:  # never centred: divided by the root mean square, a zero kept zero
+            mean = self._mean[k:]
+            rms = np.sqrt(self._m2[k:] / self._count + mean * mean)
+            tail = np.divide(1.0, rms, out=np.ones(rms.shape), where=rms > self.min_std)
+            self._scale = np.concatenate((self._scale[:k], tail))
+            centre = self._centre.copy() if self._centre is self._mean else self._centre
+            centre[k:] = 0.0
+            self._centre = centre
 
     @quiet
     def transform(self, x: Any) -> FloatArray:
@@ -321,9 +379,19 @@ class OnlineStandardizer:
         if not np.isfinite(x).all():
             raise_non_finite(x)
         count = self._count + 1
-        delta = x - self._mean
-        mean = self._mean + delta / count
-        self._m2 = self._m2 + delta * (x - mean)
+        k = self.passes_from
+        if k is None:
+            delta = x - self._mean
+            mean = self._mean + delta / count
+            self._m2 = self._m2 + delta * (x - mean)
+        else:  # the numbers alone: the tail passes through, unlearned
+            head = x[:k]
+            delta = head - self._mean[:k]
+            mean = self._mean.copy()
+            mean[:k] += delta / count
+            m2 = self._m2.copy()
+            m2[:k] += delta * (head - mean[:k])
+            self._m2 = m2
         self._mean = mean
         self._count = count
         self._refresh_scale()
@@ -391,6 +459,7 @@ class OnlineStandardizer:
             if kept.any():
                 new_m2 = np.where(kept, new_mean * (1.0 - new_mean) * total, new_m2)
         self._m2, self._mean, self._count = new_m2, new_mean, total
+        self._pass_tail()
         self._refresh_scale()
         return count
 
@@ -407,6 +476,7 @@ class OnlineStandardizer:
         self._m2 = self._m2 + m2 + delta * delta * (self._count * count / total)
         self._mean = self._mean + delta * (count / total)
         self._count = total
+        self._pass_tail()
         self._refresh_scale()
         return count
 
@@ -416,6 +486,10 @@ class OnlineStandardizer:
             params["prior"] = self.prior
         if self.uncentred_binary:
             params["uncentred_binary"] = True
+        if self.uncentred_from is not None:
+            params["uncentred_from"] = self.uncentred_from
+        if self.passes_from is not None:
+            params["passes_from"] = self.passes_from
         return _record(
             self.kind,
             params,
@@ -438,6 +512,9 @@ class OnlineStandardizer:
         step._m2 = st.read_floats(learned, "m2", (step._n,))
         if (step._m2 < 0.0).any():
             raise StateError("standardizer state field 'm2' holds negative values")
+        k = step.passes_from
+        if k is not None and (step._mean[k:].any() or step._m2[k:].any()):
+            raise StateError("standardizer state learned features it passes through")
         step._centre = step._mean
         if step._count:
             step._refresh_scale()
@@ -446,6 +523,10 @@ class OnlineStandardizer:
     def __repr__(self) -> str:
         prior = f", prior={self.prior}" if self.prior else ""
         binary = ", uncentred_binary=True" if self.uncentred_binary else ""
+        if self.uncentred_from is not None:
+            binary += f", uncentred_from={self.uncentred_from}"
+        if self.passes_from is not None:
+            binary += f", passes_from={self.passes_from}"
         return (
             f"OnlineStandardizer({self._n}, min_std={self.min_std!r}{prior}{binary}, "
             f"count={self._count})"
@@ -651,7 +732,11 @@ def label_prior(n_features: int) -> int:
 
 
 def serving_pipeline(
-    n_features: int, *, standardize: bool = True, intercept: bool = True
+    n_features: int,
+    *,
+    standardize: bool = True,
+    intercept: bool = True,
+    hashed_from: int | None = None,
 ) -> Pipeline:
     r"""The preprocessing a model serves (a stream worker's, and the replay's served stack).
 
@@ -668,15 +753,23 @@ def serving_pipeline(
     outweigh its prior. Without moments (a scorer that sends none) the first step stays the
     identity. With ``intercept``: a constant feature last.
 
+    ``hashed_from``: the inputs from this index on are hashed buckets (a declared model's).
+    The first standardiser never centres them and divides each by its root mean square over
+    every event (``uncentred_from``); the second passes them through (``passes_from``: the
+    labelled rows standardise the numbers only). A row keeps the zeros of the event it came
+    from: what a label moves, and what a version remembers of it, is as sparse as the event.
+
     >>> serving_pipeline(3).n_features_out, serving_pipeline(3, standardize=False).steps
     (4, (Intercept(value=1.0),))
+    >>> serving_pipeline(3, hashed_from=1).transform([2.0, 0.0, 3.0]).tolist()
+    [2.0, 0.0, 3.0, 1.0]
     """
     steps: list[Preprocessor] = []
     if standardize:
         prior = label_prior(n_features)
         steps += [
-            OnlineStandardizer(n_features, uncentred_binary=True),
-            OnlineStandardizer(n_features, prior=prior),
+            OnlineStandardizer(n_features, uncentred_binary=True, uncentred_from=hashed_from),
+            OnlineStandardizer(n_features, prior=prior, passes_from=hashed_from),
         ]
     if intercept:
         steps.append(Intercept())

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -102,15 +103,17 @@ def _floats(text: str) -> list[float]:
         raise ReplayConfigError(f"expected comma-separated numbers, got {text!r}") from None
 
 
-def _load(path: Path, args: argparse.Namespace) -> tuple[Any, Any]:
-    """The dataset's rows and labels; events encoded under the named model's declaration."""
+def _load(path: Path, args: argparse.Namespace) -> tuple[Any, Any, int | None]:
+    """The dataset's rows and labels; events encoded under the named model's declaration,
+    with the index of its first hashed input (None for a dataset)."""
     events = args.format == "events" or (
         args.format is None and path.name.lower().removesuffix(".gz").endswith(EVENT_SUFFIXES)
     )
     if not events:
         if args.config is not None or args.model is not None:
             raise ReplayConfigError("--config and --model are for a file of events")
-        return load_dataset(path, format=args.format)
+        X, y = load_dataset(path, format=args.format)
+        return X, y, None
     try:
         settings = load_settings(args.config)
     except (ValueError, OSError) as exc:
@@ -121,7 +124,8 @@ def _load(path: Path, args: argparse.Namespace) -> tuple[Any, Any]:
         raise ReplayConfigError(f"no model named {name!r} (one of {sorted(settings.models)})")
     if model.fields is None:
         raise ReplayConfigError(f"model {name!r} declares no fields: events need its fields")
-    return load_events(path, encoder_of(model.fields))
+    X, y = load_events(path, encoder_of(model.fields))
+    return X, y, model.fields.hashed_from
 
 
 def _ints(text: str) -> list[int]:
@@ -550,9 +554,11 @@ def main(argv: list[str]) -> int:
                 "--budgets (support-set study) and --label-budget: run them separately"
             )
         path = resolve_dataset_path(args.dataset)
-        X, y = _load(path, args)
+        X, y, hashed_from = _load(path, args)
         if args.sampling == "sequential":  # every row once unless --trials says fewer
             options = _options(args, n_rows=len(y))
+        if hashed_from is not None:  # the served preprocessing of the model's declaration
+            options = dataclasses.replace(options, hashed_from=hashed_from)
         dataset = _dataset_name(path)
         if args.shadow:
             written = run_shadow_command(args, options, X, y, dataset)

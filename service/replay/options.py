@@ -96,6 +96,9 @@ class ReplayOptions:
     update_rule: str | None = None
     #: events of the windowed risk drawn for a sequential run (``sampling="sequential"``)
     window: int = 500
+    #: the first hashed input of events read under a model's declaration (the served
+    #: preprocessing never centres the buckets: ``serving_pipeline(hashed_from=...)``)
+    hashed_from: int | None = None
 
     def __post_init__(self) -> None:
         validate_costs(self.costs)
@@ -148,6 +151,7 @@ class ReplayOptions:
                 "steps": self.adaptive.steps,
             },
             **({"window": self.window} if self.sampling == "sequential" else {}),
+            **({"hashed_from": self.hashed_from} if self.hashed_from is not None else {}),
         }
 
     @property

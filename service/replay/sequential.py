@@ -136,7 +136,9 @@ def scaler_for(features: RunFeatures, options: ReplayOptions) -> LabelScaler:
     labelled rows, :func:`~service.learning.serving_pipeline`)."""
     if options.scaler_fit == "moments":
         n = features.X.shape[1]
-        return LabelScaler(serving_pipeline(n, intercept=options.intercept))
+        return LabelScaler(
+            serving_pipeline(n, intercept=options.intercept, hashed_from=options.hashed_from)
+        )
     return LabelScaler(features.pipeline())
 
 

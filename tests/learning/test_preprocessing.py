@@ -170,14 +170,39 @@ def test_binary_features_keep_their_zeros_and_numbers_are_standardised_as_before
 
 
 @settings(max_examples=60, deadline=None)
-@given(hst.lists(hst.sampled_from([0.0, 1.0, 0.5, 2.0, -1.0]), min_size=1, max_size=30))
-def test_a_feature_is_binary_exactly_when_it_held_both_0_and_1_and_nothing_else(
+@given(hst.lists(hst.sampled_from([0.0, 1.0, 0.5, 0.25, 0.999]), min_size=1, max_size=30))
+def test_a_feature_of_values_in_0_1_is_binary_exactly_when_it_held_both_0_and_1_only(
     values: list[float],
 ) -> None:
     z = OnlineStandardizer(1, uncentred_binary=True)
     for v in values:
         z.learn([v])
     assert bool(z.binary()[0]) == (set(values) == {0.0, 1.0})
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.sampled_from([0.0, 1.0, 2.0, -1.0, 3.5]), min_size=1, max_size=30))
+def test_a_feature_that_held_a_value_outside_0_1_is_binary_only_by_coincidence_of_moments(
+    values: list[float],
+) -> None:
+    """Two moments cannot tell every such set from 0/1 (eight 0.5 and a 2.0 match them):
+    binary then means exactly that both moments match, and the row stays finite."""
+    z = OnlineStandardizer(1, uncentred_binary=True)
+    for v in values:
+        z.learn([v])
+    p, var = float(np.mean(values)), float(np.var(values))
+    matches = 0.0 < p < 1.0 and abs(var - p * (1.0 - p)) <= 1e-9
+    assert bool(z.binary()[0]) == matches
+    assert np.isfinite(z.transform([max(values)])).all()
+
+
+def test_moments_that_match_a_binary_features_by_coincidence_make_it_binary() -> None:
+    z = OnlineStandardizer(1, uncentred_binary=True)
+    for v in [0.5] * 8 + [2.0]:
+        z.learn([v])
+    assert z.binary()[0]
+    assert z.transform([0.0])[0] == 0.0
+    assert z.transform([2.0])[0] == pytest.approx(2.0 / math.sqrt(2.0 / 3.0))
 
 
 def test_a_feature_that_stops_being_binary_is_standardised_from_then_on() -> None:
@@ -256,3 +281,120 @@ def test_an_untrusted_record_cannot_switch_a_binary_features_centring_back_on() 
         signed.learn([float(i % 10 == 0)])
     assert signed.merge(record, trusted=True) == 100
     assert not signed.binary()[0]
+
+
+# -- hashed inputs never centred (uncentred_from) ----------------------------------------
+def _hashed_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows of two numbers beside 30 hashed buckets of token counts (0, 1, 2, 3)."""
+    numbers = rng.normal(10.0, 3.0, (n, 2))
+    counts = rng.poisson(0.15, (n, 30)).astype(np.float64)
+    return np.hstack([numbers, counts])
+
+
+def test_hashed_inputs_keep_their_zeros_whatever_they_hold_and_numbers_are_as_before() -> None:
+    rng = np.random.default_rng(5)
+    rows = _hashed_rows(rng, 500)
+    assert rows[:, 2:].max() >= 2.0  # counts: not binary, uncentred_binary would centre them
+    hashed, plain = OnlineStandardizer(32, uncentred_from=2), OnlineStandardizer(32)
+    for row in rows:
+        hashed.learn(row)
+        plain.learn(row)
+    out = hashed.transform_many(rows)
+    assert np.array_equal(out[:, 2:] == 0.0, rows[:, 2:] == 0.0)  # sparse stays sparse
+    assert np.allclose((out[:, 2:] ** 2).mean(axis=0), 1.0)  # unit root mean square
+    assert np.array_equal(out[:, :2], plain.transform_many(rows)[:, :2])
+    assert (plain.transform_many(rows)[:, 2:] != 0.0).all()  # centred: dense
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hst.lists(
+        hst.lists(hst.sampled_from([0.0, 0.0, 0.0, 1.0, 2.0, -1.5, 7.25]), min_size=4, max_size=4),
+        min_size=1,
+        max_size=25,
+    ),
+    hst.integers(0, 3),
+)
+def test_the_serving_pipeline_keeps_every_zero_of_a_hashed_input(
+    rows: list[list[float]], k: int
+) -> None:
+    """Through both standardisers, moments merged as a worker's learner merges them, and
+    the second step's labelled rows: a hashed input is zero exactly where the event's is."""
+    from service.learning import serving_pipeline
+    from service.learning.moments import Moments
+
+    pipe = serving_pipeline(4, hashed_from=k)
+    for i, row in enumerate(rows):
+        seen = Moments(4)
+        seen.add_many(rows[max(0, i - 2) : i + 1])
+        pipe.learn_label(row, seen, trusted=i % 2 == 0)
+        for probe in rows:
+            z = pipe.transform(probe)
+            assert np.isfinite(z).all()
+            assert [v == 0.0 for v in z[k:4]] == [v == 0.0 for v in probe[k:]]
+
+
+def test_uncentred_from_is_in_the_record_only_when_set_round_trips_and_is_checked() -> None:
+    from service.learning import serving_pipeline
+
+    rng = np.random.default_rng(6)
+    z = OnlineStandardizer(32, uncentred_from=2)
+    for row in _hashed_rows(rng, 60):
+        z.learn(row)
+    record = json.loads(json.dumps(z.to_state()))
+    assert record["params"]["uncentred_from"] == 2
+    assert "uncentred_from" not in OnlineStandardizer(2).to_state()["params"]
+    probe = _hashed_rows(rng, 5)
+    clone = OnlineStandardizer.from_state(record)
+    assert np.array_equal(clone.transform_many(probe), z.transform_many(probe))
+    for bad in (32, 40, -1, "2", True, 2.0):
+        with pytest.raises(HyperparameterError, match="uncentred_from"):
+            OnlineStandardizer(32, uncentred_from=bad)
+        broken = {**record, "params": {**record["params"], "uncentred_from": bad}}
+        with pytest.raises(StateError, match="uncentred_from"):
+            OnlineStandardizer.from_state(broken)
+    # a pipeline of a declared model's shape: the first never centres the buckets, the
+    # second passes them through
+    first, second = serving_pipeline(32, hashed_from=2).steps[:2]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    assert (first.uncentred_from, first.passes_from) == (2, None)
+    assert (second.uncentred_from, second.passes_from) == (None, 2)
+    assert first.uncentred_binary
+    assert second.prior == 32
+    plain = serving_pipeline(32).steps[:2]
+    assert all(
+        isinstance(s, OnlineStandardizer) and s.uncentred_from is None and s.passes_from is None
+        for s in plain
+    )
+
+
+def test_passed_features_are_never_learned_by_rows_or_moments_and_a_record_is_checked() -> None:
+    from service.learning.moments import Moments
+
+    rng = np.random.default_rng(7)
+    rows = _hashed_rows(rng, 80)
+    z, plain = OnlineStandardizer(32, prior=32, passes_from=2), OnlineStandardizer(32, prior=32)
+    for row in rows:
+        z.learn(row)
+        plain.learn(row)
+    assert np.array_equal(z.transform_many(rows)[:, 2:], rows[:, 2:])  # passed unchanged
+    assert np.array_equal(z.transform_many(rows)[:, :2], plain.transform_many(rows)[:, :2])
+    assert not z.mean[2:].any()
+    assert z.count == plain.count
+    seen = Moments(32)
+    seen.add_many(rows[:10] * 3.0)
+    for trusted in (False, True):
+        z.merge(seen, trusted=trusted)
+        assert np.array_equal(z.transform_many(rows)[:, 2:], rows[:, 2:])
+    record = json.loads(json.dumps(z.to_state()))
+    assert record["params"]["passes_from"] == 2
+    assert "passes_from" not in plain.to_state()["params"]
+    clone = OnlineStandardizer.from_state(record)
+    assert np.array_equal(clone.transform_many(rows), z.transform_many(rows))
+    learned = {**record, "learned": {**record["learned"], "m2": [1.0] * 32}}
+    with pytest.raises(StateError, match="passes through"):
+        OnlineStandardizer.from_state(learned)
+    for bad in (32, -1, "2", True):
+        with pytest.raises(HyperparameterError, match="passes_from"):
+            OnlineStandardizer(32, passes_from=bad)

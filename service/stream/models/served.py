@@ -40,9 +40,13 @@ __all__ = ["ServedModel", "build_pipeline", "initial_envelope", "served_learner"
 def build_pipeline(config: ModelConfig) -> Pipeline:
     """Preprocessing for a model (:func:`service.learning.serving_pipeline`): with
     ``standardize`` a standardiser of every event (the moments the scorers send with their
-    label requests) and one of the labelled rows, then with ``intercept`` a constant."""
+    label requests) and one of the labelled rows, then with ``intercept`` a constant; a
+    declared model's hashed buckets are never centred (``hashed_from``)."""
     return serving_pipeline(
-        config.n_inputs, standardize=config.standardize, intercept=config.intercept
+        config.n_inputs,
+        standardize=config.standardize,
+        intercept=config.intercept,
+        hashed_from=None if config.fields is None else config.fields.hashed_from,
     )
 
 

@@ -139,3 +139,60 @@ def test_the_gauges_show_the_risk_since_the_last_change() -> None:
     assert registry.get_sample_value("abstain_labels_since_change", {"model": "m"}) == 40
     assert registry.get_sample_value("abstain_risk_since_change", {"model": "m"}) == risk
     assert ServedModel.initial("m", OFF).gauges()["since_change"] is None
+
+
+def test_a_declared_model_never_centres_its_buckets_so_a_label_and_a_version_stay_sparse() -> None:
+    """A declared model's standardisers never centre its hashed buckets: after labels
+    with a worker's moments, an event's row is zero on every bucket the event did not set,
+    and the rows the wrapper remembers in a version are as sparse as their events."""
+    from service.features import encoder_of
+    from service.learning.moments import Moments
+    from service.learning.preprocessing import OnlineStandardizer
+    from service.records.wire import FeatureMoments
+
+    cfg = ModelConfig.model_validate(
+        {
+            "algorithm": "dsol",
+            "fields": {
+                "hash_bits": 8,
+                "fields": {"amount": "number", "country": "category", "text": "tokens"},
+            },
+        }
+    )
+    encoder = encoder_of(cfg.fields)  # type: ignore[arg-type]
+    rng = np.random.default_rng(8)
+
+    def event() -> list[float]:
+        words = [f"w{int(i)}" for i in rng.zipf(1.3, 12) if i < 400]
+        return encoder.dense(
+            {"amount": float(rng.normal(50, 10)), "country": f"c{rng.integers(9)}", "text": words}
+        ).tolist()
+
+    envelope = initial_envelope("m", cfg)
+    steps = ServedModel.from_envelope(cfg, envelope).pipeline.steps
+    first, second = steps[:2]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    assert (first.uncentred_from, second.passes_from) == (1, 1)
+    for i in range(60):
+        rows = [event() for _ in range(5)]
+        seen = Moments(cfg.n_inputs)
+        seen.add_many(rows)
+        moments = FeatureMoments(seen.count, tuple(seen.mean.tolist()), tuple(seen.m2.tolist()))
+        entry = pending(rows[-1], f"r{i}", moments=moments)
+        y = 1 if rows[-1][0] > 50 else -1
+        out = apply_label(
+            cfg, envelope, entry, Label(entry.request_id, "m", y, "t", None), i, now=1.0
+        )
+        assert out.outcome == "applied", out.detail
+        assert out.model is not None
+        envelope = out.model
+    served = ServedModel.from_envelope(cfg, envelope)
+    for _ in range(20):
+        x = np.array(event())
+        z = served.pipeline.transform(x)
+        assert np.array_equal(z[1:-1] == 0.0, x[1:] == 0.0)  # the intercept last
+    remembered = envelope.learner["recall"]["labels"]
+    assert len(remembered) >= 40
+    for item in remembered:  # ~13 of 258 inputs set: the number, a category, the words
+        assert 3 <= np.count_nonzero(item["x"]) <= 16
