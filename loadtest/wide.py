@@ -7,9 +7,9 @@ Shapes (each a DSAL model with the served defaults):
 
 * ``dense68``, ``dense1000`` — events of 68 / 1,000 numbers (a list: the scorers' batched
   path);
-* ``hashed8-30``, ``hashed9-30``, ``hashed9-300``, ``hashed10-300`` — a ``fields`` model of
-  four numbers, two categories, a boolean and a tokens field, in 2^8 / 2^9 / 2^10 buckets,
-  events of 30 / 300 tokens
+* ``hashed8-30``, ``hashed9-30``, ``hashed9-300``, ``hashed10-300``, ``hashed12-30``,
+  ``hashed12-300`` — a ``fields`` model of four numbers, two categories, a boolean and a
+  tokens field, in 2^8 / 2^9 / 2^10 / 2^12 buckets, events of 30 / 300 tokens
   (as producers write them: each event encoded under the declaration).
 
 Per shape: CPU seconds per decided event (:func:`~service.stream.scoring.decide.score_batch`
@@ -44,7 +44,16 @@ from service.stream.labels.protocol import apply_label  # noqa: E402
 from service.stream.models.served import ServedModel, initial_envelope  # noqa: E402
 from service.stream.scoring.decide import Limits, score_batch  # noqa: E402
 
-SHAPES = ("dense68", "dense1000", "hashed8-30", "hashed9-30", "hashed9-300", "hashed10-300")
+SHAPES = (
+    "dense68",
+    "dense1000",
+    "hashed8-30",
+    "hashed9-30",
+    "hashed9-300",
+    "hashed10-300",
+    "hashed12-30",
+    "hashed12-300",
+)
 BETWEEN = 20  # events scored per request (a 5 % budget): the moments a request carries
 WORDS = [f"w{i}" for i in range(5000)]
 

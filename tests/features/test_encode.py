@@ -155,7 +155,7 @@ def test_a_string_of_tokens_is_split_at_white_space() -> None:
         ({"fields": {"a": "ignore"}}, "every field is ignored"),
         ({"fields": {"a": "category"}}, "hash_bits is required"),
         ({"fields": {"a": "number"}, "hash_bits": 4}, "no field is hashed"),
-        ({"fields": {"a": "category"}, "hash_bits": 11}, "less than or equal to 10"),
+        ({"fields": {"a": "category"}, "hash_bits": 13}, "less than or equal to 12"),
         ({"fields": {"a": "category"}, "hash_bits": 0}, "greater than or equal to 1"),
         ({"fields": {"a": "colour"}, "hash_bits": 4}, "Input should be"),
         ({"fields": {" ": "number"}}, "field name"),
