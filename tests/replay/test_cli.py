@@ -7,7 +7,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from service.replay.cli import main
@@ -218,3 +220,54 @@ def test_unwritable_output_exits_2(
     err = capsys.readouterr().err
     assert "error" in err
     assert str(blocker) in err  # the output directory is what failed, not the dataset
+
+
+def test_a_replay_of_events_preprocesses_them_as_the_worker_serves_their_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events read under a model's declaration are replayed with the worker's pipeline for
+    it: the declaration's hashed buckets are never centred (``hashed_from`` in the
+    settings the summary records), a dataset's features as before."""
+    from service.learning.preprocessing import OnlineStandardizer
+    from service.replay.options import served_options
+    from service.replay.sequential import scaler_for
+
+    config = tmp_path / "abstain.toml"
+    config.write_text(
+        'default_model = "fraud"\n\n[models.fraud]\nalgorithm = "dsal"\n\n'
+        "[models.fraud.fields]\nhash_bits = 6\n\n"
+        '[models.fraud.fields.fields]\namount = "number"\nage = "number"\n'
+        'country = "category"\ntext = "tokens"\n'
+    )
+    monkeypatch.delenv("ABSTAIN_CONFIG", raising=False)
+    events = tmp_path / "events.jsonl"
+    lines = []
+    for i in range(120):
+        words = [f"w{(i * 7 + k) % 40}" for k in range(i % 5)]
+        features = {"amount": float(i % 13), "age": float(i % 7), "country": f"c{i % 4}"}
+        lines.append({"features": {**features, "text": words}, "label": 1 if i % 3 else -1})
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    args = [str(events), "--config", str(config), "--model", "fraud", "--algorithms", "dsal"]
+    args += ["--costs", "0.2", "--runs", "1", "--sampling", "sequential", "--out", str(out)]
+    assert main([*args, "--no-plot", "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["hashed_from"] == 2  # two numbers, then 2^6 buckets
+    options = served_options(hashed_from=2)
+    first, second = scaler_for_pipeline(scaler_for, options, n=66).steps[:2]
+    assert isinstance(first, OnlineStandardizer)
+    assert isinstance(second, OnlineStandardizer)
+    assert (first.uncentred_from, second.passes_from) == (2, 2)
+    plain = scaler_for_pipeline(scaler_for, served_options(), n=66).steps[1]
+    assert isinstance(plain, OnlineStandardizer)
+    assert plain.passes_from is None
+
+
+def scaler_for_pipeline(scaler_for: Any, options: Any, *, n: int) -> Any:
+    """The pipeline the replay's served stack preprocesses ``n`` features with."""
+    from service.replay.features import RunFeatures
+    from service.replay.protocol import TrialPlan
+
+    X = np.zeros((4, n))
+    plan = TrialPlan(np.zeros((1, 4), dtype=np.int64), np.zeros((1, 4)))
+    return scaler_for(RunFeatures(X, plan, standardize=True, intercept=True), options).pipeline
