@@ -61,6 +61,7 @@ __all__ = [
     "VERSION",
     "FloatList",
     "FrozenRecord",
+    "IndexList",
     "dumps",
     "float_list",
     "learner_record",
@@ -219,10 +220,27 @@ class FloatList(list[float]):
         self.array: npt.NDArray[np.float64] | None = values.copy()
 
 
+class IndexList(list[int]):
+    """A list of indices that keeps the array it was made from (:attr:`array`), as
+    :class:`FloatList` does: any change to the list drops it.
+
+    >>> i = IndexList(np.array([2, 5])); i == [2, 5], i.array is not None
+    (True, True)
+    >>> i.append(7); i.array is None
+    True
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, values: npt.NDArray[np.int64]) -> None:
+        super().__init__(values.tolist())
+        self.array: npt.NDArray[np.int64] | None = values.copy()
+
+
 def _drops_array(name: str) -> Any:
     method = getattr(list, name)
 
-    def changed(self: FloatList, *args: Any) -> Any:
+    def changed(self: FloatList | IndexList, *args: Any) -> Any:
         self.array = None
         return method(self, *args)
 
@@ -235,14 +253,16 @@ for _name in (
     "pop", "remove", "clear", "sort", "reverse",
 ):  # fmt: skip
     setattr(FloatList, _name, _drops_array(_name))
+    setattr(IndexList, _name, _drops_array(_name))
 
 
 class FrozenRecord(dict[str, Any]):
     """A part of a state that never changes once made (its mutators raise ``TypeError``),
     shared by every state written while it lasts (a remembered label): what a writer derives
     from it once, such as a check of its numbers, is kept in :attr:`memo`, and holds while
-    :meth:`unchanged` (its values are numbers, text or :class:`FloatList` values that still
-    hold their arrays: a change to a list drops its array).
+    :meth:`unchanged` (its values are numbers, text, or :class:`FloatList` and
+    :class:`IndexList` values that still hold their arrays: a change to a list drops its
+    array).
 
     >>> r = FrozenRecord(n=1, x=float_list(np.array([0.5])))
     >>> r["x"], r == {"n": 1, "x": [0.5]}, r.unchanged()
@@ -259,8 +279,8 @@ class FrozenRecord(dict[str, Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.memo: dict[str, Any] = {}
-        self._lists = tuple(v for v in self.values() if type(v) is FloatList)
-        self._plain = all(type(v) in _IMMUTABLE or type(v) is FloatList for v in self.values())
+        self._lists = tuple(v for v in self.values() if type(v) in _ARRAY_LISTS)
+        self._plain = all(type(v) in _IMMUTABLE or type(v) in _ARRAY_LISTS for v in self.values())
 
     def unchanged(self) -> bool:
         """Whether every value is still what it was made as (see the class docstring)."""
@@ -278,6 +298,8 @@ class FrozenRecord(dict[str, Any]):
 
 #: the types of a value that cannot change in place
 _IMMUTABLE: Final = frozenset({int, float, str, bool, type(None), np.float64})
+#: the lists that tell when they have changed (they drop their arrays)
+_ARRAY_LISTS: Final = frozenset({FloatList, IndexList})
 
 
 def float_list(values: npt.NDArray[np.float64]) -> list[Any]:

@@ -402,4 +402,5 @@ def test_the_widest_declared_model_writes_versions_under_the_record_limit() -> N
         labels.append(1 if "w1" in words or fields["n0"] > 0.5 else -1)
     seeded = seed_model(settings_, "m", np.vstack(rows), np.asarray(labels), now=1.0)
     size = len(seeded.model.to_bytes())
-    assert 300_000 < size < 0.6 * Settings().max_message_bytes, size
+    # at least the champion's weights, whole (a trained model's touch most buckets)
+    assert 8 * 2**MAX_HASH_BITS < size < 0.6 * Settings().max_message_bytes, size

@@ -579,7 +579,7 @@ class Adaptive:
                 None if self.weighted_detector is None else self.weighted_detector.to_state()
             ),
             "collapse_watch": None if self._watch is None else self._watch.to_state(),
-            "recall": self._recall.to_state(),
+            "recall": self._recall.to_state(getattr(self.champion, "w", None)),
             "learned": {
                 "labels": self._labels,
                 "changes": self._changes,
@@ -648,7 +648,9 @@ def _restore(model: Adaptive, record: Any) -> None:
         raise StateError("adaptive state: the collapse watch does not fit collapse_window")
     if watch is not None:
         model._watch = CollapseWatch.from_state(watch)
-    model._recall = Recall.from_state(model.memory, record.get("recall"), model.n_features)
+    model._recall = Recall.from_state(
+        model.memory, record.get("recall"), model.n_features, getattr(model.champion, "w", None)
+    )
     learned = st.read_mapping(record, "learned")
     model._labels = st.read_int(learned, "labels")
     model._changes = st.read_int(learned, "changes")

@@ -9,17 +9,29 @@ challengers can be started *at* a change that is only noticed some labels later.
 * :meth:`Recall.since` gives the snapshot taken at or before a given label whose labels
   since are all remembered, and those labels, in order.
 
-All of it is plain numbers and round-trips through :meth:`Recall.to_state`.
+All of it is plain numbers and round-trips through :meth:`Recall.to_state`. A snapshot's
+weights are written as the ones that differ from the next snapshot's (the newest: from the
+champion's weights now, which :meth:`Recall.to_state` is given): ``w_at`` their indices,
+``w_to`` their values, bit for bit. A snapshot a few labels old differs in the weights of
+the inputs those labels set, so a wide model whose events set few inputs writes a few
+numbers per snapshot instead of its width. Where more than half of them differ (a dense
+model's), the weights are written whole (``w``), as records written before hold them.
 
 >>> from service.learning import DSAL
->>> recall, champion = Recall(16), DSAL(n_features=2, cost=0.25)
->>> for t in range(20):
+>>> recall, champion = Recall(16), DSAL(n_features=8, cost=0.25)
+>>> for t in range(20):  # rows that set two of the eight inputs
 ...     recall.snapshot(t, champion)
-...     _ = champion.update([1.0, float(t % 3)], 1)
-...     recall.remember(t, np.array([1.0, float(t % 3)]), 1.0, 0.5, 0.25)
+...     x = np.array([1.0, float(t % 3)] + [0.0] * 6)
+...     _ = champion.update(x, 1)
+...     recall.remember(t, x, 1.0, 0.5, 0.25)
 >>> at, w, rho, labels = recall.since(13)
 >>> at, len(labels), labels[0][0]
 (8, 12, 8)
+>>> record = recall.to_state(champion.w)
+>>> [s["w_at"] for s in record["snapshots"]]   # the weights changed since each snapshot
+[[0, 1], [0, 1], [0, 1]]
+>>> Recall.from_state(16, record, 8, champion.w).since(13)[1] == w
+True
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import state as st
 from ..errors import StateError
@@ -59,7 +72,11 @@ class Recall:
         # writes a state per label; making 40 of these each time was most of its cost)
         self._records: deque[dict[str, Any]] = deque(maxlen=self._labels.maxlen)
         self._snapshots: deque[Snapshot] = deque(maxlen=size // SNAPSHOT_EVERY + 2)
-        self._snapshot_records: deque[dict[str, Any]] = deque(maxlen=self._snapshots.maxlen)
+        # the record of every snapshot but the newest (whose weights are written against the
+        # champion's now, in to_state): each against the snapshot after it, made once
+        self._snapshot_records: deque[dict[str, Any]] = deque(
+            maxlen=(self._snapshots.maxlen or 1) - 1
+        )
 
     def snapshot(self, label: int, champion: Any) -> None:
         """Before the champion learns label number ``label``: keep where it is, every
@@ -69,9 +86,9 @@ class Recall:
             self._snap((label, None if w is None else st.float_list(w), champion.rho))
 
     def _snap(self, item: Snapshot) -> None:
-        n, w, rho = item
+        if self._snapshots:  # the newest so far is written against this one from now on
+            self._snapshot_records.append(_snapshot_record(self._snapshots[-1], item[1]))
         self._snapshots.append(item)
-        self._snapshot_records.append(st.FrozenRecord(n=n, w=w, rho=rho))
 
     def remember(self, label: int, x: FloatArray, y: float, p: float, loss: float) -> None:
         if self.size:
@@ -98,14 +115,20 @@ class Recall:
         self._snapshots.clear()
         self._snapshot_records.clear()
 
-    def to_state(self) -> dict[str, Any]:
-        """The remembered labels and the snapshots (each record is shared by the states
-        made while it is kept: a :class:`~service.learning.state.FrozenRecord`, never changed
-        once made)."""
-        return {"labels": list(self._records), "snapshots": list(self._snapshot_records)}
+    def to_state(self, w: Any = None) -> dict[str, Any]:
+        """The remembered labels and the snapshots, the newest snapshot's weights written
+        against ``w`` (the champion's now; ``None``: whole). Each record but the newest
+        snapshot's is shared by the states made while it is kept: a
+        :class:`~service.learning.state.FrozenRecord`, never changed once made."""
+        snapshots = list(self._snapshot_records)
+        if self._snapshots:
+            snapshots.append(_snapshot_record(self._snapshots[-1], w))
+        return {"labels": list(self._records), "snapshots": snapshots}
 
     @classmethod
-    def from_state(cls, size: int, record: Any, n_features: int) -> Recall:
+    def from_state(cls, size: int, record: Any, n_features: int, w: Any = None) -> Recall:
+        """The recall of :meth:`to_state`'s ``record``; ``w`` the champion's weights it was
+        written against."""
         if not isinstance(record, Mapping):
             raise StateError("adaptive state field 'recall' must be an object")
         out = cls(size)
@@ -124,10 +147,59 @@ class Recall:
             p = st.read_float(item, "p", minimum=0.0)
             loss = st.read_float(item, "loss", minimum=0.0)
             out._keep((st.read_int(item, "n"), x, y, p, loss))
-        for item in snaps:
-            if not isinstance(item, Mapping):
-                raise StateError("a snapshot must be an object")
-            w = None if item.get("w") is None else st.read_floats(item, "w", (n_features,))
+        if not all(isinstance(item, Mapping) for item in snaps):
+            raise StateError("a snapshot must be an object")
+        after = None if w is None else np.asarray(w, dtype=np.float64)
+        read: list[Snapshot] = []
+        for item in reversed(snaps):  # each written against the one after it
+            weights = _snapshot_weights(item, after, n_features)
             rho = st.read_float(item, "rho", minimum=0.0)
-            out._snap((st.read_int(item, "n"), None if w is None else st.float_list(w), rho))
+            read.append(
+                (st.read_int(item, "n"), None if weights is None else st.float_list(weights), rho)
+            )
+            after = weights
+        for snapshot in reversed(read):
+            out._snap(snapshot)
         return out
+
+
+def _bits(values: Any) -> npt.NDArray[np.uint64]:
+    array = values.array if type(values) is st.FloatList and values.array is not None else None
+    if array is None:
+        array = np.asarray(values, dtype=np.float64)
+    return array.view(np.uint64)
+
+
+def _snapshot_record(snapshot: Snapshot, base: Any) -> st.FrozenRecord:
+    """The record of ``snapshot``: its weights as those that differ (bit for bit) from
+    ``base``, or whole without a base of the same length."""
+    n, w, rho = snapshot
+    if w is None or base is None or len(base) != len(w):
+        return st.FrozenRecord(n=n, w=w, rho=rho)
+    mine = _bits(w)
+    at = np.flatnonzero(mine != _bits(base))
+    if 2 * at.size > len(w):  # most changed: whole is smaller (an index costs a few bytes)
+        return st.FrozenRecord(n=n, w=w, rho=rho)
+    changed = st.float_list(mine[at].view(np.float64))
+    return st.FrozenRecord(n=n, rho=rho, w_at=st.IndexList(at), w_to=changed)
+
+
+def _snapshot_weights(
+    item: Mapping[str, Any], after: npt.NDArray[np.float64] | None, n_features: int
+) -> npt.NDArray[np.float64] | None:
+    """A snapshot record's weights: whole, ``None`` (a kernel learner's), or those of the
+    snapshot after it (``after``) with the ones that differ put back."""
+    if "w_at" not in item:
+        return None if item.get("w") is None else st.read_floats(item, "w", (n_features,))
+    at = item.get("w_at")
+    if not isinstance(at, list) or not all(type(i) is int for i in at):
+        raise StateError("a snapshot's 'w_at' must be a list of indices")
+    index = np.asarray(at, dtype=np.int64)
+    if index.size and (index[0] < 0 or index[-1] >= n_features or (np.diff(index) <= 0).any()):
+        raise StateError(f"a snapshot's 'w_at' must be increasing indices below {n_features}")
+    values = st.read_floats(item, "w_to", (index.size,))
+    if after is None or after.shape != (n_features,):
+        raise StateError("a snapshot written against weights that are not there")
+    weights = after.copy()
+    weights[index] = values
+    return weights
