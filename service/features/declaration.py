@@ -48,9 +48,10 @@ KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
 MAX_HASH_BITS = 12
 """The most hashed buckets a model holds, as a power of two: a model version carries every
 weight and the statistics of every event of every input, 8 bytes each (the packed form,
-:mod:`service.records.packed`), and the rows it remembers as sparse as their events (the
-buckets are never centred); the served model of 2^12 buckets, trained, writes versions of
-about 300-410 KiB (one of 2^13 about 570-710 KiB, too near Kafka's default 1 MB record)."""
+:mod:`service.records.packed`), and the rows and snapshots it remembers as sparse as what
+changed (the buckets are never centred); the served model of 2^12 buckets, trained, writes
+versions of about 140-390 KiB (one of 2^13 up to about 650 KiB, too near Kafka's default
+1 MB record)."""
 
 _NAME_LEN = 256
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
