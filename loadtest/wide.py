@@ -22,6 +22,7 @@ version), the size of the version record and of a label request; the medians of
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -121,6 +122,9 @@ def learn(shape: str, stream: list[tuple[Any, int]]) -> tuple[float, int, int, A
         rid = request_id("m", f"e{i}")
         seen = moments_of(X[max(0, i - BETWEEN + 1) : i + 1])
         request = request_of(i, X[i], model.version, seen)
+        if config.fields is not None:  # what a worker's request of a declared model carries
+            shown = encoder_of(config.fields).shown(stream[i][0])
+            request = dataclasses.replace(request, fields=shown)
         asked = len(request.to_json())
         tic = time.process_time()
         out = apply_label(

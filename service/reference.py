@@ -494,7 +494,30 @@ def records_markdown() -> str:
         if name == "ModelEnvelope":
             parts += [_PACKED, ""]
         parts += ["```json", _shown(record), "```", ""]
+        if name == "LabelRequest":
+            parts += [_SPARSE, "", "```json", _sparse_example(), "```", ""]
     return "\n".join(parts)
+
+
+_SPARSE: Final = (
+    "A request of a model that declares `fields` (whose hashed buckets an event mostly "
+    "leaves at zero), of 256 or more inputs, writes a list of which at most a quarter are "
+    'non-zero as those alone: `features` as `{"size": n, "at": [indices], "values": '
+    '[numbers]}`, the moments as `{"count", "at", "mean", "m2", "signature"}` (a feature '
+    "not in `at` had only zeros since the scorer's last request). Every other number is "
+    "0.0; -0.0 is kept, so a request reads back bit for bit, and the moments' signature "
+    "covers them whole. Readers take either form from any request. The features of such "
+    "a request, 260 inputs of which the event sets 3:"
+)
+
+
+def _sparse_example() -> str:
+    """The features of a wide request as a label request writes them."""
+    from service.records.codec import packed_numbers  # noqa: PLC0415
+
+    features = [0.0] * 260
+    features[0], features[37], features[201] = 0.7, 1.0, 1.0
+    return json.dumps({"features": packed_numbers(features)})
 
 
 _PACKED: Final = (

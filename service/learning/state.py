@@ -237,23 +237,26 @@ class IndexList(list[int]):
         self.array: npt.NDArray[np.int64] | None = values.copy()
 
 
-def _drops_array(name: str) -> Any:
-    method = getattr(list, name)
+def forgets_on_change(cls: type[list[Any]], attr: str) -> None:
+    """Make every method by which a list of ``cls`` changes in place first set its
+    attribute ``attr`` to None: what it kept of its items (an array, their positions) no
+    longer holds."""
+    for name in (
+        "__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
+        "pop", "remove", "clear", "sort", "reverse",
+    ):  # fmt: skip
+        method = getattr(list, name)
 
-    def changed(self: FloatList | IndexList, *args: Any) -> Any:
-        self.array = None
-        return method(self, *args)
+        def changed(self: list[Any], *args: Any, _method: Any = method) -> Any:
+            setattr(self, attr, None)
+            return _method(self, *args)
 
-    changed.__name__ = name
-    return changed
+        changed.__name__ = name
+        setattr(cls, name, changed)
 
 
-for _name in (
-    "__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
-    "pop", "remove", "clear", "sort", "reverse",
-):  # fmt: skip
-    setattr(FloatList, _name, _drops_array(_name))
-    setattr(IndexList, _name, _drops_array(_name))
+forgets_on_change(FloatList, "array")
+forgets_on_change(IndexList, "array")
 
 
 class FrozenRecord(dict[str, Any]):

@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from service.errors import AbstainError
+from service.learning.state import forgets_on_change
 from service.records.reasons import Reason
 
 __all__ = [
     "DEAD_LETTER_REASONS",
     "MAX_MAGNITUDE",
+    "MAX_SPARSE_SIZE",
+    "SPARSE_FROM",
     "BadMessage",
     "RecordError",
+    "SparseList",
     "decode_json",
     "decode_object",
     "dumps",
@@ -35,7 +41,13 @@ __all__ = [
     "ident",
     "integer",
     "number",
+    "numbers_of",
     "obj",
+    "packed_numbers",
+    "read_at",
+    "read_numbers",
+    "sparse_at",
+    "spread",
     "text",
 ]
 
@@ -286,6 +298,7 @@ def integer(record: dict[str, Any], name: str) -> int:
 
 
 _NUMBER_TYPES: Final = frozenset({float, int})
+_INT: Final = frozenset({int})
 
 
 def feature_list(feats: list[Any]) -> list[float]:
@@ -301,6 +314,144 @@ def feature_list(feats: list[Any]) -> list[float]:
                 out: list[float] = arr.tolist()
                 return out
     return [feature_value(v, str(i)) for i, v in enumerate(feats)]
+
+
+#: a list of at least this many numbers with at most a quarter of them non-zero is written
+#: as its non-zero entries (:func:`packed_numbers`): a declared model's features and the
+#: moments of its hashed buckets; shorter or denser lists are written as they are
+SPARSE_FROM: Final = 256
+#: the most numbers a list written sparsely may stand for (2^22 inputs): a record claiming
+#: more is refused before anything of its size is made
+MAX_SPARSE_SIZE: Final = 1 << 22
+
+
+class SparseList(list[float]):
+    """A list of numbers made from its non-zero entries (:func:`spread`), which keeps their
+    indices (:attr:`at`) so that writing it sparsely again (:func:`packed_numbers`) needs
+    no search of the whole list; any change to the list drops them.
+
+    >>> s = spread([1, 3], [2.0, 5.0], 4); s, s.at
+    ([0.0, 2.0, 0.0, 5.0], [1, 3])
+    >>> s[0] = 1.0; s.at is None
+    True
+    """
+
+    __slots__ = ("at",)
+
+    def __init__(self, values: Iterable[float], at: list[int] | None) -> None:
+        super().__init__(values)
+        self.at: list[int] | None = at
+
+
+forgets_on_change(SparseList, "at")
+
+
+def numbers_of(row: npt.NDArray[np.float64]) -> list[float]:
+    """A row of numbers as a list: one of :data:`SPARSE_FROM` or more numbers as a
+    :class:`SparseList`, whose non-zero entries numpy finds at once.
+
+    >>> numbers_of(np.array([0.0, 1.5])), numbers_of(np.zeros(300)).at
+    ([0.0, 1.5], [])
+    """
+    values: list[float] = row.tolist()
+    if row.size < SPARSE_FROM:
+        return values
+    return SparseList(values, np.flatnonzero((row != 0.0) | np.signbit(row)).tolist())
+
+
+def sparse_at(*columns: Sequence[float]) -> list[int] | None:
+    """The indices where any of the equally long ``columns`` holds anything but +0.0 (-0.0
+    counts: a list written sparsely reads back bit for bit), when writing those alone pays
+    (at least :data:`SPARSE_FROM` numbers, at most a quarter of them held); else None.
+
+    >>> sparse_at([0.0] * 300 + [2.0], [0.0] * 299 + [-0.0, 0.0])
+    [299, 300]
+    >>> sparse_at([1.0] * 300) is None, sparse_at([0.0, 1.0]) is None
+    (True, True)
+    """
+    n = len(columns[0])
+    if n < SPARSE_FROM or any(4 * (n - column.count(0.0)) > n for column in columns):
+        return None  # (a count of zeros, -0.0 among them, rules out most dense lists fast)
+    held = np.zeros(n, dtype=bool)
+    for column in columns:
+        values = np.asarray(column, dtype=np.float64)
+        held |= (values != 0.0) | np.signbit(values)
+    at = np.flatnonzero(held)
+    if 4 * at.size > n:
+        return None
+    out: list[int] = at.tolist()
+    return out
+
+
+def packed_numbers(values: Sequence[float]) -> list[float] | dict[str, Any]:
+    """``values`` as a record writes them: the list, or, when most are zero
+    (:func:`sparse_at`), ``{"size": n, "at": [indices], "values": [numbers there]}``,
+    every other number being 0.0. :func:`read_numbers` reads either back, bit for bit.
+
+    >>> packed_numbers([0.0] * 299 + [1.5])
+    {'size': 300, 'at': [299], 'values': [1.5]}
+    >>> packed_numbers([1.0, 0.0])
+    [1.0, 0.0]
+    >>> read_numbers(packed_numbers([0.0] * 299 + [1.5]), "features")[-2:]
+    [0.0, 1.5]
+    """
+    at = values.at if type(values) is SparseList else None
+    if at is None or len(values) < SPARSE_FROM or 4 * len(at) > len(values):
+        at = sparse_at(values)
+    if at is None:
+        return list(values)
+    return {"size": len(values), "at": at, "values": [values[i] for i in at]}
+
+
+def read_numbers(value: Any, what: str) -> list[float]:
+    """A list of finite numbers as a record holds it: a list (:func:`feature_list`), or the
+    sparse form :func:`packed_numbers` writes, checked (a ``size`` of 1 to
+    :data:`MAX_SPARSE_SIZE`, indices strictly increasing below it, as many finite values)
+    and spread out; ``what`` names the field in the error.
+
+    >>> read_numbers({"size": 3, "at": [0, 2], "values": [1, 2.5]}, "features")
+    [1.0, 0.0, 2.5]
+    >>> read_numbers({"size": 3, "at": [2, 0], "values": [1, 2]}, "features")
+    Traceback (most recent call last):
+    service.records.codec.BadMessage: schema: features 'at' must be increasing indices below 3
+    """
+    if isinstance(value, list):
+        return feature_list(value)
+    if not isinstance(value, dict) or set(value) != {"size", "at", "values"}:
+        raise BadMessage(
+            "schema", f"{what} must be a list of numbers, or an object of size, at and values"
+        )
+    size = value["size"]
+    if type(size) is not int or not 1 <= size <= MAX_SPARSE_SIZE:
+        raise BadMessage("schema", f"{what} 'size' must be an integer from 1 to {MAX_SPARSE_SIZE}")
+    at = read_at(value["at"], size, what)
+    values = value["values"]
+    if not isinstance(values, list) or len(values) != len(at):
+        raise BadMessage("schema", f"{what} 'values' must be a list as long as 'at'")
+    return spread(at, feature_list(values), size)
+
+
+def read_at(value: Any, size: int, what: str) -> list[int]:
+    """``value`` if it is a list of integers, strictly increasing, from 0 to below
+    ``size``; else :class:`BadMessage` naming ``what``."""
+    if (
+        not isinstance(value, list)
+        or not _INT.issuperset(map(type, value))
+        or (value and not (value[0] >= 0 and value[-1] < size))
+        or not all(map(operator.lt, value, value[1:]))
+    ):
+        raise BadMessage("schema", f"{what} 'at' must be increasing indices below {size}")
+    return value
+
+
+def spread(at: Sequence[int], values: Sequence[float], size: int) -> list[float]:
+    """``size`` numbers: ``values`` at the indices ``at`` (as :func:`read_at` checks them,
+    as many as ``values``), 0.0 elsewhere."""
+    out = np.zeros(size)
+    out[at] = values
+    # the indices are kept when they are those of the non-zero entries (0.0 in ``values``
+    # is True for -0.0 too: the list is then searched when written)
+    return SparseList(out.tolist(), None if 0.0 in values else list(at))
 
 
 def feature_value(value: Any, where: str) -> float:

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from dataclasses import field as field_
 from typing import Any, Final
 
+import numpy as np
 import orjson
 
 from service.records.codec import (
     MAX_MAGNITUDE,
+    SPARSE_FROM,
     BadMessage,
     decode_json,
     dumps,
@@ -35,6 +37,11 @@ from service.records.codec import (
     integer,
     number,
     obj,
+    packed_numbers,
+    read_at,
+    read_numbers,
+    sparse_at,
+    spread,
     text,
 )
 from service.records.reasons import Action, Reason, Source
@@ -206,10 +213,29 @@ class FeatureMoments:
     signature: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The moments whole: a mean and a sum for every feature."""
         return {
             "count": self.count,
             "mean": list(self.mean),
             "m2": list(self.m2),
+            "signature": self.signature,
+        }
+
+    def to_record(self) -> dict[str, Any]:
+        """The moments as a label request writes them: whole (:meth:`to_dict`), or, when
+        most features had only zeros since the last request (a declared model's hashed
+        buckets: :func:`~service.records.codec.sparse_at`), the features that did not
+        alone, ``{"count", "at", "mean", "m2", "signature"}``. The signature covers the
+        moments whole either way."""
+        at = sparse_at(self.mean, self.m2)
+        if at is None:
+            return self.to_dict()
+        mean, m2 = self.mean, self.m2
+        return {
+            "count": self.count,
+            "at": at,
+            "mean": [mean[i] for i in at],
+            "m2": [m2[i] for i in at],
             "signature": self.signature,
         }
 
@@ -250,15 +276,30 @@ class LabelRequest:
         return self.served_by or self.model
 
     def to_json(self) -> bytes:
-        """The record on the label-requests topic."""
-        return orjson.dumps(self)  # dataclasses natively, in field order
+        """The record on the label-requests topic (:meth:`to_dict`, encoded)."""
+        if not self.sparse:
+            return orjson.dumps(self)  # dataclasses natively, in field order
+        return dumps(self.to_dict())
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the features and moments may be written sparsely: a request of a model
+        that declares ``fields`` (its hashed buckets are mostly zeros), of at least
+        :data:`~service.records.codec.SPARSE_FROM` inputs. Others are written as they
+        always were."""
+        return self.fields is not None and len(self.features) >= SPARSE_FROM
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (a copy of the feature list)."""
+        """The fields as a record writes them, in a plain dict; when :attr:`sparse`, the
+        features and the moments that are mostly zeros in their sparse form
+        (:func:`~service.records.codec.packed_numbers`, :meth:`FeatureMoments.to_record`),
+        else as lists (copies)."""
         out = {name: getattr(self, name) for name in self.__slots__}
-        out["features"] = list(self.features)
+        sparse, moments = self.sparse, self.moments
+        out["features"] = packed_numbers(self.features) if sparse else list(self.features)
         out["shadow_labels"] = dict(self.shadow_labels)
-        out["moments"] = None if self.moments is None else self.moments.to_dict()
+        if moments is not None:
+            out["moments"] = moments.to_record() if sparse else moments.to_dict()
         out["fields"] = None if self.fields is None else dict(self.fields)
         return out
 
@@ -361,16 +402,13 @@ def _checked(feats: list[float], numbers: list[Any], texts: list[str]) -> bool:
 
 def _label_request(record: dict[str, Any]) -> LabelRequest:
     """Validate a decoded label request, field by field (the exact problem named)."""
-    feats = field(record, "features")
-    if not isinstance(feats, list):
-        raise BadMessage("schema", "field 'features' must be a list")
+    features = read_numbers(field(record, "features"), "features")
     decided = integer(record, "decided_label")
     if decided not in (-1, 0, 1):
         raise BadMessage("schema", f"decided_label must be -1, 0 or 1, got {decided}")
     p = number(record, "query_probability")
     if not 0.0 < p <= 1.0:
         raise BadMessage("schema", f"query_probability must be in (0, 1], got {p}")
-    features = feature_list(feats)
     return LabelRequest(
         request_id=ident(record, "request_id"),
         event_id=ident(record, "event_id"),
@@ -411,17 +449,22 @@ def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
     count = integer(value, "count")
     if count < 1:
         raise BadMessage("schema", f"moments count must be >= 1, got {count}")
+    at = None if value.get("at") is None else read_at(value["at"], n, "moments")
     parts = []
     for key in ("mean", "m2"):
         items = field(value, key)
-        if not isinstance(items, list) or len(items) != n:
-            raise BadMessage("schema", f"moments {key!r} must be a list of {n} numbers")
+        if not isinstance(items, list) or len(items) != (n if at is None else len(at)):
+            size = f"{n} numbers" if at is None else "numbers as long as 'at'"
+            raise BadMessage("schema", f"moments {key!r} must be a list of {size}")
         parts.append(feature_list(items))
-    mean, m2 = parts
-    if any(abs(v) > MAX_MAGNITUDE for v in mean):
+    mean, m2 = parts  # the numbers written (those of a sparse record: zero elsewhere)
+    if mean and float(np.abs(mean).max()) > MAX_MAGNITUDE:
         raise BadMessage("schema", f"moments 'mean' must be within +-{MAX_MAGNITUDE:g}")
-    if any(not 0.0 <= v < count * MAX_MAGNITUDE * MAX_MAGNITUDE for v in m2):
+    below = count * MAX_MAGNITUDE * MAX_MAGNITUDE if count < MAX_MAGNITUDE else math.inf
+    if m2 and not (float(np.min(m2)) >= 0.0 and float(np.max(m2)) < below):
         raise BadMessage("schema", "moments 'm2' must be >= 0 and below count * 1e200")
+    if at is not None:
+        mean, m2 = spread(at, mean, n), spread(at, m2, n)
     signature = value.get("signature")
     if signature is not None and (not isinstance(signature, str) or len(signature) > 256):
         raise BadMessage("schema", "moments 'signature' must be a short string")

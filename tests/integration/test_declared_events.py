@@ -15,19 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from faults.desk import DeskProcess
 
 from service.datasets import load_events
 from service.desk.auth.passwords import hash_password
 from service.features import Encoder, FieldsConfig
+from service.records import parse_label_request
 
 KafkaIO = Record = Service = Worker = Any  # fixtures' types live in conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "docs" / "desk"
 FIELDS: dict[str, Any] = {
-    "hash_bits": 8,
+    "hash_bits": 10,
     "seed": 11,
     "fields": {
         "amount": "number",
@@ -139,14 +141,24 @@ def test_events_with_strings_booleans_nulls_and_tokens_are_scored_as_declared(
     # every request carries the event's inputs exactly as this process encodes them
     enc = Encoder(FieldsConfig.model_validate(FIELDS))
     by_id = {e["id"]: e for e, _ in events}
-    requests = [
-        r.json()
-        for r in kafka_io.read(t["label_requests"])
-        if r.json()["event_id"].startswith("real-")
+    records = [
+        r for r in kafka_io.read(t["label_requests"]) if r.json()["event_id"].startswith("real-")
     ]
-    assert requests, "the model asks about some events"
-    for q in requests:
-        np.testing.assert_array_equal(q["features"], enc.dense(by_id[q["event_id"]]["features"]))
+    assert records, "the model asks about some events"
+    for r in records:
+        q = parse_label_request(r.value)
+        np.testing.assert_array_equal(q.features, enc.dense(by_id[q.event_id]["features"]))
+    # written as the inputs the events set (1,025 inputs, about 160 of them set), the
+    # moments as the buckets the batch before it touched (a few hundred): both smaller
+    written = [(r.json(), parse_label_request(r.value)) for r in records]
+    assert any(q["moments"] is not None for q, _ in written)
+    for q, parsed in written:
+        assert set(q["features"]) == {"size", "at", "values"}
+        assert 2 * len(orjson.dumps(q["features"])) < len(orjson.dumps(parsed.features))
+        if parsed.moments is not None:
+            assert "at" in q["moments"]
+            whole = orjson.dumps(parsed.moments.to_dict())
+            assert len(orjson.dumps(q["moments"])) < len(whole)
 
 
 def test_a_second_worker_and_a_restarted_one_encode_every_event_alike(
@@ -207,13 +219,13 @@ def test_a_second_worker_and_a_restarted_one_encode_every_event_alike(
         i: e["features"] for i, e in sent.items()
     }
     asked = [
-        r.json()
+        parse_label_request(r.value)
         for r in kafka_io.read(t["label_requests"])
         if r.json()["event_id"].startswith(("two-", "again-"))
     ]
-    assert any(q["event_id"].startswith("again-") for q in asked)
+    assert any(q.event_id.startswith("again-") for q in asked)
     for q in asked:
-        np.testing.assert_array_equal(q["features"], enc.dense(fields[q["event_id"]]))
+        np.testing.assert_array_equal(q.features, enc.dense(fields[q.event_id]))
 
 
 BAD: list[tuple[str, dict[str, Any]]] = [
@@ -273,13 +285,13 @@ def test_the_replay_reads_the_same_events_as_the_worker_encodes_them(
     X, y = load_events(path, Encoder(FieldsConfig.model_validate(FIELDS)))
     rows = {e["id"]: X[k] for k, (e, _) in enumerate(events)}
     requests = [
-        r.json()
+        parse_label_request(r.value)
         for r in kafka_io.read(t["label_requests"])
         if r.json()["event_id"].startswith("real-")
     ]
     assert requests
     for q in requests:
-        np.testing.assert_array_equal(q["features"], rows[q["event_id"]])
+        np.testing.assert_array_equal(q.features, rows[q.event_id])
     out = tmp_path / "replay"
     done = subprocess.run(
         [

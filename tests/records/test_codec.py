@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.records.codec import RecordError, _all_finite, decode_object, encode_finite
+from service.records.codec import (
+    RecordError,
+    SparseList,
+    _all_finite,
+    decode_object,
+    encode_finite,
+    numbers_of,
+    packed_numbers,
+    read_numbers,
+)
 
 
 @pytest.mark.parametrize(
@@ -127,3 +138,55 @@ def test_one_non_finite_number_at_any_depth_is_refused(
     holder[key] = bad  # type: ignore[index]
     with pytest.raises(RecordError, match="^model state holds a non-finite number$"):
         encode_finite({"s": top})
+
+
+_row = st.lists(
+    st.one_of(st.just(0.0), st.just(-0.0), st.floats(-1e6, 1e6, allow_nan=False)),
+    min_size=200,
+    max_size=600,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_row, st.integers(0, 10))
+def test_a_row_kept_with_its_positions_is_written_as_one_searched_is(
+    values: list[float], flips: int
+) -> None:
+    row = np.array(values)
+    kept = numbers_of(row)
+    assert kept == values
+    assert packed_numbers(kept) == packed_numbers(values)  # the kept indices, or a search
+    assert [struct.pack("<d", v) for v in read_numbers(packed_numbers(kept), "f")] == [
+        struct.pack("<d", v) for v in values
+    ]
+    # what is read back keeps its positions (unless it lists a -0.0: 0.0 == -0.0), a change
+    # drops them, and it is written as it reads either way
+    written = packed_numbers(kept)
+    back = read_numbers(orjson.loads(orjson.dumps(written)), "f")
+    if isinstance(written, dict):
+        assert type(back) is SparseList
+        assert (back.at is not None) == (not _signed(values))
+    for k in range(flips):
+        back[k % len(back)] = 1.0
+        values[k % len(values)] = 1.0
+    if flips and type(back) is SparseList:
+        assert back.at is None
+    assert packed_numbers(back) == packed_numbers(values)
+
+
+def _signed(values: list[float]) -> list[float]:
+    """The -0.0s of ``values`` (== cannot tell them from 0.0)."""
+    return [v for v in values if v == 0.0 and math.copysign(1.0, v) < 0]
+
+
+def test_a_sparse_record_listing_a_zero_is_read_and_written_canonically() -> None:
+    back = read_numbers({"size": 300, "at": [3, 9], "values": [0.0, 2.0]}, "features")
+    assert isinstance(back, SparseList)
+    assert back.at is None
+    assert packed_numbers(back) == {"size": 300, "at": [9], "values": [2.0]}
+    kept = read_numbers({"size": 300, "at": [3, 9], "values": [1.0, 2.0]}, "features")
+    assert isinstance(kept, SparseList)
+    assert kept.at == [3, 9]
+    kept.append(0.0)
+    assert kept.at is None
+    assert packed_numbers(kept) == {"size": 301, "at": [3, 9], "values": [1.0, 2.0]}

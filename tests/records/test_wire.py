@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import re
+import struct
 from dataclasses import replace
 
 import orjson
@@ -20,7 +23,13 @@ from service.records import (
     parse_label,
     parse_label_request,
 )
-from service.records.codec import DEAD_LETTER_REASONS, decode_json, obj
+from service.records.codec import (
+    DEAD_LETTER_REASONS,
+    decode_json,
+    obj,
+    packed_numbers,
+    read_numbers,
+)
 from service.records.wire import FeatureMoments, _label_request, label_request_from_dict
 
 
@@ -148,6 +157,131 @@ def test_a_label_request_with_moments_that_are_not_is_dead_lettered(moments: obj
     base = LabelRequest("r", "e", "m", [1.0, 2.0], 0.3, 0.5, 0, 0.25, 3, 10.0, 20.0, 0.7)
     raw = orjson.dumps({**base.to_dict(), "moments": moments})
     assert _reason(parse_label_request, raw) == "schema"
+
+
+def _wide_request(n: int = 1024, *, held: int = 40) -> LabelRequest:
+    """A request of a declared model: ``n`` inputs, ``held`` of them set, with moments
+    that have a -0.0 mean and a bucket whose mean is zero but whose sum is not."""
+    features = [0.0] * n
+    for i in range(0, n, n // held):
+        features[i] = 1.0
+    features[:2] = [0.25, -3.5]
+    mean, m2 = [0.0] * n, [0.0] * n
+    for i in range(0, n, n // held):
+        mean[i], m2[i] = 0.5, 0.25
+    mean[7], m2[9] = -0.0, 2.0
+    moments = FeatureMoments(4, tuple(mean), tuple(m2), "v1:key:sig")
+    base = LabelRequest("r", "e", "m", features, 0.3, 0.5, 0, 0.25, 3, 10.0, 20.0, 0.7)
+    return replace(base, moments=moments, fields={"amount": 0.25, "words": ["a", "b"]})
+
+
+def test_a_wide_request_is_written_as_its_non_zero_inputs_and_read_back_bit_for_bit() -> None:
+    req = _wide_request()
+    record = orjson.loads(req.to_json())
+    assert set(record["features"]) == {"size", "at", "values"}
+    assert record["features"]["size"] == 1024
+    assert record["features"]["at"] == [i for i, v in enumerate(req.features) if v]
+    assert req.moments is not None
+    held = {
+        i for i, (a, b) in enumerate(zip(req.moments.mean, req.moments.m2, strict=True)) if a or b
+    }
+    assert record["moments"]["at"] == sorted({*held, 7})  # the -0.0 mean kept
+    assert 9 in held  # a sum without a mean kept
+    back = parse_label_request(req.to_json())
+    assert back == req
+    assert back.moments is not None
+    assert math.copysign(1.0, back.moments.mean[7]) == -1.0
+    assert len(req.to_json()) * 5 < len(orjson.dumps(req))  # what it wrote whole
+    # whole lists of a wide request, as written before, are read as ever
+    whole = {**req.to_dict(), "features": req.features, "moments": req.moments.to_dict()}
+    assert parse_label_request(orjson.dumps(whole)) == req
+    # a pending entry and a history step carry it the same way
+    from service.records.state import PendingEntry, parse_pending_entry  # noqa: PLC0415
+
+    entry = PendingEntry(req, 0, request_offset=5)
+    assert b'"at":' in entry.to_json()
+    assert parse_pending_entry(entry.to_json()) == entry
+
+
+def test_narrow_or_dense_requests_are_written_whole_as_before() -> None:
+    narrow = LabelRequest("r", "e", "m", [0.0] * 254 + [1.0], 0.3, 0.5, 0, 0.25, 3, 1.0, 2.0, 0.7)
+    assert narrow.to_json() == orjson.dumps(narrow)
+    undeclared = replace(_wide_request(), fields=None)  # a model of n_features: as ever
+    assert undeclared.to_json() == orjson.dumps(undeclared)
+    assert parse_label_request(undeclared.to_json()) == undeclared
+    dense = replace(_wide_request(), features=[1.0] * 1024)
+    record = orjson.loads(dense.to_json())
+    assert record["features"] == [1.0] * 1024
+    assert "at" in record["moments"]
+    busy = replace(_wide_request(held=512), moments=None)  # half the inputs set
+    assert isinstance(orjson.loads(busy.to_json())["features"], list)
+
+
+@pytest.mark.parametrize(
+    ("features", "says"),
+    [
+        ({"size": 4, "at": [1], "values": [1.0], "extra": 1}, "an object of size, at and values"),
+        ({"size": 0, "at": [], "values": []}, "'size' must be an integer from 1"),
+        ({"size": True, "at": [], "values": []}, "'size' must be an integer from 1"),
+        ({"size": 1 << 23, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
+        ({"size": 10**30, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
+        ({"size": 4, "at": [2, 1], "values": [1.0, 1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": [1, 1], "values": [1.0, 1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": [-1], "values": [1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": [4], "values": [1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": [True], "values": [1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": [1.0], "values": [1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": "01", "values": [1.0]}, "increasing indices below 4"),
+        ({"size": 4, "at": [1], "values": [1.0, 2.0]}, "as long as 'at'"),
+        ({"size": 4, "at": [1], "values": ["x"]}, "must be a number"),
+        ({"size": 4, "at": [1], "values": [True]}, "must be a number"),
+        ("many", "must be a list of numbers, or an object"),
+    ],
+)
+def test_a_sparse_feature_list_that_is_not_is_dead_lettered_naming_why(
+    features: object, says: str
+) -> None:
+    base = LabelRequest("r", "e", "m", [1.0, 2.0], 0.3, 0.5, 0, 0.25, 3, 10.0, 20.0, 0.7)
+    raw = json.dumps({**base.to_dict(), "features": features}).encode()
+    with pytest.raises(BadMessage, match=re.escape(says)) as caught:
+        parse_label_request(raw)
+    assert caught.value.reason == "schema"
+
+
+@pytest.mark.parametrize(
+    "moments",
+    [
+        {"count": 2, "at": [3, 1], "mean": [0.0, 0.0], "m2": [0.0, 0.0]},
+        {"count": 2, "at": [300], "mean": [0.0], "m2": [0.0]},
+        {"count": 2, "at": [1], "mean": [0.0, 1.0], "m2": [0.0]},
+        {"count": 2, "at": [1], "mean": [2e100], "m2": [0.0]},
+        {"count": 2, "at": [1], "mean": [0.0], "m2": [-1.0]},
+        {"count": 10**17, "at": [1], "mean": [0.0], "m2": [1e300]},
+        {"count": 2, "at": {"1": 1}, "mean": [0.0], "m2": [0.0]},
+    ],
+)
+def test_sparse_moments_that_are_not_are_dead_lettered(moments: object) -> None:
+    req = _wide_request(256, held=8)
+    raw = json.dumps({**req.to_dict(), "moments": moments}).encode()
+    assert _reason(parse_label_request, raw) == "schema"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.integers(0, 599), st.floats(allow_nan=False, allow_infinity=False), max_size=200
+    )
+)
+def test_any_feature_list_is_read_back_as_it_was_written(held: dict[int, float]) -> None:
+    features = [0.0] * 600
+    for i, v in held.items():
+        features[i] = v
+    written = packed_numbers(features)
+    assert isinstance(written, dict) == (
+        4 * sum(1 for v in features if v or math.copysign(1, v) < 0) <= 600
+    )
+    back = read_numbers(orjson.loads(orjson.dumps(written)), "features")
+    assert [struct.pack("<d", v) for v in back] == [struct.pack("<d", v) for v in features]
 
 
 def test_bad_message_rejects_reasons_outside_the_closed_set() -> None:

@@ -38,6 +38,7 @@ from service.records import (
     LabelRequest,
     RawMessage,
 )
+from service.records.codec import numbers_of
 from service.records.ids import coins, request_ids
 from service.records.reasons import Source
 from service.records.wire import FeatureMoments
@@ -120,7 +121,7 @@ class Decided:
                 request_id=rid,
                 event_id=ids[k],
                 model=route,
-                features=self.x[j].tolist(),
+                features=self.x[j].tolist() if self.fields is None else numbers_of(self.x[j]),
                 score=float(self.scores[j]),
                 rho=rho,
                 decided_label=int(self.labels[j]),

@@ -27,6 +27,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from service.records.codec import SPARSE_FROM
 from service.records.ids import request_ids
 from service.records.wire import FeatureMoments
 
@@ -130,10 +131,13 @@ def label_requests(
     decided by ``server``, as :meth:`LabelRequest.to_json` writes them (``moments``: those
     the first request carries; ``fields``: each event's shown fields)."""
     served_by = b"null" if server == route else _text(server)
+    # a declared model's inputs, mostly zeros, as LabelRequest.sparse says they are written
+    sparse = fields is not None and x.shape[1] >= SPARSE_FROM
     template = (
         b'{"request_id":"%b","event_id":%b,"model":'
         + _text(route)
-        + b',"features":[%b],"score":%b,"rho":'
+        + (b',"features":%b' if sparse else b',"features":[%b]')
+        + b',"score":%b,"rho":'
         + _text(float(rho))
         + b',"decided_label":%d,"query_probability":%b,"model_version":'
         + _text(int(version))
@@ -153,7 +157,7 @@ def label_requests(
     )
     carried = [b"null"] * len(ids)
     if moments is not None and carried:
-        carried[0] = orjson.dumps(moments)
+        carried[0] = orjson.dumps(moments.to_record() if sparse else moments)
     dumps = orjson.dumps
     shown = (
         [b"null"] * len(ids)
@@ -163,7 +167,7 @@ def label_requests(
     columns = zip(
         request_ids(route, ids),
         ids,
-        _rows(x),
+        [_packed(row) for row in x] if sparse else _rows(x),
         floats(scores),
         np.asarray(labels).tolist(),
         floats(probabilities),
@@ -177,6 +181,15 @@ def label_requests(
         template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow, m, f)
         for rid, i, row, score, label, p, priority, shadow, m, f in columns
     ]
+
+
+def _packed(row: np.ndarray) -> bytes:
+    """``row`` as :func:`~service.records.codec.packed_numbers` writes it: its non-zero
+    entries (-0.0 among them) when at most a quarter, else the list."""
+    at = np.flatnonzero((row != 0.0) | np.signbit(row))
+    if 4 * at.size > row.size:
+        return orjson.dumps(row.tolist())
+    return orjson.dumps({"size": row.size, "at": at.tolist(), "values": row[at].tolist()})
 
 
 def _rows(x: np.ndarray) -> list[bytes]:

@@ -4,7 +4,8 @@ and encoded one at a time, each route's moments gathered as ``main`` gathered th
 ``add_many`` of the route's events per batch, merged into the scorer's, the first request
 of the route taking them: :func:`gather`). Kept, unchanged but for its name and the moments
 of ``main``'s path, as the reference the batch path is compared with byte for byte
-(``test_records.py``); nothing in the service uses it.
+(``test_records.py``); nothing in the service uses it. (Since: a declared model's request
+carries the fields it shows.)
 """
 
 from __future__ import annotations
@@ -417,6 +418,7 @@ def _emit(
                 priority=_priority(v.score, rho),
                 shadow_labels=dict(shadow_labels),
                 served_by=None if served.name == route else served.name,
+                fields=served.shown(event),  # a declared model's (added with fields)
             )
         )
 

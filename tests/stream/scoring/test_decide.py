@@ -4,6 +4,7 @@ learner event by event (no Kafka)."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from service.records import (
     parse_model_envelope,
     request_id,
 )
+from service.records.codec import SparseList
 from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.scoring.batch import Shown
@@ -297,3 +299,24 @@ def test_what_a_person_is_shown_is_made_for_the_rows_read_and_is_what_the_model_
     assert shown[1:3] == [{"a": 1.0, "c": "c1"}, {"a": 2.0, "c": "c2"}]
     with pytest.raises(IndexError):
         shown[4]
+
+
+def test_a_declared_models_requests_keep_where_their_inputs_are_set() -> None:
+    declared = ModelConfig(
+        algorithm="dsol", fields={"hash_bits": 9, "fields": {"a": "number", "t": "tokens"}}
+    )
+    models = models_(f=declared)
+    limits = Limits(default_model="f", request_ttl=60.0)
+    events = [
+        {"id": f"e{i}", "features": {"a": -0.0 if i else 2.0, "t": f"x{i} y"}} for i in range(3)
+    ]
+    out = score_batch(models, [msg(e, i) for i, e in enumerate(events)], limits=limits, now=1.0)
+    requests = out.label_requests
+    assert len(requests) == 3  # DSOL asks about every event
+    for request in requests:
+        assert isinstance(request.features, SparseList)
+        assert request.features.at == [
+            i for i, v in enumerate(request.features) if v or math.copysign(1.0, v) < 0
+        ]
+        assert 2 <= len(request.features.at) <= 3  # a, and the two tokens' buckets
+        assert parse_label_request(request.to_json()) == request

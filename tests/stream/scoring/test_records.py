@@ -48,7 +48,16 @@ MODELS: dict[str, ModelConfig] = {
     "h": DSAL.model_copy(update={"label_budget": LabelBudget(per_hour=1800.0)}),
     "n": ModelConfig(algorithm="dsal", cost=0.25, n_features=2, feature_names=("u", "v")),
     "r": DSAL.model_copy(update={"standardize": False}),  # gathers no moments
+    # declared, 513 inputs: its requests written sparsely when an event sets few of them
+    "f": ModelConfig.model_validate(
+        {
+            "algorithm": "dsol",
+            "cost": 0.2,
+            "fields": {"hash_bits": 9, "fields": {"a": "number", "c": "category", "t": "tokens"}},
+        }
+    ),
 }
+_WORDS = [f"w{i}" for i in range(300)]
 
 
 def served(name: str, cfg: ModelConfig, labels: int, seed: int) -> ServedModel:
@@ -206,7 +215,7 @@ _number = st.one_of(
 @st.composite
 def _event(draw: st.DrawFn) -> bytes:
     """A features message: mostly scorable, often not (every kind of refusal)."""
-    kind = draw(st.sampled_from(["m", "m", "m", "w", "b", "h", "n", "r", "s", "zzz", "raw"]))
+    kind = draw(st.sampled_from(["m", "m", "m", "w", "b", "h", "n", "r", "s", "f", "zzz", "raw"]))
     if kind == "raw":
         return draw(
             st.sampled_from(
@@ -232,6 +241,10 @@ def _event(draw: st.DrawFn) -> bytes:
     width = {"w": 2, "n": 2}.get(kind, 3) + draw(st.sampled_from([0, 0, 0, 0, 0, 0, 1, -1]))
     if kind == "n":
         record["features"] = {"u": draw(_number), "v": draw(_number)}
+    elif kind == "f":  # a few tokens (written sparsely) or many (written whole)
+        few = draw(st.lists(st.sampled_from(_WORDS), max_size=5))
+        tokens = few if draw(st.booleans()) else _WORDS[: draw(st.integers(150, 300))]
+        record["features"] = {"a": draw(_number), "c": "SE", "t": tokens}
     else:
         record["features"] = [draw(_number) for _ in range(max(0, width))]
     if kind != "m" or draw(st.booleans()):
