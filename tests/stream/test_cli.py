@@ -1,10 +1,12 @@
 """``abstain models seed`` from the command line, without a broker: it trains (``--dry-run``
 publishes nothing) and every file that cannot seed stops it with a message and exit code 2
-before anything is written. ``abstain models versions`` over a changelog read as given."""
+before anything is written. ``abstain models versions`` over a changelog read as given. How
+a worker tunes the garbage collector."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from service.config import Settings
 from service.records import SIGNATURE_HEADER, Signer, parse_model_envelope
 from service.records.labels import Seed, parse_labels_record
 from service.stream import cli
+from service.stream.cli import YOUNG_COLLECTION, tune_collector
 from service.stream.labels.seed import SeedError, seed_model
 from service.stream.models.book import signer_for
 from service.stream.models.served import ServedModel, initial_envelope
@@ -209,3 +212,14 @@ def test_a_broker_that_cannot_be_reached_is_one_line_and_exit_code_2(
     err = capsys.readouterr().err
     assert err.startswith("abstain: Kafka: ")
     assert "Traceback" not in err
+
+
+def test_a_worker_freezes_what_it_started_with_and_collects_the_young_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
