@@ -243,6 +243,7 @@ class OnlineStandardizer:
     __slots__ = (
         "_centre",
         "_count",
+        "_listed",
         "_m2",
         "_mean",
         "_n",
@@ -283,6 +284,7 @@ class OnlineStandardizer:
             self._m2[self.passes_from :] = 0.0
         self._scale = np.ones(self._n)
         self._centre = self._mean
+        self._listed = st.Listed()  # the lists of its last state (made from them next)
 
     def _index(self, name: str, value: Any) -> int | None:
         """``value`` as the index of one of the features (None stays None)."""
@@ -495,8 +497,8 @@ class OnlineStandardizer:
             params,
             {
                 "count": self._count,
-                "mean": st.float_list(self._mean),
-                "m2": st.float_list(self._m2),
+                "mean": self._listed("mean", self._mean),
+                "m2": self._listed("m2", self._m2),
             },
         )
 

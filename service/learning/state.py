@@ -58,10 +58,12 @@ __all__ = [
     "PREPROCESSOR_FORMAT",
     "RISK_FORMAT",
     "SCORECARD_FORMAT",
+    "SHARED_FROM",
     "VERSION",
     "FloatList",
     "FrozenRecord",
     "IndexList",
+    "Listed",
     "dumps",
     "float_list",
     "learner_record",
@@ -219,6 +221,20 @@ class FloatList(list[float]):
         super().__init__(values.tolist())
         self.array: npt.NDArray[np.float64] | None = values.copy()
 
+    @classmethod
+    def patched(
+        cls, since: FloatList, at: npt.NDArray[np.intp], values: npt.NDArray[np.float64]
+    ) -> FloatList:
+        """The list of ``values``: ``since`` (the list of an array that differs from them
+        at the indices ``at`` alone) copied, and those set."""
+        out = cls.__new__(cls)
+        list.extend(out, since)
+        setitem = list.__setitem__
+        for i, v in zip(at.tolist(), values[at].tolist(), strict=True):
+            setitem(out, i, v)
+        out.array = values.copy()
+        return out
+
 
 class IndexList(list[int]):
     """A list of indices that keeps the array it was made from (:attr:`array`), as
@@ -305,13 +321,59 @@ _IMMUTABLE: Final = frozenset({int, float, str, bool, type(None), np.float64})
 _ARRAY_LISTS: Final = frozenset({FloatList, IndexList})
 
 
-def float_list(values: npt.NDArray[np.float64]) -> list[Any]:
+#: the shortest array whose list :func:`float_list` makes from the one before (``since``)
+SHARED_FROM: Final = 256
+
+
+def float_list(values: npt.NDArray[np.float64], since: Any = None) -> list[Any]:
     """An array as (nested) lists of Python floats: JSON-safe and bit-exact (one dimension:
-    a :class:`FloatList`)."""
-    if values.ndim == 1 and values.dtype == np.float64:
-        return FloatList(values)
-    out: list[Any] = values.tolist()
-    return out
+    a :class:`FloatList`).
+
+    ``since``: the list the same field's previous state held. When it is a
+    :class:`FloatList` that still holds its array, as long as ``values`` (at least
+    :data:`SHARED_FROM`), and at most a quarter of the numbers differ from it, bit for bit,
+    the list is a copy of it with those set: a label moves a few hundred of a wide sparse
+    model's thousands of numbers, and a copy shares the floats that did not move instead of
+    making every one again.
+
+    >>> a = float_list(np.zeros(300)); b = float_list(np.eye(1, 300, 7)[0], since=a)
+    >>> b[7], b[6] is a[6], float(b.array[7])
+    (1.0, True, 1.0)
+    """
+    if values.ndim != 1 or values.dtype != np.float64:
+        out: list[Any] = values.tolist()
+        return out
+    if (
+        type(since) is FloatList
+        and since.array is not None
+        and since.array.shape == values.shape
+        and values.size >= SHARED_FROM
+    ):
+        at = np.flatnonzero(since.array.view(np.int64) != values.view(np.int64))
+        if 4 * at.size <= values.size:
+            return FloatList.patched(since, at, values)
+    return FloatList(values)
+
+
+class Listed:
+    """The lists of an object's last state, by field: its next state's list of a field is
+    made from the last one (:func:`float_list`'s ``since``)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, list[Any]] = {}
+
+    def __call__(self, field: str, values: npt.NDArray[np.float64]) -> list[Any]:
+        """``values`` as field ``field`` of the next state writes them."""
+        out = self._last[field] = float_list(values, self._last.get(field))
+        return out
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Listed:
+        return Listed()  # a copy starts afresh (its lists are made whole)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Listed, ())
 
 
 def read_floats(

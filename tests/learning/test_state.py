@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import struct
 from typing import Any
 
 import numpy as np
@@ -12,7 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from service.learning import DSAL, KernelDSAL, LearningError, StateError, learner_from_state
+from service.learning import (
+    DSAL,
+    KernelDSAL,
+    LearningError,
+    StateError,
+    learner_from_state,
+    make_learner,
+)
 from service.learning import state as st
 
 from .strategies import noisy_stream
@@ -141,3 +150,57 @@ def test_corrupt_generator_word_is_a_state_error(word: Any) -> None:
     state["state"]["inc"] = word
     with pytest.raises(StateError, match="rng.state.inc"):
         st.rng_from_state(state)
+
+
+_bits = hst.sampled_from([0.0, -0.0, 1.0, -2.5, 1e-300, 5e-324, 1e300])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    hst.integers(1, 700),
+    hst.lists(hst.tuples(hst.integers(0, 699), _bits), max_size=300),
+    hst.lists(hst.tuples(hst.integers(0, 699), _bits), max_size=300),
+    hst.booleans(),
+)
+def test_a_list_made_from_the_last_one_is_the_list_made_afresh_bit_for_bit(
+    n: int,
+    old_set: list[tuple[int, float]],
+    new_set: list[tuple[int, float]],
+    touched: bool,
+) -> None:
+    old, new = np.zeros(n), np.zeros(n)
+    for i, v in old_set:
+        old[i % n] = v
+    new[:] = old
+    for i, v in new_set:
+        new[i % n] = v
+    since = st.float_list(old)
+    if touched:  # a list changed since it was made is never made from
+        since.append(9.0)
+    made = st.float_list(new, since=since)
+    fresh = st.float_list(new)
+    assert type(made) is st.FloatList
+    assert made.array is not None
+    assert made.array.tobytes() == new.tobytes() == fresh.array.tobytes()
+    assert [struct.pack("<d", v) for v in made] == [struct.pack("<d", v) for v in fresh]
+    shared = sum(a is b for a, b in zip(made, since, strict=False))
+    changed = int((old.view(np.int64) != new.view(np.int64)).sum())
+    if not touched and n >= st.SHARED_FROM and 4 * changed <= n:
+        assert shared == n - changed  # the floats that did not move are the same objects
+    else:
+        assert shared == 0
+
+
+def test_a_learners_next_state_shares_what_a_label_left_and_a_copy_starts_afresh() -> None:
+    learner = make_learner("dsol", n_features=1000, cost=0.25, update_rule="normalized")
+    x = np.zeros(1000)
+    x[[3, 50, 999]] = 1.0
+    learner.update(x, 1)
+    first = learner.to_state()["learned"]["w"]
+    learner.update(x, -1)
+    second = learner.to_state()["learned"]["w"]
+    assert sum(a is b for a, b in zip(first, second, strict=True)) == 997
+    assert second == learner.w.tolist()
+    twin = copy.deepcopy(learner)
+    assert twin.to_state() == learner.to_state()
+    assert not any(a is b for a, b in zip(twin.to_state()["learned"]["w"], second, strict=True))

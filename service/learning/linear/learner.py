@@ -112,6 +112,7 @@ class LinearLearner:
         "rho_eta_max",
         "seed",
         "update_rule",
+        "_listed",
         "_normalizer",
         "_rho",
         "_rng",
@@ -164,6 +165,7 @@ class LinearLearner:
             if not np.isfinite(w_arr).all():
                 raise HyperparameterError("w must hold finite values")
         self._w: FloatArray = w_arr
+        self._listed = st.Listed()  # the lists of its last state (made from them next)
         self._steps = 0
         self._rng = np.random.default_rng(self.seed)
         self._normalizer = (
@@ -364,13 +366,13 @@ class LinearLearner:
     def to_state(self) -> dict[str, Any]:
         """A versioned, JSON-safe record of hyperparameters and learned values."""
         learned = {
-            "w": st.float_list(self._w),
+            "w": self._listed("w", self._w),
             "rho": self._rho,
             "steps": self._steps,
             "rng": st.rng_state(self._rng),
         }
         if self._normalizer is not None:
-            learned["normalizer"] = self._normalizer.to_state()
+            learned["normalizer"] = self._normalizer.to_state(self._listed)
         return st.learner_record(self.algorithm, self.get_params(), learned)
 
     @classmethod

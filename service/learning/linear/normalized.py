@@ -83,8 +83,10 @@ class Normalizer:
     def empty(cls, n: int) -> Normalizer:
         return cls(np.zeros(n))
 
-    def to_state(self) -> dict[str, Any]:
-        return {"grads": st.float_list(self.grads)}
+    def to_state(self, listed: st.Listed | None = None) -> dict[str, Any]:
+        """The record of the sums (``listed``: the learner's lists of its last state)."""
+        grads = self.grads
+        return {"grads": st.float_list(grads) if listed is None else listed("grads", grads)}
 
     @classmethod
     def from_state(cls, record: Any, n: int) -> Normalizer:
