@@ -253,9 +253,9 @@ class IndexList(list[int]):
         self.array: npt.NDArray[np.int64] | None = values.copy()
 
 
-def forgets_on_change(cls: type[list[Any]], attr: str) -> None:
+def forgets_on_change(cls: type[list[Any]], *attrs: str) -> None:
     """Make every method by which a list of ``cls`` changes in place first set its
-    attribute ``attr`` to None: what it kept of its items (an array, their positions) no
+    attributes ``attrs`` to None: what it kept of its items (an array, their positions) no
     longer holds."""
     for name in (
         "__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
@@ -264,7 +264,8 @@ def forgets_on_change(cls: type[list[Any]], attr: str) -> None:
         method = getattr(list, name)
 
         def changed(self: list[Any], *args: Any, _method: Any = method) -> Any:
-            setattr(self, attr, None)
+            for attr in attrs:
+                setattr(self, attr, None)
             return _method(self, *args)
 
         changed.__name__ = name

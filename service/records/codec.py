@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -30,6 +30,7 @@ __all__ = [
     "BadMessage",
     "RecordError",
     "SparseList",
+    "array_of",
     "decode_json",
     "decode_object",
     "dumps",
@@ -326,24 +327,33 @@ MAX_SPARSE_SIZE: Final = 1 << 22
 
 
 class SparseList(list[float]):
-    """A list of numbers made from its non-zero entries (:func:`spread`), which keeps their
-    indices (:attr:`at`) so that writing it sparsely again (:func:`packed_numbers`) needs
-    no search of the whole list; any change to the list drops them.
+    """A list of numbers made from its non-zero entries (:func:`spread`), or from an array
+    (:func:`numbers_of`), which keeps their indices (:attr:`at`), so that writing it
+    sparsely again (:func:`packed_numbers`) needs no search of the whole list, and the
+    array (:attr:`array`, for :func:`array_of`); any change to the list drops both.
 
-    >>> s = spread([1, 3], [2.0, 5.0], 4); s, s.at
-    ([0.0, 2.0, 0.0, 5.0], [1, 3])
-    >>> s[0] = 1.0; s.at is None
-    True
+    >>> s = spread([1, 3], [2.0, 5.0], 4); s, s.at, array_of(s).tolist()
+    ([0.0, 2.0, 0.0, 5.0], [1, 3], [0.0, 2.0, 0.0, 5.0])
+    >>> s[0] = 1.0; s.at is None, s.array is None, array_of(s).tolist()
+    (True, True, [1.0, 2.0, 0.0, 5.0])
     """
 
-    __slots__ = ("at",)
+    __slots__ = ("array", "at")
 
-    def __init__(self, values: Iterable[float], at: list[int] | None) -> None:
-        super().__init__(values)
+    def __init__(self, array: npt.NDArray[np.float64], at: list[int] | None) -> None:
+        super().__init__(array.tolist())
         self.at: list[int] | None = at
+        self.array: npt.NDArray[np.float64] | None = array
 
 
-forgets_on_change(SparseList, "at")
+forgets_on_change(SparseList, "at", "array")
+
+
+def array_of(values: Sequence[float]) -> npt.NDArray[np.float64]:
+    """``values`` as a new float64 array (a :class:`SparseList`'s copied from the array it
+    keeps, instead of converting each number)."""
+    held = values.array if type(values) is SparseList else None
+    return np.array(values, dtype=np.float64) if held is None else held.copy()
 
 
 def numbers_of(row: npt.NDArray[np.float64]) -> list[float]:
@@ -353,10 +363,11 @@ def numbers_of(row: npt.NDArray[np.float64]) -> list[float]:
     >>> numbers_of(np.array([0.0, 1.5])), numbers_of(np.zeros(300)).at
     ([0.0, 1.5], [])
     """
-    values: list[float] = row.tolist()
     if row.size < SPARSE_FROM:
+        values: list[float] = row.tolist()
         return values
-    return SparseList(values, np.flatnonzero((row != 0.0) | np.signbit(row)).tolist())
+    at = np.flatnonzero((row != 0.0) | np.signbit(row)).tolist()
+    return SparseList(np.array(row, dtype=np.float64), at)
 
 
 def sparse_at(*columns: Sequence[float]) -> list[int] | None:
@@ -451,7 +462,7 @@ def spread(at: Sequence[int], values: Sequence[float], size: int) -> list[float]
     out[at] = values
     # the indices are kept when they are those of the non-zero entries (0.0 in ``values``
     # is True for -0.0 too: the list is then searched when written)
-    return SparseList(out.tolist(), None if 0.0 in values else list(at))
+    return SparseList(out, None if 0.0 in values else list(at))
 
 
 def feature_value(value: Any, where: str) -> float:

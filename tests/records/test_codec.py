@@ -15,6 +15,7 @@ from service.records.codec import (
     RecordError,
     SparseList,
     _all_finite,
+    array_of,
     decode_object,
     encode_finite,
     numbers_of,
@@ -170,8 +171,11 @@ def test_a_row_kept_with_its_positions_is_written_as_one_searched_is(
         back[k % len(back)] = 1.0
         values[k % len(values)] = 1.0
     if flips and type(back) is SparseList:
-        assert back.at is None
+        assert back.at is None and back.array is None
     assert packed_numbers(back) == packed_numbers(values)
+    assert array_of(back).tobytes() == np.array(values).tobytes()  # kept, or made again
+    assert array_of(kept).tobytes() == row.tobytes()
+    assert array_of(kept) is not getattr(kept, "array", None)  # a copy: the list keeps its own
 
 
 def _signed(values: list[float]) -> list[float]:

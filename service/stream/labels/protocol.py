@@ -45,6 +45,7 @@ from service.learning.linear import LinearLearner
 from service.learning.moments import Implausible, Moments
 from service.learning.risk.shadow import Weighting
 from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
+from service.records.codec import array_of
 from service.records.moments import MomentsTrust, Untrusted, untrusted
 from service.records.state import ParkedLabel
 
@@ -429,7 +430,7 @@ def _learn(
     When ``model`` is the version the previous label wrote, with the same parts, the
     objects that wrote it are taken as they are instead of reading its states
     (:data:`LIVE`: they are those states read back)."""
-    x = np.asarray(request.features, dtype=np.float64)
+    x = array_of(request.features)
     parts = config.adaptive.parts(intercept=config.intercept)
     live = LIVE.take(model, parts)
     if live is None:
