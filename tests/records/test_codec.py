@@ -171,7 +171,8 @@ def test_a_row_kept_with_its_positions_is_written_as_one_searched_is(
         back[k % len(back)] = 1.0
         values[k % len(values)] = 1.0
     if flips and type(back) is SparseList:
-        assert back.at is None and back.array is None
+        assert back.at is None
+        assert back.array is None
     assert packed_numbers(back) == packed_numbers(values)
     assert array_of(back).tobytes() == np.array(values).tobytes()  # kept, or made again
     assert array_of(kept).tobytes() == row.tobytes()
