@@ -64,6 +64,8 @@ __all__ = [
     "FrozenRecord",
     "IndexList",
     "Listed",
+    "changed",
+    "changes_from",
     "dumps",
     "float_list",
     "learner_record",
@@ -354,6 +356,54 @@ def float_list(values: npt.NDArray[np.float64], since: Any = None) -> list[Any]:
         if 4 * at.size <= values.size:
             return FloatList.patched(since, at, values)
     return FloatList(values)
+
+
+def _bits(values: Any) -> npt.NDArray[np.uint64]:
+    array = values.array if type(values) is FloatList and values.array is not None else None
+    if array is None:
+        array = np.asarray(values, dtype=np.float64)
+    return array.view(np.uint64)
+
+
+def changes_from(values: Any, base: Any) -> tuple[IndexList, list[Any]] | None:
+    """Where ``values`` differ from ``base`` (equally long lists or arrays of floats), bit
+    for bit, and their values there; None without a base of that length, or when more
+    than half differ (the whole list is then smaller: an index costs a few bytes).
+
+    >>> base = np.array([1.0, 0.0, 2.0, 4.0])
+    >>> at, to = changes_from(np.array([1.0, -0.0, 3.0, 4.0]), base)
+    >>> at, to
+    ([1, 2], [-0.0, 3.0])
+    >>> changed({"w_at": at, "w_to": to}, "w", base, 4, "x").tolist()
+    [1.0, -0.0, 3.0, 4.0]
+    """
+    if base is None or len(base) != len(values):
+        return None
+    mine = _bits(values)
+    at = np.flatnonzero(mine != _bits(base))
+    if 2 * at.size > len(values):
+        return None
+    return IndexList(at), float_list(mine[at].view(np.float64))
+
+
+def changed(
+    item: Mapping[str, Any], field: str, base: Any, n: int, what: str
+) -> npt.NDArray[np.float64]:
+    """``base`` (``n`` floats) with the values ``<field>_to`` of ``item`` put at its indices
+    ``<field>_at``: what :func:`changes_from` wrote, read back as untrusted input (``what``
+    names it in the error)."""
+    at = item.get(f"{field}_at")
+    if not isinstance(at, list) or not all(type(i) is int for i in at):
+        raise StateError(f"{what}'s '{field}_at' must be a list of indices")
+    index = np.asarray(at, dtype=np.int64)
+    if index.size and (index[0] < 0 or index[-1] >= n or (np.diff(index) <= 0).any()):
+        raise StateError(f"{what}'s '{field}_at' must be increasing indices below {n}")
+    values = read_floats(item, f"{field}_to", (index.size,))
+    if base is None or len(base) != n:
+        raise StateError(f"{what} written against weights that are not there")
+    out: npt.NDArray[np.float64] = np.array(base, dtype=np.float64)
+    out[index] = values
+    return out
 
 
 class Listed:

@@ -37,6 +37,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import numpy as np
+
 from .. import state as st
 from ..errors import HyperparameterError, StateError
 from ..registry import learner_from_state
@@ -89,6 +91,28 @@ def challenger_for(
         if key in learned:
             learned[key] = [-float(v) for v in learned[key]]
     return learner_from_state({**record, "learned": learned})
+
+
+#: what a challenger's state is written against: the champion's weights and normaliser
+#: sums, as arrays (None: a kernel learner's, or none yet)
+Base = tuple[Any, Any]
+
+
+def base_of(champion: Mapping[str, Any]) -> Base:
+    """The champion's weights and normaliser sums in its state record ``champion`` (as
+    :meth:`~service.learning.linear.LinearLearner.to_state` writes it)."""
+    learned = champion.get("learned")
+    if not isinstance(learned, Mapping):
+        return None, None
+    normalizer = learned.get("normalizer")
+    grads = normalizer.get("grads") if isinstance(normalizer, Mapping) else None
+    return _array(learned.get("w")), _array(grads)
+
+
+def _array(values: Any) -> Any:
+    if type(values) is st.FloatList and values.array is not None:
+        return values.array
+    return np.asarray(values, dtype=np.float64) if isinstance(values, list) else None
 
 
 def _fresh_record(learner: Any) -> dict[str, Any]:
@@ -229,15 +253,55 @@ class Challenger:
         self.kind, self.learner = kind, learner
         self.record = Paired() if record is None else record
 
-    def to_state(self) -> dict[str, Any]:
-        return {"kind": self.kind, "learner": self.learner.to_state(), **self.record.to_state()}
+    def to_state(self, base: Base = (None, None)) -> dict[str, Any]:
+        """The record of this challenger: a linear learner's weights and normaliser sums as
+        those that differ from the champion's (``base``: :func:`base_of`; a mirror's weights
+        from the champion's negated), whole where most differ."""
+        state = self.learner.to_state()
+        learned = state.get("learned")
+        if isinstance(learned, dict) and "w" in learned:
+            learned = dict(learned)
+            changes = st.changes_from(learned["w"], self._against(base[0]))
+            if changes is not None:
+                del learned["w"]
+                learned["w_at"], learned["w_to"] = changes
+            normalizer = learned.get("normalizer")
+            if isinstance(normalizer, dict) and "grads" in normalizer:
+                changes = st.changes_from(normalizer["grads"], base[1])
+                if changes is not None:
+                    learned["normalizer"] = {"grads_at": changes[0], "grads_to": changes[1]}
+            state = {**state, "learned": learned}
+        return {"kind": self.kind, "learner": state, **self.record.to_state()}
+
+    def _against(self, w: Any) -> Any:
+        """The weights this challenger's are written against: the champion's ``w``, negated
+        for a mirror (as 0 - w: a weight an update went past is +0.0, not -0.0)."""
+        return None if w is None else (np.subtract(0.0, w) if self.kind == "mirror" else w)
 
     @classmethod
-    def from_state(cls, record: Any) -> Challenger:
+    def from_state(cls, record: Any, base: Base = (None, None)) -> Challenger:
         if not isinstance(record, Mapping) or record.get("kind") not in CHALLENGER_KINDS:
             raise StateError(f"a challenger record needs a kind in {CHALLENGER_KINDS}")
-        learner = learner_from_state(record.get("learner"))
-        return cls(str(record["kind"]), learner, Paired.from_state(record))
+        kind = str(record["kind"])
+        state = record.get("learner")
+        learned = state.get("learned") if isinstance(state, Mapping) else None
+        if isinstance(learned, Mapping):
+            learned = dict(learned)
+            w = cls(kind, None)._against(base[0])
+            if "w_at" in learned:
+                if "w" in learned:
+                    raise StateError("a challenger's weights are written whole or as changes")
+                n = 0 if w is None else len(w)
+                learned["w"] = st.changed(learned, "w", w, n, "a challenger").tolist()
+                del learned["w_at"], learned["w_to"]
+            normalizer = learned.get("normalizer")
+            if isinstance(normalizer, Mapping) and "grads_at" in normalizer:
+                grads, n = base[1], 0 if base[1] is None else len(base[1])
+                sums = st.changed(normalizer, "grads", grads, n, "a challenger's normaliser")
+                learned["normalizer"] = {"grads": sums.tolist()}
+            state = {**state, "learned": learned}  # type: ignore[dict-item]
+        learner = learner_from_state(state)
+        return cls(kind, learner, Paired.from_state(record))
 
 
 def _above(total: float, squares: float, n: int, z: float) -> bool:
@@ -278,21 +342,22 @@ class Contest:
                 return c
         return None
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, base: Base = (None, None)) -> dict[str, Any]:
+        """The record of the contest, the challengers' written against ``base``."""
         return {
-            "challengers": [c.to_state() for c in self.running],
+            "challengers": [c.to_state(base) for c in self.running],
             "duels": [{"pair": list(k), **d.to_state()} for k, d in self.duels.items()],
             "new_labels": self.new_labels,
         }
 
     @classmethod
-    def from_state(cls, record: Any) -> Contest:
+    def from_state(cls, record: Any, base: Base = (None, None)) -> Contest:
         if not isinstance(record, Mapping):
             raise StateError("adaptive state field 'contest' must be an object")
         running, duels = record.get("challengers"), record.get("duels")
         if not isinstance(running, list) or not isinstance(duels, list):
             raise StateError("a contest needs lists of 'challengers' and 'duels'")
-        out = cls([Challenger.from_state(c) for c in running])
+        out = cls([Challenger.from_state(c, base) for c in running])
         for d in duels:
             pair = d.get("pair") if isinstance(d, Mapping) else None
             if not (isinstance(pair, list) and len(pair) == 2 and tuple(pair) in out.duels):

@@ -89,7 +89,7 @@ record (``"abstain.adaptive"``). Each part can be turned off: ``detector=None``,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 import numpy as np
@@ -112,7 +112,7 @@ from ..losses import FloatArray, zero_d_one_loss
 from ..registry import learner_from_state
 from ..risk.collapse import CollapseWatch
 from ..risk.estimate import RiskEstimate, importance_weight
-from .challengers import CHALLENGER_KINDS, Challenger, Contest, challenger_for
+from .challengers import CHALLENGER_KINDS, Challenger, Contest, base_of, challenger_for
 from .recall import Recall
 
 __all__ = ["ADAPTIVE_FORMAT", "CHALLENGER_KINDS", "SIGNALS", "TESTS", "Adaptive"]
@@ -567,13 +567,14 @@ class Adaptive:
     def to_state(self) -> dict[str, Any]:
         """One versioned, JSON-safe record: parameters, champion, challengers, detector,
         collapse watch, what the model remembers and what it has counted."""
+        champion = self.champion.to_state()
         return {
             "format": ADAPTIVE_FORMAT,
             "version": st.VERSION,
             "params": self.get_params(),
-            "champion": self.champion.to_state(),
+            "champion": champion,
             "champion_origin": self.champion_origin,
-            "contest": self._contest.to_state(),
+            "contest": self._contest.to_state(base_of(champion)),
             "detector": None if self.detector is None else self.detector.to_state(),
             "weighted_detector": (
                 None if self.weighted_detector is None else self.weighted_detector.to_state()
@@ -642,7 +643,10 @@ def _restore(model: Adaptive, record: Any) -> None:
     if origin not in ("initial", *CHALLENGER_KINDS):
         raise StateError(f"adaptive state field 'champion_origin' is invalid: {origin!r}")
     model.champion_origin = str(origin)
-    model._contest = Contest.from_state(record.get("contest"))
+    contest = record.get("contest")
+    running = isinstance(contest, Mapping) and contest.get("challengers")
+    base = base_of(model.champion.to_state()) if running else (None, None)
+    model._contest = Contest.from_state(contest, base)
     watch = record.get("collapse_watch")
     if (watch is None) != (model._watch is None):
         raise StateError("adaptive state: the collapse watch does not fit collapse_window")

@@ -163,25 +163,14 @@ class Recall:
         return out
 
 
-def _bits(values: Any) -> npt.NDArray[np.uint64]:
-    array = values.array if type(values) is st.FloatList and values.array is not None else None
-    if array is None:
-        array = np.asarray(values, dtype=np.float64)
-    return array.view(np.uint64)
-
-
 def _snapshot_record(snapshot: Snapshot, base: Any) -> st.FrozenRecord:
     """The record of ``snapshot``: its weights as those that differ (bit for bit) from
     ``base``, or whole without a base of the same length."""
     n, w, rho = snapshot
-    if w is None or base is None or len(base) != len(w):
+    changes = None if w is None else st.changes_from(w, base)
+    if changes is None:
         return st.FrozenRecord(n=n, w=w, rho=rho)
-    mine = _bits(w)
-    at = np.flatnonzero(mine != _bits(base))
-    if 2 * at.size > len(w):  # most changed: whole is smaller (an index costs a few bytes)
-        return st.FrozenRecord(n=n, w=w, rho=rho)
-    changed = st.float_list(mine[at].view(np.float64))
-    return st.FrozenRecord(n=n, rho=rho, w_at=st.IndexList(at), w_to=changed)
+    return st.FrozenRecord(n=n, rho=rho, w_at=changes[0], w_to=changes[1])
 
 
 def _snapshot_weights(
@@ -191,15 +180,4 @@ def _snapshot_weights(
     snapshot after it (``after``) with the ones that differ put back."""
     if "w_at" not in item:
         return None if item.get("w") is None else st.read_floats(item, "w", (n_features,))
-    at = item.get("w_at")
-    if not isinstance(at, list) or not all(type(i) is int for i in at):
-        raise StateError("a snapshot's 'w_at' must be a list of indices")
-    index = np.asarray(at, dtype=np.int64)
-    if index.size and (index[0] < 0 or index[-1] >= n_features or (np.diff(index) <= 0).any()):
-        raise StateError(f"a snapshot's 'w_at' must be increasing indices below {n_features}")
-    values = st.read_floats(item, "w_to", (index.size,))
-    if after is None or after.shape != (n_features,):
-        raise StateError("a snapshot written against weights that are not there")
-    weights = after.copy()
-    weights[index] = values
-    return weights
+    return st.changed(item, "w", after, n_features, "a snapshot")

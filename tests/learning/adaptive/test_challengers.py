@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from service.learning import DRAL, DSAL
+from service.learning import DRAL, DSAL, StateError
 from service.learning.adaptive import Adaptive
 from service.learning.adaptive.challengers import (
     MAX_AUTOCORRELATION,
@@ -106,3 +106,79 @@ def test_a_tail_challenger_is_the_champion_at_the_change_with_the_other_loss() -
 
 def test_no_tail_challenger_for_a_double_ramp_learner() -> None:
     assert challenger_for(DRAL(n_features=2, cost=0.25), "tail") is None
+
+
+def _wide(n: int = 600, seed: int = 3) -> tuple[Adaptive, np.ndarray, np.ndarray, int]:
+    """A model of ``n`` inputs whose rows set three of the first 100 (and the last, an
+    intercept), whose labels flip halfway: fed until its challengers run, and 20 more."""
+    rng = np.random.default_rng(seed)
+    X = np.zeros((1200, n))
+    for row in X:
+        row[rng.choice(100, size=3, replace=False)] = rng.normal(size=3)
+    X[:, -1] = 1.0
+    y = np.where(X[:, :50].sum(axis=1) > 0, 1, -1) * np.where(np.arange(1200) < 600, 1, -1)
+    model = Adaptive(DSAL(n_features=n, cost=0.25, update_rule="normalized"), min_labels=50)
+    fed = 0
+    while not model.running:
+        model.update(X[fed], int(y[fed]))
+        fed += 1
+    for x, label in zip(X[fed : fed + 20], y[fed : fed + 20], strict=True):
+        model.update(x, int(label))
+    assert model.running  # min_labels: none has taken over yet
+    return model, X, y, fed + 20
+
+
+def test_a_challenger_is_written_as_what_differs_from_the_champion_and_read_back() -> None:
+    model, X, y, fed = _wide()
+    state = model.to_state()
+    written = {c["kind"]: c["learner"]["learned"] for c in state["contest"]["challengers"]}
+    assert set(written) == {"mirror", "fresh", "tail"}
+    for kind in ("mirror", "tail"):  # both started from the champion at the change
+        assert "w" not in written[kind]
+        assert 0 < len(written[kind]["w_at"]) <= 101
+        assert len(written[kind]["normalizer"]["grads_at"]) <= 101
+    assert "w_at" in written["fresh"]  # from zero: where either learned, of the first 100
+    text = json.dumps(state)
+    back = Adaptive.from_state(json.loads(text))
+    assert json.dumps(back.to_state()) == text
+    for (kind, c), twin in zip(
+        [(c.kind, c.learner) for c in model._contest.running], back._contest.running, strict=True
+    ):
+        assert twin.kind == kind
+        assert twin.learner.w.tobytes() == c.w.tobytes()
+    for x, label in zip(X[fed : fed + 50], y[fed : fed + 50], strict=True):
+        model.update(x, int(label))
+        back.update(x, int(label))
+    assert json.dumps(back.to_state()) == json.dumps(model.to_state())
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"w": [0.0] * 600}, "whole or as changes"),
+        ({"w_at": [5, 2]}, "increasing indices below 600"),
+        ({"w_at": [600], "w_to": [1.0]}, "increasing indices below 600"),
+        ({"w_at": [True], "w_to": [1.0]}, "list of indices"),
+        ({"w_at": [1, 2], "w_to": [1.0]}, "w_to"),
+        ({"w_at": [1], "w_to": [float("inf")]}, "w_to"),
+    ],
+)
+def test_a_hostile_challenger_record_is_refused(change: dict[str, object], match: str) -> None:
+    model, *_ = _wide()
+    state = json.loads(json.dumps(model.to_state()))
+    state["contest"]["challengers"][0]["learner"]["learned"].update(change)
+    with pytest.raises(StateError, match=match):
+        Adaptive.from_state(state)
+
+
+def test_a_challenger_written_against_a_champion_of_another_width_is_refused() -> None:
+    model, *_ = _wide()
+    state = json.loads(json.dumps(model.to_state()))
+    learned = state["champion"]["learned"]
+    learned["w"] = learned["w"][:-1]
+    with pytest.raises(StateError):
+        Adaptive.from_state(state)
+    grads = json.loads(json.dumps(model.to_state()))
+    grads["contest"]["challengers"][0]["learner"]["learned"]["normalizer"]["grads_at"] = [999]
+    with pytest.raises(StateError, match="grads_at"):
+        Adaptive.from_state(grads)
