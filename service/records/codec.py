@@ -321,9 +321,11 @@ def feature_list(feats: list[Any]) -> list[float]:
 #: as its non-zero entries (:func:`packed_numbers`): a declared model's features and the
 #: moments of its hashed buckets; shorter or denser lists are written as they are
 SPARSE_FROM: Final = 256
-#: the most numbers a list written sparsely may stand for (2^22 inputs): a record claiming
-#: more is refused before anything of its size is made
-MAX_SPARSE_SIZE: Final = 1 << 22
+#: the most numbers a list written sparsely may stand for (2^16: more than a declared model
+#: of 2^12 buckets has inputs): a record claiming more is refused before anything of its
+#: size is made, so a few bytes cost a reader no more than a whole list a message can hold
+#: (a longer list is always written whole)
+MAX_SPARSE_SIZE: Final = 1 << 16
 
 
 class SparseList(list[float]):
@@ -381,7 +383,9 @@ def sparse_at(*columns: Sequence[float]) -> list[int] | None:
     (True, True)
     """
     n = len(columns[0])
-    if n < SPARSE_FROM or any(4 * (n - column.count(0.0)) > n for column in columns):
+    if not SPARSE_FROM <= n <= MAX_SPARSE_SIZE or any(
+        4 * (n - column.count(0.0)) > n for column in columns
+    ):
         return None  # (a count of zeros, -0.0 among them, rules out most dense lists fast)
     held = np.zeros(n, dtype=bool)
     for column in columns:

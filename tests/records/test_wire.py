@@ -25,6 +25,7 @@ from service.records import (
 )
 from service.records.codec import (
     DEAD_LETTER_REASONS,
+    MAX_SPARSE_SIZE,
     decode_json,
     obj,
     packed_numbers,
@@ -213,6 +214,9 @@ def test_narrow_or_dense_requests_are_written_whole_as_before() -> None:
     record = orjson.loads(dense.to_json())
     assert record["features"] == [1.0] * 1024
     assert "at" in record["moments"]
+    longest = [0.0] * MAX_SPARSE_SIZE + [1.0]  # more than a reader takes sparsely: whole
+    assert isinstance(packed_numbers(longest), list)
+    assert isinstance(packed_numbers(longest[1:]), dict)
     busy = replace(_wide_request(held=512), moments=None)  # half the inputs set
     assert isinstance(orjson.loads(busy.to_json())["features"], list)
 
@@ -223,7 +227,7 @@ def test_narrow_or_dense_requests_are_written_whole_as_before() -> None:
         ({"size": 4, "at": [1], "values": [1.0], "extra": 1}, "an object of size, at and values"),
         ({"size": 0, "at": [], "values": []}, "'size' must be an integer from 1"),
         ({"size": True, "at": [], "values": []}, "'size' must be an integer from 1"),
-        ({"size": 1 << 23, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
+        ({"size": (1 << 16) + 1, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
         ({"size": 10**30, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
         ({"size": 4, "at": [2, 1], "values": [1.0, 1.0]}, "increasing indices below 4"),
         ({"size": 4, "at": [1, 1], "values": [1.0, 1.0]}, "increasing indices below 4"),
