@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Final
 
@@ -159,12 +160,16 @@ class Encoder:
     def sparse(self, fields: Mapping[str, Any]) -> tuple[IntArray, FloatArray]:
         """The coordinates ``fields`` sets and their values (a coordinate may repeat: the
         values add); :class:`FieldError` names the first field that does not fit."""
-        idx: list[int] = []
-        val: list[float] = []
-        for part_idx, _, part_val in self._parts(fields, keyed=False):
-            idx += part_idx
-            val += part_val
-        return np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
+        parts = self._parts(fields, keyed=False)
+        idx = np.fromiter(chain.from_iterable([p[0] for p in parts]), dtype=np.int64)
+        val = np.ones(idx.size)
+        at = 0
+        for inputs, _, values in parts:
+            k = len(inputs)
+            if values is not None and k:
+                val[at : at + k] = values
+            at += k
+        return idx, val
 
     def dense(self, fields: Mapping[str, Any]) -> FloatArray:
         """The model's whole input vector of ``fields`` (``width`` floats)."""
@@ -173,16 +178,17 @@ class Encoder:
 
     def _parts(
         self, fields: Mapping[str, Any], *, keyed: bool
-    ) -> list[tuple[list[int], list[str], list[float]]]:
-        """(inputs, keys, values) of ``fields``, a part per field and per cross: the
-        numbers, each field's keys, the crosses; :class:`FieldError` names the first field
-        that does not fit. Unless ``keyed``, a cached tokens field's part has no keys and
-        an input per occurrence (:meth:`_token_inputs`)."""
+    ) -> list[tuple[Sequence[int], list[str], list[float] | None]]:
+        """(inputs, keys, values) of ``fields``: the numbers (one part), then each field's
+        keys and the crosses; :class:`FieldError` names the first field that does not fit.
+        Unless ``keyed``, a cached tokens field's part has no keys, an input per occurrence
+        (:meth:`_token_inputs`) and values None: each is 1."""
         if self.declaration.undeclared == "refuse":
             for name in fields:
                 if name not in self._specs:
                     raise FieldError(name, "not declared by the model")
-        parts: list[tuple[list[int], list[str], list[float]]] = []
+        numbers: tuple[list[int], list[str], list[float]] = ([], [], [])
+        parts: list[tuple[Sequence[int], list[str], list[float] | None]] = [numbers]
         hashed: dict[str, tuple[list[str], list[float]]] = {}
         for name, spec in self._specs.items():
             kind = spec.kind
@@ -195,14 +201,17 @@ class Encoder:
                 if spec.missing == "indicator":
                     hashed[name] = ([f"{name}?"], [1.0])
                 if kind == "number":
-                    parts.append(([self.numbers[name]], [name], [0.0]))
+                    numbers[0].append(self.numbers[name])
+                    numbers[1].append(name)
+                    numbers[2].append(0.0)
                 continue
             if kind == "number":
-                parts.append(([self.numbers[name]], [name], [_number(name, value)]))
+                numbers[0].append(self.numbers[name])
+                numbers[1].append(name)
+                numbers[2].append(_number(name, value))
                 continue
             if not keyed and name in self._cached:
-                inputs = self._token_inputs(name, _token_list(name, spec, value))
-                parts.append((inputs, [], [1.0] * len(inputs)))
+                parts.append((self._token_inputs(name, _token_list(name, spec, value)), [], None))
                 continue
             hashed[name] = _keys(name, spec, value)
         for name, (keys, values) in hashed.items():
@@ -216,14 +225,14 @@ class Encoder:
             parts.append((self._hash_all(keys), keys, [x * y for x in va for y in vb]))
         return parts
 
-    def _token_inputs(self, name: str, tokens: list[Any]) -> list[int]:
+    def _token_inputs(self, name: str, tokens: list[Any]) -> Sequence[int]:
         """The input of each of ``tokens`` (a list :func:`_token_list` gave) in field
         ``name``, one per occurrence, through the field's cache; :class:`FieldError` when a
         token is not a string or not valid Unicode. Only a string's input is ever cached,
         so a token of another type (or one never seen) misses and is checked."""
         cache = self._cached[name]
         try:  # the lookups in C (an itemgetter of one key gives the value, not a tuple)
-            return list(itemgetter(*tokens)(cache)) if len(tokens) > 1 else [cache[tokens[0]]]
+            return itemgetter(*tokens)(cache) if len(tokens) > 1 else (cache[tokens[0]],)
         except (KeyError, TypeError, IndexError):  # a token not seen (or not a string); none
             pass
         _check_tokens(name, tokens)

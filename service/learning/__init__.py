@@ -27,6 +27,7 @@ Everything else is imported from its family or module:
 * :mod:`.losses` ($h_\rho$, $L_d$, $L_{dr}$, $L_{ds}$, gradients and query rules),
   :mod:`.schedules` (step sizes and the learners' default steps), :mod:`.preprocessing`
   (standardisers, the intercept), :mod:`.moments` (per-feature moments that merge exactly),
+  :mod:`.sparse` and :mod:`.sparse_scoring` (rows as the inputs they set, and their scores),
   :mod:`.batch` (many linear learners in lockstep, for the replay), :mod:`.registry` (every
   learner by name), :mod:`.state` (versioned JSON-safe records), :mod:`.errors`.
 

@@ -324,6 +324,14 @@ class OnlineStandardizer:
         """Running population standard deviation (a copy; zeros before any example)."""
         return np.sqrt(self._m2 / self._count) if self._count else np.zeros(self._n)
 
+    @property
+    def affine(self) -> tuple[FloatArray, FloatArray]:
+        """``(centre, scale)``: :meth:`transform` is ``(x - centre) * scale`` (read-only
+        views; a later :meth:`learn` or :meth:`merge` makes new arrays, these stay)."""
+        centre, scale = self._centre.view(), self._scale.view()
+        centre.flags.writeable = scale.flags.writeable = False
+        return centre, scale
+
     def binary(self) -> npt.NDArray[np.bool_]:
         r"""Which features are binary by the statistics: a mean $\hat p$ strictly between 0
         and 1 and a variance of $\hat p(1 - \hat p)$ (to $10^{-9}$). Values in $[0, 1]$ have

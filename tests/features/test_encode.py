@@ -18,6 +18,7 @@ from stream.memory import msg
 
 from service.config import ModelConfig, Settings
 from service.features import MAX_HASH_BITS, Encoder, FieldError, FieldsConfig, bucket, encoder_of
+from service.learning.sparse import SparseRows
 from service.records import Reason, parse_label_request
 from service.stream.labels.seed import seed_model
 from service.stream.models.served import ServedModel
@@ -253,7 +254,8 @@ def test_well_formed_events_are_scored_and_encoded_as_the_encoder_says(
     assert not result.dead_letters
     (block,) = result.blocks
     assert [d.id for d in block.decisions(1.0)] == ["e1"]
-    np.testing.assert_array_equal(block.x[0], enc().dense(fields))
+    assert isinstance(block.x, SparseRows)  # the inputs it sets, never a row of its width
+    np.testing.assert_array_equal(block.x.toarray()[0], enc().dense(fields))
 
 
 def _uncached(e: Encoder, name: str, tokens: list[str]) -> np.ndarray:

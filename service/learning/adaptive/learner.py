@@ -433,6 +433,20 @@ class Adaptive:
         under it allow."""
         m = np.shape(X)[0] if np.ndim(X) == 2 else -1
         labels, scores, probs, _ = self.champion.decide_many(X, coins=np.zeros(max(m, 0)))
+        return self._floored(labels, scores, probs, coins)
+
+    def decide_scores(
+        self, scores: FloatArray, coins: Any = None
+    ) -> tuple[npt.NDArray[np.int8], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """:meth:`decide_many` of rows whose champion's scores are ``scores`` (a linear
+        champion's :meth:`~service.learning.linear.learner.LinearLearner.decide_scores`)."""
+        labels, scores, probs, _ = self.champion.decide_scores(scores, np.zeros(len(scores)))
+        return self._floored(labels, scores, probs, coins)
+
+    def _floored(
+        self, labels: Any, scores: Any, probs: Any, coins: Any
+    ) -> tuple[npt.NDArray[np.int8], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """The champion's decisions with the exploration floor, queries drawn by ``coins``."""
         probs = np.array(probs, dtype=np.float64)
         k = self._floored_decisions(probs.shape[0])
         if k:

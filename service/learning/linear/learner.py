@@ -242,6 +242,15 @@ class LinearLearner:
         scores: FloatArray = X @ self._w
         if not math.isfinite(float(np.add.reduce(scores))) and not np.isfinite(scores).all():
             raise_non_finite(X, "X")
+        return self.decide_scores(scores, coins)
+
+    def decide_scores(
+        self, scores: FloatArray, coins: Any = None
+    ) -> tuple[npt.NDArray[np.int8], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """:meth:`decide_many` of rows whose scores (w . x) are ``scores`` (finite:
+        computed elsewhere, as a sparse row's are), the same arrays."""
+        if not math.isfinite(float(np.add.reduce(scores))) and not np.isfinite(scores).all():
+            raise NonFiniteError("a score is NaN or infinite")
         labels = reject_decision(scores, self._rho)
         probs = self._query_probability(scores)
         if not isinstance(probs, np.ndarray):

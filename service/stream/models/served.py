@@ -2,6 +2,9 @@
 
 - Version 0 of every model (:func:`initial_envelope`) is built from the configuration alone,
   so it is the same on every worker.
+- A declared model's events are scored as the inputs they set (:meth:`ServedModel.entries`,
+  :attr:`ServedModel.sparse`: :mod:`service.learning.sparse`) when its learner decides by a
+  weight vector (the linear learners, an adaptive wrapper around one).
 - The learner a model serves is :func:`served_learner`: its state record conformed to the
   configuration's ``adaptive`` parts (by default inside :class:`service.learning.Adaptive`;
   a record written before the wrapper is wrapped). The label path and ``abstain rebuild``
@@ -30,7 +33,9 @@ from service.learning import (
     serving_learner,
     serving_pipeline,
 )
+from service.learning.linear.learner import LinearLearner
 from service.learning.risk import DEFAULT_LEVEL, RiskInterval
+from service.learning.sparse_scoring import SparseScorer
 from service.records import BadMessage, FeatureEvent, ModelEnvelope, Reason
 from service.records.codec import feature_value
 
@@ -97,6 +102,8 @@ class ServedModel:
     pipeline: Pipeline
     learner: Any
     estimate: RiskEstimate | None = None  # the envelope's risk sums (None: not recorded)
+    # a declared model's scorer of sparse rows (None: its rows are scored whole)
+    sparse: SparseScorer | None = None
 
     @property
     def version(self) -> int:
@@ -148,7 +155,9 @@ class ServedModel:
                 "feature_count",
                 f"model state for {name!r} does not take {config.n_inputs} features",
             )
-        return cls(name, config, envelope, pipeline, learner, estimate)
+        return cls(
+            name, config, envelope, pipeline, learner, estimate, _sparse(config, pipeline, learner)
+        )
 
     @classmethod
     def initial(cls, name: str, config: ModelConfig) -> ServedModel:
@@ -163,21 +172,38 @@ class ServedModel:
             return None
         return encoder_of(declared).shown(event.features)
 
+    def entries(self, event: FeatureEvent) -> tuple[np.ndarray, np.ndarray] | None:
+        """The inputs a declared model's ``event`` sets and their values (a column may
+        repeat: its values add), when the model scores sparse rows (:attr:`sparse`); None
+        for any other model, whose rows are :meth:`raw_vector`. A :class:`BadMessage` as
+        :meth:`raw_vector`'s."""
+        if self.sparse is None or self.config.fields is None:
+            return None
+        return self._encoded(event, whole=False)  # type: ignore[no-any-return]
+
+    def _encoded(self, event: FeatureEvent, *, whole: bool) -> Any:
+        """A declared model's ``event`` encoded (``whole``: its input vector; else the
+        inputs it sets and their values); a :class:`BadMessage` names what does not fit."""
+        feats = event.features
+        declared = self.config.fields
+        assert declared is not None  # noqa: S101 - a declared model's alone
+        if not isinstance(feats, dict):
+            raise BadMessage(
+                "schema", f"model {self.name!r} declares fields; send them as an object"
+            )
+        encoder = encoder_of(declared)
+        try:
+            return encoder.dense(feats) if whole else encoder.sparse(feats)
+        except FieldError as bad:
+            raise BadMessage(Reason.FIELD, f"model {self.name!r}: {bad}") from None
+
     def raw_vector(self, event: FeatureEvent) -> np.ndarray:
         """The raw feature vector of an event, in the model's feature order (a model that
         declares ``fields``: the event's fields encoded under the declaration)."""
         feats = event.features
         names = self.config.feature_names
-        declared = self.config.fields
-        if declared is not None:
-            if not isinstance(feats, dict):
-                raise BadMessage(
-                    "schema", f"model {self.name!r} declares fields; send them as an object"
-                )
-            try:
-                return encoder_of(declared).dense(feats)
-            except FieldError as bad:
-                raise BadMessage(Reason.FIELD, f"model {self.name!r}: {bad}") from None
+        if self.config.fields is not None:
+            return self._encoded(event, whole=True)  # type: ignore[no-any-return]
         if isinstance(feats, dict):
             if names is None:
                 raise BadMessage("schema", f"model {self.name!r} has no feature_names; send a list")
@@ -195,3 +221,14 @@ class ServedModel:
                 f"model {self.name!r} takes {self.config.n_inputs} features, got {len(feats)}",
             )
         return np.asarray(feats, dtype=np.float64)
+
+
+def _sparse(config: ModelConfig, pipeline: Pipeline, learner: Any) -> SparseScorer | None:
+    """The scorer of a declared model's sparse rows: its learner decides by a weight vector
+    (a linear learner, or an adaptive wrapper's linear champion)."""
+    if config.fields is None:
+        return None
+    decider = learner.champion if isinstance(learner, Adaptive) else learner
+    if not isinstance(decider, LinearLearner):
+        return None
+    return SparseScorer.of(pipeline, decider.w)

@@ -29,6 +29,7 @@ from typing import Any, Final, overload
 import numpy as np
 import orjson
 
+from service.learning.sparse import SparseRows
 from service.records import (
     BadMessage,
     Champions,
@@ -41,7 +42,16 @@ from service.records import (
 from service.records.reasons import Source
 from service.stream.models.served import ServedModel
 
-__all__ = ["Limits", "Messages", "ParsedEvent", "Rows", "Shown", "parse_batch", "parse_event"]
+__all__ = [
+    "Limits",
+    "Messages",
+    "ParsedEvent",
+    "Rows",
+    "Shown",
+    "parse_batch",
+    "parse_event",
+    "whole",
+]
 
 _PLAIN: Final[frozenset[type]] = frozenset({float, int})
 _UNREAD: Final = object()  # parse_event: the message's value is still to decode
@@ -126,20 +136,25 @@ def _same(message: RawMessage) -> RawMessage:
 class Rows:
     """The valid events of a batch addressed to one model (its *route*), in batch order:
     where each sits in the batch, its id and Kafka timestamp (``ts``: the event's own
-    field), and one row of raw features each in ``x``."""
+    field), and one row of raw features each in ``x`` (a matrix, or the inputs each sets:
+    a declared model's that scores sparse rows)."""
 
     route: str
     model: ServedModel  # the member of the route's group that decides them
     positions: list[int]
     ids: list[str]
     ts: list[float | None]
-    x: np.ndarray
+    x: np.ndarray | SparseRows
     # per row, the fields a person is shown of an event of a model that declares ``fields``
     # (:meth:`~service.features.Encoder.shown`); None: no row has any
     fields: Sequence[dict[str, Any] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
+
+    def dense(self) -> np.ndarray:
+        """The rows as a matrix."""
+        return whole(self.x)
 
     def fields_of(self, rows: Sequence[int]) -> list[dict[str, Any] | None] | None:
         """The fields of ``rows`` (None when no row has any)."""
@@ -195,17 +210,28 @@ class _Pending:
 
 @dataclass(frozen=True, slots=True)
 class ParsedEvent:
-    """A valid event parsed alone, with the model that scores it and its raw feature vector."""
+    """A valid event parsed alone, with the model that scores it and its raw features: a
+    vector, or (a declared model's that scores sparse rows) the inputs it sets and their
+    values."""
 
     message: RawMessage
     event: FeatureEvent
     model: ServedModel  # the model that decides it (its route's server)
-    x: np.ndarray
+    raw: np.ndarray | tuple[np.ndarray, np.ndarray]
 
     @property
     def route(self) -> str:
         """The model the event is addressed to (its group's name)."""
         return self.event.model
+
+    @property
+    def x(self) -> np.ndarray:
+        """The raw feature vector."""
+        if isinstance(self.raw, np.ndarray):
+            return self.raw
+        idx, val = self.raw
+        width = self.model.config.n_inputs
+        return np.bincount(idx, weights=val, minlength=width).astype(np.float64)
 
 
 def parse_event(
@@ -239,7 +265,10 @@ def parse_event(
         raise BadMessage("unknown_model", f"{detail} events and decides none of its own")
     if champions is not None:
         served = models.get(champions.server(event.model), served)
-    return ParsedEvent(message, event, served, served.raw_vector(event))
+    entries = served.entries(event)
+    return ParsedEvent(
+        message, event, served, served.raw_vector(event) if entries is None else entries
+    )
 
 
 def parse_batch(
@@ -347,17 +376,30 @@ def _read(
     return pending, slow, decoded
 
 
+def whole(x: np.ndarray | SparseRows, rows: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """``x`` (rows of raw features, or ``rows`` of them) as a matrix."""
+    if isinstance(x, SparseRows):
+        return x.toarray(rows)
+    return x if rows is None else x[rows]
+
+
 def _join(found: dict[str, Rows], route: str, events: list[tuple[int, ParsedEvent]]) -> None:
     """Add the events of ``route`` parsed alone (at their batch positions, in order) to its
     rows, all at once, in batch order."""
     parsed = [event for _, event in events]
+    x: np.ndarray | SparseRows
+    if all(type(event.raw) is tuple for event in parsed):  # a declared model's entries
+        width = parsed[0].model.config.n_inputs
+        x = SparseRows.of([event.raw for event in parsed], width)  # type: ignore[misc]
+    else:
+        x = np.vstack([event.x for event in parsed])
     alone = Rows(
         route,
         events[0][1].model,
         [i for i, _ in events],
         [event.event.id for _, event in events],
         [event.event.ts for _, event in events],
-        np.vstack([event.x for _, event in events]),
+        x,
         Shown(parsed) if Shown.any_of(parsed) else None,
     )
     rows = found.get(route)
@@ -378,4 +420,4 @@ def _join(found: dict[str, Rows], route: str, events: list[tuple[int, ParsedEven
     rows.positions = merged(rows.positions, alone.positions)
     rows.ids = merged(rows.ids, alone.ids)
     rows.ts = merged(rows.ts, alone.ts)
-    rows.x = np.vstack([rows.x, alone.x])[order]
+    rows.x = np.vstack([rows.dense(), alone.dense()])[order]

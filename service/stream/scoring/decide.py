@@ -29,6 +29,7 @@ import numpy as np
 from service.learning import QueryBudget
 from service.learning.errors import NonFiniteError
 from service.learning.moments import Moments
+from service.learning.sparse import SparseRows
 from service.records import (
     Action,
     Champions,
@@ -50,6 +51,7 @@ from service.stream.scoring.batch import (
     Rows,
     parse_batch,
     parse_event,
+    whole,
 )
 from service.stream.scoring.encode import priorities
 
@@ -66,7 +68,7 @@ class Decided:
     positions: np.ndarray
     ids: list[str]
     partitions: list[int]  # of each event's features partition
-    x: np.ndarray  # raw features
+    x: np.ndarray | SparseRows  # raw features
     labels: np.ndarray  # +1, -1, 0 = reject
     scores: np.ndarray
     queried: np.ndarray
@@ -116,12 +118,13 @@ class Decided:
         ids = [self.ids[j] for j in rows]
         priority = priorities(self.scores[rows], rho).tolist()
         shadows = self.shadow_labels
+        x = whole(self.x, rows)
         return [
             LabelRequest(
                 request_id=rid,
                 event_id=ids[k],
                 model=route,
-                features=self.x[j].tolist() if self.fields is None else numbers_of(self.x[j]),
+                features=x[k].tolist() if self.fields is None else numbers_of(x[k]),
                 score=float(self.scores[j]),
                 rho=rho,
                 decided_label=int(self.labels[j]),
@@ -229,7 +232,10 @@ def score_batch(
         served = rows.model
         budget = None if budgets is None else budgets.get(rows.route)
         seen = out.moments.setdefault(rows.route, Moments(served.config.n_inputs))
-        seen.add_many(rows.x)
+        if isinstance(rows.x, SparseRows):
+            seen.add_sparse(rows.x)
+        else:
+            seen.add_many(rows.x)
         block, refused, suppressed = _decide(served, rows, batch, budget, now)
         out.dead_letters += refused
         out.scored[served.name] += len(rows)
@@ -272,15 +278,32 @@ def _shadows(
 def _shadow_decide(shadow: ServedModel, rows: Rows) -> tuple[list[int], list[int]]:
     """A shadow's decision (+1, -1, 0) on each of its champion's ``rows``: (rows, labels);
     rows that overflow for the shadow are left out (the shadow decides nothing there)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        z = shadow.pipeline.transform_many(rows.x)
     drawn = coins(shadow.name, rows.ids, shadow.version)
+    decided = _sparse_decide(shadow, rows, drawn)
+    if decided is not None:
+        return list(range(len(rows))), [int(label) for label in decided[0]]
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = shadow.pipeline.transform_many(rows.dense())
     try:
         labels = shadow.learner.decide_many(z, coins=drawn)[0]
         return list(range(len(rows))), [int(label) for label in labels]
     except NonFiniteError:
         kept, labels = _decide_rows(shadow, z, drawn)[:2]
         return kept, [int(label) for label in labels]
+
+
+def _sparse_decide(served: ServedModel, rows: Rows, drawn: np.ndarray) -> Any:
+    """The learner's decisions of sparse ``rows`` from their scores
+    (:class:`~service.learning.sparse_scoring.SparseScorer`); None when the rows are a matrix, the
+    model scores them whole or a score overflows (the dense path then refuses those rows,
+    naming them)."""
+    scorer = served.sparse
+    if scorer is None or not isinstance(rows.x, SparseRows):
+        return None
+    scores = scorer.scores(rows.x)
+    if not np.isfinite(scores).all():
+        return None
+    return served.learner.decide_scores(scores, coins=drawn)
 
 
 def _decide(
@@ -290,12 +313,15 @@ def _decide(
     the rows that overflow, and how many the learner alone would have asked about that its
     budget did not."""
     name, version = served.name, served.version
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
-        z = served.pipeline.transform_many(rows.x)
     drawn = coins(name, rows.ids, version)
     dead: list[DeadLetter] = []
+    decided = _sparse_decide(served, rows, drawn)
     try:
-        labels, scores, probs, queries = served.learner.decide_many(z, coins=drawn)
+        if decided is None:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+                z = served.pipeline.transform_many(rows.dense())
+            decided = served.learner.decide_many(z, coins=drawn)
+        labels, scores, probs, queries = decided
     except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
         kept, labels, scores, probs, queries = _decide_rows(served, z, drawn)
         dead = [
@@ -345,7 +371,7 @@ def _take(rows: Rows, kept: list[int]) -> Rows:
         [rows.positions[j] for j in kept],
         [rows.ids[j] for j in kept],
         [rows.ts[j] for j in kept],
-        rows.x[kept],
+        rows.x.take(kept) if isinstance(rows.x, SparseRows) else rows.x[kept],
         rows.fields_of(kept),
     )
 
@@ -433,13 +459,8 @@ def _parse_all(
     found, refused = parse_batch(batch, models, limits, champions)
     dead += refused
     events = [
-        (
-            p,
-            ParsedEvent(
-                batch[p], FeatureEvent(i, rows.route, rows.x[j].tolist(), ts), rows.model, rows.x[j]
-            ),
-        )
-        for rows in found
+        (p, ParsedEvent(batch[p], FeatureEvent(i, rows.route, x[j].tolist(), ts), rows.model, x[j]))
+        for rows, x in ((rows, rows.dense()) for rows in found)
         for j, (p, i, ts) in enumerate(zip(rows.positions, rows.ids, rows.ts, strict=True))
     ]
     return [event for _, event in sorted(events, key=lambda pe: pe[0])]

@@ -52,6 +52,7 @@ from service.stream.kafka.produce import Column, Outgoing
 from service.stream.models.served import ServedModel
 from service.stream.outputs import Outputs
 from service.stream.scoring import encode
+from service.stream.scoring.batch import whole
 from service.stream.scoring.decide import Decided, Limits, ScoreResult, score_batch
 
 __all__ = ["DecisionTally", "Scorer", "attach_moments", "gathers_moments"]
@@ -290,7 +291,7 @@ class Scorer:
             b.route,
             name,
             [b.ids[j] for j in chosen],
-            b.x[rows],
+            whole(b.x, rows),
             b.labels[rows],
             b.scores[rows],
             b.rho,

@@ -5,7 +5,8 @@ and encoded one at a time, each route's moments gathered as ``main`` gathered th
 of the route taking them: :func:`gather`). Kept, unchanged but for its name and the moments
 of ``main``'s path, as the reference the batch path is compared with byte for byte
 (``test_records.py``); nothing in the service uses it. (Since: a declared model's request
-carries the fields it shows.)
+carries the fields it shows; a declared model's events are scored and counted as the inputs
+they set, :mod:`service.learning.sparse`, as the worker does.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from service.learning import QueryBudget
 from service.learning.errors import NonFiniteError
 from service.learning.moments import Moments
+from service.learning.sparse import SparseRows
 from service.records import (
     Action,
     BadMessage,
@@ -154,7 +156,11 @@ def score_batch(
         budget = None if budgets is None else budgets.get(route)
         items = [parsed[i] for i in members]
         seen = out.moments.setdefault(route, Moments(served.config.n_inputs))
-        seen.add_many(np.stack([it.x for it in items]))
+        sparse = _sparse_rows(served, items)
+        if sparse is None:
+            seen.add_many(np.stack([it.x for it in items]))
+        else:
+            seen.add_sparse(sparse)
         decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
@@ -184,9 +190,12 @@ def score_batch(
 def _shadow_decide(shadow: ServedModel, items: Sequence[ParsedEvent]) -> dict[int, int]:
     """A shadow's decision (+1, -1, 0) on each of its champion's ``items``, by position;
     rows that overflow for the shadow are left out (the shadow decides nothing there)."""
+    coins = np.array([coin(shadow.name, it.event.id, shadow.version) for it in items])
+    decided = _sparse_decide(shadow, items, coins)
+    if decided is not None:
+        return {j: int(label) for j, label in enumerate(decided[0])}
     with np.errstate(over="ignore", invalid="ignore"):
         z = shadow.pipeline.transform_many(np.stack([it.x for it in items]))
-    coins = np.array([coin(shadow.name, it.event.id, shadow.version) for it in items])
     try:
         labels = shadow.learner.decide_many(z, coins=coins)[0]
         return {j: int(label) for j, label in enumerate(labels)}
@@ -264,11 +273,14 @@ def _decide(
 ) -> tuple[dict[int, Verdict], list[DeadLetter]]:
     """Verdicts by position in ``items``; dead letters for rows that overflow once scaled."""
     name, version = served.name, served.version
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
-        z = served.pipeline.transform_many(np.stack([it.x for it in items]))
     coins = np.array([coin(name, it.event.id, version) for it in items])
+    decided = _sparse_decide(served, items, coins)
     try:
-        labels, scores, probs, queries = served.learner.decide_many(z, coins=coins)
+        if decided is None:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+                z = served.pipeline.transform_many(np.stack([it.x for it in items]))
+            decided = served.learner.decide_many(z, coins=coins)
+        labels, scores, probs, queries = decided
         rows = list(range(len(items)))
     except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
         rows, labels, scores, probs, queries = _decide_rows(served, z, coins)
@@ -452,3 +464,23 @@ def records(outputs: Outputs, result: ScoreResult) -> list[OutRecord]:
     out += [outputs.label_request_record(r) for r in result.label_requests]
     out += [outputs.dead_letter_record(x, x.partition) for x in result.dead_letters]
     return out
+
+
+def _sparse_rows(served: ServedModel, items: Sequence[ParsedEvent]) -> SparseRows | None:
+    """A declared model's ``items`` as the inputs each sets (None: scored whole)."""
+    if served.sparse is None:
+        return None
+    entries = [served.entries(it.event) for it in items]
+    return SparseRows.of(entries, served.config.n_inputs)  # type: ignore[arg-type]
+
+
+def _sparse_decide(served: ServedModel, items: Sequence[ParsedEvent], coins: np.ndarray) -> Any:
+    """The decisions of a declared model's ``items`` from their sparse scores (None: scored
+    whole, or a score overflows)."""
+    rows = _sparse_rows(served, items)
+    if rows is None or served.sparse is None:
+        return None
+    scores = served.sparse.scores(rows)
+    if not np.isfinite(scores).all():
+        return None
+    return served.learner.decide_scores(scores, coins=coins)

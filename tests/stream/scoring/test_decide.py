@@ -320,3 +320,47 @@ def test_a_declared_models_requests_keep_where_their_inputs_are_set() -> None:
         ]
         assert 2 <= len(request.features.at) <= 3  # a, and the two tokens' buckets
         assert parse_label_request(request.to_json()) == request
+
+
+def test_a_declared_models_events_are_scored_without_a_row_of_its_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    declared = ModelConfig(
+        algorithm="dsal", fields={"hash_bits": 12, "fields": {"a": "number", "t": "tokens"}}
+    )
+    models = models_(f=declared)
+    served = models["f"]
+    assert served.sparse is not None
+    limits = Limits(default_model="f", request_ttl=60.0)
+    rng = np.random.default_rng(5)
+    events = [
+        {"id": f"e{i}", "features": {"a": float(rng.normal()), "t": [f"w{j}" for j in range(i)]}}
+        for i in range(20)
+    ]
+    messages = [msg(e, i) for i, e in enumerate(events)]
+    whole = [served.raw_vector(parse_event(m, models, limits).event) for m in messages]
+    want = served.learner.decide_many(served.pipeline.transform_many(np.vstack(whole)))[1]
+
+    def refused(*_: object) -> None:
+        raise AssertionError("a row of the model's width was made")
+
+    monkeypatch.setattr(type(served.pipeline), "transform_many", refused)
+    out = score_batch(models, messages, limits=limits, now=1.0)
+    scores = [d.score for d in out.decisions]
+    np.testing.assert_allclose(scores, want, rtol=1e-12, atol=1e-12)
+    assert out.moments["f"].count == 20
+    np.testing.assert_allclose(out.moments["f"].mean, np.vstack(whole).mean(axis=0), atol=1e-15)
+    # an event whose score overflows takes the whole path, which refuses it alone
+    monkeypatch.undo()
+    fields = {"hash_bits": 12, "fields": {"a": "number", "b": "number", "t": "tokens"}}
+    ones = ModelConfig(algorithm="dsal", fields=fields, hyperparameters={"w": [1.0] * 4099})
+    big = {"a": 1.7e308, "b": 1.7e308, "t": ["w1"]}  # w . x = 3.4e308 = inf
+    out = score_batch(
+        models_(f=ones),
+        [msg({"id": "ok", "features": {**big, "b": 1.0}}, 0), msg({"id": "x", "features": big}, 1)],
+        limits=limits,
+        now=1.0,
+    )
+    assert [(d.offset, d.reason) for d in out.dead_letters] == [(1, "non_finite")]
+    assert [d.id for d in out.decisions] == ["ok"]
+    assert out.decisions[0].score == pytest.approx(1.7e308 + 3.0)

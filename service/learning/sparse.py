@@ -1,0 +1,137 @@
+r"""Rows that set few of a model's inputs, as the entries they set.
+
+A declared model's event sets a few dozen or a few hundred of its inputs (its numbers and
+the buckets its keys hash to) out of thousands. :class:`SparseRows` holds a batch of such
+rows as the entries each sets (compressed rows: each row's columns increasing, each once,
+repeats summed). :class:`~service.learning.sparse_scoring.SparseScorer` scores them and
+:meth:`~service.learning.moments.Moments.add_sparse` counts their moments, both in
+proportion to the entries.
+
+>>> rows = SparseRows.of([(np.array([3, 0, 3]), np.array([1.0, 2.0, 1.0])),
+...                       (np.array([1]), np.array([5.0]))], width=4)
+>>> rows.indptr.tolist(), rows.indices.tolist(), rows.values.tolist()
+([0, 2, 3], [0, 3, 1], [2.0, 2.0, 5.0])
+>>> rows.toarray().tolist()
+[[2.0, 0.0, 0.0, 2.0], [0.0, 5.0, 0.0, 0.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import DimensionError
+from .losses import FloatArray
+
+__all__ = ["IntArray", "SparseRows"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class SparseRows:
+    """A batch of rows of ``width`` columns as the entries each sets (see the module
+    docstring): row ``r`` sets ``indices[indptr[r]:indptr[r + 1]]`` (increasing, each
+    once) to ``values`` beside them. Built by :meth:`of`; never changed."""
+
+    __slots__ = ("_rows", "indices", "indptr", "values", "width")
+
+    def __init__(self, indptr: IntArray, indices: IntArray, values: FloatArray, width: int):
+        self.indptr = indptr
+        self.indices = indices
+        self.values = values
+        self.width = width
+        self._rows: IntArray | None = None
+
+    @classmethod
+    def of(cls, entries: Sequence[tuple[Any, Any]], width: int) -> SparseRows:
+        """The rows of ``entries`` (per row: its columns and their values, a column possibly
+        repeated: its values add, in the order given, from +0.0, so a row made whole is
+        ``np.bincount`` of its entries bit for bit). Columns must lie in ``[0, width)``."""
+        n = len(entries)
+        lengths = np.fromiter((len(i) for i, _ in entries), dtype=np.int64, count=n)
+        if not n or not lengths.any():
+            return cls(np.zeros(n + 1, dtype=np.int64), _EMPTY_INT, _EMPTY, width)
+        idx = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in entries])
+        val = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in entries])
+        if idx.size and not (int(idx.min()) >= 0 and int(idx.max()) < width):
+            raise DimensionError(f"a column outside [0, {width})")
+        keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * width + idx
+        keys, val = _sorted(keys, val)
+        first = np.empty(keys.size, dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        if not first.all():
+            starts = np.flatnonzero(first)
+            val = np.add.reduceat(val, starts)
+            keys = keys[starts]
+        val += 0.0  # a sum starts at +0.0 (as np.bincount's): a lone -0.0 is 0.0
+        row = keys // width
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row, minlength=n), out=indptr[1:])
+        out = cls(indptr, keys - row * width, val, width)
+        out._rows = row
+        return out
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def rows(self) -> IntArray:
+        """The row of each entry."""
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.indptr))
+        return self._rows
+
+    def row(self, r: int) -> tuple[IntArray, FloatArray]:
+        """Row ``r``'s columns and values (views)."""
+        a, b = int(self.indptr[r]), int(self.indptr[r + 1])
+        return self.indices[a:b], self.values[a:b]
+
+    def take(self, rows: Sequence[int] | IntArray) -> SparseRows:
+        """The rows ``rows``, in that order."""
+        parts = [self.row(int(r)) for r in rows]
+        lengths = np.fromiter((len(i) for i, _ in parts), dtype=np.int64, count=len(parts))
+        indptr = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        if not parts or not indptr[-1]:
+            return SparseRows(indptr, _EMPTY_INT, _EMPTY, self.width)
+        indices = np.concatenate([i for i, _ in parts])
+        values = np.concatenate([v for _, v in parts])
+        return SparseRows(indptr, indices, values, self.width)
+
+    def toarray(self, rows: Sequence[int] | IntArray | None = None) -> FloatArray:
+        """The rows (all, or ``rows`` in that order) as a dense matrix of ``width`` columns."""
+        part = self if rows is None else self.take(rows)
+        out = np.zeros((len(part), self.width))
+        out[part.rows, part.indices] = part.values
+        return out
+
+    def __repr__(self) -> str:
+        return f"SparseRows({len(self)} rows, width={self.width}, entries={self.indices.size})"
+
+
+def _sorted(keys: IntArray, val: FloatArray) -> tuple[IntArray, FloatArray]:
+    """``keys`` in increasing order and ``val`` beside them, equal keys in the order given
+    (a stable sort; as one sort of each key with its place in its low bits when both fit
+    in 62 bits, twice as fast as numpy's stable argsort).
+
+    >>> k, v = _sorted(np.array([5, 1, 5, 0]), np.array([1.0, 2.0, 3.0, 4.0]))
+    >>> k.tolist(), v.tolist()
+    ([0, 1, 5, 5], [4.0, 2.0, 1.0, 3.0])
+    """
+    places = keys.size
+    low = max(1, (places - 1).bit_length())
+    if (int(keys.max()) + 1).bit_length() + low <= 62:
+        packed = (keys << low) | np.arange(places, dtype=np.int64)
+        packed.sort()
+        order = packed & ((1 << low) - 1)
+        return packed >> low, val[order]
+    order = np.argsort(keys, kind="stable")
+    return keys[order], val[order]
+
+
+_EMPTY: FloatArray = np.zeros(0)
+_EMPTY_INT: IntArray = np.zeros(0, dtype=np.int64)
