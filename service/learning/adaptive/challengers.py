@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import state as st
 from ..errors import HyperparameterError, StateError
+from ..linear.normalized import Normalizer
 from ..registry import learner_from_state
 
 __all__ = [
@@ -104,9 +105,9 @@ def base_of(champion: Mapping[str, Any]) -> Base:
     learned = champion.get("learned")
     if not isinstance(learned, Mapping):
         return None, None
-    normalizer = learned.get("normalizer")
-    grads = normalizer.get("grads") if isinstance(normalizer, Mapping) else None
-    return _array(learned.get("w")), _array(grads)
+    w = _array(learned.get("w"))
+    grads = None if w is None else Normalizer.sums_of(learned.get("normalizer"), len(w))
+    return w, grads
 
 
 def _array(values: Any) -> Any:
@@ -262,12 +263,18 @@ class Challenger:
         if isinstance(learned, dict) and "w" in learned:
             learned = dict(learned)
             changes = st.changes_from(learned["w"], self._against(base[0]))
+            if self.kind == "mirror" and base[0] is not None:
+                flipped = st.changes_from(learned["w"], np.negative(base[0]))
+                if flipped is not None and (changes is None or len(flipped[0]) < len(changes[0])):
+                    changes, learned["against"] = flipped, "negated"
             if changes is not None:
                 del learned["w"]
                 learned["w_at"], learned["w_to"] = changes
             normalizer = learned.get("normalizer")
-            if isinstance(normalizer, dict) and "grads" in normalizer:
-                changes = st.changes_from(normalizer["grads"], base[1])
+            n = 0 if base[1] is None else len(base[1])
+            sums = Normalizer.sums_of(normalizer, n) if n else None
+            if sums is not None:
+                changes = st.changes_from(sums, base[1])
                 if changes is not None:
                     learned["normalizer"] = {"grads_at": changes[0], "grads_to": changes[1]}
             state = {**state, "learned": learned}
@@ -275,7 +282,9 @@ class Challenger:
 
     def _against(self, w: Any) -> Any:
         """The weights this challenger's are written against: the champion's ``w``, negated
-        for a mirror (as 0 - w: a weight an update went past is +0.0, not -0.0)."""
+        for a mirror as 0 - w (a weight an update went past is +0.0, not -0.0), or, when
+        that differs in fewer (``"against": "negated"``: a wide model's mirror keeps the
+        -0.0 of each weight no label has moved since the change), each sign flipped."""
         return None if w is None else (np.subtract(0.0, w) if self.kind == "mirror" else w)
 
     @classmethod
@@ -287,7 +296,12 @@ class Challenger:
         learned = state.get("learned") if isinstance(state, Mapping) else None
         if isinstance(learned, Mapping):
             learned = dict(learned)
+            against = learned.pop("against", None)
+            if against is not None and (against != "negated" or kind != "mirror"):
+                raise StateError("only a mirror's weights are written against the negated")
             w = cls(kind, None)._against(base[0])
+            if against is not None and base[0] is not None:
+                w = np.negative(base[0])
             if "w_at" in learned:
                 if "w" in learned:
                     raise StateError("a challenger's weights are written whole or as changes")
@@ -295,7 +309,11 @@ class Challenger:
                 learned["w"] = st.changed(learned, "w", w, n, "a challenger").tolist()
                 del learned["w_at"], learned["w_to"]
             normalizer = learned.get("normalizer")
-            if isinstance(normalizer, Mapping) and "grads_at" in normalizer:
+            if (
+                isinstance(normalizer, Mapping)
+                and "grads_at" in normalizer
+                and "fill" not in normalizer  # written against its own prior, not the champion
+            ):
                 grads, n = base[1], 0 if base[1] is None else len(base[1])
                 sums = st.changed(normalizer, "grads", grads, n, "a challenger's normaliser")
                 learned["normalizer"] = {"grads": sums.tolist()}

@@ -75,7 +75,21 @@ _PRIOR: Final = 4.0  # G_0 in squared gradients of the first label
 @dataclass(slots=True)
 class Normalizer:
     """What the normalized update has gathered: AdaGrad's sums of squared gradients per
-    coordinate (``grads``; zero before the first label)."""
+    coordinate (``grads``; zero before the first label).
+
+    Every sum starts at the same prior (the first label's), and a label adds only where its
+    row is not zero, so in a wide sparse model most sums still hold the prior exactly. A
+    record of at least :data:`~service.learning.state.SHARED_FROM` sums then writes the
+    least of them (``fill``) and the sums that differ from it (``grads_at``, ``grads_to``),
+    bit for bit, when at most half differ; else the list whole (``grads``).
+
+    >>> sums = Normalizer(np.full(300, 4.0)); sums.grads[[3, 7]] = 5.0, 6.5
+    >>> record = sums.to_state()
+    >>> record["fill"], record["grads_at"], record["grads_to"]
+    (4.0, [3, 7], [5.0, 6.5])
+    >>> np.array_equal(Normalizer.from_state(record, 300).grads, sums.grads)
+    True
+    """
 
     grads: FloatArray
 
@@ -86,7 +100,21 @@ class Normalizer:
     def to_state(self, listed: st.Listed | None = None) -> dict[str, Any]:
         """The record of the sums (``listed``: the learner's lists of its last state)."""
         grads = self.grads
+        if grads.size >= st.SHARED_FROM:
+            fill = float(grads.min())
+            changes = st.changes_from(grads, np.full(grads.shape, fill))
+            if changes is not None:
+                return {"fill": fill, "grads_at": changes[0], "grads_to": changes[1]}
         return {"grads": st.float_list(grads) if listed is None else listed("grads", grads)}
+
+    @staticmethod
+    def sums_of(record: Any, n: int) -> FloatArray | None:
+        """The sums a :meth:`to_state` record of ``n`` holds, either form, as an array
+        (None: not such a record)."""
+        try:
+            return Normalizer.from_state(record, n).grads if isinstance(record, Mapping) else None
+        except StateError:
+            return None
 
     @classmethod
     def from_state(cls, record: Any, n: int) -> Normalizer:
@@ -95,7 +123,13 @@ class Normalizer:
             return cls.empty(n)
         if not isinstance(record, Mapping):
             raise StateError("state field 'normalizer' must be an object; rebuild the model")
-        out = cls(st.read_floats(record, "grads", (n,)))
+        if "fill" in record:
+            if "grads" in record:
+                raise StateError("state field 'normalizer' holds its sums twice; rebuild the model")
+            fill = st.read_float(record, "fill", minimum=0.0)
+            out = cls(st.changed(record, "grads", np.full(n, fill), n, "the normaliser"))
+        else:
+            out = cls(st.read_floats(record, "grads", (n,)))
         if (out.grads < 0.0).any():
             raise StateError("state field 'normalizer' holds negative sums; rebuild the model")
         return out

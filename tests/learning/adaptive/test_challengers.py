@@ -14,7 +14,9 @@ from service.learning.adaptive import Adaptive
 from service.learning.adaptive.challengers import (
     MAX_AUTOCORRELATION,
     TAIL,
+    Challenger,
     Paired,
+    base_of,
     challenger_for,
 )
 
@@ -182,3 +184,26 @@ def test_a_challenger_written_against_a_champion_of_another_width_is_refused() -
     grads["contest"]["challengers"][0]["learner"]["learned"]["normalizer"]["grads_at"] = [999]
     with pytest.raises(StateError, match="grads_at"):
         Adaptive.from_state(grads)
+
+
+def test_a_mirror_that_kept_its_negated_zeros_is_written_against_the_negated_weights() -> None:
+    champion = DSAL(n_features=400, cost=0.25, update_rule="normalized")
+    x = np.zeros(400)
+    x[[3, 9]] = 1.0, -2.0
+    champion.update(x, 1)
+    mirror = challenger_for(champion, "mirror")
+    zeros = mirror.w == 0.0
+    assert np.signbit(mirror.w[zeros]).all()  # each 0.0 of the champion is -0.0 in it
+    base = base_of(champion.to_state())
+    record = json.loads(json.dumps(Challenger("mirror", mirror).to_state(base)))
+    learned = record["learner"]["learned"]
+    assert learned["against"] == "negated"
+    assert learned["w_at"] == []  # 0 - w would differ at every untouched weight
+    back = Challenger.from_state(record, base)
+    assert back.learner.w.tobytes() == mirror.w.tobytes()
+    for bad, kind in (("negated", "tail"), ("sideways", "mirror")):
+        twisted = json.loads(json.dumps(record))
+        twisted["kind"] = kind
+        twisted["learner"]["learned"]["against"] = bad
+        with pytest.raises(StateError, match="negated"):
+            Challenger.from_state(twisted, base)

@@ -179,3 +179,61 @@ def test_the_normalized_update_takes_the_papers_default_step() -> None:
         params = {**learner.get_params(), "update_rule": "normalized"}
         del params["eta"]
         assert type(learner)(**params).eta == learner.eta
+
+
+def _wide(labels: int, n: int = 400) -> DSAL:
+    """A normalized learner of ``n`` inputs after ``labels`` labels of 5 inputs each."""
+    rng = np.random.default_rng(labels)
+    learner = DSAL(n_features=n, cost=0.25, update_rule="normalized")
+    for _ in range(labels):
+        x = np.zeros(n)
+        x[rng.choice(n, 5, replace=False)] = rng.normal(size=5)
+        learner.update(x, 1 if x.sum() > 0 else -1)
+    return learner
+
+
+@pytest.mark.parametrize("labels", [0, 1, 20, 200])
+def test_a_wide_learners_sums_are_written_as_those_that_left_the_prior_bit_for_bit(
+    labels: int,
+) -> None:
+    learner = _wide(labels)
+    record = json.loads(json.dumps(learner.to_state()))
+    written = record["learned"]["normalizer"]
+    grads = learner._normalizer.grads  # type: ignore[union-attr]
+    if labels < 200:  # a few labels moved a few sums: the prior and those
+        assert written["fill"] == grads.min()
+        assert len(written["grads_at"]) == np.count_nonzero(grads != grads.min()) <= 5 * labels
+        assert "grads" not in written
+    else:  # most moved: whole
+        assert set(written) == {"grads"}
+    clone = learner_from_state(record)
+    assert clone._normalizer.grads.tobytes() == grads.tobytes()  # type: ignore[union-attr]
+    assert clone.to_state() == learner.to_state()
+    x = np.eye(1, 400, 3)[0]  # and they learn alike from here
+    clone.update(x, 1)
+    learner.update(x, 1)
+    assert clone.w.tobytes() == learner.w.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"fill": -1.0}, "fill"),
+        ({"fill": float("nan")}, "fill"),
+        ({"fill": "x"}, "fill"),
+        ({"grads": [1.0] * 400}, "twice"),
+        ({"grads_at": [400]}, "grads_at"),
+        ({"grads_at": [5, 3]}, "grads_at"),
+        ({"grads_to": [-1.0]}, "negative"),
+        ({"grads_to": [1.0, 2.0]}, "grads_to"),
+    ],
+)
+def test_a_broken_record_of_sums_left_the_prior_is_refused(
+    change: dict[str, Any], match: str
+) -> None:
+    record = json.loads(json.dumps(_wide(1).to_state()))
+    normalizer = record["learned"]["normalizer"]
+    normalizer.update({"grads_at": [3], "grads_to": [9.0]})
+    normalizer.update(change)
+    with pytest.raises(StateError, match=match):
+        learner_from_state(record)
