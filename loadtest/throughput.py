@@ -4,9 +4,14 @@
                                   [--latency-pairs 3] [--rate 200] [--latency-seconds 10]
                                   [--workers 2] [--learner 20000] [--budget 0.01]
                                   [--same-output] [--profile DIR] [--compression CODEC]
-                                  [--worker-setting NAME=JSON ...]
+                                  [--worker-setting NAME=JSON ...] [--shapes dense68,...]
 
-1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features).
+1. Pre-loads one 4-partition topic with ``--events`` Phishing events (68 features); with
+   ``--shapes`` one topic per shape, each measured in turn as below (``hashed12-300``:
+   ``loadtest/wide.py``'s events as producers write them, 300 tokens an event, and its
+   model, a ``fields`` declaration of 2^12 buckets; the passthrough takes the first 68
+   numbers of an object of fields), and a summary of each shape's medians against the
+   first's.
 2. Runs ``loadtest/passthrough.py`` and ``python -m service worker`` alternately on it,
    ``--pairs`` times each, every run with its own consumer group and a fresh output topic
    (created with ``message.timestamp.type=LogAppendTime``, so every output carries the
@@ -77,6 +82,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from harness import features, stop, worker_argv  # noqa: E402
+from wide import SHAPES, config_of, events  # noqa: E402
 
 from service.localkafka import LocalKafka, find_free_ports  # noqa: E402
 from service.stream.kafka.clients import topic_partitions  # noqa: E402
@@ -86,10 +92,14 @@ PARTITIONS = 4
 RUN_TIMEOUT = 300.0
 #: the worker's model: a fresh DSAL (it asks for about 80 % of the labels); --budget caps it
 MODEL: dict[str, Any] = {"algorithm": "dsal", "cost": 0.25, "n_features": 68}
+#: each event's features as a producer writes them (a list of numbers, or an object of fields)
+Payloads = list[Any]
 #: the codec the worker and the passthrough write with (--compression; None: the default)
 COMPRESSION: str | None = None
 #: the worker's settings besides its model (--worker-setting NAME=VALUE)
 WORKER: dict[str, Any] = {}
+#: --budget F: the model's label budget, a fraction of its events (None: none)
+BUDGET: float | None = None
 #: --profile DIR: py-spy samples every measured run into DIR (``loadtest/flame.py`` reads them)
 PROFILE: Path | None = None
 
@@ -133,12 +143,12 @@ async def create_topics(
     await asyncio.sleep(0.5)  # leaders elected before anyone fetches
 
 
-async def preload(broker: str, topic: str, X: np.ndarray, n: int, prefix: str) -> None:
+async def preload(broker: str, topic: str, X: Payloads, n: int, prefix: str) -> None:
     """``n`` feature events (ids ``prefix0``, ``prefix1``...) on ``topic``, keyed by id."""
 
     def event(i: int) -> tuple[bytes, bytes]:
         event_id = f"{prefix}{i}"
-        return event_id.encode(), orjson.dumps({"id": event_id, "features": X[i % len(X)].tolist()})
+        return event_id.encode(), orjson.dumps({"id": event_id, "features": X[i % len(X)]})
 
     await write(broker, topic, (event(i) for i in range(n)))
 
@@ -548,7 +558,7 @@ async def learner_behind(broker: str, topics: list[str], last_decision: float) -
 
 
 async def latency_run(
-    kind: str, broker: str, X: np.ndarray, rate: float, seconds: float, work: Path
+    kind: str, broker: str, X: Payloads, rate: float, seconds: float, work: Path
 ) -> Run:
     topic = f"lat-{kind}-{uuid.uuid4().hex[:6]}"
     out = f"{topic}-out"
@@ -566,7 +576,7 @@ async def latency_run(
             i = 0
             while not tail.seen and time.monotonic() < deadline:  # warm up: until it answers
                 await producer.send_and_wait(
-                    topic, orjson.dumps({"id": f"warm-{i}", "features": X[i % len(X)].tolist()})
+                    topic, orjson.dumps({"id": f"warm-{i}", "features": X[i % len(X)]})
                 )
                 i += 1
                 for _ in range(10):
@@ -586,7 +596,7 @@ async def latency_run(
                 sent[event_id] = time.time()
                 await producer.send(
                     topic,
-                    orjson.dumps({"id": event_id, "features": X[j % len(X)].tolist()}),
+                    orjson.dumps({"id": event_id, "features": X[j % len(X)]}),
                     key=event_id.encode(),
                 )
                 next_at += interval
@@ -684,11 +694,54 @@ def report(runs: list[Run], latency: list[Run], scale: Run | None) -> None:
     print(f"worker/passthrough = {wk_rate / pt_rate:.2f}")
 
 
+def payloads(shape: str) -> tuple[Payloads, dict[str, Any]]:
+    """The events of ``shape`` (as a producer writes their features) and the worker's model
+    of them: ``dense68`` the Phishing rows and a DSAL of 68 features; a shape of
+    ``loadtest/wide.py`` its events and its model (a ``fields`` declaration)."""
+    if shape == "dense68":
+        return features(68).tolist(), {"algorithm": "dsal", "cost": 0.25, "n_features": 68}
+    model = config_of(shape).model_dump(mode="json", exclude_defaults=True)
+    return [f for f, _ in events(shape, 5000, np.random.default_rng(3))], model
+
+
 async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
-    X = features(68)
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    summary: list[tuple[str, float, float, float, float]] = []
+    for shape in shapes:
+        P, model = payloads(shape)
+        MODEL.clear()
+        MODEL.update(model, **({} if BUDGET is None else {"label_budget": {"fraction": BUDGET}}))
+        if len(shapes) > 1:
+            print(f"\n== {shape}", flush=True)
+        runs, latency, scale = await _shape_runs(args, broker, work, P)
+        report(runs, latency, scale)
+        by = {k: [r for r in runs if r.kind == k] for k in ("passthrough", "worker")}
+        summary.append(
+            (
+                shape,
+                _median([r.rate for r in by["worker"]]),
+                _median([r.cpu_us[0] for r in by["worker"]]),
+                _median([r.rate for r in by["passthrough"]]),
+                _median([r.cpu_us[0] for r in by["passthrough"]]),
+            )
+        )
+    if len(summary) > 1:
+        base = summary[0]
+        print(f"\nshapes (medians; x = / {base[0]}'s worker events/s):")
+        for shape, wk, wk_cpu, pt, pt_cpu in summary:
+            print(
+                f"  {shape:>13}: worker {wk:>8,.0f} events/s ({wk / base[1]:.2f} x) at "
+                f"{wk_cpu:.0f} us CPU/event; passthrough {pt:>8,.0f} at {pt_cpu:.0f} us; "
+                f"worker/passthrough {wk / pt:.2f}"
+            )
+
+
+async def _shape_runs(
+    args: argparse.Namespace, broker: str, work: Path, P: Payloads
+) -> tuple[list[Run], list[Run], Run | None]:
     topic = f"tput-{uuid.uuid4().hex[:6]}"
     await create_topics(broker, [topic], log_append=False)
-    await preload(broker, topic, X, args.events, "e-")
+    await preload(broker, topic, P, args.events, "e-")
     runs: list[Run] = []
     kinds = (
         ("passthrough", "worker", "floor+requests")
@@ -714,10 +767,13 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
     latency: list[Run] = []
     for i in range(args.latency_pairs):
         for kind in ("passthrough", "worker") if i % 2 == 0 else ("worker", "passthrough"):
-            run = await latency_run(kind, broker, X, args.rate, args.latency_seconds, work)
+            run = await latency_run(kind, broker, P, args.rate, args.latency_seconds, work)
             print(f"  {kind:<12} p50 {run.p50_ms:.1f} ms  p99 {run.p99_ms:.1f} ms", flush=True)
             latency.append(run)
     if args.learner:
+        if "n_features" not in MODEL:
+            raise SystemExit("--learner takes the dense68 shape alone")
+        X = np.asarray(P, dtype=np.float64)
         for _ in range(max(1, args.pairs)):
             run = await learner_run(broker, X, args.learner, work)
             cpu = run.cpu_us[0]
@@ -730,8 +786,8 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
     if args.workers > 1:
         fresh = f"tput-{uuid.uuid4().hex[:6]}"
         await create_topics(broker, [fresh], log_append=False)
-        scale = await throughput_run("worker", broker, fresh, args.events, work, args.workers, X)
-    report(runs, latency, scale)
+        scale = await throughput_run("worker", broker, fresh, args.events, work, args.workers, P)
+    return runs, latency, scale
 
 
 def main() -> int:
@@ -754,6 +810,13 @@ def main() -> int:
         "--same-output",
         action="store_true",
         help="also a floor that writes the label requests the worker wrote (floor+requests)",
+    )
+    p.add_argument(
+        "--shapes",
+        default="dense68",
+        help=f"events and model, one run after another: dense68 or any of {', '.join(SHAPES[2:])}"
+        " (loadtest/wide.py's: events as producers write them, a fields declaration); the"
+        " first is the base of the summary",
     )
     p.add_argument("--profile", type=Path, help="DIR: py-spy samples of every run (flame.py)")
     p.add_argument(
@@ -778,8 +841,8 @@ def main() -> int:
         global PROFILE
         args.profile.mkdir(parents=True, exist_ok=True)
         PROFILE = args.profile.resolve()
-    if args.budget is not None:
-        MODEL["label_budget"] = {"fraction": args.budget}
+    global BUDGET
+    BUDGET = args.budget
     work = Path(tempfile.mkdtemp(prefix="abstain-tput-"))
     kafka: LocalKafka | None = None
     try:
