@@ -78,7 +78,7 @@ class SparseScorer:
 
     def scores(self, rows: SparseRows) -> FloatArray:
         """Each row's score (NaN or infinite where the scaled row or the score overflow:
-        the caller refuses those through the dense path, which names them)."""
+        the caller refuses those rows alone)."""
         if rows.width != self._width:
             raise DimensionError(f"rows of {rows.width} columns, not {self._width}")
         n = len(rows)

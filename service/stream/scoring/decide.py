@@ -279,31 +279,29 @@ def _shadow_decide(shadow: ServedModel, rows: Rows) -> tuple[list[int], list[int
     """A shadow's decision (+1, -1, 0) on each of its champion's ``rows``: (rows, labels);
     rows that overflow for the shadow are left out (the shadow decides nothing there)."""
     drawn = coins(shadow.name, rows.ids, shadow.version)
-    decided = _sparse_decide(shadow, rows, drawn)
-    if decided is not None:
-        return list(range(len(rows))), [int(label) for label in decided[0]]
+    scored = _sparse_scores(shadow, rows)
+    if scored is not None:
+        kept = np.flatnonzero(np.isfinite(scored))
+        labels = shadow.learner.decide_scores(scored[kept], coins=drawn[kept])[0]
+        return kept.tolist(), [int(label) for label in labels]
     with np.errstate(over="ignore", invalid="ignore"):
         z = shadow.pipeline.transform_many(rows.dense())
     try:
         labels = shadow.learner.decide_many(z, coins=drawn)[0]
         return list(range(len(rows))), [int(label) for label in labels]
     except NonFiniteError:
-        kept, labels = _decide_rows(shadow, z, drawn)[:2]
-        return kept, [int(label) for label in labels]
+        kept_rows, labels = _decide_rows(shadow, z, drawn)[:2]
+        return kept_rows, [int(label) for label in labels]
 
 
-def _sparse_decide(served: ServedModel, rows: Rows, drawn: np.ndarray) -> Any:
-    """The learner's decisions of sparse ``rows`` from their scores
-    (:class:`~service.learning.sparse_scoring.SparseScorer`); None when the rows are a matrix, the
-    model scores them whole or a score overflows (the dense path then refuses those rows,
-    naming them)."""
+def _sparse_scores(served: ServedModel, rows: Rows) -> np.ndarray | None:
+    """The scores of sparse ``rows`` (:class:`~service.learning.sparse_scoring.SparseScorer`:
+    NaN or infinite where a row overflows once scaled); None when the rows are a matrix or
+    the model scores them whole."""
     scorer = served.sparse
     if scorer is None or not isinstance(rows.x, SparseRows):
         return None
-    scores = scorer.scores(rows.x)
-    if not np.isfinite(scores).all():
-        return None
-    return served.learner.decide_scores(scores, coins=drawn)
+    return scorer.scores(rows.x)
 
 
 def _decide(
@@ -314,28 +312,34 @@ def _decide(
     budget did not."""
     name, version = served.name, served.version
     drawn = coins(name, rows.ids, version)
-    dead: list[DeadLetter] = []
-    decided = _sparse_decide(served, rows, drawn)
-    try:
-        if decided is None:
-            with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
-                z = served.pipeline.transform_many(rows.dense())
-            decided = served.learner.decide_many(z, coins=drawn)
-        labels, scores, probs, queries = decided
-    except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
-        kept, labels, scores, probs, queries = _decide_rows(served, z, drawn)
-        dead = [
-            DeadLetter.of(
-                Source.FEATURES,
-                batch[rows.positions[j]],
-                "non_finite",
-                f"model {name!r}: the scaled features or the score overflow",
-            )
-            for j in sorted(set(range(len(rows))) - set(kept))
-        ]
-        if not kept:
-            return None, dead, 0
-        rows, drawn = _take(rows, kept), drawn[kept]
+    scored = _sparse_scores(served, rows)
+    if scored is None:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+            z = served.pipeline.transform_many(rows.dense())
+        try:
+            labels, scores, probs, queries = served.learner.decide_many(z, coins=drawn)
+            kept = list(range(len(rows)))
+        except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
+            kept, labels, scores, probs, queries = _decide_rows(served, z, drawn)
+    else:  # a row's score stands alone: those that overflow are left out, the rest decided
+        kept = np.flatnonzero(np.isfinite(scored)).tolist()
+        scored, drawn = scored[kept], drawn[kept]
+        labels, scores, probs, queries = served.learner.decide_scores(scored, coins=drawn)
+    dead = [
+        DeadLetter.of(
+            Source.FEATURES,
+            batch[rows.positions[j]],
+            "non_finite",
+            f"model {name!r}: the scaled features or the score overflow",
+        )
+        for j in sorted(set(range(len(rows))) - set(kept))
+    ]
+    if not kept:
+        return None, dead, 0
+    if dead:
+        rows = _take(rows, kept)
+        if scored is None:
+            drawn = drawn[kept]
     scores = np.asarray(scores, dtype=np.float64)
     queries = np.asarray(queries, dtype=bool)
     suppressed = 0

@@ -191,9 +191,11 @@ def _shadow_decide(shadow: ServedModel, items: Sequence[ParsedEvent]) -> dict[in
     """A shadow's decision (+1, -1, 0) on each of its champion's ``items``, by position;
     rows that overflow for the shadow are left out (the shadow decides nothing there)."""
     coins = np.array([coin(shadow.name, it.event.id, shadow.version) for it in items])
-    decided = _sparse_decide(shadow, items, coins)
-    if decided is not None:
-        return {j: int(label) for j, label in enumerate(decided[0])}
+    alone = _sparse_scores(shadow, items)
+    if alone is not None:
+        kept = np.flatnonzero(np.isfinite(alone)).tolist()
+        labels = shadow.learner.decide_scores(alone[kept], coins=coins[kept])[0]
+        return {j: int(label) for j, label in zip(kept, labels, strict=True)}
     with np.errstate(over="ignore", invalid="ignore"):
         z = shadow.pipeline.transform_many(np.stack([it.x for it in items]))
     try:
@@ -274,16 +276,19 @@ def _decide(
     """Verdicts by position in ``items``; dead letters for rows that overflow once scaled."""
     name, version = served.name, served.version
     coins = np.array([coin(name, it.event.id, version) for it in items])
-    decided = _sparse_decide(served, items, coins)
-    try:
-        if decided is None:
-            with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
-                z = served.pipeline.transform_many(np.stack([it.x for it in items]))
-            decided = served.learner.decide_many(z, coins=coins)
+    alone = _sparse_scores(served, items)
+    if alone is not None:  # a declared model's: each event scored alone, overflows refused
+        rows = np.flatnonzero(np.isfinite(alone)).tolist()
+        decided = served.learner.decide_scores(alone[rows], coins=coins[rows])
         labels, scores, probs, queries = decided
-        rows = list(range(len(items)))
-    except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
-        rows, labels, scores, probs, queries = _decide_rows(served, z, coins)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+            z = served.pipeline.transform_many(np.stack([it.x for it in items]))
+        try:
+            labels, scores, probs, queries = served.learner.decide_many(z, coins=coins)
+            rows = list(range(len(items)))
+        except NonFiniteError:  # a finite event overflows once scaled: refuse those rows
+            rows, labels, scores, probs, queries = _decide_rows(served, z, coins)
     refused = sorted(set(range(len(items))) - set(rows))
     dead = [
         DeadLetter.of(
@@ -474,13 +479,11 @@ def _sparse_rows(served: ServedModel, items: Sequence[ParsedEvent]) -> SparseRow
     return SparseRows.of(entries, served.config.n_inputs)  # type: ignore[arg-type]
 
 
-def _sparse_decide(served: ServedModel, items: Sequence[ParsedEvent], coins: np.ndarray) -> Any:
-    """The decisions of a declared model's ``items`` from their sparse scores (None: scored
-    whole, or a score overflows)."""
-    rows = _sparse_rows(served, items)
-    if rows is None or served.sparse is None:
+def _sparse_scores(served: ServedModel, items: Sequence[ParsedEvent]) -> np.ndarray | None:
+    """A declared model's score of each of ``items``, each scored alone (None: scored
+    whole)."""
+    if served.sparse is None:
         return None
-    scores = served.sparse.scores(rows)
-    if not np.isfinite(scores).all():
-        return None
-    return served.learner.decide_scores(scores, coins=coins)
+    width = served.config.n_inputs
+    one = [SparseRows.of([served.entries(it.event)], width) for it in items]  # type: ignore[list-item]
+    return np.array([served.sparse.scores(row)[0] for row in one])

@@ -364,3 +364,7 @@ def test_a_declared_models_events_are_scored_without_a_row_of_its_width(
     assert [(d.offset, d.reason) for d in out.dead_letters] == [(1, "non_finite")]
     assert [d.id for d in out.decisions] == ["ok"]
     assert out.decisions[0].score == pytest.approx(1.7e308 + 3.0)
+    # the others are decided as they are alone, bit for bit
+    ok = msg({"id": "ok", "features": {**big, "b": 1.0}}, 0)
+    alone = score_batch(models_(f=ones), [ok], limits=limits, now=1.0)
+    assert alone.decisions == out.decisions
