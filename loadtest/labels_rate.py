@@ -59,6 +59,7 @@ from wide import events as wide_events  # noqa: E402
 
 from service.config import Topics  # noqa: E402
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
+from service.records.packed import header_of, is_packed  # noqa: E402
 from service.stream.kafka.clients import Client, read_topic  # noqa: E402
 
 MODEL = "m"
@@ -99,7 +100,8 @@ async def _run(
             topics = [t.label_requests, changelog, t.models]
             async for rec in client.follow(topics, positioned=positioned, poll_ms=20):
                 if rec.topic == t.models:
-                    found = VERSION.search(rec.value[:200])
+                    raw = rec.value
+                    found = VERSION.search((header_of(raw) if is_packed(raw) else raw)[:200])
                     if rec.key == MODEL.encode() and found is not None:
                         newest["version"] = max(newest["version"], int(found.group(1)))
                         if 0 <= newest["target"] <= newest["version"]:

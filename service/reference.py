@@ -527,7 +527,11 @@ _PACKED: Final = (
     '(`{"$d": [i, n]}`: `n` doubles from number `i`; `{"$s": [offset, n, k, fill]}`: '
     "`n` floats all `fill` but `k`, given as `k` u32 indices then `k` doubles) into the "
     "`D` little-endian doubles that follow, then the sparse arrays. Read back, it is this "
-    "record exactly. Every reader takes either form: a seed order carries the JSON one."
+    "record exactly. A packed record of 64 KiB or more is written compressed when that is "
+    "smaller: the 4 bytes `AB 41 4D 5A`, the packed record's length (u32, little-endian), "
+    "then one zstd frame of it; a reader refuses one that claims more than 16 times its own "
+    "size, or expands to more or less than it claims. Every reader takes every form: a "
+    "seed order carries the JSON one."
 )
 
 

@@ -60,7 +60,7 @@ from service.records.codec import (
     number,
     text,
 )
-from service.records.packed import check, header_of, is_packed, pack, unpack
+from service.records.packed import check, header_of, is_packed, pack, squeeze, unpack
 from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
 
 __all__ = [
@@ -175,14 +175,14 @@ class ModelEnvelope:
 
     def to_bytes(self) -> bytes:
         """The record a learner writes: :meth:`to_dict` in the packed form
-        (:mod:`service.records.packed`: the arrays as raw doubles), with the checks of
-        :meth:`to_json`."""
+        (:mod:`service.records.packed`: the arrays as raw doubles; compressed when large),
+        with the checks of :meth:`to_json`."""
         encoded = pack(self.to_dict(), bound=MAX_MAGNITUDE)
         if _out_of_bounds(self, header_of(encoded)):
             raise RecordError(
                 f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
             )
-        return encoded
+        return squeeze(encoded)
 
     def check(self) -> None:
         """Raise what :meth:`to_bytes` raises, without encoding: what a learner checks of

@@ -22,7 +22,8 @@ from faults.desk import DeskProcess
 from service.datasets import load_events
 from service.desk.auth.passwords import hash_password
 from service.features import Encoder, FieldsConfig
-from service.records import parse_label_request
+from service.records import parse_label_request, parse_model_envelope
+from service.records.packed import ZMAGIC
 
 KafkaIO = Record = Service = Worker = Any  # fixtures' types live in conftest.py
 
@@ -119,6 +120,11 @@ def seeded(
             break
         assert time.monotonic() < deadline, "the worker never served the seeded version"
         probe += 1
+    # the seeded version of 2^10 buckets and 300 tokens an event crossed the broker
+    # compressed (a packed record of 64 KiB or more), and the worker served it
+    (seeded_version,) = [r.value for r in kafka_io.read(t["models"]) if r.key == b"fraud"][-1:]
+    assert seeded_version[:4] == ZMAGIC
+    assert parse_model_envelope(seeded_version, model="fraud").version == d["model_version"]
     return service, worker, history
 
 

@@ -8,6 +8,7 @@ import re
 import struct
 from typing import Any
 
+import cramjam
 import numpy as np
 import orjson
 import pytest
@@ -17,7 +18,19 @@ from hypothesis import strategies as st
 from service.config import ModelConfig
 from service.learning.state import FrozenRecord, float_list
 from service.records import BadMessage, RecordError, parse_model_envelope
-from service.records.packed import MAGIC, MAX_ELEMENTS, MIN_PACKED, check, header_of, pack, unpack
+from service.records.packed import (
+    COMPRESS_FROM,
+    EXPANSION,
+    MAGIC,
+    MAX_ELEMENTS,
+    MIN_PACKED,
+    ZMAGIC,
+    check,
+    header_of,
+    pack,
+    squeeze,
+    unpack,
+)
 from service.records.state import MAX_MAGNITUDE
 from service.stream.models.served import initial_envelope
 
@@ -305,3 +318,80 @@ def test_a_frozen_record_packs_and_reads_back_as_its_plain_copy() -> None:
     assert bits(unpack(pack(record))) == bits(
         unpack(pack({"labels": [dict(r) for r in record["labels"]]}))
     )
+
+
+def _wide_version() -> Any:
+    """A declared model of 2^12 buckets whose learned lists are written whole: numbers of
+    16 varying bits at most places, zero elsewhere."""
+    config = ModelConfig.model_validate(
+        {"algorithm": "dsal", "fields": {"hash_bits": 12, "fields": {"t": "tokens"}}}
+    )
+    env = initial_envelope("m", config)
+    rng = np.random.default_rng(1)
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: v if k == "params" else fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            if len(value) >= MIN_PACKED and all(type(v) is float for v in value):
+                out = np.zeros(len(value))
+                at = rng.random(len(value)) < 0.9
+                out[at] = rng.integers(1, 2**16, int(at.sum())) / 2**10
+                return out.tolist()
+            return [fill(v) for v in value]
+        return value
+
+    return env.replace(pipeline=fill(env.pipeline), learner=fill(env.learner))
+
+
+def test_a_large_version_is_written_compressed_and_reads_back_bit_for_bit() -> None:
+    version = _wide_version()
+    raw = version.to_bytes()
+    whole = pack(version.to_dict(), bound=MAX_MAGNITUDE)
+    assert len(whole) >= COMPRESS_FROM
+    assert raw[:4] == ZMAGIC
+    assert len(raw) < 0.7 * len(whole)
+    back = parse_model_envelope(raw, model="m", max_bytes=len(raw))
+    assert back == version
+    assert squeeze(raw) == raw  # compressed once
+    small = initial_envelope("m", ModelConfig(n_features=3)).to_bytes()
+    assert small[:4] == MAGIC  # below the size: as it is
+
+
+def forge_z(size: int, frame: bytes) -> bytes:
+    return ZMAGIC + struct.pack("<I", size) + frame
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda raw, frame: ZMAGIC, "not a packed record"),
+        (lambda raw, frame: forge_z(len(raw), b"garbage!" * 5000), "does not expand"),
+        (lambda raw, frame: forge_z(len(raw), frame[:-10]), "does not expand"),
+        (lambda raw, frame: forge_z(len(raw) + 1, frame), "expands to"),
+        (lambda raw, frame: forge_z(len(raw) - 1, frame), "does not expand"),
+        (lambda raw, frame: forge_z(2**31, frame), "claims"),  # refused before it is made
+        (lambda raw, frame: forge_z(len(raw), forge_z(len(raw), frame)), "does not expand"),
+        (lambda raw, frame: forge_z(100, bytes(cramjam.zstd.compress(b"{" * 100))), "not a"),
+    ],
+)
+def test_a_malformed_compressed_record_is_refused_with_a_reason(make: Any, why: str) -> None:
+    raw = pack(_wide_version().to_dict())
+    frame = bytes(cramjam.zstd.compress(raw, level=1))
+    with pytest.raises(BadMessage, match=why):
+        unpack(make(raw, frame), max_bytes=1 << 20)
+
+
+def test_a_small_compressed_record_cannot_expand_past_sixteen_times_its_size() -> None:
+    zeros = bytes(cramjam.zstd.compress(MAGIC + b"\0" * (1 << 24), level=1))
+    assert len(zeros) < 2000
+    raw = forge_z((1 << 24) + 4, zeros)  # 16 MiB from 2 KB: refused before it is made
+    with pytest.raises(BadMessage, match=f"at most {EXPANSION * len(raw)}"):
+        unpack(raw)
+    with pytest.raises(BadMessage, match="oversize"):  # the limit is on what was sent
+        unpack(raw, max_bytes=len(raw) - 1)
+
+
+def test_the_header_of_a_compressed_record_is_the_packed_ones() -> None:
+    raw = pack(_wide_version().to_dict())
+    assert header_of(squeeze(raw)) == header_of(raw)
