@@ -1,8 +1,9 @@
 """The size of a model version while challengers run: a model learns every label of a stream
 whose labels flip after ``--flip``, each label applied as the learner applies it
 (:func:`~service.stream.labels.protocol.apply_label`, the request carrying the moments of the
-last events, as ``loadtest/wide.py``), and every 10th version is encoded; printed per shape:
-the median and the largest version while three challengers run, and the largest otherwise.
+last events, merged as a keyed worker's, as ``loadtest/wide.py``), and every 10th version is
+encoded; printed per shape: the median and the largest version while three challengers run,
+and the largest otherwise.
 
     python loadtest/contest_size.py [--labels 1000] [--flip 400] [SHAPE ...]
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from label_cost import moments_of, request_of  # noqa: E402
-from wide import BETWEEN, config_of, events, vector  # noqa: E402
+from wide import BETWEEN, TRUST, config_of, events, vector  # noqa: E402
 
 from service.records import Label, PendingEntry, request_id  # noqa: E402
 from service.stream.labels.protocol import apply_label  # noqa: E402
@@ -39,11 +40,11 @@ def sizes(shape: str, labels: int, flip: int) -> tuple[list[int], list[int]]:
     idle: list[int] = []
     for i, (_, y) in enumerate(stream):
         label = y if i < flip else -y
-        request = request_of(i, X[i], model.version, moments_of(X[max(0, i - BETWEEN + 1) : i + 1]))
+        seen = moments_of(X[max(0, i - BETWEEN + 1) : i + 1, : config.moments_inputs])
+        request = request_of(i, X[i], model.version, seen)
         rid = request_id("m", f"e{i}")
-        out = apply_label(
-            config, model, PendingEntry(request, 0), Label(rid, "m", label, "b", None), i, now=1.0
-        )
+        answer = Label(rid, "m", label, "b", None)
+        out = apply_label(config, model, PendingEntry(request, 0), answer, i, now=1.0, trust=TRUST)
         assert out.model is not None  # noqa: S101 - every label applies
         model = out.model
         if i % 10 == 0:

@@ -43,11 +43,12 @@ def main() -> None:
         stream = events(shape, 200, np.random.default_rng(1))
         X = np.vstack([vector(config, f) for f, _ in stream])
         shown = encoder_of(config.fields).shown
+        width = config.moments_inputs  # the moments a scorer gathers: the numbers'
         for between in (1, 20):
             whole, written, read_whole, read_written = [], [], [], []
             for i in range(40, 200):
                 request = dataclasses.replace(
-                    request_of(i, X[i], 3, moments_of(X[i - between + 1 : i + 1])),
+                    request_of(i, X[i], 3, moments_of(X[i - between + 1 : i + 1, :width])),
                     features=numbers_of(X[i]),
                     fields=shown(stream[i][0]),
                 )

@@ -345,6 +345,22 @@ class ModelConfig(BaseModel):
         assert self.n_features is not None  # noqa: S101 - guaranteed by the validator
         return self.n_features
 
+    @property
+    def moments_inputs(self) -> int:
+        """How many of the inputs (the first ones) a scorer gathers the moments of for the
+        learner's first standardiser (:func:`service.learning.serving_pipeline`): every one,
+        or a declared model's numbers, not its hashed buckets (0 when it has no numbers).
+
+        >>> ModelConfig(n_features=3).moments_inputs
+        3
+        >>> declared = {"hash_bits": 4, "fields": {"a": "number", "t": "tokens"}}
+        >>> ModelConfig(fields=declared).moments_inputs
+        1
+        """
+        if self.fields is not None and self.fields.hashed_from is not None:
+            return self.fields.hashed_from
+        return self.n_inputs
+
     def weight_cap(self, max_importance_weight: float) -> float:
         """The cap of a label's importance weight 1/p for this model: the global
         ``max_importance_weight``, raised for a fraction budget to what its exploration floor

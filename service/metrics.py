@@ -113,9 +113,10 @@ class Metrics:
         self.moments_refused = Counter(
             "abstain_moments_refused_total",
             "Label requests whose moments were refused, not merged into the model's first "
-            "standardiser: implausible against its statistics (mean, spread; no key) or not "
-            "signed by a worker (unsigned, bad_signature; with snapshot_key). The label "
-            "still teaches; the request is dead-lettered with reason moments",
+            "standardiser: implausible against its statistics (mean, spread; no key), not "
+            "signed by a worker (unsigned, bad_signature; with snapshot_key), or of other "
+            "inputs than the model gathers (width). The label still teaches; the request is "
+            "dead-lettered with reason moments",
             ["model", "reason"],
             registry=r,
         )

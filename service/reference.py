@@ -500,14 +500,18 @@ def records_markdown() -> str:
 
 
 _SPARSE: Final = (
-    "A request of a model that declares `fields` (whose hashed buckets an event mostly "
+    "The moments are those of the inputs the model's first standardiser learns: every "
+    "input of a model of `n_features` or `feature_names`, the number fields alone of a "
+    "model that declares `fields` (not its hashed buckets, so they do not grow with "
+    "`hash_bits`). A request of a declared model (whose hashed buckets an event mostly "
     "leaves at zero), of 256 or more inputs, writes a list of which at most a quarter are "
     'non-zero as those alone: `features` as `{"size": n, "at": [indices], "values": '
-    '[numbers]}`, the moments as `{"count", "at", "mean", "m2", "signature"}` (a feature '
-    "not in `at` had only zeros since the scorer's last request). Every other number is "
-    "0.0; -0.0 is kept, so a request reads back bit for bit, and the moments' signature "
-    "covers them whole. Readers take either form from any request. The features of such "
-    "a request, 260 inputs of which the event sets 3:"
+    '[numbers]}`; moments of 256 or more inputs likewise as `{"count", "size", "at", '
+    '"mean", "m2", "signature"}` (`size`: the inputs they cover; a feature not in `at` had '
+    "only zeros since the scorer's last request). Every other number is 0.0; -0.0 is kept, "
+    "so a request reads back bit for bit, and the moments' signature covers them whole. "
+    "Readers take either form from any request. The features of such a request, 260 "
+    "inputs of which the event sets 3:"
 )
 
 

@@ -81,7 +81,6 @@ import numpy as np
 from .base import check_int, features_matrix, quiet
 from .errors import InputError
 from .losses import FloatArray
-from .sparse import SparseRows
 
 __all__ = [
     "GATE_DRIFT",
@@ -151,39 +150,6 @@ class Moments:
         d = X - mean
         self._merge(X.shape[0], mean, np.einsum("ij,ij->j", d, d))
 
-    @quiet
-    def add_sparse(self, rows: SparseRows) -> None:
-        """Add ``rows`` (:class:`~service.learning.sparse.SparseRows` of this width; the
-        rows of sane magnitude), in proportion to their entries: a column's mean is its
-        entries' sum over the rows, its $M_2$ its entries' squared deviations plus the
-        square of the mean for each row that leaves it 0. The same moments as
-        :meth:`add_many` of the rows made whole, to rounding.
-
-        >>> from service.learning.sparse import SparseRows
-        >>> a, b = Moments(3), Moments(3)
-        >>> X = [[0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [3.0, 0.0, 0.0]]
-        >>> a.add_many(X)
-        >>> b.add_sparse(SparseRows.of([([1], [2.0]), ([0], [1.0]), ([0], [3.0])], width=3))
-        >>> a.mean.tolist() == b.mean.tolist(), np.allclose(a.m2, b.m2)
-        (True, True)
-        """
-        if rows.width != self._n:
-            raise InputError(f"rows of {rows.width} features, not {self._n}")
-        val = rows.values
-        ok = np.abs(val) <= MAX_MAGNITUDE  # False for NaN too
-        if not ok.all():
-            rows = rows.take(np.setdiff1d(np.arange(len(rows)), rows.rows[~ok]))
-            val = rows.values
-        n = len(rows)
-        if not n:
-            return
-        idx, d = rows.indices, self._n
-        mean = np.bincount(idx, weights=val, minlength=d) / n
-        dev = val - mean[idx]
-        zeros = n - np.bincount(idx, minlength=d)
-        m2 = np.bincount(idx, weights=dev * dev, minlength=d) + zeros * (mean * mean)
-        self._merge(n, mean, m2)
-
     def merge(self, other: Moments) -> None:
         """Add the rows ``other`` holds (it is not changed)."""
         if other.n_features != self._n:
@@ -203,6 +169,22 @@ class Moments:
         out = Moments(self._n)
         out.count, out.mean, out.m2 = self.count, self.mean, self.m2
         self.count, self.mean, self.m2 = 0, np.zeros(self._n), np.zeros(self._n)
+        return out
+
+    def padded(self, n_features: int) -> Moments:
+        """These moments followed by those of features that held only zeros, to
+        ``n_features`` in all (a new object).
+
+        >>> m = Moments(1); m.add_many([[2.0], [4.0]])
+        >>> p = m.padded(3); p.count, p.mean.tolist(), p.m2.tolist()
+        (2, [3.0, 0.0, 0.0], [2.0, 0.0, 0.0])
+        """
+        if n_features < self._n:
+            raise InputError(f"cannot pad moments of {self._n} features to {n_features}")
+        out = Moments(n_features)
+        out.count = self.count
+        out.mean[: self._n] = self.mean
+        out.m2[: self._n] = self.m2
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -281,9 +263,10 @@ def bounds(c: int, n: int) -> tuple[float, float]:
 @dataclass(frozen=True, slots=True)
 class Implausible:
     """Why a moments record is not what a scorer could have gathered: ``kind`` ``"mean"``
-    or ``"spread"``, the ``feature`` (the worst one) and a ``detail`` that names both."""
+    or ``"spread"``, the ``feature`` (the worst one) and a ``detail`` that names both; or
+    ``"width"``: moments of other features than the model gathers (``feature`` 0)."""
 
-    kind: Literal["mean", "spread"]
+    kind: Literal["mean", "spread", "width"]
     feature: int
     detail: str
 

@@ -210,7 +210,9 @@ class OnlineStandardizer:
     hashed buckets: categories, flags, token counts) are never centred, whatever they hold,
     and are divided by their root mean square $\sqrt{\hat\mu^2 + \hat s^2}$: a zero stays
     zero, so a row of them stays as sparse as the event that set them (a token counted
-    twice makes a bucket no less sparse, where ``uncentred_binary`` would centre it).
+    twice makes a bucket no less sparse, where ``uncentred_binary`` would centre it). The
+    ``prior`` pseudo-rows are not among those rows: their mean square is over the rows
+    learnt (a bucket no row has set is divided by 1).
 
     ``passes_from`` (default None): the features from this index on pass through unchanged
     and their statistics are never learned (kept at mean 0 and no variance: a declared
@@ -232,6 +234,11 @@ class OnlineStandardizer:
     ...     h.learn(row)
     >>> h.transform([8.0, 0.0]).tolist(), round(float(h.transform([8.0, 2.0])[1]), 12)
     ([0.0, 0.0], 1.414213562373)
+    >>> u = OnlineStandardizer(2, prior=3, uncentred_from=1)
+    >>> for row in ([1.0, 0.0], [1.0, 2.0]):
+    ...     u.learn(row)
+    >>> round(float(u.transform([0.0, 2.0])[1]), 12)         # 2 / sqrt((0 + 4) / 2)
+    1.414213562373
     >>> p = OnlineStandardizer(2, prior=2, passes_from=1)
     >>> for row in ([5.0, 0.0], [7.0, 2.0]):
     ...     p.learn(row)
@@ -280,8 +287,9 @@ class OnlineStandardizer:
         self._count = self.prior
         self._mean = np.zeros(self._n)
         self._m2 = np.full(self._n, float(self.prior))
-        if self.passes_from is not None:
-            self._m2[self.passes_from :] = 0.0
+        for k in (self.passes_from, self.uncentred_from):
+            if k is not None:  # no pseudo-rows where nothing is learnt or centred
+                self._m2[k:] = 0.0
         self._scale = np.ones(self._n)
         self._centre = self._mean
         self._listed = st.Listed()  # the lists of its last state (made from them next)
@@ -363,8 +371,11 @@ class OnlineStandardizer:
             self._centre = np.where(binary, 0.0, self._mean)
         k = self.uncentred_from
         if k is not None:  # never centred: divided by the root mean square, a zero kept zero
-            mean = self._mean[k:]
-            rms = np.sqrt(self._m2[k:] / self._count + mean * mean)
+            mean, rows = self._mean[k:], self._count - self.prior
+            if rows > 0:  # the mean square of the rows learnt, the pseudo-rows left out
+                rms = np.sqrt((self._m2[k:] / self._count + mean * mean) * (self._count / rows))
+            else:
+                rms = np.zeros(self._n - k)
             tail = np.divide(1.0, rms, out=np.ones(rms.shape), where=rms > self.min_std)
             self._scale = np.concatenate((self._scale[:k], tail))
             centre = self._centre.copy() if self._centre is self._mean else self._centre
@@ -410,9 +421,26 @@ class OnlineStandardizer:
         """Why :meth:`merge` would refuse ``moments`` (None: it would take them): they are
         implausible against the statistics so far (:func:`~service.learning.moments.implausible`).
         """
-        if moments.n_features != self._n:
-            raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
+        moments = self._whole(moments)
         return implausible(moments, self._count, self._mean, self.std, min_std=self.min_std)
+
+    @property
+    def learns(self) -> int:
+        """How many features the statistics learn: those before ``passes_from`` (every
+        one without it). Moments of these alone are as good as moments of all (:meth:`merge`).
+        """
+        return self._n if self.passes_from is None else self.passes_from
+
+    def _whole(self, moments: Moments) -> Moments:
+        """``moments`` of every feature: as they are, or those of the features
+        :attr:`learns` with zeros after them (the features passed through)."""
+        if moments.n_features == self._n:
+            return moments
+        if moments.n_features == self.learns:
+            return moments.padded(self._n)
+        raise DimensionError(
+            f"moments of {moments.n_features} features, not {self._n} (or the {self.learns} learnt)"
+        )
 
     def merge(self, moments: Moments, *, trusted: bool = False) -> int:
         r"""Take in the moments of rows learnt elsewhere (Chan's merge,
@@ -444,6 +472,7 @@ class OnlineStandardizer:
         >>> round(z.mean.tolist()[0])
         500001
         """
+        moments = self._whole(moments)
         if trusted:
             return self._merge_trusted(moments)
         if self.refusal(moments) is not None or not moments.count:
@@ -474,9 +503,8 @@ class OnlineStandardizer:
         return count
 
     def _merge_trusted(self, moments: Moments) -> int:
-        """Chan's merge of trusted ``moments``, at most ``max(count, MERGE_ROWS)`` rows."""
-        if moments.n_features != self._n:
-            raise DimensionError(f"moments of {moments.n_features} features, not {self._n}")
+        """Chan's merge of trusted ``moments`` (of every feature), at most
+        ``max(count, MERGE_ROWS)`` rows."""
         if not moments.count:
             return 0
         count = min(moments.count, max(self._count, MERGE_ROWS))
@@ -641,14 +669,42 @@ class Pipeline:
             isinstance(step, OnlineStandardizer) for step in self.steps[:2]
         )
 
-    def moments_refusal(self, moments: Moments) -> Implausible | None:
+    @property
+    def moments_width(self) -> int:
+        """How many features the moments :meth:`learn_label` takes cover: the first ones,
+        those its first step learns (:attr:`OnlineStandardizer.learns`: a declared model's
+        numbers, not its hashed buckets); 0 when it takes none.
+
+        >>> serving_pipeline(5).moments_width, serving_pipeline(5, hashed_from=2).moments_width
+        (5, 2)
+        >>> serving_pipeline(5, hashed_from=0).moments_width
+        0
+        """
+        if not self.takes_moments:
+            return 0
+        first = self.steps[0]
+        assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
+        return first.learns
+
+    def moments_refusal(self, moments: Moments, *, judge: bool = True) -> Implausible | None:
         """Why :meth:`learn_label` would not merge ``moments`` into the first step (None:
-        it would, or the pipeline takes no moments)."""
+        it would, or the pipeline takes no moments): moments of other features than
+        :attr:`moments_width` (``"width"``), or, when ``judge``, implausible ones
+        (:meth:`OnlineStandardizer.refusal`).
+
+        >>> serving_pipeline(5, hashed_from=2).moments_refusal(Moments(5)).detail
+        'moments of 5 features; the model gathers those of its first 2'
+        """
         if not self.takes_moments:
             return None
         first = self.steps[0]
         assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
-        return first.refusal(moments)
+        width = first.learns
+        if moments.n_features != width:
+            detail = f"moments of {moments.n_features} features; the model gathers those of "
+            detail += f"its first {width}" if width < first.n_features_in else f"{width}"
+            return Implausible("width", 0, detail)
+        return first.refusal(moments) if judge else None
 
     def learn_label(self, x: Any, moments: Moments | None = None, *, trusted: bool = False) -> int:
         """What the statistics learn when the label of raw row ``x`` arrives; return how
@@ -764,10 +820,12 @@ def serving_pipeline(
     identity. With ``intercept``: a constant feature last.
 
     ``hashed_from``: the inputs from this index on are hashed buckets (a declared model's).
-    The first standardiser never centres them and divides each by its root mean square over
-    every event (``uncentred_from``); the second passes them through (``passes_from``: the
-    labelled rows standardise the numbers only). A row keeps the zeros of the event it came
-    from: what a label moves, and what a version remembers of it, is as sparse as the event.
+    The first standardiser passes them through (``passes_from``: the moments of every event
+    are those of the numbers alone, so a scorer's cost and a label request's size do not grow
+    with the buckets); the second never centres them and divides each by its root mean
+    square over the labelled rows (``uncentred_from``; its pseudo-rows are the numbers').
+    A row keeps the zeros of the event it came from: what a label moves, and what a version
+    remembers of it, is as sparse as the event.
 
     >>> serving_pipeline(3).n_features_out, serving_pipeline(3, standardize=False).steps
     (4, (Intercept(value=1.0),))
@@ -778,8 +836,8 @@ def serving_pipeline(
     if standardize:
         prior = label_prior(n_features)
         steps += [
-            OnlineStandardizer(n_features, uncentred_binary=True, uncentred_from=hashed_from),
-            OnlineStandardizer(n_features, prior=prior, passes_from=hashed_from),
+            OnlineStandardizer(n_features, uncentred_binary=True, passes_from=hashed_from),
+            OnlineStandardizer(n_features, prior=prior, uncentred_from=hashed_from),
         ]
     if intercept:
         steps.append(Intercept())

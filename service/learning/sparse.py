@@ -3,9 +3,9 @@ r"""Rows that set few of a model's inputs, as the entries they set.
 A declared model's event sets a few dozen or a few hundred of its inputs (its numbers and
 the buckets its keys hash to) out of thousands. :class:`SparseRows` holds a batch of such
 rows as the entries each sets (compressed rows: each row's columns increasing, each once,
-repeats summed). :class:`~service.learning.sparse_scoring.SparseScorer` scores them and
-:meth:`~service.learning.moments.Moments.add_sparse` counts their moments, both in
-proportion to the entries.
+repeats summed). :class:`~service.learning.sparse_scoring.SparseScorer` scores them in
+proportion to the entries, and :meth:`SparseRows.head` gives the numbers a scorer gathers
+the moments of.
 
 >>> rows = SparseRows.of([(np.array([3, 0, 3]), np.array([1.0, 2.0, 1.0])),
 ...                       (np.array([1]), np.array([5.0]))], width=4)
@@ -63,10 +63,10 @@ class SparseRows:
         first = np.empty(keys.size, dtype=bool)
         first[0] = True
         np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        if not first.all():
-            starts = np.flatnonzero(first)
-            val = np.add.reduceat(val, starts)
-            keys = keys[starts]
+        if not first.all():  # a column's values summed in order from +0.0, as np.bincount
+            segment = np.cumsum(first) - 1  # does (np.add.reduceat adds the first to the rest)
+            val = np.bincount(segment, weights=val)
+            keys = keys[first]
         val += 0.0  # a sum starts at +0.0 (as np.bincount's): a lone -0.0 is 0.0
         row = keys // width
         indptr = np.zeros(n + 1, dtype=np.int64)
@@ -107,6 +107,18 @@ class SparseRows:
         part = self if rows is None else self.take(rows)
         out = np.zeros((len(part), self.width))
         out[part.rows, part.indices] = part.values
+        return out
+
+    def head(self, k: int) -> FloatArray:
+        """The first ``k`` columns of every row as a dense matrix (a declared model's
+        numbers), in proportion to the entries there.
+
+        >>> SparseRows.of([([0, 3], [2.0, 1.0]), ([1], [5.0])], width=4).head(2).tolist()
+        [[2.0, 0.0], [0.0, 5.0]]
+        """
+        out = np.zeros((len(self), k))
+        there = self.indices < k
+        out[self.rows[there], self.indices[there]] = self.values[there]
         return out
 
     def __repr__(self) -> str:

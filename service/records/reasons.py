@@ -74,7 +74,8 @@ IGNORED: Final = (
 )
 #: why a label request's moments were not merged (``abstain_moments_refused_total{reason}``):
 #: without a key, a mean or a variance no scorer could have gathered from events like the
-#: model's so far; with ``snapshot_key``, moments no worker signed (none, or a bad signature)
-MOMENTS_REFUSED: Final = ("mean", "spread", "unsigned", "bad_signature")
+#: model's so far; with ``snapshot_key``, moments no worker signed (none, or a bad signature);
+#: either way, moments of other features than the model gathers (``width``)
+MOMENTS_REFUSED: Final = ("mean", "spread", "width", "unsigned", "bad_signature")
 #: reasons an update was refused (``abstain_updates_refused_total{reason}``)
 REFUSED: Final = (Reason.NON_FINITE,)

@@ -201,9 +201,12 @@ class FeatureMoments:
     """The moments of the events a scorer scored for a model since its last label request
     for it (the requested event among them): count, per-feature mean and sum of squared
     deviations of the raw features. The learner merges them into the model's standardiser
-    (``service.learning.Moments``). Read from the topic like everything else: a count >= 1,
-    as many finite means (within +-:data:`~service.records.codec.MAX_MAGNITUDE`) and sums
-    (>= 0, below ``count * MAX_MAGNITUDE**2``) as the request has features."""
+    (``service.learning.Moments``): those of the features its first standardiser learns,
+    the first ones (every feature of a dense model; a declared model's numbers, not its
+    hashed buckets). Read from the topic like everything else: a count >= 1, as many
+    finite means (within +-:data:`~service.records.codec.MAX_MAGNITUDE`) as sums (>= 0,
+    below ``count * MAX_MAGNITUDE**2``), at least one and at most as many as the request
+    has features; the learner refuses moments of another width than its model gathers."""
 
     count: int
     mean: tuple[float, ...]
@@ -224,15 +227,17 @@ class FeatureMoments:
     def to_record(self) -> dict[str, Any]:
         """The moments as a label request writes them: whole (:meth:`to_dict`), or, when
         most features had only zeros since the last request (a declared model's hashed
-        buckets: :func:`~service.records.codec.sparse_at`), the features that did not
-        alone, ``{"count", "at", "mean", "m2", "signature"}``. The signature covers the
-        moments whole either way."""
+        features of a dense model of many: :func:`~service.records.codec.sparse_at`), the
+        features that did not alone, ``{"count", "size", "at", "mean", "m2", "signature"}``
+        (``size``: how many features the moments cover). The signature covers the moments
+        whole either way."""
         at = sparse_at(self.mean, self.m2)
         if at is None:
             return self.to_dict()
         mean, m2 = self.mean, self.m2
         return {
             "count": self.count,
+            "size": len(mean),
             "at": at,
             "mean": [mean[i] for i in at],
             "m2": [m2[i] for i in at],
@@ -440,7 +445,8 @@ def _fields(record: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
-    """The optional ``moments`` of a label request (:class:`FeatureMoments`)."""
+    """The optional ``moments`` of a label request (:class:`FeatureMoments`) of ``n``
+    features: of the first 1 to ``n`` of them."""
     value = record.get("moments")
     if value is None:
         return None
@@ -449,12 +455,20 @@ def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
     count = integer(value, "count")
     if count < 1:
         raise BadMessage("schema", f"moments count must be >= 1, got {count}")
-    at = None if value.get("at") is None else read_at(value["at"], n, "moments")
+    at = None
+    if value.get("at") is None:  # whole: as many numbers in each as the moments cover
+        width = len(mean) if isinstance(mean := field(value, "mean"), list) else 0
+        need, size = width if 1 <= width <= n else -1, f"1 to {n} numbers, as many in each"
+    else:
+        width = value.get("size", n)
+        if type(width) is not int or not 1 <= width <= n:
+            raise BadMessage("schema", f"moments 'size' must be an integer from 1 to {n}")
+        at = read_at(value["at"], width, "moments")
+        need, size = len(at), "numbers as long as 'at'"
     parts = []
     for key in ("mean", "m2"):
         items = field(value, key)
-        if not isinstance(items, list) or len(items) != (n if at is None else len(at)):
-            size = f"{n} numbers" if at is None else "numbers as long as 'at'"
+        if not isinstance(items, list) or len(items) != need:
             raise BadMessage("schema", f"moments {key!r} must be a list of {size}")
         parts.append(feature_list(items))
     mean, m2 = parts  # the numbers written (those of a sparse record: zero elsewhere)
@@ -464,7 +478,7 @@ def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
     if m2 and not (float(np.min(m2)) >= 0.0 and float(np.max(m2)) < below):
         raise BadMessage("schema", "moments 'm2' must be >= 0 and below count * 1e200")
     if at is not None:
-        mean, m2 = spread(at, mean, n), spread(at, m2, n)
+        mean, m2 = spread(at, mean, width), spread(at, m2, width)
     signature = value.get("signature")
     if signature is not None and (not isinstance(signature, str) or len(signature) > 256):
         raise BadMessage("schema", "moments 'signature' must be a short string")

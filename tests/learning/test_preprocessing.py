@@ -353,13 +353,13 @@ def test_uncentred_from_is_in_the_record_only_when_set_round_trips_and_is_checke
         broken = {**record, "params": {**record["params"], "uncentred_from": bad}}
         with pytest.raises(StateError, match="uncentred_from"):
             OnlineStandardizer.from_state(broken)
-    # a pipeline of a declared model's shape: the first never centres the buckets, the
-    # second passes them through
+    # a pipeline of a declared model's shape: the first (every event's moments) passes the
+    # buckets through, the second (the labelled rows) never centres them
     first, second = serving_pipeline(32, hashed_from=2).steps[:2]
     assert isinstance(first, OnlineStandardizer)
     assert isinstance(second, OnlineStandardizer)
-    assert (first.uncentred_from, first.passes_from) == (2, None)
-    assert (second.uncentred_from, second.passes_from) == (None, 2)
+    assert (first.uncentred_from, first.passes_from) == (None, 2)
+    assert (second.uncentred_from, second.passes_from) == (2, None)
     assert first.uncentred_binary
     assert second.prior == 32
     plain = serving_pipeline(32).steps[:2]
@@ -398,3 +398,62 @@ def test_passed_features_are_never_learned_by_rows_or_moments_and_a_record_is_ch
     for bad in (32, -1, "2", True):
         with pytest.raises(HyperparameterError, match="passes_from"):
             OnlineStandardizer(32, passes_from=bad)
+
+
+def test_uncentred_features_are_scaled_by_the_rows_learnt_whatever_the_prior() -> None:
+    from service.learning.moments import Moments
+
+    rng = np.random.default_rng(8)
+    rows = _hashed_rows(rng, 50)
+    with_prior = OnlineStandardizer(32, prior=32, uncentred_from=2)
+    without = OnlineStandardizer(32, uncentred_from=2)
+    assert np.array_equal(with_prior.transform_many(rows)[:, 2:], rows[:, 2:])  # none learnt
+    for row in rows:
+        with_prior.learn(row)
+        without.learn(row)
+    # the buckets: the root mean square of the rows alone; the numbers: the prior weighs in
+    np.testing.assert_allclose(
+        with_prior.transform_many(rows)[:, 2:], without.transform_many(rows)[:, 2:], rtol=1e-12
+    )
+    assert not np.allclose(
+        with_prior.transform_many(rows)[:, :2], without.transform_many(rows)[:, :2]
+    )
+    seen = Moments(32)
+    seen.add_many(rows[:20])
+    with_prior.merge(seen, trusted=True)
+    without.merge(seen, trusted=True)
+    np.testing.assert_allclose(
+        with_prior.transform_many(rows)[:, 2:], without.transform_many(rows)[:, 2:], rtol=1e-12
+    )
+    clone = OnlineStandardizer.from_state(json.loads(json.dumps(with_prior.to_state())))
+    assert np.array_equal(clone.transform_many(rows), with_prior.transform_many(rows))
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_moments_of_the_numbers_alone_merge_as_those_of_every_input(trusted: bool) -> None:
+    from service.learning import serving_pipeline
+    from service.learning.moments import Moments
+
+    rng = np.random.default_rng(9)
+    rows = _hashed_rows(rng, 60)
+    head, whole = serving_pipeline(32, hashed_from=2), serving_pipeline(32, hashed_from=2)
+    assert head.moments_width == 2
+    for i in range(0, 60, 6):
+        few, every = Moments(2), Moments(32)
+        few.add_many(rows[i : i + 6, :2])
+        every.add_many(rows[i : i + 6])
+        assert head.moments_refusal(few) is None
+        head.learn_label(rows[i + 5], few, trusted=trusted)
+        whole.learn_label(rows[i + 5], every, trusted=trusted)
+    assert np.array_equal(head.transform_many(rows), whole.transform_many(rows))
+    assert head.steps[0].count == whole.steps[0].count >= 6  # type: ignore[attr-defined]
+    for width in (1, 3, 31):
+        wrong = Moments(width)
+        wrong.add_many(rows[:5, :width])
+        refused = head.moments_refusal(wrong, judge=False)
+        assert refused is not None
+        assert refused.kind == "width"
+        assert f"moments of {width} features" in refused.detail
+    plain = serving_pipeline(4)
+    assert plain.moments_width == 4
+    assert plain.moments_refusal(Moments(2)) is not None

@@ -137,12 +137,17 @@ def test_a_label_request_carries_the_moments_of_the_events_scored_since_the_last
     assert parse_label_request(base.to_json()).moments is None  # as before they existed
     old = {k: v for k, v in base.to_dict().items() if k != "moments"}
     assert parse_label_request(orjson.dumps(old)) == base
+    # of the first features alone (a declared model's numbers, not its buckets)
+    head = replace(base, moments=FeatureMoments(5, (1.0,), (4.0,)))
+    assert parse_label_request(head.to_json()) == head
 
 
 @pytest.mark.parametrize(
     "moments",
     [
         "many",
+        {"count": 2, "mean": [], "m2": []},
+        {"count": 2, "mean": 0.0, "m2": [0.0]},
         {"count": 0, "mean": [0.0, 0.0], "m2": [0.0, 0.0]},
         {"count": 2.5, "mean": [0.0, 0.0], "m2": [0.0, 0.0]},
         {"count": 2, "mean": [0.0], "m2": [0.0, 0.0]},
@@ -193,6 +198,12 @@ def test_a_wide_request_is_written_as_its_non_zero_inputs_and_read_back_bit_for_
     assert back.moments is not None
     assert math.copysign(1.0, back.moments.mean[7]) == -1.0
     assert len(req.to_json()) * 5 < len(orjson.dumps(req))  # what it wrote whole
+    assert record["moments"]["size"] == 1024
+    # sparse moments of the first 300 inputs of the 1024 read back as 300
+    mean = tuple(0.5 if i % 50 == 0 else 0.0 for i in range(300))
+    head = replace(req, moments=FeatureMoments(4, mean, mean, "v1:key:sig"))
+    assert orjson.loads(head.to_json())["moments"]["size"] == 300
+    assert parse_label_request(head.to_json()) == head
     # whole lists of a wide request, as written before, are read as ever
     whole = {**req.to_dict(), "features": req.features, "moments": req.moments.to_dict()}
     assert parse_label_request(orjson.dumps(whole)) == req
@@ -262,6 +273,11 @@ def test_a_sparse_feature_list_that_is_not_is_dead_lettered_naming_why(
         {"count": 2, "at": [1], "mean": [0.0], "m2": [-1.0]},
         {"count": 10**17, "at": [1], "mean": [0.0], "m2": [1e300]},
         {"count": 2, "at": {"1": 1}, "mean": [0.0], "m2": [0.0]},
+        {"count": 2, "size": 257, "at": [1], "mean": [0.0], "m2": [0.0]},
+        {"count": 2, "size": 0, "at": [], "mean": [], "m2": []},
+        {"count": 2, "size": True, "at": [0], "mean": [0.0], "m2": [0.0]},
+        {"count": 2, "size": 2.0, "at": [0], "mean": [0.0], "m2": [0.0]},
+        {"count": 2, "size": 3, "at": [3], "mean": [0.0], "m2": [0.0]},
     ],
 )
 def test_sparse_moments_that_are_not_are_dead_lettered(moments: object) -> None:

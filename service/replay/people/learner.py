@@ -152,7 +152,7 @@ class MemoryService:
         self.served = ServedModel.initial(MODEL, config)
         self._decider = Budgeted(self.served.learner, self.budget)
         gathers = gathers_moments(config, s.max_message_bytes)
-        self.moments = {MODEL: Moments(config.n_inputs)} if gathers else {}
+        self.moments = {MODEL: Moments(config.moments_inputs)} if gathers else {}
         self.keep = keep
         self.now = 0.0
         self.offsets = {"requests": 0, "labels": 0}
@@ -165,7 +165,7 @@ class MemoryService:
         ``coin``."""
         self._serve_newest()
         if self.moments:
-            self.moments[MODEL].add_many(x[None, :])
+            self.moments[MODEL].add_many(x[None, : self.moments[MODEL].n_features])
         z = self.served.pipeline.transform_many(x[None, :])
         labels, scores, probs, queries = self._decider.decide_many(z, coins=[coin])
         rho = float(self.served.learner.rho)

@@ -420,8 +420,10 @@ def _learn(
 
     Moments implausible against the model's statistics
     (:meth:`~service.learning.Pipeline.moments_refusal`: a mean or variance no scorer could
-    have gathered from events like those so far) are not merged; the labelled row is learnt
-    all the same. With a key (``trust`` not None) the signature decides instead: trusted
+    have gathered from events like those so far) are not merged, nor moments of other
+    features than the model gathers (``width``: checked whatever the signature says); the
+    labelled row is learnt all the same. With a key (``trust`` not None) the signature
+    decides instead of the judgement: trusted
     moments are merged unjudged, unsigned or badly signed ones refused
     (:mod:`service.records.moments`). The verdict depends on the model's state, the
     request and its ``trust`` alone, so a rebuild and a correction's re-derivation refuse
@@ -443,8 +445,10 @@ def _learn(
     try:
         seen = None
         if request.moments is not None:  # checked when read; judged and bounded when merged
-            seen = Moments.from_record(request.moments.to_dict(), x.shape[0])
-            refused = untrusted(trust) if trust is not None else pipeline.moments_refusal(seen)
+            seen = Moments.from_record(request.moments.to_dict(), len(request.moments.mean))
+            refused = pipeline.moments_refusal(seen, judge=trust is None)
+            if refused is None and trust is not None:
+                refused = untrusted(trust)
             if refused is not None:
                 seen = None
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned

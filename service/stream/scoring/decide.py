@@ -12,7 +12,9 @@ input order when asked; the scorer encodes them from the columns
 (:func:`~service.records.coin`), so batching never changes a decision. A finite event that
 overflows once scaled is refused alone (``non_finite``), not with its batch. The result
 also holds the :class:`~service.learning.Moments` of the raw features each route scored
-(``ScoreResult.moments``: one ``add_many`` of the route's matrix per batch), which the
+(``ScoreResult.moments``: one ``add_many`` of the route's matrix per batch; of the inputs
+the version's first standardiser learns, ``Pipeline.moments_width``: a declared model's
+numbers alone, not its hashed buckets), which the
 scorer gathers for the route's next label request (:mod:`service.stream.scoring.scorer`;
 ``Decided.moments``).
 """
@@ -55,7 +57,15 @@ from service.stream.scoring.batch import (
 )
 from service.stream.scoring.encode import priorities
 
-__all__ = ["Decided", "Limits", "ParsedEvent", "ScoreResult", "parse_event", "score_batch"]
+__all__ = [
+    "Decided",
+    "Limits",
+    "ParsedEvent",
+    "ScoreResult",
+    "gathered",
+    "parse_event",
+    "score_batch",
+]
 
 
 @dataclass(slots=True)
@@ -200,13 +210,21 @@ class ScoreResult:
         self.scored += other.scored
         self.overflowed += other.overflowed
         for route, seen in other.moments.items():
-            if route in self.moments:
-                self.moments[route].merge(seen)
-            else:
-                self.moments[route] = seen
+            gathered(self.moments, route, seen)
         self.dead_letters += other.dead_letters
         self.suppressed += other.suppressed
         self.shadow += other.shadow
+
+
+def gathered(moments: dict[str, Moments], route: str, seen: Moments) -> None:
+    """Merge ``seen`` into ``route``'s ``moments``; moments of other inputs than those
+    gathered so far (the version served now learns others: a model rebuilt under another
+    layout) replace them."""
+    mine = moments.get(route)
+    if mine is None or mine.n_features != seen.n_features:
+        moments[route] = seen
+    else:
+        mine.merge(seen)
 
 
 def score_batch(
@@ -231,11 +249,13 @@ def score_batch(
     for rows in found:
         served = rows.model
         budget = None if budgets is None else budgets.get(rows.route)
-        seen = out.moments.setdefault(rows.route, Moments(served.config.n_inputs))
-        if isinstance(rows.x, SparseRows):
-            seen.add_sparse(rows.x)
-        else:
-            seen.add_many(rows.x)
+        width = served.pipeline.moments_width
+        if width:  # the moments of the inputs the version's first standardiser learns
+            seen = out.moments.setdefault(rows.route, Moments(width))
+            if isinstance(rows.x, SparseRows):
+                seen.add_many(rows.x.head(width))
+            else:
+                seen.add_many(rows.x if rows.x.shape[1] == width else rows.x[:, :width])
         block, refused, suppressed = _decide(served, rows, batch, budget, now)
         out.dead_letters += refused
         out.scored[served.name] += len(rows)

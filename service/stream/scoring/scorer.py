@@ -53,7 +53,7 @@ from service.stream.models.served import ServedModel
 from service.stream.outputs import Outputs
 from service.stream.scoring import encode
 from service.stream.scoring.batch import whole
-from service.stream.scoring.decide import Decided, Limits, ScoreResult, score_batch
+from service.stream.scoring.decide import Decided, Limits, ScoreResult, gathered, score_batch
 
 __all__ = ["DecisionTally", "Scorer", "attach_moments", "gathers_moments"]
 
@@ -82,7 +82,8 @@ def gathers_moments(config: ModelConfig, max_message_bytes: int) -> bool:
     >>> gathers_moments(ModelConfig(n_features=68, standardize=False), 1_000_000)
     False
     """
-    return config.standardize and config.n_inputs * MOMENT_BYTES <= max_message_bytes // 2
+    width = config.moments_inputs
+    return config.standardize and width > 0 and width * MOMENT_BYTES <= max_message_bytes // 2
 
 
 def attach_moments(
@@ -181,7 +182,7 @@ class Scorer:
         self.collapse = {m: CollapseWatch() for m in settings.models}
         # the moments of every event each model scored since its last label request here
         self.moments = {
-            m: Moments(c.n_inputs)
+            m: Moments(c.moments_inputs)
             for m, c in settings.models.items()
             if gathers_moments(c, settings.max_message_bytes)
         }
@@ -224,14 +225,14 @@ class Scorer:
         handed to its first label request of the batch (in input order), as
         :func:`attach_moments` does: on the first block of the route that asks."""
         for route, seen in result.moments.items():
-            if route in self.moments:
-                self.moments[route].merge(seen)
+            if route in self.moments:  # a route that gathers (gathers_moments)
+                gathered(self.moments, route, seen)
         for b in result.blocks:
-            gathered = self.moments.get(b.route)
-            if gathered and b.queried.any():
+            mine = self.moments.get(b.route)
+            if mine and b.queried.any():
                 first = b.ids[int(b.asked()[0])]
                 b.moments = feature_moments(
-                    gathered.take(),
+                    mine.take(),
                     signer=self.signer,
                     model=b.route,
                     request_id=request_id(b.route, first),

@@ -188,3 +188,28 @@ def test_moments_not_signed_by_the_key_are_refused_and_the_label_still_applied(
     again = apply_label(CFG, state, entry, Label("r2", "m", -1, "t", None), 1, now=2.0, trust=trust)
     assert again.model is not None
     assert again.model.pipeline == out.model.pipeline
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_moments_of_another_width_are_refused_signed_or_not_and_the_label_still_applied(
+    keyed: bool,
+) -> None:
+    rows = np.random.default_rng(7).normal(size=(20, 3))
+    state = initial_envelope("m", CFG)
+    for width in (1, 2):  # the model gathers all 3 of its features
+        rid = f"r{width}"
+        carried = _signed(rows[:, :width], rid) if keyed else _signed(rows[:, :width], rid, None)
+        entry = _entry(rows[-1].tolist(), rid, carried)
+        trust = moments_trust(SIGNER, entry.request) if keyed else None
+        assert trust in ((None,) if not keyed else ("trusted",))
+        out = apply_label(
+            CFG, state, entry, Label(rid, "m", 1, "t", None), width, now=1.0, trust=trust
+        )
+        assert out.outcome == "applied"
+        assert out.model is not None
+        assert out.moments_refused is not None
+        assert out.moments_refused.kind == "width"
+        assert f"moments of {width} features" in out.moments_refused.detail
+        first = Pipeline.from_state(dict(out.model.pipeline)).steps[0]
+        assert first.count == Pipeline.from_state(dict(state.pipeline)).steps[0].count
+        state = out.model

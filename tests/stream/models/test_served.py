@@ -173,11 +173,12 @@ def test_a_declared_model_never_centres_its_buckets_so_a_label_and_a_version_sta
     first, second = steps[:2]
     assert isinstance(first, OnlineStandardizer)
     assert isinstance(second, OnlineStandardizer)
-    assert (first.uncentred_from, second.passes_from) == (1, 1)
+    assert (first.passes_from, second.uncentred_from) == (1, 1)
+    assert cfg.moments_inputs == 1  # the scorers gather the number's moments alone
     for i in range(60):
         rows = [event() for _ in range(5)]
-        seen = Moments(cfg.n_inputs)
-        seen.add_many(rows)
+        seen = Moments(cfg.moments_inputs)
+        seen.add_many([row[:1] for row in rows])
         moments = FeatureMoments(seen.count, tuple(seen.mean.tolist()), tuple(seen.m2.tolist()))
         entry = pending(rows[-1], f"r{i}", moments=moments)
         y = 1 if rows[-1][0] > 50 else -1

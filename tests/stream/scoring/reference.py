@@ -155,12 +155,10 @@ def score_batch(
         route = parsed[members[0]].route
         budget = None if budgets is None else budgets.get(route)
         items = [parsed[i] for i in members]
-        seen = out.moments.setdefault(route, Moments(served.config.n_inputs))
-        sparse = _sparse_rows(served, items)
-        if sparse is None:
-            seen.add_many(np.stack([it.x for it in items]))
-        else:
-            seen.add_sparse(sparse)
+        width = served.pipeline.moments_width
+        if width:  # of the first inputs alone (a declared model's numbers)
+            seen = out.moments.setdefault(route, Moments(width))
+            seen.add_many(np.stack([it.x[:width] for it in items]))
         decided, refused = _decide(served, items, budget, now)
         verdicts.update((members[j], v) for j, v in decided.items())
         out.dead_letters += refused
@@ -469,14 +467,6 @@ def records(outputs: Outputs, result: ScoreResult) -> list[OutRecord]:
     out += [outputs.label_request_record(r) for r in result.label_requests]
     out += [outputs.dead_letter_record(x, x.partition) for x in result.dead_letters]
     return out
-
-
-def _sparse_rows(served: ServedModel, items: Sequence[ParsedEvent]) -> SparseRows | None:
-    """A declared model's ``items`` as the inputs each sets (None: scored whole)."""
-    if served.sparse is None:
-        return None
-    entries = [served.entries(it.event) for it in items]
-    return SparseRows.of(entries, served.config.n_inputs)  # type: ignore[arg-type]
 
 
 def _sparse_scores(served: ServedModel, items: Sequence[ParsedEvent]) -> np.ndarray | None:

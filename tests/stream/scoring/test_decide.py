@@ -348,8 +348,9 @@ def test_a_declared_models_events_are_scored_without_a_row_of_its_width(
     out = score_batch(models, messages, limits=limits, now=1.0)
     scores = [d.score for d in out.decisions]
     np.testing.assert_allclose(scores, want, rtol=1e-12, atol=1e-12)
-    assert out.moments["f"].count == 20
-    np.testing.assert_allclose(out.moments["f"].mean, np.vstack(whole).mean(axis=0), atol=1e-15)
+    assert out.moments["f"].count == 20  # of the number alone, not of the 2^12 buckets
+    assert out.moments["f"].n_features == 1
+    np.testing.assert_allclose(out.moments["f"].mean, np.vstack(whole)[:, :1].mean(axis=0))
     # an event whose score overflows takes the whole path, which refuses it alone
     monkeypatch.undo()
     fields = {"hash_bits": 12, "fields": {"a": "number", "b": "number", "t": "tokens"}}
@@ -368,3 +369,48 @@ def test_a_declared_models_events_are_scored_without_a_row_of_its_width(
     ok = msg({"id": "ok", "features": {**big, "b": 1.0}}, 0)
     alone = score_batch(models_(f=ones), [ok], limits=limits, now=1.0)
     assert alone.decisions == out.decisions
+
+
+def test_a_scorer_gathers_the_moments_the_version_it_serves_learns() -> None:
+    from service.learning import Pipeline
+    from service.learning.moments import Moments
+    from service.learning.preprocessing import Intercept, OnlineStandardizer
+    from service.stream.scoring.decide import gathered
+
+    declared = ModelConfig(
+        algorithm="dsal", fields={"hash_bits": 6, "fields": {"a": "number", "t": "tokens"}}
+    )
+    n = declared.n_inputs
+    events = [{"id": f"e{i}", "features": {"a": float(i), "t": f"w{i} x"}} for i in range(8)]
+    messages = [msg(e, i) for i, e in enumerate(events)]
+    limits = Limits(default_model="f", request_ttl=60.0)
+    now = score_batch(models_(f=declared), messages, limits=limits, now=1.0)
+    assert now.moments["f"].n_features == declared.moments_inputs == 1
+    assert now.moments["f"].mean.tolist() == [3.5]
+    # a version written under the earlier layout (its first standardiser learnt every
+    # bucket) is sent the moments of every input, which it takes
+    earlier = Pipeline(
+        [
+            OnlineStandardizer(n, uncentred_binary=True, uncentred_from=1),
+            OnlineStandardizer(n, prior=n, passes_from=1),
+            Intercept(),
+        ],
+        n_features=n,
+    )
+    envelope = initial_envelope("f", declared)
+    envelope = envelope.replace(pipeline=earlier.to_state())
+    served = ServedModel.from_envelope(declared, envelope)
+    assert served.pipeline.moments_width == n
+    before = score_batch({"f": served}, messages, limits=limits, now=1.0)
+    seen = before.moments["f"]
+    assert seen.n_features == n
+    assert served.pipeline.moments_refusal(seen) is None
+    # a route's moments follow the version: others replace them, the same merge
+    kept: dict[str, Moments] = {}
+    gathered(kept, "f", seen)
+    gathered(kept, "f", now.moments["f"])
+    assert kept["f"] is now.moments["f"]
+    again = Moments(1)
+    again.add_many([[1.0], [2.0]])
+    gathered(kept, "f", again)
+    assert kept["f"].count == 10

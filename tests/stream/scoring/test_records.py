@@ -139,7 +139,7 @@ class Both:
         self.groups = {m: self.s.group(m) for m in self.s.models if self.s.shadows_of(m)}
         self.outputs = out
         self.moments = {
-            m: Moments(c.n_inputs)
+            m: Moments(c.moments_inputs)
             for m, c in self.s.models.items()
             if gathers_moments(c, self.s.max_message_bytes)
         }
