@@ -65,7 +65,7 @@ class SparseRows:
         np.not_equal(keys[1:], keys[:-1], out=first[1:])
         if not first.all():  # a column's values summed in order from +0.0, as np.bincount
             segment = np.cumsum(first) - 1  # does (np.add.reduceat adds the first to the rest)
-            val = np.bincount(segment, weights=val)
+            val = np.bincount(segment, weights=val).astype(np.float64, copy=False)
             keys = keys[first]
         val += 0.0  # a sum starts at +0.0 (as np.bincount's): a lone -0.0 is 0.0
         row = keys // width

@@ -264,29 +264,50 @@ class _Packer(_Checker):
         return value
 
 
+#: lists of at least this many numbers on average are counted one by one (in place); shorter
+#: ones in one vectorised pass over all of them (a count per list costs more than its numbers)
+_COUNTED_EACH: Final = 1024
+
+
 def _fills(flat: npt.NDArray[np.float64], sizes: list[int]) -> npt.NDArray[np.intp]:
     """For each list of ``sizes`` laid end to end in ``flat``: the index in :data:`_FILLS`
-    of the fill whose sparse form is smaller than the dense one, or -1 (a few passes over
-    ``flat`` in all, whatever the number of lists)."""
+    of the fill whose sparse form is smaller than the dense one, or -1 (two passes over
+    ``flat`` in all, whatever the number of lists).
+
+    >>> _fills(np.array([0.0, 0.0, 0.0, 5.0, 1.0, 1.0, 1.0, 2.0, 3.0]), [4, 3, 2]).tolist()
+    [0, 1, -1]
+    """
     out = np.full(len(sizes), -1, dtype=np.intp)
     if not sizes or not flat.size:
         return out
-    starts = np.cumsum([0, *sizes[:-1]])
-    n = np.asarray(sizes)
     bits = flat.view("<u8")
+    n = np.asarray(sizes)
     for which in (1, 0):  # 0.0 wins over 1.0 where both would do
-        same = np.add.reduceat((bits == _FILL_BITS[which]).astype(np.int64), starts)
+        if flat.size >= _COUNTED_EACH * len(sizes):
+            ends = np.cumsum(sizes).tolist()
+            same = np.array(
+                [
+                    np.count_nonzero(bits[end - size : end] == _FILL_BITS[which])
+                    for end, size in zip(ends, sizes, strict=True)
+                ]
+            )
+        else:
+            starts = np.cumsum([0, *sizes[:-1]])
+            same = np.add.reduceat((bits == _FILL_BITS[which]).astype(np.int64), starts)
         out[(n - same) * 12 < n * 8] = which
     return out
 
 
 def _checked(lists: list[npt.NDArray[np.float64]], bound: float) -> npt.NDArray[np.float64]:
-    """``lists`` laid end to end, every number in them finite and below ``bound``."""
+    """``lists`` laid end to end, every number in them finite and below ``bound`` (the
+    largest and the least of them: NaN in either when there is one)."""
     flat = np.concatenate(lists) if lists else np.empty(0)
-    if not np.isfinite(flat).all():
-        raise RecordError("model state holds a non-finite number")
-    if flat.size and float(np.abs(flat).max()) >= bound:
-        raise RecordError(f"model state holds a learned number of magnitude >= {bound:g}")
+    if flat.size:
+        high, low = float(flat.max()), float(flat.min())
+        if not (math.isfinite(high) and math.isfinite(low)):
+            raise RecordError("model state holds a non-finite number")
+        if max(high, -low) >= bound:
+            raise RecordError(f"model state holds a learned number of magnitude >= {bound:g}")
     return flat
 
 

@@ -395,3 +395,18 @@ def test_a_small_compressed_record_cannot_expand_past_sixteen_times_its_size() -
 def test_the_header_of_a_compressed_record_is_the_packed_ones() -> None:
     raw = pack(_wide_version().to_dict())
     assert header_of(squeeze(raw)) == header_of(raw)
+
+
+@given(st.dictionaries(st.text(max_size=6), records, max_size=6))
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_lists_counted_one_by_one_or_all_at_once_are_written_alike(
+    record: dict[str, Any],
+) -> None:
+    from service.records import packed
+
+    at_once = pack(record)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(packed, "_COUNTED_EACH", 0)  # every list counted on its own
+        each = pack(record)
+    assert each == at_once
+    assert bits(unpack(each)) == bits(record)
