@@ -210,9 +210,15 @@ class OnlineStandardizer:
     hashed buckets: categories, flags, token counts) are never centred, whatever they hold,
     and are divided by their root mean square $\sqrt{\hat\mu^2 + \hat s^2}$: a zero stays
     zero, so a row of them stays as sparse as the event that set them (a token counted
-    twice makes a bucket no less sparse, where ``uncentred_binary`` would centre it). The
-    ``prior`` pseudo-rows are not among those rows: their mean square is over the rows
-    learnt (a bucket no row has set is divided by 1).
+    twice makes a bucket no less sparse, where ``uncentred_binary`` would centre it).
+
+    ``squares_from`` (default None): the features from this index on (a declared model's
+    hashed buckets) are never centred either, and are divided by their root mean square
+    over the rows learnt, the ``prior`` pseudo-rows left out: $\sqrt{\sum x^2 / r}$ for
+    $r$ rows (a feature no row has set is divided by 1). Their statistics are those sums of
+    squares (``m2``, with ``mean`` kept at 0), so a row changes them only where it is not
+    zero: what a label moves, and what a version writes anew, is as sparse as the row. Such
+    a standardiser learns from rows, never from moments.
 
     ``passes_from`` (default None): the features from this index on pass through unchanged
     and their statistics are never learned (kept at mean 0 and no variance: a declared
@@ -234,11 +240,11 @@ class OnlineStandardizer:
     ...     h.learn(row)
     >>> h.transform([8.0, 0.0]).tolist(), round(float(h.transform([8.0, 2.0])[1]), 12)
     ([0.0, 0.0], 1.414213562373)
-    >>> u = OnlineStandardizer(2, prior=3, uncentred_from=1)
+    >>> u = OnlineStandardizer(2, prior=3, squares_from=1)
     >>> for row in ([1.0, 0.0], [1.0, 2.0]):
     ...     u.learn(row)
-    >>> round(float(u.transform([0.0, 2.0])[1]), 12)         # 2 / sqrt((0 + 4) / 2)
-    1.414213562373
+    >>> round(float(u.transform([0.0, 2.0])[1]), 12), u.mean.tolist()[1]  # 2 / sqrt(4 / 2)
+    (1.414213562373, 0.0)
     >>> p = OnlineStandardizer(2, prior=2, passes_from=1)
     >>> for row in ([5.0, 0.0], [7.0, 2.0]):
     ...     p.learn(row)
@@ -260,6 +266,7 @@ class OnlineStandardizer:
         "uncentred_binary",
         "uncentred_from",
         "passes_from",
+        "squares_from",
     )
 
     def __init__(
@@ -271,10 +278,16 @@ class OnlineStandardizer:
         uncentred_binary: bool = False,
         uncentred_from: int | None = None,
         passes_from: int | None = None,
+        squares_from: int | None = None,
     ) -> None:
         self._n = check_int("n_features", n_features, 1)
         self.uncentred_from = self._index("uncentred_from", uncentred_from)
         self.passes_from = self._index("passes_from", passes_from)
+        self.squares_from = self._index("squares_from", squares_from)
+        if self.squares_from is not None and (
+            self.passes_from is not None or self.uncentred_from is not None
+        ):
+            raise HyperparameterError("squares_from takes neither passes_from nor uncentred_from")
         self.min_std = check_min_std(min_std)
         self.prior = check_int("prior", prior, 0)
         if not isinstance(uncentred_binary, bool):
@@ -287,8 +300,8 @@ class OnlineStandardizer:
         self._count = self.prior
         self._mean = np.zeros(self._n)
         self._m2 = np.full(self._n, float(self.prior))
-        for k in (self.passes_from, self.uncentred_from):
-            if k is not None:  # no pseudo-rows where nothing is learnt or centred
+        for k in (self.passes_from, self.squares_from):
+            if k is not None:  # no pseudo-rows where nothing is learnt or sums are kept
                 self._m2[k:] = 0.0
         self._scale = np.ones(self._n)
         self._centre = self._mean
@@ -370,12 +383,13 @@ class OnlineStandardizer:
             self._scale = np.where(binary, 1.0 / np.sqrt(np.where(binary, self._mean, 1.0)), scale)
             self._centre = np.where(binary, 0.0, self._mean)
         k = self.uncentred_from
-        if k is not None:  # never centred: divided by the root mean square, a zero kept zero
-            mean, rows = self._mean[k:], self._count - self.prior
-            if rows > 0:  # the mean square of the rows learnt, the pseudo-rows left out
-                rms = np.sqrt((self._m2[k:] / self._count + mean * mean) * (self._count / rows))
-            else:
-                rms = np.zeros(self._n - k)
+        if k is None and self.squares_from is not None:  # sums of squares of the rows learnt
+            k, rows = self.squares_from, self._count - self.prior
+            rms = np.sqrt(self._m2[k:] / rows) if rows > 0 else np.zeros(self._n - k)
+        elif k is not None:  # never centred: divided by the root mean square
+            mean = self._mean[k:]
+            rms = np.sqrt(self._m2[k:] / self._count + mean * mean)
+        if k is not None:  # a zero kept zero
             tail = np.divide(1.0, rms, out=np.ones(rms.shape), where=rms > self.min_std)
             self._scale = np.concatenate((self._scale[:k], tail))
             centre = self._centre.copy() if self._centre is self._mean else self._centre
@@ -400,18 +414,21 @@ class OnlineStandardizer:
         if not np.isfinite(x).all():
             raise_non_finite(x)
         count = self._count + 1
-        k = self.passes_from
+        k = self.passes_from if self.squares_from is None else self.squares_from
         if k is None:
             delta = x - self._mean
             mean = self._mean + delta / count
             self._m2 = self._m2 + delta * (x - mean)
-        else:  # the numbers alone: the tail passes through, unlearned
+        else:  # the numbers: the tail passes through, unlearned, or adds its squares
             head = x[:k]
             delta = head - self._mean[:k]
             mean = self._mean.copy()
             mean[:k] += delta / count
             m2 = self._m2.copy()
             m2[:k] += delta * (head - mean[:k])
+            if self.squares_from is not None:
+                tail = x[k:]
+                m2[k:] += tail * tail  # (+ 0.0 where the row is zero: the same bits)
             self._m2 = m2
         self._mean = mean
         self._count = count
@@ -424,6 +441,10 @@ class OnlineStandardizer:
         moments = self._whole(moments)
         return implausible(moments, self._count, self._mean, self.std, min_std=self.min_std)
 
+    def _takes_moments(self) -> None:
+        if self.squares_from is not None:
+            raise HyperparameterError("a standardiser of sums of squares learns rows, not moments")
+
     @property
     def learns(self) -> int:
         """How many features the statistics learn: those before ``passes_from`` (every
@@ -434,6 +455,7 @@ class OnlineStandardizer:
     def _whole(self, moments: Moments) -> Moments:
         """``moments`` of every feature: as they are, or those of the features
         :attr:`learns` with zeros after them (the features passed through)."""
+        self._takes_moments()
         if moments.n_features == self._n:
             return moments
         if moments.n_features == self.learns:
@@ -528,6 +550,8 @@ class OnlineStandardizer:
             params["uncentred_from"] = self.uncentred_from
         if self.passes_from is not None:
             params["passes_from"] = self.passes_from
+        if self.squares_from is not None:
+            params["squares_from"] = self.squares_from
         return _record(
             self.kind,
             params,
@@ -550,6 +574,8 @@ class OnlineStandardizer:
         step._m2 = st.read_floats(learned, "m2", (step._n,))
         if (step._m2 < 0.0).any():
             raise StateError("standardizer state field 'm2' holds negative values")
+        if step.squares_from is not None and step._mean[step.squares_from :].any():
+            raise StateError("standardizer state holds a mean where it keeps sums of squares")
         k = step.passes_from
         if k is not None and (step._mean[k:].any() or step._m2[k:].any()):
             raise StateError("standardizer state learned features it passes through")
@@ -565,6 +591,8 @@ class OnlineStandardizer:
             binary += f", uncentred_from={self.uncentred_from}"
         if self.passes_from is not None:
             binary += f", passes_from={self.passes_from}"
+        if self.squares_from is not None:
+            binary += f", squares_from={self.squares_from}"
         return (
             f"OnlineStandardizer({self._n}, min_std={self.min_std!r}{prior}{binary}, "
             f"count={self._count})"
@@ -665,8 +693,12 @@ class Pipeline:
     def takes_moments(self) -> bool:
         """Whether the pipeline standardises twice, first by the moments of every event
         (:meth:`learn_label`): the shape :func:`serving_pipeline` builds."""
-        return len(self.steps) >= 2 and all(
-            isinstance(step, OnlineStandardizer) for step in self.steps[:2]
+        first = self.steps[0] if self.steps else None
+        return (
+            len(self.steps) >= 2
+            and all(isinstance(step, OnlineStandardizer) for step in self.steps[:2])
+            and isinstance(first, OnlineStandardizer)
+            and first.squares_from is None
         )
 
     @property
@@ -823,7 +855,8 @@ def serving_pipeline(
     The first standardiser passes them through (``passes_from``: the moments of every event
     are those of the numbers alone, so a scorer's cost and a label request's size do not grow
     with the buckets); the second never centres them and divides each by its root mean
-    square over the labelled rows (``uncentred_from``; its pseudo-rows are the numbers').
+    square over the labelled rows (``squares_from``: their sums of squares, which a row
+    changes only where it is not zero; its pseudo-rows are the numbers').
     A row keeps the zeros of the event it came from: what a label moves, and what a version
     remembers of it, is as sparse as the event.
 
@@ -837,7 +870,7 @@ def serving_pipeline(
         prior = label_prior(n_features)
         steps += [
             OnlineStandardizer(n_features, uncentred_binary=True, passes_from=hashed_from),
-            OnlineStandardizer(n_features, prior=prior, uncentred_from=hashed_from),
+            OnlineStandardizer(n_features, prior=prior, squares_from=hashed_from),
         ]
     if intercept:
         steps.append(Intercept())

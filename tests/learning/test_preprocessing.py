@@ -359,7 +359,7 @@ def test_uncentred_from_is_in_the_record_only_when_set_round_trips_and_is_checke
     assert isinstance(first, OnlineStandardizer)
     assert isinstance(second, OnlineStandardizer)
     assert (first.uncentred_from, first.passes_from) == (None, 2)
-    assert (second.uncentred_from, second.passes_from) == (2, None)
+    assert (second.squares_from, second.passes_from) == (2, None)
     assert first.uncentred_binary
     assert second.prior == 32
     plain = serving_pipeline(32).steps[:2]
@@ -400,33 +400,51 @@ def test_passed_features_are_never_learned_by_rows_or_moments_and_a_record_is_ch
             OnlineStandardizer(32, passes_from=bad)
 
 
-def test_uncentred_features_are_scaled_by_the_rows_learnt_whatever_the_prior() -> None:
+def test_sums_of_squares_scale_by_the_rows_learnt_change_where_a_row_is_set_and_are_checked() -> (
+    None
+):
     from service.learning.moments import Moments
 
     rng = np.random.default_rng(8)
     rows = _hashed_rows(rng, 50)
-    with_prior = OnlineStandardizer(32, prior=32, uncentred_from=2)
-    without = OnlineStandardizer(32, uncentred_from=2)
-    assert np.array_equal(with_prior.transform_many(rows)[:, 2:], rows[:, 2:])  # none learnt
+    squares = OnlineStandardizer(32, prior=32, squares_from=2)
+    uncentred = OnlineStandardizer(32, uncentred_from=2)  # the mean square, kept otherwise
+    assert np.array_equal(squares.transform_many(rows)[:, 2:], rows[:, 2:])  # none learnt
     for row in rows:
-        with_prior.learn(row)
-        without.learn(row)
-    # the buckets: the root mean square of the rows alone; the numbers: the prior weighs in
+        before = squares.to_state()["learned"]
+        squares.learn(row)
+        uncentred.learn(row)
+        after = squares.to_state()["learned"]
+        moved = [i for i in range(2, 32) if after["m2"][i] != before["m2"][i]]
+        assert moved == [i for i in range(2, 32) if row[i]]  # only where the row is set
+        assert not any(after["mean"][2:])
+    # the buckets: the root mean square of the rows alone, the prior left out
     np.testing.assert_allclose(
-        with_prior.transform_many(rows)[:, 2:], without.transform_many(rows)[:, 2:], rtol=1e-12
+        squares.transform_many(rows)[:, 2:], uncentred.transform_many(rows)[:, 2:], rtol=1e-12
     )
-    assert not np.allclose(
-        with_prior.transform_many(rows)[:, :2], without.transform_many(rows)[:, :2]
-    )
+    # the numbers: the prior's pseudo-rows weigh in
+    plain = OnlineStandardizer(32, prior=32)
+    for row in rows:
+        plain.learn(row)
+    assert np.array_equal(squares.transform_many(rows)[:, :2], plain.transform_many(rows)[:, :2])
+    record = json.loads(json.dumps(squares.to_state()))
+    assert record["params"]["squares_from"] == 2
+    clone = OnlineStandardizer.from_state(record)
+    assert np.array_equal(clone.transform_many(rows), squares.transform_many(rows))
+    meant = {**record, "learned": {**record["learned"], "mean": [0.5] * 32}}
+    with pytest.raises(StateError, match="sums of squares"):
+        OnlineStandardizer.from_state(meant)
+    for other in ({"passes_from": 2}, {"uncentred_from": 2}):
+        with pytest.raises(HyperparameterError, match="squares_from"):
+            OnlineStandardizer(32, squares_from=2, **other)  # type: ignore[arg-type]
     seen = Moments(32)
-    seen.add_many(rows[:20])
-    with_prior.merge(seen, trusted=True)
-    without.merge(seen, trusted=True)
-    np.testing.assert_allclose(
-        with_prior.transform_many(rows)[:, 2:], without.transform_many(rows)[:, 2:], rtol=1e-12
-    )
-    clone = OnlineStandardizer.from_state(json.loads(json.dumps(with_prior.to_state())))
-    assert np.array_equal(clone.transform_many(rows), with_prior.transform_many(rows))
+    seen.add_many(rows[:5])
+    for trusted in (False, True):
+        with pytest.raises(HyperparameterError, match="rows, not moments"):
+            squares.merge(seen, trusted=trusted)
+    from service.learning import Pipeline
+
+    assert not Pipeline([squares, OnlineStandardizer(32)], n_features=32).takes_moments
 
 
 @pytest.mark.parametrize("trusted", [False, True])

@@ -257,10 +257,10 @@ def test_a_replay_of_events_preprocesses_them_as_the_worker_serves_their_model(
     first, second = scaler_for_pipeline(scaler_for, options, n=66).steps[:2]
     assert isinstance(first, OnlineStandardizer)
     assert isinstance(second, OnlineStandardizer)
-    assert (first.passes_from, second.uncentred_from) == (2, 2)
+    assert (first.passes_from, second.squares_from) == (2, 2)
     plain = scaler_for_pipeline(scaler_for, served_options(), n=66).steps[:2]
     assert all(isinstance(s, OnlineStandardizer) for s in plain)
-    assert [(s.passes_from, s.uncentred_from) for s in plain] == [(None, None), (None, None)]
+    assert [(s.passes_from, s.squares_from) for s in plain] == [(None, None), (None, None)]
 
 
 def scaler_for_pipeline(scaler_for: Any, options: Any, *, n: int) -> Any:

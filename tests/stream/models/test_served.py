@@ -173,7 +173,7 @@ def test_a_declared_model_never_centres_its_buckets_so_a_label_and_a_version_sta
     first, second = steps[:2]
     assert isinstance(first, OnlineStandardizer)
     assert isinstance(second, OnlineStandardizer)
-    assert (first.passes_from, second.uncentred_from) == (1, 1)
+    assert (first.passes_from, second.squares_from) == (1, 1)
     assert cfg.moments_inputs == 1  # the scorers gather the number's moments alone
     for i in range(60):
         rows = [event() for _ in range(5)]

@@ -414,3 +414,36 @@ def test_a_scorer_gathers_the_moments_the_version_it_serves_learns() -> None:
     again.add_many([[1.0], [2.0]])
     gathered(kept, "f", again)
     assert kept["f"].count == 10
+
+
+def test_a_declared_model_without_numbers_gathers_no_moments_and_learns_its_buckets() -> None:
+    from service.records import Label, PendingEntry
+    from service.stream.scoring.scorer import gathers_moments
+
+    cfg = ModelConfig(
+        algorithm="dsol", fields={"hash_bits": 5, "fields": {"t": "tokens", "c": "category"}}
+    )
+    assert cfg.moments_inputs == 0
+    assert not gathers_moments(cfg, 1_000_000)
+    served = models_(m=cfg)["m"]
+    assert served.pipeline.moments_width == 0
+    events = [
+        {"id": f"e{i}", "features": {"t": ["a", f"w{i % 3}"], "c": "x" if i % 2 else "y"}}
+        for i in range(6)
+    ]
+    messages = [msg(e, i) for i, e in enumerate(events)]
+    limits = Limits(default_model="m", request_ttl=60.0)
+    out = score_batch({"m": served}, messages, limits=limits, now=1.0)
+    assert out.moments == {}
+    envelope = initial_envelope("m", cfg)
+    for i, request in enumerate(out.label_requests):
+        label = Label(request.request_id, "m", 1 if i % 2 else -1, "t", None)
+        applied = apply_label(cfg, envelope, PendingEntry(request, 0), label, i, now=1.0)
+        assert applied.outcome == "applied", applied.detail
+        assert applied.model is not None
+        envelope = applied.model
+    learnt = ServedModel.from_envelope(cfg, envelope)
+    scores = [
+        d.score for d in score_batch({"m": learnt}, messages, limits=limits, now=1.0).decisions
+    ]
+    assert [s > 0 for s in scores] == [i % 2 == 1 for i in range(6)]  # "x" is +1, "y" -1
