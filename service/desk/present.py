@@ -14,6 +14,7 @@ preprocessed features).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from service.config import ModelConfig
 from service.features import FieldError, encoder_of
 from service.records import LabelRequest
+from service.records.codec import array_of
 
 __all__ = [
     "answer_names",
@@ -96,7 +98,7 @@ def answer_names(names: tuple[str, str] | None) -> dict[str, str]:
 
 
 def top_features(
-    served: Any, features: list[float], names: list[str], only: set[int] | None = None
+    served: Any, features: Sequence[float], names: list[str], only: set[int] | None = None
 ) -> list[dict[str, Any]]:
     """The ``TOP`` features with the largest :math:`|w_i z_i|` (empty if the learner has no
     explicit weight vector or the sizes do not fit); ``only``: among these inputs alone."""
@@ -105,7 +107,7 @@ def top_features(
     if w is None:
         return []
     try:
-        z = served.pipeline.transform(np.asarray(features, dtype=np.float64))
+        z = served.pipeline.transform(array_of(features))
     except (ValueError, TypeError, ArithmeticError):
         return []
     w = np.asarray(w, dtype=np.float64)

@@ -19,17 +19,17 @@ import numpy.typing as npt
 import orjson
 
 from service.errors import AbstainError
-from service.learning.state import forgets_on_change
 from service.records.reasons import Reason
 
 __all__ = [
     "DEAD_LETTER_REASONS",
     "MAX_MAGNITUDE",
     "MAX_SPARSE_SIZE",
+    "MAX_SPREAD_SIZE",
     "SPARSE_FROM",
     "BadMessage",
     "RecordError",
-    "SparseList",
+    "SparseNumbers",
     "array_of",
     "decode_json",
     "decode_object",
@@ -321,61 +321,117 @@ def feature_list(feats: list[Any]) -> list[float]:
 #: as its non-zero entries (:func:`packed_numbers`): a declared model's features and the
 #: moments of its hashed buckets; shorter or denser lists are written as they are
 SPARSE_FROM: Final = 256
-#: the most numbers a list written sparsely may stand for (2^16: more than a declared model
-#: of 2^12 buckets has inputs): a record claiming more is refused before anything of its
-#: size is made, so a few bytes cost a reader no more than a whole list a message can hold
-#: (a longer list is always written whole)
-MAX_SPARSE_SIZE: Final = 1 << 16
+#: the most numbers a list written sparsely may stand for (2^23: more than a declared model
+#: of the most buckets has inputs). Features read in that form stay in it
+#: (:class:`SparseNumbers`: what reading one costs grows with the entries written, not with
+#: the size claimed); a longer list is always written whole
+MAX_SPARSE_SIZE: Final = 1 << 23
+#: the most numbers a list written sparsely and read whole (a label request's moments) may
+#: stand for: a record claiming more is refused before anything of its size is made, so a
+#: few bytes cost a reader no more than a whole list a message can hold
+MAX_SPREAD_SIZE: Final = 1 << 16
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
-class SparseList(list[float]):
-    """A list of numbers made from its non-zero entries (:func:`spread`), or from an array
-    (:func:`numbers_of`), which keeps their indices (:attr:`at`), so that writing it
-    sparsely again (:func:`packed_numbers`) needs no search of the whole list, and the
-    array (:attr:`array`, for :func:`array_of`); any change to the list drops both.
+class SparseNumbers(Sequence[float]):
+    """A long list of numbers, most of them +0.0, held as the others: their indices
+    (:attr:`at`, strictly increasing below :attr:`size`) and values (:attr:`values`), so
+    that a row of 2^18 hashed buckets with 300 set costs 300 numbers to read, keep, compare
+    and write again (:func:`packed_numbers`). It reads as the whole list does (``len``,
+    items, iteration: 0.0 where nothing is held) and equals any sequence of the same numbers;
+    :meth:`array` makes it whole. It never changes.
 
-    >>> s = spread([1, 3], [2.0, 5.0], 4); s, s.at, array_of(s).tolist()
-    ([0.0, 2.0, 0.0, 5.0], [1, 3], [0.0, 2.0, 0.0, 5.0])
-    >>> s[0] = 1.0; s.at is None, s.array is None, array_of(s).tolist()
-    (True, True, [1.0, 2.0, 0.0, 5.0])
+    >>> s = SparseNumbers(4, np.array([1, 3]), np.array([2.0, 5.0]))
+    >>> len(s), s[1], s[-1], list(s), s == [0.0, 2.0, 0.0, 5.0], s.array().tolist()
+    (4, 2.0, 5.0, [0.0, 2.0, 0.0, 5.0], True, [0.0, 2.0, 0.0, 5.0])
     """
 
-    __slots__ = ("array", "at")
+    __slots__ = ("at", "size", "values")
 
-    def __init__(self, array: npt.NDArray[np.float64], at: list[int] | None) -> None:
-        super().__init__(array.tolist())
-        self.at: list[int] | None = at
-        self.array: npt.NDArray[np.float64] | None = array
+    def __init__(self, size: int, at: IntArray, values: FloatArray) -> None:
+        self.size = size
+        self.at: IntArray = np.asarray(at, dtype=np.int64)
+        self.values: FloatArray = np.asarray(values, dtype=np.float64)
+        self.at.flags.writeable = False
+        self.values.flags.writeable = False
+
+    @classmethod
+    def of(cls, row: FloatArray) -> SparseNumbers:
+        """The entries of ``row`` other than +0.0 (a -0.0 is kept: it reads back bit for
+        bit)."""
+        at = np.flatnonzero((row != 0.0) | np.signbit(row))
+        return cls(row.size, at, row[at])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            out: list[float] = self.array()[i].tolist()
+            return out
+        k = operator.index(i)
+        if k < 0:
+            k += self.size
+        if not 0 <= k < self.size:
+            raise IndexError("index out of range")
+        j = int(np.searchsorted(self.at, k))
+        return float(self.values[j]) if j < self.at.size and self.at[j] == k else 0.0
+
+    def __iter__(self) -> Any:
+        return iter(self.array().tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SparseNumbers):
+            mine, theirs = self.values != 0.0, other.values != 0.0
+            return (
+                self.size == other.size
+                and np.array_equal(self.at[mine], other.at[theirs])
+                and np.array_equal(self.values[mine], other.values[theirs])
+            )
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == self.size and self.array().tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def array(self) -> FloatArray:
+        """The numbers whole, as a new float64 array."""
+        out = np.zeros(self.size)
+        out[self.at] = self.values
+        return out
+
+    def __repr__(self) -> str:
+        return f"SparseNumbers({self.size}, at={self.at.tolist()}, values={self.values.tolist()})"
 
 
-forgets_on_change(SparseList, "at", "array")
+def array_of(values: Sequence[float]) -> FloatArray:
+    """``values`` as a new float64 array (a :class:`SparseNumbers` made whole from its
+    entries, instead of converting each number)."""
+    if type(values) is SparseNumbers:
+        return values.array()
+    return np.array(values, dtype=np.float64)
 
 
-def array_of(values: Sequence[float]) -> npt.NDArray[np.float64]:
-    """``values`` as a new float64 array (a :class:`SparseList`'s copied from the array it
-    keeps, instead of converting each number)."""
-    held = values.array if type(values) is SparseList else None
-    return np.array(values, dtype=np.float64) if held is None else held.copy()
+def numbers_of(row: FloatArray) -> Sequence[float]:
+    """A row of numbers as a record holds them: one of :data:`SPARSE_FROM` or more numbers
+    as a :class:`SparseNumbers` of its entries, the others as a list.
 
-
-def numbers_of(row: npt.NDArray[np.float64]) -> list[float]:
-    """A row of numbers as a list: one of :data:`SPARSE_FROM` or more numbers as a
-    :class:`SparseList`, whose non-zero entries numpy finds at once.
-
-    >>> numbers_of(np.array([0.0, 1.5])), numbers_of(np.zeros(300)).at
+    >>> numbers_of(np.array([0.0, 1.5])), numbers_of(np.zeros(300)).at.tolist()
     ([0.0, 1.5], [])
     """
     if row.size < SPARSE_FROM:
         values: list[float] = row.tolist()
         return values
-    at = np.flatnonzero((row != 0.0) | np.signbit(row)).tolist()
-    return SparseList(np.array(row, dtype=np.float64), at)
+    return SparseNumbers.of(np.asarray(row, dtype=np.float64))
 
 
-def sparse_at(*columns: Sequence[float]) -> list[int] | None:
+def sparse_at(*columns: Sequence[float], most: int = MAX_SPARSE_SIZE) -> list[int] | None:
     """The indices where any of the equally long ``columns`` holds anything but +0.0 (-0.0
     counts: a list written sparsely reads back bit for bit), when writing those alone pays
-    (at least :data:`SPARSE_FROM` numbers, at most a quarter of them held); else None.
+    (at least :data:`SPARSE_FROM` numbers, at most a quarter of them held) and a reader
+    takes that form (at most ``most`` numbers); else None.
 
     >>> sparse_at([0.0] * 300 + [2.0], [0.0] * 299 + [-0.0, 0.0])
     [299, 300]
@@ -383,9 +439,7 @@ def sparse_at(*columns: Sequence[float]) -> list[int] | None:
     (True, True)
     """
     n = len(columns[0])
-    if not SPARSE_FROM <= n <= MAX_SPARSE_SIZE or any(
-        4 * (n - column.count(0.0)) > n for column in columns
-    ):
+    if not SPARSE_FROM <= n <= most or any(4 * (n - column.count(0.0)) > n for column in columns):
         return None  # (a count of zeros, -0.0 among them, rules out most dense lists fast)
     held = np.zeros(n, dtype=bool)
     for column in columns:
@@ -400,8 +454,9 @@ def sparse_at(*columns: Sequence[float]) -> list[int] | None:
 
 def packed_numbers(values: Sequence[float]) -> list[float] | dict[str, Any]:
     """``values`` as a record writes them: the list, or, when most are zero
-    (:func:`sparse_at`), ``{"size": n, "at": [indices], "values": [numbers there]}``,
-    every other number being 0.0. :func:`read_numbers` reads either back, bit for bit.
+    (:func:`sparse_at`; a :class:`SparseNumbers` by its own entries),
+    ``{"size": n, "at": [indices], "values": [numbers there]}``, every other number being
+    0.0. :func:`read_numbers` reads either back, bit for bit.
 
     >>> packed_numbers([0.0] * 299 + [1.5])
     {'size': 300, 'at': [299], 'values': [1.5]}
@@ -410,21 +465,25 @@ def packed_numbers(values: Sequence[float]) -> list[float] | dict[str, Any]:
     >>> read_numbers(packed_numbers([0.0] * 299 + [1.5]), "features")[-2:]
     [0.0, 1.5]
     """
-    at = values.at if type(values) is SparseList else None
-    if at is None or len(values) < SPARSE_FROM or 4 * len(at) > len(values):
-        at = sparse_at(values)
+    n = len(values)
+    if type(values) is SparseNumbers:
+        if SPARSE_FROM <= n <= MAX_SPARSE_SIZE and 4 * values.at.size <= n:
+            return {"size": n, "at": values.at.tolist(), "values": values.values.tolist()}
+        whole: list[float] = values.array().tolist()
+        return whole
+    at = sparse_at(values)
     if at is None:
         return list(values)
-    return {"size": len(values), "at": at, "values": [values[i] for i in at]}
+    return {"size": n, "at": at, "values": [values[i] for i in at]}
 
 
-def read_numbers(value: Any, what: str) -> list[float]:
+def read_numbers(value: Any, what: str) -> Sequence[float]:
     """A list of finite numbers as a record holds it: a list (:func:`feature_list`), or the
     sparse form :func:`packed_numbers` writes, checked (a ``size`` of 1 to
     :data:`MAX_SPARSE_SIZE`, indices strictly increasing below it, as many finite values)
-    and spread out; ``what`` names the field in the error.
+    and kept in that form (:class:`SparseNumbers`); ``what`` names the field in the error.
 
-    >>> read_numbers({"size": 3, "at": [0, 2], "values": [1, 2.5]}, "features")
+    >>> list(read_numbers({"size": 3, "at": [0, 2], "values": [1, 2.5]}, "features"))
     [1.0, 0.0, 2.5]
     >>> read_numbers({"size": 3, "at": [2, 0], "values": [1, 2]}, "features")
     Traceback (most recent call last):
@@ -443,7 +502,9 @@ def read_numbers(value: Any, what: str) -> list[float]:
     values = value["values"]
     if not isinstance(values, list) or len(values) != len(at):
         raise BadMessage("schema", f"{what} 'values' must be a list as long as 'at'")
-    return spread(at, feature_list(values), size)
+    numbers = np.array(feature_list(values), dtype=np.float64)
+    held = (numbers != 0.0) | np.signbit(numbers)  # a +0.0 listed is not kept (canonical)
+    return SparseNumbers(size, np.array(at, dtype=np.int64)[held], numbers[held])
 
 
 def read_at(value: Any, size: int, what: str) -> list[int]:
@@ -464,9 +525,8 @@ def spread(at: Sequence[int], values: Sequence[float], size: int) -> list[float]
     as many as ``values``), 0.0 elsewhere."""
     out = np.zeros(size)
     out[at] = values
-    # the indices are kept when they are those of the non-zero entries (0.0 in ``values``
-    # is True for -0.0 too: the list is then searched when written)
-    return SparseList(out, None if 0.0 in values else list(at))
+    whole: list[float] = out.tolist()
+    return whole
 
 
 def feature_value(value: Any, where: str) -> float:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as field_
 from typing import Any, Final
@@ -27,8 +27,10 @@ import orjson
 
 from service.records.codec import (
     MAX_MAGNITUDE,
+    MAX_SPREAD_SIZE,
     SPARSE_FROM,
     BadMessage,
+    SparseNumbers,
     decode_json,
     dumps,
     feature_list,
@@ -231,7 +233,7 @@ class FeatureMoments:
         features that did not alone, ``{"count", "size", "at", "mean", "m2", "signature"}``
         (``size``: how many features the moments cover). The signature covers the moments
         whole either way."""
-        at = sparse_at(self.mean, self.m2)
+        at = sparse_at(self.mean, self.m2, most=MAX_SPREAD_SIZE)
         if at is None:
             return self.to_dict()
         mean, m2 = self.mean, self.m2
@@ -253,7 +255,9 @@ class LabelRequest:
     request_id: str
     event_id: str
     model: str
-    features: list[float]
+    # a list, or (a declared model's, read or made sparse) a
+    # :class:`~service.records.codec.SparseNumbers`
+    features: Sequence[float]
     score: float
     rho: float
     decided_label: int  # +1, -1, 0 = rejected
@@ -282,7 +286,7 @@ class LabelRequest:
 
     def to_json(self) -> bytes:
         """The record on the label-requests topic (:meth:`to_dict`, encoded)."""
-        if not self.sparse:
+        if not self.sparse and type(self.features) is list:
             return orjson.dumps(self)  # dataclasses natively, in field order
         return dumps(self.to_dict())
 
@@ -301,7 +305,10 @@ class LabelRequest:
         else as lists (copies)."""
         out = {name: getattr(self, name) for name in self.__slots__}
         sparse, moments = self.sparse, self.moments
-        out["features"] = packed_numbers(self.features) if sparse else list(self.features)
+        feats = self.features
+        out["features"] = (
+            packed_numbers(feats) if sparse or type(feats) is SparseNumbers else list(feats)
+        )
         out["shadow_labels"] = dict(self.shadow_labels)
         if moments is not None:
             out["moments"] = moments.to_record() if sparse else moments.to_dict()
@@ -460,9 +467,9 @@ def _moments(record: dict[str, Any], n: int) -> FeatureMoments | None:
         width = len(mean) if isinstance(mean := field(value, "mean"), list) else 0
         need, size = width if 1 <= width <= n else -1, f"1 to {n} numbers, as many in each"
     else:
-        width = value.get("size", n)
-        if type(width) is not int or not 1 <= width <= n:
-            raise BadMessage("schema", f"moments 'size' must be an integer from 1 to {n}")
+        width, most = value.get("size", n), min(n, MAX_SPREAD_SIZE)
+        if type(width) is not int or not 1 <= width <= most:
+            raise BadMessage("schema", f"moments 'size' must be an integer from 1 to {most}")
         at = read_at(value["at"], width, "moments")
         need, size = len(at), "numbers as long as 'at'"
     parts = []

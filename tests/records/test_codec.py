@@ -12,8 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.records.codec import (
+    MAX_SPARSE_SIZE,
+    SPARSE_FROM,
+    BadMessage,
     RecordError,
-    SparseList,
+    SparseNumbers,
     _all_finite,
     array_of,
     decode_object,
@@ -149,49 +152,73 @@ _row = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(_row, st.integers(0, 10))
-def test_a_row_kept_with_its_positions_is_written_as_one_searched_is(
-    values: list[float], flips: int
-) -> None:
+@given(_row)
+def test_a_row_kept_as_its_entries_is_written_as_one_searched_is(values: list[float]) -> None:
     row = np.array(values)
     kept = numbers_of(row)
+    assert (type(kept) is SparseNumbers) == (len(values) >= SPARSE_FROM)
     assert kept == values
-    assert packed_numbers(kept) == packed_numbers(values)  # the kept indices, or a search
+    assert list(kept) == values
+    assert len(kept) == len(values)
+    assert [kept[i] for i in range(len(values))] == values
+    assert kept[-1] == values[-1]
+    assert kept[3:9] == values[3:9]
+    if isinstance(packed_numbers(values), dict):
+        assert packed_numbers(kept) == packed_numbers(values)  # the kept entries, or a search
+    else:
+        assert packed_numbers(kept) == values
     assert [struct.pack("<d", v) for v in read_numbers(packed_numbers(kept), "f")] == [
         struct.pack("<d", v) for v in values
     ]
-    # what is read back keeps its positions (unless it lists a -0.0: 0.0 == -0.0), a change
-    # drops them, and it is written as it reads either way
+    # what is read back stays in its entries, equals the list, and is written as it reads
     written = packed_numbers(kept)
     back = read_numbers(orjson.loads(orjson.dumps(written)), "f")
     if isinstance(written, dict):
-        assert type(back) is SparseList
-        assert (back.at is not None) == (not _signed(values))
-    for k in range(flips):
-        back[k % len(back)] = 1.0
-        values[k % len(values)] = 1.0
-    if flips and type(back) is SparseList:
-        assert back.at is None
-        assert back.array is None
-    assert packed_numbers(back) == packed_numbers(values)
-    assert array_of(back).tobytes() == np.array(values).tobytes()  # kept, or made again
+        assert type(back) is SparseNumbers  # (long rows with most numbers zero)
+        assert back == kept
+        assert kept == back
+        assert back == values
+    assert packed_numbers(back) == written
+    assert array_of(back).tobytes() == row.tobytes()
     assert array_of(kept).tobytes() == row.tobytes()
-    assert array_of(kept) is not getattr(kept, "array", None)  # a copy: the list keeps its own
 
 
-def _signed(values: list[float]) -> list[float]:
-    """The -0.0s of ``values`` (== cannot tell them from 0.0)."""
-    return [v for v in values if v == 0.0 and math.copysign(1.0, v) < 0]
+def test_sparse_numbers_never_change_and_compare_by_value() -> None:
+    s = SparseNumbers(300, np.array([2, 7]), np.array([1.5, -0.0]))
+    t = SparseNumbers(300, np.array([2]), np.array([1.5]))
+    assert s == t
+    assert s == [0.0, 0.0, 1.5] + [0.0] * 297
+    assert s != SparseNumbers(301, np.array([2]), np.array([1.5]))
+    assert s != SparseNumbers(300, np.array([3]), np.array([1.5]))
+    assert s != [0.0] * 300
+    assert s != "x" * 300
+    with pytest.raises(ValueError, match="read-only"):
+        s.values[0] = 2.0
+    with pytest.raises(ValueError, match="read-only"):
+        s.at[0] = 3
+    with pytest.raises(IndexError):
+        s[300]
+    with pytest.raises(TypeError):
+        hash(s)
+
+
+def test_a_huge_size_claimed_costs_the_entries_written() -> None:
+    """A record claiming the most numbers with one written is read as that one entry: a
+    few bytes never make a list of millions."""
+    back = read_numbers({"size": MAX_SPARSE_SIZE, "at": [5], "values": [2]}, "features")
+    assert type(back) is SparseNumbers
+    assert len(back) == MAX_SPARSE_SIZE
+    assert back.at.tolist() == [5]
+    assert back[5] == 2.0
+    assert packed_numbers(back) == {"size": MAX_SPARSE_SIZE, "at": [5], "values": [2.0]}
+    with pytest.raises(BadMessage, match="size"):
+        read_numbers({"size": MAX_SPARSE_SIZE + 1, "at": [5], "values": [2]}, "features")
 
 
 def test_a_sparse_record_listing_a_zero_is_read_and_written_canonically() -> None:
     back = read_numbers({"size": 300, "at": [3, 9], "values": [0.0, 2.0]}, "features")
-    assert isinstance(back, SparseList)
-    assert back.at is None
+    assert isinstance(back, SparseNumbers)
+    assert back.at.tolist() == [9]
     assert packed_numbers(back) == {"size": 300, "at": [9], "values": [2.0]}
-    kept = read_numbers({"size": 300, "at": [3, 9], "values": [1.0, 2.0]}, "features")
-    assert isinstance(kept, SparseList)
-    assert kept.at == [3, 9]
-    kept.append(0.0)
-    assert kept.at is None
-    assert packed_numbers(kept) == {"size": 301, "at": [3, 9], "values": [1.0, 2.0]}
+    signed = read_numbers({"size": 300, "at": [3, 9], "values": [-0.0, 2.0]}, "features")
+    assert packed_numbers(signed) == {"size": 300, "at": [3, 9], "values": [-0.0, 2.0]}

@@ -26,6 +26,7 @@ from service.records import (
 from service.records.codec import (
     DEAD_LETTER_REASONS,
     MAX_SPARSE_SIZE,
+    MAX_SPREAD_SIZE,
     decode_json,
     obj,
     packed_numbers,
@@ -238,7 +239,7 @@ def test_narrow_or_dense_requests_are_written_whole_as_before() -> None:
         ({"size": 4, "at": [1], "values": [1.0], "extra": 1}, "an object of size, at and values"),
         ({"size": 0, "at": [], "values": []}, "'size' must be an integer from 1"),
         ({"size": True, "at": [], "values": []}, "'size' must be an integer from 1"),
-        ({"size": (1 << 16) + 1, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
+        ({"size": (1 << 23) + 1, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
         ({"size": 10**30, "at": [0], "values": [1.0]}, "'size' must be an integer from 1"),
         ({"size": 4, "at": [2, 1], "values": [1.0, 1.0]}, "increasing indices below 4"),
         ({"size": 4, "at": [1, 1], "values": [1.0, 1.0]}, "increasing indices below 4"),
@@ -442,3 +443,22 @@ def test_a_label_request_parses_as_checking_it_field_by_field_does(
     assert _outcome(label_request_from_dict, json.loads(raw)) == _outcome(
         _label_request, json.loads(raw)
     )
+
+
+def test_sparse_moments_of_more_than_a_reader_spreads_are_refused_for_any_width() -> None:
+    """A request's features may stand for millions of numbers (kept as their entries), its
+    moments are read whole: a few bytes claiming 2^17 of them are refused before any list
+    of that size is made, however wide the request says it is."""
+    wide = {"size": 1 << 20, "at": [0, 5], "values": [1.0, 2.0]}
+    base = _wide_request(256, held=8).to_dict()
+    most = {"count": 2, "size": MAX_SPREAD_SIZE, "at": [0], "mean": [1.0], "m2": [0.0]}
+    request = parse_label_request(json.dumps({**base, "features": wide, "moments": most}).encode())
+    assert len(request.features) == 1 << 20
+    assert request.moments is not None
+    assert len(request.moments.mean) == MAX_SPREAD_SIZE
+    beyond = {**most, "size": MAX_SPREAD_SIZE + 1}
+    raw = json.dumps({**base, "features": wide, "moments": beyond}).encode()
+    with pytest.raises(
+        BadMessage, match=f"moments 'size' must be an integer from 1 to {MAX_SPREAD_SIZE}"
+    ):
+        parse_label_request(raw)

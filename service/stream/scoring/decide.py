@@ -41,7 +41,7 @@ from service.records import (
     LabelRequest,
     RawMessage,
 )
-from service.records.codec import numbers_of
+from service.records.codec import SPARSE_FROM, SparseNumbers, numbers_of
 from service.records.ids import coins, request_ids
 from service.records.reasons import Source
 from service.records.wire import FeatureMoments
@@ -128,13 +128,13 @@ class Decided:
         ids = [self.ids[j] for j in rows]
         priority = priorities(self.scores[rows], rho).tolist()
         shadows = self.shadow_labels
-        x = whole(self.x, rows)
+        features = _request_features(self.x, rows, declared=self.fields is not None)
         return [
             LabelRequest(
                 request_id=rid,
                 event_id=ids[k],
                 model=route,
-                features=x[k].tolist() if self.fields is None else numbers_of(x[k]),
+                features=features[k],
                 score=float(self.scores[j]),
                 rho=rho,
                 decided_label=int(self.labels[j]),
@@ -150,6 +150,26 @@ class Decided:
             )
             for k, (j, rid) in enumerate(zip(rows, request_ids(route, ids), strict=True))
         ]
+
+
+def _request_features(
+    x: np.ndarray | SparseRows, rows: list[int], *, declared: bool
+) -> list[Sequence[float]]:
+    """The features of the label requests of ``rows``: a list of numbers each, or (a
+    declared model's, of :data:`~service.records.codec.SPARSE_FROM` inputs or more) the
+    entries each row sets (:class:`~service.records.codec.SparseNumbers`), never made
+    whole."""
+    if isinstance(x, SparseRows) and declared and x.width >= SPARSE_FROM:
+        out: list[Sequence[float]] = []
+        for j in rows:
+            at, values = x.row(j)
+            held = values != 0.0  # (a row's sums hold no -0.0)
+            out.append(SparseNumbers(x.width, at[held], values[held]))
+        return out
+    dense = whole(x, rows)
+    if declared:
+        return [numbers_of(row) for row in dense]
+    return [row.tolist() for row in dense]
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from service.records import (
     parse_model_envelope,
     request_id,
 )
-from service.records.codec import SparseList
+from service.records.codec import SparseNumbers
 from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.scoring.batch import Shown
@@ -314,11 +314,11 @@ def test_a_declared_models_requests_keep_where_their_inputs_are_set() -> None:
     requests = out.label_requests
     assert len(requests) == 3  # DSOL asks about every event
     for request in requests:
-        assert isinstance(request.features, SparseList)
-        assert request.features.at == [
+        assert isinstance(request.features, SparseNumbers)  # never made whole
+        assert request.features.at.tolist() == [
             i for i, v in enumerate(request.features) if v or math.copysign(1.0, v) < 0
         ]
-        assert 2 <= len(request.features.at) <= 3  # a, and the two tokens' buckets
+        assert 2 <= request.features.at.size <= 3  # a, and the two tokens' buckets
         assert parse_label_request(request.to_json()) == request
 
 
