@@ -526,16 +526,20 @@ def _sparse_example() -> str:
 
 _PACKED: Final = (
     "A learner writes a version in the packed form (`service.records.packed`): the "
-    "4 bytes `AB 41 4D 32`, the header's length (u32, little-endian), then the JSON "
+    "4 bytes `AB 41 4D 33`, the header's length (u32, little-endian), then the JSON "
     "`[D, record]`, where every list of 16 or more learned floats is a reference "
-    '(`{"$d": [i, n]}`: `n` doubles from number `i`; `{"$s": [offset, n, k, fill]}`: '
-    "`n` floats all `fill` but `k`, given as `k` u32 indices then `k` doubles) into the "
-    "`D` little-endian doubles that follow, then the sparse arrays. Read back, it is this "
-    "record exactly. A packed record of 64 KiB or more is written compressed when that is "
-    "smaller: the 4 bytes `AB 41 4D 5A`, the packed record's length (u32, little-endian), "
-    "then one zstd frame of it; a reader refuses one that claims more than 16 times its own "
-    "size, or expands to more or less than it claims. Every reader takes every form: a "
-    "seed order carries the JSON one."
+    '(`{"$d": [i, n]}`: `n` doubles from number `i`; `{"$z": [offset, n, k, fill]}`: '
+    "`n` floats all `fill` but `k`, given as `k` u32 gaps (the first index, then each "
+    "index less the one before, above 0) then `k` doubles), and every list of 16 or more "
+    'increasing indices one too (`{"$i": [offset, k]}`: `k` u32 gaps), into the `D` '
+    "little-endian doubles that follow, then the sparse arrays and index lists. Read back, "
+    "it is this record exactly. A packed record of 64 KiB or more is written compressed "
+    "when that is smaller (zstd level 2; level 3 from 1 MiB packed): the 4 bytes "
+    "`AB 41 4D 5A`, the packed record's length (u32, little-endian), then one zstd frame of "
+    "it; a reader refuses one that claims more than 16 times its own size, or expands to "
+    "more or less than it claims. The earlier form (`AB 41 4D 32`, whose sparse arrays "
+    '`{"$s": ...}` give their indices as they are) is still read. Every reader takes every '
+    "form: a seed order carries the JSON one."
 )
 
 

@@ -11,10 +11,16 @@ any ``params`` section: hyperparameters stay as written) replaced by a reference
 of one key:
 
 * ``{"$d": [i, n]}``: the ``n`` doubles from number ``i`` of ``doubles``;
-* ``{"$s": [offset, n, k, fill]}``: ``n`` floats all equal to ``fill`` (0.0 or 1.0, bit for
-  bit) but ``k`` of them: at byte ``offset`` of ``sparse``, ``k`` u32 indices (strictly
-  increasing), then their ``k`` float64. Written where it is smaller: the weights of an
-  untrained model, a hashed model's untouched buckets.
+* ``{"$z": [offset, n, k, fill]}``: ``n`` floats all equal to ``fill`` (0.0 or 1.0, bit for
+  bit) but ``k`` of them: at byte ``offset`` of ``sparse``, ``k`` u32 gaps (the first
+  index, then each index less the one before it, above 0: strictly increasing), then their
+  ``k`` float64. Written where it is smaller: the weights of an untrained model, a hashed
+  model's untouched buckets. (``{"$s": ...}``, the same with the indices themselves, is
+  what the earlier form, ``MAGIC_2``, wrote: still read.)
+* ``{"$i": [offset, k]}``: a list of ``k`` increasing indices (at least :data:`MIN_PACKED`;
+  where the numbers of a list differ from another: a challenger's weights from the
+  champion's) as ``k`` u32 gaps at byte ``offset`` of ``sparse``. A wide model's indices
+  are close together: their gaps compress to a fraction of their bytes.
 
 Reading gives back exactly the record that was packed (lists of Python floats, bit for bit),
 so a reader that took the JSON form reads this one the same way. The first byte is not one
@@ -52,7 +58,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from service.learning.state import FloatList, FrozenRecord
+from service.learning.state import FloatList, FrozenRecord, IndexList
 from service.records.codec import BadMessage, RecordError
 
 __all__ = [
@@ -70,7 +76,10 @@ __all__ = [
     "unpack",
 ]
 
-MAGIC: Final = b"\xabAM2"
+MAGIC: Final = b"\xabAM3"
+#: the first bytes of a record in the earlier packed form (absolute indices, no ``$i``):
+#: still read
+MAGIC_2: Final = b"\xabAM2"
 #: the first bytes of a packed record written compressed (:func:`squeeze`)
 ZMAGIC: Final = b"\xabAMZ"
 #: packed records of at least this many bytes are written compressed when that is smaller
@@ -78,7 +87,14 @@ COMPRESS_FROM: Final = 64 * 1024
 #: how many times its own size a compressed record may expand to (a reader refuses one that
 #: claims more before it makes anything of that size; a writer compresses no further)
 EXPANSION: Final = 16
-_LEVEL: Final = 1  # zstd's fastest: within 5 % of level 3's size on models, twice as fast
+#: zstd's level: at 2^10 buckets and 300 tokens, level 1 writes 148 KiB, level 2 116 KiB (in
+#: 0.9 ms instead of 0.6), level 3 116 KiB (1.0 ms)
+_LEVEL: Final = 2
+#: packed records of at least this many bytes (a wide model's, near a message's limit) are
+#: compressed at :data:`_HARDER` (a model of 2^18 buckets, 37,000 of them learned: 827 KiB
+#: at level 2, 791 KiB at 3, in 1.7x the time)
+_HARDER_FROM: Final = 1 << 20
+_HARDER: Final = 3
 #: lists shorter than this stay in the header (a reference costs about as much)
 MIN_PACKED: Final = 16
 #: floats a record may expand to in all (a bound on what a small hostile record can cost)
@@ -87,13 +103,16 @@ _LENGTH: Final = struct.Struct("<I")
 _FILLS: Final = (0.0, 1.0)
 _FILL_BITS: Final = tuple(np.array(_FILLS, dtype="<f8").view("<u8").tolist())
 _DENSE, _SPARSE, _ESCAPE = "$d", "$s", "$$"
+#: a sparse array with its indices as gaps, and a list of increasing indices as gaps
+_GAPS, _INDICES = "$z", "$i"
 #: a record's own object of one such key is written inside {"$$": ...}, never as a reference
-_RESERVED: Final = frozenset((_DENSE, _SPARSE, _ESCAPE))
+_RESERVED: Final = frozenset((_DENSE, _SPARSE, _ESCAPE, _GAPS, _INDICES))
+_MOST_INDEX: Final = (1 << 32) - 1
 
 
 def is_packed(raw: bytes) -> bool:
     """True if ``raw`` is in this form, compressed or not (not JSON)."""
-    return raw[:4] == MAGIC or raw[:4] == ZMAGIC
+    return raw[:4] in (MAGIC, MAGIC_2, ZMAGIC)
 
 
 def squeeze(raw: bytes) -> bytes:
@@ -111,9 +130,10 @@ def squeeze(raw: bytes) -> bytes:
     >>> squeeze(pack({"w": [0.5] * 20_000})) == pack({"w": [0.5] * 20_000})  # 100x: as it is
     True
     """
-    if len(raw) < COMPRESS_FROM or raw[:4] != MAGIC:
+    if len(raw) < COMPRESS_FROM or raw[:4] not in (MAGIC, MAGIC_2):
         return raw
-    frame = bytes(cramjam.zstd.compress(raw, level=_LEVEL))
+    level = _HARDER if len(raw) >= _HARDER_FROM else _LEVEL
+    frame = bytes(cramjam.zstd.compress(raw, level=level))
     if 8 + len(frame) >= len(raw) or len(raw) > EXPANSION * (8 + len(frame)):
         return raw
     return b"".join([ZMAGIC, _LENGTH.pack(len(raw)), frame])
@@ -229,13 +249,28 @@ class _Checker:
 
 
 class _Packer(_Checker):
-    """Replaces the float lists of a record with references, keeping the lists in order."""
+    """Replaces the float lists of a record with references, keeping the lists in order,
+    and its lists of increasing indices (:class:`~service.learning.state.IndexList`) with
+    references to their gaps."""
 
-    __slots__ = ("refs",)
+    __slots__ = ("indices", "refs")
 
     def __init__(self, bound: float) -> None:
         super().__init__(bound)
         self.refs: list[dict[str, list[Any]]] = []  # each list's reference, set by pack()
+        self.indices: list[tuple[dict[str, list[Any]], npt.NDArray[np.int64]]] = []
+
+    def _indices(self, value: IndexList) -> dict[str, list[Any]] | None:
+        """The reference of an index list written as its gaps (set by :func:`pack`); None
+        when it stays in the header (short, or not increasing within a u32)."""
+        if len(value) < MIN_PACKED:
+            return None
+        at = value.array if value.array is not None else np.array(value, dtype=np.int64)
+        if at[0] < 0 or at[-1] > _MOST_INDEX or not (np.diff(at) > 0).all():
+            return None
+        ref: dict[str, list[Any]] = {}
+        self.indices.append((ref, at))
+        return ref
 
     def _ref(self, values: npt.NDArray[np.float64]) -> dict[str, list[Any]]:
         ref: dict[str, list[Any]] = {}
@@ -252,6 +287,10 @@ class _Packer(_Checker):
             return {_ESCAPE: out} if len(out) == 1 and next(iter(out)) in _RESERVED else out
         if kind is int or kind is str or kind is bool or value is None:
             return value
+        if kind is IndexList:
+            ref = self._indices(value)
+            if ref is not None:
+                return ref
         array = _array_of(value, kind)
         if array is not None:
             return self._ref(array)
@@ -351,9 +390,13 @@ def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
             kept += n
             continue
         where = np.flatnonzero(values.view("<u8") != _FILL_BITS[which])
-        ref[_SPARSE] = [sparse_at, n, where.size, _FILLS[which]]
-        sparse += [where.astype("<u4").tobytes(), values[where].tobytes()]
+        ref[_GAPS] = [sparse_at, n, where.size, _FILLS[which]]
+        sparse += [_gaps(where), values[where].tobytes()]
         sparse_at += 12 * where.size
+    for ref, at in packer.indices:
+        ref[_INDICES] = [sparse_at, at.size]
+        sparse.append(_gaps(at))
+        sparse_at += 4 * at.size
     try:  # every float in it was checked on the walk
         header = orjson.dumps([kept, body], option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError as exc:
@@ -365,10 +408,23 @@ def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:
     return b"".join([MAGIC, _LENGTH.pack(len(header)), header, doubles, *sparse])
 
 
-class _Unpacker:
-    __slots__ = ("bound", "doubles", "left", "sparse")
+def _gaps(at: npt.NDArray[np.intp] | npt.NDArray[np.int64]) -> bytes:
+    """Increasing indices as u32 gaps (the first from 0): a wide model's indices are close
+    together, and their gaps compress to a fraction of the indices' bytes."""
+    out = np.empty(at.size, dtype="<u4")
+    if at.size:
+        out[0] = at[0]
+        np.subtract(at[1:], at[:-1], out=out[1:], casting="unsafe")
+    return out.tobytes()
 
-    def __init__(self, doubles: npt.NDArray[np.float64], sparse: memoryview, bound: float):
+
+class _Unpacker:
+    __slots__ = ("bound", "doubles", "gaps", "left", "sparse")
+
+    def __init__(
+        self, doubles: npt.NDArray[np.float64], sparse: memoryview, bound: float, gaps: bool
+    ):
+        self.gaps = gaps  # the current form (MAGIC): references to gaps are read as such
         self.bound = bound
         self.doubles = doubles
         self.sparse = sparse
@@ -393,7 +449,30 @@ class _Unpacker:
         self._take(n)
         return FloatList(self.doubles[at : at + n])  # its array: no conversion in from_state
 
-    def _sparse(self, args: Any) -> list[float]:
+    def _positions(self, at: int, k: int, gaps: bool) -> npt.NDArray[np.int64]:
+        """``k`` u32 at byte ``at`` of the sparse arrays, as indices (``gaps``: each but
+        the first from the one before, and then above it: strictly increasing)."""
+        read = np.frombuffer(self._slice(at, 4 * k), dtype="<u4").astype(np.int64)
+        if not gaps:
+            if k > 1 and not (np.diff(read) > 0).all():
+                raise BadMessage("schema", "a packed sparse array's indices are out of order")
+            return read
+        if k > 1 and not (read[1:] > 0).all():
+            raise BadMessage("schema", "a packed list of indices is not increasing")
+        return np.cumsum(read)
+
+    def _index_list(self, args: Any) -> IndexList:
+        if not (
+            isinstance(args, list)
+            and len(args) == 2
+            and all(type(i) is int and i >= 0 for i in args)
+        ):
+            raise BadMessage("schema", "a packed list of indices' reference is malformed")
+        at, k = args
+        self._take(k)
+        return IndexList(self._positions(at, k, gaps=True))
+
+    def _sparse(self, args: Any, *, gaps: bool = False) -> list[float]:
         if not (
             isinstance(args, list)
             and len(args) == 4
@@ -405,11 +484,9 @@ class _Unpacker:
             raise BadMessage("schema", "a packed sparse array's reference is malformed")
         at, n, k, fill = args
         self._take(n)
-        where = np.frombuffer(self._slice(at, 4 * k), dtype="<u4")
+        where = self._positions(at, k, gaps)
         found = np.frombuffer(self._slice(at + 4 * k, 8 * k), dtype="<f8")
-        if k and (
-            int(where[-1]) >= n or (k > 1 and not (np.diff(where.astype(np.int64)) > 0).all())
-        ):
+        if k and int(where[-1]) >= n:
             raise BadMessage("schema", "a packed sparse array's indices are out of order")
         self._check(found)
         values = np.full(n, fill)
@@ -432,6 +509,10 @@ class _Unpacker:
                     return self._dense(value[kind])
                 if kind == _SPARSE:
                     return self._sparse(value[kind])
+                if kind == _GAPS and self.gaps:
+                    return self._sparse(value[kind], gaps=True)
+                if kind == _INDICES and self.gaps:
+                    return self._index_list(value[kind])
                 if kind == _ESCAPE and isinstance(value[kind], dict):
                     return {k: self.walk(v) for k, v in value[kind].items()}
             return {k: v if k == "params" else self.walk(v) for k, v in value.items()}
@@ -453,7 +534,7 @@ def unpack(raw: bytes, *, max_bytes: int | None = None, bound: float = math.inf)
         raise BadMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
     if raw[:4] == ZMAGIC:
         raw = _expanded(raw)
-    if raw[:4] != MAGIC or len(raw) < 8:
+    if raw[:4] not in (MAGIC, MAGIC_2) or len(raw) < 8:
         raise BadMessage("schema", "not a packed record")
     (size,) = _LENGTH.unpack_from(raw, 4)
     if 8 + size > len(raw):
@@ -475,6 +556,7 @@ def unpack(raw: bytes, *, max_bytes: int | None = None, bound: float = math.inf)
         np.frombuffer(raw, dtype="<f8", count=header[0], offset=8 + size),
         memoryview(raw)[end:],
         bound,
+        raw[:4] == MAGIC,
     )
     unpacker._check(unpacker.doubles)
     out: dict[str, Any] = unpacker.walk(header[1])

@@ -16,12 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.config import ModelConfig
-from service.learning.state import FrozenRecord, float_list
+from service.learning.state import FrozenRecord, IndexList, float_list
 from service.records import BadMessage, RecordError, parse_model_envelope
 from service.records.packed import (
     COMPRESS_FROM,
     EXPANSION,
     MAGIC,
+    MAGIC_2,
     MAX_ELEMENTS,
     MIN_PACKED,
     ZMAGIC,
@@ -48,8 +49,13 @@ float_lists = st.one_of(
         st.dictionaries(st.integers(0, 599), finite, max_size=30),
     ),
 )
+#: increasing indices (where one list differs from another), written as their gaps
+index_lists = st.builds(
+    lambda picks: IndexList(np.array(sorted(picks), dtype=np.int64)),
+    st.sets(st.integers(0, (1 << 32) - 1), max_size=40),
+)
 records = st.recursive(
-    st.one_of(scalars, float_lists),
+    st.one_of(scalars, float_lists, index_lists),
     lambda inner: st.one_of(
         st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=4), inner, max_size=4)
     ),
@@ -226,6 +232,13 @@ def forge(header: Any, tail: bytes = b"") -> bytes:
             "out of order",
         ),
         (forge([0, {"w": {"$s": [0, 4, 1, 0.0]}}], struct.pack("<Id", 1, math.inf)), "non-finite"),
+        (forge([0, {"w": {"$z": [0, 9, 2, 0.0]}}], struct.pack("<IIdd", 3, 0, 1.0, 1.0)), "not"),
+        (forge([0, {"w": {"$z": [0, 9, 2, 0.0]}}], struct.pack("<IIdd", 3, 6, 1.0, 1.0)), "order"),
+        (forge([0, {"w": {"$z": [0, 9, 1, 0.0]}}], struct.pack("<I", 3)), "reaches past"),
+        (forge([0, {"at": {"$i": [0, 3]}}], struct.pack("<III", 3, 1, 0)), "not increasing"),
+        (forge([0, {"at": {"$i": [0, 3]}}], struct.pack("<II", 3, 1)), "reaches past"),
+        (forge([0, {"at": {"$i": [0, -1]}}]), "malformed"),
+        (forge([0, {"at": {"$i": [0, 2, 1]}}], struct.pack("<II", 3, 1)), "malformed"),
         (forge([0, {"rho": 1e200}]), "magnitude"),
         (MAGIC + struct.pack("<I", 3) + b"[0,", "not_json"),
     ],
@@ -233,6 +246,34 @@ def forge(header: Any, tail: bytes = b"") -> bytes:
 def test_a_malformed_packed_record_is_refused_with_a_reason(raw: bytes, why: str) -> None:
     with pytest.raises(BadMessage, match=why):
         unpack(raw, bound=MAX_MAGNITUDE)
+
+
+def test_the_earlier_form_is_read_as_it_was_written() -> None:
+    """A version of the earlier form (``MAGIC_2``: a sparse array's indices as they are) is
+    read as before; what is a reference only in the current form stays an object there."""
+    tail = struct.pack("<II", 2, 7) + struct.pack("<dd", 1.5, 2.5)
+    head = orjson.dumps([0, {"w": {"$s": [0, 20, 2, 0.0]}, "at": {"$i": [0, 2]}}])
+    old = MAGIC_2 + struct.pack("<I", len(head)) + head + tail
+    out = unpack(old)
+    assert out["w"] == [0.0, 0.0, 1.5, 0.0, 0.0, 0.0, 0.0, 2.5] + [0.0] * 12
+    assert out["at"] == {"$i": [0, 2]}
+    now = pack({"w": out["w"], "at": IndexList(np.arange(3, 60, 3))})
+    assert now[:4] == MAGIC
+    back = unpack(now)
+    assert back["w"] == out["w"]
+    assert type(back["at"]) is IndexList
+    assert back["at"] == list(range(3, 60, 3))
+
+
+def test_a_wide_models_indices_are_written_as_gaps_that_compress() -> None:
+    """Where a list of 2^18 numbers differs from another at 30,000 increasing indices, the
+    indices take 4 bytes each packed and compress to well under 2: their gaps are small."""
+    rng = np.random.default_rng(0)
+    at = np.sort(rng.choice(1 << 18, 30_000, replace=False))
+    raw = pack({"at": IndexList(at)})
+    assert len(raw) < 4 * at.size + 200
+    assert len(squeeze(raw)) < 1.5 * at.size
+    assert unpack(squeeze(raw))["at"] == at.tolist()
 
 
 def test_a_small_record_cannot_expand_without_bound() -> None:

@@ -9,7 +9,8 @@ challengers can be started *at* a change that is only noticed some labels later.
 * :meth:`Recall.since` gives the snapshot taken at or before a given label whose labels
   since are all remembered, and those labels, in order.
 
-All of it is plain numbers and round-trips through :meth:`Recall.to_state`. A snapshot's
+All of it is plain numbers and round-trips through :meth:`Recall.to_state`. A remembered
+input of a wide model is written as where it is set (``x_at``, ``x_to``). A snapshot's
 weights are written as the ones that differ from the next snapshot's (the newest: from the
 champion's weights now, which :meth:`Recall.to_state` is given): ``w_at`` their indices,
 ``w_to`` their values, bit for bit. A snapshot a few labels old differs in the weights of
@@ -97,7 +98,7 @@ class Recall:
     def _keep(self, item: Remembered) -> None:
         n, x, y, p, loss = item
         self._labels.append(item)
-        self._records.append(st.FrozenRecord(n=n, x=st.float_list(x), y=y, p=p, loss=loss))
+        self._records.append(st.FrozenRecord(n=n, **_input_record(x), y=y, p=p, loss=loss))
 
     def since(self, label: int) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
         """The latest snapshot at or before ``label`` whose labels since are all remembered,
@@ -140,7 +141,7 @@ class Recall:
         for item in labels:
             if not isinstance(item, Mapping):
                 raise StateError("a remembered label must be an object")
-            x = st.read_floats(item, "x", (n_features,))
+            x = _input(item, n_features)
             y = st.read_float(item, "y")
             if y not in (1.0, -1.0):
                 raise StateError(f"a remembered label must be +1 or -1, got {y!r}")
@@ -161,6 +162,27 @@ class Recall:
         for snapshot in reversed(read):
             out._snap(snapshot)
         return out
+
+
+def _input_record(x: FloatArray) -> dict[str, Any]:
+    """A remembered input as its record writes it: where it is not +0.0 (``x_at``, and
+    ``x_to`` there, bit for bit) when at most half of at least
+    :data:`~service.learning.state.SHARED_FROM` inputs are (a wide model's row sets a few
+    hundred of 2^18), else whole (``x``)."""
+    if x.size >= st.SHARED_FROM:
+        changes = st.changes_from(x, np.zeros(x.size))
+        if changes is not None:
+            return {"x_at": changes[0], "x_to": changes[1]}
+    return {"x": st.float_list(x)}
+
+
+def _input(item: Mapping[str, Any], n_features: int) -> FloatArray:
+    """A remembered label's input, either form of :func:`_input_record`."""
+    if "x_at" not in item:
+        return st.read_floats(item, "x", (n_features,))
+    if "x" in item:
+        raise StateError("a remembered label's input is written whole or as where it is set")
+    return st.changed(item, "x", np.zeros(n_features), n_features, "a remembered label")
 
 
 def _snapshot_record(snapshot: Snapshot, base: Any) -> st.FrozenRecord:

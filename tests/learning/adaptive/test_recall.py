@@ -165,3 +165,54 @@ def test_where_most_weights_changed_a_snapshot_is_written_whole() -> None:
     assert all("w" in item and "w_at" not in item for item in record["snapshots"])
     again = Recall.from_state(16, json.loads(json.dumps(record)), 8, champion.w)
     assert [s[1] for s in again._snapshots] == kept
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hst.dictionaries(hst.integers(0, 299), _VALUE, max_size=120),
+    hst.integers(8, 300),
+    hst.booleans(),
+)
+def test_a_remembered_input_reads_back_bit_for_bit_in_either_form(
+    held: dict[int, float], width: int, packed: bool
+) -> None:
+    """A wide input most of whose numbers are +0.0 is written as where it is not (a wide
+    model's 40 rows cost their entries, not 40 times its width), any other whole; either
+    reads back bit for bit, -0.0 included."""
+    x = np.zeros(width)
+    for i, v in held.items():
+        x[i % width] = v
+    recall = Recall(16)
+    recall.remember(3, x, -1.0, 0.25, 0.5)
+    record = recall.to_state()
+    (item,) = record["labels"]
+    set_ = int(np.count_nonzero(x.view(np.uint64)))
+    assert ("x_at" in item) == (width >= 256 and 2 * set_ <= width)
+    if "x_at" in item:
+        assert "x" not in item
+        assert len(item["x_at"]) == set_
+    text = unpack(pack(record)) if packed else json.loads(json.dumps(record))
+    (back,) = Recall.from_state(16, text, width)._labels
+    assert back[1].view(np.uint64).tolist() == x.view(np.uint64).tolist()
+    assert back[0] == 3
+    assert back[2:] == (-1.0, 0.25, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"x_at": [3, 1], "x_to": [1.0, 2.0]}, "increasing"),
+        ({"x_at": [300], "x_to": [1.0]}, "below 300"),
+        ({"x_at": [1], "x_to": [float("inf")]}, "x_to"),
+        ({"x_at": [1], "x_to": [1.0], "x": [0.0] * 300}, "whole or as where"),
+    ],
+)
+def test_a_hostile_remembered_input_is_refused(change: dict[str, Any], match: str) -> None:
+    x = np.zeros(300)
+    x[[4, 9]] = 1.0
+    recall = Recall(16)
+    recall.remember(0, x, 1.0, 1.0, 0.0)
+    (item,) = recall.to_state()["labels"]
+    hostile = {k: v for k, v in item.items() if k not in ("x_at", "x_to")} | change
+    with pytest.raises(StateError, match=match):
+        Recall.from_state(16, {"labels": [hostile], "snapshots": []}, 300)

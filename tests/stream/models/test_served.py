@@ -196,4 +196,6 @@ def test_a_declared_model_never_centres_its_buckets_so_a_label_and_a_version_sta
     remembered = envelope.learner["recall"]["labels"]
     assert len(remembered) >= 40
     for item in remembered:  # ~13 of 258 inputs set: the number, a category, the words
-        assert 3 <= np.count_nonzero(item["x"]) <= 16
+        assert "x" not in item  # written as where it is set
+        assert 3 <= np.count_nonzero(item["x_to"]) <= 16
+        assert len(item["x_at"]) == len(item["x_to"])
