@@ -107,7 +107,7 @@ from ..base import (
     features,
 )
 from ..drift import ADWIN, PageHinkley, detector_from_state
-from ..errors import HyperparameterError, InputError, StateError
+from ..errors import HyperparameterError, InputError, LearningError, StateError
 from ..losses import FloatArray, zero_d_one_loss
 from ..registry import learner_from_state
 from ..risk.collapse import CollapseWatch
@@ -232,6 +232,7 @@ class Adaptive:
         "_risk",
         "_rng",
         "_contest",
+        "_serving",
         "_takeovers",
         "_watch",
     )
@@ -292,6 +293,7 @@ class Adaptive:
         self._watch = CollapseWatch(window=collapse_window) if collapse_window else None
         self._contest = Contest()
         self._recall = Recall(self.memory)
+        self._serving = False  # a view read to decide only (from_state's ``serving``)
         self._risk = RiskEstimate()
         self._explore_left = self.explore_start
         self._explored = 0
@@ -478,6 +480,7 @@ class Adaptive:
         its champion's labels) is passed to the learners' steps. Bad input raises an
         :class:`~service.learning.errors.InputError` and changes nothing.
         """
+        self._refuse_if_serving("learn")
         z = features(x, self.n_features)
         yv = check_label(y)
         p = _probability(query_probability)
@@ -581,6 +584,7 @@ class Adaptive:
     def to_state(self) -> dict[str, Any]:
         """One versioned, JSON-safe record: parameters, champion, challengers, detector,
         collapse watch, what the model remembers and what it has counted."""
+        self._refuse_if_serving("write its state")
         champion = self.champion.to_state()
         return {
             "format": ADAPTIVE_FORMAT,
@@ -609,9 +613,22 @@ class Adaptive:
             },
         }
 
+    def _refuse_if_serving(self, what: str) -> None:
+        if self._serving:
+            raise LearningError(
+                f"a model read to serve cannot {what}: its challengers and what it remembers "
+                "were not read (read its state without serving=True)"
+            )
+
     @classmethod
-    def from_state(cls, state: Any) -> Adaptive:
-        """Rebuild from :meth:`to_state` output (the same decisions and the same future)."""
+    def from_state(cls, state: Any, *, serving: bool = False) -> Adaptive:
+        """Rebuild from :meth:`to_state` output (the same decisions and the same future).
+
+        ``serving``: read what deciding needs alone (what a scorer serves): the champion,
+        the exploration and the counts, not the challengers of a running contest nor the
+        labels and snapshots it remembers (a wide model's most numbers; their records must
+        still be objects). Such a model decides as the whole one does, and refuses to
+        learn or to write its state."""
         record = st.read_record(state, ADAPTIVE_FORMAT)
         params = dict(st.read_mapping(record, "params"))
         unknown = set(params) - set(cls.param_names)
@@ -628,7 +645,8 @@ class Adaptive:
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"adaptive state params are invalid: {exc}") from exc
-        _restore(model, record)
+        _restore(model, record, serving=serving)
+        model._serving = serving
         return model
 
     def __repr__(self) -> str:
@@ -651,24 +669,30 @@ def _recapped(risk: RiskEstimate, max_weight: float) -> RiskEstimate:
     )
 
 
-def _restore(model: Adaptive, record: Any) -> None:
-    """Fill a freshly built model with what its record says it learned."""
+def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
+    """Fill a freshly built model with what its record says it learned (``serving``: all
+    but its contest and recall, which stay empty)."""
     origin = record.get("champion_origin")
     if origin not in ("initial", *CHALLENGER_KINDS):
         raise StateError(f"adaptive state field 'champion_origin' is invalid: {origin!r}")
     model.champion_origin = str(origin)
-    contest = record.get("contest")
-    running = isinstance(contest, Mapping) and contest.get("challengers")
-    base = base_of(model.champion.to_state()) if running else (None, None)
-    model._contest = Contest.from_state(contest, base)
+    contest, recall = record.get("contest"), record.get("recall")
+    if serving:
+        if not isinstance(contest, Mapping | None) or not isinstance(recall, Mapping):
+            raise StateError("adaptive state fields 'contest' and 'recall' must be objects")
+    else:
+        running = isinstance(contest, Mapping) and contest.get("challengers")
+        base = base_of(model.champion.to_state()) if running else (None, None)
+        model._contest = Contest.from_state(contest, base)
     watch = record.get("collapse_watch")
     if (watch is None) != (model._watch is None):
         raise StateError("adaptive state: the collapse watch does not fit collapse_window")
     if watch is not None:
         model._watch = CollapseWatch.from_state(watch)
-    model._recall = Recall.from_state(
-        model.memory, record.get("recall"), model.n_features, getattr(model.champion, "w", None)
-    )
+    if not serving:
+        model._recall = Recall.from_state(
+            model.memory, recall, model.n_features, getattr(model.champion, "w", None)
+        )
     learned = st.read_mapping(record, "learned")
     model._labels = st.read_int(learned, "labels")
     model._changes = st.read_int(learned, "changes")

@@ -139,17 +139,18 @@ def serving_learner(
     return _wrap(learner, parts, seed=seed)
 
 
-def learner_for(state: Any, parts: Parts | None) -> Any:
+def learner_for(state: Any, parts: Parts | None, *, serving: bool = False) -> Any:
     """The learner a model serves from its state record, conformed to ``parts``
     (module docstring). Raises :class:`~service.learning.StateError` for a record this
-    release cannot read."""
+    release cannot read. ``serving``: an adaptive learner read to decide alone
+    (:meth:`~.learner.Adaptive.from_state`)."""
     if not is_adaptive_state(state):
         learner = learner_from_state(state)
         return learner if parts is None else _wrap(learner, parts, seed=0)
     record = st.read_record(state, ADAPTIVE_FORMAT)
     if parts is None:
         return learner_from_state(record.get("champion"))
-    return Adaptive.from_state(_conformed(dict(record), parts))
+    return Adaptive.from_state(_conformed(dict(record), parts), serving=serving)
 
 
 def _wrap(learner: Any, parts: Parts, *, seed: int) -> Adaptive:

@@ -55,10 +55,13 @@ def build_pipeline(config: ModelConfig) -> Pipeline:
     )
 
 
-def served_learner(config: ModelConfig, state: Any) -> Any:
+def served_learner(config: ModelConfig, state: Any, *, serving: bool = True) -> Any:
     """The learner of a model's state record, as the configuration serves it
-    (:func:`service.learning.learner_for` with its ``adaptive`` parts)."""
-    return learner_for(state, config.adaptive.parts(intercept=config.intercept))
+    (:func:`service.learning.learner_for` with its ``adaptive`` parts), read to decide alone:
+    an adaptive learner's challengers and the labels it remembers, which only its learner
+    needs, are not read (a scorer reads every version its learner writes). ``serving=False``:
+    read whole, to learn on."""
+    return learner_for(state, config.adaptive.parts(intercept=config.intercept), serving=serving)
 
 
 def initial_envelope(name: str, config: ModelConfig) -> ModelEnvelope:

@@ -17,6 +17,7 @@ from service.learning import (
     Budgeted,
     HyperparameterError,
     InputError,
+    LearningError,
     QueryBudget,
     StateError,
     make_learner,
@@ -601,3 +602,47 @@ def test_a_double_ramp_champion_runs_no_tail_challenger() -> None:
     until_challenged(model, X, y)
     assert model.running == ("mirror", "fresh")
     assert Adaptive.from_state(model.to_state()).running == ("mirror", "fresh")
+
+
+def test_a_model_read_to_serve_decides_as_the_whole_and_never_learns_or_writes() -> None:
+    """What a scorer reads of each version: the champion and the exploration, not the
+    challengers of a running contest nor the labels it remembers. It decides as the whole
+    model read from the same record does, counts its floored decisions alike, and refuses
+    to learn or to write a state it holds only part of."""
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)
+    until_challenged(model, X, y)
+    state = json.loads(json.dumps(model.to_state()))
+    whole, served = Adaptive.from_state(state), Adaptive.from_state(state, serving=True)
+    assert whole.running == ("mirror", "fresh", "tail")
+    assert served.running == ()  # not read
+    coins = np.random.default_rng(3).random(len(X))
+    for a, b in zip(
+        whole.decide_many(X, coins=coins), served.decide_many(X, coins=coins), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    assert served.explored == whole.explored
+    assert (served.rho, served.labels, served.changes_detected) == (
+        whole.rho,
+        whole.labels,
+        whole.changes_detected,
+    )
+    with pytest.raises(LearningError, match="read to serve cannot learn"):
+        served.update(X[0], 1)
+    with pytest.raises(LearningError, match="read to serve cannot write its state"):
+        served.to_state()
+    assert served.decide(X[0], coin=0.5) == whole.decide(X[0], coin=0.5)  # unchanged by either
+
+
+def test_a_model_read_to_serve_checks_only_that_its_learners_parts_are_objects() -> None:
+    X, y = flipped_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25), min_labels=50)
+    until_challenged(model, X, y)
+    state = json.loads(json.dumps(model.to_state()))
+    damaged = {**state, "recall": {"labels": [{"x": "not numbers"}], "snapshots": []}}
+    with pytest.raises(StateError):
+        Adaptive.from_state(damaged)  # the learner reads it, and refuses it
+    Adaptive.from_state(damaged, serving=True)  # a scorer does not read it
+    for part in ("recall", "contest"):
+        with pytest.raises(StateError, match="must be objects"):
+            Adaptive.from_state({**state, part: [1, 2]}, serving=True)

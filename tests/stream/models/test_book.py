@@ -138,7 +138,7 @@ def test_the_signer_comes_from_the_settings() -> None:
 def _changed_envelope(version: int) -> tuple[Adaptive, ModelEnvelope]:
     """A model whose labels flipped: its learner (fed directly, the pipeline never learns,
     so an event's features are the learner's inputs) has detected the change."""
-    learner = served_learner(CFG, initial_envelope("m", CFG).learner)
+    learner = served_learner(CFG, initial_envelope("m", CFG).learner, serving=False)
     rng = np.random.default_rng(0)
     for t in range(2000):
         x = np.r_[rng.normal(size=3), 1.0]

@@ -11,7 +11,12 @@ from service.learning import DSAL, Adaptive, make_learner
 from service.learning.adaptive import tracking_steps
 from service.records import Label, ModelEnvelope, parse_model_envelope
 from service.stream.labels.protocol import apply_label
-from service.stream.models.served import ServedModel, build_pipeline, initial_envelope
+from service.stream.models.served import (
+    ServedModel,
+    build_pipeline,
+    initial_envelope,
+    served_learner,
+)
 
 from ..memory import CFG, pending
 
@@ -107,8 +112,8 @@ def test_checkpoint_then_restore_gives_the_identical_model() -> None:
     raw = envelope.to_json()
     restored = parse_model_envelope(raw, model="m")
     assert restored.to_json() == raw
-    a = ServedModel.from_envelope(CFG, envelope).learner
-    b = ServedModel.from_envelope(CFG, restored).learner
+    a = served_learner(CFG, dict(envelope.learner), serving=False)
+    b = served_learner(CFG, dict(restored.learner), serving=False)
     assert a.to_state() == b.to_state()
     more = flip_stream(50, flip=0, seed=9)
     assert labelled(CFG, envelope, more).to_json() == labelled(CFG, restored, more).to_json()
