@@ -69,6 +69,7 @@ __all__ = [
     "MIN_PACKED",
     "ZMAGIC",
     "check",
+    "checked",
     "header_of",
     "is_packed",
     "pack",
@@ -188,64 +189,95 @@ def _array_of(value: Any, kind: type) -> npt.NDArray[np.float64] | None:
     return None
 
 
+#: the most bytes one item of the header takes as JSON, with its separator: a float (17
+#: significant digits, a sign, a point, an exponent), an integer of 64 bits (and room for
+#: true, null, quotes); a string adds 6 bytes a character (escaped as \\uXXXX at most)
+_FLOAT_TEXT, _INT_TEXT = 26, 22
+#: the most bytes a reference takes in the header (``{"$z":[o,n,k,1.0]}``, numbers of u32)
+_REF_TEXT: Final = 64
+
+
 class _Checker:
     """Walks a record as :class:`_Packer` does, building nothing: collects the arrays it
-    would pack and checks every number left in the header."""
+    would pack, checks every number left in the header, and counts the most bytes the
+    packed record can take (:attr:`most`: every number in the header at its longest,
+    every array dense)."""
 
-    __slots__ = ("big", "bound", "key", "lists")
+    __slots__ = ("big", "bound", "key", "lists", "most")
 
     def __init__(self, bound: float) -> None:
         self.lists: list[npt.NDArray[np.float64]] = []  # each list as a 1-d float array
         self.bound = bound
         self.big = False  # a number left in the header has a magnitude of ``bound`` or more
         self.key = f"packed.check<{bound!r}"  # a FrozenRecord's memo of this check
+        self.most = 8 + _INT_TEXT + 4  # magic, length, ``[D, ...]``
 
     def number(self, value: float) -> float:
         if not math.isfinite(value):
             raise RecordError("model state holds a non-finite number")
         if abs(value) >= self.bound:
             self.big = True
+        self.most += _FLOAT_TEXT
         return value
 
     def walk(self, value: Any) -> None:
         kind = type(value)
         if kind is float:
             self.number(value)
-        elif kind is dict:
+        elif kind is dict:  # braces, an escape, the keys, and room for an item and its
+            # separator per value (what an integer, true or null takes; floats, text and
+            # lists add what they take beyond it)
+            self.most += 10 + 6 * sum(map(len, value)) + (3 + _INT_TEXT) * len(value)
             for k, v in value.items():
                 if k != "params":
                     self.walk(v)
-        elif kind is not int and kind is not str and kind is not bool and value is not None:
+                else:  # hyperparameters: written as they are, not checked
+                    self.most += len(orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY))
+        elif kind is str:
+            self.most += 6 * len(value)
+        elif kind is not int and kind is not bool and value is not None:
             self.other(value, kind)
 
     def other(self, value: Any, kind: type) -> None:
         if kind is FrozenRecord:
             self.frozen(value)
             return
+        if kind is IndexList:  # gaps of u32 where it is long and increasing, else JSON
+            self.most += _REF_TEXT + (
+                4 * len(value) if len(value) >= MIN_PACKED else _INT_TEXT * len(value)
+            )
+            if len(value) >= MIN_PACKED and not _increasing(value):
+                self.most += _INT_TEXT * len(value)
+            return
         array = _array_of(value, kind)
         if array is not None:
             self.lists.append(array)
+            self.most += _REF_TEXT + 8 * array.size  # (a sparse form is written if smaller)
         elif kind is list or kind is tuple or kind is FloatList:
+            self.most += 2 + _INT_TEXT * len(value)
             for v in value:
                 self.walk(v)
         elif isinstance(value, Mapping):
             self.walk(dict(value))
         elif isinstance(value, float | np.floating):
             self.walk(float(value))
+        else:  # what orjson writes of anything else (a record never holds one)
+            self.most += len(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)) + 1
 
     def frozen(self, record: FrozenRecord) -> None:
         """Check ``record`` (its arrays too) once per bound: a record shared by the states
         of many versions (a remembered label) is walked again only if a value in it has
         changed since (:meth:`~service.learning.state.FrozenRecord.unchanged`)."""
-        big = record.memo.get(self.key)
-        if big is None or not record.unchanged():
+        memo = record.memo.get(self.key)
+        if memo is None or not record.unchanged():
             inner = _Checker(self.bound)
             inner.walk(dict(record))
             _checked(inner.lists, self.bound)
-            big = inner.big
+            memo = (inner.big, inner.most)
             if record.unchanged():
-                record.memo[self.key] = big
-        self.big = self.big or big
+                record.memo[self.key] = memo
+        self.big = self.big or memo[0]
+        self.most += memo[1]
 
 
 class _Packer(_Checker):
@@ -350,6 +382,11 @@ def _checked(lists: list[npt.NDArray[np.float64]], bound: float) -> npt.NDArray[
     return flat
 
 
+def _increasing(value: IndexList) -> bool:
+    at = value.array if value.array is not None else np.array(value, dtype=np.int64)
+    return bool(at[0] >= 0 and at[-1] <= _MOST_INDEX and (np.diff(at) > 0).all())
+
+
 def check(record: Mapping[str, Any], *, bound: float = math.inf) -> bool:
     """Raise what :func:`pack` raises for ``record``, without encoding it (what a learner
     checks of a version it may never write); True if a number :func:`pack` would leave in
@@ -363,10 +400,22 @@ def check(record: Mapping[str, Any], *, bound: float = math.inf) -> bool:
     ...
     service.records.codec.RecordError: model state holds a non-finite number
     """
+    return checked(record, bound=bound)[0]
+
+
+def checked(record: Mapping[str, Any], *, bound: float = math.inf) -> tuple[bool, int]:
+    """What :func:`check` gives, and the most bytes :func:`pack` can make of ``record``
+    (at least its length: a learner that must keep a version within a message's size
+    encodes only those that may not fit).
+
+    >>> rec = {"w": [0.25] * 300, "at": [1, 2], "name": "m", "params": {"eta": 0.5}}
+    >>> checked(rec)[1] >= len(pack(rec)), checked(rec)[1] < 2 * len(pack(rec))
+    (True, True)
+    """
     checker = _Checker(bound)
     checker.walk(record)
     _checked(checker.lists, bound)
-    return checker.big
+    return checker.big, checker.most
 
 
 def pack(record: Mapping[str, Any], *, bound: float = math.inf) -> bytes:

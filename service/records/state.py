@@ -60,13 +60,14 @@ from service.records.codec import (
     number,
     text,
 )
-from service.records.packed import check, header_of, is_packed, pack, squeeze, unpack
+from service.records.packed import checked, header_of, is_packed, pack, squeeze, unpack
 from service.records.wire import Label, LabelRequest, label_from_dict, label_request_from_dict
 
 __all__ = [
     "MAX_MAGNITUDE",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
+    "TooLarge",
     "ModelEnvelope",
     "ParkedLabel",
     "PendingEntry",
@@ -110,6 +111,14 @@ def _out_of_bounds(envelope: ModelEnvelope, encoded: bytes) -> bool:
     if _BIG.search(encoded) is None:
         return False
     return any(_beyond(part) for part in (envelope.pipeline, envelope.learner, envelope.estimate))
+
+
+class TooLarge(RecordError):
+    """A model version larger than a record may be (``size`` bytes, over ``limit``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the version is {size} bytes, over max_message_bytes ({limit})")
+        self.size, self.limit = size, limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,15 +193,23 @@ class ModelEnvelope:
             )
         return squeeze(encoded)
 
-    def check(self) -> None:
+    def check(self, *, max_bytes: int | None = None) -> bytes | None:
         """Raise what :meth:`to_bytes` raises, without encoding: what a learner checks of
-        each version it makes, writing only some (a group's newest)."""
-        if check(self.to_dict(), bound=MAX_MAGNITUDE) and any(
-            _beyond(part) for part in (self.pipeline, self.learner, self.estimate)
-        ):
+        each version it makes, writing only some (a group's newest). With ``max_bytes``, a
+        version that may not fit in that many bytes (:func:`~service.records.packed.checked`)
+        is encoded, and :class:`TooLarge` raised if it does not: its record (the bytes it
+        was measured by) is returned; None when it was not encoded."""
+        big, most = checked(self.to_dict(), bound=MAX_MAGNITUDE)
+        if big and any(_beyond(part) for part in (self.pipeline, self.learner, self.estimate)):
             raise RecordError(
                 f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
             )
+        if max_bytes is None or most <= max_bytes:
+            return None
+        encoded = self.to_bytes()
+        if len(encoded) > max_bytes:
+            raise TooLarge(len(encoded), max_bytes)
+        return encoded
 
     def replace(self, **changes: Any) -> ModelEnvelope:
         """A copy with ``changes`` (the record itself never changes)."""

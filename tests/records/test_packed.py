@@ -27,6 +27,7 @@ from service.records.packed import (
     MIN_PACKED,
     ZMAGIC,
     check,
+    checked,
     header_of,
     pack,
     squeeze,
@@ -80,6 +81,18 @@ def test_a_record_reads_back_bit_for_bit(record: dict[str, Any]) -> None:
     raw = pack(record)
     assert raw.startswith(MAGIC)
     assert bits(unpack(raw)) == bits(record)
+
+
+@given(st.dictionaries(st.text(max_size=6), records, max_size=6))
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_the_most_bytes_counted_is_never_below_what_is_packed(record: dict[str, Any]) -> None:
+    """What a learner counts of a version without encoding it bounds its packed length (so
+    a version counted within a record's size is one that fits), and within a few times."""
+    most = checked(record)[1]
+    assert most >= len(pack(record))
+    frozen = {"r": FrozenRecord(record), "again": FrozenRecord(record)}
+    assert checked(frozen)[1] >= len(pack(frozen))
+    assert checked(frozen)[1] == checked(frozen)[1]  # the memo counts alike
 
 
 def test_a_record_s_own_object_named_like_a_reference_reads_back_as_itself() -> None:

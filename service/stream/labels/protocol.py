@@ -47,7 +47,7 @@ from service.learning.risk.shadow import Weighting
 from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
 from service.records.codec import array_of
 from service.records.moments import MomentsTrust, Untrusted, untrusted
-from service.records.state import ParkedLabel
+from service.records.state import ParkedLabel, TooLarge
 
 __all__ = [
     "LIVE",
@@ -211,6 +211,7 @@ def apply_label(
     max_weight: float = 100.0,
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
+    max_bytes: int | None = None,
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
@@ -225,7 +226,10 @@ def apply_label(
     1/p of the label in the risk estimate (p is floored at ``1 / max_weight``).
     ``corrections_from``: what the new version says of how far back corrections reach.
     ``trust``: the verdict on the request's moments
-    (:func:`~service.records.moments.moments_trust`; None: no key, judged)."""
+    (:func:`~service.records.moments.moments_trust`; None: no key, judged).
+    ``max_bytes``: the most bytes the new version's record may take (``max_message_bytes``);
+    a label whose version would take more is REFUSED as ``oversize`` (the model stays as it
+    is), never left for the writer to fail on (None: not checked)."""
     refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)
     if refusal is not None:
         return refusal
@@ -240,6 +244,7 @@ def apply_label(
         max_weight=max_weight,
         corrections_from=corrections_from,
         trust=trust,
+        max_bytes=max_bytes,
     )
     if outcome.model is None:
         return outcome
@@ -260,6 +265,7 @@ def teach(
     max_weight: float,
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
+    max_bytes: int | None = None,
 ) -> LabelOutcome:
     """The next version of the model that decided ``request`` after learning its label
     ``y`` (read at labels ``where`` = (partition, offset)), with no check of the join: the
@@ -295,6 +301,7 @@ def teach(
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > asked,
+        max_bytes=max_bytes,
     )
 
 
@@ -310,6 +317,7 @@ def apply_shadow_label(
     max_weight: float,
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
+    max_bytes: int | None = None,
 ) -> LabelOutcome:
     r"""Update the shadow ``model`` with the label its champion's request ``pending``
     received (at labels ``partition``, ``offset``): its own standardiser learns the example,
@@ -354,6 +362,7 @@ def apply_shadow_label(
         learned,
         iw_loss=loss,
         clipped=p > request.query_probability,
+        max_bytes=max_bytes,
     )
 
 
@@ -364,15 +373,26 @@ def _applied(
     iw_loss: float,
     clipped: bool,
     turnaround: float = 0.0,
+    max_bytes: int | None = None,
 ) -> LabelOutcome:
     """The outcome of a label applied to ``model`` (the version ``learned`` made), or a
     refusal when the new state would not encode: the standardiser's running sums can
     overflow without an error, so the whole record is checked
     (:meth:`~service.records.ModelEnvelope.check`; it is encoded only if it is written:
     :meth:`LabelOutcome.encode`). The objects that wrote an applied version are kept for
-    the next label of that version (:data:`LIVE`)."""
+    the next label of that version (:data:`LIVE`). A version whose record would take more
+    than ``max_bytes`` is refused as ``oversize``: the model stays where it was (a record
+    no topic takes would stop the learner at every retry)."""
     try:
-        model.check()
+        encoded = model.check(max_bytes=max_bytes)
+    except TooLarge as exc:
+        return _unapplied(
+            Outcome.REFUSED,
+            Reason.OVERSIZE,
+            f"model {model.model!r}: {exc}; the label is not applied (raise "
+            "max_message_bytes with the topics' max.message.bytes, or give the model fewer "
+            "inputs)",
+        )
     except RecordError:
         return _unapplied(
             Outcome.REFUSED, Reason.NON_FINITE, "update gave a non-finite model state"
@@ -382,6 +402,7 @@ def _applied(
     return LabelOutcome(
         Outcome.APPLIED,
         model=model,
+        encoded=encoded,
         iw_loss=iw_loss,
         turnaround=turnaround,
         clipped=clipped,

@@ -124,6 +124,7 @@ class _Replay:
         self.settings, self.name, self.pending = settings, name, pending
         self.config = settings.models[name]
         self.cap = self.config.weight_cap(settings.max_importance_weight)
+        self.max_bytes = settings.max_message_bytes  # a version over it is refused, as live
         self.history = History({}, settings)  # the labels a correction reaches, as kept
         self.signer = signer_for(settings)
         self.out = Rebuilt(initial_envelope(name, self.config))
@@ -189,6 +190,7 @@ class _Replay:
             max_weight=self.cap,
             corrections_from=plan.reach_from,
             trust=None if pending is None else moments_trust(self.signer, pending.request),
+            max_bytes=self.max_bytes,
         )
         if outcome.outcome is not Outcome.APPLIED:
             self.out.skipped[str(outcome.reason)] += 1

@@ -139,6 +139,31 @@ def test_non_finite_update_is_refused_and_changes_nothing() -> None:
     assert state == initial_envelope("m", cfg)
 
 
+def test_a_label_whose_version_would_not_fit_a_record_is_refused_and_changes_nothing() -> None:
+    """A label whose new version would take more than ``max_bytes`` is refused as
+    ``oversize``, naming the sizes, and the model stays as it was: a version no topic takes
+    is never left for the writer to fail on. One that may not fit but does is encoded once
+    (the bytes measured are the ones written); one that surely fits is not encoded here."""
+    cfg = ModelConfig(algorithm="dsol", n_features=3000)
+    state = initial_envelope("m", cfg)
+    x = np.random.default_rng(0).normal(size=3000).tolist()
+    label = Label("r1", "m", 1, "", None)
+    free = apply_label(cfg, state, pending(x), label, 0, now=1.0)
+    assert free.outcome == "applied"
+    assert free.model is not None
+    size = len(free.model.to_bytes())
+    tight = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=size - 1)
+    assert (tight.outcome, tight.reason, tight.model) == ("refused", "oversize", None)
+    assert f"the version is {size} bytes, over max_message_bytes ({size - 1})" in tight.detail
+    assert state == initial_envelope("m", cfg)
+    exact = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=size)
+    assert exact.outcome == "applied"
+    assert exact.encoded == exact.encode() == free.model.to_bytes()  # measured, then kept
+    roomy = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=100 * size)
+    assert roomy.outcome == "applied"
+    assert roomy.encoded is None  # it surely fits: checked, not encoded
+
+
 def test_importance_weighted_risk_accumulates_loss_over_p() -> None:
     assert zero_one_d_loss(0, 1, 0.25) == 0.25
     assert zero_one_d_loss(1, -1, 0.25) == 1.0
