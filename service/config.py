@@ -114,6 +114,14 @@ def check_secret(value: SecretStr | None, name: str, minimum: int) -> SecretStr 
     return value
 
 
+#: room a model version's record leaves, within a client's request size, for its key (a
+#: model name), its headers (a signature) and the record's framing
+VERSION_HEADROOM: Final = 4096
+#: the record a broker takes by default (``max.message.bytes``: 1 MiB and 12 bytes), rounded
+#: down as ``max_message_bytes``'s default is
+KAFKA_RECORD: Final = 1_000_000
+
+
 class ConfigError(AbstainError, ValueError):
     """The settings are invalid; the message names each offending field."""
 
@@ -1134,6 +1142,15 @@ class Settings(BaseSettings):
     def fetch_bytes(self) -> int:
         """Fetch and request size of every Kafka client: room for the largest message."""
         return max(1_048_576, self.max_message_bytes * 2)
+
+    @property
+    def version_bytes(self) -> int:
+        """The most bytes a model version's record may take (a learner refuses a label whose
+        version would take more): ``max_message_bytes``, what the topics are to take, or
+        Kafka's default record (1,000,000) when it is set below that (events may be held
+        smaller than versions), within what every client writes and reads
+        (:attr:`fetch_bytes`) less room for its key, headers and framing."""
+        return min(max(self.max_message_bytes, KAFKA_RECORD), self.fetch_bytes - VERSION_HEADROOM)
 
     @property
     def bootstrap_servers(self) -> list[str]:

@@ -117,7 +117,7 @@ class TooLarge(RecordError):
     """A model version larger than a record may be (``size`` bytes, over ``limit``)."""
 
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"the version is {size} bytes, over max_message_bytes ({limit})")
+        super().__init__(f"the version is {size} bytes, over the {limit} a version may take")
         self.size, self.limit = size, limit
 
 

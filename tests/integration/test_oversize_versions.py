@@ -1,6 +1,7 @@
 """A label whose model version would not fit in a record, on a real broker: a dense model of
-40,000 inputs learns versions of about 1.4 MB after its first label or two, past
-``max_message_bytes`` (1,000,000) and the broker's 1 MiB. Each such label is refused as
+40,000 inputs learns versions of about 1.4 MB after its first label or two, past what a
+version may take (``version_bytes``: ``max_message_bytes``, 1,000,000) and the broker's 1
+MiB. Each such label is refused as
 ``oversize`` and dead-lettered naming the model and the sizes; the model keeps serving the
 version it has; the learner moves on (a model beside it learns every label sent after),
 and never retries a write no topic takes (which held every model's labels before, with
@@ -87,7 +88,7 @@ def test_a_label_whose_version_would_not_fit_is_dead_lettered_and_the_learner_go
     for letter in oversize:
         assert letter["topic"] == t["labels"]
         assert "model 'wide': the version is " in letter["detail"]
-        assert "over max_message_bytes (1000000)" in letter["detail"]
+        assert "over the 1000000 a version may take" in letter["detail"]
     refused = {"model": "wide", "reason": "oversize"}
     assert worker.metric("abstain_updates_refused_total", refused) == len(oversize)
     written = [r.value for r in kafka_io.read(t["models"]) if r.key == b"wide"]

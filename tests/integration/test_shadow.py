@@ -32,7 +32,7 @@ from service.config import ModelConfig
 from service.learning import learn_from_champion
 from service.learning.moments import Moments
 from service.records import parse_model_envelope
-from service.stream.models.served import ServedModel
+from service.stream.models.served import ServedModel, served_learner
 
 pytestmark = pytest.mark.integration
 
@@ -165,6 +165,7 @@ def test_the_shadow_equals_an_offline_replay_of_the_champions_labels(
     mine = states(kafka_io, run.service.topics["models"], "s")[-1]
     assert mine.version == ANSWERED
     offline = ServedModel.initial("s", ModelConfig(**SHADOW))
+    learner = served_learner(ModelConfig(**SHADOW), dict(offline.envelope.learner), serving=False)
     loss = weight = 0.0
     for q in run.answered:
         x, y, p = np.asarray(q["features"]), truth(q["features"]), q["query_probability"]
@@ -172,16 +173,14 @@ def test_the_shadow_equals_an_offline_replay_of_the_champions_labels(
         offline.pipeline.learn_label(
             x, None if moments is None else Moments.from_record(moments, 3)
         )
-        learn_from_champion(
-            offline.learner, offline.pipeline.transform(x), y, p, max_weight=MAX_WEIGHT
-        )
+        learn_from_champion(learner, offline.pipeline.transform(x), y, p, max_weight=MAX_WEIGHT)
         decided = q["shadow_labels"]["s"]
         h = 1.0 / max(p, 1.0 / MAX_WEIGHT)
         loss += (0.25 if decided == 0 else float(decided != y)) * h
         weight += h
     live = ServedModel.from_envelope(ModelConfig(**SHADOW), mine)
-    np.testing.assert_allclose(live.learner.w, offline.learner.w, rtol=1e-9, atol=1e-12)
-    assert live.learner.rho == pytest.approx(offline.learner.rho, rel=1e-9)
+    np.testing.assert_allclose(live.learner.w, learner.w, rtol=1e-9, atol=1e-12)
+    assert live.learner.rho == pytest.approx(learner.rho, rel=1e-9)
     assert (mine.iw_loss, mine.iw_weight) == pytest.approx((loss, weight), rel=1e-9)
     print(
         f"\nshadow after {ANSWERED} labels: risk {mine.risk:.3f}, "

@@ -399,7 +399,7 @@ class LabelJoiner:
             max_weight=cap,
             corrections_from=plan.reach_from,
             trust=moments_trust(self.moments_signer, pending.request) if pending else None,
-            max_bytes=self.settings.max_message_bytes,
+            max_bytes=self.settings.version_bytes,
         )
         # a label already marked at this offset: a crash interrupted its writes; each model
         # (champion, shadows) whose version is below its mark is redone, no other
@@ -497,7 +497,7 @@ class LabelJoiner:
                 max_weight=cap,
                 corrections_from=reach_from,
                 trust=moments_trust(self.moments_signer, pending.request),
-                max_bytes=self.settings.max_message_bytes,
+                max_bytes=self.settings.version_bytes,
             )
             if outcome.outcome is Outcome.APPLIED:
                 out.append(outcome)

@@ -227,7 +227,7 @@ def apply_label(
     ``corrections_from``: what the new version says of how far back corrections reach.
     ``trust``: the verdict on the request's moments
     (:func:`~service.records.moments.moments_trust`; None: no key, judged).
-    ``max_bytes``: the most bytes the new version's record may take (``max_message_bytes``);
+    ``max_bytes``: the most bytes the new version's record may take (``version_bytes``);
     a label whose version would take more is REFUSED as ``oversize`` (the model stays as it
     is), never left for the writer to fail on (None: not checked)."""
     refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)

@@ -124,7 +124,7 @@ class _Replay:
         self.settings, self.name, self.pending = settings, name, pending
         self.config = settings.models[name]
         self.cap = self.config.weight_cap(settings.max_importance_weight)
-        self.max_bytes = settings.max_message_bytes  # a version over it is refused, as live
+        self.max_bytes = settings.version_bytes  # a version over it is refused, as live
         self.history = History({}, settings)  # the labels a correction reaches, as kept
         self.signer = signer_for(settings)
         self.out = Rebuilt(initial_envelope(name, self.config))

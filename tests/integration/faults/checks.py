@@ -297,7 +297,7 @@ def learn_offline(
     config = ModelConfig.model_validate(config)
     start = initial_envelope(name, config).to_dict()
     pipeline = Pipeline.from_state(start["pipeline"])
-    learner = config_learner(config, start["learner"])
+    learner = config_learner(config, start["learner"], serving=False)  # to learn on
     for row, y in labelled:
         xa = learn_row(pipeline, row, signer)
         learner.update(pipeline.transform(xa), y)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.config import ModelConfig
+from service.config import ModelConfig, Settings
 from service.learning import Pipeline, make_learner, serving_pipeline
 from service.learning.adaptive import tracking_steps
 from service.learning.moments import Moments
@@ -154,7 +154,10 @@ def test_a_label_whose_version_would_not_fit_a_record_is_refused_and_changes_not
     size = len(free.model.to_bytes())
     tight = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=size - 1)
     assert (tight.outcome, tight.reason, tight.model) == ("refused", "oversize", None)
-    assert f"the version is {size} bytes, over max_message_bytes ({size - 1})" in tight.detail
+    assert f"the version is {size} bytes, over the {size - 1} a version may take" in tight.detail
+    assert Settings().version_bytes == 1_000_000  # Kafka's record, max_message_bytes's default
+    assert Settings(max_message_bytes=4096).version_bytes == 1_000_000  # events held smaller
+    assert Settings(max_message_bytes=4_000_000).version_bytes == 4_000_000
     assert state == initial_envelope("m", cfg)
     exact = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=size)
     assert exact.outcome == "applied"

@@ -80,7 +80,7 @@ def rederive(
             now=step.applied_at,
             max_weight=cap,
             trust=trust,
-            max_bytes=settings.max_message_bytes,
+            max_bytes=settings.version_bytes,
         )
         if outcome.outcome is not Outcome.APPLIED or outcome.model is None:
             continue
@@ -100,7 +100,7 @@ def rederive(
                 partition=step.partition,
                 max_weight=cap,
                 trust=trust,
-                max_bytes=settings.max_message_bytes,
+                max_bytes=settings.version_bytes,
             )
             if shadow.outcome is Outcome.APPLIED and shadow.model is not None:
                 states[name] = shadow.model
