@@ -243,11 +243,8 @@ class _Checker:
             self.frozen(value)
             return
         if kind is IndexList:  # gaps of u32 where it is long and increasing, else JSON
-            self.most += _REF_TEXT + (
-                4 * len(value) if len(value) >= MIN_PACKED else _INT_TEXT * len(value)
-            )
-            if len(value) >= MIN_PACKED and not _increasing(value):
-                self.most += _INT_TEXT * len(value)
+            gaps = _gapped(value) is not None
+            self.most += _REF_TEXT + (4 if gaps else _INT_TEXT) * len(value)
             return
         array = _array_of(value, kind)
         if array is not None:
@@ -295,10 +292,8 @@ class _Packer(_Checker):
     def _indices(self, value: IndexList) -> dict[str, list[Any]] | None:
         """The reference of an index list written as its gaps (set by :func:`pack`); None
         when it stays in the header (short, or not increasing within a u32)."""
-        if len(value) < MIN_PACKED:
-            return None
-        at = value.array if value.array is not None else np.array(value, dtype=np.int64)
-        if at[0] < 0 or at[-1] > _MOST_INDEX or not (np.diff(at) > 0).all():
+        at = _gapped(value)
+        if at is None:
             return None
         ref: dict[str, list[Any]] = {}
         self.indices.append((ref, at))
@@ -382,9 +377,15 @@ def _checked(lists: list[npt.NDArray[np.float64]], bound: float) -> npt.NDArray[
     return flat
 
 
-def _increasing(value: IndexList) -> bool:
+def _gapped(value: IndexList) -> npt.NDArray[np.int64] | None:
+    """The indices of ``value`` when they are written as gaps (at least :data:`MIN_PACKED`,
+    strictly increasing, within a u32); None when the list stays in the header."""
+    if len(value) < MIN_PACKED:
+        return None
     at = value.array if value.array is not None else np.array(value, dtype=np.int64)
-    return bool(at[0] >= 0 and at[-1] <= _MOST_INDEX and (np.diff(at) > 0).all())
+    if at[0] < 0 or at[-1] > _MOST_INDEX or not (np.diff(at) > 0).all():
+        return None
+    return at
 
 
 def check(record: Mapping[str, Any], *, bound: float = math.inf) -> bool:
