@@ -503,25 +503,22 @@ _SPARSE: Final = (
     "The moments are those of the inputs the model's first standardiser learns: every "
     "input of a model of `n_features` or `feature_names`, the number fields alone of a "
     "model that declares `fields` (not its hashed buckets, so they do not grow with "
-    "`hash_bits`). A request of a declared model (whose hashed buckets an event mostly "
-    "leaves at zero), of 256 or more inputs, writes a list of which at most a quarter are "
-    'non-zero as those alone: `features` as `{"size": n, "at": [indices], "values": '
-    '[numbers]}`; moments of 256 or more inputs likewise as `{"count", "size", "at", '
-    '"mean", "m2", "signature"}` (`size`: the inputs they cover; a feature not in `at` had '
-    "only zeros since the scorer's last request). Every other number is 0.0; -0.0 is kept, "
-    "so a request reads back bit for bit, and the moments' signature covers them whole. "
-    "Readers take either form from any request. The features of such a request, 260 "
-    "inputs of which the event sets 3:"
+    '`hash_bits`). A request of a model that declares `fields` carries `"features": null` '
+    "and the event's `fields` as its producer sent them (those the model reads, in declared "
+    "order): the learner encodes them under the model's declaration, to the inputs the "
+    "scorer scored, and refuses fields that do not fit it (`field`, naming it). Readers "
+    "also take features written as a list, or, for a list that is mostly zeros, as "
+    '`{"size": n, "at": [indices], "values": [numbers]}` (every other number 0.0, -0.0 '
+    'kept); moments of 256 or more inputs may be written likewise as `{"count", "size", '
+    '"at", "mean", "m2", "signature"}` (`size`: the inputs they cover; the signature covers '
+    "them whole). The request of an event of a declared model, its features and fields:"
 )
 
 
 def _sparse_example() -> str:
-    """The features of a wide request as a label request writes them."""
-    from service.records.codec import packed_numbers  # noqa: PLC0415
-
-    features = [0.0] * 260
-    features[0], features[37], features[201] = 0.7, 1.0, 1.0
-    return json.dumps({"features": packed_numbers(features)})
+    """What a declared model's label request carries of its event."""
+    fields = {"amount": 0.7, "country": "SE", "new_device": True, "tokens": ["refund", "now"]}
+    return json.dumps({"features": None, "fields": fields})
 
 
 _PACKED: Final = (

@@ -4,7 +4,7 @@ read, the features that weigh most in its score (:math:`|w_i z_i|`, with :math:`
 preprocessed features).
 
 >>> from service.config import ModelConfig
->>> from service.records import LabelRequest
+>>> from service.records import BadMessage, LabelRequest
 >>> req = LabelRequest("r", "e", "m", [0.5, -2.0], 0.3, 1.0, 0, 0.4, 7, 10.0, 70.0, 0.6)
 >>> view = present(req, ModelConfig(n_features=2), None, now=40.0, lease_expires_at=160.0)
 >>> [f["name"] for f in view["features"]], view["decision"], view["time_left"]
@@ -21,8 +21,9 @@ import numpy as np
 
 from service.config import ModelConfig
 from service.features import FieldError, encoder_of
-from service.records import LabelRequest
+from service.records import BadMessage, LabelRequest
 from service.records.codec import array_of
+from service.stream.labels.admission import inputs_of
 
 __all__ = [
     "answer_names",
@@ -70,7 +71,7 @@ def feature_rows(request: LabelRequest, config: ModelConfig) -> list[tuple[str, 
     sent them (a model that declares ``fields``), else each named feature's number."""
     if request.fields is not None:
         return [(name, shown_value(v)) for name, v in request.fields.items()]
-    return list(zip(feature_names(config), request.features, strict=False))
+    return list(zip(feature_names(config), request.features or (), strict=False))
 
 
 def input_names(request: LabelRequest, config: ModelConfig) -> tuple[list[str], set[int] | None]:
@@ -98,7 +99,10 @@ def answer_names(names: tuple[str, str] | None) -> dict[str, str]:
 
 
 def top_features(
-    served: Any, features: Sequence[float], names: list[str], only: set[int] | None = None
+    served: Any,
+    features: Sequence[float] | np.ndarray,
+    names: list[str],
+    only: set[int] | None = None,
 ) -> list[dict[str, Any]]:
     """The ``TOP`` features with the largest :math:`|w_i z_i|` (empty if the learner has no
     explicit weight vector or the sizes do not fit); ``only``: among these inputs alone."""
@@ -107,7 +111,9 @@ def top_features(
     if w is None:
         return []
     try:
-        z = served.pipeline.transform(array_of(features))
+        z = served.pipeline.transform(
+            features if isinstance(features, np.ndarray) else array_of(features)
+        )
     except (ValueError, TypeError, ArithmeticError):
         return []
     w = np.asarray(w, dtype=np.float64)
@@ -125,6 +131,15 @@ def top_features(
         for i in order
         if math.isfinite(float(contrib[i])) and contrib[i] != 0.0
     ]
+
+
+def _inputs(request: LabelRequest, config: ModelConfig) -> np.ndarray:
+    """The inputs ``request`` teaches (its fields encoded, when it carries no features);
+    none when they do not fit the model now (the desk shows no weights then)."""
+    try:
+        return inputs_of(request, config)
+    except BadMessage:
+        return np.zeros(0)
 
 
 def present(
@@ -151,7 +166,10 @@ def present(
             [{"name": n, "value": v} for n, v in feature_rows(request, config)]
             if request.fields is not None
             else sorted(
-                ({"name": n, "value": v} for n, v in zip(fnames, request.features, strict=False)),
+                (
+                    {"name": n, "value": v}
+                    for n, v in zip(fnames, request.features or (), strict=False)
+                ),
                 key=lambda f: f["value"] == 0,
             )
         ),
@@ -167,5 +185,7 @@ def present(
         "time_left": round(request.expires_at - now, 1),
         "lease_expires_at": lease_expires_at,
         "answers": answers,
-        "top": [] if served is None else top_features(served, request.features, fnames, among),
+        "top": []
+        if served is None
+        else top_features(served, _inputs(request, config), fnames, among),
     }

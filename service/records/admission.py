@@ -27,7 +27,8 @@ service.records.codec.BadMessage: bad_key: key b'x' is not the model name 'm'
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from service.records.codec import BadMessage
 from service.records.state import PendingEntry
@@ -45,7 +46,9 @@ class Admission:
     topics (and of the learner's changelogs, co-partitioned with them) that each such
     model's key maps to; ``groups``: the models that may serve each (itself and its
     shadows); ``shadows``: shadow -> champion, to say why a shadow's record is refused;
-    ``derive_id``: the request id of (model, event id).
+    ``derive_id``: the request id of (model, event id); ``fits``: for each model that
+    declares fields, the check that a request's fields encode under its declaration (a
+    request of such a model may carry its event's fields and no features).
     """
 
     widths: Mapping[str, int]
@@ -53,6 +56,7 @@ class Admission:
     groups: Mapping[str, tuple[str, ...]]
     shadows: Mapping[str, str]
     derive_id: Callable[[str, str], str]
+    fits: Mapping[str, Callable[[Mapping[str, Any]], None]] = field(default_factory=dict)
 
     def deciding(self, model: str) -> int:
         """The number of inputs of ``model``, a model that decides; ``unknown_model``
@@ -83,7 +87,16 @@ class Admission:
         """A request's content: a deciding model, its width, the derived id (where it was
         read is :meth:`placement`'s, its serving model :meth:`server`'s)."""
         width = self.deciding(request.model)
-        if len(request.features) != width:
+        if request.features is None:  # its fields, encoded by the learner
+            fits = self.fits.get(request.model)
+            if fits is None or request.fields is None:
+                raise BadMessage(
+                    "feature_count",
+                    f"model {request.model!r} takes {width} features, got none (a request "
+                    "carries fields alone for a model that declares them)",
+                )
+            fits(request.fields)
+        elif len(request.features) != width:
             raise BadMessage(
                 "feature_count",
                 f"model {request.model!r} takes {width} features, got {len(request.features)}",

@@ -250,14 +250,17 @@ class FeatureMoments:
 @dataclass(frozen=True, slots=True)
 class LabelRequest:
     """A request for the true label of one scored event (``abstain.label-requests``,
-    key = model). ``features`` are the raw features, before preprocessing."""
+    key = model). ``features`` are the raw features, before preprocessing; a model that
+    declares ``fields`` sends the event's ``fields`` instead, which the learner encodes
+    under the model's declaration as the scorer did (``features`` None:
+    :func:`~service.records.inputs.inputs_of`)."""
 
     request_id: str
     event_id: str
     model: str
     # a list, or (a declared model's, read or made sparse) a
-    # :class:`~service.records.codec.SparseNumbers`
-    features: Sequence[float]
+    # :class:`~service.records.codec.SparseNumbers`; None: encode ``fields``
+    features: Sequence[float] | None
     score: float
     rho: float
     decided_label: int  # +1, -1, 0 = rejected
@@ -275,8 +278,8 @@ class LabelRequest:
     # None: records written before they existed, or a scorer that sends none
     moments: FeatureMoments | None = None
     # the event's fields as its producer sent them, those its model reads (a model that
-    # declares ``fields``): what the desk shows a person; None for the others. The learner
-    # learns from ``features`` alone
+    # declares ``fields``): what the desk shows a person and, when ``features`` is None,
+    # what the learner encodes; None for the others
     fields: Mapping[str, Any] | None = None
 
     @property
@@ -296,7 +299,8 @@ class LabelRequest:
         that declares ``fields`` (its hashed buckets are mostly zeros), of at least
         :data:`~service.records.codec.SPARSE_FROM` inputs. Others are written as they
         always were."""
-        return self.fields is not None and len(self.features) >= SPARSE_FROM
+        feats = self.features
+        return self.fields is not None and (feats is None or len(feats) >= SPARSE_FROM)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a record writes them, in a plain dict; when :attr:`sparse`, the
@@ -306,9 +310,10 @@ class LabelRequest:
         out = {name: getattr(self, name) for name in self.__slots__}
         sparse, moments = self.sparse, self.moments
         feats = self.features
-        out["features"] = (
-            packed_numbers(feats) if sparse or type(feats) is SparseNumbers else list(feats)
-        )
+        if feats is not None:
+            out["features"] = (
+                packed_numbers(feats) if sparse or type(feats) is SparseNumbers else list(feats)
+            )
         out["shadow_labels"] = dict(self.shadow_labels)
         if moments is not None:
             out["moments"] = moments.to_record() if sparse else moments.to_dict()
@@ -414,7 +419,10 @@ def _checked(feats: list[float], numbers: list[Any], texts: list[str]) -> bool:
 
 def _label_request(record: dict[str, Any]) -> LabelRequest:
     """Validate a decoded label request, field by field (the exact problem named)."""
-    features = read_numbers(field(record, "features"), "features")
+    shown = _fields(record)
+    features = None
+    if record.get("features") is not None or shown is None:  # none: encode the fields
+        features = read_numbers(field(record, "features"), "features")
     decided = integer(record, "decided_label")
     if decided not in (-1, 0, 1):
         raise BadMessage("schema", f"decided_label must be -1, 0 or 1, got {decided}")
@@ -436,8 +444,8 @@ def _label_request(record: dict[str, Any]) -> LabelRequest:
         priority=number(record, "priority", default=0.0),
         shadow_labels=_shadow_labels(record),
         served_by=ident(record, "served_by") if record.get("served_by") is not None else None,
-        moments=_moments(record, len(features)),
-        fields=_fields(record),
+        moments=_moments(record, MAX_SPREAD_SIZE if features is None else len(features)),
+        fields=shown,
     )
 
 

@@ -3,6 +3,7 @@ of bad field refused with its name (no Kafka: the scoring path is pure)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from stream.memory import msg
 from service.config import ModelConfig, Settings
 from service.features import MAX_HASH_BITS, Encoder, FieldError, FieldsConfig, bucket, encoder_of
 from service.learning.sparse import SparseRows
-from service.records import Reason, parse_label_request
+from service.records import BadMessage, LabelRequest, Reason, parse_label_request, request_id
+from service.stream.labels.admission import admission, inputs_of
 from service.stream.labels.seed import seed_model
 from service.stream.models.served import ServedModel
 from service.stream.scoring.decide import Limits, score_batch
@@ -406,3 +408,99 @@ def test_the_widest_declared_model_writes_versions_under_the_record_limit() -> N
     size = len(seeded.model.to_bytes())
     # at least the champion's weights, whole (a trained model's touch most buckets)
     assert 8 * 2**MAX_HASH_BITS < size < 0.6 * Settings().max_message_bytes, size
+
+
+_FIELD_VALUES = {
+    "amount": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-9, 9)),
+    "age": st.one_of(st.none(), st.floats(-1e6, 1e6), st.just(-0.0)),
+    "country": st.one_of(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1)),
+    "merchant": st.one_of(st.none(), st.text(max_size=8)),
+    "new_device": st.booleans(),
+    "tokens": st.one_of(st.text(max_size=40), st.lists(st.text(max_size=6), max_size=60)),
+    "ref": st.one_of(st.text(min_size=1, max_size=8), st.integers(0, 2**62)),
+    "debug": st.one_of(st.none(), st.lists(st.integers(-9, 9), max_size=3)),
+}
+
+
+@st.composite
+def _declared_event(draw: st.DrawFn) -> dict[str, Any]:
+    """An event :data:`DECL` takes: any of its fields left out but ``ref``."""
+    return {
+        name: draw(values)
+        for name, values in _FIELD_VALUES.items()
+        if name == "ref" or draw(st.booleans())
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_declared_event(), min_size=1, max_size=5))
+def test_a_request_carries_fields_the_learner_encodes_to_the_inputs_scored(
+    events: list[dict[str, Any]],
+) -> None:
+    # a declared model's request carries the event's fields and no features; what the
+    # learner makes of them after the topic (inputs_of) is what the scorer scored, bit for bit
+    cfg = ModelConfig(fields=DECL, algorithm="dsol")  # DSOL asks about every event
+    models = {"m": ServedModel.initial("m", cfg)}
+    result = score_batch(
+        models,
+        [msg({"id": f"e{i}", "features": e}, i) for i, e in enumerate(events)],
+        limits=Limits(default_model="m", request_ttl=60.0),
+        now=1.0,
+    )
+    assert not result.dead_letters
+    (block,) = result.blocks
+    assert isinstance(block.x, SparseRows)
+    scored = block.x.toarray()
+    requests = result.label_requests
+    assert len(requests) == len(events)
+    admit = admission(Settings(models={"m": cfg.model_dump()}, default_model="m"))
+    for k, request in enumerate(requests):
+        read = parse_label_request(request.to_json())
+        assert read.features is None
+        admit.request(read)  # the learner takes it
+        learned = inputs_of(read, cfg)
+        np.testing.assert_array_equal(learned, scored[k])
+        assert np.signbit(learned).tolist() == np.signbit(scored[k]).tolist()
+
+
+_DECLARED_AS = {"number": "amount", "category": "country", "boolean": "new_device"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(_misfit())
+def test_a_request_whose_fields_do_not_fit_is_refused_naming_the_field(
+    misfit: tuple[str, str, Any],
+) -> None:
+    # the label-requests topic is input too: fields no scorer of this declaration wrote
+    kind, _, value = misfit
+    name = _DECLARED_AS.get(kind, "tokens")
+    cfg = ModelConfig(fields=DECL, algorithm="dsol")
+    admit = admission(Settings(models={"m": cfg.model_dump()}, default_model="m"))
+    good = {"ref": "r", "country": "SE"}
+    request = LabelRequest(
+        request_id("m", "e1"),
+        "e1",
+        "m",
+        None,
+        0.0,
+        1.0,
+        0,
+        1.0,
+        0,
+        0.0,
+        60.0,
+        0.5,
+        fields={**good, name: value},
+    )
+    with pytest.raises(BadMessage) as refused:
+        admit.request(parse_label_request(request.to_json()))
+    assert refused.value.reason == Reason.FIELD
+    assert f"field {name!r}" in refused.value.detail
+    with pytest.raises(BadMessage, match=f"field {name!r}"):
+        inputs_of(request, cfg)
+    fine = dataclasses.replace(request, fields=good)
+    assert admit.request(fine) is fine
+    # a request without features for a model that declares no fields: refused, named
+    plain = Settings(models={"m": {"n_features": 3}}, default_model="m")
+    with pytest.raises(BadMessage, match="got none"):
+        admission(plain).request(fine)

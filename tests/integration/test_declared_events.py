@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pytest
 from faults.desk import DeskProcess
 
+from service.config import ModelConfig
 from service.datasets import load_events
 from service.desk.auth.passwords import hash_password
 from service.features import Encoder, FieldsConfig
-from service.records import parse_label_request, parse_model_envelope
+from service.records import parse_label_request, parse_model_envelope, request_id
 from service.records.packed import ZMAGIC
+from service.stream.labels.admission import inputs_of
 
 KafkaIO = Record = Service = Worker = Any  # fixtures' types live in conftest.py
 
@@ -131,7 +132,7 @@ def seeded(
 def test_events_with_strings_booleans_nulls_and_tokens_are_scored_as_declared(
     seeded: tuple[Service, Worker, Path], kafka_io: KafkaIO
 ) -> None:
-    service, _, _ = seeded
+    service, worker, _ = seeded
     t = service.topics
     events = _events(200, 2, "real")
     kafka_io.produce_json(t["features"], [(e["id"], e) for e, _ in events])
@@ -144,8 +145,10 @@ def test_events_with_strings_booleans_nulls_and_tokens_are_scored_as_declared(
     assert len(predicted) >= 100, len(predicted)
     accuracy = np.mean([p == y for p, y in predicted])
     assert accuracy >= 0.85, accuracy
-    # every request carries the event's inputs exactly as this process encodes them
+    # every request carries the event's fields as the producer sent them (those the model
+    # reads) and no features: the learner encodes them to exactly this process's inputs
     enc = Encoder(FieldsConfig.model_validate(FIELDS))
+    config = ModelConfig.model_validate(MODELS["fraud"])
     by_id = {e["id"]: e for e, _ in events}
     records = [
         r for r in kafka_io.read(t["label_requests"]) if r.json()["event_id"].startswith("real-")
@@ -153,17 +156,40 @@ def test_events_with_strings_booleans_nulls_and_tokens_are_scored_as_declared(
     assert records, "the model asks about some events"
     for r in records:
         q = parse_label_request(r.value)
-        np.testing.assert_array_equal(q.features, enc.dense(by_id[q.event_id]["features"]))
-    # written as the inputs the events set (1,025 inputs, about 160 of them set), the
-    # moments those of the one number field, whatever buckets the events touched
-    written = [(r.json(), parse_label_request(r.value)) for r in records]
-    assert any(q["moments"] is not None for q, _ in written)
-    for q, parsed in written:
-        assert set(q["features"]) == {"size", "at", "values"}
-        assert 2 * len(orjson.dumps(q["features"])) < len(orjson.dumps(list(parsed.features)))
-        if parsed.moments is not None:
-            assert len(q["moments"]["mean"]) == len(q["moments"]["m2"]) == 1
-            assert len(orjson.dumps(q["moments"])) < 300
+        sent = by_id[q.event_id]["features"]
+        assert q.features is None
+        assert q.fields == enc.shown(sent)
+        np.testing.assert_array_equal(inputs_of(q, config), enc.dense(sent))
+        # 300 tokens a request: the words a person reads, well under 4 KiB
+        assert len(r.value) < 4096, len(r.value)
+        if q.moments is not None:  # those of the one number field
+            assert len(q.moments.mean) == len(q.moments.m2) == 1
+    assert any(parse_label_request(r.value).moments is not None for r in records)
+    # answered, each request's fields teach the learner: one version a label
+    applied = worker.metric("abstain_labels_applied_total", {"model": "fraud"})
+    kafka_io.produce_json(
+        t["labels"],
+        [
+            (
+                "fraud",
+                {
+                    "request_id": r.json()["request_id"],
+                    "model": "fraud",
+                    "label": truth[r.json()["event_id"]],
+                    "labelled_by": "test",
+                },
+            )
+            for r in records
+        ],
+    )
+    deadline = time.monotonic() + 60
+    while worker.metric("abstain_labels_applied_total", {"model": "fraud"}) < (
+        applied + len(records)
+    ):
+        assert time.monotonic() < deadline, "the labels of declared requests were not applied"
+        time.sleep(0.2)
+    dead = [r.json() for r in kafka_io.read(t["dead_letters"])]
+    assert not [d for d in dead if d["topic"] in (t["labels"], t["label_requests"])], dead[:3]
 
 
 def test_a_second_worker_and_a_restarted_one_encode_every_event_alike(
@@ -229,8 +255,10 @@ def test_a_second_worker_and_a_restarted_one_encode_every_event_alike(
         if r.json()["event_id"].startswith(("two-", "again-"))
     ]
     assert any(q.event_id.startswith("again-") for q in asked)
+    config = ModelConfig.model_validate(MODELS["fraud"])
     for q in asked:
-        np.testing.assert_array_equal(q.features, enc.dense(fields[q.event_id]))
+        assert q.features is None
+        np.testing.assert_array_equal(inputs_of(q, config), enc.dense(fields[q.event_id]))
 
 
 BAD: list[tuple[str, dict[str, Any]]] = [
@@ -295,8 +323,9 @@ def test_the_replay_reads_the_same_events_as_the_worker_encodes_them(
         if r.json()["event_id"].startswith("real-")
     ]
     assert requests
+    config = ModelConfig.model_validate(MODELS["fraud"])
     for q in requests:
-        np.testing.assert_array_equal(q.features, rows[q.event_id])
+        np.testing.assert_array_equal(inputs_of(q, config), rows[q.event_id])
     out = tmp_path / "replay"
     done = subprocess.run(
         [
@@ -330,6 +359,50 @@ def test_the_replay_reads_the_same_events_as_the_worker_encodes_them(
     )
     assert done.returncode == 0, done.stderr
     assert "600 trials" in done.stderr, done.stderr
+
+
+def test_a_request_whose_fields_do_not_fit_is_dead_lettered_naming_the_field(
+    seeded: tuple[Service, Worker, Path], kafka_io: KafkaIO
+) -> None:
+    # the label-requests topic is input: a request carrying fields no scorer of this
+    # declaration writes (the right key, partition and id) is refused, naming the field,
+    # and its label teaches nothing
+    service, worker, _ = seeded
+    t = service.topics
+    good, _ = _events(1, 5, "misfit")[0]
+    genuine = [r for r in kafka_io.read(t["label_requests"]) if r.key == b"fraud"][-1].json()
+    forged = {
+        **genuine,
+        "request_id": request_id("fraud", "misfit-x"),
+        "event_id": "misfit-x",
+        "features": None,
+        "fields": {**good["features"], "amount": "12.5"},
+    }
+    kafka_io.produce_json(t["label_requests"], [("fraud", forged)])
+    recs = kafka_io.wait_for(
+        t["dead_letters"],
+        lambda rs: any("misfit-x" in r.json().get("raw", "") for r in rs),
+        timeout=60,
+    )
+    (letter,) = [r.json() for r in recs if "misfit-x" in r.json().get("raw", "")]
+    assert (letter["topic"], letter["reason"]) == (t["label_requests"], "field"), letter
+    assert "field 'amount'" in letter["detail"], letter
+    # its label finds no request to teach: it waits orphan_label_seconds, then is refused
+    rid = forged["request_id"]
+    label = {"request_id": rid, "model": "fraud", "label": 1, "labelled_by": "t"}
+    kafka_io.produce_json(t["labels"], [("fraud", label)])
+    deadline = time.monotonic() + 60
+    while True:  # the learner sweeps a partition as it reads: nudge it with a probe
+        probe = {"request_id": f"probe-{time.monotonic()}", "model": "fraud", "label": 1}
+        kafka_io.produce_json(t["labels"], [("fraud", probe)])
+        dead = [
+            r.json() for r in kafka_io.read(t["dead_letters"]) if rid in r.json().get("raw", "")
+        ]
+        if any(d["topic"] == t["labels"] for d in dead):
+            break
+        assert time.monotonic() < deadline, dead
+        time.sleep(1.0)
+    assert [d["reason"] for d in dead if d["topic"] == t["labels"]] == ["unknown_request"]
 
 
 def test_the_desk_shows_a_person_the_fields_as_the_producer_sent_them(

@@ -363,7 +363,10 @@ class LabelJoiner:
         """A request for an event id already asked about, with other features, is another
         event reusing the id: it cannot share the first one's answer."""
         known = self.pending.get(request.request_id)
-        if known is not None and known.request.features != request.features:
+        if known is not None and (known.request.features, known.request.fields) != (
+            request.features,
+            request.fields,
+        ):
             raise BadMessage(
                 "duplicate_id",
                 f"event {request.event_id!r} of model "

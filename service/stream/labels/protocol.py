@@ -44,10 +44,18 @@ from service.learning import (
 from service.learning.linear import LinearLearner
 from service.learning.moments import Implausible, Moments
 from service.learning.risk.shadow import Weighting
-from service.records import Label, LabelRequest, ModelEnvelope, PendingEntry, Reason, RecordError
-from service.records.codec import array_of
+from service.records import (
+    BadMessage,
+    Label,
+    LabelRequest,
+    ModelEnvelope,
+    PendingEntry,
+    Reason,
+    RecordError,
+)
 from service.records.moments import MomentsTrust, Untrusted, untrusted
 from service.records.state import ParkedLabel, TooLarge
+from service.stream.labels.admission import inputs_of
 
 __all__ = [
     "LIVE",
@@ -453,7 +461,10 @@ def _learn(
     When ``model`` is the version the previous label wrote, with the same parts, the
     objects that wrote it are taken as they are instead of reading its states
     (:data:`LIVE`: they are those states read back)."""
-    x = array_of(request.features)
+    try:
+        x = inputs_of(request, config)
+    except BadMessage as bad:  # fields another declaration admitted (a rebuild, a redo)
+        return _unapplied(Outcome.DEAD, bad.reason, f"request {request.request_id}: {bad.detail}")
     parts = config.adaptive.parts(intercept=config.intercept)
     live = LIVE.take(model, parts)
     if live is None:

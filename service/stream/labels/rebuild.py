@@ -46,6 +46,7 @@ from service.records import (
 from service.records.history import Step
 from service.records.labels import LabelsRecord, Rollback, Seed, parse_labels_record
 from service.records.moments import moments_trust
+from service.stream.labels.admission import admission
 from service.stream.labels.history import History, finish, job, note, run_job
 from service.stream.labels.protocol import Outcome, apply_label
 from service.stream.labels.seed import adopt_seed, stale_order
@@ -84,14 +85,15 @@ def _requests(
     settings: Settings, name: str, records: Iterable[LogRecord]
 ) -> dict[str, PendingEntry]:
     """The first valid request per id of model ``name`` (a re-sent one changes nothing)."""
-    config = settings.models[name]
+    admit = admission(settings)  # the learner's checks of a request's content
     pending: dict[str, PendingEntry] = {}
     for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
         try:
             request = parse_label_request(rec.value, max_bytes=settings.max_message_bytes)
+            if request.model != name:
+                continue
+            admit.request(request)
         except BadMessage:
-            continue
-        if request.model != name or len(request.features) != config.n_inputs:
             continue
         pending.setdefault(request.request_id, PendingEntry(request, rec.partition))
     return pending

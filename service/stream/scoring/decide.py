@@ -41,7 +41,6 @@ from service.records import (
     LabelRequest,
     RawMessage,
 )
-from service.records.codec import SPARSE_FROM, SparseNumbers, numbers_of
 from service.records.ids import coins, request_ids
 from service.records.reasons import Source
 from service.records.wire import FeatureMoments
@@ -154,22 +153,13 @@ class Decided:
 
 def _request_features(
     x: np.ndarray | SparseRows, rows: list[int], *, declared: bool
-) -> list[Sequence[float]]:
-    """The features of the label requests of ``rows``: a list of numbers each, or (a
-    declared model's, of :data:`~service.records.codec.SPARSE_FROM` inputs or more) the
-    entries each row sets (:class:`~service.records.codec.SparseNumbers`), never made
-    whole."""
-    if isinstance(x, SparseRows) and declared and x.width >= SPARSE_FROM:
-        out: list[Sequence[float]] = []
-        for j in rows:
-            at, values = x.row(j)
-            held = values != 0.0  # (a row's sums hold no -0.0)
-            out.append(SparseNumbers(x.width, at[held], values[held]))
-        return out
-    dense = whole(x, rows)
+) -> list[Sequence[float] | None]:
+    """The features of the label requests of ``rows``: a list of numbers each, or none for
+    a model that declares ``fields`` (its requests carry the event's fields, which the
+    learner encodes as the scorer did: :mod:`service.stream.labels.admission`)."""
     if declared:
-        return [numbers_of(row) for row in dense]
-    return [row.tolist() for row in dense]
+        return [None] * len(rows)
+    return [row.tolist() for row in whole(x, rows)]
 
 
 @dataclass(slots=True)

@@ -27,7 +27,6 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from service.records.codec import SPARSE_FROM
 from service.records.ids import request_ids
 from service.records.wire import FeatureMoments
 
@@ -114,7 +113,7 @@ def label_requests(
     route: str,
     server: str,
     ids: Sequence[str],
-    x: np.ndarray,
+    x: np.ndarray | None,
     labels: Any,
     scores: Any,
     rho: float,
@@ -129,10 +128,11 @@ def label_requests(
 ) -> list[bytes]:
     """The label requests for ``route``'s events ``ids`` (raw features ``x``, a row each),
     decided by ``server``, as :meth:`LabelRequest.to_json` writes them (``moments``: those
-    the first request carries; ``fields``: each event's shown fields)."""
+    the first request carries; ``fields``: each event's shown fields, which a declared
+    model's requests carry instead of features: ``x`` is not read then)."""
     served_by = b"null" if server == route else _text(server)
-    # a declared model's inputs, mostly zeros, as LabelRequest.sparse says they are written
-    sparse = fields is not None and x.shape[1] >= SPARSE_FROM
+    # a declared model's: its fields alone, the moments as LabelRequest.sparse says
+    sparse = fields is not None
     template = (
         b'{"request_id":"%b","event_id":%b,"model":'
         + _text(route)
@@ -167,7 +167,7 @@ def label_requests(
     columns = zip(
         request_ids(route, ids),
         ids,
-        [_packed(row) for row in x] if sparse else _rows(x),
+        [b"null"] * len(ids) if sparse or x is None else _rows(x),
         floats(scores),
         np.asarray(labels).tolist(),
         floats(probabilities),
@@ -181,15 +181,6 @@ def label_requests(
         template % (rid.encode(), dumps(i), row, score, label, p, priority, shadow, m, f)
         for rid, i, row, score, label, p, priority, shadow, m, f in columns
     ]
-
-
-def _packed(row: np.ndarray) -> bytes:
-    """``row`` as :func:`~service.records.codec.packed_numbers` writes it: its non-zero
-    entries (-0.0 among them) when at most a quarter, else the list."""
-    at = np.flatnonzero((row != 0.0) | np.signbit(row))
-    if 4 * at.size > row.size:
-        return orjson.dumps(row.tolist())
-    return orjson.dumps({"size": row.size, "at": at.tolist(), "values": row[at].tolist()})
 
 
 def _rows(x: np.ndarray) -> list[bytes]:

@@ -292,7 +292,7 @@ class Scorer:
             b.route,
             name,
             [b.ids[j] for j in chosen],
-            whole(b.x, rows),
+            None if b.fields is not None else whole(b.x, rows),  # declared: fields alone
             b.labels[rows],
             b.scores[rows],
             b.rho,

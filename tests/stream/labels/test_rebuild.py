@@ -3,10 +3,13 @@ the learner would skip skipped."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import orjson
 
 from service.config import Settings
+from service.features import encoder_of
 from service.records import Label, PendingEntry, RawMessage, parse_label_request
 from service.stream.labels.protocol import apply_label
 from service.stream.labels.rebuild import LogRecord, rebuild_model, summary
@@ -89,3 +92,53 @@ def test_a_resent_request_does_not_reset_an_answered_one() -> None:
     rebuilt = rebuild_model(SETTINGS, "m", [*requests, again], labels)
     assert rebuilt.model.version == 1
     assert dict(rebuilt.skipped) == {"already_applied": 1}
+
+
+def test_a_declared_models_requests_are_rebuilt_from_their_fields_as_from_their_inputs() -> None:
+    # a declared model's requests carry the event's fields alone: a rebuild encodes them as
+    # the learner does, to the model a request carrying the scored inputs would have made;
+    # one whose fields do not fit the declaration is skipped, as the learner refuses it
+    declared = {
+        "algorithm": "dsol",  # asks about every event
+        "cost": 0.25,
+        "fields": {"hash_bits": 6, "fields": {"a": "number", "c": "category", "t": "tokens"}},
+    }
+    settings = Settings(models={"d": declared}, default_model="d")
+    cfg = settings.models["d"]
+    rng = np.random.default_rng(8)
+    events = [
+        {
+            "a": float(rng.normal()),
+            "c": f"c{i % 3}",
+            "t": [f"w{int(k)}" for k in rng.integers(0, 40, 9)],
+        }
+        for i in range(12)
+    ]
+    msgs = [
+        RawMessage(orjson.dumps({"id": f"e{i}", "features": e}), "f", 0, i)
+        for i, e in enumerate(events)
+    ]
+    limits = Limits(default_model="d", request_ttl=100.0)
+    out = score_batch({"d": ServedModel.initial("d", cfg)}, msgs, limits=limits, now=1000.0)
+    requests = out.label_requests
+    assert len(requests) == len(events)
+    assert all(q.features is None for q in requests)
+    bad = replace(requests[5], fields={**(requests[5].fields or {}), "a": "1.5"})
+    log = [LogRecord(0, i, 1_000_000, q.to_json()) for i, q in enumerate(requests)]
+    log[5] = LogRecord(0, 5, 1_000_000, bad.to_json())
+    labels = [
+        _label(i, q.request_id, 1 if i % 2 else -1, 1010.0 + i, "d") for i, q in enumerate(requests)
+    ]
+    rebuilt = rebuild_model(settings, "d", log, labels)
+    assert summary(rebuilt)["skipped"] == {"unknown_request": 1}
+    encoder = encoder_of(cfg.fields)  # type: ignore[arg-type]
+    state = initial_envelope("d", cfg)
+    for i, q in enumerate(requests):
+        if i == 5:
+            continue
+        scored = replace(q, features=encoder.dense(events[i]).tolist())  # the inputs, carried
+        label = Label(q.request_id, "d", 1 if i % 2 else -1, "", None)
+        applied = apply_label(cfg, state, PendingEntry(scored, 0), label, i, now=1010.0 + i)
+        assert applied.model is not None
+        state = applied.model
+    assert rebuilt.model == state.replace(corrections_from=0)

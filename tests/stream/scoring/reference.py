@@ -422,7 +422,9 @@ def _emit(
                 request_id=request_id(route, event.id),
                 event_id=event.id,
                 model=route,
-                features=item.x.tolist(),
+                # a declared model's request carries its fields alone (added with requests
+                # that the learner encodes)
+                features=None if served.config.fields is not None else item.x.tolist(),
                 score=v.score,
                 rho=rho,
                 decided_label=v.label,

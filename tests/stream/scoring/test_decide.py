@@ -4,7 +4,6 @@ learner event by event (no Kafka)."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from service.records import (
     parse_model_envelope,
     request_id,
 )
-from service.records.codec import SparseNumbers
+from service.stream.labels.admission import inputs_of
 from service.stream.labels.protocol import apply_label
 from service.stream.models.served import ServedModel, initial_envelope
 from service.stream.scoring.batch import Shown
@@ -301,25 +300,31 @@ def test_what_a_person_is_shown_is_made_for_the_rows_read_and_is_what_the_model_
         shown[4]
 
 
-def test_a_declared_models_requests_keep_where_their_inputs_are_set() -> None:
+def test_a_declared_models_requests_carry_the_fields_the_learner_encodes_as_scored() -> None:
     declared = ModelConfig(
-        algorithm="dsol", fields={"hash_bits": 9, "fields": {"a": "number", "t": "tokens"}}
+        algorithm="dsol",
+        fields={"hash_bits": 9, "fields": {"a": "number", "t": "tokens", "z": "ignore"}},
     )
     models = models_(f=declared)
     limits = Limits(default_model="f", request_ttl=60.0)
     events = [
-        {"id": f"e{i}", "features": {"a": -0.0 if i else 2.0, "t": f"x{i} y"}} for i in range(3)
+        {"id": f"e{i}", "features": {"a": -0.0 if i else 2.0, "t": f"x{i} y", "z": [1] * 50}}
+        for i in range(3)
     ]
-    out = score_batch(models, [msg(e, i) for i, e in enumerate(events)], limits=limits, now=1.0)
+    messages = [msg(e, i) for i, e in enumerate(events)]
+    out = score_batch(models, messages, limits=limits, now=1.0)
     requests = out.label_requests
     assert len(requests) == 3  # DSOL asks about every event
-    for request in requests:
-        assert isinstance(request.features, SparseNumbers)  # never made whole
-        assert request.features.at.tolist() == [
-            i for i, v in enumerate(request.features) if v or math.copysign(1.0, v) < 0
-        ]
-        assert 2 <= request.features.at.size <= 3  # a, and the two tokens' buckets
+    for m, request in zip(messages, requests, strict=True):
+        assert request.features is None  # the fields alone: the learner encodes them
+        assert request.fields is not None
+        assert set(request.fields) == {"a", "t"}  # what the model reads
+        scored = models["f"].raw_vector(parse_event(m, models, limits).event)
+        learned = inputs_of(request, declared)
+        assert learned.tolist() == scored.tolist()
+        assert np.signbit(learned).tolist() == np.signbit(scored).tolist()
         assert parse_label_request(request.to_json()) == request
+        assert b'"features":null' in request.to_json()
 
 
 def test_a_declared_models_events_are_scored_without_a_row_of_its_width(
