@@ -1,12 +1,13 @@
-"""What a declared model's label request weighs and what reading one costs, written whole
-(every list of the model's width) and as the learner now writes it (the inputs that are not
-zero), for ``loadtest/wide.py``'s events; no Kafka.
+"""What a declared model's label request weighs and what reading it costs the learner, with
+its inputs written as the entries the event sets beside its fields, and as a worker writes
+it now (its fields alone, which the learner encodes), for ``loadtest/wide.py``'s events; no
+Kafka.
 
     python loadtest/request_size.py [SHAPE ...]
 
 Per shape, the request carrying the moments of the last event (every event asked) and of the
-last 20 (a 5 % budget), as a worker writes it (its ``fields`` included): the median bytes of
-160 requests each way and the median CPU time of reading one.
+last 20 (a 5 % budget): the median bytes of 160 requests each way, and the median CPU time
+of reading one and making the inputs it teaches (``inputs_of``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,6 +30,7 @@ from wide import config_of, events, vector  # noqa: E402
 from service.features import encoder_of  # noqa: E402
 from service.records import parse_label_request  # noqa: E402
 from service.records.codec import numbers_of  # noqa: E402
+from service.stream.labels.admission import inputs_of  # noqa: E402
 
 
 def main() -> None:
@@ -45,25 +46,27 @@ def main() -> None:
         shown = encoder_of(config.fields).shown
         width = config.moments_inputs  # the moments a scorer gathers: the numbers'
         for between in (1, 20):
-            whole, written, read_whole, read_written = [], [], [], []
+            carried, alone, read_carried, read_alone = [], [], [], []
             for i in range(40, 200):
                 request = dataclasses.replace(
                     request_of(i, X[i], 3, moments_of(X[i - between + 1 : i + 1, :width])),
-                    features=numbers_of(X[i]),
+                    features=None,
                     fields=shown(stream[i][0]),
                 )
-                old, new = orjson.dumps(request), request.to_json()  # every list whole; now
-                whole.append(len(old))
-                written.append(len(new))
-                for raw, times in ((old, read_whole), (new, read_written)):
+                with_inputs = dataclasses.replace(request, features=numbers_of(X[i]))
+                old, new = with_inputs.to_json(), request.to_json()
+                carried.append(len(old))
+                alone.append(len(new))
+                for raw, times in ((old, read_carried), (new, read_alone)):
                     tic = time.process_time()
-                    parse_label_request(raw)
+                    x = inputs_of(parse_label_request(raw), config)
                     times.append(time.process_time() - tic)
+                    assert x.tolist() == X[i].tolist()  # noqa: S101 - the same inputs
             m = statistics.median
             print(
-                f"{shape:>13}, moments of {between:2d}: {m(whole) / 1024:6.1f} -> "
-                f"{m(written) / 1024:5.1f} KiB ({m(written) / m(whole):.2f}x); read "
-                f"{m(read_whole) * 1e6:5.0f} -> {m(read_written) * 1e6:5.0f} us"
+                f"{shape:>13}, moments of {between:2d}: {m(carried) / 1024:6.1f} -> "
+                f"{m(alone) / 1024:5.1f} KiB ({m(alone) / m(carried):.2f}x); read and "
+                f"inputs made {m(read_carried) * 1e6:5.0f} -> {m(read_alone) * 1e6:5.0f} us"
             )
 
 

@@ -42,7 +42,6 @@ from service.config import ModelConfig  # noqa: E402
 from service.features import encoder_of  # noqa: E402
 from service.learning.moments import Moments  # noqa: E402
 from service.records import Label, PendingEntry, RawMessage, request_id  # noqa: E402
-from service.records.codec import numbers_of  # noqa: E402
 from service.stream.labels.protocol import apply_label  # noqa: E402
 from service.stream.models.served import ServedModel, initial_envelope  # noqa: E402
 from service.stream.scoring.decide import Limits, score_batch  # noqa: E402
@@ -129,7 +128,7 @@ def learn(shape: str, stream: list[tuple[Any, int]]) -> tuple[float, int, int, A
         request = request_of(i, X[i], model.version, seen)
         if config.fields is not None:  # what a worker's request of a declared model carries
             shown = encoder_of(config.fields).shown(stream[i][0])
-            request = dataclasses.replace(request, features=numbers_of(X[i]), fields=shown)
+            request = dataclasses.replace(request, features=None, fields=shown)
         asked = len(request.to_json())
         tic = time.process_time()
         label = Label(rid, "m", y, "bench", None)
