@@ -4,7 +4,7 @@ read, the features that weigh most in its score (:math:`|w_i z_i|`, with :math:`
 preprocessed features).
 
 >>> from service.config import ModelConfig
->>> from service.records import BadMessage, LabelRequest
+>>> from service.records import LabelRequest
 >>> req = LabelRequest("r", "e", "m", [0.5, -2.0], 0.3, 1.0, 0, 0.4, 7, 10.0, 70.0, 0.6)
 >>> view = present(req, ModelConfig(n_features=2), None, now=40.0, lease_expires_at=160.0)
 >>> [f["name"] for f in view["features"]], view["decision"], view["time_left"]

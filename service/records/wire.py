@@ -253,7 +253,7 @@ class LabelRequest:
     key = model). ``features`` are the raw features, before preprocessing; a model that
     declares ``fields`` sends the event's ``fields`` instead, which the learner encodes
     under the model's declaration as the scorer did (``features`` None:
-    :func:`~service.records.inputs.inputs_of`)."""
+    :func:`~service.stream.labels.admission.inputs_of`)."""
 
     request_id: str
     event_id: str
