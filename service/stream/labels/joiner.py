@@ -361,12 +361,17 @@ class LabelJoiner:
 
     def _check_duplicate(self, request: LabelRequest) -> None:
         """A request for an event id already asked about, with other features, is another
-        event reusing the id: it cannot share the first one's answer."""
+        event reusing the id: it cannot share the first one's answer. A declared model's
+        event is its fields (a request written before carries its inputs too, one written
+        since does not)."""
         known = self.pending.get(request.request_id)
-        if known is not None and (known.request.features, known.request.fields) != (
-            request.features,
-            request.fields,
-        ):
+        if known is None:
+            return
+        if known.request.fields is not None and request.fields is not None:
+            same = known.request.fields == request.fields
+        else:
+            same = known.request.features == request.features
+        if not same:
             raise BadMessage(
                 "duplicate_id",
                 f"event {request.event_id!r} of model "

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
+from service.features import bucket
 from service.records import Label, ModelEnvelope, PendingEntry, parse_model_envelope, request_id
 from service.records.state import parse_pending_entry
 from service.stream.kafka.produce import partition_for
@@ -353,6 +354,27 @@ async def test_an_event_id_reused_with_other_features_is_dead_lettered_as_duplic
     entry = learner.joiner.pending.get(first.request_id)
     assert entry is not None
     assert entry.request.features == [1.0, 2.0, 3.0]  # the first event's, never replaced
+
+
+async def test_a_declared_event_resent_without_its_inputs_is_the_same_event() -> None:
+    # a request written before declared requests dropped their inputs (features and fields)
+    # and the same event scored again since (its fields alone) are one event; other fields
+    # under the same id are another
+    declared = ModelConfig(fields={"hash_bits": 3, "fields": {"a": "number", "c": "category"}})
+    learner = Learner.start(models={"m": declared})
+    shown = {"a": 1.5, "c": "SE"}
+    inputs = [1.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    inputs[1 + bucket("c=SE", seed=0, bits=3)] = 1.0
+    first = request(inputs, "e1", fields=shown)
+    again = replace(first, features=None)
+    other = replace(again, fields={"a": 1.5, "c": "NO"})
+    await learner.joiner.handle(msg(first.to_json(), 0, REQUESTS, 0, b"m"))
+    await learner.joiner.handle(msg(again.to_json(), 1, REQUESTS, 0, b"m"))
+    await learner.joiner.handle(msg(other.to_json(), 2, REQUESTS, 0, b"m"))
+    assert learner.dead() == [("duplicate_id", 2)]
+    entry = learner.joiner.pending.get(first.request_id)
+    assert entry is not None
+    assert entry.request == first  # the first event's, never replaced
 
 
 async def test_a_tiny_query_probability_is_capped_in_the_risk_weight() -> None:
