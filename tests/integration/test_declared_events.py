@@ -121,10 +121,16 @@ def seeded(
             break
         assert time.monotonic() < deadline, "the worker never served the seeded version"
         probe += 1
+
     # the seeded version of 2^10 buckets and 300 tokens an event crossed the broker
-    # compressed (a packed record of 64 KiB or more), and the worker served it
-    (seeded_version,) = [r.value for r in kafka_io.read(t["models"]) if r.key == b"fraud"][-1:]
-    assert seeded_version[:4] == ZMAGIC
+    # compressed (a packed record of 64 KiB or more) once the learner adopted the order
+    # (the command's own copy, which a worker may serve first, is the order's JSON), and
+    # the worker serves that version
+    def learners(rs: list[Record]) -> list[bytes]:
+        return [r.value for r in rs if r.key == b"fraud" and r.value[:4] == ZMAGIC]
+
+    models = kafka_io.wait_for(t["models"], lambda rs: bool(learners(rs)), timeout=60)
+    (seeded_version,) = learners(models)[-1:]
     assert parse_model_envelope(seeded_version, model="fraud").version == d["model_version"]
     return service, worker, history
 
