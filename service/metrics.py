@@ -110,6 +110,14 @@ class Metrics:
             ["model", "reason"],
             registry=r,
         )
+        self.groups_redone = Counter(
+            "abstain_label_groups_redone_total",
+            "Groups of labels the learner applied again one label at a time, each version "
+            "checked: the group's newest version failed a check, or one of its labels was "
+            "refused",
+            ["model"],
+            registry=r,
+        )
         self.moments_refused = Counter(
             "abstain_moments_refused_total",
             "Label requests whose moments were refused, not merged into the model's first "
@@ -335,6 +343,7 @@ class Metrics:
             self.model_collapsed,
             self.drift_detected,
             self.takeovers,
+            self.groups_redone,
             self.risk_since_change,
             self.labels_since_change,
             self.correction_seconds,

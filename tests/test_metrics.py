@@ -14,6 +14,7 @@ CATALOGUE = {
     "abstain_labels_applied_total": ("counter", {"model"}),
     "abstain_labels_ignored_total": ("counter", {"model", "reason"}),
     "abstain_updates_refused_total": ("counter", {"model", "reason"}),
+    "abstain_label_groups_redone_total": ("counter", {"model"}),
     "abstain_moments_refused_total": ("counter", {"model", "reason"}),
     "abstain_pending_requests": ("gauge", {"model"}),
     "abstain_oldest_pending_age_seconds": ("gauge", {"model"}),

@@ -276,14 +276,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
             timeseries(
                 "Updates refused",
-                "Updates refused because they would make the model non-finite (increase over "
-                "the interval).",
+                "Updates refused because they would make the model non-finite or too large "
+                "to write (increase over the interval), and the groups of labels the learner "
+                "applied again one at a time to refuse them (each costs a re-read of its "
+                "tables).",
                 [
                     (
                         "sum by (model, reason) "
                         f"(increase(abstain_updates_refused_total{{{M}}}[{RATE}]))",
                         "{{model}} {{reason}}",
-                    )
+                    ),
+                    (
+                        "sum by (model) "
+                        f"(increase(abstain_label_groups_redone_total{{{M}}}[{RATE}]))",
+                        "{{model}} groups applied again",
+                    ),
                 ],
             ),
             timeseries(

@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -67,6 +67,8 @@ __all__ = [
     "MAX_MAGNITUDE",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
+    "Deferred",
+    "Stale",
     "TooLarge",
     "ModelEnvelope",
     "ParkedLabel",
@@ -111,6 +113,71 @@ def _out_of_bounds(envelope: ModelEnvelope, encoded: bytes) -> bool:
     if _BIG.search(encoded) is None:
         return False
     return any(_beyond(part) for part in (envelope.pipeline, envelope.learner, envelope.estimate))
+
+
+class Stale(Exception):  # noqa: N818 - what a state it raises for is
+    """A :class:`Deferred` state read after the objects it was to be made from moved on."""
+
+
+class Deferred(Mapping[str, Any]):
+    """A state made when it is first read, from the objects that hold it now.
+
+    A learner applies the labels of a group one after the other to the same objects, but
+    writes only each model's newest version of the group: making the state of every version
+    between (and checking it) would cost more than the label. So a version made in a group
+    holds its states as ``Deferred``: made (once, then kept) when read, or never. When the
+    next label takes the objects (:meth:`spend`), a state not made by then can no longer be
+    made, and reading it raises :class:`Stale`.
+
+    >>> calls = []
+    >>> state = Deferred(lambda: calls.append(1) or {"w": [1.0]})
+    >>> state.made, state["w"], dict(state), len(calls), state.made
+    (False, [1.0], {'w': [1.0]}, 1, True)
+    >>> later = Deferred(lambda: {"w": [2.0]}); later.spend(); later["w"]
+    Traceback (most recent call last):
+    ...
+    service.records.state.Stale: a deferred model state was read after its objects moved on
+    """
+
+    __slots__ = ("_make", "_state")
+
+    def __init__(self, make: Callable[[], Mapping[str, Any]]) -> None:
+        self._make: Callable[[], Mapping[str, Any]] | None = make
+        self._state: Mapping[str, Any] | None = None
+
+    @property
+    def made(self) -> bool:
+        """Whether the state has been made (it is kept, whatever happens to the objects)."""
+        return self._state is not None
+
+    def make(self) -> Mapping[str, Any]:
+        """The state, made now if it was not (raises :class:`Stale` if it cannot be)."""
+        if self._state is None:
+            if self._make is None:
+                raise Stale("a deferred model state was read after its objects moved on")
+            self._state, self._make = self._make(), None
+        return self._state
+
+    def spend(self) -> None:
+        """The objects move on: a state not made by now never will be."""
+        self._make = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.make()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.make())
+
+    def __len__(self) -> int:
+        return len(self.make())
+
+    def __repr__(self) -> str:
+        return f"Deferred({self._state!r})" if self._state is not None else "Deferred(...)"
+
+
+def _made(value: Any) -> Any:
+    """``value``, or the state a :class:`Deferred` holds."""
+    return value.make() if isinstance(value, Deferred) else value
 
 
 class TooLarge(RecordError):
@@ -166,7 +233,7 @@ class ModelEnvelope:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe form, format header first."""
         out: dict[str, Any] = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION}
-        out.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        out.update((f.name, _made(getattr(self, f.name))) for f in dataclasses.fields(self))
         if out["estimate"] is None:
             del out["estimate"]
         return out
@@ -214,6 +281,17 @@ class ModelEnvelope:
     def replace(self, **changes: Any) -> ModelEnvelope:
         """A copy with ``changes`` (the record itself never changes)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def deferred(self) -> tuple[Deferred, ...]:
+        """Its states not made yet (:class:`Deferred`; none in a version read or checked)."""
+        parts = (self.pipeline, self.learner)
+        return tuple(p for p in parts if isinstance(p, Deferred) and not p.made)
+
+    def make_states(self) -> None:
+        """Make its :attr:`deferred` states now (before their objects move on)."""
+        for part in self.deferred:
+            part.make()
 
 
 def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None) -> ModelEnvelope:

@@ -35,6 +35,17 @@ offset order; what changes is one wait for the broker and one version a model pe
 instead of one per label. Version numbers still count labels, so the versions written
 have gaps; a rollback serves one of the last ones written. A record that is not a label to
 apply (an order, a sweep) commits what is staged first.
+
+Inside a group the versions between are not even made: a label is applied with ``defer``
+(:mod:`~service.stream.labels.protocol`), and ``commit`` makes, checks and encodes each
+model's newest version before the flush of the marks. A newest version that fails its check,
+or a label refused after it took the objects of a version never made, raises
+:class:`~service.stream.labels.protocol.StrictRedo` before anything of the group is durable:
+the learn loop reads its tables again and consumes again from its committed offsets (as after
+a failed produce), and the joiner applies that model's labels one at a time, each version
+checked, for the next :data:`STRICT_SECONDS` (:meth:`LabelJoiner.strictly`), which refuses
+the label at fault alone. A group's dead letters and counts go out with it at ``commit``
+(none if it is applied again: they are sent and counted once).
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import logging
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from service.config import Settings
 from service.learning.moments import Implausible
@@ -58,6 +70,7 @@ from service.records import (
     PendingEntry,
     RawMessage,
     Reason,
+    RecordError,
     Signer,
     parse_label_request,
 )
@@ -65,7 +78,7 @@ from service.records.history import Step
 from service.records.labels import Rollback, Seed, parse_labels_record
 from service.records.moments import Untrusted, moments_trust
 from service.records.reasons import IGNORED, Source
-from service.records.state import ParkedLabel
+from service.records.state import ParkedLabel, TooLarge
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
@@ -76,6 +89,7 @@ from service.stream.labels.history.runner import Runner
 from service.stream.labels.protocol import (
     LabelOutcome,
     Outcome,
+    StrictRedo,
     apply_label,
     apply_shadow_label,
     park_label,
@@ -85,9 +99,13 @@ from service.stream.labels.state import ModelStore, ParkedStore, PendingStore
 from service.stream.models.book import signer_for
 from service.stream.outputs import Outputs
 
-__all__ = ["LabelJoiner"]
+__all__ = ["STRICT_SECONDS", "LabelJoiner"]
 
 log = logging.getLogger(__name__)
+
+#: how long a model's labels are applied one at a time, each version checked, after a
+#: group of them had to be applied again (:meth:`LabelJoiner.strictly`)
+STRICT_SECONDS = 60.0
 
 
 #: the table writes of labels partition ``p`` are made inside ``writing(p)``
@@ -98,12 +116,16 @@ Writing = Callable[[int], AbstractContextManager[object]]
 class _Staged:
     """The model writes of a batch waiting for their marks to be durable: (the labels
     partition the label was read on, its model outcome) in order, the requests they answer,
-    and what waits for them to be written (a parked label's copy deleted, on its partition)."""
+    and what waits for them to be written (a parked label's copy deleted, on its partition);
+    the group's dead letters and counts, sent and counted with it (a group applied again
+    does not send or count them twice)."""
 
     writing: Writing
     writes: list[tuple[int, LabelOutcome]] = field(default_factory=list)
     requests: set[str] = field(default_factory=set)
     after: list[tuple[int, Callable[[], None]]] = field(default_factory=list)
+    letters: list[DeadLetter] = field(default_factory=list)
+    counts: list[Callable[[], None]] = field(default_factory=list)
 
 
 class LabelJoiner:
@@ -169,6 +191,8 @@ class LabelJoiner:
         # learner is: a parked label waits for the requests written up to its own time)
         self._requests_read: dict[int, float] = {}
         self._staged: _Staged | None = None  # between stage() and commit(): group commit
+        # model (None: every model) -> until when its labels are applied strictly
+        self._strict: dict[str | None, float] = {}
 
     def stage(self, writing: Writing) -> None:
         """From now until :meth:`commit`, model versions wait for one flush of their marks
@@ -183,9 +207,14 @@ class LabelJoiner:
         if staged is None:
             return
         try:
+            # each model's newest version of the group is written, and holds the others
+            newest = {o.model.model: k for k, (_, o) in enumerate(staged.writes) if o.model}
+            for k in newest.values():  # made and checked now, before anything is sent
+                partition, outcome = staged.writes[k]
+                staged.writes[k] = (partition, self._checked(outcome))
+            for letter in staged.letters:
+                await self.outputs.dead_letter(letter)
             if staged.writes:
-                # each model's newest version of the group is written, and holds the others
-                newest = {o.model.model: k for k, (_, o) in enumerate(staged.writes) if o.model}
                 async with self.publisher.lock:
                     await self.outputs.durable()
                     for k, (partition, outcome) in enumerate(staged.writes):
@@ -196,8 +225,81 @@ class LabelJoiner:
             for partition, then in staged.after:
                 with staged.writing(partition):
                     then()
+            for count in staged.counts:
+                count()
         finally:
             self.models.unstage()
+
+    def _checked(self, outcome: LabelOutcome) -> LabelOutcome:
+        """``outcome`` with its version encoded: the checks a version made with ``defer``
+        was spared (:meth:`~service.records.ModelEnvelope.to_bytes`, and the size a version
+        may take); :class:`StrictRedo` if it fails them."""
+        model = outcome.model
+        assert model is not None  # noqa: S101 - applied outcomes
+        if not model.deferred:
+            return outcome
+        try:
+            encoded = model.to_bytes()
+            limit = self.settings.version_bytes
+            if len(encoded) > limit:
+                raise TooLarge(len(encoded), limit)
+        except RecordError as exc:
+            raise StrictRedo(model.model, f"the newest version of a group fails: {exc}") from exc
+        return replace(outcome, encoded=encoded)
+
+    async def _dead_letter(self, letter: DeadLetter) -> None:
+        """Send ``letter`` (with the group it was met in, when one is staged)."""
+        if self._staged is not None:
+            self._staged.letters.append(letter)
+        else:
+            await self.outputs.dead_letter(letter)
+
+    def _count(self, metric: Any, **labels: str) -> None:
+        """Count one of ``metric``'s ``labels`` (with the group, when one is staged)."""
+        self._tally(metric.labels(**labels).inc)
+
+    def _observe(self, metric: Any, value: float, **labels: str) -> None:
+        """Observe ``value`` on ``metric`` (with the group, when one is staged)."""
+        child = metric.labels(**labels)
+        self._tally(lambda: child.observe(value))
+
+    def _tally(self, count: Callable[[], None]) -> None:
+        if self._staged is not None:
+            self._staged.counts.append(count)
+        else:
+            count()
+
+    def _made(self, model: ModelEnvelope) -> None:
+        """Make and check ``model``'s deferred states (a history checkpoint writes them);
+        :class:`StrictRedo` if they fail the checks its version was spared."""
+        if not model.deferred:
+            return
+        try:
+            model.make_states()
+            model.check(max_bytes=self.settings.version_bytes)
+        except RecordError as exc:
+            raise StrictRedo(model.model, f"a version of a group fails: {exc}") from exc
+
+    def strictly(self, model: str | None) -> None:
+        """Apply the labels of ``model`` and of the models that learn with it (its champion,
+        their shadows; every model: None) one at a time, each version checked, for the
+        next :data:`STRICT_SECONDS`: their group is applied again."""
+        until = self.clock() + STRICT_SECONDS
+        if model is None or model not in self.settings.models:
+            self._strict[None] = until
+            return
+        for member in self.settings.group(self.settings.learner_key(model)):
+            self._strict[member] = until
+
+    def _defers(self, model: str) -> bool:
+        """Whether a label of ``model`` is applied with ``defer`` (module docstring)."""
+        if self._staged is None:
+            return False
+        if not self._strict:
+            return True
+        now = self.clock()
+        self._strict = {m: t for m, t in self._strict.items() if t > now}
+        return model not in self._strict and None not in self._strict
 
     def unstage(self) -> None:
         """Drop what is staged (the batch failed: the learner reads its tables again)."""
@@ -213,7 +315,9 @@ class LabelJoiner:
         """Commit what is staged, and go on staging (before a record that writes models
         other than by a label: an order)."""
         staged = self._staged
-        if staged is not None and (staged.writes or staged.after):
+        if staged is not None and (
+            staged.writes or staged.after or staged.letters or staged.counts
+        ):
             await self.commit()
             self.stage(staged.writing)
 
@@ -284,7 +388,7 @@ class LabelJoiner:
             log.exception(
                 "%s message at %s[%s]@%s", source, message.topic, message.partition, message.offset
             )
-            await self.outputs.dead_letter(
+            await self._dead_letter(
                 DeadLetter.of(source, message, Reason.SCHEMA, f"internal error: {exc!r}")
             )
         self.seen += 1
@@ -301,7 +405,7 @@ class LabelJoiner:
             self._check_duplicate(request)
             admit.server(request)
         except BadMessage as bad:
-            await self.outputs.dead_letter(
+            await self._dead_letter(
                 DeadLetter.of(Source.LABEL_REQUESTS, message, bad.reason, bad.detail)
             )
             return
@@ -342,9 +446,7 @@ class LabelJoiner:
                 await self.control.correct(label, message)
                 return
         except BadMessage as bad:
-            await self.outputs.dead_letter(
-                DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail)
-            )
+            await self._dead_letter(DeadLetter.of(Source.LABELS, message, bad.reason, bad.detail))
             return
         await self._join(label, message, parked=False)
 
@@ -357,7 +459,7 @@ class LabelJoiner:
             if victim is None:
                 return
             self.pending.delete(victim)
-            self.metrics.label_requests_dropped.labels(model=model).inc()
+            self._count(self.metrics.label_requests_dropped, model=model)
 
     def _check_duplicate(self, request: LabelRequest) -> None:
         """A request for an event id already asked about, with other features, is another
@@ -395,6 +497,9 @@ class LabelJoiner:
         plan = self.history.plan(
             label.model, members, offset=message.offset, partition=message.partition
         )
+        if plan.checkpoint:  # the members' states before this label are written
+            for m in members:
+                self._made(self.models.get(m))
         outcome = apply_label(
             config,
             model,
@@ -408,6 +513,7 @@ class LabelJoiner:
             corrections_from=plan.reach_from,
             trust=moments_trust(self.moments_signer, pending.request) if pending else None,
             max_bytes=self.settings.version_bytes,
+            defer=self._defers(server),
         )
         # a label already marked at this offset: a crash interrupted its writes; each model
         # (champion, shadows) whose version is below its mark is redone, no other
@@ -458,7 +564,7 @@ class LabelJoiner:
         standardiser refused (the label was applied without them): the dead letter names
         the request where it was read on the label-requests topic (offset -1 for an entry
         stored before the offset was kept)."""
-        self.metrics.moments_refused.labels(model=model, reason=why.kind).inc()
+        self._count(self.metrics.moments_refused, model=model, reason=why.kind)
         offset = -1 if pending.request_offset is None else pending.request_offset
         origin = RawMessage(
             pending.request.to_json(),
@@ -466,7 +572,7 @@ class LabelJoiner:
             pending.partition,
             offset,
         )
-        await self.outputs.dead_letter(
+        await self._dead_letter(
             DeadLetter.of(Source.LABEL_REQUESTS, origin, Reason.MOMENTS, why.detail)
         )
 
@@ -506,11 +612,12 @@ class LabelJoiner:
                 corrections_from=reach_from,
                 trust=moments_trust(self.moments_signer, pending.request),
                 max_bytes=self.settings.version_bytes,
+                defer=self._defers(name),
             )
             if outcome.outcome is Outcome.APPLIED:
                 out.append(outcome)
             elif outcome.reason is not None:
-                self.metrics.updates_refused.labels(model=name, reason=outcome.reason).inc()
+                self._count(self.metrics.updates_refused, model=name, reason=outcome.reason)
         return out
 
     async def _park(self, label: Label, message: RawMessage, now: float) -> None:
@@ -529,16 +636,15 @@ class LabelJoiner:
             label_ts=message.timestamp,
         )
         if entry is None:
-            self.metrics.labels_ignored.labels(model=label.model, reason=Reason.REDELIVERED).inc()
+            self._count(self.metrics.labels_ignored, model=label.model, reason=Reason.REDELIVERED)
         elif existing is not None:
-            self.metrics.labels_ignored.labels(
-                model=label.model, reason=Reason.ALREADY_APPLIED
-            ).inc()
+            again = Reason.ALREADY_APPLIED
+            self._count(self.metrics.labels_ignored, model=label.model, reason=again)
             detail = (
                 f"request {label.request_id} already has an answer waiting for it "
                 f"(labels offset {existing.offset})"
             )
-            await self.outputs.dead_letter(
+            await self._dead_letter(
                 DeadLetter.of(Source.LABELS, message, Reason.ALREADY_APPLIED, detail)
             )
         else:
@@ -569,7 +675,7 @@ class LabelJoiner:
                 await self.publisher.put(outcome)
                 for shadow in shadows:
                     await self.publisher.put(shadow)
-        self.metrics.label_turnaround.labels(model=model.model).observe(outcome.turnaround)
+        self._observe(self.metrics.label_turnaround, outcome.turnaround, model=model.model)
 
     async def _store_shadows(self, shadows: list[LabelOutcome], partition: int) -> None:
         """Redo the shadows' writes of a label whose mark is already durable."""
@@ -593,13 +699,11 @@ class LabelJoiner:
         reason = outcome.reason
         assert reason is not None  # noqa: S101 - every outcome but APPLIED has a reason
         if reason in IGNORED:
-            self.metrics.labels_ignored.labels(model=model, reason=reason).inc()
+            self._count(self.metrics.labels_ignored, model=model, reason=reason)
         if outcome.outcome is Outcome.REFUSED:
-            self.metrics.updates_refused.labels(model=model, reason=reason).inc()
+            self._count(self.metrics.updates_refused, model=model, reason=reason)
         if outcome.outcome in (Outcome.DEAD, Outcome.REFUSED):
-            await self.outputs.dead_letter(
-                DeadLetter.of(Source.LABELS, message, reason, outcome.detail)
-            )
+            await self._dead_letter(DeadLetter.of(Source.LABELS, message, reason, outcome.detail))
 
     def caught_up(self, partition: int, now: float) -> None:
         """The learner has read everything written to label-requests ``partition`` (no lag)
@@ -634,7 +738,7 @@ class LabelJoiner:
         for key, summary in due:
             self.pending.delete(key)
             if not summary.applied:
-                self.metrics.label_requests_expired.labels(model=summary.model).inc()
+                self._count(self.metrics.label_requests_expired, model=summary.model)
         for key, parked in self.parked.entries():
             if parked is None:  # unreadable: nothing could ever apply it
                 self.parked.delete(key)
@@ -643,10 +747,10 @@ class LabelJoiner:
                 continue
             self.parked.delete(key)
             model = parked.label.model
-            self.metrics.labels_ignored.labels(model=model, reason=Reason.UNKNOWN_REQUEST).inc()
+            self._count(self.metrics.labels_ignored, model=model, reason=Reason.UNKNOWN_REQUEST)
             origin = RawMessage(parked.raw, s.topics.labels, partition, parked.offset)
             detail = f"no request {key} within {s.orphan_label_seconds:g}s of its label"
-            await self.outputs.dead_letter(
+            await self._dead_letter(
                 DeadLetter.of(Source.LABELS, origin, Reason.UNKNOWN_REQUEST, detail)
             )
 

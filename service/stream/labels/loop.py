@@ -23,6 +23,10 @@ owns a model's pending requests, its labels and its (w, rho), as before.
 - **A produce or fetch that fails:** nothing of the batch is committed; every owned
   partition is read again from its changelogs and consumed again from its committed
   offset. That is exactly a restart after kill -9, which the learn protocol is made for.
+- **A group that must be applied again** (:class:`~service.stream.labels.protocol.StrictRedo`:
+  its newest version of a model fails a check, or a label of it is refused where the version
+  before it was never made): the same, at once, with that model's labels applied one at a
+  time for a while (:meth:`~service.stream.labels.joiner.LabelJoiner.strictly`).
 - **Caught up:** a label-requests partition handled up to the high-water mark of the last
   fetch is reported to the joiner (:meth:`~service.stream.labels.joiner.LabelJoiner.caught_up`):
   a label parked there waits for nothing more than ``orphan_label_seconds``.
@@ -66,6 +70,7 @@ from aiokafka.errors import KafkaError
 from service.config import Settings
 from service.records import DeadLetter, Reason
 from service.records.reasons import Source
+from service.records.state import Stale
 from service.stream.kafka.groups import (
     Rebalance,
     Starts,
@@ -84,6 +89,7 @@ from service.stream.kafka.unreadable import (
 )
 from service.stream.labels.checkpoint import Checkpoint
 from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.protocol import StrictRedo
 from service.stream.labels.tables import ChangelogTable, Recovery, Refused, recover
 
 __all__ = ["LearnLoop", "LearnView", "learn_group"]
@@ -243,6 +249,17 @@ class LearnLoop:
             except KafkaError as exc:
                 log.warning("storing the learner's state failed (%r): reading it again", exc)
                 await self._reset(consumer)
+                return
+            except StrictRedo as exc:
+                log.warning("%s: applying the group again, one label at a time", exc)
+                self.joiner.strictly(exc.model)
+                self.joiner.metrics.groups_redone.labels(model=exc.model).inc()
+                await self._reset(consumer, pause=False)
+                return
+            except Stale:
+                log.exception("a model state was lost: applying the group again, strictly")
+                self.joiner.strictly(None)
+                await self._reset(consumer, pause=False)
                 return
             self._handled(ends)
         self._caught_up(consumer)
@@ -431,11 +448,13 @@ class LearnLoop:
         self.state.owned = frozenset(partitions)
         self.joiner.own(self.state.owned)
 
-    async def _reset(self, consumer: AIOKafkaConsumer) -> None:
-        """After a failed produce or fetch: forget the batch and the memory, read every owned
-        partition's changelogs again and consume from the committed offsets (a restart)."""
+    async def _reset(self, consumer: AIOKafkaConsumer, *, pause: bool = True) -> None:
+        """After a failed produce or fetch (``pause``: waiting first), or a group to apply
+        again: forget the batch and the memory, read every owned partition's changelogs
+        again and consume from the committed offsets (a restart)."""
         await self.checkpoint.forget()
-        await asyncio.sleep(RETRY_SECONDS)
+        if pause:
+            await asyncio.sleep(RETRY_SECONDS)
         owned = set(self.state.owned)
         tps = sorted(tp for tp in consumer.assignment() if tp.partition in owned)
         self._reader(consumer).forget(tps)  # read again from the commit: met anew

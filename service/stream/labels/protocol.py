@@ -18,6 +18,17 @@ that same envelope object (not an equal one: another process's version, a rollba
 rebuild or a correction's re-derivation brings another object) and the same adaptive parts.
 Taking an entry removes it: a label that is refused, raises, or whose version is not kept
 leaves nothing behind (its objects may have moved), and the next label reads the states.
+
+Inside a group (the learn loop's group commit: only each model's newest version of a group is
+written) a label may be applied with ``defer``: its version's states are
+:class:`~service.records.state.Deferred`, made and checked only if read (the joiner reads
+the newest as it writes it, and a history checkpoint's before its label), never for the
+versions between, which no one reads. Their objects then hold the only copy of the state:
+when the next label takes them, the version before can no longer be read back. So a label
+that is refused after it took such objects cannot leave the model as it was: it raises
+:class:`StrictRedo`, and the learner applies the group again from what is durable, one
+label at a time with every version checked (the way it applies a label outside a group),
+which refuses that label alone.
 """
 
 from __future__ import annotations
@@ -54,7 +65,7 @@ from service.records import (
     RecordError,
 )
 from service.records.moments import MomentsTrust, Untrusted, untrusted
-from service.records.state import ParkedLabel, TooLarge
+from service.records.state import Deferred, ParkedLabel, TooLarge
 from service.stream.labels.admission import inputs_of
 
 __all__ = [
@@ -62,6 +73,7 @@ __all__ = [
     "LabelOutcome",
     "LiveModels",
     "Outcome",
+    "StrictRedo",
     "apply_label",
     "apply_shadow_label",
     "park_label",
@@ -79,6 +91,17 @@ def zero_one_d_loss(decided: int, label: int, cost: float) -> float:
     if decided == 0:
         return cost
     return 0.0 if decided == label else 1.0
+
+
+class StrictRedo(Exception):  # noqa: N818 - what the learner must do
+    """A label applied inside a group cannot be refused there, or the group's newest version
+    of ``model`` fails the checks its versions between were spared (module docstring): the
+    group must be applied again from what is durable, one label at a time, each version
+    checked."""
+
+    def __init__(self, model: str, detail: str) -> None:
+        super().__init__(f"model {model!r}: {detail}")
+        self.model = model
 
 
 class Outcome(StrEnum):
@@ -139,8 +162,13 @@ class LiveModels:
         """The (pipeline, learner) that wrote ``model`` itself, read with ``parts``, now
         the caller's alone; None when none is kept for it (the caller reads the state)."""
         entry = self._entries.pop(model.model, None)
-        if entry is None or entry.model is not model or entry.parts != parts:
+        if entry is None:
             return None
+        if entry.model is not model or entry.parts != parts:
+            entry.model.make_states()  # its objects are as it left them: the last chance
+            return None
+        for state in model.deferred:  # the objects move on: what was not made never will be
+            state.spend()
         return entry.pipeline, entry.learner
 
     def keep(
@@ -148,13 +176,18 @@ class LiveModels:
     ) -> None:
         """Keep ``pipeline`` and ``learner``, whose ``to_state()`` are ``model``'s
         records, for the next label of ``model``."""
-        self._entries.pop(model.model, None)
+        old = self._entries.pop(model.model, None)
+        if old is not None and old.learner is not learner:
+            old.model.make_states()
         self._entries[model.model] = _Entry(model, parts, pipeline, learner)
         while len(self._entries) > self._size:
-            del self._entries[next(iter(self._entries))]
+            self._entries.pop(next(iter(self._entries))).model.make_states()
 
     def clear(self) -> None:
-        """Forget every entry (the next label of each model reads its state)."""
+        """Forget every entry (the next label of each model reads its state; a deferred
+        state is made first, while its objects still hold it)."""
+        for entry in self._entries.values():
+            entry.model.make_states()
         self._entries.clear()
 
     def __len__(self) -> int:
@@ -220,6 +253,7 @@ def apply_label(
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
     max_bytes: int | None = None,
+    defer: bool = False,
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
 
@@ -237,7 +271,8 @@ def apply_label(
     (:func:`~service.records.moments.moments_trust`; None: no key, judged).
     ``max_bytes``: the most bytes the new version's record may take (``version_bytes``);
     a label whose version would take more is REFUSED as ``oversize`` (the model stays as it
-    is), never left for the writer to fail on (None: not checked)."""
+    is), never left for the writer to fail on (None: not checked). ``defer``: the new
+    version's states are made and checked only if read (module docstring)."""
     refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)
     if refusal is not None:
         return refusal
@@ -253,6 +288,7 @@ def apply_label(
         corrections_from=corrections_from,
         trust=trust,
         max_bytes=max_bytes,
+        defer=defer,
     )
     if outcome.model is None:
         return outcome
@@ -274,6 +310,7 @@ def teach(
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
     max_bytes: int | None = None,
+    defer: bool = False,
 ) -> LabelOutcome:
     """The next version of the model that decided ``request`` after learning its label
     ``y`` (read at labels ``where`` = (partition, offset)), with no check of the join: the
@@ -288,7 +325,7 @@ def teach(
         else:
             learner.update(z, y)
 
-    learned = _learn(config, model, request, step, trust)
+    learned = _learn(config, model, request, step, trust, defer=defer)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(asked, 1.0 / max_weight)
@@ -310,6 +347,7 @@ def teach(
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > asked,
         max_bytes=max_bytes,
+        defer=defer,
     )
 
 
@@ -326,6 +364,7 @@ def apply_shadow_label(
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
     max_bytes: int | None = None,
+    defer: bool = False,
 ) -> LabelOutcome:
     r"""Update the shadow ``model`` with the label its champion's request ``pending``
     received (at labels ``partition``, ``offset``): its own standardiser learns the example,
@@ -334,7 +373,8 @@ def apply_shadow_label(
     learner takes one plain step), and the shadow's decision on the event, made when it was
     scored (``request.shadow_labels``), is charged its 0-d-1 loss with that $p$. A request
     without the shadow's decision (scored before the shadow existed) teaches it and
-    charges nothing. The outcome's ``pending`` is None: the caller marks the entry."""
+    charges nothing. The outcome's ``pending`` is None: the caller marks the entry.
+    ``defer`` as for :func:`apply_label`."""
     request, y, name = pending.request, label.label, model.model
 
     def step(learner: Any, z: np.ndarray) -> None:
@@ -344,7 +384,7 @@ def apply_shadow_label(
             learner, z, y, request.query_probability, max_weight=max_weight, weighting=weighting
         )
 
-    learned = _learn(config, model, request, step, trust)
+    learned = _learn(config, model, request, step, trust, defer=defer)
     if isinstance(learned, LabelOutcome):
         return learned
     p = max(request.query_probability, 1.0 / max_weight)
@@ -371,6 +411,7 @@ def apply_shadow_label(
         iw_loss=loss,
         clipped=p > request.query_probability,
         max_bytes=max_bytes,
+        defer=defer,
     )
 
 
@@ -382,6 +423,7 @@ def _applied(
     clipped: bool,
     turnaround: float = 0.0,
     max_bytes: int | None = None,
+    defer: bool = False,
 ) -> LabelOutcome:
     """The outcome of a label applied to ``model`` (the version ``learned`` made), or a
     refusal when the new state would not encode: the standardiser's running sums can
@@ -390,9 +432,10 @@ def _applied(
     :meth:`LabelOutcome.encode`). The objects that wrote an applied version are kept for
     the next label of that version (:data:`LIVE`). A version whose record would take more
     than ``max_bytes`` is refused as ``oversize``: the model stays where it was (a record
-    no topic takes would stop the learner at every retry)."""
+    no topic takes would stop the learner at every retry). A version made with
+    ``defer`` is checked only when it is written (:class:`StrictRedo` if it fails then)."""
     try:
-        encoded = model.check(max_bytes=max_bytes)
+        encoded = None if defer else model.check(max_bytes=max_bytes)
     except TooLarge as exc:
         return _unapplied(
             Outcome.REFUSED,
@@ -438,6 +481,8 @@ def _learn(
     request: LabelRequest,
     step: Callable[[Any, np.ndarray], None],
     trust: MomentsTrust | None = None,
+    *,
+    defer: bool = False,
 ) -> _Learned | LabelOutcome:
     """(pipeline state, learner state) after the standardisers learn what the request
     brings (the moments of the events scored since the scorer's last request, when it
@@ -460,12 +505,16 @@ def _learn(
 
     When ``model`` is the version the previous label wrote, with the same parts, the
     objects that wrote it are taken as they are instead of reading its states
-    (:data:`LIVE`: they are those states read back)."""
+    (:data:`LIVE`: they are those states read back). ``defer``: the states given are
+    :class:`~service.records.state.Deferred`, made from these objects only if read before the
+    next label takes them. A label refused after it took the objects of a version whose
+    states were never made raises :class:`StrictRedo` (the version before it is gone)."""
     try:
         x = inputs_of(request, config)
     except BadMessage as bad:  # fields another declaration admitted (a rebuild, a redo)
         return _unapplied(Outcome.DEAD, bad.reason, f"request {request.request_id}: {bad.detail}")
     parts = config.adaptive.parts(intercept=config.intercept)
+    unmade = bool(model.deferred)  # taking its objects spends them: no way back
     live = LIVE.take(model, parts)
     if live is None:
         pipeline = Pipeline.from_state(dict(model.pipeline))
@@ -486,15 +535,27 @@ def _learn(
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
             pipeline.learn_label(x, seen, trusted=trust == "trusted")
             step(learner, pipeline.transform(x))
-        new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
+        if defer:
+            new_pipeline: Any = Deferred(pipeline.to_state)
+            new_learner: Any = Deferred(learner.to_state)
+        else:
+            new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
     except ValueError as exc:
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, f"update refused: {exc}")
+        return _refused(model, unmade and live is not None, f"update refused: {exc}")
     w = getattr(learner, "w", None)  # kernel learners keep a support set instead
     if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
-        return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, "update gave non-finite parameters")
+        return _refused(model, unmade and live is not None, "update gave non-finite parameters")
     after = _adaptation(learner)
     adapted = (after[0] - before[0], after[1] - before[1])
     return new_pipeline, new_learner, adapted, refused, (parts, pipeline, learner)
+
+
+def _refused(model: ModelEnvelope, lost: bool, detail: str) -> LabelOutcome:
+    """A label's update refused as not finite; :class:`StrictRedo` when the ``model`` it
+    was applied to is ``lost`` (its objects moved on, its states never made)."""
+    if lost:
+        raise StrictRedo(model.model, f"a label of a group was refused ({detail})")
+    return _unapplied(Outcome.REFUSED, Reason.NON_FINITE, detail)
 
 
 def _adaptation(learner: Any) -> tuple[int, int]:

@@ -9,12 +9,14 @@ import contextlib
 
 import pytest
 
-from service.config import ModelConfig
+from service.config import CorrectionsConfig, ModelConfig
+from service.learning import Pipeline
 from service.records import request_id
-from service.stream.labels.joiner import LabelJoiner
+from service.stream.labels.joiner import STRICT_SECONDS, LabelJoiner
+from service.stream.labels.protocol import StrictRedo
 
-from ..memory import CFG, MemoryKafka, Sent
-from .test_joiner import MODELS, Crash, Learner
+from ..memory import CFG, MemoryKafka, Sent, msg, request
+from .test_joiner import DEAD, MODELS, REQUESTS, Crash, Learner
 
 SHADOW = ModelConfig(algorithm="dral", cost=0.25, n_features=3, audit_rate=0.05, champion="m")
 MODELS_CHANGELOG = "models-changelog"
@@ -149,3 +151,144 @@ async def test_a_crash_inside_a_batch_applies_every_label_once_after_a_restart(
     applied = restarted.joiner.pending.get(request_id("m", "r7"))
     assert applied is not None
     assert applied.applied
+
+
+# --------------------------------------------------------------------------- made once
+
+
+BOOM = ModelConfig(  # no scaling and a huge step: its second label overflows (w, rho)
+    algorithm="dsal", cost=0.25, n_features=3, standardize=False, hyperparameters={"eta": 1e300}
+)
+HUGE = [1.7e308, 1.7e308, -1.7e308]  # finite, but the standardiser's sums overflow
+# a history checkpoint every 3 labels: one falls inside the group, after the HUGE label
+CHECKPOINTED = CFG.model_copy(update={"corrections": CorrectionsConfig(reach=30)})
+
+
+async def hostile_feed(learner: Learner, model: str = "m", *, at: int = 5, n: int = 12) -> None:
+    """``n`` requests and labels of ``model``; the one ``at`` carries :data:`HUGE`; the
+    first is answered twice (the second answer, at labels offset 1, is dead-lettered)."""
+    for i in range(n):
+        x = HUGE if i == at else [1.0, 2.0 + i % 3, float(i)]
+        body = request(x, f"e{i}", model=model).to_json()
+        where = learner.partition(model)
+        await learner.joiner.handle(msg(body, i, REQUESTS, where, model.encode()))
+    for i in range(n):
+        await learner.label(f"e{i}", i + (i > 0), y=1 if i % 3 else -1, model=model)
+        if i == 0:
+            await learner.label("e0", 1, y=1, model=model)
+
+
+async def test_a_group_makes_and_checks_only_each_models_newest_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside a group the versions between are never made (their states are deferred): the
+    pipelines' states are made once per model written and once per member at a history
+    checkpoint, not once per label, and what is written (versions, marks, the history's
+    checkpoints) is what the labels alone write."""
+    made = {"n": 0}
+    to_state = Pipeline.to_state
+
+    def counted(self: Pipeline) -> dict[str, object]:
+        made["n"] += 1
+        return to_state(self)
+
+    monkeypatch.setattr(Pipeline, "to_state", counted)
+    alone, batched = start(), start()
+    await run(alone, 30, staged=False)
+    alone_made, made["n"] = made["n"], 0
+    await run(batched, 30, staged=True)
+    checkpoints = [k for k in batched.joiner.history._table if b"#" in k]  # member#seq
+    later = [k for k in checkpoints if not k.endswith(b"#0")]  # #0: the versions read back
+    assert later  # the history took some in the group: made before their label took them
+    assert made["n"] == 2 + len(later) < alone_made // 10
+    for topic in ("pending-changelog", "history-changelog", MODELS_CHANGELOG):
+        written = [dict(by_topic(x.kafka.durable, topic)) for x in (alone, batched)]
+        assert written[1].items() <= written[0].items(), topic
+    assert dict(alone.joiner.history._table) == dict(batched.joiner.history._table)
+
+
+async def redone(kafka: MemoryKafka, models: dict[str, ModelConfig], model: str) -> Learner:
+    """What the learn loop does once a group raised :class:`StrictRedo`: what was not
+    durable is gone, the tables are read back, and ``model``'s group is applied again one
+    label at a time."""
+    kafka.crash()
+    again = Learner.start(kafka, models=models)
+    again.joiner.strictly(model)
+    stage(again.joiner)
+    return again
+
+
+@pytest.mark.parametrize(
+    ("models", "model", "why"),
+    [
+        ({"m": CFG, "m-dral": SHADOW}, "m", "newest version of a group fails: model state"),
+        ({"m": CHECKPOINTED, "m-dral": SHADOW}, "m", "a version of a group fails: model state"),
+        ({"m": CFG, "boom": BOOM}, "boom", "a label of a group was refused"),
+    ],
+    ids=[
+        "the newest version fails its check",
+        "a checkpoint's version fails its check",
+        "a label is refused after a deferred one",
+    ],
+)
+async def test_a_group_that_cannot_be_refused_in_place_is_applied_again_label_by_label(
+    models: dict[str, ModelConfig], model: str, why: str
+) -> None:
+    """A label whose update overflows the standardiser's sums is caught only when the
+    group's newest version is checked; one that overflows (w, rho) after a version whose
+    states were never made cannot leave that version as it was. Either way nothing of the
+    group is durable, and applied again one label at a time it refuses that label alone:
+    the same versions, marks and dead letters as the labels applied alone."""
+    kafka = MemoryKafka()
+    first = Learner.start(kafka, models=models)
+    stage(first.joiner)
+
+    async def group() -> None:
+        await hostile_feed(first, model)
+        await first.joiner.commit()
+
+    with pytest.raises(StrictRedo, match=why):
+        await group()
+    first.joiner.unstage()
+    assert kafka.durable == []  # not a mark, not a version
+    assert kafka.sent(DEAD) == []  # nor a dead letter, nor a count: they go with the group
+    counted = [
+        (s.name, s.labels)
+        for family in first.registry.collect()
+        for s in family.samples
+        if s.name.endswith("_total") and s.value
+    ]
+    assert counted == []
+    again = await redone(kafka, models, model)
+    await hostile_feed(again, model)
+    await again.joiner.commit()
+    await kafka.flush()
+    alone = Learner.start(models=models)
+    await hostile_feed(alone, model)
+    await alone.kafka.flush()
+    assert [d for d in again.dead() if d[0] != "redelivered"] == alone.dead()
+    assert ("already_applied", 1) in alone.dead()
+    assert ("non_finite", 6) in alone.dead()  # the hostile label, refused alone
+    for name in models:
+        here, there = again.joiner.models.get(name), alone.joiner.models.get(name)
+        assert here.version == there.version < 12
+        assert here.to_bytes() == there.to_bytes()
+    marks = [dict(by_topic(x.kafka.durable, "pending-changelog")) for x in (again, alone)]
+    assert marks[0] == marks[1]
+
+
+async def test_labels_are_deferred_again_once_the_strict_while_is_over() -> None:
+    learner = start()
+    learner.joiner.strictly("m-dral")  # a shadow's trouble: its champion's group is strict
+    stage(learner.joiner)
+    await learner.request("r0", 0)
+    await learner.label("r0", 0)
+    assert not learner.joiner.models.get("m").deferred
+    assert not learner.joiner.models.get("m-dral").deferred
+    learner.clock.now += STRICT_SECONDS + 1.0
+    await learner.request("r1", 1)
+    await learner.label("r1", 1)
+    assert learner.joiner.models.get("m").deferred
+    assert learner.joiner.models.get("m-dral").deferred
+    await learner.joiner.commit()
+    assert not learner.joiner.models.get("m").deferred  # made as it was written

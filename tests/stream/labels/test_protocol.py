@@ -10,14 +10,19 @@ import numpy as np
 import pytest
 
 from service.config import ModelConfig, Settings
-from service.learning import Pipeline, make_learner, serving_pipeline
+from service.learning import Pipeline, learner_for, make_learner, serving_pipeline
 from service.learning.adaptive import tracking_steps
 from service.learning.moments import Moments
 from service.learning.preprocessing import OnlineStandardizer
 from service.records import Label
-from service.records.state import parse_parked_label
+from service.records.state import Deferred, ModelEnvelope, Stale, parse_parked_label
 from service.records.wire import FeatureMoments
-from service.stream.labels.protocol import apply_label, park_label, zero_one_d_loss
+from service.stream.labels.protocol import (
+    LiveModels,
+    apply_label,
+    park_label,
+    zero_one_d_loss,
+)
 from service.stream.models.served import ServedModel, initial_envelope
 
 from ..memory import CFG, pending
@@ -200,3 +205,47 @@ def test_a_label_that_overtook_its_request_is_parked_then_applied() -> None:
     assert out.model.labels_offset == 9
     not_parked = apply_label(CFG, state, pending([1.0, 2.0, 3.0]), label, 7, now=12.0)
     assert (not_parked.outcome, not_parked.reason) == ("ignored", "redelivered")
+
+
+def test_a_deferred_version_is_made_from_its_objects_until_the_next_label_takes_them() -> None:
+    """``defer``: the version's states are made only when read, the same states as made at
+    once; once the next label takes its objects, a state not made is lost (:class:`Stale`),
+    and one whose objects are dropped unused (another version, or pushed out of the live
+    models) is made first."""
+    cfg, label = CFG, Label("r1", "m", 1, "", None)
+    state = initial_envelope("m", cfg)
+    now = apply_label(cfg, state, pending([1.0, 2.0, 3.0]), label, 0, now=1.0)
+    deferred = apply_label(cfg, state, pending([1.0, 2.0, 3.0]), label, 0, now=1.0, defer=True)
+    assert deferred.model is not None
+    assert now.model is not None
+    assert len(deferred.model.deferred) == 2
+    assert deferred.encoded is None
+    assert deferred.model.to_bytes() == now.model.to_bytes()  # made when read
+    assert deferred.model.deferred == ()
+    two = apply_label(cfg, state, pending([1.0, 2.0, 3.0]), label, 0, now=1.0, defer=True).model
+    assert two is not None
+    nxt = Label("r2", "m", -1, "", None)
+    after = apply_label(cfg, two, pending([3.0, 1.0, 0.0], "r2"), nxt, 1, now=2.0, defer=True)
+    assert after.model is not None  # it took two's objects: two's states are gone
+    with pytest.raises(Stale):
+        dict(two.learner)
+    parts = cfg.adaptive.parts(intercept=cfg.intercept)
+
+    def kept(live: LiveModels, name: str) -> ModelEnvelope:
+        """A version of ``name`` whose deferred states ``live`` holds the objects of."""
+        pipeline = Pipeline.from_state(dict(state.pipeline))
+        learner = learner_for(dict(state.learner), parts)
+        out = state.replace(
+            model=name, pipeline=Deferred(pipeline.to_state), learner=Deferred(learner.to_state)
+        )
+        live.keep(out, parts, pipeline, learner)
+        return out
+
+    live = LiveModels(size=1)
+    pushed = kept(live, "m")
+    kept(live, "o")  # pushes ``pushed`` out: made first
+    dropped = kept(live, "o")
+    assert live.take(state.replace(model="o"), parts) is None  # another version: made first
+    for version in (pushed, dropped):
+        assert version.deferred == ()
+        assert dict(version.learner) == dict(state.learner)
