@@ -47,7 +47,7 @@ from service.stream.kafka.guard import guard_topics
 from service.stream.kafka.internals import App
 from service.stream.kafka.loop import Progress, RoutedView
 from service.stream.kafka.produce import Headers
-from service.stream.kafka.topics import TABLES, declared, learned, watched
+from service.stream.kafka.topics import TABLES, declared, largest_record, learned, watched
 from service.stream.kafka.unreadable import SkipBook, Unreadable
 from service.stream.labels.admission import admission
 from service.stream.labels.checkpoint import Checkpoint
@@ -194,9 +194,15 @@ def _learn_loop(
 
 
 def _topic(
-    app: App, *names: str, partitions: int, policy: TopicPolicy, compacting: bool = False
+    app: App,
+    *names: str,
+    partitions: int,
+    policy: TopicPolicy,
+    compacting: bool = False,
+    config: dict[str, str] | None = None,
 ) -> Any:
-    """Raw bytes in and out: the records are ours to encode (service.records)."""
+    """Raw bytes in and out: the records are ours to encode (service.records). A topic the
+    worker creates gets the policy's configs and ``config``."""
     return app.topic(
         *names,
         partitions=partitions,
@@ -206,7 +212,7 @@ def _topic(
         value_serializer="raw",
         internal=True,
         compacting=compacting or None,
-        config=policy.topic_configs,
+        config={**policy.topic_configs, **(config or {})},
     )
 
 
@@ -224,7 +230,14 @@ def create_app(
     app = _faust_app(s)
     guard_topics(app, s)  # before the producer and consumer start
     topics = {
-        name: _topic(app, name, partitions=n, policy=s.topic_policy, compacting=compacted)
+        name: _topic(
+            app,
+            name,
+            partitions=n,
+            policy=s.topic_policy,
+            compacting=compacted,
+            config=largest_record(s, name),  # room for its largest record
+        )
         for name, n, compacted in declared(s)
     }  # the catalogue's
     progress = Progress(clock)

@@ -232,3 +232,37 @@ def test_label_partitions_change_by_a_rebuild_into_new_topics_that_keeps_the_mod
         labelled += [(features[rid], labels[rid]) for rid in explained.order]
     assert len(labelled) == 10
     assert replay("m", config, labelled, after[10]).equal
+
+
+def test_a_topic_too_small_for_the_workers_records_is_refused_and_made_with_room(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A topic the worker writes must take its largest record (a record the broker refuses
+    would fail its batch at every retry): an operator's models topic that takes 500 kB is
+    named at start-up; with ``max_message_bytes`` raised, the topics the worker creates are
+    given room for its records, and it serves."""
+    dep = _deployment(kafka_bootstrap, tmp_path / "check", topic_policy={"creation": "check"})
+    specs = {s.name: s for s in _specs(dep)}
+    models = dep.topics["models"]
+    made = {name: _wanted(spec) for name, spec in specs.items()}
+    small = {"cleanup.policy": "compact", "max.message.bytes": "500000"}
+    made[models] = _wanted(specs[models], configs=small)
+    ka.create(kafka_bootstrap, made)
+
+    err = _refused(dep)
+
+    assert f"{models} (topics.models) takes records of at most 500000 bytes" in err
+    assert "set its max.message.bytes to at least 1004096, or lower max_message_bytes" in err
+    assert dep.changelog("models") not in err  # the broker's default takes the defaults'
+    raised = _deployment(kafka_bootstrap, tmp_path / "create", max_message_bytes=4_000_000)
+    try:
+        worker = raised.start()
+        worker.wait_ready(timeout=120)
+        assert worker.alive()
+    finally:
+        raised.close()
+    written = _specs(raised)
+    facts = ka.facts(kafka_bootstrap, [s.name for s in written])
+    for spec in written:
+        takes = facts[spec.name].max_message_bytes
+        assert takes == (1_048_588 if spec.largest is None else 4_004_096), spec.name

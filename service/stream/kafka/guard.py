@@ -16,6 +16,11 @@ What is refused, and why:
 - the models topic and the changelogs must be compacted (they hold the latest value per key
   and are read from the beginning), and the topics keyed by model (label requests, labels)
   must not be (compaction would keep one record per model);
+- a topic the worker writes must take its largest record (``max.message.bytes``, the
+  broker's ``message.max.bytes`` unless set): a model version of up to ``version_bytes``
+  where versions go, an input of up to ``max_message_bytes`` elsewhere. A record the broker
+  refuses fails its batch at every retry: the learner would stop there (topics the worker
+  creates are given room for it: :func:`~service.stream.kafka.topics.largest_record`);
 - with ``topic_policy.creation = "check"``: every topic must exist, with the configured
   partitions, at least ``replication_factor`` replicas and ``min.insync.replicas`` at least
   as configured; a topic whose ``min.insync.replicas`` exceeds its replicas accepts no write.
@@ -67,6 +72,7 @@ class TopicFacts:
     replicas: int  # the smallest replica count of its partitions
     cleanup_policy: str
     min_insync_replicas: int
+    max_message_bytes: int | None = None  # the largest record batch it takes (None: not said)
 
 
 def problems_of(
@@ -122,6 +128,14 @@ def _problems_of_one(spec: TopicSpec, fact: TopicFacts | None, policy: TopicPoli
             "model, compaction would keep one per model; use "
             "cleanup.policy=delete"
         )
+    takes = fact.max_message_bytes
+    if spec.largest is not None and takes is not None and takes < spec.largest:
+        problems.append(
+            f"{where} takes records of at most {takes} bytes (max.message.bytes), and the "
+            f"worker may write one of {spec.largest} there (max_message_bytes, a model "
+            "version: version_bytes, with room for its key and headers): set its "
+            f"max.message.bytes to at least {spec.largest}, or lower max_message_bytes"
+        )
     replicas, isr = _count(fact.replicas, "replica"), fact.min_insync_replicas
     if isr > fact.replicas:
         problems.append(
@@ -174,8 +188,17 @@ async def describe_topics(
             replicas=min((len(p["replicas"]) for p in parts), default=0),
             cleanup_policy=conf.get("cleanup.policy", "delete"),
             min_insync_replicas=int(conf.get("min.insync.replicas", "1")),
+            max_message_bytes=_int(conf.get("max.message.bytes")),
         )
     return facts
+
+
+def _int(text: str | None) -> int | None:
+    """A config's number (None: absent, or not a number)."""
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 def _configs(responses: Iterable[Any]) -> dict[str, dict[str, str]]:

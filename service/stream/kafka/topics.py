@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from service.config import Settings
+from service.config import VERSION_HEADROOM, Settings
 
 __all__ = [
     "CATALOGUE",
@@ -48,6 +48,7 @@ __all__ = [
     "TopicSpec",
     "changelog_topic",
     "declared",
+    "largest_record",
     "desk_topics",
     "learned",
     "markdown_table",
@@ -112,6 +113,17 @@ class Entry:
             return 1
         count: int = getattr(settings.partitions, self.partitions)
         return count
+
+    def largest(self, settings: Settings) -> int | None:
+        """The most bytes a record the worker writes here may take, with its key, headers
+        and framing: a model version (``version_bytes``) where versions go, else an input
+        as large as ``max_message_bytes``; None where the worker writes nothing (or
+        faust's own small records)."""
+        if "w" not in self.rights("worker") or self.kind == "faust":
+            return None
+        versions = "ModelEnvelope" in self.value
+        body = settings.version_bytes if versions else settings.max_message_bytes
+        return body + VERSION_HEADROOM
 
     @property
     def copartitioned(self) -> bool:
@@ -315,6 +327,7 @@ class TopicSpec:
     compacted: bool = False
     copartitioned: bool = False  # keyed by model, read by the learner: the count is fixed
     keyed_by_model: bool = False  # must never be compacted
+    largest: int | None = None  # bytes of the largest record the worker writes (None: none)
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
@@ -331,9 +344,31 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             compacted=e.compacted,
             copartitioned=e.copartitioned,
             keyed_by_model=e.keyed_by_model,
+            largest=e.largest(settings),
         )
         for e in CATALOGUE
     ]
+
+
+#: what a broker takes by default (``message.max.bytes``, the default of every topic's
+#: ``max.message.bytes``): 1 MiB and 12 bytes
+BROKER_RECORD = 1_048_588
+
+
+def largest_record(settings: Settings, name: str) -> dict[str, str]:
+    """The ``max.message.bytes`` a topic ``name`` the worker creates is given: room for the
+    largest record it writes there when that is more than a broker takes by default
+    (``max_message_bytes`` raised), else nothing (the broker's default).
+
+    >>> largest_record(Settings(), "abstain.models")
+    {}
+    >>> largest_record(Settings(max_message_bytes=4_000_000), "abstain.models")
+    {'max.message.bytes': '4004096'}
+    """
+    for spec in topic_specs(settings):
+        if spec.name == name and spec.largest is not None and spec.largest > BROKER_RECORD:
+            return {"max.message.bytes": str(spec.largest)}
+    return {}
 
 
 def markdown_table(settings: Settings | None = None) -> str:

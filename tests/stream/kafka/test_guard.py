@@ -3,6 +3,7 @@ real-broker side: tests/integration/test_topics_check.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -115,6 +116,38 @@ def test_a_topic_that_can_take_no_write_is_refused_in_both_modes() -> None:
         "abstain.decisions (topics.decisions) has min.insync.replicas=2 but 1 replica: "
         "no write can succeed"
     )
+
+
+@pytest.mark.parametrize("creation", ["create", "check"])
+def test_a_written_topic_that_would_refuse_the_workers_largest_record_is_refused(
+    creation: str,
+) -> None:
+    """Each topic the worker writes must take its largest record: a model version where
+    versions go, an input as large as ``max_message_bytes`` elsewhere (framing included);
+    the brokers' default takes the default settings' records; a topic the worker only reads
+    is not its to size."""
+    default = Settings(app_id="app", topic_policy=TopicPolicy(creation=creation))
+    specs = topic_specs(default)
+    broker = {n: replace(f, max_message_bytes=1_048_588) for n, f in fitting(specs).items()}
+    assert problems_of(specs, broker, default) == []
+    raised = default.model_copy(update={"max_message_bytes": 4_000_000})
+    specs = topic_specs(raised)
+    problems = problems_of(specs, broker, raised)
+    written = {s.name for s in specs if s.largest is not None}
+    assert {p.split(" ")[0] for p in problems} == written
+    assert "abstain.features" not in written  # producers write it
+    assert {"abstain.models", "app-models-changelog", "app-history-changelog"} <= written
+    models = next(p for p in problems if p.startswith("abstain.models "))
+    assert models == (
+        "abstain.models (topics.models) takes records of at most 1048588 bytes "
+        "(max.message.bytes), and the worker may write one of 4004096 there (max_message_bytes,"
+        " a model version: version_bytes, with room for its key and headers): set its "
+        "max.message.bytes to at least 4004096, or lower max_message_bytes"
+    )
+    roomy = {n: replace(f, max_message_bytes=4_004_096) for n, f in broker.items()}
+    assert problems_of(specs, roomy, raised) == []
+    unsaid = {n: replace(f, max_message_bytes=None) for n, f in broker.items()}
+    assert problems_of(specs, unsaid, raised) == []  # a broker that does not say: not judged
 
 
 def test_policy_comes_from_the_environment_and_is_validated(
