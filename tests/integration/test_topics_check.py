@@ -57,6 +57,16 @@ def _refused(dep: Deployment, timeout: float = 90.0) -> str:
     return worker.stderr.read_text(errors="replace")
 
 
+def _serves(dep: Deployment) -> None:
+    """Start a worker that must come up and serve; stop it."""
+    try:
+        worker = dep.start()
+        worker.wait_ready(timeout=120)
+        assert worker.alive()
+    finally:
+        dep.close()
+
+
 def test_check_mode_refuses_wrong_partitions_and_compaction_and_writes_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -95,12 +105,7 @@ def test_check_mode_serves_on_topics_made_by_an_operator(
     specs = _specs(dep)
     ka.create(kafka_bootstrap, {s.name: _wanted(s) for s in specs})
     before = ka.facts(kafka_bootstrap, [s.name for s in specs])
-    try:
-        worker = dep.start()
-        worker.wait_ready(timeout=120)
-        assert worker.alive()
-    finally:
-        dep.close()
+    _serves(dep)
     assert ka.facts(kafka_bootstrap, [s.name for s in specs]) == before
 
 
@@ -255,12 +260,7 @@ def test_a_topic_too_small_for_the_workers_records_is_refused_and_made_with_room
     assert "set its max.message.bytes to at least 1004096, or lower max_message_bytes" in err
     assert dep.changelog("models") not in err  # the broker's default takes the defaults'
     raised = _deployment(kafka_bootstrap, tmp_path / "create", max_message_bytes=4_000_000)
-    try:
-        worker = raised.start()
-        worker.wait_ready(timeout=120)
-        assert worker.alive()
-    finally:
-        raised.close()
+    _serves(raised)
     written = _specs(raised)
     facts = ka.facts(kafka_bootstrap, [s.name for s in written])
     for spec in written:
