@@ -137,7 +137,8 @@ def _inputs(request: LabelRequest, config: ModelConfig) -> np.ndarray:
     """The inputs ``request`` teaches (its fields encoded, when it carries no features);
     none when they do not fit the model now (the desk shows no weights then)."""
     try:
-        return inputs_of(request, config)
+        out: np.ndarray = inputs_of(request, config)
+        return out
     except BadMessage:
         return np.zeros(0)
 

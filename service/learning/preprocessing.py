@@ -42,6 +42,7 @@ from .base import check_int, features, features_matrix, quiet, raise_non_finite
 from .errors import DimensionError, HyperparameterError, InputError, StateError
 from .losses import FloatArray
 from .moments import Implausible, Moments, implausible, merge_step
+from .sparse import IntArray, SparseRow
 
 __all__ = [
     "BINARY_TOLERANCE",
@@ -254,13 +255,16 @@ class OnlineStandardizer:
 
     kind: ClassVar[str] = "standardizer"
     __slots__ = (
-        "_centre",
+        "_centre_v",
         "_count",
+        "_head",
+        "_lent",
         "_listed",
         "_m2",
         "_mean",
         "_n",
-        "_scale",
+        "_scale_v",
+        "_stale",
         "min_std",
         "prior",
         "uncentred_binary",
@@ -303,6 +307,9 @@ class OnlineStandardizer:
         for k in (self.passes_from, self.squares_from):
             if k is not None:  # no pseudo-rows where nothing is learnt or sums are kept
                 self._m2[k:] = 0.0
+        self._stale = False  # centre and scale to make from the statistics when read
+        self._head: tuple[FloatArray, FloatArray] | None = None  # rows_from's, when made
+        self._lent = False  # whether _mean and _m2 may be read elsewhere: copy to write
         self._scale = np.ones(self._n)
         self._centre = self._mean
         self._listed = st.Listed()  # the lists of its last state (made from them next)
@@ -373,7 +380,47 @@ class OnlineStandardizer:
         out: npt.NDArray[np.bool_] = (mean > 0.0) & (mean < 1.0) & (gap <= BINARY_TOLERANCE)
         return out
 
+    @property
+    def rows_from(self) -> int | None:
+        """The inputs from this index on map a zero to a zero and learn where a row is not
+        zero alone (``passes_from`` or ``squares_from``): a row's entries there are
+        transformed and learnt one by one (:meth:`Pipeline.transform`); None: no such
+        inputs."""
+        if self.uncentred_from is not None:
+            return None
+        return self.passes_from if self.passes_from is not None else self.squares_from
+
+    @property
+    def _scale(self) -> FloatArray:
+        if self._stale:
+            self._make_affine()
+        return self._scale_v
+
+    @_scale.setter
+    def _scale(self, value: FloatArray) -> None:
+        self._scale_v = value
+
+    @property
+    def _centre(self) -> FloatArray:
+        if self._stale:
+            self._make_affine()
+        return self._centre_v
+
+    @_centre.setter
+    def _centre(self, value: FloatArray) -> None:
+        self._centre_v = value
+
     def _refresh_scale(self) -> None:
+        """The centre and scale after the statistics changed: made when next read when
+        rows are learnt (:attr:`rows_from`; a row's inputs read theirs alone), else now."""
+        if self.rows_from is not None:
+            self._stale, self._head = True, None
+        else:
+            self._make_affine()
+
+    def _make_affine(self) -> None:
+        self._stale = False
+        self._lent = True  # the centre may be the mean itself
         std = np.sqrt(self._m2 / self._count)
         scale = np.ones(self._n)
         self._scale = np.divide(1.0, std, out=scale, where=std > self.min_std)
@@ -395,6 +442,66 @@ class OnlineStandardizer:
             centre = self._centre.copy() if self._centre is self._mean else self._centre
             centre[k:] = 0.0
             self._centre = centre
+
+    def _head_affine(self) -> tuple[FloatArray, FloatArray]:
+        """The centre and scale of the inputs before :attr:`rows_from` (as
+        :meth:`_make_affine` makes them, bit for bit)."""
+        k = self.rows_from
+        assert k is not None  # noqa: S101 - only rows read it
+        if not self._stale:
+            return self._centre_v[:k], self._scale_v[:k]
+        if self._head is None:
+            mean, m2 = self._mean[:k], self._m2[:k]
+            std = np.sqrt(m2 / self._count)
+            scale = np.divide(1.0, std, out=np.ones(k), where=std > self.min_std)
+            centre = mean.copy()
+            if self.uncentred_binary:
+                gap = np.abs(m2 / self._count - mean * (1.0 - mean))
+                binary = (mean > 0.0) & (mean < 1.0) & (gap <= BINARY_TOLERANCE)
+                if binary.any():
+                    scale = np.where(binary, 1.0 / np.sqrt(np.where(binary, mean, 1.0)), scale)
+                    centre = np.where(binary, 0.0, mean)
+            self._head = centre, scale
+        return self._head
+
+    def _tail_scale(self, idx: IntArray) -> FloatArray:
+        """The scale of the inputs ``idx`` (from :attr:`rows_from` on; their centre is 0)."""
+        if not self._stale:
+            return self._scale_v[idx]
+        if self.squares_from is None:  # passed through: nothing learnt, scale 1
+            return np.ones(idx.size)
+        rows = self._count - self.prior
+        rms = np.sqrt(self._m2[idx] / rows) if rows > 0 else np.zeros(idx.size)
+        return np.divide(1.0, rms, out=np.ones(rms.shape), where=rms > self.min_std)
+
+    @quiet
+    def transform_entries(
+        self, head: FloatArray, idx: IntArray, values: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """:meth:`transform` of a row given as its inputs before :attr:`rows_from`
+        (``head``, whole) and its entries from there on (``idx``, ``values``): the same
+        numbers, bit for bit."""
+        centre, scale = self._head_affine()
+        return (head - centre) * scale, values * self._tail_scale(idx)
+
+    @quiet
+    def learn_entries(self, head: FloatArray, idx: IntArray, values: FloatArray) -> None:
+        """:meth:`learn` of a row given as :meth:`transform_entries` takes it, in place:
+        the same statistics, bit for bit, in proportion to the row's entries."""
+        if not (np.isfinite(head).all() and np.isfinite(values).all()):
+            raise_non_finite(np.concatenate((head, values)))
+        k = self.rows_from
+        assert k is not None  # noqa: S101 - only rows call it
+        if self._lent:
+            self._mean, self._m2, self._lent = self._mean.copy(), self._m2.copy(), False
+        count = self._count + 1
+        delta = head - self._mean[:k]
+        self._mean[:k] += delta / count
+        self._m2[:k] += delta * (head - self._mean[:k])
+        if self.squares_from is not None:
+            self._m2[idx] += values * values
+        self._count = count
+        self._refresh_scale()
 
     @quiet
     def transform(self, x: Any) -> FloatArray:
@@ -673,13 +780,74 @@ class Pipeline:
             size = step.output_size(size)
         return size
 
-    def transform(self, x: Any) -> FloatArray:
+    @property
+    def rows_from(self) -> int | None:
+        """The index from which every step maps a zero to a zero and learns a row where it
+        is not zero alone (standardisers of the same :attr:`OnlineStandardizer.rows_from`,
+        then intercepts): a :class:`~service.learning.sparse.SparseRow` is then transformed
+        and learnt in proportion to its entries. None: rows are made whole first."""
+        k: int | None = None
+        intercepts = False
+        for step in self.steps:
+            if isinstance(step, Intercept):
+                intercepts = True
+                continue
+            if intercepts or not isinstance(step, OnlineStandardizer):
+                return None
+            mine = step.rows_from
+            if mine is None or (k is not None and mine != k):
+                return None
+            k = mine
+        return k if self._n_in is not None else None
+
+    def _entries(self, row: SparseRow) -> tuple[FloatArray, IntArray, FloatArray]:
+        """``row`` as its inputs before :attr:`rows_from` (whole) and its entries after."""
+        k = self.rows_from
+        assert k is not None  # noqa: S101 - the callers checked
+        cut = int(np.searchsorted(row.indices, k))
+        head = np.zeros(k)
+        head[row.indices[:cut]] = row.values[:cut]
+        return head, row.indices[cut:], row.values[cut:]
+
+    def _row(self, row: Any) -> Any:
+        """``row`` (a :class:`~service.learning.sparse.SparseRow`) made whole when the
+        steps do not take rows (anything else as it is)."""
+        if type(row) is SparseRow and self.rows_from is None:
+            if row.width != self._n_in:
+                raise DimensionError(f"a row of {row.width} inputs, not {self._n_in}")
+            return row.toarray()
+        return row
+
+    def transform(self, x: Any) -> Any:
+        """``x`` through every step; a :class:`~service.learning.sparse.SparseRow` gives
+        the row of its output (the same numbers, bit for bit, as the whole vector's: its
+        entries before :attr:`rows_from` made whole, those after one by one)."""
+        x = self._row(x)
+        if type(x) is SparseRow:
+            return self._transform_row(x)
         out = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
         for step in self.steps:
             out = step.transform(out)
         if out is x:
             out = out.copy()
         return out
+
+    def _transform_row(self, row: SparseRow) -> SparseRow:
+        n = self._n_in
+        if row.width != n:
+            raise DimensionError(f"a row of {row.width} inputs, not {n}")
+        head, idx, values = self._entries(row)
+        constants: list[float] = []
+        for step in self.steps:
+            if isinstance(step, OnlineStandardizer):
+                head, values = step.transform_entries(head, idx, values)
+            else:
+                assert isinstance(step, Intercept)  # noqa: S101 - rows_from says so
+                constants.append(step.value)
+        k, m = head.size, len(constants)
+        indices = np.concatenate((np.arange(k), idx, np.arange(n, n + m)))
+        out = np.concatenate((head, values, np.array(constants, dtype=np.float64)))
+        return SparseRow._nonzero(indices, out, n + m)
 
     def transform_many(self, X: Any) -> FloatArray:
         out = features_matrix(X, self._n_in) if self._n_in is not None else _as_array(X, 2)
@@ -760,9 +928,18 @@ class Pipeline:
         if not self.takes_moments:
             self.learn(x)
             return 0
-        cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
+        x = self._row(x)
         first = self.steps[0]
         assert isinstance(first, OnlineStandardizer)  # noqa: S101 - takes_moments says so
+        if type(x) is SparseRow:
+            if x.width != self._n_in:
+                raise DimensionError(f"a row of {x.width} inputs, not {self._n_in}")
+            merged = 0 if moments is None else first.merge(moments, trusted=trusted)
+            head, idx, values = self._entries(x)
+            head, values = first.transform_entries(head, idx, values)
+            self._learn_entries(head, idx, values, start=1)
+            return merged
+        cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
         merged = 0 if moments is None else first.merge(moments, trusted=trusted)
         cur = first.transform(cur)
         last = len(self.steps) - 1
@@ -772,8 +949,26 @@ class Pipeline:
                 cur = step.transform(cur)
         return merged
 
+    def _learn_entries(
+        self, head: FloatArray, idx: IntArray, values: FloatArray, *, start: int
+    ) -> None:
+        """:meth:`learn` of a row as its entries, from step ``start`` on."""
+        last = len(self.steps) - 1
+        for i in range(start, len(self.steps)):
+            step = self.steps[i]
+            if isinstance(step, OnlineStandardizer):
+                step.learn_entries(head, idx, values)
+                if i < last:
+                    head, values = step.transform_entries(head, idx, values)
+
     def learn(self, x: Any) -> None:
         """Update the running statistics of every step with one raw example."""
+        x = self._row(x)
+        if type(x) is SparseRow:
+            if x.width != self._n_in:
+                raise DimensionError(f"a row of {x.width} inputs, not {self._n_in}")
+            self._learn_entries(*self._entries(x), start=0)
+            return
         cur = features(x, self._n_in) if self._n_in is not None else _as_array(x, 1)
         last = len(self.steps) - 1
         for i, step in enumerate(self.steps):

@@ -18,17 +18,108 @@ the moments of.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
+from .base import features
 from .errors import DimensionError
 from .losses import FloatArray
 
-__all__ = ["IntArray", "SparseRows"]
+__all__ = ["SPARSE_FROM", "IntArray", "SparseRow", "SparseRows", "as_input"]
 
 IntArray = npt.NDArray[np.int64]
+
+SPARSE_FROM: Final = 1024
+"""Learners of at least this many inputs learn each input as the entries it sets
+(:class:`SparseRow`): a label then costs in proportion to what its event sets, not to the
+model's width."""
+
+
+class SparseRow:
+    r"""One input of ``width`` numbers as the entries that are not zero: ``indices``
+    increasing, each once, ``values`` beside them, never 0.0 or -0.0 (the *canonical* form:
+    a row made from its whole vector and one made from the entries an event sets are the
+    same row, bit for bit, so every path a label takes learns the same numbers). Never
+    changed.
+
+    A learner of at least :data:`SPARSE_FROM` inputs takes any input as its row: its score
+    is the sum of its entries' products with the weights, in the order of the entries, and
+    a label moves the weights, sums and statistics of those entries alone.
+
+    >>> row = SparseRow.of([5, 1, 5, 2], [1.0, 2.0, 1.0, 0.0], width=8)
+    >>> row.indices.tolist(), row.values.tolist()
+    ([1, 5], [2.0, 2.0])
+    >>> row == SparseRow.dense(row.toarray()), row.dot(np.arange(8.0))
+    (True, 12.0)
+    """
+
+    __slots__ = ("indices", "values", "width")
+
+    def __init__(self, indices: IntArray, values: FloatArray, width: int) -> None:
+        self.indices = indices
+        self.values = values
+        self.width = width
+
+    @classmethod
+    def of(cls, indices: Any, values: Any, width: int) -> SparseRow:
+        """The row of entries ``indices`` and ``values`` (a repeated index's values add, in
+        the order given, from +0.0, as ``np.bincount`` makes the whole vector)."""
+        idx, val = SparseRows.of([(indices, values)], width).row(0)
+        return cls._nonzero(idx, val, width)
+
+    @classmethod
+    def dense(cls, x: FloatArray) -> SparseRow:
+        """The row of the whole vector ``x``."""
+        at = np.flatnonzero(x)
+        return cls(at, x[at], x.shape[0])
+
+    @classmethod
+    def _nonzero(cls, idx: IntArray, val: FloatArray, width: int) -> SparseRow:
+        kept = val != 0.0
+        if not kept.all():
+            idx, val = idx[kept], val[kept]
+        return cls(idx, val, width)
+
+    def dot(self, w: FloatArray) -> float:
+        """The score ``w . x`` (the entries' products added in their order)."""
+        return float(w[self.indices].dot(self.values))
+
+    def toarray(self) -> FloatArray:
+        """The whole vector."""
+        out = np.zeros(self.width)
+        out[self.indices] = self.values
+        return out
+
+    def __len__(self) -> int:
+        return self.width
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SparseRow):
+            return NotImplemented
+        return (
+            self.width == other.width
+            and np.array_equal(self.indices, other.indices)
+            and np.array_equal(self.values.view(np.int64), other.values.view(np.int64))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SparseRow(width={self.width}, entries={self.indices.size})"
+
+
+def as_input(x: Any, n_features: int) -> FloatArray | SparseRow:
+    """``x`` as a learner of ``n_features`` inputs takes it: a :class:`SparseRow` from
+    :data:`SPARSE_FROM` inputs on (made from a whole vector when given one), else the
+    whole vector (:func:`~service.learning.base.features`)."""
+    if type(x) is SparseRow:
+        if x.width != n_features:
+            raise DimensionError(f"a row of {x.width} inputs, not {n_features}")
+        return x
+    x = features(x, n_features)
+    return SparseRow.dense(x) if n_features >= SPARSE_FROM else x
 
 
 class SparseRows:

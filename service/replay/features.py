@@ -122,10 +122,12 @@ class LabelScaler:
         """The model's input for raw row ``x`` (counted among the events scored)."""
         if self._moments is not None:
             self._moments.add_many(x[None, :])
-        return self.pipeline.transform(x)
+        out: FloatArray = self.pipeline.transform(x)
+        return out
 
     def learn(self, x: FloatArray) -> FloatArray:
         """Learn from the label of raw row ``x``; return its input as transformed now."""
         taken = self._moments.take() if self._moments is not None else None
         self.pipeline.learn_label(x, taken, trusted=True)  # a keyed worker's, signed
-        return self.pipeline.transform(x)
+        out: FloatArray = self.pipeline.transform(x)
+        return out

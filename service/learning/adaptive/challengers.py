@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import state as st
 from ..errors import HyperparameterError, StateError
@@ -82,7 +83,7 @@ def challenger_for(
     record = learner.to_state()
     learned = dict(record["learned"])
     if w is not None:
-        learned["w"] = list(w)
+        learned["w"] = _floats(w)
     if rho is not None:
         learned["rho"] = rho
     if kind == "tail":
@@ -90,8 +91,22 @@ def challenger_for(
         return learner_from_state({**record, "params": params, "learned": learned})
     for key in ("w", "coef"):  # linear weights, or a kernel learner's coefficients
         if key in learned:
-            learned[key] = [-float(v) for v in learned[key]]
+            learned[key] = st.float_list(-_array_of(learned[key]))  # -0.0 for 0.0, as -v
     return learner_from_state({**record, "learned": learned})
+
+
+def _array_of(values: Any) -> npt.NDArray[np.float64]:
+    """A list of floats as an array (a :class:`~service.learning.state.FloatList`'s own)."""
+    if type(values) is st.FloatList and values.array is not None:
+        return values.array
+    return np.asarray(values, dtype=np.float64)
+
+
+def _floats(values: Any) -> list[Any]:
+    """Weights as a state record's list (an array's read back without a float each)."""
+    if type(values) is st.FloatList:
+        return values
+    return st.float_list(np.array(values, dtype=np.float64))
 
 
 #: what a challenger's state is written against: the champion's weights and normaliser

@@ -112,6 +112,7 @@ from ..losses import FloatArray, zero_d_one_loss
 from ..registry import learner_from_state
 from ..risk.collapse import CollapseWatch
 from ..risk.estimate import RiskEstimate, importance_weight
+from ..sparse import SparseRow, as_input
 from .challengers import CHALLENGER_KINDS, Challenger, Contest, base_of, challenger_for
 from .recall import Recall
 
@@ -332,6 +333,16 @@ class Adaptive:
         """The champion's weights (``None`` for a kernel learner)."""
         return getattr(self.champion, "w", None)
 
+    @property
+    def takes_rows(self) -> bool:
+        """Whether the champion learns each input as the entries it sets."""
+        return bool(getattr(self.champion, "takes_rows", False))
+
+    def finite(self) -> bool:
+        """Whether the champion's parameters are finite."""
+        check = getattr(self.champion, "finite", None)
+        return True if check is None else bool(check())
+
     def weight_norm(self) -> float:
         return float(self.champion.weight_norm())
 
@@ -456,7 +467,7 @@ class Adaptive:
         return labels, scores, probs, draw_queries(probs, coins, self._rng)
 
     # -- learning ----------------------------------------------------------------------
-    def _loss(self, learner: Any, x: FloatArray, y: float) -> float:
+    def _loss(self, learner: Any, x: FloatArray | SparseRow, y: float) -> float:
         f = float(learner.decide(x, coin=0.0).score)
         return float(zero_d_one_loss(y * f, float(learner.rho), self.cost))
 
@@ -481,7 +492,7 @@ class Adaptive:
         :class:`~service.learning.errors.InputError` and changes nothing.
         """
         self._refuse_if_serving("learn")
-        z = features(x, self.n_features)
+        z = self._input(x)
         yv = check_label(y)
         p = _probability(query_probability)
         if max_weight is not None and max_weight != self._risk.max_weight:
@@ -530,6 +541,12 @@ class Adaptive:
             if back is None and status.windows > before and status.collapsed:
                 back = 0
         return back
+
+    def _input(self, x: Any) -> FloatArray | SparseRow:
+        """``x`` as the champion takes it: its row when it learns rows."""
+        if getattr(self.champion, "takes_rows", False):
+            return as_input(x, self.n_features)
+        return features(x, self.n_features)
 
     def _start_change(self, back: int) -> None:
         self._changes += 1
@@ -691,7 +708,11 @@ def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
         model._watch = CollapseWatch.from_state(watch)
     if not serving:
         model._recall = Recall.from_state(
-            model.memory, recall, model.n_features, getattr(model.champion, "w", None)
+            model.memory,
+            recall,
+            model.n_features,
+            getattr(model.champion, "w", None),
+            rows=getattr(model.champion, "takes_rows", False),
         )
     learned = st.read_mapping(record, "learned")
     model._labels = st.read_int(learned, "labels")

@@ -47,15 +47,16 @@ import numpy.typing as npt
 from .. import state as st
 from ..errors import StateError
 from ..losses import FloatArray
+from ..sparse import SparseRow
 
 __all__ = ["SNAPSHOT_EVERY", "Recall", "Remembered", "Snapshot"]
 
 SNAPSHOT_EVERY: Final = 8
 """Labels between two snapshots of the champion."""
 
-Snapshot = tuple[int, list[float] | None, float]
+Snapshot = tuple[int, list[float] | FloatArray | None, float]
 """(labels learned before it, the champion's weights or ``None``, its rho)."""
-Remembered = tuple[int, FloatArray, float, float, float]
+Remembered = tuple[int, FloatArray | SparseRow, float, float, float]
 """(label number, input, label, query probability, the champion's loss on it)."""
 
 
@@ -81,19 +82,25 @@ class Recall:
 
     def snapshot(self, label: int, champion: Any) -> None:
         """Before the champion learns label number ``label``: keep where it is, every
-        :data:`SNAPSHOT_EVERY` labels."""
+        :data:`SNAPSHOT_EVERY` labels (a champion that learns rows lends its weights: it
+        copies them before it next writes them)."""
         if self.size and label % SNAPSHOT_EVERY == 0:
             w = getattr(champion, "w", None)
-            self._snap((label, None if w is None else st.float_list(w), champion.rho))
+            if w is not None and not getattr(champion, "takes_rows", False):
+                w = st.float_list(w)
+            self._snap((label, w, champion.rho))
 
     def _snap(self, item: Snapshot) -> None:
         if self._snapshots:  # the newest so far is written against this one from now on
             self._snapshot_records.append(_snapshot_record(self._snapshots[-1], item[1]))
         self._snapshots.append(item)
 
-    def remember(self, label: int, x: FloatArray, y: float, p: float, loss: float) -> None:
+    def remember(
+        self, label: int, x: FloatArray | SparseRow, y: float, p: float, loss: float
+    ) -> None:
         if self.size:
-            self._keep((label, np.array(x, dtype=np.float64), y, p, loss))
+            kept = x if type(x) is SparseRow else np.array(x, dtype=np.float64)
+            self._keep((label, kept, y, p, loss))
 
     def _keep(self, item: Remembered) -> None:
         n, x, y, p, loss = item
@@ -107,6 +114,8 @@ class Recall:
         oldest = self._labels[0][0] if self._labels else label
         for at, w, rho in reversed(self._snapshots):
             if oldest <= at <= label:
+                if isinstance(w, np.ndarray):
+                    w = st.float_list(w)
                 return at, w, rho, [r for r in self._labels if r[0] >= at]
         return label, None, None, []
 
@@ -127,9 +136,12 @@ class Recall:
         return {"labels": list(self._records), "snapshots": snapshots}
 
     @classmethod
-    def from_state(cls, size: int, record: Any, n_features: int, w: Any = None) -> Recall:
+    def from_state(
+        cls, size: int, record: Any, n_features: int, w: Any = None, *, rows: bool = False
+    ) -> Recall:
         """The recall of :meth:`to_state`'s ``record``; ``w`` the champion's weights it was
-        written against."""
+        written against; ``rows``: the champion learns rows
+        (:class:`~service.learning.sparse.SparseRow`), which the inputs are read as."""
         if not isinstance(record, Mapping):
             raise StateError("adaptive state field 'recall' must be an object")
         out = cls(size)
@@ -141,7 +153,8 @@ class Recall:
         for item in labels:
             if not isinstance(item, Mapping):
                 raise StateError("a remembered label must be an object")
-            x = _input(item, n_features)
+            whole = _input(item, n_features)
+            x: FloatArray | SparseRow = SparseRow.dense(whole) if rows else whole
             y = st.read_float(item, "y")
             if y not in (1.0, -1.0):
                 raise StateError(f"a remembered label must be +1 or -1, got {y!r}")
@@ -164,11 +177,13 @@ class Recall:
         return out
 
 
-def _input_record(x: FloatArray) -> dict[str, Any]:
+def _input_record(x: FloatArray | SparseRow) -> dict[str, Any]:
     """A remembered input as its record writes it: where it is not +0.0 (``x_at``, and
     ``x_to`` there, bit for bit) when at most half of at least
     :data:`~service.learning.state.SHARED_FROM` inputs are (a wide model's row sets a few
-    hundred of 2^18), else whole (``x``)."""
+    hundred of 2^18), else whole (``x``); a row always as its entries."""
+    if isinstance(x, SparseRow):
+        return {"x_at": st.IndexList(x.indices), "x_to": st.float_list(x.values)}
     if x.size >= st.SHARED_FROM:
         changes = st.changes_from(x, np.zeros(x.size))
         if changes is not None:
@@ -191,7 +206,8 @@ def _snapshot_record(snapshot: Snapshot, base: Any) -> st.FrozenRecord:
     n, w, rho = snapshot
     changes = None if w is None else st.changes_from(w, base)
     if changes is None:
-        return st.FrozenRecord(n=n, w=w, rho=rho)
+        whole = st.float_list(w) if isinstance(w, np.ndarray) else w
+        return st.FrozenRecord(n=n, w=whole, rho=rho)
     return st.FrozenRecord(n=n, rho=rho, w_at=changes[0], w_to=changes[1])
 
 

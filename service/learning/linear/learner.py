@@ -64,7 +64,6 @@ from ..base import (
     check_seed,
     draw_queries,
     draw_query,
-    features,
     features_matrix,
     quiet,
     raise_non_finite,
@@ -72,7 +71,8 @@ from ..base import (
 from ..errors import HyperparameterError, InputError, NonFiniteError
 from ..losses import FloatArray, reject_decision
 from ..schedules import Schedule, as_schedule
-from .normalized import Normalizer, normalized_step, normalizer_ok
+from ..sparse import SPARSE_FROM, SparseRow, as_input
+from .normalized import Normalizer, normalized_step, normalizer_ok, row_step
 
 __all__ = ["UPDATES", "LinearLearner"]
 
@@ -112,6 +112,7 @@ class LinearLearner:
         "rho_eta_max",
         "seed",
         "update_rule",
+        "_lent",
         "_listed",
         "_normalizer",
         "_rho",
@@ -165,6 +166,7 @@ class LinearLearner:
             if not np.isfinite(w_arr).all():
                 raise HyperparameterError("w must hold finite values")
         self._w: FloatArray = w_arr
+        self._lent = False  # whether _w (and the sums) may be read elsewhere: copy to write
         self._listed = st.Listed()  # the lists of its last state (made from them next)
         self._steps = 0
         self._rng = np.random.default_rng(self.seed)
@@ -177,9 +179,26 @@ class LinearLearner:
     def w(self) -> FloatArray:
         """Current weights: a read-only view that later updates do not change (each update
         builds a new array instead of writing into the old one)."""
+        self._lent = True
         view = self._w.view()
         view.flags.writeable = False
         return view
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether it learns each input as the entries it sets
+        (:class:`~service.learning.sparse.SparseRow`: from
+        :data:`~service.learning.sparse.SPARSE_FROM` inputs on)."""
+        return self.n_features >= SPARSE_FROM
+
+    def _own(self) -> None:
+        """Make the weights and sums its own before a label writes them in place (a
+        view, a state or a snapshot may still read the ones it has)."""
+        if self._lent:
+            self._w = self._w.copy()
+            if self._normalizer is not None:
+                self._normalizer = Normalizer(self._normalizer.grads.copy())
+            self._lent = False
 
     @property
     def rho(self) -> float:
@@ -190,6 +209,13 @@ class LinearLearner:
     def steps(self) -> int:
         """Number of labels absorbed by :meth:`update` (the step-size clock ``t``)."""
         return self._steps
+
+    def finite(self) -> bool:
+        """Whether ``w`` and ``rho`` are finite (without lending ``w``)."""
+        w = self._w
+        return math.isfinite(self._rho) and (
+            math.isfinite(float(np.add.reduce(w))) or bool(np.isfinite(w).all())
+        )
 
     def weight_norm(self) -> float:
         r"""$\|w\|$ (the kernel learners give the RKHS norm of $f$ under the same name)."""
@@ -219,10 +245,15 @@ class LinearLearner:
         Without it, a coin is drawn from the learner's own generator, and only when
         ``0 < p < 1``. The model is not changed.
         """
-        x = features(x, self.n_features)
-        f = float(self._w.dot(x))
-        if not math.isfinite(f):
-            raise_non_finite(x)
+        x = as_input(x, self.n_features)
+        if type(x) is SparseRow:
+            f = x.dot(self._w)
+            if not math.isfinite(f):
+                raise_non_finite(x.values)
+        else:
+            f = float(self._w.dot(x))
+            if not math.isfinite(f):
+                raise_non_finite(x)
         p = self._query_probability(f)
         query = draw_query(p, coin, self._rng)
         return Decision(reject_decision(f, self._rho), f, self._rho, query, p)
@@ -274,12 +305,27 @@ class LinearLearner:
         Raises a :class:`~service.learning.errors.InputError` (a ``ValueError``) on bad
         input or when the step would make the model non-finite; the model is then unchanged.
         """
-        x = features(x, self.n_features)
+        x = as_input(x, self.n_features)
         yv = check_label(y)
         h = _weight(weight)
+        if type(x) is SparseRow:
+            if self._normalizer is not None:
+                return self._normalized_row(x, yv, h)
+            return self._sgd_row(x, yv, h, weight)
         if self._normalizer is not None:
             return self._normalized(x, yv, h)
-        w = self._w
+        w, rho, moved = self._sgd(self._w, x, yv, h, weight, last=True)
+        self._w = w
+        self._rho = rho
+        self._steps += 1
+        return moved
+
+    def _sgd(
+        self, w: FloatArray, x: FloatArray, yv: float, h: float, weight: float, *, last: bool
+    ) -> tuple[FloatArray, float, bool]:
+        """The paper's step on weights ``w`` of inputs ``x`` (a new array; ``last``: the
+        last of them is the intercept's, with its own floor): the new ``(w, rho)`` and
+        whether they moved; refused when not finite."""
         rho = self._rho
         steps = self._steps
         eta = self.eta(steps)
@@ -304,12 +350,12 @@ class LinearLearner:
             rho = rho - h * eta_rho * drho
             if rho < 0.0:
                 rho = 0.0
-            if eta_b == eta:
+            if eta_b == eta or not last:
                 w = w - c * x
             else:  # the intercept's floor: its own step
-                last = float(w[-1])
+                before = float(w[-1])
                 w = w - c * x
-                w[-1] = last - h * eta_b * dz * yv * float(x[-1])
+                w[-1] = before - h * eta_b * dz * yv * float(x[-1])
             moved = True
         # a finite squared norm proves every weight finite; if it is not finite, look closer
         if not math.isfinite(rho) or (
@@ -318,10 +364,7 @@ class LinearLearner:
             raise NonFiniteError(
                 f"update refused: it would make w or rho non-finite (step {steps}, eta {eta})"
             )
-        self._w = w
-        self._rho = rho
-        self._steps = steps + 1
-        return moved
+        return w, rho, moved
 
     def _normalized(self, x: FloatArray, yv: float, h: float) -> bool:
         """:meth:`update` by :func:`~service.learning.linear.normalized.normalized_step`."""
@@ -354,6 +397,57 @@ class LinearLearner:
         self._w, self._rho, self._normalizer = w, rho, gathered
         self._steps += 1
         return moved
+
+    def _sgd_row(self, row: SparseRow, yv: float, h: float, weight: float) -> bool:
+        """:meth:`update` of a row by the paper's step: the weights of its entries move."""
+        idx = row.indices
+        last = idx.size > 0 and int(idx[-1]) == self.n_features - 1  # the intercept is set
+        w, rho, moved = self._sgd(self._w[idx], row.values, yv, h, weight, last=last)
+        self._own()
+        self._w[idx] = w
+        self._rho = rho
+        self._steps += 1
+        return moved
+
+    def _normalized_row(self, row: SparseRow, yv: float, h: float) -> bool:
+        """:meth:`update` of a row by :func:`~service.learning.linear.normalized.row_step`:
+        the weights and sums of its entries move, in place."""
+        assert self._normalizer is not None  # noqa: S101 - the caller checked
+        eta = float(self.eta(self._steps))
+        rho_eta = eta if self.rho_eta_max is None else min(eta, self.rho_eta_max)
+        low = self.intercept_eta_min
+        step = row_step(
+            self._w,
+            self._rho,
+            row,
+            yv,
+            h,
+            self._normalizer,
+            self._gradient,
+            eta=eta,
+            width=self._width(),
+            rho_eta=rho_eta,
+            last_eta=eta if low is None or eta >= low else low,
+        )
+        if step.w is None:
+            raise_non_finite(row.values)
+        assert step.w is not None  # noqa: S101 - for mypy
+        assert step.grads is not None  # noqa: S101 - for mypy
+        if not (
+            math.isfinite(step.rho) and np.isfinite(step.w).all() and np.isfinite(step.grads).all()
+        ):  # the model stays as it was
+            raise NonFiniteError(
+                f"update refused: it would make w or rho non-finite (step {self._steps})"
+            )
+        self._own()
+        if step.prior is not None:  # the first label that moves w set every sum's prior
+            self._normalizer = Normalizer(step.prior)
+        idx = row.indices
+        self._w[idx] = step.w
+        self._normalizer.grads[idx] = step.grads
+        self._rho = step.rho
+        self._steps += 1
+        return step.moved
 
     # -- state -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:

@@ -54,6 +54,7 @@ $\max(\eta_t, \underline\eta_b)\, p_n$.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -63,8 +64,9 @@ import numpy as np
 from .. import state as st
 from ..errors import StateError
 from ..losses import FloatArray
+from ..sparse import SparseRow
 
-__all__ = ["MAX_SUBSTEPS", "Normalizer", "normalized_step", "normalizer_ok"]
+__all__ = ["MAX_SUBSTEPS", "Normalizer", "RowStep", "normalized_step", "normalizer_ok", "row_step"]
 
 #: the most sub-steps one label is integrated in (the flow stops moving long before)
 MAX_SUBSTEPS: Final = 256
@@ -164,24 +166,85 @@ def normalized_step(
         return w, rho, False
     if g != 0.0 and not state.grads.any():  # the first label that moves w sets the prior
         state.grads = np.full(x.shape, _PRIOR * g * g)
-    x2 = x * x
-    state.grads = state.grads + (h * g * g) * x2
-    norm = float(x2.sum())
-    positive = state.grads > 0.0
-    precond = np.divide(1.0, np.sqrt(state.grads), out=np.zeros_like(x), where=positive)
-    mean = float(precond.dot(x2))
-    if norm == 0.0 or mean == 0.0:
-        direction, speed = np.zeros_like(x), 0.0
-    else:
-        rates = precond * (eta * norm / mean)
-        if last_eta is not None and last_eta != eta:
-            rates[-1] *= last_eta / eta
-        direction = rates * x
-        speed = float(rates.dot(x2))  # dz/dtau per unit of -g
+    state.grads, direction, speed = _direction(x, state.grads, h * g * g, eta, last_eta)
     b = eta if rho_eta is None else rho_eta
     pushed, rho_new = _flow(z, rho, h, speed, b, gradient, width)
     w_new = w + (y * pushed) * direction
     return w_new, rho_new, bool(pushed != 0.0 or rho_new != rho)
+
+
+@dataclass(slots=True, frozen=True)
+class RowStep:
+    """What :func:`row_step` gives: the new weights and sums of the row's entries (``w``
+    None: the score is not finite), the new ``rho``, whether they moved, and the sums of
+    every coordinate when this label set their prior (else None)."""
+
+    w: FloatArray | None
+    grads: FloatArray | None
+    rho: float
+    moved: bool
+    prior: FloatArray | None = None
+
+
+def row_step(
+    w: FloatArray,
+    rho: float,
+    row: SparseRow,
+    y: float,
+    h: float,
+    state: Normalizer,
+    gradient: Gradient,
+    *,
+    eta: float,
+    width: float = 1.0,
+    rho_eta: float | None = None,
+    last_eta: float | None = None,
+) -> RowStep:
+    """:func:`normalized_step` of the entries of ``row`` (a coordinate where the row is
+    zero keeps its weight and its sum; the sums over the row run over its entries):
+    nothing is written, the caller writes what it gives at ``row.indices``. The last
+    coordinate's rate is ``last_eta`` where the row sets it."""
+    idx, x = row.indices, row.values
+    wi = w[idx]
+    f = float(wi.dot(x))
+    if not math.isfinite(f):
+        return RowStep(None, None, rho, False)
+    z = y * f
+    g, g_rho = gradient(z, rho)
+    sums = state.grads[idx]
+    if g == 0.0 and g_rho == 0.0:
+        return RowStep(wi, sums, rho, False)
+    prior = None
+    if g != 0.0 and not sums.any() and not state.grads.any():  # the first label that moves w
+        prior = np.full(state.grads.shape, _PRIOR * g * g)
+        sums = prior[idx]
+    last = idx.size > 0 and int(idx[-1]) == w.shape[0] - 1  # the row sets the last input
+    sums, direction, speed = _direction(x, sums, h * g * g, eta, last_eta if last else None)
+    b = eta if rho_eta is None else rho_eta
+    pushed, rho_new = _flow(z, rho, h, speed, b, gradient, width)
+    return RowStep(
+        wi + (y * pushed) * direction, sums, rho_new, bool(pushed != 0.0 or rho_new != rho), prior
+    )
+
+
+def _direction(
+    x: FloatArray, sums: FloatArray, added: float, eta: float, last_eta: float | None
+) -> tuple[FloatArray, FloatArray, float]:
+    """The sums with ``added`` times each squared input, the direction the label moves
+    the weights along and the speed it moves the score at (dz/dtau per unit of -g); the
+    last input at ``last_eta`` (None: at ``eta``)."""
+    x2 = x * x
+    sums = sums + added * x2
+    norm = float(x2.sum())
+    positive = sums > 0.0
+    precond = np.divide(1.0, np.sqrt(sums), out=np.zeros_like(x), where=positive)
+    mean = float(precond.dot(x2))
+    if norm == 0.0 or mean == 0.0:
+        return sums, np.zeros_like(x), 0.0
+    rates = precond * (eta * norm / mean)
+    if last_eta is not None and last_eta != eta:
+        rates[-1] *= last_eta / eta
+    return sums, rates * x, float(rates.dot(x2))
 
 
 def _flow(

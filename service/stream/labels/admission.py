@@ -42,9 +42,10 @@ import numpy as np
 
 from service.config import ModelConfig, Settings
 from service.features import FieldError, FieldsConfig, encoder_of
+from service.learning.sparse import SparseRow
 from service.records import BadMessage, LabelRequest, request_id
 from service.records.admission import Admission
-from service.records.codec import array_of
+from service.records.codec import SparseNumbers, array_of
 from service.stream.kafka.produce import partition_for
 
 __all__ = ["admission", "fits", "inputs_of"]
@@ -64,19 +65,27 @@ def admission(settings: Settings) -> Admission:
     )
 
 
-def inputs_of(request: LabelRequest, config: ModelConfig) -> np.ndarray:
+def inputs_of(request: LabelRequest, config: ModelConfig, *, rows: bool = False) -> Any:
     """The whole input vector ``request`` teaches a model of ``config``: its features, or its
     fields encoded under the declaration. :class:`~service.records.BadMessage` when the
     fields do not fit it (``field``, naming the field), or the request carries neither
-    features nor fields a declaration reads (``feature_count``)."""
+    features nor fields a declaration reads (``feature_count``). ``rows``: a declared
+    model's inputs, and features written as their entries, as a
+    :class:`~service.learning.sparse.SparseRow` (the same numbers)."""
     if request.features is not None:
-        return array_of(request.features)
+        features = request.features
+        if rows and type(features) is SparseNumbers:
+            return SparseRow.of(features.at, features.values, features.size)
+        return array_of(features)
     if config.fields is None or request.fields is None:
         raise BadMessage(
             "feature_count",
             f"request {request.request_id} carries no features, and its model declares no "
             "fields to encode",
         )
+    if rows:
+        idx, values = _encoded(config.fields, request.fields, dense=False)
+        return SparseRow.of(idx, values, encoder_of(config.fields).width)
     dense: np.ndarray = _encoded(config.fields, request.fields, dense=True)
     return dense
 

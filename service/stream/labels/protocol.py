@@ -55,6 +55,7 @@ from service.learning import (
 from service.learning.linear import LinearLearner
 from service.learning.moments import Implausible, Moments
 from service.learning.risk.shadow import Weighting
+from service.learning.sparse import SparseRow
 from service.records import (
     BadMessage,
     Label,
@@ -510,7 +511,7 @@ def _learn(
     next label takes them. A label refused after it took the objects of a version whose
     states were never made raises :class:`StrictRedo` (the version before it is gone)."""
     try:
-        x = inputs_of(request, config)
+        x = inputs_of(request, config, rows=config.fields is not None)
     except BadMessage as bad:  # fields another declaration admitted (a rebuild, a redo)
         return _unapplied(Outcome.DEAD, bad.reason, f"request {request.request_id}: {bad.detail}")
     parts = config.adaptive.parts(intercept=config.intercept)
@@ -534,7 +535,10 @@ def _learn(
                 seen = None
         with np.errstate(all="ignore"):  # overflow is detected below and refused, not warned
             pipeline.learn_label(x, seen, trusted=trust == "trusted")
-            step(learner, pipeline.transform(x))
+            z = pipeline.transform(x)
+            if type(z) is SparseRow and not getattr(learner, "takes_rows", False):
+                z = z.toarray()
+            step(learner, z)
         if defer:
             new_pipeline: Any = Deferred(pipeline.to_state)
             new_learner: Any = Deferred(learner.to_state)
@@ -542,12 +546,20 @@ def _learn(
             new_pipeline, new_learner = pipeline.to_state(), learner.to_state()
     except ValueError as exc:
         return _refused(model, unmade and live is not None, f"update refused: {exc}")
-    w = getattr(learner, "w", None)  # kernel learners keep a support set instead
-    if not ((w is None or np.all(np.isfinite(w))) and math.isfinite(float(learner.rho))):
+    if not (_finite(learner) and math.isfinite(float(learner.rho))):
         return _refused(model, unmade and live is not None, "update gave non-finite parameters")
     after = _adaptation(learner)
     adapted = (after[0] - before[0], after[1] - before[1])
     return new_pipeline, new_learner, adapted, refused, (parts, pipeline, learner)
+
+
+def _finite(learner: Any) -> bool:
+    """Whether ``learner``'s weights are finite (kernel learners keep a support set)."""
+    check = getattr(learner, "finite", None)
+    if check is not None:
+        return bool(check())
+    w = getattr(learner, "w", None)
+    return w is None or bool(np.all(np.isfinite(w)))
 
 
 def _refused(model: ModelEnvelope, lost: bool, detail: str) -> LabelOutcome:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import orjson
+import pytest
 
 from service.config import Settings
 from service.features import encoder_of
@@ -94,14 +95,19 @@ def test_a_resent_request_does_not_reset_an_answered_one() -> None:
     assert dict(rebuilt.skipped) == {"already_applied": 1}
 
 
-def test_a_declared_models_requests_are_rebuilt_from_their_fields_as_from_their_inputs() -> None:
+@pytest.mark.parametrize("bits", [6, 10])  # 2^10 buckets: a learner that takes rows
+def test_a_declared_models_requests_are_rebuilt_from_their_fields_as_from_their_inputs(
+    bits: int,
+) -> None:
     # a declared model's requests carry the event's fields alone: a rebuild encodes them as
-    # the learner does, to the model a request carrying the scored inputs would have made;
-    # one whose fields do not fit the declaration is skipped, as the learner refuses it
+    # the learner does, to the model a request carrying the scored inputs would have made
+    # (the learner takes the fields as the entries they set, the inputs whole: the same
+    # model, bit for bit); one whose fields do not fit the declaration is skipped, as the
+    # learner refuses it
     declared = {
         "algorithm": "dsol",  # asks about every event
         "cost": 0.25,
-        "fields": {"hash_bits": 6, "fields": {"a": "number", "c": "category", "t": "tokens"}},
+        "fields": {"hash_bits": bits, "fields": {"a": "number", "c": "category", "t": "tokens"}},
     }
     settings = Settings(models={"d": declared}, default_model="d")
     cfg = settings.models["d"]
