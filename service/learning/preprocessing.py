@@ -323,13 +323,6 @@ class OnlineStandardizer:
             raise HyperparameterError(f"{name} must be below n_features ({self._n}), got {index}")
         return index
 
-    def _pass_tail(self) -> None:
-        """Keep the statistics of the features from ``passes_from`` on unlearned."""
-        k = self.passes_from
-        if k is not None:
-            self._mean[k:] = 0.0
-            self._m2[k:] = 0.0
-
     @property
     def n_features_in(self) -> int:
         return self._n
@@ -358,6 +351,7 @@ class OnlineStandardizer:
         views; a later :meth:`learn` or :meth:`merge` makes new arrays, these stay)."""
         centre, scale = self._centre.view(), self._scale.view()
         centre.flags.writeable = scale.flags.writeable = False
+        self._lent = True  # the centre may be the mean itself
         return centre, scale
 
     def binary(self) -> npt.NDArray[np.bool_]:
@@ -373,10 +367,14 @@ class OnlineStandardizer:
         >>> z.binary().tolist()           # 0 and 1; 0 and 0.5; always 1 (constant)
         [True, False, False]
         """
+        return self._binary_of(self._n)
+
+    def _binary_of(self, learnt: int) -> npt.NDArray[np.bool_]:
+        """:meth:`binary` of the first ``learnt`` features."""
         if not self.uncentred_binary or not self._count:
-            return np.zeros(self._n, dtype=bool)
-        mean = self._mean
-        gap = np.abs(self._m2 / self._count - mean * (1.0 - mean))
+            return np.zeros(learnt, dtype=bool)
+        mean = self._mean[:learnt]
+        gap = np.abs(self._m2[:learnt] / self._count - mean * (1.0 - mean))
         out: npt.NDArray[np.bool_] = (mean > 0.0) & (mean < 1.0) & (gap <= BINARY_TOLERANCE)
         return out
 
@@ -455,12 +453,10 @@ class OnlineStandardizer:
             std = np.sqrt(m2 / self._count)
             scale = np.divide(1.0, std, out=np.ones(k), where=std > self.min_std)
             centre = mean.copy()
-            if self.uncentred_binary:
-                gap = np.abs(m2 / self._count - mean * (1.0 - mean))
-                binary = (mean > 0.0) & (mean < 1.0) & (gap <= BINARY_TOLERANCE)
-                if binary.any():
-                    scale = np.where(binary, 1.0 / np.sqrt(np.where(binary, mean, 1.0)), scale)
-                    centre = np.where(binary, 0.0, mean)
+            binary = self._binary_of(k)
+            if binary.any():
+                scale = np.where(binary, 1.0 / np.sqrt(np.where(binary, mean, 1.0)), scale)
+                centre = np.where(binary, 0.0, mean)
             self._head = centre, scale
         return self._head
 
@@ -545,8 +541,20 @@ class OnlineStandardizer:
         """Why :meth:`merge` would refuse ``moments`` (None: it would take them): they are
         implausible against the statistics so far (:func:`~service.learning.moments.implausible`).
         """
-        moments = self._whole(moments)
-        return implausible(moments, self._count, self._mean, self.std, min_std=self.min_std)
+        return self._implausible(*self._learnt(moments))
+
+    def _implausible(self, learnt: int, moments: Moments) -> Implausible | None:
+        if not learnt:
+            return None  # no feature judged
+        mean, std = self._mean[:learnt], self._std_of(learnt)
+        return implausible(moments, self._count, mean, std, min_std=self.min_std)
+
+    def _std_of(self, learnt: int) -> FloatArray:
+        """:attr:`std` of the first ``learnt`` features."""
+        if not self._count:
+            return np.zeros(learnt)
+        out: FloatArray = np.sqrt(self._m2[:learnt] / self._count)
+        return out
 
     def _takes_moments(self) -> None:
         if self.squares_from is not None:
@@ -559,14 +567,21 @@ class OnlineStandardizer:
         """
         return self._n if self.passes_from is None else self.passes_from
 
-    def _whole(self, moments: Moments) -> Moments:
-        """``moments`` of every feature: as they are, or those of the features
-        :attr:`learns` with zeros after them (the features passed through)."""
+    def _learnt(self, moments: Moments) -> tuple[int, Moments]:
+        """(:attr:`learns`, ``moments`` of those features): as they are, or the first of
+        moments of every feature (those passed through stay unlearned)."""
         self._takes_moments()
+        k = self.learns
+        if moments.n_features == k:
+            return k, moments
         if moments.n_features == self._n:
-            return moments
-        if moments.n_features == self.learns:
-            return moments.padded(self._n)
+            if k in (0, self._n):  # (the first 0: none, read as [:0])
+                return k, moments
+            first = Moments(k)
+            first.count = moments.count
+            first.mean[:] = moments.mean[:k]
+            first.m2[:] = moments.m2[:k]
+            return k, first
         raise DimensionError(
             f"moments of {moments.n_features} features, not {self._n} (or the {self.learns} learnt)"
         )
@@ -601,51 +616,61 @@ class OnlineStandardizer:
         >>> round(z.mean.tolist()[0])
         500001
         """
-        moments = self._whole(moments)
+        learnt, moments = self._learnt(moments)
         if trusted:
-            return self._merge_trusted(moments)
-        if self.refusal(moments) is not None or not moments.count:
+            return self._merge_trusted(learnt, moments)
+        if self._implausible(learnt, moments) is not None or not moments.count:
             return 0
         count = min(moments.count, MERGE_ROWS)
-        m2 = moments.m2 * (count / moments.count) if count < moments.count else moments.m2
+        seen = moments.m2[:learnt]
+        m2 = seen * (count / moments.count) if count < moments.count else seen
         n, total = self._count, self._count + count
-        delta = moments.mean - self._mean
-        new_m2 = self._m2 + m2 + delta * delta * (n * count / total)
-        new_mean = self._mean + delta * (count / total)
-        std = self.std
+        mean = self._mean[:learnt]
+        delta = moments.mean[:learnt] - mean
+        new_m2 = self._m2[:learnt] + m2 + delta * delta * (n * count / total)
+        new_mean = mean + delta * (count / total)
+        std = self._std_of(learnt)
         judged = std > self.min_std
         if n and judged.any():  # each judged feature moves at most one step
             a, b = merge_step(count, n)
             reach = np.where(judged, a * std, np.inf)
-            new_mean = np.clip(new_mean, self._mean - reach, self._mean + reach)
+            new_mean = np.clip(new_mean, mean - reach, mean + reach)
             var, new_var = std * std, new_m2 / total
             low, high = var * math.exp(-b), var * math.exp(b)
             new_m2 = np.where(judged, np.clip(new_var, low, high) * total, new_m2)
             # a binary feature stays binary through untrusted moments, whatever they claim:
             # its variance follows its mean (one record cannot switch its centring back on)
-            kept = self.binary()
+            kept = self._binary_of(learnt)
             if kept.any():
                 new_m2 = np.where(kept, new_mean * (1.0 - new_mean) * total, new_m2)
-        self._m2, self._mean, self._count = new_m2, new_mean, total
-        self._pass_tail()
-        self._refresh_scale()
+        self._put(learnt, new_mean, new_m2, total)
         return count
 
-    def _merge_trusted(self, moments: Moments) -> int:
-        """Chan's merge of trusted ``moments`` (of every feature), at most
+    def _merge_trusted(self, learnt: int, moments: Moments) -> int:
+        """Chan's merge of trusted ``moments`` (of the first ``learnt`` features), at most
         ``max(count, MERGE_ROWS)`` rows."""
         if not moments.count:
             return 0
         count = min(moments.count, max(self._count, MERGE_ROWS))
-        m2 = moments.m2 * (count / moments.count) if count < moments.count else moments.m2
+        seen = moments.m2[:learnt]
+        m2 = seen * (count / moments.count) if count < moments.count else seen
         total = self._count + count
-        delta = moments.mean - self._mean
-        self._m2 = self._m2 + m2 + delta * delta * (self._count * count / total)
-        self._mean = self._mean + delta * (count / total)
-        self._count = total
-        self._pass_tail()
-        self._refresh_scale()
+        delta = moments.mean[:learnt] - self._mean[:learnt]
+        new_m2 = self._m2[:learnt] + m2 + delta * delta * (self._count * count / total)
+        self._put(learnt, self._mean[:learnt] + delta * (count / total), new_m2, total)
         return count
+
+    def _put(self, learnt: int, mean: FloatArray, m2: FloatArray, count: int) -> None:
+        """The merged statistics of the first ``learnt`` features (every one: new arrays;
+        the numbers before ``passes_from``: in place, those after staying 0)."""
+        if learnt == self._n:
+            self._mean, self._m2 = mean, m2
+        else:
+            if self._lent:
+                self._mean, self._m2, self._lent = self._mean.copy(), self._m2.copy(), False
+            self._mean[:learnt], self._m2[:learnt] = mean, m2
+        self._count = count
+        self._refresh_scale()
 
     def to_state(self) -> dict[str, Any]:
         params: dict[str, Any] = {"n_features": self._n, "min_std": self.min_std}
@@ -664,8 +689,8 @@ class OnlineStandardizer:
             params,
             {
                 "count": self._count,
-                "mean": self._listed("mean", self._mean),
-                "m2": self._listed("m2", self._m2),
+                **st.entries_record("mean", self._mean, self._listed),
+                **st.entries_record("m2", self._m2, self._listed),
             },
         )
 
@@ -677,8 +702,8 @@ class OnlineStandardizer:
         except (TypeError, ValueError) as exc:
             raise StateError(f"standardizer params are invalid: {exc}") from exc
         step._count = st.read_int(learned, "count")
-        step._mean = st.read_floats(learned, "mean", (step._n,))
-        step._m2 = st.read_floats(learned, "m2", (step._n,))
+        step._mean = st.read_entries(learned, "mean", step._n, "the standardiser's means")
+        step._m2 = st.read_entries(learned, "m2", step._n, "the standardiser's sums")
         if (step._m2 < 0.0).any():
             raise StateError("standardizer state field 'm2' holds negative values")
         if step.squares_from is not None and step._mean[step.squares_from :].any():

@@ -66,6 +66,7 @@ __all__ = [
     "Listed",
     "changed",
     "changes_from",
+    "entries_record",
     "dumps",
     "float_list",
     "learner_record",
@@ -73,6 +74,7 @@ __all__ = [
     "budget_record",
     "open_learner_record",
     "read_float",
+    "read_entries",
     "read_floats",
     "read_int",
     "read_mapping",
@@ -404,6 +406,37 @@ def changed(
     out: npt.NDArray[np.float64] = np.array(base, dtype=np.float64)
     out[index] = values
     return out
+
+
+def entries_record(
+    field: str, values: npt.NDArray[np.float64], listed: Listed | None = None
+) -> dict[str, Any]:
+    """``values`` as field ``field`` of a record: where they are not +0.0
+    (``<field>_at``, and ``<field>_to`` there, bit for bit) when at most half of at least
+    :data:`SHARED_FROM` are (a wide model's weights and statistics: a stream sets a few
+    thousand of 2^18), else whole (``listed``: made from the last state's list).
+
+    >>> entries_record("w", np.eye(1, 300, 7)[0])
+    {'w_at': [7], 'w_to': [1.0]}
+    >>> read_entries({"w_at": [7], "w_to": [1.0]}, "w", 300, "x")[5:9].tolist()
+    [0.0, 0.0, 1.0, 0.0]
+    """
+    if values.size >= SHARED_FROM:
+        at = np.flatnonzero(values.view(np.uint64))  # bits other than +0.0's
+        if 2 * at.size <= values.size:
+            return {f"{field}_at": IndexList(at), f"{field}_to": float_list(values[at])}
+    return {field: float_list(values) if listed is None else listed(field, values)}
+
+
+def read_entries(
+    section: Mapping[str, Any], field: str, n: int, what: str
+) -> npt.NDArray[np.float64]:
+    """Field ``field`` of ``n`` floats as :func:`entries_record` wrote it, either form."""
+    if f"{field}_at" not in section:
+        return read_floats(section, field, (n,))
+    if field in section:
+        raise StateError(f"{what}: '{field}' is written whole and as its entries; {_WHAT_TO_DO}")
+    return changed(section, field, np.zeros(n), n, what)
 
 
 class Listed:

@@ -253,3 +253,20 @@ def test_a_snapshot_keeps_the_weights_of_its_label() -> None:
     for x, y in stream[17:]:
         _learn(pipeline, learner, SparseRow.dense(x), y)
     assert _bits(np.array(learner._recall.since(16)[1])) == _bits(kept)
+
+
+def test_a_wide_models_weights_and_statistics_are_written_as_their_entries() -> None:
+    width = WIDE - 1
+    pipeline, learner = _served(width)
+    for x, y in _stream(np.random.default_rng(6), 30, width):
+        _learn(pipeline, learner, SparseRow.dense(x), y)
+    champion = learner.to_state()["champion"]["learned"]
+    second = pipeline.to_state()["steps"][1]["learned"]
+    assert "w" not in champion
+    assert len(champion["w_at"]) == int(np.count_nonzero(learner.w)) < width // 2
+    assert "m2_at" in second
+    assert "mean_at" in second
+    again = learner_for(learner.to_state(), Parts())
+    assert again.to_state() == learner.to_state()
+    assert _bits(again.w) == _bits(learner.w)
+    assert type(pipeline).from_state(pipeline.to_state()).to_state() == pipeline.to_state()

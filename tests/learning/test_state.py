@@ -193,6 +193,7 @@ def test_a_list_made_from_the_last_one_is_the_list_made_afresh_bit_for_bit(
 
 def test_a_learners_next_state_shares_what_a_label_left_and_a_copy_starts_afresh() -> None:
     learner = make_learner("dsol", n_features=1000, cost=0.25, update_rule="normalized")
+    learner.update(np.ones(1000), -1)  # every weight set: the weights are written whole
     x = np.zeros(1000)
     x[[3, 50, 999]] = 1.0
     learner.update(x, 1)

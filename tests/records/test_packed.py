@@ -383,16 +383,25 @@ def _wide_version() -> Any:
     env = initial_envelope("m", config)
     rng = np.random.default_rng(1)
 
-    def fill(value: Any) -> Any:
+    def fill(value: Any, n: int | None = None) -> Any:
         if isinstance(value, dict):
-            return {k: v if k == "params" else fill(v) for k, v in value.items()}
+            params = value.get("params")
+            if isinstance(params, dict) and type(params.get("n_features")) is int:
+                n = params["n_features"]
+            value = dict(value)
+            pairs = [k for k in value if k.endswith("_at") and f"{k[:-3]}_to" in value]
+            for key in [] if "fill" in value else pairs:
+                assert n is not None  # a list written as its entries: whole (all zero)
+                del value[key], value[f"{key[:-3]}_to"]
+                value[key[:-3]] = [0.0] * n
+            return {k: v if k == "params" else fill(v, n) for k, v in value.items()}
         if isinstance(value, list):
             if len(value) >= MIN_PACKED and all(type(v) is float for v in value):
                 out = np.zeros(len(value))
                 at = rng.random(len(value)) < 0.9
                 out[at] = rng.integers(1, 2**16, int(at.sum())) / 2**10
                 return out.tolist()
-            return [fill(v) for v in value]
+            return [fill(v, n) for v in value]
         return value
 
     return env.replace(pipeline=fill(env.pipeline), learner=fill(env.learner))

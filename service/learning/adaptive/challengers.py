@@ -82,6 +82,9 @@ def challenger_for(
         return None
     record = learner.to_state()
     learned = dict(record["learned"])
+    if "w_at" in learned:  # written as its entries: whole, to negate or replace
+        del learned["w_at"], learned["w_to"]
+        learned["w"] = _floats(learner.w if w is None else w)
     if w is not None:
         learned["w"] = _floats(w)
     if rho is not None:
@@ -121,6 +124,10 @@ def base_of(champion: Mapping[str, Any]) -> Base:
     if not isinstance(learned, Mapping):
         return None, None
     w = _array(learned.get("w"))
+    params = champion.get("params")
+    if "w_at" in learned and isinstance(params, Mapping):  # written as its entries
+        n = params.get("n_features")
+        w = st.read_entries(learned, "w", n, "the champion's weights") if type(n) is int else None
     grads = None if w is None else Normalizer.sums_of(learned.get("normalizer"), len(w))
     return w, grads
 
@@ -275,16 +282,20 @@ class Challenger:
         from the champion's negated), whole where most differ."""
         state = self.learner.to_state()
         learned = state.get("learned")
-        if isinstance(learned, dict) and "w" in learned:
-            learned = dict(learned)
-            changes = st.changes_from(learned["w"], self._against(base[0]))
+        if isinstance(learned, dict) and ("w" in learned or "w_at" in learned):
+            learned = {k: v for k, v in learned.items() if k not in ("w_at", "w_to")}
+            w = learned.get("w")  # whole, or (written as its own entries) the array
+            mine = w if w is not None else self.learner.w
+            changes = st.changes_from(mine, self._against(base[0]))
             if self.kind == "mirror" and base[0] is not None:
-                flipped = st.changes_from(learned["w"], np.negative(base[0]))
+                flipped = st.changes_from(mine, np.negative(base[0]))
                 if flipped is not None and (changes is None or len(flipped[0]) < len(changes[0])):
                     changes, learned["against"] = flipped, "negated"
             if changes is not None:
-                del learned["w"]
+                learned.pop("w", None)
                 learned["w_at"], learned["w_to"] = changes
+            elif w is None:  # against the champion's only: whole
+                learned["w"] = st.float_list(np.array(mine, dtype=np.float64))
             normalizer = learned.get("normalizer")
             n = 0 if base[1] is None else len(base[1])
             sums = Normalizer.sums_of(normalizer, n) if n else None

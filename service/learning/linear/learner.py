@@ -469,7 +469,7 @@ class LinearLearner:
     def to_state(self) -> dict[str, Any]:
         """A versioned, JSON-safe record of hyperparameters and learned values."""
         learned = {
-            "w": self._listed("w", self._w),
+            **st.entries_record("w", self._w, self._listed),
             "rho": self._rho,
             "steps": self._steps,
             "rng": st.rng_state(self._rng),
@@ -482,7 +482,7 @@ class LinearLearner:
     def from_state(cls: type[_L], state: Any) -> _L:
         """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
         learner, learned = st.open_learner_record(state, cls.algorithm, cls.param_names, cls)
-        learner._w = st.read_floats(learned, "w", (learner.n_features,))
+        learner._w = st.read_entries(learned, "w", learner.n_features, "the weights")
         learner._rho = st.read_float(learned, "rho", minimum=0.0)
         learner._steps = st.read_int(learned, "steps")
         learner._rng = st.rng_from_state(learned.get("rng"))

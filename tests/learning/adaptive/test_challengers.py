@@ -177,7 +177,13 @@ def test_a_challenger_written_against_a_champion_of_another_width_is_refused() -
     model, *_ = _wide()
     state = json.loads(json.dumps(model.to_state()))
     learned = state["champion"]["learned"]
-    learned["w"] = learned["w"][:-1]
+    assert "w_at" in learned  # a wide champion's weights, as their entries
+    learned["w_at"] = [*learned["w_at"], 600]  # one past its width
+    learned["w_to"] = [*learned["w_to"], 1.0]
+    with pytest.raises(StateError, match="below 600"):
+        Adaptive.from_state(state)
+    del learned["w_at"], learned["w_to"]
+    learned["w"] = [0.0] * 599  # whole, one short
     with pytest.raises(StateError):
         Adaptive.from_state(state)
     grads = json.loads(json.dumps(model.to_state()))
