@@ -188,20 +188,6 @@ class ADWIN:
             self._totals.pop()
             self._variances.pop()
 
-    def _cut(self, n0: float, n1: float, gap: float, dprime: float, var: float) -> bool:
-        """Whether the means of the two parts differ by more than the bound.
-
-        The running variance is a difference of sums: once values are dropped from a window
-        of equal values it can come out a rounding error below zero. River's bound is then
-        NaN and no comparison with it holds; the same here, without taking the root of a
-        negative number."""
-        lw = float(self.min_window_length)
-        m = 1.0 / (n0 - lw + 1.0) + 1.0 / (n1 - lw + 1.0)
-        if var < 0.0:
-            return False
-        eps = math.sqrt(2.0 * m * var * dprime) + 2.0 / 3.0 * dprime * m
-        return abs(gap) > eps
-
     def _look(self) -> bool:
         self._tick += 1
         if self._tick % self.clock or self._width <= self.grace_period:
@@ -210,10 +196,20 @@ class ADWIN:
         split = 0
         found = False
         again = True
+        # the bound on the gap of the means of two parts (River's): m = 1/(n0 - lw + 1) +
+        # 1/(n1 - lw + 1), eps = sqrt(2 m var dprime) + 2/3 dprime m. The running variance is a
+        # difference of sums: once values are dropped from a window of equal values it can
+        # come out a rounding error below zero; River's bound is then NaN and no comparison
+        # with it holds: the same here, without taking the root of a negative number
+        shift = 1.0 - float(lw)
+        sqrt = math.sqrt
         while again:
             again = False
             w = float(self._width)  # the window's size and variance hold for the whole scan
             dprime, var = math.log(2.0 * math.log(w) / self.delta), self._variance / w
+            if var < 0.0:  # no bound holds: no split cuts
+                break
+            third = 2.0 / 3.0 * dprime
             n0, n1 = 0.0, w
             u0, u1 = 0.0, self._total
             for level in range(len(self._totals) - 1, -1, -1):
@@ -230,7 +226,8 @@ class ADWIN:
                     if n1 < lw or n0 < lw:
                         continue
                     gap = u0 / n0 - u1 / n1
-                    if self._cut(n0, n1, gap, dprime, var):
+                    m = 1.0 / (n0 + shift) + 1.0 / (n1 + shift)
+                    if abs(gap) > sqrt(2.0 * m * var * dprime) + third * m:
                         if not found:  # where and which way, before any value is dropped
                             self._rising = gap < 0.0
                             split = self._best_split()

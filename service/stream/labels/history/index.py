@@ -80,6 +80,8 @@ class _Group:
     seqs: list[int] = field(default_factory=list)  # sorted
     offsets: dict[int, int] = field(default_factory=dict)  # seq -> labels offset
     requests: dict[str, int] = field(default_factory=dict)  # request id -> seq
+    seqs_at: dict[int, list[int]] = field(default_factory=dict)  # labels offset -> seqs
+    asked: dict[int, set[str]] = field(default_factory=dict)  # seq -> request ids given it
     checkpoints: list[int] = field(default_factory=list)  # sorted seqs, every member there
     members: frozenset[str] = frozenset()  # the members the checkpoints hold
 
@@ -220,10 +222,16 @@ class History:
 
     @staticmethod
     def _add(g: _Group, step: Step) -> None:
-        if step.seq not in g.offsets:
+        before = g.offsets.get(step.seq)
+        if before is None:
             bisect.insort(g.seqs, step.seq)
+        elif before != step.offset:
+            _unlist(g.seqs_at, before, step.seq)
+        if before != step.offset:
+            g.seqs_at.setdefault(step.offset, []).append(step.seq)
         g.offsets[step.seq] = step.offset
         g.requests[step.request_id] = step.seq
+        g.asked.setdefault(step.seq, set()).add(step.request_id)
         g.partition = step.partition
 
     # -- trust
@@ -399,7 +407,7 @@ class History:
         place and writes nothing new."""
         reach, every = self.reach(group)
         g = self._groups.get(group, _Group())
-        known = [s for s, o in g.offsets.items() if o == offset and g.partition == partition]
+        known = g.seqs_at.get(offset, []) if g.partition == partition else []
         if not reach:
             return Plan(group, 0, offset, bool(g.seqs or g.checkpoints), False, (), -1)
         if known:
@@ -419,8 +427,8 @@ class History:
             gone = nominal.pop(0)
             if pin is None or nominal[0] <= pin:  # a pinned checkpoint stays, unreachable
                 drop.append(gone)
-        first = [s for s in seqs if s >= nominal[0]]
-        reach_from = g.offsets[first[0]] if first else offset
+        first = bisect.bisect_left(seqs, nominal[0])
+        reach_from = g.offsets[seqs[first]] if first < len(seqs) else offset
         return Plan(group, seq, offset, cut, checkpoint, tuple(drop), reach_from)
 
     def record(self, plan: Plan, step: Step, before: Mapping[str, ModelEnvelope]) -> None:
@@ -430,7 +438,7 @@ class History:
             self.cut(plan.group)
         self._sweep(plan.group)
         reach, _ = self.reach(plan.group)
-        if not reach or step.offset in self._groups.get(plan.group, _Group()).offsets.values():
+        if not reach or step.offset in self._groups.get(plan.group, _Group()).seqs_at:
             return
         g = self._groups.setdefault(plan.group, _Group())
         if plan.checkpoint:
@@ -448,16 +456,17 @@ class History:
             self._delete(checkpoint_key(member, seq))
         g.checkpoints.remove(seq)
         until = g.checkpoints[0] if g.checkpoints else seq + 1
-        for s in [s for s in g.seqs if s < until]:
+        for s in g.seqs[: bisect.bisect_left(g.seqs, until)]:
             self._delete(step_key(group, g.offsets[s]))
             self._forget(g, s)
 
     @staticmethod
     def _forget(g: _Group, seq: int) -> None:
-        g.offsets.pop(seq)
+        _unlist(g.seqs_at, g.offsets.pop(seq), seq)
         g.seqs.remove(seq)
-        for rid in [r for r, s in g.requests.items() if s == seq]:
-            del g.requests[rid]
+        for rid in g.asked.pop(seq, ()):
+            if g.requests.get(rid) == seq:
+                del g.requests[rid]
 
     def _delete(self, key: str) -> None:
         if key.encode() in self._table:
@@ -507,3 +516,11 @@ def step_key(group: str, offset: int) -> str:
 def checkpoint_key(member: str, seq: int) -> str:
     """The table key of ``member``'s state before step ``seq``."""
     return f"{member}#{seq}"
+
+
+def _unlist(index: dict[int, list[int]], key: int, seq: int) -> None:
+    """Take ``seq`` out of ``index[key]`` (and the key out once it holds none)."""
+    seqs = index[key]
+    seqs.remove(seq)
+    if not seqs:
+        del index[key]
