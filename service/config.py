@@ -55,6 +55,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from service.errors import AbstainError
 from service.features import FieldsConfig
+from service.features.declaration import BUCKET_BYTES, VERSION_BASE, version_room
 from service.learning.adaptive import Parts
 from service.learning.errors import LearningError
 from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS, make_learner
@@ -895,6 +896,23 @@ def proxy_networks(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _check_room(name: str, model: ModelConfig, version_bytes: int) -> None:
+    """A declared model's versions must fit ``version_bytes`` however many of its buckets a
+    stream touches (:func:`~service.features.declaration.version_room`)."""
+    fields = model.fields
+    if fields is None or fields.hash_bits is None:
+        return
+    room = version_room(fields.hash_bits, len(fields.numbers))
+    if room > version_bytes:
+        raise ValueError(
+            f"models.{name}: 2^{fields.hash_bits} hashed buckets may write model versions of "
+            f"up to {room:,} bytes ({BUCKET_BYTES} bytes a bucket, and "
+            f"{VERSION_BASE // 1024} KiB), more than {version_bytes:,}: set max_message_bytes "
+            f"to at least {room:,} (the topics the worker creates get room for it; raise an "
+            "existing topic's max.message.bytes with it), or lower hash_bits"
+        )
+
+
 def _check_shadow(name: str, model: ModelConfig, models: Mapping[str, ModelConfig]) -> None:
     """A shadow's champion exists, is no shadow itself and takes the same features."""
     champion = model.champion
@@ -1113,6 +1131,7 @@ class Settings(BaseSettings):
                     f"models.{name}: {model.n_inputs} features exceeds max_features "
                     f"{self.max_features}"
                 )
+            _check_room(name, model, self.version_bytes)
         if self.default_model not in self.models:
             raise ValueError(
                 f"default_model {self.default_model!r} is not one of the models "

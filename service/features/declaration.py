@@ -36,22 +36,48 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "BUCKET_BYTES",
     "KINDS",
     "MAX_HASH_BITS",
+    "VERSION_BASE",
     "FieldSpec",
     "FieldsConfig",
     "Kind",
+    "version_room",
 ]
 
 Kind = Literal["number", "boolean", "category", "tokens", "ignore"]
 KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
-MAX_HASH_BITS = 12
-"""The most hashed buckets a model holds, as a power of two: a model version carries every
-weight and the statistics of every event of every input, 8 bytes each (the packed form,
-:mod:`service.records.packed`), and the rows and snapshots it remembers as sparse as what
-changed (the buckets are never centred); the served model of 2^12 buckets, trained, writes
-versions of about 140-390 KiB (one of 2^13 up to about 650 KiB, too near Kafka's default
-1 MB record)."""
+MAX_HASH_BITS = 16
+"""The most hashed buckets a model holds, as a power of two. A label costs about the same at
+any width (the learner learns the entries an event sets), but a model version holds the
+weights and statistics of every bucket a stream has touched: up to
+:data:`BUCKET_BYTES` each, so a declaration must fit the settings' version size
+(:func:`version_room`): up to 2^12 buckets with Kafka's default record, 2^16 with
+``max_message_bytes`` of about 5.3 MB."""
+
+BUCKET_BYTES = 72
+"""The most bytes a bucket adds to a model version: nine numbers of 8 bytes (the second
+standardiser's sum of squares; the weight and the normaliser's sum of the champion and of
+each of three challengers). A list is written whole (8 bytes a number) or as its entries
+(12 bytes each) when at most half are set, so never more than 8 bytes a number."""
+
+VERSION_BASE = 512 * 1024
+"""Room a version needs besides its buckets: the rows and weight snapshots it remembers
+(for events of a few hundred entries), the numbers' statistics, the detectors, the
+structure."""
+
+
+def version_room(hash_bits: int | None, numbers: int = 0) -> int:
+    """The bytes a version of a declaration of ``2^hash_bits`` buckets and ``numbers``
+    number fields may need (:data:`BUCKET_BYTES` a bucket or number, and
+    :data:`VERSION_BASE`).
+
+    >>> version_room(12), version_room(16)
+    (819200, 5242880)
+    """
+    return VERSION_BASE + BUCKET_BYTES * ((1 << hash_bits if hash_bits else 0) + numbers)
+
 
 _NAME_LEN = 256
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -102,7 +128,8 @@ class FieldsConfig(BaseModel):
         ge=1,
         le=MAX_HASH_BITS,
         description=f"hashed buckets, as a power of two (1-{MAX_HASH_BITS}); required when a "
-        "field is hashed (boolean, category, tokens, a missing indicator, a cross)",
+        "field is hashed (boolean, category, tokens, a missing indicator, a cross); above 12, "
+        "max_message_bytes must give a model version room (72 bytes a bucket and 512 KiB)",
     )
     seed: int = Field(
         default=0, ge=0, lt=2**32, description="seed of the hash (MurmurHash3, 32 bit)"

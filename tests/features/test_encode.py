@@ -19,6 +19,7 @@ from stream.memory import msg
 
 from service.config import ModelConfig, Settings
 from service.features import MAX_HASH_BITS, Encoder, FieldError, FieldsConfig, bucket, encoder_of
+from service.features.declaration import version_room
 from service.learning.sparse import SparseRows
 from service.records import BadMessage, LabelRequest, Reason, parse_label_request, request_id
 from service.stream.labels.admission import admission, inputs_of
@@ -158,7 +159,7 @@ def test_a_string_of_tokens_is_split_at_white_space() -> None:
         ({"fields": {"a": "ignore"}}, "every field is ignored"),
         ({"fields": {"a": "category"}}, "hash_bits is required"),
         ({"fields": {"a": "number"}, "hash_bits": 4}, "no field is hashed"),
-        ({"fields": {"a": "category"}, "hash_bits": 13}, "less than or equal to 12"),
+        ({"fields": {"a": "category"}, "hash_bits": 17}, "less than or equal to 16"),
         ({"fields": {"a": "category"}, "hash_bits": 0}, "greater than or equal to 1"),
         ({"fields": {"a": "colour"}, "hash_bits": 4}, "Input should be"),
         ({"fields": {" ": "number"}}, "field name"),
@@ -385,10 +386,13 @@ def test_a_request_carries_the_fields_a_person_is_shown_and_parses_back() -> Non
 
 def test_the_widest_declared_model_writes_versions_under_the_record_limit() -> None:
     # every input weighs in a version (weights, standardisers, challengers, recall): the
-    # widest declaration the settings take must still fit max_message_bytes once the
-    # adaptive wrapper's parts have all grown (its versions stop growing by ~300 labels)
+    # widest declaration the default settings take must still fit max_message_bytes once
+    # the adaptive wrapper's parts have all grown (its versions stop growing by ~300 labels)
+    room = Settings().version_bytes
+    widest = max(b for b in range(1, MAX_HASH_BITS + 1) if version_room(b, 4) <= room)
+    assert widest == 12
     decl = {
-        "hash_bits": MAX_HASH_BITS,
+        "hash_bits": widest,
         "fields": {f"n{i}": "number" for i in range(4)} | {"c": "category", "t": "tokens"},
     }
     cfg = ModelConfig(fields=decl)
@@ -407,7 +411,24 @@ def test_the_widest_declared_model_writes_versions_under_the_record_limit() -> N
     seeded = seed_model(settings_, "m", np.vstack(rows), np.asarray(labels), now=1.0)
     size = len(seeded.model.to_bytes())
     # at least the champion's weights, whole (a trained model's touch most buckets)
-    assert 8 * 2**MAX_HASH_BITS < size < 0.6 * Settings().max_message_bytes, size
+    assert 8 * 2**widest < size < 0.6 * Settings().max_message_bytes, size
+    assert size < version_room(widest, 4)
+
+
+@pytest.mark.parametrize("bits", [13, MAX_HASH_BITS])
+def test_a_declaration_wider_than_its_versions_have_room_for_is_refused_naming_the_setting(
+    bits: int,
+) -> None:
+    decl = {"hash_bits": bits, "fields": {"n": "number", "t": "tokens"}}
+    models = {"m": {"algorithm": "dsol", "fields": decl}}
+    room = version_room(bits, 1)
+    with pytest.raises(ValidationError, match=f"set max_message_bytes to at least {room:,}"):
+        Settings(models=models, default_model="m")
+    with pytest.raises(ValidationError, match=f"2\\^{bits} hashed buckets"):
+        Settings(models=models, default_model="m", max_message_bytes=room - 1)
+    taken = Settings(models=models, default_model="m", max_message_bytes=room)
+    assert taken.version_bytes >= room
+    assert taken.models["m"].n_inputs == 1 + 2**bits
 
 
 _FIELD_VALUES = {

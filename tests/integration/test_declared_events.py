@@ -22,6 +22,7 @@ from service.config import ModelConfig
 from service.datasets import load_events
 from service.desk.auth.passwords import hash_password
 from service.features import Encoder, FieldsConfig
+from service.features.declaration import version_room
 from service.records import parse_label_request, parse_model_envelope, request_id
 from service.records.packed import ZMAGIC
 from service.stream.labels.admission import inputs_of
@@ -409,6 +410,59 @@ def test_a_request_whose_fields_do_not_fit_is_dead_lettered_naming_the_field(
         assert time.monotonic() < deadline, dead
         time.sleep(1.0)
     assert [d["reason"] for d in dead if d["topic"] == t["labels"]] == ["unknown_request"]
+
+
+def test_a_model_of_2_16_buckets_learns_every_label_with_the_room_it_needs(
+    service_factory: Callable[..., Service], kafka_io: KafkaIO
+) -> None:
+    # 65,536 buckets: refused with the default record size (tests/features), served with
+    # max_message_bytes at the room its versions may need; events of 300 tokens from a
+    # vocabulary wider than the buckets, every one asked (DSOL) and answered, every label
+    # applied, the versions through the broker as the entries their stream touched
+    bits, words = 16, [f"v{i}" for i in range(100_000)]
+    decl = {"hash_bits": bits, "fields": {"amount": "number", "tokens": "tokens"}}
+    room = version_room(bits, 1)
+    service = service_factory(
+        models={"wide": {"algorithm": "dsol", "cost": 0.2, "fields": decl}},
+        default_model="wide",
+        max_message_bytes=room,
+    )
+    worker = service.start()
+    worker.wait_ready()
+    t = service.topics
+    rng = np.random.default_rng(5)
+    events, truth = [], {}
+    for i in range(160):
+        tokens = [str(w) for w in rng.choice(words, size=300)]
+        amount = round(float(rng.lognormal(3, 1)), 2)
+        events.append((f"w{i}", {"id": f"w{i}", "features": {"amount": amount, "tokens": tokens}}))
+        truth[f"w{i}"] = 1 if amount > 20 else -1
+    kafka_io.produce_json(t["features"], events)
+    asked = kafka_io.wait_for(
+        t["label_requests"], lambda rs: len({r.json()["event_id"] for r in rs}) >= 160, timeout=90
+    )
+    requests = {r.json()["event_id"]: r.json()["request_id"] for r in asked}
+    assert all(len(r.value) < 8192 for r in asked)  # its fields, not 65,537 inputs
+    kafka_io.produce_json(
+        t["labels"],
+        [
+            ("wide", {"request_id": rid, "model": "wide", "label": truth[e], "labelled_by": "t"})
+            for e, rid in sorted(requests.items())
+        ],
+    )
+    deadline = time.monotonic() + 120
+    while worker.metric("abstain_labels_applied_total", {"model": "wide"}) < 160:
+        assert time.monotonic() < deadline, "the labels of a 2^16 model were not applied"
+        time.sleep(0.3)
+    versions = [r for r in kafka_io.read(t["models"]) if r.key == b"wide"]
+    newest = parse_model_envelope(versions[-1].value, model="wide")
+    assert newest.version == 160
+    assert len(versions[-1].value) < room
+    champion = newest.learner["champion"]["learned"]
+    assert "w" not in champion  # the weights of the buckets the stream touched, not 65,537
+    assert 10_000 < len(champion["w_at"]) < 2**bits
+    dead = [r.json() for r in kafka_io.read(t["dead_letters"])]
+    assert not [d for d in dead if d["topic"] in (t["labels"], t["label_requests"])], dead[:3]
 
 
 def test_the_desk_shows_a_person_the_fields_as_the_producer_sent_them(
