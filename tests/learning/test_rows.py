@@ -16,7 +16,7 @@ from hypothesis import strategies as hst
 from service.learning import DSAL, DSOL, serving_pipeline
 from service.learning.adaptive import Adaptive
 from service.learning.adaptive.parts import Parts, learner_for, serving_learner
-from service.learning.errors import DimensionError, NonFiniteError
+from service.learning.errors import DimensionError, NonFiniteError, StateError
 from service.learning.linear import DRAL
 from service.learning.linear.normalized import Normalizer, normalized_step
 from service.learning.moments import Moments
@@ -270,3 +270,82 @@ def test_a_wide_models_weights_and_statistics_are_written_as_their_entries() -> 
     assert again.to_state() == learner.to_state()
     assert _bits(again.w) == _bits(learner.w)
     assert type(pipeline).from_state(pipeline.to_state()).to_state() == pipeline.to_state()
+
+
+def _hostile(field: str, how: str, entries: dict[str, Any], n: int) -> None:
+    """``entries`` (a section written as its entries) with ``<field>_at``/``_to`` made wrong
+    in the way ``how`` names."""
+    at, to = f"{field}_at", f"{field}_to"
+    some = list(entries[at])
+    if how == "not a list":
+        entries[at] = "0,1"
+    elif how == "a bool index":
+        entries[at] = [True, *some[1:]]
+    elif how == "a float index":
+        entries[at] = [float(some[0]), *some[1:]]
+    elif how == "decreasing":
+        entries[at] = some[::-1]
+    elif how == "repeated":
+        entries[at] = [some[0], *some]
+        entries[to] = [entries[to][0], *entries[to]]
+    elif how == "past the end":
+        entries[at] = [*some[:-1], n]
+    elif how == "negative":
+        entries[at] = [-1, *some[1:]]
+    elif how == "a value short":
+        entries[to] = list(entries[to])[:-1]
+    elif how == "not finite":
+        entries[to] = [float("nan"), *list(entries[to])[1:]]
+    elif how == "whole as well":
+        entries[field] = [0.0] * n
+    else:  # pragma: no cover - the parameters below name every way
+        raise AssertionError(how)
+
+
+_WAYS = [
+    "not a list",
+    "a bool index",
+    "a float index",
+    "decreasing",
+    "repeated",
+    "past the end",
+    "negative",
+    "a value short",
+    "not finite",
+    "whole as well",
+]
+
+
+@pytest.mark.parametrize("how", _WAYS)
+@pytest.mark.parametrize("field", ["w", "mean", "m2"])
+def test_a_state_whose_entries_are_wrong_is_refused_and_the_model_is_not_made(
+    field: str, how: str
+) -> None:
+    width = WIDE - 1
+    pipeline, learner = _served(width)
+    for x, y in _stream(np.random.default_rng(6), 30, width):
+        _learn(pipeline, learner, SparseRow.dense(x), y)
+    if field == "w":
+        state = learner.to_state()
+        section, n = state["champion"]["learned"], width + 1
+        _hostile(field, how, section, n)
+        with pytest.raises(StateError):
+            learner_for(state, Parts())
+    else:
+        state = pipeline.to_state()
+        section, n = state["steps"][1]["learned"], width
+        _hostile(field, how, section, n)
+        with pytest.raises(StateError):
+            type(pipeline).from_state(state)
+
+
+def test_a_standardisers_sums_of_squares_below_zero_are_refused() -> None:
+    width = WIDE - 1
+    pipeline, learner = _served(width)
+    for x, y in _stream(np.random.default_rng(6), 30, width):
+        _learn(pipeline, learner, SparseRow.dense(x), y)
+    state = pipeline.to_state()
+    section = state["steps"][1]["learned"]
+    section["m2_to"] = [-abs(v) - 1.0 for v in section["m2_to"]]
+    with pytest.raises(StateError, match="negative"):
+        type(pipeline).from_state(state)
