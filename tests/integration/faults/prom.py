@@ -162,6 +162,27 @@ class AlertLog:
                 )
             time.sleep(0.5)
 
+    def wait_fired(
+        self, name: str, match: Mapping[str, str] | None = None, *, timeout: float
+    ) -> None:
+        """Wait until alert ``name`` (labels include ``match``) is firing or has fired since
+        Prometheus started (its ``ALERTS`` series): for an alert whose condition comes and
+        goes, such as a collapse that ends when rho settles. HarnessError after ``timeout`` s."""
+        want = {"alertname": name, "alertstate": "firing", **dict(match or {})}
+        selector = ",".join(f'{k}="{v}"' for k, v in sorted(want.items()))
+        deadline = time.monotonic() + timeout
+        while True:
+            if [a for a in self.active(name, match) if a["state"] == "firing"]:
+                return
+            if self.prom.query(f"max_over_time(ALERTS{{{selector}}}[1h])"):
+                return
+            if time.monotonic() > deadline:
+                active = [(a["labels"], a["state"]) for a in self.poll()]
+                raise HarnessError(
+                    f"{name} {match or ''} has not fired in {timeout:.0f}s; active: {active}"
+                )
+            time.sleep(0.5)
+
     def wait_resolved(
         self, name: str, match: Mapping[str, str] | None = None, *, timeout: float
     ) -> float:
