@@ -171,6 +171,49 @@ class Encoder:
             at += k
         return idx, val
 
+    def check(self, fields: Mapping[str, Any]) -> None:
+        """:class:`FieldError` where :meth:`sparse` raises it (the first field that does not
+        fit, in the same words), without hashing a key: the learner's admission of a label
+        request, whose fields a scorer encoded already. (``tests/features/test_encode.py``
+        holds the two together.)
+
+        >>> enc = Encoder(FieldsConfig.model_validate(
+        ...     {"hash_bits": 4, "fields": {"a": "number", "t": "tokens"}}))
+        >>> enc.check({"a": 2.0, "t": ["x", "y"]})
+        >>> enc.check({"a": 2.0, "t": ["x", 3]})
+        Traceback (most recent call last):
+        service.features.encode.FieldError: field 't': token 1 is an integer, not a string
+        """
+        if self.declaration.undeclared == "refuse":
+            for name in fields:
+                if name not in self._specs:
+                    raise FieldError(name, "not declared by the model")
+        hashed: list[tuple[str, str]] = []  # (field, its keys' text): sparse hashes them last
+        for name, spec in self._specs.items():
+            kind = spec.kind
+            if kind == "ignore":
+                continue
+            value = fields.get(name)
+            if value is None:
+                if spec.missing == "refuse":
+                    raise FieldError(name, "missing or null, and the model refuses that")
+                if spec.missing == "indicator":
+                    hashed.append((name, name))
+                continue
+            if kind == "number":
+                _number(name, value)
+            elif name in self._cached:  # sparse hashes a cached field's tokens in its turn
+                tokens = _token_list(name, spec, value)
+                _check_tokens(name, tokens)
+                if tokens:
+                    _valid_text(name, name + "".join(tokens))
+            else:
+                keys = _keys(name, spec, value)[0]
+                if keys:
+                    hashed.append((name, "".join(keys)))
+        for name, text in hashed:
+            _valid_text(name, text)
+
     def dense(self, fields: Mapping[str, Any]) -> FloatArray:
         """The model's whole input vector of ``fields`` (``width`` floats)."""
         idx, val = self.sparse(fields)
@@ -270,6 +313,17 @@ def _number(name: str, value: Any) -> float:
     if not math.isfinite(number):
         raise FieldError(name, "not a finite number")
     return number
+
+
+def _valid_text(name: str, text: str) -> None:
+    """:class:`FieldError` when ``text`` of field ``name`` holds a lone surrogate (no
+    encoding holds it: hashing its UTF-8 bytes fails). A lone surrogate in any of a list of
+    strings is one in their concatenation: Python never pairs two into a character."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise FieldError(name, "text that is not valid Unicode") from None
 
 
 def _keys(name: str, spec: FieldSpec, value: Any) -> tuple[list[str], list[float]]:

@@ -3,6 +3,7 @@ of bad field refused with its name (no Kafka: the scoring path is pure)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -525,3 +526,85 @@ def test_a_request_whose_fields_do_not_fit_is_refused_naming_the_field(
     plain = Settings(models={"m": {"n_features": 3}}, default_model="m")
     with pytest.raises(BadMessage, match="got none"):
         admission(plain).request(fine)
+
+
+_ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["\ud800", "a\udfffb", "t1", "t2 t3"]),
+    st.lists(
+        st.one_of(st.sampled_from(["t1", "t2", "é", "\udc00", ""]), st.integers(0, 3)),
+        max_size=8,
+    ),
+    st.dictionaries(st.text(max_size=2), st.integers(0, 2), max_size=1),
+)
+# a declaration of every kind and missing rule, a crossed tokens field, fields whose names no
+# encoding holds, and a tokens field whose max_tokens a list can pass
+ODD: dict[str, Any] = {
+    "hash_bits": 6,
+    "fields": {
+        "n": {"kind": "number", "missing": "indicator"},
+        "c": "category",
+        "b": {"kind": "boolean", "missing": "refuse"},
+        "t": {"kind": "tokens", "max_tokens": 5},
+        "x": "tokens",
+        "s\udc80": {"kind": "category", "missing": "indicator"},
+        "u\udc81": "tokens",
+        "i": "ignore",
+    },
+    "cross": [["c", "x"]],
+}
+_FITS = {
+    "number": st.one_of(st.none(), st.floats(-9, 9), st.integers(-9, 9)),
+    "category": st.one_of(st.none(), st.sampled_from(["SE", 7])),
+    "boolean": st.booleans(),
+    "tokens": st.one_of(st.none(), st.lists(st.sampled_from(["t1", "t2", "é"]), max_size=4)),
+    "ignore": _ANY,
+}
+
+
+@st.composite
+def _mostly_fitting(draw: st.DrawFn, decl: dict[str, Any]) -> dict[str, Any]:
+    """Fields of ``decl``, each left out, fitting its kind or anything; and one undeclared."""
+    out: dict[str, Any] = {}
+    for name, spec in decl["fields"].items():
+        kind = spec if isinstance(spec, str) else spec["kind"]
+        how = draw(st.sampled_from(["out", "fits", "fits", "any"]))
+        if how != "out":
+            out[name] = draw(_FITS[kind] if how == "fits" else _ANY)
+    if draw(st.booleans()):
+        out["zz"] = draw(_ANY)
+    return out
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.sampled_from([DECL, ODD, {**ODD, "undeclared": "ignore"}]).flatmap(
+        lambda d: st.tuples(st.just(d), _mostly_fitting(d), st.booleans())
+    )
+)
+def test_the_learners_check_refuses_exactly_what_the_encoding_refuses_in_the_same_words(
+    case: tuple[dict[str, Any], dict[str, Any], bool],
+) -> None:
+    decl, fields, warm = case
+    e = Encoder(FieldsConfig.model_validate(decl))
+    if warm:  # the tokens already cached (the scorer's encoder has seen them)
+        for name in e._cached:
+            with contextlib.suppress(FieldError):  # (never under a name no encoding holds)
+                e._token_inputs(name, ["t1", "t2", "é", ""])
+    try:
+        e.sparse(fields)
+    except FieldError as bad:
+        encoded: tuple[str, str] | None = (bad.field, bad.detail)
+    else:
+        encoded = None
+    try:
+        Encoder(FieldsConfig.model_validate(decl)).check(fields)
+    except FieldError as bad:
+        checked: tuple[str, str] | None = (bad.field, bad.detail)
+    else:
+        checked = None
+    assert checked == encoded

@@ -92,11 +92,16 @@ def inputs_of(request: LabelRequest, config: ModelConfig, *, rows: bool = False)
 
 def fits(declaration: FieldsConfig) -> Callable[[Mapping[str, Any]], None]:
     """A check that an event's fields encode under ``declaration`` (``field`` names the one
-    that does not), without making the input vector whole: the learner's admission of a
-    request that carries fields alone."""
+    that does not), without encoding them (:meth:`~service.features.Encoder.check`): the
+    learner's admission of a request that carries fields alone."""
+
+    encoder = encoder_of(declaration)
 
     def check(fields: Mapping[str, Any]) -> None:
-        _encoded(declaration, fields, dense=False)
+        try:
+            encoder.check(fields)
+        except FieldError as bad:
+            raise BadMessage("field", str(bad)) from bad
 
     return check
 
