@@ -85,7 +85,6 @@ from harness import features, stop, worker_argv  # noqa: E402
 from wide import SHAPES, config_of, events  # noqa: E402
 
 from service.config import ModelConfig  # noqa: E402
-from service.features.declaration import version_room  # noqa: E402
 from service.localkafka import LocalKafka, find_free_ports  # noqa: E402
 from service.stream.kafka.clients import topic_partitions  # noqa: E402
 
@@ -253,7 +252,7 @@ def _room(model: dict[str, Any]) -> dict[str, Any]:
     fields = ModelConfig.model_validate(model).fields
     if fields is None or not fields.hash_bits or fields.hash_bits <= 12:
         return {}
-    return {"max_message_bytes": version_room(fields.hash_bits, len(fields.numbers))}
+    return {"max_message_bytes": fields.room}
 
 
 def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) -> list[list[str]]:

@@ -55,7 +55,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from service.errors import AbstainError
 from service.features import FieldsConfig
-from service.features.declaration import BUCKET_BYTES, VERSION_BASE, version_room
+from service.features.declaration import BUCKET_BYTES, VERSION_BASE
 from service.learning.adaptive import Parts
 from service.learning.errors import LearningError
 from service.learning.registry import ALGORITHM_NAMES, LINEAR_ALGORITHMS, make_learner
@@ -902,7 +902,7 @@ def _check_room(name: str, model: ModelConfig, version_bytes: int) -> None:
     fields = model.fields
     if fields is None or fields.hash_bits is None:
         return
-    room = version_room(fields.hash_bits, len(fields.numbers))
+    room = fields.room
     if room > version_bytes:
         raise ValueError(
             f"models.{name}: 2^{fields.hash_bits} hashed buckets may write model versions of "

@@ -206,6 +206,12 @@ class FieldsConfig(BaseModel):
         return len(self.numbers) + self.buckets
 
     @property
+    def room(self) -> int:
+        """The bytes a model version of this declaration may take, however many of its
+        buckets a stream touches (:func:`version_room`; 0 when nothing is hashed)."""
+        return 0 if self.hash_bits is None else version_room(self.hash_bits, len(self.numbers))
+
+    @property
     def hashed_from(self) -> int | None:
         """The index of the first hashed bucket among the inputs (None when nothing is
         hashed): the inputs a model's standardisers never centre
