@@ -104,6 +104,7 @@ class Encoder:
         self.seed = declaration.seed
         self._mask = declaration.buckets - 1
         self._specs = declaration.fields
+        self._read = [(n, spec) for n, spec in self._specs.items() if spec.kind != "ignore"]
         crossed = {name for pair in declaration.cross for name in pair}
         # token -> input, per tokens field no cross reads (the module docstring)
         self._cached: dict[str, dict[str, int]] = {
@@ -184,20 +185,13 @@ class Encoder:
         Traceback (most recent call last):
         service.features.encode.FieldError: field 't': token 1 is an integer, not a string
         """
-        if self.declaration.undeclared == "refuse":
-            for name in fields:
-                if name not in self._specs:
-                    raise FieldError(name, "not declared by the model")
+        self._undeclared(fields)
         hashed: list[tuple[str, str]] = []  # (field, its keys' text): sparse hashes them last
-        for name, spec in self._specs.items():
+        for name, spec in self._read:
             kind = spec.kind
-            if kind == "ignore":
-                continue
             value = fields.get(name)
             if value is None:
-                if spec.missing == "refuse":
-                    raise FieldError(name, "missing or null, and the model refuses that")
-                if spec.missing == "indicator":
+                if _indicated(name, spec):
                     hashed.append((name, name))
                 continue
             if kind == "number":
@@ -214,6 +208,14 @@ class Encoder:
         for name, text in hashed:
             _valid_text(name, text)
 
+    def _undeclared(self, fields: Mapping[str, Any]) -> None:
+        """:class:`FieldError` naming a field the model does not declare, when it refuses
+        those."""
+        if self.declaration.undeclared == "refuse":
+            for name in fields:
+                if name not in self._specs:
+                    raise FieldError(name, "not declared by the model")
+
     def dense(self, fields: Mapping[str, Any]) -> FloatArray:
         """The model's whole input vector of ``fields`` (``width`` floats)."""
         idx, val = self.sparse(fields)
@@ -226,22 +228,15 @@ class Encoder:
         keys and the crosses; :class:`FieldError` names the first field that does not fit.
         Unless ``keyed``, a cached tokens field's part has no keys, an input per occurrence
         (:meth:`_token_inputs`) and values None: each is 1."""
-        if self.declaration.undeclared == "refuse":
-            for name in fields:
-                if name not in self._specs:
-                    raise FieldError(name, "not declared by the model")
+        self._undeclared(fields)
         numbers: tuple[list[int], list[str], list[float]] = ([], [], [])
         parts: list[tuple[Sequence[int], list[str], list[float] | None]] = [numbers]
         hashed: dict[str, tuple[list[str], list[float]]] = {}
-        for name, spec in self._specs.items():
+        for name, spec in self._read:
             kind = spec.kind
-            if kind == "ignore":
-                continue
             value = fields.get(name)
             if value is None:
-                if spec.missing == "refuse":
-                    raise FieldError(name, "missing or null, and the model refuses that")
-                if spec.missing == "indicator":
+                if _indicated(name, spec):
                     hashed[name] = ([f"{name}?"], [1.0])
                 if kind == "number":
                     numbers[0].append(self.numbers[name])
@@ -313,6 +308,14 @@ def _number(name: str, value: Any) -> float:
     if not math.isfinite(number):
         raise FieldError(name, "not a finite number")
     return number
+
+
+def _indicated(name: str, spec: FieldSpec) -> bool:
+    """Whether missing or null field ``name`` sets its indicator; :class:`FieldError` when
+    the model refuses it missing."""
+    if spec.missing == "refuse":
+        raise FieldError(name, "missing or null, and the model refuses that")
+    return spec.missing == "indicator"
 
 
 def _valid_text(name: str, text: str) -> None:
