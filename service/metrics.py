@@ -147,6 +147,21 @@ class Metrics:
         self.model_version = Gauge(
             "abstain_model_version", "Model version in use for scoring", ["model"], registry=r
         )
+        self.model_version_bytes = Gauge(
+            "abstain_model_version_bytes",
+            "Bytes of the record of the model version in use (0 until a version is read: the "
+            "initial one is made, not read)",
+            ["model"],
+            registry=r,
+        )
+        self.model_version_share = Gauge(
+            "abstain_model_version_share",
+            "The record of the model version in use over the most a version may take "
+            "(max_message_bytes): a hashed model's grows with the buckets its stream touches; "
+            "a label whose version would pass 1 is refused as oversize",
+            ["model"],
+            registry=r,
+        )
         self.model_rho = Gauge("abstain_model_rho", "Rejection width rho", ["model"], registry=r)
         self.model_weight_norm = Gauge(
             "abstain_model_weight_norm", "Euclidean norm of w", ["model"], registry=r
@@ -328,6 +343,8 @@ class Metrics:
             self.oldest_pending_age,
             self.label_turnaround,
             self.model_version,
+            self.model_version_bytes,
+            self.model_version_share,
             self.model_rho,
             self.model_weight_norm,
             self.query_rate,
@@ -374,10 +391,17 @@ class Metrics:
         high: float = math.nan,
         labels: int = 0,
         since_change: tuple[float, int] | None = None,
+        record_bytes: int = 0,
+        version_bytes: int = 0,
     ) -> None:
         """The gauges of the model version in use (``weight_norm`` None: no explicit w;
         ``risk`` NaN: no label yet, the gauges keep their last values; ``since_change``:
-        an adaptive model's risk and labels since its last change, None for another)."""
+        an adaptive model's risk and labels since its last change, None for another;
+        ``record_bytes``: its record's, 0 for a version made rather than read, and its
+        share of ``version_bytes``, the most a version may take, when that is given)."""
+        self.model_version_bytes.labels(model=model).set(record_bytes)
+        if version_bytes > 0:
+            self.model_version_share.labels(model=model).set(record_bytes / version_bytes)
         self.model_labels.labels(model=model).set(labels)
         if since_change is not None:
             self.risk_since_change.labels(model=model).set(since_change[0])

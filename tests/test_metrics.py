@@ -20,6 +20,8 @@ CATALOGUE = {
     "abstain_oldest_pending_age_seconds": ("gauge", {"model"}),
     "abstain_label_turnaround_seconds": ("histogram", {"model"}),
     "abstain_model_version": ("gauge", {"model"}),
+    "abstain_model_version_bytes": ("gauge", {"model"}),
+    "abstain_model_version_share": ("gauge", {"model"}),
     "abstain_model_rho": ("gauge", {"model"}),
     "abstain_model_weight_norm": ("gauge", {"model"}),
     "abstain_query_rate": ("gauge", {"model"}),

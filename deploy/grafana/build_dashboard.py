@@ -670,7 +670,24 @@ ROWS: list[tuple[str, list[Panel]]] = [
                         "{{model}} (fleet, 5m)",
                     ),
                 ],
-                width=24,
+                width=12,
+            ),
+            timeseries(
+                "Model version record",
+                "Bytes of the record of the model version each worker serves. A hashed model's "
+                "grows with the buckets its stream has touched, and while its challengers run.",
+                [(f"abstain_model_version_bytes{{{M}}}", "{{model}} {{instance}}")],
+                unit="bytes",
+                width=6,
+            ),
+            timeseries(
+                "Version record / max_message_bytes",
+                "The served version's record over the most a version may take "
+                "(max_message_bytes). At 100 % the learner refuses labels as oversize (Updates "
+                "refused); AbstainModelVersionNearLimit fires above 80 %.",
+                [(f"abstain_model_version_share{{{M}}}", "{{model}} {{instance}}")],
+                unit="percentunit",
+                width=6,
             ),
         ],
     ),

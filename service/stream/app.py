@@ -226,7 +226,11 @@ def create_app(
     s, t = settings, settings.topics
     metrics = Metrics(registry if registry is not None else CollectorRegistry(), models=s.models)
     signer = signer_for(s)
-    book = ModelBook(s, signer=signer, on_swap=lambda m: metrics.set_model(m.name, **m.gauges()))
+    book = ModelBook(
+        s,
+        signer=signer,
+        on_swap=lambda m: metrics.set_model(m.name, **m.gauges(), version_bytes=s.version_bytes),
+    )
     app = _faust_app(s)
     guard_topics(app, s)  # before the producer and consumer start
     topics = {

@@ -78,6 +78,9 @@ FAST = {
     "AbstainOldestPendingNearExpiry": {"0.8 * 3600": f"0.8 * {TTL:g}"},
     # "no progress for 5 minutes", scaled like the `for:` durations
     "AbstainConsumerNoProgress": {"> 300": "> 5"},
+    # 80 % of max_message_bytes: this run's versions (3 inputs) take a few KB of its 1 MB,
+    # so any version a worker serves after reading it stands for one near the limit
+    "AbstainModelVersionNearLimit": {"> 0.8": "> 0"},
 }
 WAIT = 90.0  # s, the longest wait for one alert to fire or resolve (a loaded machine)
 
@@ -305,6 +308,12 @@ def test_the_alerts_of_bad_input_unanswered_labels_and_a_collapsed_model_fire(
     # (c collapses while rho grows; once rho settles it only rejects, and the alert ends)
     live.alerts.wait_fired("AbstainModelCollapsed", {"model": "c"}, timeout=WAIT)
     fire("AbstainRiskHigh", {"model": "c"}, timeout=WAIT)
+    # the served version's record, as a share of the most a version may take
+    near = fire("AbstainModelVersionNearLimit", {"model": "m"}, timeout=WAIT)
+    share = float(near["value"])
+    size = _number(live.prom.query('max(abstain_model_version_bytes{model="m"})')[0])
+    assert 1_000 < size < 100_000, size
+    assert share == pytest.approx(size / 1_000_000, rel=0.5), (share, size)
     # the well-taught model is not at risk
     assert not live.alerts.active("AbstainRiskHigh", {"model": "m"})
 

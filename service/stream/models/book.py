@@ -191,7 +191,9 @@ class ModelBook:
             if reason is not None:
                 raise BadMessage(reason, f"snapshot of model {name!r} is {reason}")
         envelope = parse_model_envelope(raw, model=name, max_bytes=self.settings.fetch_bytes)
-        served = ServedModel.from_envelope(self.settings.models[name], envelope)
+        served = ServedModel.from_envelope(
+            self.settings.models[name], envelope, record_bytes=len(raw)
+        )
         current = self.models[name].version
         if served.version >= current:
             self._held.pop(name, None)  # the line served is confirmed, or moves on

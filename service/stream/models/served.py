@@ -107,6 +107,7 @@ class ServedModel:
     estimate: RiskEstimate | None = None  # the envelope's risk sums (None: not recorded)
     # a declared model's scorer of sparse rows (None: its rows are scored whole)
     sparse: SparseScorer | None = None
+    record_bytes: int = 0  # its version's record (0: made, not read)
 
     @property
     def version(self) -> int:
@@ -133,10 +134,13 @@ class ServedModel:
             "high": r.high,
             "labels": self.envelope.labels_applied,
             "since_change": _since_change(self.learner),
+            "record_bytes": self.record_bytes,
         }
 
     @classmethod
-    def from_envelope(cls, config: ModelConfig, envelope: ModelEnvelope) -> ServedModel:
+    def from_envelope(
+        cls, config: ModelConfig, envelope: ModelEnvelope, *, record_bytes: int = 0
+    ) -> ServedModel:
         """Build the objects of ``envelope``; a state that does not fit ``config`` (another
         algorithm, another number of features, a state the learner refuses) is a
         :class:`BadMessage`, so it is never served."""
@@ -158,9 +162,8 @@ class ServedModel:
                 "feature_count",
                 f"model state for {name!r} does not take {config.n_inputs} features",
             )
-        return cls(
-            name, config, envelope, pipeline, learner, estimate, _sparse(config, pipeline, learner)
-        )
+        sparse = _sparse(config, pipeline, learner)
+        return cls(name, config, envelope, pipeline, learner, estimate, sparse, record_bytes)
 
     @classmethod
     def initial(cls, name: str, config: ModelConfig) -> ServedModel:

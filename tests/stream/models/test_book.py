@@ -202,3 +202,28 @@ def test_skip_orders_are_checked_like_snapshots() -> None:
     assert book.skips.order_for(UnreadableBatch(features, 0, 10, 14, "E")) is None
     assert book.models["m"].version == 0  # no model touched
     assert ModelBook(s).offer(key, raw)  # without a key: taken unsigned
+
+
+def test_the_gauges_show_the_size_of_the_version_served_and_its_share_of_the_limit() -> None:
+    from service.metrics import Metrics  # noqa: PLC0415 - this test only
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, models=["m"])
+    s = settings()
+    book = ModelBook(
+        s, on_swap=lambda m: metrics.set_model(m.name, **m.gauges(), version_bytes=10_000)
+    )
+
+    def gauges() -> tuple[float | None, float | None]:
+        return (
+            registry.get_sample_value("abstain_model_version_bytes", {"model": "m"}),
+            registry.get_sample_value("abstain_model_version_share", {"model": "m"}),
+        )
+
+    assert gauges() == (0.0, 0.0)  # the initial version is made, not read
+    v2, v3 = learned(2), learned(3)
+    assert book.offer(b"m", v2)
+    assert gauges() == (len(v2), len(v2) / 10_000)
+    assert book.offer(b"m", v3)
+    assert gauges() == (len(v3), len(v3) / 10_000)
+    assert book.models["m"].record_bytes == len(v3)
