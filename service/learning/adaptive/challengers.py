@@ -47,6 +47,7 @@ from ..registry import learner_from_state
 
 __all__ = [
     "CHALLENGER_KINDS",
+    "PREVIOUS",
     "MAX_AUTOCORRELATION",
     "Challenger",
     "Contest",
@@ -56,6 +57,8 @@ __all__ = [
 ]
 
 CHALLENGER_KINDS: Final = ("mirror", "fresh", "tail")
+#: the champion a challenger replaced, kept in a contest of its own after the takeover
+PREVIOUS: Final = "previous"
 #: the logistic tail a ``"tail"`` challenger of a champion without one learns with
 TAIL: Final = 2.0
 #: the most the lag-1 autocorrelation of the gains counts for in the takeover test
@@ -315,7 +318,10 @@ class Challenger:
 
     @classmethod
     def from_state(cls, record: Any, base: Base = (None, None)) -> Challenger:
-        if not isinstance(record, Mapping) or record.get("kind") not in CHALLENGER_KINDS:
+        if not isinstance(record, Mapping) or record.get("kind") not in (
+            *CHALLENGER_KINDS,
+            PREVIOUS,
+        ):
             raise StateError(f"a challenger record needs a kind in {CHALLENGER_KINDS}")
         kind = str(record["kind"])
         state = record.get("learner")

@@ -46,7 +46,12 @@ and watches what the champion does on its labels:
    same sense than every challenger before it in ``challengers`` (so a fresh model must
    beat the mirror, which keeps what the champion knew). Challengers that have not won
    after ``patience`` labels are dropped. The pattern of River's adaptive random forest
-   (background learners started at a change), judged on the model's own labels.
+   (background learners started at a change), judged on the model's own labels. After a
+   takeover the champion it replaced runs as the one challenger of a contest of its own
+   (``"previous"``, ``take_back``), by the same test and ``patience``: a takeover won on
+   the remembered labels (where the champion was picked for being wrong, so its mirror is
+   right by construction) and wrong from its first new label is taken back, which no
+   detector would see (the new champion's error is steady from its start).
 3. **Explore.** For the first ``explore_start`` labels the query utility of every event is
    at least ``explore_floor``, and for the ``explore_after`` labels after each change at
    least ``after_floor`` (1 by default: every event alike, with a budget a uniform sample
@@ -113,7 +118,7 @@ from ..registry import learner_from_state
 from ..risk.collapse import CollapseWatch
 from ..risk.estimate import RiskEstimate, importance_weight
 from ..sparse import SparseRow, as_input
-from .challengers import CHALLENGER_KINDS, Challenger, Contest, base_of, challenger_for
+from .challengers import CHALLENGER_KINDS, PREVIOUS, Challenger, Contest, base_of, challenger_for
 from .recall import Recall
 
 __all__ = ["ADAPTIVE_FORMAT", "CHALLENGER_KINDS", "SIGNALS", "TESTS", "Adaptive"]
@@ -195,6 +200,13 @@ class Adaptive:
         after a change).
     collapse_window:
         Labels per window of the collapse watch (default 50; 0 turns it off).
+    take_back:
+        After a takeover, keep the champion it replaced as the one challenger of a contest
+        of its own, judged by the same test: a takeover the next labels prove wrong is
+        taken back (default true). A champion wrong from its first label gives the
+        detector a steady error, so no change would be seen; a change while this contest
+        runs starts the challengers of a change instead, and a champion taken back is not
+        challenged so again.
     seed:
         Seed of the generator that draws query coins when none is supplied.
     """
@@ -214,6 +226,7 @@ class Adaptive:
         "explore_after",
         "explore_events",
         "collapse_window",
+        "take_back",
         "seed",
     )
     __slots__ = (
@@ -257,6 +270,7 @@ class Adaptive:
         explore_after: int = 20,
         explore_events: int | None = None,
         collapse_window: int = 50,
+        take_back: bool = True,
         seed: int | None = 0,
     ) -> None:
         if not callable(getattr(learner, "query_utility", None)):
@@ -290,6 +304,9 @@ class Adaptive:
             None if explore_events is None else check_int("explore_events", explore_events, 0)
         )
         self.collapse_window = check_int("collapse_window", collapse_window, 0)
+        if not isinstance(take_back, bool):
+            raise HyperparameterError(f"take_back must be true or false, got {take_back!r}")
+        self.take_back = take_back
         self.seed = check_seed(seed)
         self._watch = CollapseWatch(window=collapse_window) if collapse_window else None
         self._contest = Contest()
@@ -555,6 +572,8 @@ class Adaptive:
         self._explored = 0
         self._floor = self.after_floor
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
+        if self._taking_back():
+            self._contest = Contest()  # a change: the challengers of a change instead
         if self._contest or not self.challengers:
             return
         change = self._labels - back
@@ -570,6 +589,11 @@ class Adaptive:
             for c in self._contest.running:
                 c.learner.update(z, y)
 
+    def _taking_back(self) -> bool:
+        """Whether the contest running is the one after a takeover (the champion replaced)."""
+        running = self._contest.running
+        return len(running) == 1 and running[0].kind == PREVIOUS
+
     def _maybe_take_over(self) -> None:
         contest = self._contest
         if not contest:
@@ -579,8 +603,13 @@ class Adaptive:
             if contest.running[0].record.n >= self.patience:
                 self._contest = Contest()
             return
+        previous, back = self.champion, best.kind == PREVIOUS
         self.champion, self.champion_origin = best.learner, best.kind
-        self._contest = Contest()
+        # the champion it replaced stays in a contest of its own, so that a takeover the
+        # labels after it prove wrong is taken back (a detector sees no change in a champion
+        # wrong from its first label); a champion taken back is not challenged so again
+        take_back = self.take_back and not back
+        self._contest = Contest([Challenger(PREVIOUS, previous)] if take_back else None)
         self._takeovers += 1
         self._risk = RiskEstimate(max_weight=self._risk.max_weight)
         self._recall.clear()
@@ -690,7 +719,7 @@ def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
     """Fill a freshly built model with what its record says it learned (``serving``: all
     but its contest and recall, which stay empty)."""
     origin = record.get("champion_origin")
-    if origin not in ("initial", *CHALLENGER_KINDS):
+    if origin not in ("initial", *CHALLENGER_KINDS, PREVIOUS):
         raise StateError(f"adaptive state field 'champion_origin' is invalid: {origin!r}")
     model.champion_origin = str(origin)
     contest, recall = record.get("contest"), record.get("recall")

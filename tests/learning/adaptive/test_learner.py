@@ -646,3 +646,68 @@ def test_a_model_read_to_serve_checks_only_that_its_learners_parts_are_objects()
     for part in ("recall", "contest"):
         with pytest.raises(StateError, match="must be objects"):
             Adaptive.from_state({**state, part: [1, 2]}, serving=True)
+
+
+def burst_stream(n: int = 1000, start: int = 600, end: int = 620) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`flipped_stream`'s concept with the labels of ``start``-``end`` against it (a
+    burst: a detector fires, and the labels it replays favour the mirror)."""
+    X, y = flipped_stream(n, flip=n)
+    burst = (np.arange(n) >= start) & (np.arange(n) < end)
+    return X, np.where(burst, -y, y)
+
+
+def _served(model: Adaptive, X: np.ndarray, y: np.ndarray) -> tuple[list[tuple[int, str]], float]:
+    """Each takeover (label, new champion's origin), and the share of labels 640-850 the
+    champion got wrong before learning them."""
+    takeovers, wrong = [], 0
+    for i, (x, label) in enumerate(zip(X, y, strict=True)):
+        if 640 <= i < 850:
+            wrong += model.decide(x, coin=0.5).label == -label
+        before = model.takeovers
+        model.update(x, int(label))
+        if model.takeovers != before:
+            takeovers.append((i, model.champion_origin))
+    return takeovers, wrong / 210
+
+
+def test_a_takeover_the_labels_after_prove_wrong_is_taken_back() -> None:
+    X, y = burst_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    takeovers, wrong = _served(model, X, y)
+    # the mirror won on the burst it replayed; the champion it replaced, kept in a contest
+    # of its own, won it back once the labels went on as before the burst
+    (first, mirror), (back, previous) = takeovers
+    assert (mirror, previous) == ("mirror", "previous")
+    assert 600 < first < 640
+    assert back - first <= 30
+    assert model.changes_detected == 1
+    assert wrong < 0.1
+    # without: the mirror is wrong from its first label, so its detector sees a steady error
+    # and no change, and it serves (relearning the concept) until a fresh challenger wins a
+    # later contest
+    kept = Adaptive(DSAL(n_features=N, cost=0.25), take_back=False)
+    takeovers, kept_wrong = _served(kept, X, y)
+    assert takeovers[0][1] == "mirror"
+    assert takeovers[1][0] > 800
+    assert kept_wrong > max(0.15, 3 * wrong)
+
+
+def test_the_take_back_contest_is_state_and_a_change_replaces_it() -> None:
+    X, y = burst_stream()
+    model = Adaptive(DSAL(n_features=N, cost=0.25))
+    for x, label in zip(X, y, strict=True):
+        model.update(x, int(label))
+        if model.takeovers:
+            break
+    assert model.running == ("previous",)
+    again = Adaptive.from_state(json.loads(json.dumps(model.to_state())))
+    assert again.running == ("previous",)
+    assert again.champion_origin == "mirror"
+    assert again.to_state() == model.to_state()
+    # a change while it runs: the challengers of a change instead
+    model._start_change(0)
+    assert model.running == ("mirror", "fresh", "tail")
+    feed(model, X[640:], y[640:])
+    record = model.to_state()
+    record["champion_origin"] = "previous"  # a champion taken back reads back as such
+    assert Adaptive.from_state(record).champion_origin == "previous"
