@@ -3,7 +3,8 @@ whose labels flip after ``--flip``, each label applied as the learner applies it
 (:func:`~service.stream.labels.protocol.apply_label`, the request carrying the moments of the
 last events, merged as a keyed worker's, as ``loadtest/wide.py``), and every 10th version is
 encoded; printed per shape: the median and the largest version while three challengers run,
-and the largest otherwise.
+and the largest otherwise, of what a scorer reads (the models topic's record) and of the
+learner's state (its table's).
 
     python loadtest/contest_size.py [--labels 1000] [--flip 400] [SHAPE ...]
 
@@ -29,15 +30,18 @@ from service.records import Label, PendingEntry, request_id  # noqa: E402
 from service.stream.labels.protocol import apply_label  # noqa: E402
 from service.stream.models.served import initial_envelope  # noqa: E402
 
+Sizes = tuple[list[tuple[int, int]], list[tuple[int, int]]]
 
-def sizes(shape: str, labels: int, flip: int) -> tuple[list[int], list[int]]:
-    """Bytes of every 10th version: (while three challengers run, otherwise)."""
+
+def sizes(shape: str, labels: int, flip: int) -> Sizes:
+    """(served, state) bytes of every 10th version: (while three challengers run,
+    otherwise)."""
     config = config_of(shape)
     stream = events(shape, labels, np.random.default_rng(5))
     X = np.vstack([vector(config, f) for f, _ in stream])
     model = initial_envelope("m", config)
-    running: list[int] = []
-    idle: list[int] = []
+    running: list[tuple[int, int]] = []
+    idle: list[tuple[int, int]] = []
     for i, (_, y) in enumerate(stream):
         label = y if i < flip else -y
         seen = moments_of(X[max(0, i - BETWEEN + 1) : i + 1, : config.moments_inputs])
@@ -49,7 +53,7 @@ def sizes(shape: str, labels: int, flip: int) -> tuple[list[int], list[int]]:
         model = out.model
         if i % 10 == 0:
             three = len(model.learner["contest"]["challengers"]) == 3
-            (running if three else idle).append(len(out.encode()))
+            (running if three else idle).append((len(out.serve()), len(out.encode())))
     return running, idle
 
 
@@ -61,15 +65,17 @@ def main() -> None:
     args = p.parse_args()
     for shape in args.shapes:
         running, idle = sizes(shape, args.labels, args.flip)
-        otherwise = f"otherwise at most {max(idle) / 1024:.1f} KiB" if idle else ""
-        if running:
-            print(
-                f"{shape:>13}: while three challengers run {statistics.median(running) / 1024:.1f}"
-                f" KiB (median), at most {max(running) / 1024:.1f} KiB, {len(running)} versions;"
-                f" {otherwise}"
-            )
-        else:
-            print(f"{shape:>13}: no challengers ran; {otherwise}")
+        for i, what in enumerate(("what a scorer reads", "the learner's state")):
+            busy, calm = [r[i] for r in running], [r[i] for r in idle]
+            otherwise = f"otherwise at most {max(calm) / 1024:.1f} KiB" if calm else ""
+            if busy:
+                print(
+                    f"{shape:>13}, {what}: while three challengers run "
+                    f"{statistics.median(busy) / 1024:.1f} KiB (median), at most "
+                    f"{max(busy) / 1024:.1f} KiB, {len(busy)} versions; {otherwise}"
+                )
+            else:
+                print(f"{shape:>13}, {what}: no challengers ran; {otherwise}")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ from harness import local_broker, running_worker  # noqa: E402
 from wide import config_of  # noqa: E402
 from wide import events as wide_events  # noqa: E402
 
-from service.config import ModelConfig, Topics  # noqa: E402
+from service.config import Topics  # noqa: E402
 from service.datasets import load_dataset, resolve_dataset_path  # noqa: E402
 from service.records.packed import header_of, is_packed  # noqa: E402
 from service.stream.kafka.clients import Client, read_topic  # noqa: E402
@@ -203,10 +203,7 @@ def _stream(shape: str, events: int) -> tuple[list[Any], list[int]]:
 
 def _config(work: Path, algorithm: str, shape: str) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
-    fields = ModelConfig.model_validate(_model(shape, algorithm)).fields
-    room = 0 if fields is None else fields.room
     return {
-        "max_message_bytes": max(1_000_000, room),  # a declaration above 2^12 needs room
         "app_id": f"lr-{run}",
         "datadir": str(work / f"worker-{run}"),
         "topics": Topics.prefixed(f"lr-{run}"),

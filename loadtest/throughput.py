@@ -84,7 +84,6 @@ sys.path.insert(0, str(REPO))
 from harness import features, stop, worker_argv  # noqa: E402
 from wide import SHAPES, config_of, events  # noqa: E402
 
-from service.config import ModelConfig  # noqa: E402
 from service.localkafka import LocalKafka, find_free_ports  # noqa: E402
 from service.stream.kafka.clients import topic_partitions  # noqa: E402
 
@@ -136,9 +135,6 @@ async def create_topics(
     await admin.start()
     try:
         configs = {"message.timestamp.type": "LogAppendTime"} if log_append else {}
-        room = _room(MODEL).get("max_message_bytes")
-        if room:  # what the worker may write to a topic it writes (its topic guard checks)
-            configs["max.message.bytes"] = str(room + 4096)
         await admin.create_topics(
             [NewTopic(n, partitions, 1, topic_configs=configs) for n in names]
         )
@@ -247,14 +243,6 @@ async def records_on(broker: str, topic: str) -> int:
         await probe.stop()
 
 
-def _room(model: dict[str, Any]) -> dict[str, Any]:
-    """The ``max_message_bytes`` a declaration above 2^12 buckets needs (none otherwise)."""
-    fields = ModelConfig.model_validate(model).fields
-    if fields is None or not fields.hash_bits or fields.hash_bits <= 12:
-        return {}
-    return {"max_message_bytes": fields.room}
-
-
 def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) -> list[list[str]]:
     """``count`` worker processes of one fresh deployment that read ``topic`` and decide
     into ``out``."""
@@ -272,7 +260,6 @@ def worker_cmd(broker: str, topic: str, out: str, work: Path, count: int = 1) ->
         "partitions": {"features": PARTITIONS, "decisions": PARTITIONS, "labels": 1},
         "models": {"default": MODEL},
         "log_level": "warning",
-        **_room(MODEL),
         **({} if COMPRESSION is None else {"compression": COMPRESSION}),
         **WORKER,
     }

@@ -118,6 +118,9 @@ def check_secret(value: SecretStr | None, name: str, minimum: int) -> SecretStr 
 #: room a model version's record leaves, within a client's request size, for its key (a
 #: model name), its headers (a signature) and the record's framing
 VERSION_HEADROOM: Final = 4096
+#: the largest ``max_state_bytes`` (Kafka takes larger records badly: every copy of a
+#: changelog's record is a request of its own)
+MAX_STATE_BYTES: Final = 67_108_864
 #: the record a broker takes by default (``max.message.bytes``: 1 MiB and 12 bytes), rounded
 #: down as ``max_message_bytes``'s default is
 KAFKA_RECORD: Final = 1_000_000
@@ -896,20 +899,26 @@ def proxy_networks(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _check_room(name: str, model: ModelConfig, version_bytes: int) -> None:
-    """A declared model's versions must fit ``version_bytes`` however many of its buckets a
-    stream touches (:func:`~service.features.declaration.version_room`)."""
-    fields = model.fields
-    if fields is None or fields.hash_bits is None:
-        return
-    room = fields.room
-    if room > version_bytes:
+def _room(model: ModelConfig) -> int:
+    """The bytes the learner's state of a model may take however many of its hashed buckets
+    a stream touches (:func:`~service.features.declaration.version_room`; 0: not declared,
+    or nothing hashed)."""
+    return 0 if model.fields is None else model.fields.room
+
+
+def _check_room(name: str, model: ModelConfig, state_bytes: int) -> None:
+    """A declared model's states must fit ``state_bytes`` (``max_state_bytes`` when it is
+    set) however many of its buckets a stream touches."""
+    room = _room(model)
+    if room > state_bytes:
+        assert model.fields is not None  # noqa: S101 - a room is a declaration's
         raise ValueError(
-            f"models.{name}: 2^{fields.hash_bits} hashed buckets may write model versions of "
-            f"up to {room:,} bytes ({BUCKET_BYTES} bytes a bucket, and "
-            f"{VERSION_BASE // 1024} KiB), more than {version_bytes:,}: set max_message_bytes "
-            f"to at least {room:,} (the topics the worker creates get room for it; raise an "
-            "existing topic's max.message.bytes with it), or lower hash_bits"
+            f"models.{name}: 2^{model.fields.hash_bits} hashed buckets may make the learner's "
+            f"state of a version {room:,} bytes ({BUCKET_BYTES} bytes a bucket, and "
+            f"{VERSION_BASE // 1024} KiB), more than max_state_bytes ({state_bytes:,}): raise "
+            f"max_state_bytes to at least {room:,} or unset it (the learner's changelogs the "
+            "worker creates get room for it; raise an existing one's max.message.bytes with "
+            "it), or lower hash_bits"
         )
 
 
@@ -1014,6 +1023,16 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(
         default=1_000_000, ge=64, description="largest record read or written; larger: dead letter"
     )
+    max_state_bytes: int | None = Field(
+        default=None,
+        ge=KAFKA_RECORD,
+        le=MAX_STATE_BYTES,
+        description="largest record of the learner's own tables: a model's whole state (its "
+        "challengers, what it remembers, its normaliser), which only the learner reads; the "
+        "models topic carries what a scorer reads of it, under max_message_bytes. Unset: "
+        "room for the largest state the configured models may reach (a declared model's "
+        "hashed buckets: 72 bytes each and 512 KiB), and no less than a version may take",
+    )
     max_inflated_bytes: int = Field(
         default=134_217_728,
         ge=1_048_576,
@@ -1022,7 +1041,12 @@ class Settings(BaseSettings):
         "read as unreadable (the partition stops there until `abstain skip`). At least "
         "fetch_bytes; keep it well inside the worker's memory limit",
     )
-    max_features: int = Field(default=100_000, ge=1, description="most features a model may have")
+    max_features: int = Field(
+        default=100_000,
+        ge=1,
+        description="most features a model may have (a declared model's hashed buckets are "
+        "bounded by its hash_bits instead)",
+    )
     stall_seconds: float = Field(
         default=60.0, gt=0.0, description="lag without progress this long fails /healthz"
     )
@@ -1115,8 +1139,9 @@ class Settings(BaseSettings):
         if self.max_inflated_bytes < self.fetch_bytes:
             raise ValueError(
                 f"max_inflated_bytes {self.max_inflated_bytes} is below fetch_bytes "
-                f"{self.fetch_bytes} (max(1 MiB, 2 x max_message_bytes)): a batch that "
-                "is read whole uncompressed would be refused once compressed"
+                f"{self.fetch_bytes} (max(1 MiB, 2 x max_message_bytes), and room for the "
+                "learner's state of a model: state_bytes): a batch that is read whole "
+                "uncompressed would be refused once compressed"
             )
         for name, model in self.models.items():
             if not name or not all(c.isalnum() or c in "._-" for c in name):
@@ -1126,12 +1151,14 @@ class Settings(BaseSettings):
                     f"models: bad model name {name!r} (names starting with __ "
                     "are the service's own keys)"
                 )
-            if model.n_inputs > self.max_features:
+            hashed = 0 if model.fields is None else model.fields.buckets  # hash_bits bounds
+            if model.n_inputs - hashed > self.max_features:
                 raise ValueError(
-                    f"models.{name}: {model.n_inputs} features exceeds max_features "
+                    f"models.{name}: {model.n_inputs - hashed} features exceeds max_features "
                     f"{self.max_features}"
                 )
-            _check_room(name, model, self.version_bytes)
+            if self.max_state_bytes is not None:
+                _check_room(name, model, self.max_state_bytes)
         if self.default_model not in self.models:
             raise ValueError(
                 f"default_model {self.default_model!r} is not one of the models "
@@ -1159,8 +1186,23 @@ class Settings(BaseSettings):
 
     @property
     def fetch_bytes(self) -> int:
-        """Fetch and request size of every Kafka client: room for the largest message."""
+        """Fetch and request size of every Kafka client: room for the largest message (an
+        input, a model version, or a learner's state with its key and headers)."""
+        return max(self._message_fetch, self.state_bytes + VERSION_HEADROOM)
+
+    @property
+    def _message_fetch(self) -> int:
+        """Room for twice the largest input."""
         return max(1_048_576, self.max_message_bytes * 2)
+
+    @property
+    def state_bytes(self) -> int:
+        """The most bytes the learner's state of a model version may take (its tables'
+        records: the models and history changelogs): ``max_state_bytes``, or else the most
+        any configured model may need, and never less than :attr:`version_bytes`."""
+        if self.max_state_bytes is not None:
+            return max(self.max_state_bytes, self.version_bytes)
+        return max(self.version_bytes, *(_room(m) for m in self.models.values()))
 
     @property
     def version_bytes(self) -> int:
@@ -1169,7 +1211,8 @@ class Settings(BaseSettings):
         Kafka's default record (1,000,000) when it is set below that (events may be held
         smaller than versions), within what every client writes and reads
         (:attr:`fetch_bytes`) less room for its key, headers and framing."""
-        return min(max(self.max_message_bytes, KAFKA_RECORD), self.fetch_bytes - VERSION_HEADROOM)
+        room = self._message_fetch - VERSION_HEADROOM
+        return min(max(self.max_message_bytes, KAFKA_RECORD), room)
 
     @property
     def bootstrap_servers(self) -> list[str]:

@@ -409,7 +409,7 @@ def _examples() -> list[tuple[str, str, str, Any]]:
         ("labels", "model", "Opinion", Opinion(rid, "fraud", -1, "bob", 1795780100.0)),
         ("labels", "model", "Rollback", rollback),
         ("labels", "model", "Seed", seed),
-        ("models", "model", "ModelEnvelope", envelope),
+        ("models", "model", "ModelEnvelope", envelope.served()),
         ("models", "`__champions__`", "Champions", champions),
         ("models", "`__skip__/<topic>/<partition>/<first>`", "SkipOrder", _skip_order()),
         ("dead_letters", "none", "DeadLetter", _dead_letter()),
@@ -536,7 +536,12 @@ _PACKED: Final = (
     "it; a reader refuses one that claims more than 16 times its own size, or expands to "
     "more or less than it claims. The earlier form (`AB 41 4D 32`, whose sparse arrays "
     '`{"$s": ...}` give their indices as they are) is still read. Every reader takes every '
-    "form: a seed order carries the JSON one."
+    "form: a seed order carries the JSON one. The models topic carries what a scorer reads "
+    'of a version, marked `"serving": true`: an adaptive learner\'s contest as '
+    '`{"running": [the kinds of its challengers]}`, its recall `{}`, a linear learner '
+    "without its normaliser's sums (`learned.normalizer`). The learner's models and "
+    "history changelogs hold its whole state, unmarked; a learner refuses a marked one "
+    "(from its table, or in a seed order)."
 )
 
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "BUCKET_BYTES",
+    "DEFAULT_HASH_BITS",
     "KINDS",
     "MAX_HASH_BITS",
     "VERSION_BASE",
@@ -48,13 +49,17 @@ __all__ = [
 
 Kind = Literal["number", "boolean", "category", "tokens", "ignore"]
 KINDS: tuple[str, ...] = ("number", "boolean", "category", "tokens", "ignore")
-MAX_HASH_BITS = 16
+MAX_HASH_BITS = 18
 """The most hashed buckets a model holds, as a power of two. A label costs about the same at
-any width (the learner learns the entries an event sets), but a model version holds the
-weights and statistics of every bucket a stream has touched: up to
-:data:`BUCKET_BYTES` each, so a declaration must fit the settings' version size
-(:func:`version_room`): up to 2^12 buckets with Kafka's default record, 2^16 with
-``max_message_bytes`` of about 5.3 MB."""
+any width (the learner learns the entries an event sets), but the learner's state of a model
+holds the weights and statistics of every bucket a stream has touched: up to
+:data:`BUCKET_BYTES` each, so a declaration must fit the learner's state size
+(:func:`version_room`; ``Settings.state_bytes``, which is made large enough unless
+``max_state_bytes`` is set). What a scorer reads of a version (the models topic) holds the
+champion's weights of the buckets touched, under ``max_message_bytes``."""
+
+DEFAULT_HASH_BITS = 18
+"""The hashed buckets of a declaration that hashes a field and does not say ``hash_bits``."""
 
 BUCKET_BYTES = 72
 """The most bytes a bucket adds to a model version: nine numbers of 8 bytes (the second
@@ -127,9 +132,11 @@ class FieldsConfig(BaseModel):
         default=None,
         ge=1,
         le=MAX_HASH_BITS,
-        description=f"hashed buckets, as a power of two (1-{MAX_HASH_BITS}); required when a "
-        "field is hashed (boolean, category, tokens, a missing indicator, a cross); above 12, "
-        "max_message_bytes must give a model version room (72 bytes a bucket and 512 KiB)",
+        description=f"hashed buckets, as a power of two (1-{MAX_HASH_BITS}); "
+        f"{DEFAULT_HASH_BITS} when a field is hashed (boolean, category, tokens, a missing "
+        "indicator, a cross) and it is not given. The learner's state of a model may take 72 "
+        "bytes a bucket and 512 KiB (max_state_bytes); what a scorer reads, the weights of "
+        "the buckets a stream touched (max_message_bytes)",
     )
     seed: int = Field(
         default=0, ge=0, lt=2**32, description="seed of the hash (MurmurHash3, 32 bit)"
@@ -173,11 +180,8 @@ class FieldsConfig(BaseModel):
                 raise ValueError(f"cross: {a!r} with itself")
         if len(set(self.cross)) != len(self.cross):
             raise ValueError("cross: a pair is given twice")
-        if self.hashed and self.hash_bits is None:
-            raise ValueError(
-                "hash_bits is required when a field is hashed "
-                f"(boolean, category, tokens, a missing indicator, a cross): 1-{MAX_HASH_BITS}"
-            )
+        if self.hashed and self.hash_bits is None:  # frozen: set as a field's default is
+            self.__dict__["hash_bits"] = DEFAULT_HASH_BITS
         if not self.hashed and self.hash_bits is not None:
             raise ValueError("hash_bits is set but no field is hashed")
         return self

@@ -51,7 +51,7 @@ package-wide tree in :mod:`service.errors`, a standard-library-only module)::
 0
 """
 
-from .adaptive import Adaptive, Parts, learner_for, serving_learner
+from .adaptive import Adaptive, Parts, learner_for, serving_learner, serving_state
 from .base import Decision
 from .budget import Budgeted, QueryBudget
 from .errors import HyperparameterError, InputError, LearningError, StateError
@@ -85,5 +85,6 @@ __all__ = [
     "learner_from_state",
     "make_learner",
     "serving_learner",
+    "serving_state",
     "serving_pipeline",
 ]

@@ -21,7 +21,10 @@ Model envelope (JSON)::
      "corrected_to": int (the labels offset of the newest correction the state holds; -1 =
                           none; absent in records written before it existed),
      "line_from": int (the version at which the state's line began: a seed or rollback
-                       order served it; 0 = version 0; absent in records before it existed)}
+                       order served it; 0 = version 0; absent in records before it existed),
+     "serving": true (present only in a record read to serve: the models topic carries
+                      what a scorer reads, :meth:`ModelEnvelope.served`; the learner's
+                      tables the whole state)}
 
 Risk: a label for a served decision carries the effective query probability p. The sums
 ``iw_loss = sum L_d / p`` and ``iw_weight = sum 1 / p`` estimate the total 0-d-1 loss and the
@@ -47,6 +50,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from service.learning import serving_state
 from service.records.codec import (
     MAX_MAGNITUDE,
     BadMessage,
@@ -68,6 +72,7 @@ __all__ = [
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "Deferred",
+    "Limits",
     "Stale",
     "TooLarge",
     "ModelEnvelope",
@@ -181,11 +186,37 @@ def _made(value: Any) -> Any:
 
 
 class TooLarge(RecordError):
-    """A model version larger than a record may be (``size`` bytes, over ``limit``)."""
+    """A model version larger than a record may be (``size`` bytes, over ``limit``):
+    ``served``, the record a scorer reads (the models topic); else the learner's whole state
+    (its tables)."""
 
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"the version is {size} bytes, over the {limit} a version may take")
-        self.size, self.limit = size, limit
+    def __init__(self, size: int, limit: int, *, served: bool = False) -> None:
+        what = "the version a scorer reads" if served else "the learner's state of the version"
+        super().__init__(f"{what} is {size} bytes, over the {limit} it may take")
+        self.size, self.limit, self.served = size, limit, served
+
+    @property
+    def remedy(self) -> str:
+        """What an operator can do about it."""
+        if self.served:
+            return (
+                "raise max_message_bytes with the models topic's max.message.bytes, or give "
+                "the model fewer inputs"
+            )
+        return (
+            "raise max_state_bytes with the max.message.bytes of the learner's models and "
+            "history changelogs, or give the model fewer inputs"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The most bytes a model version may take: ``state``, the learner's whole state (its
+    tables' records: ``Settings.state_bytes``), and ``served``, what a scorer reads of it
+    (the models topic: ``Settings.version_bytes``)."""
+
+    state: int
+    served: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +249,8 @@ class ModelEnvelope:
     # the version where this line of states began (a seed or a rollback order served it as
     # that version); an order written against an earlier version is a copy (replayed)
     line_from: int = 0
+    # a record read to serve (:meth:`served`): what a scorer reads, never a learner's state
+    serving: bool = False
 
     def applied(self, partition: int, offset: int) -> bool:
         """True if the label at ``offset`` of labels ``partition`` is already in the model
@@ -236,7 +269,17 @@ class ModelEnvelope:
         out.update((f.name, _made(getattr(self, f.name))) for f in dataclasses.fields(self))
         if out["estimate"] is None:
             del out["estimate"]
+        if not out["serving"]:
+            del out["serving"]
         return out
+
+    def served(self) -> ModelEnvelope:
+        """What a scorer reads of this version (the models topic's record): the learner's
+        state as :func:`service.learning.serving_state` leaves it (no challengers, nothing
+        remembered, no normaliser sums), marked ``serving``; it decides as this one does."""
+        if self.serving:
+            return self
+        return dataclasses.replace(self, learner=serving_state(_made(self.learner)), serving=True)
 
     def to_json(self) -> bytes:
         """Encoded; raises :class:`~service.records.codec.RecordError` if any number in it is
@@ -260,23 +303,32 @@ class ModelEnvelope:
             )
         return squeeze(encoded)
 
-    def check(self, *, max_bytes: int | None = None) -> bytes | None:
+    def check(self, *, limits: Limits | None = None) -> tuple[bytes | None, bytes | None]:
         """Raise what :meth:`to_bytes` raises, without encoding: what a learner checks of
-        each version it makes, writing only some (a group's newest). With ``max_bytes``, a
-        version that may not fit in that many bytes (:func:`~service.records.packed.checked`)
-        is encoded, and :class:`TooLarge` raised if it does not: its record (the bytes it
-        was measured by) is returned; None when it was not encoded."""
+        each version it makes, writing only some (a group's newest). With ``limits``, a
+        version whose state, or whose :meth:`served` record, may not fit in its limit
+        (:func:`~service.records.packed.checked`) is encoded, and :class:`TooLarge` raised
+        if it does not: the records encoded (the bytes they were measured by) are returned,
+        ``(state, served)``, None for one that was not."""
         big, most = checked(self.to_dict(), bound=MAX_MAGNITUDE)
         if big and any(_beyond(part) for part in (self.pipeline, self.learner, self.estimate)):
             raise RecordError(
                 f"model state holds a learned number of magnitude >= {MAX_MAGNITUDE:g}"
             )
-        if max_bytes is None or most <= max_bytes:
-            return None
-        encoded = self.to_bytes()
-        if len(encoded) > max_bytes:
-            raise TooLarge(len(encoded), max_bytes)
-        return encoded
+        if limits is None:
+            return None, None
+        encoded = served = None
+        if most > limits.state:
+            encoded = self.to_bytes()
+            if len(encoded) > limits.state:
+                raise TooLarge(len(encoded), limits.state)
+        if most > limits.served:  # what a scorer reads is a part of it
+            reading = self.served()
+            if checked(reading.to_dict(), bound=MAX_MAGNITUDE)[1] > limits.served:
+                served = reading.to_bytes()
+                if len(served) > limits.served:
+                    raise TooLarge(len(served), limits.served, served=True)
+        return encoded, served
 
     def replace(self, **changes: Any) -> ModelEnvelope:
         """A copy with ``changes`` (the record itself never changes)."""
@@ -333,6 +385,7 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
         if record.get("corrected_to") is not None
         else -1,
         line_from=integer(record, "line_from") if record.get("line_from") is not None else 0,
+        serving=_flag(record, "serving"),
     )
     counters = (
         envelope.version,
@@ -353,6 +406,14 @@ def parse_model_envelope(raw: bytes, *, model: str, max_bytes: int | None = None
             f"model state for {model!r} holds a learned number of magnitude >= {MAX_MAGNITUDE:g}",
         )
     return envelope
+
+
+def _flag(record: dict[str, Any], name: str) -> bool:
+    """An optional ``true`` (absent: false)."""
+    value = record.get(name, False)
+    if not isinstance(value, bool):
+        raise BadMessage("schema", f"field {name!r} must be true or false")
+    return value
 
 
 def _learned_bytes(envelope: ModelEnvelope) -> bytes:

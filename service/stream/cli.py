@@ -226,7 +226,7 @@ def _rebuild(argv: list[str]) -> int:
         return 2
     rebuilt = asyncio.run(rebuild_from_topics(settings, args.model))
     if args.publish:
-        key, value = args.model.encode(), rebuilt.model.to_bytes()
+        key, value = args.model.encode(), rebuilt.model.served().to_bytes()
         signer = signer_for(settings)
         headers = None if signer is None else [(SIGNATURE_HEADER, signer.sign(key, value))]
         asyncio.run(produce_one(settings, settings.topics.models, key, value, headers))

@@ -224,3 +224,18 @@ def test_a_correction_the_learner_refused_is_not_shown_queued_for_ever() -> None
     assert waiting.counts({"m": model}) == {"m": 1}
     now[0] += WAIT_AT_MOST + 1.0
     assert waiting.counts({"m": model}) == {}
+
+
+def test_the_challengers_running_are_read_from_what_the_models_topic_carries() -> None:
+    """The desk reads a model from the models topic, which carries what a scorer reads (no
+    challengers' learners): the kinds running are still named there, and shown."""
+    config = ModelConfig(n_features=2, intercept=False, standardize=False)
+    learner = next(
+        m for n in range(305, 420, 5) if (m := learned(flip_at=300, n=n)).running
+    )  # just after the change, while the challengers run
+    envelope = initial_envelope("m", config).replace(version=9, learner=learner.to_state())
+    on_topic = ServedModel.from_envelope(config, envelope.served())
+    row = change_of(on_topic)
+    assert row is not None
+    assert row.challengers == learner.running
+    assert row.relearning

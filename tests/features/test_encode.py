@@ -158,9 +158,8 @@ def test_a_string_of_tokens_is_split_at_white_space() -> None:
     [
         ({"fields": {}}, "at least one field"),
         ({"fields": {"a": "ignore"}}, "every field is ignored"),
-        ({"fields": {"a": "category"}}, "hash_bits is required"),
         ({"fields": {"a": "number"}, "hash_bits": 4}, "no field is hashed"),
-        ({"fields": {"a": "category"}, "hash_bits": 17}, "less than or equal to 16"),
+        ({"fields": {"a": "category"}, "hash_bits": 19}, "less than or equal to 18"),
         ({"fields": {"a": "category"}, "hash_bits": 0}, "greater than or equal to 1"),
         ({"fields": {"a": "colour"}, "hash_bits": 4}, "Input should be"),
         ({"fields": {" ": "number"}}, "field name"),
@@ -416,20 +415,36 @@ def test_the_widest_declared_model_writes_versions_under_the_record_limit() -> N
     assert size < version_room(widest, 4)
 
 
+def test_a_declaration_that_hashes_and_does_not_say_how_wide_takes_2_to_the_18() -> None:
+    assert FieldsConfig.model_validate({"fields": {"a": "category"}}).hash_bits == 18
+    assert ModelConfig(fields={"fields": {"a": "category"}}).n_inputs == 2**18
+    assert FieldsConfig.model_validate({"fields": {"a": "number"}}).hash_bits is None
+
+
 @pytest.mark.parametrize("bits", [13, MAX_HASH_BITS])
-def test_a_declaration_wider_than_its_versions_have_room_for_is_refused_naming_the_setting(
+def test_the_learners_state_gets_room_for_a_declaration_unless_max_state_bytes_says_less(
     bits: int,
 ) -> None:
+    """Unset, ``max_state_bytes`` is room for the widest state the configured models may
+    reach (the changelogs the worker creates are given it; every client fetches it); set
+    below that, the settings are refused naming it. What a scorer reads stays within
+    ``max_message_bytes`` (``version_bytes``), whatever the width."""
     decl = {"hash_bits": bits, "fields": {"n": "number", "t": "tokens"}}
     models = {"m": {"algorithm": "dsol", "fields": decl}}
     room = version_room(bits, 1)
-    with pytest.raises(ValidationError, match=f"set max_message_bytes to at least {room:,}"):
-        Settings(models=models, default_model="m")
+    roomy = Settings(models=models, default_model="m")
+    assert (roomy.version_bytes, roomy.state_bytes) == (1_000_000, room)
+    assert roomy.fetch_bytes >= room + 4096
+    assert roomy.models["m"].n_inputs == 1 + 2**bits
+    with pytest.raises(ValidationError, match=f"raise max_state_bytes to at least {room:,}"):
+        Settings(models=models, default_model="m", max_state_bytes=room - 1)
     with pytest.raises(ValidationError, match=f"2\\^{bits} hashed buckets"):
-        Settings(models=models, default_model="m", max_message_bytes=room - 1)
-    taken = Settings(models=models, default_model="m", max_message_bytes=room)
-    assert taken.version_bytes >= room
-    assert taken.models["m"].n_inputs == 1 + 2**bits
+        Settings(models=models, default_model="m", max_state_bytes=room - 1)
+    taken = Settings(models=models, default_model="m", max_state_bytes=room)
+    assert (taken.state_bytes, taken.version_bytes) == (room, 1_000_000)
+    narrow = Settings()  # nothing hashed: the state's room is a version's, as the topic's
+    assert narrow.state_bytes == narrow.version_bytes == 1_000_000
+    assert narrow.fetch_bytes == 2_000_000
 
 
 _FIELD_VALUES = {

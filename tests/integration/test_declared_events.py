@@ -22,7 +22,6 @@ from service.config import ModelConfig
 from service.datasets import load_events
 from service.desk.auth.passwords import hash_password
 from service.features import Encoder, FieldsConfig
-from service.features.declaration import version_room
 from service.records import parse_label_request, parse_model_envelope, request_id
 from service.records.packed import ZMAGIC
 from service.stream.labels.admission import inputs_of
@@ -412,57 +411,81 @@ def test_a_request_whose_fields_do_not_fit_is_dead_lettered_naming_the_field(
     assert [d["reason"] for d in dead if d["topic"] == t["labels"]] == ["unknown_request"]
 
 
-def test_a_model_of_2_16_buckets_learns_every_label_with_the_room_it_needs(
+def test_a_model_of_2_18_buckets_learns_every_label_under_kafkas_default_record(
     service_factory: Callable[..., Service], kafka_io: KafkaIO
 ) -> None:
-    # 65,536 buckets: refused with the default record size (tests/features), served with
-    # max_message_bytes at the room its versions may need; events of 300 tokens from a
-    # vocabulary wider than the buckets, every one asked (DSOL) and answered, every label
-    # applied, the versions through the broker as the entries their stream touched
-    bits, words = 16, [f"v{i}" for i in range(100_000)]
-    decl = {"hash_bits": bits, "fields": {"amount": "number", "tokens": "tokens"}}
-    room = version_room(bits, 1)
+    # the default width (2^18 buckets) with the default settings: events of 300 tokens from
+    # 60,000 words, every one asked (DSOL) and answered, the stream turning halfway so
+    # challengers learn beside the champion. The models topic carries what a scorer reads,
+    # under Kafka's default record; the learner's table takes its whole state (beyond that
+    # record while the challengers run): every label applied, none refused, and a worker
+    # killed mid-stream reads that state back and goes on from it
+    words = [f"v{i}" for i in range(60_000)]
+    decl = {"fields": {"amount": "number", "tokens": "tokens"}}  # hash_bits: the default
     service = service_factory(
         models={"wide": {"algorithm": "dsol", "cost": 0.2, "fields": decl}},
         default_model="wide",
-        max_message_bytes=room,
+        partitions={"features": 1, "decisions": 1, "labels": 1, "models": 1},
     )
     worker = service.start()
     worker.wait_ready()
     t = service.topics
     rng = np.random.default_rng(5)
+    n, chunk = 300, 25
     events, truth = [], {}
-    for i in range(160):
+    for i in range(n + chunk):
         tokens = [str(w) for w in rng.choice(words, size=300)]
         amount = round(float(rng.lognormal(3, 1)), 2)
         events.append((f"w{i}", {"id": f"w{i}", "features": {"amount": amount, "tokens": tokens}}))
-        truth[f"w{i}"] = 1 if amount > 20 else -1
+        truth[f"w{i}"] = (1 if amount > 20 else -1) * (1 if i < n // 2 else -1)
     kafka_io.produce_json(t["features"], events)
     asked = kafka_io.wait_for(
-        t["label_requests"], lambda rs: len({r.json()["event_id"] for r in rs}) >= 160, timeout=90
+        t["label_requests"],
+        lambda rs: len({r.json()["event_id"] for r in rs}) >= n + chunk,
+        timeout=120,
     )
     requests = {r.json()["event_id"]: r.json()["request_id"] for r in asked}
-    assert all(len(r.value) < 8192 for r in asked)  # its fields, not 65,537 inputs
-    kafka_io.produce_json(
-        t["labels"],
-        [
-            ("wide", {"request_id": rid, "model": "wide", "label": truth[e], "labelled_by": "t"})
-            for e, rid in sorted(requests.items())
-        ],
-    )
-    deadline = time.monotonic() + 120
-    while worker.metric("abstain_labels_applied_total", {"model": "wide"}) < 160:
-        assert time.monotonic() < deadline, "the labels of a 2^16 model were not applied"
-        time.sleep(0.3)
+    assert all(len(r.value) < 4096 for r in asked)  # its fields, not 2^18 inputs
+    order = sorted(requests, key=lambda e: int(e[1:]))
+
+    def answer(first: int, last: int, applied: Worker) -> None:
+        kafka_io.produce_json(
+            t["labels"],
+            [
+                ("wide", {"request_id": requests[e], "model": "wide", "label": truth[e]})
+                for e in order[first:last]
+            ],
+        )
+        deadline = time.monotonic() + 120
+        while applied.metric("abstain_model_version", {"model": "wide"}) < last:
+            assert time.monotonic() < deadline, f"labels up to {last} were not applied"
+            time.sleep(0.2)
+
+    for first in range(0, n, chunk):  # a version written per chunk at least
+        answer(first, first + chunk, worker)
     versions = [r for r in kafka_io.read(t["models"]) if r.key == b"wide"]
+    states = [r for r in kafka_io.read(service.changelog("models")) if r.key == b"wide"]
     newest = parse_model_envelope(versions[-1].value, model="wide")
-    assert newest.version == 160
-    assert len(versions[-1].value) < room
+    assert newest.version == n
+    assert newest.serving
+    assert len(versions) >= n // chunk
+    assert max(len(r.value) for r in versions) <= 900 * 1024
+    assert max(len(r.value) for r in states) > 1_000_000  # the contest's, in the table
     champion = newest.learner["champion"]["learned"]
-    assert "w" not in champion  # the weights of the buckets the stream touched, not 65,537
-    assert 10_000 < len(champion["w_at"]) < 2**bits
+    assert "w" not in champion  # the weights of the buckets the stream touched
+    assert 30_000 < len(champion["w_at"]) < 2**18
+    # killed while it holds a state beyond a default record: read back, and learning goes on
+    worker.kill9()
+    again = service.start()
+    again.wait_ready()
+    answer(n, n + chunk, again)
+    after = parse_model_envelope(
+        [r for r in kafka_io.read(t["models"]) if r.key == b"wide"][-1].value, model="wide"
+    )
+    assert (after.version, after.labels_applied) == (n + chunk, n + chunk)
     dead = [r.json() for r in kafka_io.read(t["dead_letters"])]
     assert not [d for d in dead if d["topic"] in (t["labels"], t["label_requests"])], dead[:3]
+    assert again.stop() == 0
 
 
 def test_the_desk_shows_a_person_the_fields_as_the_producer_sent_them(

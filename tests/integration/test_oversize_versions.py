@@ -87,8 +87,9 @@ def test_a_label_whose_version_would_not_fit_is_dead_lettered_and_the_learner_go
     assert len(oversize) >= N // 2
     for letter in oversize:
         assert letter["topic"] == t["labels"]
-        assert "model 'wide': the version is " in letter["detail"]
-        assert "over the 1000000 a version may take" in letter["detail"]
+        assert "model 'wide': the learner's state of the version is " in letter["detail"]
+        assert "over the 1000000 it may take" in letter["detail"]
+        assert "raise max_state_bytes" in letter["detail"]
     refused = {"model": "wide", "reason": "oversize"}
     assert worker.metric("abstain_updates_refused_total", refused) == len(oversize)
     written = [r.value for r in kafka_io.read(t["models"]) if r.key == b"wide"]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from faults.checks import champion_record
 
+from service.learning import serving_state
 from service.stream.health.housekeeping import REPUBLISH_AFTER
 
 Service = KafkaIO = Worker = Any  # fixtures' types live in conftest.py
@@ -109,7 +110,8 @@ def test_the_seed_is_published_signed_and_the_worker_decides_with_it(
     assert cli_state is not None
     assert cli_state["labels_applied"] == 400
     assert learner_state is not None, "the learner adopted the seed"
-    assert learner_state["learner"] == cli_state["learner"]
+    # the learner publishes what a scorer reads of the state it adopted
+    assert learner_state["learner"] == serving_state(cli_state["learner"])
     assert learner_state["pipeline"] == cli_state["pipeline"]
     # past the republishing delay, the worker still serves the seeded state: it decides
     time.sleep(REPUBLISH_AFTER + 2.0)

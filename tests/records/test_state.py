@@ -60,3 +60,23 @@ def test_a_forged_number_beyond_the_bound_is_refused_however_it_is_written(liter
         parse_model_envelope(raw, model="m")
     below = parse_model_envelope(raw.replace(literal, b"9" * 99), model="m")  # about 1e99
     assert below.learner["learned"]["w"][0] == pytest.approx(1e99)
+
+
+def test_a_record_read_to_serve_says_so_and_nothing_else_does() -> None:
+    """What the models topic carries is marked ``serving`` (both encodings read it back);
+    a whole state is written without the mark, as before it existed; anything but true or
+    false there is refused."""
+    whole = with_w([0.5, -0.25, 1.0, 0.0])
+    served = whole.served()
+    assert (whole.serving, served.serving, served.served() is served) == (False, True, True)
+    assert "serving" not in whole.to_dict()
+    assert served.to_dict()["serving"] is True
+    assert served.learner["recall"] == {}
+    assert whole.learner["recall"] != {}
+    for encoded in (served.to_json(), served.to_bytes()):
+        assert parse_model_envelope(encoded, model="m") == served
+    assert parse_model_envelope(whole.to_bytes(), model="m").serving is False
+    for value in (b'"yes"', b"1", b"null"):
+        raw = whole.to_json()[:-1] + b',"serving":' + value + b"}"
+        with pytest.raises(BadMessage, match="'serving' must be true or false"):
+            parse_model_envelope(raw, model="m")

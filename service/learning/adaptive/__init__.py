@@ -6,7 +6,15 @@ better. It rebuilds the learners it holds through the registry, so it sits above
 serves (the wrapper with the parts its configuration turns on) for the worker and the replay."""
 
 from .learner import ADAPTIVE_FORMAT, CHALLENGER_KINDS, SIGNALS, TESTS, Adaptive
-from .parts import RHO_STEP, Parts, is_adaptive_state, learner_for, serving_learner, tracking_steps
+from .parts import (
+    RHO_STEP,
+    Parts,
+    is_adaptive_state,
+    learner_for,
+    serving_learner,
+    serving_state,
+    tracking_steps,
+)
 
 __all__ = [
     "ADAPTIVE_FORMAT",
@@ -19,5 +27,6 @@ __all__ = [
     "is_adaptive_state",
     "learner_for",
     "serving_learner",
+    "serving_state",
     "tracking_steps",
 ]

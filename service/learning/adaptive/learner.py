@@ -247,6 +247,7 @@ class Adaptive:
         "_rng",
         "_contest",
         "_serving",
+        "_serving_running",
         "_takeovers",
         "_watch",
     )
@@ -312,6 +313,7 @@ class Adaptive:
         self._contest = Contest()
         self._recall = Recall(self.memory)
         self._serving = False  # a view read to decide only (from_state's ``serving``)
+        self._serving_running: tuple[str, ...] = ()  # such a view's running challengers
         self._risk = RiskEstimate()
         self._explore_left = self.explore_start
         self._explored = 0
@@ -429,7 +431,10 @@ class Adaptive:
 
     @property
     def running(self) -> tuple[str, ...]:
-        """Kinds of the challengers running now."""
+        """Kinds of the challengers running now (a model read to serve: as its record
+        names them)."""
+        if self._serving:
+            return self._serving_running
         return tuple(c.kind for c in self._contest.running)
 
     # -- deciding ----------------------------------------------------------------------
@@ -715,6 +720,27 @@ def _recapped(risk: RiskEstimate, max_weight: float) -> RiskEstimate:
     )
 
 
+def _running_kinds(contest: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The kinds of the challengers a contest record runs: a whole record's challengers, or
+    a served record's ``running`` (:func:`~.parts.serving_state`)."""
+    if contest is None:
+        return ()
+    listed = contest.get("running")
+    if listed is None:
+        listed = [
+            c.get("kind") if isinstance(c, Mapping) else None
+            for c in contest.get("challengers") or ()
+        ]
+    kinds = (*CHALLENGER_KINDS, PREVIOUS)
+    if (
+        not isinstance(listed, list)
+        or len(listed) > len(kinds)
+        or not all(k in kinds for k in listed)
+    ):
+        raise StateError(f"adaptive state: the running challengers are not kinds of {kinds}")
+    return tuple(str(k) for k in listed)
+
+
 def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
     """Fill a freshly built model with what its record says it learned (``serving``: all
     but its contest and recall, which stay empty)."""
@@ -726,7 +752,13 @@ def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
     if serving:
         if not isinstance(contest, Mapping | None) or not isinstance(recall, Mapping):
             raise StateError("adaptive state fields 'contest' and 'recall' must be objects")
+        model._serving_running = _running_kinds(contest)
     else:
+        if isinstance(contest, Mapping) and "running" in contest:
+            raise StateError(
+                "adaptive state: a record read to serve (its challengers and recall left "
+                "out) cannot be learned on"
+            )
         running = isinstance(contest, Mapping) and contest.get("challengers")
         base = base_of(model.champion.to_state()) if running else (None, None)
         model._contest = Contest.from_state(contest, base)

@@ -63,6 +63,7 @@ __all__ = [
     "is_adaptive_state",
     "learner_for",
     "serving_learner",
+    "serving_state",
     "tracking_steps",
 ]
 
@@ -151,6 +152,53 @@ def learner_for(state: Any, parts: Parts | None, *, serving: bool = False) -> An
     if parts is None:
         return learner_from_state(record.get("champion"))
     return Adaptive.from_state(_conformed(dict(record), parts), serving=serving)
+
+
+def serving_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What a scorer reads of a learner's state record: what deciding needs, and no more.
+
+    An adaptive record keeps its champion, its detectors, exploration and counts; its
+    contest names the challengers running (``{"running": [kinds]}``) without their
+    learners, and its recall is empty. A linear learner (bare, or the champion) leaves out
+    its normaliser's sums, which only its updates read. The record decides as the whole one
+    does (:func:`learner_for` with ``serving=True``) and cannot be learned on: an adaptive
+    one is refused, and a bare one is told apart by the record that holds it
+    (:class:`service.records.ModelEnvelope`'s ``serving``).
+
+    >>> from service.learning import DSAL
+    >>> dsal = DSAL(n_features=2, cost=0.25, update_rule="normalized")
+    >>> model = learner_for(dsal.to_state(), Parts())
+    >>> for i in range(40):
+    ...     _ = model.update([1.0, float(i % 3) - 1.0], 1 if i % 3 else -1)
+    >>> whole = model.to_state()
+    >>> served = serving_state(whole)
+    >>> "normalizer" in whole["champion"]["learned"], "normalizer" in served["champion"]["learned"]
+    (True, False)
+    >>> served["contest"], served["recall"]
+    ({'running': []}, {})
+    >>> learner_for(served, Parts(), serving=True).decide([0.5, 1.0], coin=0.5) == model.decide(
+    ...     [0.5, 1.0], coin=0.5)
+    True
+    """
+    if not is_adaptive_state(state):
+        return dict(_without_sums(state))
+    contest = state.get("contest")
+    challengers = contest.get("challengers") if isinstance(contest, Mapping) else None
+    running = [c.get("kind") for c in challengers or () if isinstance(c, Mapping)]
+    return {
+        **state,
+        "champion": _without_sums(state.get("champion")),
+        "contest": {"running": running},
+        "recall": {},
+    }
+
+
+def _without_sums(state: Any) -> Any:
+    """A learner record without its normaliser's sums (any other record as it is)."""
+    learned = state.get("learned") if isinstance(state, Mapping) else None
+    if not isinstance(learned, Mapping) or "normalizer" not in learned:
+        return state
+    return {**state, "learned": {k: v for k, v in learned.items() if k != "normalizer"}}
 
 
 def _wrap(learner: Any, parts: Parts, *, seed: int) -> Adaptive:

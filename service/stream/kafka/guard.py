@@ -17,8 +17,9 @@ What is refused, and why:
   and are read from the beginning), and the topics keyed by model (label requests, labels)
   must not be (compaction would keep one record per model);
 - a topic the worker writes must take its largest record (``max.message.bytes``, the
-  broker's ``message.max.bytes`` unless set): a model version of up to ``version_bytes``
-  where versions go, an input of up to ``max_message_bytes`` elsewhere. A record the broker
+  broker's ``message.max.bytes`` unless set): what a scorer reads of a model version, up to
+  ``version_bytes``, on the models topic, the learner's state of one, up to ``state_bytes``,
+  in its changelogs, an input of up to ``max_message_bytes`` elsewhere. A record the broker
   refuses fails its batch at every retry: the learner would stop there (topics the worker
   creates are given room for it: :func:`~service.stream.kafka.topics.largest_record`);
 - with ``topic_policy.creation = "check"``: every topic must exist, with the configured
@@ -132,9 +133,9 @@ def _problems_of_one(spec: TopicSpec, fact: TopicFacts | None, policy: TopicPoli
     if spec.largest is not None and takes is not None and takes < spec.largest:
         problems.append(
             f"{where} takes records of at most {takes} bytes (max.message.bytes), and the "
-            f"worker may write one of {spec.largest} there (max_message_bytes, a model "
-            "version: version_bytes, with room for its key and headers): set its "
-            f"max.message.bytes to at least {spec.largest}, or lower max_message_bytes"
+            f"worker may write one of {spec.largest} there ({spec.largest_is[0]}, with room "
+            f"for its key and headers): set its max.message.bytes to at least "
+            f"{spec.largest}, or lower {spec.largest_is[1]}"
         )
     replicas, isr = _count(fact.replicas, "replica"), fact.min_insync_replicas
     if isr > fact.replicas:

@@ -116,14 +116,25 @@ class Entry:
 
     def largest(self, settings: Settings) -> int | None:
         """The most bytes a record the worker writes here may take, with its key, headers
-        and framing: a model version (``version_bytes``) where versions go, else an input
-        as large as ``max_message_bytes``; None where the worker writes nothing (or
+        and framing: what a scorer reads of a model version (``version_bytes``) on the
+        models topic, the learner's state of one (``state_bytes``) in its tables, else an
+        input as large as ``max_message_bytes``; None where the worker writes nothing (or
         faust's own small records)."""
         if "w" not in self.rights("worker") or self.kind == "faust":
             return None
-        versions = "ModelEnvelope" in self.value
-        body = settings.version_bytes if versions else settings.max_message_bytes
+        body = settings.max_message_bytes
+        if "ModelEnvelope" in self.value:
+            body = settings.state_bytes if self.kind == "table" else settings.version_bytes
         return body + VERSION_HEADROOM
+
+    @property
+    def largest_is(self) -> tuple[str, str]:
+        """What the largest record the worker writes here is, and the setting bounding it."""
+        if "ModelEnvelope" not in self.value:
+            return ("an input", "max_message_bytes")
+        if self.kind == "table":
+            return ("the learner's state of a model: state_bytes", "max_state_bytes")
+        return ("a model version: version_bytes", "max_message_bytes")
 
     @property
     def copartitioned(self) -> bool:
@@ -328,6 +339,8 @@ class TopicSpec:
     copartitioned: bool = False  # keyed by model, read by the learner: the count is fixed
     keyed_by_model: bool = False  # must never be compacted
     largest: int | None = None  # bytes of the largest record the worker writes (None: none)
+    # what that record is, and the setting that bounds it (a problem report says both)
+    largest_is: tuple[str, str] = ("an input", "max_message_bytes")
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
@@ -345,6 +358,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             copartitioned=e.copartitioned,
             keyed_by_model=e.keyed_by_model,
             largest=e.largest(settings),
+            largest_is=e.largest_is,
         )
         for e in CATALOGUE
     ]

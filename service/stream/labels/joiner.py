@@ -78,7 +78,7 @@ from service.records.history import Step
 from service.records.labels import Rollback, Seed, parse_labels_record
 from service.records.moments import Untrusted, moments_trust
 from service.records.reasons import IGNORED, Source
-from service.records.state import ParkedLabel, TooLarge
+from service.records.state import Limits, ParkedLabel, TooLarge
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
@@ -240,12 +240,15 @@ class LabelJoiner:
             return outcome
         try:
             encoded = model.to_bytes()
-            limit = self.settings.version_bytes
+            limit = self.settings.state_bytes
             if len(encoded) > limit:
                 raise TooLarge(len(encoded), limit)
+            served = model.served().to_bytes()
+            if len(served) > self.settings.version_bytes:
+                raise TooLarge(len(served), self.settings.version_bytes, served=True)
         except RecordError as exc:
             raise StrictRedo(model.model, f"the newest version of a group fails: {exc}") from exc
-        return replace(outcome, encoded=encoded)
+        return replace(outcome, encoded=encoded, served=served)
 
     async def _dead_letter(self, letter: DeadLetter) -> None:
         """Send ``letter`` (with the group it was met in, when one is staged)."""
@@ -276,7 +279,7 @@ class LabelJoiner:
             return
         try:
             model.make_states()
-            model.check(max_bytes=self.settings.version_bytes)
+            model.check(limits=Limits(self.settings.state_bytes, self.settings.version_bytes))
         except RecordError as exc:
             raise StrictRedo(model.model, f"a version of a group fails: {exc}") from exc
 
@@ -358,11 +361,10 @@ class LabelJoiner:
         record on the models topic that was forged or deleted is replaced, and a rotated key
         re-signs what scorers read after a restart. Returns the models published."""
         async with self.publisher.lock:
-            stored = {name: encoded for name, _, encoded in self.models.stored()}
             chosen = [m for m in self._owned() if models is None or m in models]
             for name in chosen:
-                encoded = stored.get(name) or self.models.get(name, staged=False).to_bytes()
-                await self.outputs.model(name, encoded)
+                served = self.models.get(name, staged=False).served()
+                await self.outputs.model(name, served.to_bytes())
         return chosen
 
     async def republish_champions(self, raw: bytes) -> bool:
@@ -512,7 +514,7 @@ class LabelJoiner:
             max_weight=cap,
             corrections_from=plan.reach_from,
             trust=moments_trust(self.moments_signer, pending.request) if pending else None,
-            max_bytes=self.settings.version_bytes,
+            limits=Limits(self.settings.state_bytes, self.settings.version_bytes),
             defer=self._defers(server),
         )
         # a label already marked at this offset: a crash interrupted its writes; each model
@@ -611,7 +613,7 @@ class LabelJoiner:
                 max_weight=cap,
                 corrections_from=reach_from,
                 trust=moments_trust(self.moments_signer, pending.request),
-                max_bytes=self.settings.version_bytes,
+                limits=Limits(self.settings.state_bytes, self.settings.version_bytes),
                 defer=self._defers(name),
             )
             if outcome.outcome is Outcome.APPLIED:

@@ -66,7 +66,7 @@ from service.records import (
     RecordError,
 )
 from service.records.moments import MomentsTrust, Untrusted, untrusted
-from service.records.state import Deferred, ParkedLabel, TooLarge
+from service.records.state import Deferred, Limits, ParkedLabel, TooLarge
 from service.stream.labels.admission import inputs_of
 
 __all__ = [
@@ -126,6 +126,8 @@ class LabelOutcome:
     # model.to_bytes() when already made; a label's version is only checked (what it
     # would write is finite and bounded) and encoded if it is written (:meth:`encode`)
     encoded: bytes | None = None
+    # model.served().to_bytes() when already made (what the models topic carries)
+    served: bytes | None = None
     pending: PendingEntry | None = None
     iw_loss: float = 0.0
     turnaround: float = 0.0
@@ -140,6 +142,11 @@ class LabelOutcome:
         when it was made: :meth:`~service.records.ModelEnvelope.check`)."""
         assert self.model is not None  # noqa: S101 - an applied outcome carries it
         return self.encoded if self.encoded is not None else self.model.to_bytes()
+
+    def serve(self) -> bytes:
+        """The record a scorer reads of the applied version (the models topic's)."""
+        assert self.model is not None  # noqa: S101 - an applied outcome carries it
+        return self.served if self.served is not None else self.model.served().to_bytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +260,7 @@ def apply_label(
     max_weight: float = 100.0,
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
-    max_bytes: int | None = None,
+    limits: Limits | None = None,
     defer: bool = False,
 ) -> LabelOutcome:
     """Join a label with its pending request and update the model at its CURRENT (w, rho).
@@ -270,9 +277,10 @@ def apply_label(
     ``corrections_from``: what the new version says of how far back corrections reach.
     ``trust``: the verdict on the request's moments
     (:func:`~service.records.moments.moments_trust`; None: no key, judged).
-    ``max_bytes``: the most bytes the new version's record may take (``version_bytes``);
-    a label whose version would take more is REFUSED as ``oversize`` (the model stays as it
-    is), never left for the writer to fail on (None: not checked). ``defer``: the new
+    ``limits``: the most bytes the new version's records may take (its state in the
+    learner's tables, what a scorer reads of it on the models topic); a label whose version
+    would take more is REFUSED as ``oversize`` (the model stays as it is), never left for the
+    writer to fail on (None: not checked). ``defer``: the new
     version's states are made and checked only if read (module docstring)."""
     refusal = _check_join(model, pending, label, (partition, offset), now=now, parked=parked)
     if refusal is not None:
@@ -288,7 +296,7 @@ def apply_label(
         max_weight=max_weight,
         corrections_from=corrections_from,
         trust=trust,
-        max_bytes=max_bytes,
+        limits=limits,
         defer=defer,
     )
     if outcome.model is None:
@@ -310,7 +318,7 @@ def teach(
     max_weight: float,
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
-    max_bytes: int | None = None,
+    limits: Limits | None = None,
     defer: bool = False,
 ) -> LabelOutcome:
     """The next version of the model that decided ``request`` after learning its label
@@ -347,7 +355,7 @@ def teach(
         iw_loss=loss,
         turnaround=max(0.0, now - request.requested_at),
         clipped=p > asked,
-        max_bytes=max_bytes,
+        limits=limits,
         defer=defer,
     )
 
@@ -364,7 +372,7 @@ def apply_shadow_label(
     max_weight: float,
     corrections_from: int = -1,
     trust: MomentsTrust | None = None,
-    max_bytes: int | None = None,
+    limits: Limits | None = None,
     defer: bool = False,
 ) -> LabelOutcome:
     r"""Update the shadow ``model`` with the label its champion's request ``pending``
@@ -411,7 +419,7 @@ def apply_shadow_label(
         learned,
         iw_loss=loss,
         clipped=p > request.query_probability,
-        max_bytes=max_bytes,
+        limits=limits,
         defer=defer,
     )
 
@@ -423,7 +431,7 @@ def _applied(
     iw_loss: float,
     clipped: bool,
     turnaround: float = 0.0,
-    max_bytes: int | None = None,
+    limits: Limits | None = None,
     defer: bool = False,
 ) -> LabelOutcome:
     """The outcome of a label applied to ``model`` (the version ``learned`` made), or a
@@ -432,18 +440,16 @@ def _applied(
     (:meth:`~service.records.ModelEnvelope.check`; it is encoded only if it is written:
     :meth:`LabelOutcome.encode`). The objects that wrote an applied version are kept for
     the next label of that version (:data:`LIVE`). A version whose record would take more
-    than ``max_bytes`` is refused as ``oversize``: the model stays where it was (a record
+    than its ``limits`` is refused as ``oversize``: the model stays where it was (a record
     no topic takes would stop the learner at every retry). A version made with
     ``defer`` is checked only when it is written (:class:`StrictRedo` if it fails then)."""
     try:
-        encoded = None if defer else model.check(max_bytes=max_bytes)
+        encoded, served = (None, None) if defer else model.check(limits=limits)
     except TooLarge as exc:
         return _unapplied(
             Outcome.REFUSED,
             Reason.OVERSIZE,
-            f"model {model.model!r}: {exc}; the label is not applied (raise "
-            "max_message_bytes with the topics' max.message.bytes, or give the model fewer "
-            "inputs)",
+            f"model {model.model!r}: {exc}; the label is not applied ({exc.remedy})",
         )
     except RecordError:
         return _unapplied(
@@ -455,6 +461,7 @@ def _applied(
         Outcome.APPLIED,
         model=model,
         encoded=encoded,
+        served=served,
         iw_loss=iw_loss,
         turnaround=turnaround,
         clipped=clipped,

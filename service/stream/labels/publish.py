@@ -1,4 +1,5 @@
-"""A model's next version, written: to the learner's models table and the models topic, under
+"""A model's next version, written: its whole state to the learner's models table, what a
+scorer reads of it (:meth:`~service.records.ModelEnvelope.served`) to the models topic, under
 one lock, and counted.
 
 Every write of a model version goes through :meth:`Publisher.put` while its caller holds
@@ -40,10 +41,11 @@ class Publisher:
         publish: bool = True,
         write: bool = True,
     ) -> None:
-        """Write one model's new version to the table and (unless not ``publish``) the
-        models topic (the caller holds :attr:`lock`), and count it when it ``learned`` a
-        label. Not ``write``: a later version of the same group follows it and is written
-        instead (a version holds every label before it), so this one is only counted."""
+        """Write one model's new version to the table and (unless not ``publish``) what a
+        scorer reads of it to the models topic (the caller holds :attr:`lock`), and count
+        it when it ``learned`` a label. Not ``write``: a later version of the same group
+        follows it and is written instead (a version holds every label before it), so this
+        one is only counted."""
         model = outcome.model
         assert model is not None  # noqa: S101 - an applied outcome carries it
         name = model.model
@@ -52,8 +54,8 @@ class Publisher:
             self.models.put(model, encoded)
             if self.versions is not None:
                 self.versions[name] = model.version
-            if publish:
-                await self.outputs.model(name, encoded)
+            if publish:  # what a scorer reads of it (ModelEnvelope.served)
+                await self.outputs.model(name, outcome.serve())
         if not learned:
             return
         self.metrics.labels_applied.labels(model=name).inc()

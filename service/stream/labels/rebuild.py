@@ -46,6 +46,7 @@ from service.records import (
 from service.records.history import Step
 from service.records.labels import LabelsRecord, Rollback, Seed, parse_labels_record
 from service.records.moments import moments_trust
+from service.records.state import Limits
 from service.stream.labels.admission import admission
 from service.stream.labels.history import History, finish, job, note, run_job
 from service.stream.labels.protocol import Outcome, apply_label
@@ -126,7 +127,8 @@ class _Replay:
         self.settings, self.name, self.pending = settings, name, pending
         self.config = settings.models[name]
         self.cap = self.config.weight_cap(settings.max_importance_weight)
-        self.max_bytes = settings.version_bytes  # a version over it is refused, as live
+        # a version over them is refused, as live
+        self.limits = Limits(settings.state_bytes, settings.version_bytes)
         self.history = History({}, settings)  # the labels a correction reaches, as kept
         self.signer = signer_for(settings)
         self.out = Rebuilt(initial_envelope(name, self.config))
@@ -192,7 +194,7 @@ class _Replay:
             max_weight=self.cap,
             corrections_from=plan.reach_from,
             trust=None if pending is None else moments_trust(self.signer, pending.request),
-            max_bytes=self.max_bytes,
+            limits=self.limits,
         )
         if outcome.outcome is not Outcome.APPLIED:
             self.out.skipped[str(outcome.reason)] += 1

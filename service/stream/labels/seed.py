@@ -285,6 +285,12 @@ def adopt_seed(
         if reason is not None:
             raise BadMessage(reason, f"seeded state of model {name!r} is {reason}")
     seeded = parse_model_envelope(order.envelope, model=name, max_bytes=settings.max_message_bytes)
+    if seeded.serving:
+        raise BadMessage(
+            "schema",
+            f"seeded state of model {name!r} is a record read to serve (the models topic's: "
+            "no challengers, nothing remembered); seed from a labelled file",
+        )
     ServedModel.from_envelope(settings.models[name], seeded)  # refuses what does not fit
     partition, offset = where
     if partition == current.labels_partition:

@@ -374,6 +374,20 @@ class ParkedStore:
 HISTORY = 20
 
 
+def _learner_state(raw: bytes, model: str) -> ModelEnvelope:
+    """A model's state read from the learner's table: a record read to serve (what the
+    models topic carries: no challengers, nothing remembered) is refused, as a state no
+    learner can go on from."""
+    envelope = parse_model_envelope(raw, model=model)
+    if envelope.serving:
+        raise BadMessage(
+            "schema",
+            f"the learner's state of {model!r} is a record read to serve (the models "
+            "topic's), not a learner's state",
+        )
+    return envelope
+
+
 class ModelStore:
     """The learner's current envelope of each model (``initial`` for a model never
     stored), and the last :data:`HISTORY` versions written under ``<model>@<version>``
@@ -404,7 +418,7 @@ class ModelStore:
         known = self._parsed.get(model)
         if known is not None and known[0] is raw:
             return known[1]
-        envelope = parse_model_envelope(raw, model=model)
+        envelope = _learner_state(raw, model)
         self._parsed[model] = (raw, envelope)
         return envelope
 
@@ -412,6 +426,8 @@ class ModelStore:
         """Store ``envelope`` as ``encoded`` (its checked :meth:`~ModelEnvelope.to_bytes`),
         as the current version and in the history (the version that falls out of it is
         deleted)."""
+        if envelope.serving:
+            raise ValueError(f"a record read to serve is not a learner's state: {envelope.model}")
         name, version = envelope.model, envelope.version
         self._table[name.encode()] = encoded
         self._parsed[name] = (encoded, envelope)
@@ -441,7 +457,7 @@ class ModelStore:
         if version == 0:
             return self._initial[model]
         raw = self._table.get(f"{model}@{version}".encode())
-        return None if raw is None else parse_model_envelope(raw, model=model)
+        return None if raw is None else _learner_state(raw, model)
 
     def stored(self) -> list[tuple[str, int, bytes]]:
         """(model, version, encoded envelope) of every stored model that is configured and
@@ -451,7 +467,7 @@ class ModelStore:
             if name not in self._initial:
                 continue
             try:
-                version = parse_model_envelope(raw, model=name).version
+                version = _learner_state(raw, name).version
             except BadMessage as bad:
                 log.error("unreadable model state %r: %s", name, bad)
                 continue

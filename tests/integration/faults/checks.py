@@ -132,7 +132,7 @@ def model_chain(
     """Collect the versions of model ``name`` from its snapshots and its table changelog."""
     by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
     copies = 0
-    for rec in [*topic, *changelog]:
+    for rec in [*changelog, *topic]:  # a state first: the topic carries what a scorer reads
         if rec.key != name.encode() or rec.value is None:
             continue
         state = rec.json()

@@ -37,7 +37,7 @@ def truth(x: Any) -> int:
 def versions(kio: KafkaIO, service: Service) -> dict[int, dict[str, Any]]:
     return {
         int(s["version"]): s
-        for s in (r.json() for r in kio.read(service.topics["models"]) if r.key == b"m")
+        for s in (r.json() for r in kio.read(service.changelog("models")) if r.key == b"m")
     }
 
 

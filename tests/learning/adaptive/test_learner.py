@@ -21,6 +21,7 @@ from service.learning import (
     QueryBudget,
     StateError,
     make_learner,
+    serving_state,
 )
 from service.learning.adaptive import ADAPTIVE_FORMAT, Adaptive
 from service.learning.adaptive.challengers import challenger_for
@@ -615,7 +616,11 @@ def test_a_model_read_to_serve_decides_as_the_whole_and_never_learns_or_writes()
     state = json.loads(json.dumps(model.to_state()))
     whole, served = Adaptive.from_state(state), Adaptive.from_state(state, serving=True)
     assert whole.running == ("mirror", "fresh", "tail")
-    assert served.running == ()  # not read
+    assert served.running == whole.running  # their kinds read, not their learners
+    short = Adaptive.from_state(serving_state(state), serving=True)  # the models topic's
+    assert short.running == whole.running
+    with pytest.raises(StateError, match="read to serve .* cannot be learned on"):
+        Adaptive.from_state(serving_state(state))
     coins = np.random.default_rng(3).random(len(X))
     for a, b in zip(
         whole.decide_many(X, coins=coins), served.decide_many(X, coins=coins), strict=True

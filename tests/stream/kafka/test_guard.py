@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from service.config import ConfigError, Settings, TopicPolicy, load_settings
+from service.config import ConfigError, ModelConfig, Settings, TopicPolicy, load_settings
 from service.stream.errors import TopicError
 from service.stream.kafka import guard as topics
 from service.stream.kafka.guard import TopicFacts, problems_of
@@ -140,14 +140,29 @@ def test_a_written_topic_that_would_refuse_the_workers_largest_record_is_refused
     models = next(p for p in problems if p.startswith("abstain.models "))
     assert models == (
         "abstain.models (topics.models) takes records of at most 1048588 bytes "
-        "(max.message.bytes), and the worker may write one of 4004096 there (max_message_bytes,"
-        " a model version: version_bytes, with room for its key and headers): set its "
+        "(max.message.bytes), and the worker may write one of 4004096 there (a model "
+        "version: version_bytes, with room for its key and headers): set its "
         "max.message.bytes to at least 4004096, or lower max_message_bytes"
     )
     roomy = {n: replace(f, max_message_bytes=4_004_096) for n, f in broker.items()}
     assert problems_of(specs, roomy, raised) == []
     unsaid = {n: replace(f, max_message_bytes=None) for n, f in broker.items()}
     assert problems_of(specs, unsaid, raised) == []  # a broker that does not say: not judged
+    # a wide declared model: the learner's changelogs take its whole state, the models
+    # topic what a scorer reads (within the broker's default)
+    wide = default.model_copy(
+        update={"models": {"default": ModelConfig(fields={"fields": {"t": "tokens"}})}}
+    )
+    specs = topic_specs(wide)
+    problems = problems_of(specs, broker, wide)
+    assert {p.split(" ")[0] for p in problems} == {"app-models-changelog", "app-history-changelog"}
+    state = wide.state_bytes + 4096
+    assert state > 18_000_000
+    assert (
+        f"the worker may write one of {state} there (the learner's state of a model: "
+        f"state_bytes, with room for its key and headers): set its max.message.bytes to at "
+        f"least {state}, or lower max_state_bytes"
+    ) in problems[0]
 
 
 def test_policy_comes_from_the_environment_and_is_validated(

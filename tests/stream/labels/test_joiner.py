@@ -12,7 +12,14 @@ from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
 from service.features import bucket
-from service.records import Label, ModelEnvelope, PendingEntry, parse_model_envelope, request_id
+from service.records import (
+    BadMessage,
+    Label,
+    ModelEnvelope,
+    PendingEntry,
+    parse_model_envelope,
+    request_id,
+)
 from service.records.state import parse_pending_entry
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
@@ -123,6 +130,49 @@ async def test_a_label_joins_its_request_and_publishes_a_new_version() -> None:
     assert (entry.applied, entry.label, entry.labelled_by) == (True, 1, "ops")
     assert learner.count("abstain_labels_applied_total") == 1
     assert learner.dead() == []
+
+
+async def test_the_models_topic_carries_what_a_scorer_reads_and_the_table_the_whole() -> None:
+    """The learner keeps a model's whole state (challengers, what it remembers, its
+    normaliser) in its table; the models topic gets what a scorer reads of the same version,
+    which decides exactly as the whole one does. A republish sends that part again. The
+    learner never takes such a record as its state (from its table, or to put in it)."""
+    learner = Learner.start()
+    for i in range(30):  # enough labels for the recall to remember some
+        await learner.request(f"r{i}", i)
+        await learner.label(f"r{i}", i, y=1 if i % 3 else -1)
+    store = learner.joiner.models
+    whole = store.get("m")
+    assert whole.version == 30
+    assert not whole.serving
+    topic = learner.kafka.sent(MODELS)
+    published = parse_model_envelope(topic[-1].value or b"", model="m")
+    assert published.serving
+    assert published.version == whole.version
+    assert published == whole.served()
+    assert whole.learner["recall"]["labels"]
+    assert published.learner["recall"] == {}
+    assert len(topic[-1].value or b"") < len(whole.to_bytes())
+    config = learner.settings.models["m"]
+    rows = np.random.default_rng(1).normal(size=(50, 3))
+    coins = np.random.default_rng(2).random(50)
+    for served in (ServedModel.from_envelope(config, e) for e in (whole, published)):
+        X = np.vstack([served.pipeline.transform(r) for r in rows])
+        decided = served.learner.decide_many(X, coins=coins)
+        if served.envelope is whole:
+            expected = decided
+    for a, b in zip(expected, decided, strict=True):
+        np.testing.assert_array_equal(a, b)
+    learner.joiner.own(frozenset({learner.partition("m")}))
+    assert await learner.joiner.republish() == ["m"]
+    again = parse_model_envelope(learner.kafka.sent(MODELS)[-1].value or b"", model="m")
+    assert again == published
+    with pytest.raises(ValueError, match="read to serve is not a learner's state"):
+        store.put(published, published.to_bytes())
+    forged = ModelStore({b"m": published.to_bytes()}, {"m": initial_envelope("m", config)})
+    with pytest.raises(BadMessage, match="a record read to serve"):
+        forged.get("m")
+    assert forged.stored() == []
 
 
 async def test_a_label_before_its_request_is_parked_then_applied_when_it_arrives() -> None:

@@ -15,7 +15,7 @@ from service.learning.adaptive import tracking_steps
 from service.learning.moments import Moments
 from service.learning.preprocessing import OnlineStandardizer
 from service.records import Label
-from service.records.state import Deferred, ModelEnvelope, Stale, parse_parked_label
+from service.records.state import Deferred, Limits, ModelEnvelope, Stale, parse_parked_label
 from service.records.wire import FeatureMoments
 from service.stream.labels.protocol import (
     LiveModels,
@@ -145,10 +145,12 @@ def test_non_finite_update_is_refused_and_changes_nothing() -> None:
 
 
 def test_a_label_whose_version_would_not_fit_a_record_is_refused_and_changes_nothing() -> None:
-    """A label whose new version would take more than ``max_bytes`` is refused as
-    ``oversize``, naming the sizes, and the model stays as it was: a version no topic takes
-    is never left for the writer to fail on. One that may not fit but does is encoded once
-    (the bytes measured are the ones written); one that surely fits is not encoded here."""
+    """A label whose new version would take more than its ``limits`` (the learner's state
+    in its tables, or what a scorer reads of it on the models topic) is refused as
+    ``oversize``, naming the sizes and the setting to raise, and the model stays as it was:
+    a version no topic takes is never left for the writer to fail on. One that may not fit
+    but does is encoded once (the bytes measured are the ones written); one that surely
+    fits is not encoded here."""
     cfg = ModelConfig(algorithm="dsol", n_features=3000)
     state = initial_envelope("m", cfg)
     x = np.random.default_rng(0).normal(size=3000).tolist()
@@ -156,20 +158,28 @@ def test_a_label_whose_version_would_not_fit_a_record_is_refused_and_changes_not
     free = apply_label(cfg, state, pending(x), label, 0, now=1.0)
     assert free.outcome == "applied"
     assert free.model is not None
-    size = len(free.model.to_bytes())
-    tight = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=size - 1)
+    size, served = len(free.model.to_bytes()), len(free.model.served().to_bytes())
+    assert served < size  # no challengers, nothing remembered, no normaliser sums
+    big = 100 * size
+    tight = apply_label(cfg, state, pending(x), label, 0, now=1.0, limits=Limits(size - 1, big))
     assert (tight.outcome, tight.reason, tight.model) == ("refused", "oversize", None)
-    assert f"the version is {size} bytes, over the {size - 1} a version may take" in tight.detail
+    assert f"state of the version is {size} bytes, over the {size - 1} it may" in tight.detail
+    assert "raise max_state_bytes" in tight.detail
+    narrow = apply_label(cfg, state, pending(x), label, 0, now=1.0, limits=Limits(big, served - 1))
+    assert (narrow.outcome, narrow.reason) == ("refused", "oversize")
+    assert f"the version a scorer reads is {served} bytes, over the {served - 1}" in narrow.detail
+    assert "raise max_message_bytes" in narrow.detail
     assert Settings().version_bytes == 1_000_000  # Kafka's record, max_message_bytes's default
     assert Settings(max_message_bytes=4096).version_bytes == 1_000_000  # events held smaller
     assert Settings(max_message_bytes=4_000_000).version_bytes == 4_000_000
     assert state == initial_envelope("m", cfg)
-    exact = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=size)
+    exact = apply_label(cfg, state, pending(x), label, 0, now=1.0, limits=Limits(size, served))
     assert exact.outcome == "applied"
     assert exact.encoded == exact.encode() == free.model.to_bytes()  # measured, then kept
-    roomy = apply_label(cfg, state, pending(x), label, 0, now=1.0, max_bytes=100 * size)
+    assert exact.served == exact.serve() == free.model.served().to_bytes()
+    roomy = apply_label(cfg, state, pending(x), label, 0, now=1.0, limits=Limits(big, big))
     assert roomy.outcome == "applied"
-    assert roomy.encoded is None  # it surely fits: checked, not encoded
+    assert (roomy.encoded, roomy.served) == (None, None)  # it surely fits: checked only
 
 
 def test_importance_weighted_risk_accumulates_loss_over_p() -> None:

@@ -16,7 +16,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.config import ModelConfig, Settings
-from service.records import Label, LabelRequest, Signer, parse_model_envelope, request_id
+from service.records import (
+    BadMessage,
+    Label,
+    LabelRequest,
+    Signer,
+    parse_model_envelope,
+    request_id,
+)
 from service.records.labels import Seed
 from service.stream.labels.joiner import LabelJoiner
 from service.stream.labels.rebuild import LogRecord, rebuild_model
@@ -262,7 +269,8 @@ async def test_the_learner_adopts_a_seed_and_applies_later_labels_on_top_once() 
     assert adopted.pipeline == seeded.pipeline
     published = [parse_model_envelope(r.value or b"", model="m") for r in kafka.sent(MODELS)]
     assert [p.version for p in published] == [1, 2]
-    assert published[-1].learner == seeded.learner
+    assert published[-1].learner == seeded.served().learner  # what a scorer reads of it
+    assert all(p.serving for p in published)
     # a redelivered order changes nothing
     await _feed(joiner, _order(settings, seeded.to_json()), 1)
     assert joiner.models.get("m").version == 2
@@ -338,6 +346,10 @@ def test_adopt_seed_numbers_the_state_after_the_current_one() -> None:
     assert (adopted.version, adopted.labels_partition, adopted.labels_offset) == (8, 2, 40)
     assert adopted.updated_at == 9.0
     assert math.isfinite(adopted.risk)
+    # what the models topic carries (abstain models show) is no state to learn on
+    shown = Seed("m", "m", seeded.served().to_json(), None, "ops", None)
+    with pytest.raises(BadMessage, match="a record read to serve"):
+        adopt_seed(SETTINGS, current, shown, (2, 12), now=9.0)
 
 
 async def test_a_challenger_is_seeded_through_its_champions_log() -> None:

@@ -25,6 +25,7 @@ from service.records import Label, ModelEnvelope, PendingEntry, parse_model_enve
 from service.records.history import Step, parse_step
 from service.records.moments import moments_trust
 from service.records.signing import signer_of
+from service.records.state import Limits
 from service.stream.labels.protocol import Outcome, apply_shadow_label, teach
 
 __all__ = ["Derived", "Job", "Rederived", "rederive", "run_job"]
@@ -80,7 +81,7 @@ def rederive(
             now=step.applied_at,
             max_weight=cap,
             trust=trust,
-            max_bytes=settings.version_bytes,
+            limits=Limits(settings.state_bytes, settings.version_bytes),
         )
         if outcome.outcome is not Outcome.APPLIED or outcome.model is None:
             continue
@@ -100,7 +101,7 @@ def rederive(
                 partition=step.partition,
                 max_weight=cap,
                 trust=trust,
-                max_bytes=settings.version_bytes,
+                limits=Limits(settings.state_bytes, settings.version_bytes),
             )
             if shadow.outcome is Outcome.APPLIED and shadow.model is not None:
                 states[name] = shadow.model
