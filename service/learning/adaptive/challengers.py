@@ -135,6 +135,15 @@ def base_of(champion: Mapping[str, Any]) -> Base:
     return w, grads
 
 
+def base_for(champion: Any, state: Mapping[str, Any] | None = None) -> Base:
+    """:func:`base_of` the ``champion`` (whose state record is ``state``, made when needed),
+    taken from the learner itself where it holds them (a linear learner: the same arrays,
+    without reading its record back)."""
+    if isinstance(getattr(champion, "w", None), np.ndarray) and hasattr(champion, "sums"):
+        return champion.w, champion.sums
+    return base_of(champion.to_state() if state is None else state)
+
+
 def _array(values: Any) -> Any:
     if type(values) is st.FloatList and values.array is not None:
         return values.array
@@ -301,13 +310,23 @@ class Challenger:
                 learned["w"] = st.float_list(np.array(mine, dtype=np.float64))
             normalizer = learned.get("normalizer")
             n = 0 if base[1] is None else len(base[1])
-            sums = Normalizer.sums_of(normalizer, n) if n else None
+            sums = self._sums(normalizer, n) if n else None
             if sums is not None:
                 changes = st.changes_from(sums, base[1])
                 if changes is not None:
                     learned["normalizer"] = {"grads_at": changes[0], "grads_to": changes[1]}
             state = {**state, "learned": learned}
         return {"kind": self.kind, "learner": state, **self.record.to_state()}
+
+    def _sums(self, record: Any, n: int) -> Any:
+        """The normaliser sums its state ``record`` holds (of ``n``): the learner's own
+        array where it has one (what the record was written from), else the record's."""
+        if not isinstance(record, Mapping):
+            return None
+        sums = getattr(self.learner, "sums", None)
+        if isinstance(sums, np.ndarray) and len(sums) == n:
+            return sums
+        return Normalizer.sums_of(record, n)
 
     def _against(self, w: Any) -> Any:
         """The weights this challenger's are written against: the champion's ``w``, negated

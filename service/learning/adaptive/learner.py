@@ -118,7 +118,14 @@ from ..registry import learner_from_state
 from ..risk.collapse import CollapseWatch
 from ..risk.estimate import RiskEstimate, importance_weight
 from ..sparse import SparseRow, as_input
-from .challengers import CHALLENGER_KINDS, PREVIOUS, Challenger, Contest, base_of, challenger_for
+from .challengers import (
+    CHALLENGER_KINDS,
+    PREVIOUS,
+    Challenger,
+    Contest,
+    base_for,
+    challenger_for,
+)
 from .recall import Recall
 
 __all__ = ["ADAPTIVE_FORMAT", "CHALLENGER_KINDS", "SIGNALS", "TESTS", "Adaptive"]
@@ -643,7 +650,7 @@ class Adaptive:
             "params": self.get_params(),
             "champion": champion,
             "champion_origin": self.champion_origin,
-            "contest": self._contest.to_state(base_of(champion)),
+            "contest": self._contest.to_state(base_for(self.champion, champion)),
             "detector": None if self.detector is None else self.detector.to_state(),
             "weighted_detector": (
                 None if self.weighted_detector is None else self.weighted_detector.to_state()
@@ -760,7 +767,7 @@ def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
                 "out) cannot be learned on"
             )
         running = isinstance(contest, Mapping) and contest.get("challengers")
-        base = base_of(model.champion.to_state()) if running else (None, None)
+        base = base_for(model.champion) if running else (None, None)
         model._contest = Contest.from_state(contest, base)
     watch = record.get("collapse_watch")
     if (watch is None) != (model._watch is None):

@@ -191,6 +191,17 @@ class LinearLearner:
         :data:`~service.learning.sparse.SPARSE_FROM` inputs on)."""
         return self.n_features >= SPARSE_FROM
 
+    @property
+    def sums(self) -> FloatArray | None:
+        """The normalised update's sums (a read-only view, lent as :attr:`w` is); None for
+        the paper's step."""
+        if self._normalizer is None:
+            return None
+        self._lent = True
+        view = self._normalizer.grads.view()
+        view.flags.writeable = False
+        return view
+
     def _own(self) -> None:
         """Make the weights and sums its own before a label writes them in place (a
         view, a state or a snapshot may still read the ones it has)."""
