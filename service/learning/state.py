@@ -395,9 +395,12 @@ def changed(
     ``<field>_at``: what :func:`changes_from` wrote, read back as untrusted input (``what``
     names it in the error)."""
     at = item.get(f"{field}_at")
-    if not isinstance(at, list) or not all(type(i) is int for i in at):
+    if type(at) is IndexList and at.array is not None:  # made of integers (a packed read)
+        index = at.array
+    elif not isinstance(at, list) or not all(type(i) is int for i in at):
         raise StateError(f"{what}'s '{field}_at' must be a list of indices")
-    index = np.asarray(at, dtype=np.int64)
+    else:
+        index = np.asarray(at, dtype=np.int64)
     if index.size and (index[0] < 0 or index[-1] >= n or (np.diff(index) <= 0).any()):
         raise StateError(f"{what}'s '{field}_at' must be increasing indices below {n}")
     values = read_floats(item, f"{field}_to", (index.size,))
@@ -422,7 +425,7 @@ def entries_record(
     [0.0, 0.0, 1.0, 0.0]
     """
     if values.size >= SHARED_FROM:
-        at = np.flatnonzero(values.view(np.uint64))  # bits other than +0.0's
+        at = np.flatnonzero(values.view(np.uint64) != 0)  # bits other than +0.0's
         if 2 * at.size <= values.size:
             return {f"{field}_at": IndexList(at), f"{field}_to": float_list(values[at])}
     return {field: float_list(values) if listed is None else listed(field, values)}

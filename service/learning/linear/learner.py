@@ -222,7 +222,12 @@ class LinearLearner:
         return self._steps
 
     def finite(self) -> bool:
-        """Whether ``w`` and ``rho`` are finite (without lending ``w``)."""
+        """Whether ``w`` and ``rho`` are finite (without lending ``w``). A learner of rows
+        (:attr:`takes_rows`) checks ``rho`` alone: every write of its weights checks what
+        it writes (a row's entries, a whole update, a state read), so they stay finite,
+        and a scan of all of them would cost each label the model's width."""
+        if self.takes_rows:
+            return math.isfinite(self._rho)
         w = self._w
         return math.isfinite(self._rho) and (
             math.isfinite(float(np.add.reduce(w))) or bool(np.isfinite(w).all())
