@@ -169,7 +169,7 @@ class AdaptiveConfig(BaseModel):
     part can be turned off, or the whole wrapper (``enabled = false``: the bare learner).
 
     >>> AdaptiveConfig().parts()
-    Parts(detector=True, challengers=True, explore=True, steps=True, intercept=True)
+    Parts(detector=True, challengers=True, explore=True, steps=True, intercept=True, take_back=True)
     >>> AdaptiveConfig(challengers=False).parts().challengers, AdaptiveConfig(enabled=False).parts()
     (False, None)
     >>> AdaptiveConfig().parts(intercept=False).intercept
@@ -194,6 +194,11 @@ class AdaptiveConfig(BaseModel):
         description="tracking steps (DSAL, DSOL): rho's step capped at 0.2/gamma^2, the "
         "intercept's kept at its first size",
     )
+    take_back: bool = Field(
+        default=True,
+        description="after a takeover, the replaced champion runs as the sole challenger for "
+        "up to 200 labels and takes the model back when they prove the takeover wrong",
+    )
 
     def parts(self, *, intercept: bool = True) -> Parts | None:
         """The wrapper's parts (``None``: no wrapper) for inputs that end with an intercept
@@ -206,6 +211,7 @@ class AdaptiveConfig(BaseModel):
             explore=self.explore,
             steps=self.steps,
             intercept=intercept,
+            take_back=self.take_back,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import ConfigError, KafkaSecurity, Settings, load_settings
+from service.config import ConfigError, KafkaSecurity, ModelConfig, Settings, load_settings
 
 WILDCARD = "0.0.0.0"  # noqa: S104 - the bind address under test
 
@@ -365,3 +365,13 @@ def test_the_double_sigmoid_learners_take_a_tail() -> None:
             }
         )
         assert settings.models["default"].learner_hyperparameters["tail"] == 2
+
+
+def test_a_model_turns_take_back_off_in_its_adaptive_settings() -> None:
+    from service.stream.models.served import ServedModel, initial_envelope  # noqa: PLC0415
+
+    off = ModelConfig(n_features=2, adaptive={"take_back": False})
+    assert off.adaptive.parts().take_back is False  # type: ignore[union-attr]
+    assert initial_envelope("m", off).learner["params"]["take_back"] is False
+    assert ServedModel.initial("m", off).learner.take_back is False
+    assert ServedModel.initial("m", ModelConfig(n_features=2)).learner.take_back is True

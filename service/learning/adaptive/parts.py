@@ -54,7 +54,7 @@ from .. import state as st
 from ..linear.dsal import DSAL
 from ..registry import learner_from_state, make_learner
 from ..risk.collapse import CollapseWatch
-from .challengers import CHALLENGER_KINDS, Contest
+from .challengers import CHALLENGER_KINDS, PREVIOUS, Contest
 from .learner import ADAPTIVE_FORMAT, Adaptive, default_detector
 
 __all__ = [
@@ -86,7 +86,9 @@ class Parts:
     after a change. ``challengers``: the mirror, fresh and tail challengers started at a
     change, which may take over (a record written before a kind existed gets it).
     ``explore``: the uniform query floors (the first labels, and the labels after a
-    change). ``steps``: the champion's tracking steps (module docstring).
+    change). ``steps``: the champion's tracking steps (module docstring). ``take_back``:
+    after a takeover, the champion it replaced runs as the sole challenger for a while and
+    takes the model back when the labels after prove the takeover wrong.
     ``intercept``: not a part but what the steps need to know, whether the inputs end with
     an intercept (the model's ``intercept`` setting; without one only $\rho$'s cap applies).
     """
@@ -96,6 +98,7 @@ class Parts:
     explore: bool = True
     steps: bool = True
     intercept: bool = True
+    take_back: bool = True
 
 
 def tracking_steps(learner: Any, *, intercept: bool = True) -> dict[str, float]:
@@ -213,6 +216,7 @@ def _wrap(learner: Any, parts: Parts, *, seed: int) -> Adaptive:
         explore_floor=_EXPLORE_FLOOR if parts.explore else 0.0,
         after_floor=_AFTER_FLOOR if parts.explore else 0.0,
         explore_start=10 if int(learner.steps) == 0 else 0,
+        take_back=parts.take_back,
         seed=seed,
     )
 
@@ -237,6 +241,17 @@ def _conformed(record: dict[str, Any], parts: Parts) -> dict[str, Any]:
         # runs keeps its challengers: each names its kind); anything else is left for the
         # wrapper's reader to judge
         params["challengers"] = list(CHALLENGER_KINDS)
+    if params.get("take_back", True) is not parts.take_back:
+        params["take_back"] = parts.take_back
+        contest = record.get("contest")
+        running = contest.get("challengers") if isinstance(contest, Mapping) else None
+        if (
+            not parts.take_back
+            and isinstance(running, list)
+            and running
+            and all(isinstance(c, Mapping) and c.get("kind") == PREVIOUS for c in running)
+        ):  # a take-back contest ends with the part
+            record["contest"] = Contest().to_state()
     explores = params.get("explore_floor", 0.0) != 0.0 or params.get("after_floor", 0.0) != 0.0
     if parts.explore != explores:
         params["explore_floor"] = _EXPLORE_FLOOR if parts.explore else 0.0

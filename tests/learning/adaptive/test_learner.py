@@ -18,8 +18,10 @@ from service.learning import (
     HyperparameterError,
     InputError,
     LearningError,
+    Parts,
     QueryBudget,
     StateError,
+    learner_for,
     make_learner,
     serving_state,
 )
@@ -695,6 +697,28 @@ def test_a_takeover_the_labels_after_prove_wrong_is_taken_back() -> None:
     assert takeovers[0][1] == "mirror"
     assert takeovers[1][0] > 800
     assert kept_wrong > max(0.15, 3 * wrong)
+
+
+def test_a_model_configured_without_take_back_serves_without_it_and_its_contest_ends() -> None:
+    """``adaptive.take_back`` of a model's configuration: a model read under it serves the
+    part on or off; turned off while a take-back contest runs, that contest ends (the next
+    change starts the usual challengers); turned on again, it runs at the next takeover."""
+    X, y = burst_stream()
+    model = learner_for(DSAL(n_features=N, cost=0.25).to_state(), Parts())
+    assert model.take_back
+    off = learner_for(model.to_state(), Parts(take_back=False))
+    assert off.take_back is False
+    for x, label in zip(X, y, strict=True):
+        model.update(x, int(label))
+        if model.takeovers:
+            break
+    assert model.running == ("previous",)
+    ended = learner_for(json.loads(json.dumps(model.to_state())), Parts(take_back=False))
+    assert (ended.take_back, ended.running) == (False, ())
+    assert ended.champion_origin == "mirror"  # the takeover stands
+    kept = learner_for(json.loads(json.dumps(model.to_state())), Parts())
+    assert kept.running == ("previous",)
+    assert learner_for(ended.to_state(), Parts()).take_back is True
 
 
 def test_the_take_back_contest_is_state_and_a_change_replaces_it() -> None:
