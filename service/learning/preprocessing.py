@@ -417,6 +417,20 @@ class OnlineStandardizer:
             self._make_affine()
 
     def _make_affine(self) -> None:
+        k = self.rows_from
+        if k is not None:  # the head as below (:meth:`_head_affine`), the tail on its own
+            self._stale, self._head = True, None
+            centre, scale = self._head_affine()
+            if self.squares_from is None:  # passed through: nothing learnt, scale 1
+                tail = np.ones(self._n - k)
+            else:
+                rows = self._count - self.prior
+                rms = np.sqrt(self._m2[k:] / rows) if rows > 0 else np.zeros(self._n - k)
+                tail = np.divide(1.0, rms, out=np.ones(rms.shape), where=rms > self.min_std)
+            self._stale, self._lent = False, True
+            self._scale = np.concatenate((scale, tail))
+            self._centre = np.concatenate((centre, np.zeros(self._n - k)))
+            return
         self._stale = False
         self._lent = True  # the centre may be the mean itself
         std = np.sqrt(self._m2 / self._count)

@@ -389,11 +389,12 @@ def changes_from(values: Any, base: Any) -> tuple[IndexList, list[Any]] | None:
 
 
 def changed(
-    item: Mapping[str, Any], field: str, base: Any, n: int, what: str
+    item: Mapping[str, Any], field: str, base: Any, n: int, what: str, *, copy: bool = True
 ) -> npt.NDArray[np.float64]:
     """``base`` (``n`` floats) with the values ``<field>_to`` of ``item`` put at its indices
     ``<field>_at``: what :func:`changes_from` wrote, read back as untrusted input (``what``
-    names it in the error)."""
+    names it in the error). Not ``copy``: ``base`` is a float64 array of the caller's own,
+    written in place."""
     at = item.get(f"{field}_at")
     if type(at) is IndexList and at.array is not None:  # made of integers (a packed read)
         index = at.array
@@ -406,7 +407,7 @@ def changed(
     values = read_floats(item, f"{field}_to", (index.size,))
     if base is None or len(base) != n:
         raise StateError(f"{what} written against weights that are not there")
-    out: npt.NDArray[np.float64] = np.array(base, dtype=np.float64)
+    out: npt.NDArray[np.float64] = np.array(base, dtype=np.float64) if copy else base
     out[index] = values
     return out
 
@@ -439,7 +440,7 @@ def read_entries(
         return read_floats(section, field, (n,))
     if field in section:
         raise StateError(f"{what}: '{field}' is written whole and as its entries; {_WHAT_TO_DO}")
-    return changed(section, field, np.zeros(n), n, what)
+    return changed(section, field, np.zeros(n), n, what, copy=False)
 
 
 class Listed:

@@ -129,7 +129,9 @@ class Normalizer:
             if "grads" in record:
                 raise StateError("state field 'normalizer' holds its sums twice; rebuild the model")
             fill = st.read_float(record, "fill", minimum=0.0)
-            out = cls(st.changed(record, "grads", np.full(n, fill), n, "the normaliser"))
+            out = cls(
+                st.changed(record, "grads", np.full(n, fill), n, "the normaliser", copy=False)
+            )
         else:
             out = cls(st.read_floats(record, "grads", (n,)))
         if (out.grads < 0.0).any():
