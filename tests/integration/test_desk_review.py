@@ -161,8 +161,10 @@ def replayed(service: Service, kafka_io: KafkaIO, *, without: str | None = None)
 
 
 def learned(model: ModelEnvelope | None) -> tuple[Any, ...]:
-    """What a model learned, without where and when it was written."""
+    """What a model learned, without where and when it was written, as the models topic
+    carries it (what a scorer reads)."""
     assert model is not None
+    model = model.served()
     return (
         model.pipeline,
         model.learner,
