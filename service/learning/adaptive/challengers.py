@@ -139,8 +139,8 @@ def base_for(champion: Any, state: Mapping[str, Any] | None = None) -> Base:
     """:func:`base_of` the ``champion`` (whose state record is ``state``, made when needed),
     taken from the learner itself where it holds them (a linear learner: the same arrays,
     without reading its record back)."""
-    if isinstance(getattr(champion, "w", None), np.ndarray) and hasattr(champion, "sums"):
-        return champion.w, champion.sums
+    if callable(getattr(champion, "peek", None)):  # read now, not kept
+        return champion.peek()  # type: ignore[no-any-return]
     return base_of(champion.to_state() if state is None else state)
 
 
@@ -292,6 +292,12 @@ class Challenger:
         """The record of this challenger: a linear learner's weights and normaliser sums as
         those that differ from the champion's (``base``: :func:`base_of`; a mirror's weights
         from the champion's negated), whole where most differ."""
+        if callable(getattr(self.learner, "peek", None)):  # a linear learner's arrays
+            return self._against_base(base)
+        return self._from_record(base)
+
+    def _from_record(self, base: Base) -> dict[str, Any]:
+        """:meth:`to_state` from the learner's own record (any learner)."""
         state = self.learner.to_state()
         learned = state.get("learned")
         if isinstance(learned, dict) and ("w" in learned or "w_at" in learned):
@@ -317,6 +323,41 @@ class Challenger:
                     learned["normalizer"] = {"grads_at": changes[0], "grads_to": changes[1]}
             state = {**state, "learned": learned}
         return {"kind": self.kind, "learner": state, **self.record.to_state()}
+
+    def _against_base(self, base: Base) -> dict[str, Any]:
+        """:meth:`to_state` of a linear learner, its arrays taken from the learner (the
+        same record, key for key, as the general way below writes from its own record)."""
+        learner = self.learner
+        state = learner.to_state(arrays=False)
+        mine, sums = learner.peek()
+        changes = st.changes_from(mine, self._against(base[0]))
+        negated = False
+        if self.kind == "mirror" and base[0] is not None:
+            flipped = st.changes_from(mine, np.negative(base[0]))
+            if flipped is not None and (changes is None or len(flipped[0]) < len(changes[0])):
+                changes, negated = flipped, True
+        whole = changes is None and learner.weights_whole()
+        learned: dict[str, Any] = dict(learner.weights_record()) if whole else {}
+        learned.update(state["learned"])
+        if sums is not None:
+            n = 0 if base[1] is None else len(base[1])
+            diff = st.changes_from(sums, base[1]) if n and len(sums) == n else None
+            learned["normalizer"] = (
+                {"grads_at": diff[0], "grads_to": diff[1]}
+                if diff is not None
+                else learner.sums_record()
+            )
+        if changes is not None:
+            if negated:
+                learned["against"] = "negated"
+            learned["w_at"], learned["w_to"] = changes
+        elif not whole:
+            learned["w"] = st.float_list(np.array(mine, dtype=np.float64))
+        return {
+            "kind": self.kind,
+            "learner": {**state, "learned": learned},
+            **self.record.to_state(),
+        }
 
     def _sums(self, record: Any, n: int) -> Any:
         """The normaliser sums its state ``record`` holds (of ``n``): the learner's own

@@ -202,6 +202,26 @@ class LinearLearner:
         view.flags.writeable = False
         return view
 
+    def peek(self) -> tuple[FloatArray, FloatArray | None]:
+        """The weights and the normaliser's sums (None for the paper's step) as they are
+        now, not lent: to be read at once and not kept (a state written from them copies
+        what it holds), so the next update need not copy them."""
+        return self._w, None if self._normalizer is None else self._normalizer.grads
+
+    def weights_whole(self) -> bool:
+        """Whether :meth:`weights_record` writes the weights whole (else as their entries:
+        :func:`~service.learning.state.entries_record`'s rule)."""
+        w = self._w
+        return w.size < st.SHARED_FROM or 2 * int(np.count_nonzero(w.view(np.uint64))) > w.size
+
+    def weights_record(self) -> dict[str, Any]:
+        """The weights as :meth:`to_state` writes them (whole or as their entries)."""
+        return st.entries_record("w", self._w, self._listed)
+
+    def sums_record(self) -> dict[str, Any] | None:
+        """The normaliser's sums as :meth:`to_state` writes them (None: the paper's step)."""
+        return None if self._normalizer is None else self._normalizer.to_state(self._listed)
+
     def _own(self) -> None:
         """Make the weights and sums its own before a label writes them in place (a
         view, a state or a snapshot may still read the ones it has)."""
@@ -482,16 +502,18 @@ class LinearLearner:
             params[name] = value.to_config() if name == "eta" else value
         return params
 
-    def to_state(self) -> dict[str, Any]:
-        """A versioned, JSON-safe record of hyperparameters and learned values."""
+    def to_state(self, *, arrays: bool = True) -> dict[str, Any]:
+        """A versioned, JSON-safe record of hyperparameters and learned values (not
+        ``arrays``: without the weights and the normaliser's sums, which a challenger writes
+        against the champion's: :meth:`weights_record`, :meth:`sums_record`)."""
         learned = {
-            **st.entries_record("w", self._w, self._listed),
+            **(self.weights_record() if arrays else {}),
             "rho": self._rho,
             "steps": self._steps,
             "rng": st.rng_state(self._rng),
         }
-        if self._normalizer is not None:
-            learned["normalizer"] = self._normalizer.to_state(self._listed)
+        if arrays and self._normalizer is not None:
+            learned["normalizer"] = self.sums_record()
         return st.learner_record(self.algorithm, self.get_params(), learned)
 
     @classmethod

@@ -154,6 +154,40 @@ def test_a_challenger_is_written_as_what_differs_from_the_champion_and_read_back
     assert json.dumps(back.to_state()) == json.dumps(model.to_state())
 
 
+@pytest.mark.parametrize("n", [8, 600])
+@pytest.mark.parametrize("rule", ["sgd", "normalized"])
+def test_a_linear_challenger_written_from_its_arrays_is_its_record_written_from_its_state(
+    n: int, rule: str
+) -> None:
+    """A linear challenger's record is made from the learner's arrays (no record of its own
+    weights is made first, only to be replaced by what differs from the champion's). It is
+    the record the general way makes from the learner's own state, key for key and bit for
+    bit: every kind, against the champion, against none, narrow and wide, while learning."""
+    rng = np.random.default_rng(n)
+    model = Adaptive(DSAL(n_features=n, cost=0.25, update_rule=rule), min_labels=10_000)
+    X = np.where(rng.random((400, n)) < 0.2, rng.normal(size=(400, n)), 0.0)
+    X[:, min(n, 100) :] = 0.0  # a wide model's stream sets some of its inputs
+    X[:, -1] = 1.0
+    y = np.where(X[:, 0] + X[:, 1] > 0, 1, -1) * np.where(np.arange(400) < 150, 1, -1)
+    checked = 0
+    for x, label in zip(X, y, strict=True):
+        model.update(x, int(label))
+        base = base_of(model.champion.to_state())
+        for c in model._contest.running:
+            for against in (base, (None, None)):
+                fast, general = c.to_state(against), c._from_record(against)
+                assert json.dumps(fast) == json.dumps(general)
+                assert packed_bytes(fast) == packed_bytes(general)
+                checked += 1
+    assert checked > 100  # the contest ran
+
+
+def packed_bytes(record: dict[str, object]) -> bytes:
+    from service.records.packed import pack  # noqa: PLC0415
+
+    return pack(record)
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [
