@@ -218,6 +218,12 @@ class Limits:
     state: int
     served: int
 
+    @classmethod
+    def of(cls, sizes: Any) -> Limits:
+        """The limits of settings ``sizes`` (``service.config.Settings``: its ``state_bytes``
+        and ``version_bytes``)."""
+        return cls(int(sizes.state_bytes), int(sizes.version_bytes))
+
 
 @dataclass(frozen=True, slots=True)
 class ModelEnvelope:
@@ -328,6 +334,18 @@ class ModelEnvelope:
                 served = reading.to_bytes()
                 if len(served) > limits.served:
                     raise TooLarge(len(served), limits.served, served=True)
+        return encoded, served
+
+    def encode(self, limits: Limits) -> tuple[bytes, bytes]:
+        """Both records, ``(state, served)``, encoded with :meth:`to_bytes`'s checks and
+        :class:`TooLarge` raised for one past its limit (what :meth:`check` spares a
+        version that surely fits)."""
+        encoded = self.to_bytes()
+        if len(encoded) > limits.state:
+            raise TooLarge(len(encoded), limits.state)
+        served = self.served().to_bytes()
+        if len(served) > limits.served:
+            raise TooLarge(len(served), limits.served, served=True)
         return encoded, served
 
     def replace(self, **changes: Any) -> ModelEnvelope:

@@ -78,7 +78,7 @@ from service.records.history import Step
 from service.records.labels import Rollback, Seed, parse_labels_record
 from service.records.moments import Untrusted, moments_trust
 from service.records.reasons import IGNORED, Source
-from service.records.state import Limits, ParkedLabel, TooLarge
+from service.records.state import Limits, ParkedLabel
 from service.stream.errors import DATA_ERRORS
 from service.stream.kafka.produce import partition_for
 from service.stream.labels.admission import admission
@@ -239,13 +239,7 @@ class LabelJoiner:
         if not model.deferred:
             return outcome
         try:
-            encoded = model.to_bytes()
-            limit = self.settings.state_bytes
-            if len(encoded) > limit:
-                raise TooLarge(len(encoded), limit)
-            served = model.served().to_bytes()
-            if len(served) > self.settings.version_bytes:
-                raise TooLarge(len(served), self.settings.version_bytes, served=True)
+            encoded, served = model.encode(Limits.of(self.settings))
         except RecordError as exc:
             raise StrictRedo(model.model, f"the newest version of a group fails: {exc}") from exc
         return replace(outcome, encoded=encoded, served=served)
@@ -279,7 +273,7 @@ class LabelJoiner:
             return
         try:
             model.make_states()
-            model.check(limits=Limits(self.settings.state_bytes, self.settings.version_bytes))
+            model.check(limits=Limits.of(self.settings))
         except RecordError as exc:
             raise StrictRedo(model.model, f"a version of a group fails: {exc}") from exc
 
@@ -514,7 +508,7 @@ class LabelJoiner:
             max_weight=cap,
             corrections_from=plan.reach_from,
             trust=moments_trust(self.moments_signer, pending.request) if pending else None,
-            limits=Limits(self.settings.state_bytes, self.settings.version_bytes),
+            limits=Limits.of(self.settings),
             defer=self._defers(server),
         )
         # a label already marked at this offset: a crash interrupted its writes; each model
@@ -613,7 +607,7 @@ class LabelJoiner:
                 max_weight=cap,
                 corrections_from=reach_from,
                 trust=moments_trust(self.moments_signer, pending.request),
-                limits=Limits(self.settings.state_bytes, self.settings.version_bytes),
+                limits=Limits.of(self.settings),
                 defer=self._defers(name),
             )
             if outcome.outcome is Outcome.APPLIED:

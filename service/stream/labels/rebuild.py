@@ -128,7 +128,7 @@ class _Replay:
         self.config = settings.models[name]
         self.cap = self.config.weight_cap(settings.max_importance_weight)
         # a version over them is refused, as live
-        self.limits = Limits(settings.state_bytes, settings.version_bytes)
+        self.limits = Limits.of(settings)
         self.history = History({}, settings)  # the labels a correction reaches, as kept
         self.signer = signer_for(settings)
         self.out = Rebuilt(initial_envelope(name, self.config))

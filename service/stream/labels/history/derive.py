@@ -81,7 +81,7 @@ def rederive(
             now=step.applied_at,
             max_weight=cap,
             trust=trust,
-            limits=Limits(settings.state_bytes, settings.version_bytes),
+            limits=Limits.of(settings),
         )
         if outcome.outcome is not Outcome.APPLIED or outcome.model is None:
             continue
@@ -101,7 +101,7 @@ def rederive(
                 partition=step.partition,
                 max_weight=cap,
                 trust=trust,
-                limits=Limits(settings.state_bytes, settings.version_bytes),
+                limits=Limits.of(settings),
             )
             if shadow.outcome is Outcome.APPLIED and shadow.model is not None:
                 states[name] = shadow.model
