@@ -330,8 +330,7 @@ def parse_label_request(raw: bytes, *, max_bytes: int | None = None) -> LabelReq
             record = None
         if type(record) is dict:
             plain = _plain_request(record, finite=True)
-            if plain is not None:
-                return plain
+            return plain if plain is not None else _label_request(record)
     record = obj(decode_json(raw, max_bytes=max_bytes))
     return label_request_from_dict(record)
 
@@ -348,11 +347,11 @@ _REQUEST_NUMBERS: Final = ("score", "rho", "requested_at", "expires_at")
 
 
 def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | None:
-    """The request of ``record`` when it has the shape scorers write most often (text ids, a
-    list of floats, numbers, no shadow labels, no moments), checked in one pass; None for
-    anything else, which :func:`_label_request` checks field by field (the same request, or
-    the error that names the problem). ``finite``: orjson parsed ``record`` (its numbers
-    are finite, its text valid UTF-8)."""
+    """The request of ``record`` when it has the shape scorers write most often (text ids,
+    a list of floats or a declared model's fields alone, numbers, no shadow labels, no
+    moments), checked in one pass; None for anything else, which :func:`_label_request`
+    checks field by field (the same request, or the error that names the problem).
+    ``finite``: orjson parsed ``record`` (its numbers are finite, its text valid UTF-8)."""
     get: Callable[..., Any] = record.get
     feats, decided, p, version = (
         get("features"),
@@ -368,6 +367,11 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
     shadows, served_by, moments = get("shadow_labels"), get("served_by"), get("moments")
     shown = get("fields")
     texts = [request_id, event_id, model] + ([] if served_by is None else [served_by])
+    if feats is None and type(shown) is dict:  # a declared model's: its fields alone
+        texts += shown  # the fields' names (their values are the model's to check)
+        feats = []
+    elif shown is not None:
+        return None
     if (
         type(feats) is not list
         or type(decided) is not int
@@ -380,7 +384,6 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
         or type(priority) not in _NUMBER
         or not (shadows is None or (type(shadows) is dict and not shadows))
         or moments is not None
-        or shown is not None
         or not _FLOAT.issuperset(map(type, feats))
         or not (finite or _checked(feats, [*numbers, p, priority], texts))
     ):
@@ -390,7 +393,7 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
         request_id=request_id,
         event_id=event_id,
         model=model,
-        features=list(feats),
+        features=None if shown is not None else list(feats),
         score=score,
         rho=rho,
         decided_label=decided,
@@ -401,6 +404,7 @@ def _plain_request(record: dict[str, Any], *, finite: bool) -> LabelRequest | No
         priority=float(priority),
         shadow_labels={},
         served_by=served_by,
+        fields=None if shown is None else dict(shown),
     )
 
 

@@ -392,6 +392,7 @@ _FIELDS = (
     "shadow_labels",
     "served_by",
     "moments",
+    "fields",
 )
 
 
@@ -412,6 +413,15 @@ def _request_record(draw: st.DrawFn) -> dict[str, object]:
         expires_at=9.5,
         priority=0.25,
     ).to_dict()
+    if draw(st.booleans()):  # a declared model's: the event's fields alone
+        record["features"] = None
+        record["fields"] = draw(
+            st.dictionaries(
+                st.one_of(st.text(max_size=3), st.sampled_from(["\ud800", "x" * 300, ""])),
+                _value,
+                max_size=3,
+            )
+        )
     features = record["features"]
     if draw(st.booleans()) and isinstance(features, list):  # moments as a scorer writes them
         record["moments"] = {"count": 3, "mean": [0.5] * len(features), "m2": [2.0] * len(features)}
