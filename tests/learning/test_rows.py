@@ -124,6 +124,24 @@ def test_what_a_label_writes_in_place_never_reaches_a_view_or_a_state_taken_befo
     assert _bits(learner.w) != _bits(kept)
 
 
+@pytest.mark.parametrize("taken", ["w", "sums", "both"])
+def test_a_label_never_writes_into_the_weights_or_sums_lent_before_it(taken: str) -> None:
+    """A view of the weights, of the normaliser's sums, or of both, reads what it read
+    when it was taken, whichever was lent (each is copied before a label writes it)."""
+    rng = np.random.default_rng(9)
+    learner = DSAL(n_features=WIDE, cost=0.25, update_rule="normalized")
+    for _ in range(5):
+        learner.update(SparseRow.dense(_row(rng, WIDE)), 1)
+    views = {name: getattr(learner, name) for name in ("w", "sums") if taken in (name, "both")}
+    kept = {name: _bits(view.copy()) for name, view in views.items()}
+    for y in (-1, 1, -1):
+        learner.update(SparseRow.dense(_row(rng, WIDE)), y)
+    now = {"w": _bits(learner.w), "sums": _bits(learner.sums)}
+    for name, view in views.items():
+        assert _bits(view) == kept[name]  # the view still reads what it was lent
+        assert now[name] != kept[name]  # while the learner moved on
+
+
 @pytest.mark.parametrize("rule", ["normalized", "sgd"])
 def test_an_empty_row_moves_rho_alone(rule: str) -> None:
     learner = DSAL(n_features=WIDE, cost=0.25, update_rule=rule)

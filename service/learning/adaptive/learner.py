@@ -656,7 +656,7 @@ class Adaptive:
                 None if self.weighted_detector is None else self.weighted_detector.to_state()
             ),
             "collapse_watch": None if self._watch is None else self._watch.to_state(),
-            "recall": self._recall.to_state(getattr(self.champion, "w", None)),
+            "recall": self._recall.to_state(_weights_now(self.champion)),
             "learned": {
                 "labels": self._labels,
                 "changes": self._changes,
@@ -802,3 +802,10 @@ def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
         model.weighted_detector = detector_from_state(twin)
     model._risk = RiskEstimate.from_state(learned.get("risk"))
     model._rng = st.rng_from_state(learned.get("rng"))
+
+
+def _weights_now(learner: Any) -> Any:
+    """``learner``'s weights to be read at once and not kept (a linear learner's own
+    array, not lent: its next label need not copy it); None for a kernel learner."""
+    peek = getattr(learner, "peek", None)
+    return peek()[0] if callable(peek) else getattr(learner, "w", None)

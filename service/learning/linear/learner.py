@@ -113,6 +113,7 @@ class LinearLearner:
         "seed",
         "update_rule",
         "_lent",
+        "_lent_sums",
         "_listed",
         "_normalizer",
         "_rho",
@@ -166,7 +167,8 @@ class LinearLearner:
             if not np.isfinite(w_arr).all():
                 raise HyperparameterError("w must hold finite values")
         self._w: FloatArray = w_arr
-        self._lent = False  # whether _w (and the sums) may be read elsewhere: copy to write
+        self._lent = False  # whether _w may be read elsewhere: copy it to write it
+        self._lent_sums = False  # the same of the normaliser's sums
         self._listed = st.Listed()  # the lists of its last state (made from them next)
         self._steps = 0
         self._rng = np.random.default_rng(self.seed)
@@ -197,7 +199,7 @@ class LinearLearner:
         the paper's step."""
         if self._normalizer is None:
             return None
-        self._lent = True
+        self._lent_sums = True
         view = self._normalizer.grads.view()
         view.flags.writeable = False
         return view
@@ -224,12 +226,15 @@ class LinearLearner:
 
     def _own(self) -> None:
         """Make the weights and sums its own before a label writes them in place (a
-        view, a state or a snapshot may still read the ones it has)."""
+        view, a state or a snapshot may still read the ones it has; a snapshot of the
+        weights alone copies them alone)."""
         if self._lent:
             self._w = self._w.copy()
+            self._lent = False
+        if self._lent_sums:
             if self._normalizer is not None:
                 self._normalizer = Normalizer(self._normalizer.grads.copy())
-            self._lent = False
+            self._lent_sums = False
 
     @property
     def rho(self) -> float:
