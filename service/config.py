@@ -223,9 +223,9 @@ class CorrectionsConfig(BaseModel):
     turns corrections off (nothing is kept; every correction is refused).
 
     >>> c = CorrectionsConfig(); c.reach, c.every
-    (200, 20)
+    (200, 50)
     >>> CorrectionsConfig(reach=5).every, CorrectionsConfig(reach=0).every
-    (1, 0)
+    (2, 0)
     """
 
     model_config = _FROZEN
@@ -236,9 +236,10 @@ class CorrectionsConfig(BaseModel):
 
     @property
     def every(self) -> int:
-        """Labels between two checkpoints: a tenth of the reach (a correction applies at
-        most ``reach + every`` labels again); 0 when corrections are off."""
-        return -(-self.reach // 10) if self.reach else 0
+        """Labels between two checkpoints: a quarter of the reach (a correction applies at
+        most ``reach + every`` labels again; a checkpoint is a whole state, which a wide
+        model pays for at every checkpoint); 0 when corrections are off."""
+        return -(-self.reach // 4) if self.reach else 0
 
 
 class ModelConfig(BaseModel):

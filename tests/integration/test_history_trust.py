@@ -37,7 +37,7 @@ MODELS = {
         "cost": 0.25,
         "n_features": 3,
         "audit_rate": 0.05,
-        "corrections": {"reach": 300},
+        "corrections": {"reach": 120},  # a checkpoint every 30 labels
     },
     "m-dral": {"algorithm": "dral", "cost": 0.25, "n_features": 3, "champion": "m"},
 }

@@ -10,13 +10,20 @@ from typing import Any
 import orjson
 import pytest
 
+from service.config import CorrectionsConfig
 from service.records import Signer
 from service.records.labels import Rollback, Seed
 from service.records.packed import pack
 from service.stream.labels.corrector import MIN_GAP
 
-from ..memory import MemoryKafka, record_of
-from .correcting import Learner, ManualRunner, learned, stream
+from ..memory import CFG, MemoryKafka, record_of
+from .correcting import SHADOW, Learner, ManualRunner, learned, stream
+
+#: a checkpoint every 20 labels (a reach of 80)
+EVERY_20 = {
+    "m": CFG.model_copy(update={"corrections": CorrectionsConfig(reach=80)}),
+    "m-dral": SHADOW,
+}
 
 
 def _manual(**kw: object) -> tuple[Learner, ManualRunner]:
@@ -145,7 +152,7 @@ async def test_a_copy_of_a_correction_is_refused_and_the_later_decision_stands()
 
 async def test_a_step_the_labels_log_does_not_bear_out_is_dead_lettered_and_left_out() -> None:
     kafka = MemoryKafka()
-    learner = Learner.start(kafka)
+    learner = Learner.start(kafka, models=EVERY_20)  # a checkpoint between steps 12 and 21
     await stream(learner, {})
     await kafka.flush()
     table = kafka.table("history")
@@ -155,14 +162,14 @@ async def test_a_step_the_labels_log_does_not_bear_out_is_dead_lettered_and_left
     step["label"] = step["given"]
     await kafka.send("history-changelog", key, orjson.dumps(step))
     await kafka.flush()
-    restarted = Learner.start(kafka, log=learner.log)
+    restarted = Learner.start(kafka, log=learner.log, models=EVERY_20)
     restarted.clock.now = learner.clock.now
     before = restarted.model()
     await restarted.correct("e21", 40, 1)  # after the forged step: applied
     dead = [r.json() for r in kafka.sent("abstain.dead-letters")]
     assert [(d["topic"], d["reason"]) for d in dead] == [("history-changelog", "history_untrusted")]
     assert restarted.model().version == before.version + 1
-    clean = Learner.start()
+    clean = Learner.start(models=EVERY_20)
     await stream(clean, {21: 1})
     assert learned(restarted.model()) == learned(clean.model())
     await restarted.correct("e3", 41, 1)  # before it: cannot be re-derived from trust

@@ -19,11 +19,15 @@ from ..memory import CFG, MemoryKafka, Sent, msg, request
 from .test_joiner import DEAD, MODELS, REQUESTS, Crash, Learner
 
 SHADOW = ModelConfig(algorithm="dral", cost=0.25, n_features=3, audit_rate=0.05, champion="m")
+#: history checkpoints every 20 labels (a reach of 80): some fall inside a group of 30
+EVERY_20 = CFG.model_copy(update={"corrections": CorrectionsConfig(reach=80)})
 MODELS_CHANGELOG = "models-changelog"
 
 
 def start(kafka: MemoryKafka | None = None, *, crash_on_model: bool = False) -> Learner:
-    return Learner.start(kafka, crash_on_model=crash_on_model, models={"m": CFG, "m-dral": SHADOW})
+    return Learner.start(
+        kafka, crash_on_model=crash_on_model, models={"m": EVERY_20, "m-dral": SHADOW}
+    )
 
 
 def stage(joiner: LabelJoiner) -> None:
@@ -161,7 +165,7 @@ BOOM = ModelConfig(  # no scaling and a huge step: its second label overflows (w
 )
 HUGE = [1.7e308, 1.7e308, -1.7e308]  # finite, but the standardiser's sums overflow
 # a history checkpoint every 3 labels: one falls inside the group, after the HUGE label
-CHECKPOINTED = CFG.model_copy(update={"corrections": CorrectionsConfig(reach=30)})
+CHECKPOINTED = CFG.model_copy(update={"corrections": CorrectionsConfig(reach=12)})
 
 
 async def hostile_feed(learner: Learner, model: str = "m", *, at: int = 5, n: int = 12) -> None:

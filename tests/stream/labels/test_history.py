@@ -143,7 +143,7 @@ def _history(reach: int, labels: int) -> tuple[Settings, dict[bytes, bytes]]:
 
 
 def test_a_gap_in_the_steps_read_back_leaves_out_everything_before_it() -> None:
-    s, table = _history(100, 45)  # checkpoints before steps 0, 10, 20, 30, 40
+    s, table = _history(40, 45)  # checkpoints before steps 0, 10, 20, 30, 40
     del table[b"m@23"]  # a step gone (refused when read back, say)
     again = History(table, s)
     assert again.reach_from("m") == 30  # the first checkpoint after the gap
@@ -154,7 +154,7 @@ def test_a_gap_in_the_steps_read_back_leaves_out_everything_before_it() -> None:
 
 
 def test_a_seq_claimed_twice_is_a_gap() -> None:
-    s, table = _history(100, 25)
+    s, table = _history(40, 25)
     twin = table[b"m@12"].replace(b'"offset":12', b'"offset":99')
     table[b"m@99"] = twin  # seq 12 a second time, at another offset
     again = History(table, s)
@@ -163,7 +163,7 @@ def test_a_seq_claimed_twice_is_a_gap() -> None:
 
 
 def test_a_checkpoint_without_every_member_is_not_a_base() -> None:
-    s = settings(100, shadow=True)
+    s = settings(40, shadow=True)
     table: dict[bytes, bytes] = {}
     history = History(table, s)
     for offset in range(25):
@@ -177,7 +177,7 @@ def test_a_checkpoint_without_every_member_is_not_a_base() -> None:
 
 
 def test_distrusted_steps_take_what_precedes_them_out() -> None:
-    s, table = _history(100, 35)
+    s, table = _history(40, 35)
     history = History(table, s)
     history.distrust("m", [14])
     assert history.reach_from("m") == 20
