@@ -66,7 +66,9 @@ class SparseRow:
     def of(cls, indices: Any, values: Any, width: int) -> SparseRow:
         """The row of entries ``indices`` and ``values`` (a repeated index's values add, in
         the order given, from +0.0, as ``np.bincount`` makes the whole vector)."""
-        idx, val = SparseRows.of([(indices, values)], width).row(0)
+        idx, val = _entries(
+            np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=np.float64), width
+        )
         return cls._nonzero(idx, val, width)
 
     @classmethod
@@ -147,18 +149,9 @@ class SparseRows:
             return cls(np.zeros(n + 1, dtype=np.int64), _EMPTY_INT, _EMPTY, width)
         idx = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in entries])
         val = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in entries])
-        if idx.size and not (int(idx.min()) >= 0 and int(idx.max()) < width):
-            raise DimensionError(f"a column outside [0, {width})")
+        _columns(idx, width)
         keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * width + idx
-        keys, val = _sorted(keys, val)
-        first = np.empty(keys.size, dtype=bool)
-        first[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        if not first.all():  # a column's values summed in order from +0.0, as np.bincount
-            segment = np.cumsum(first) - 1  # does (np.add.reduceat adds the first to the rest)
-            val = np.bincount(segment, weights=val).astype(np.float64, copy=False)
-            keys = keys[first]
-        val += 0.0  # a sum starts at +0.0 (as np.bincount's): a lone -0.0 is 0.0
+        keys, val = _merged(*_sorted(keys, val))
         row = keys // width
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(row, minlength=n), out=indptr[1:])
@@ -234,6 +227,36 @@ def _sorted(keys: IntArray, val: FloatArray) -> tuple[IntArray, FloatArray]:
         return packed >> low, val[order]
     order = np.argsort(keys, kind="stable")
     return keys[order], val[order]
+
+
+def _columns(idx: IntArray, width: int) -> None:
+    """:class:`DimensionError` when a column of ``idx`` lies outside ``[0, width)``."""
+    if idx.size and not (int(idx.min()) >= 0 and int(idx.max()) < width):
+        raise DimensionError(f"a column outside [0, {width})")
+
+
+def _merged(keys: IntArray, val: FloatArray) -> tuple[IntArray, FloatArray]:
+    """Sorted ``keys`` (not empty) each once, the values of equal keys summed in order
+    from +0.0, as ``np.bincount`` sums them (``np.add.reduceat`` adds the first to the
+    rest); ``val`` a new array, written in place."""
+    first = np.empty(keys.size, dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    if not first.all():
+        segment = np.cumsum(first) - 1
+        val = np.bincount(segment, weights=val).astype(np.float64, copy=False)
+        keys = keys[first]
+    val += 0.0  # a sum starts at +0.0 (as np.bincount's): a lone -0.0 is 0.0
+    return keys, val
+
+
+def _entries(idx: IntArray, val: FloatArray, width: int) -> tuple[IntArray, FloatArray]:
+    """One row's entries in the canonical form :meth:`SparseRows.of` gives a row (without
+    the batch's keys and offsets)."""
+    if not idx.size:
+        return _EMPTY_INT, _EMPTY
+    _columns(idx, width)
+    return _merged(*_sorted(idx, val))
 
 
 _EMPTY: FloatArray = np.zeros(0)

@@ -21,7 +21,7 @@ from service.learning.linear import DRAL
 from service.learning.linear.normalized import Normalizer, normalized_step
 from service.learning.moments import Moments
 from service.learning.preprocessing import OnlineStandardizer, Pipeline
-from service.learning.sparse import SPARSE_FROM, SparseRow, as_input
+from service.learning.sparse import SPARSE_FROM, SparseRow, SparseRows, as_input
 
 WIDE = SPARSE_FROM + 76  # inputs of a learner that takes rows
 NUMBERS = 4  # a declared model's numbers come first; hashed buckets after them
@@ -54,6 +54,10 @@ def test_a_row_of_entries_is_the_row_of_its_whole_vector(entries: list[tuple[int
     whole = np.bincount(np.array(idx, dtype=np.int64), weights=val, minlength=WIDE)
     row = SparseRow.of(idx, val, WIDE)
     assert row == SparseRow.dense(whole.astype(np.float64))
+    in_batch = SparseRows.of([([], []), (idx, val)], WIDE).row(1)  # a row of a batch
+    kept = in_batch[1] != 0.0
+    assert _bits(in_batch[0][kept]) == _bits(row.indices)
+    assert _bits(in_batch[1][kept]) == _bits(row.values)
     assert not (row.values == 0.0).any()  # no zero of either sign is an entry
     assert np.array_equal(row.toarray(), whole + 0.0)
 
