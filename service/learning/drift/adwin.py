@@ -212,17 +212,15 @@ class ADWIN:
             third = 2.0 / 3.0 * dprime
             n0, n1 = 0.0, w
             u0, u1 = 0.0, self._total
-            for level in range(len(self._totals) - 1, -1, -1):
+            totals = self._totals
+            for level in range(len(totals) - 1, -1, -1):
                 size = float(1 << level)
-                row = self._totals[level]
-                last = len(row) - 1
-                for k, total in enumerate(row):
+                # the last value is no split (nothing after it)
+                for total in totals[level] if level else totals[0][:-1]:
                     n0 += size
                     n1 -= size
                     u0 += total
                     u1 -= total
-                    if level == 0 and k == last:
-                        break
                     if n1 < lw or n0 < lw:
                         continue
                     gap = u0 / n0 - u1 / n1
@@ -234,7 +232,7 @@ class ADWIN:
                         found = again = True
                         self._drop_oldest()
                         break
-                if again or (level == 0):
+                if again:
                     break
         if found:
             self._detections += 1
