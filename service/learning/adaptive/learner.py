@@ -531,6 +531,7 @@ class Adaptive:
         loss = float(zero_d_one_loss(yv * decided.score, decided.rho, self.cost))
         losses = [self._loss(c.learner, z, yv) for c in self._contest.running]
         self._recall.snapshot(self._labels, self.champion)
+        self._recall.before(self.champion, z)
         moved = bool(self.champion.update(z, yv, **step))  # refuses bad input before a change
         weight = importance_weight(p, self._risk.max_weight)
         self._contest.score(loss, losses, weight)
@@ -589,7 +590,7 @@ class Adaptive:
         if self._contest or not self.challengers:
             return
         change = self._labels - back
-        _, w, rho, since = self._recall.since(change)
+        _, w, rho, since = self._recall.since(change, _weights_now(self.champion))
         champion = self.champion
         built = [(k, challenger_for(champion, k, rho=rho, w=w)) for k in self.challengers]
         self._contest = Contest([Challenger(k, c) for k, c in built if c is not None])
@@ -779,7 +780,7 @@ def _restore(model: Adaptive, record: Any, *, serving: bool = False) -> None:
             model.memory,
             recall,
             model.n_features,
-            getattr(model.champion, "w", None),
+            _weights_now(model.champion),
             rows=getattr(model.champion, "takes_rows", False),
         )
     learned = st.read_mapping(record, "learned")

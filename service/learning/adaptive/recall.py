@@ -18,6 +18,13 @@ the inputs those labels set, so a wide model whose events set few inputs writes 
 numbers per snapshot instead of its width. Where more than half of them differ (a dense
 model's), the weights are written whole (``w``), as records written before hold them.
 
+A champion that learns rows (a wide model's: each label writes the weights of its row's
+entries, in place) is not copied at each snapshot either: the recall keeps each snapshot's
+record alone and, for the newest, the weights each label since was about to write, as they
+were (:meth:`Recall.before`). A snapshot's weights are the champion's now with those put
+back, newest first; its record is what a copy would have written, bit for bit. A snapshot
+then costs the entries its labels set, not the model's width, in time and in memory.
+
 >>> from service.learning import DSAL
 >>> recall, champion = Recall(16), DSAL(n_features=8, cost=0.25)
 >>> for t in range(20):  # rows that set two of the eight inputs
@@ -64,7 +71,15 @@ class Recall:
     """The last ``size`` labels (plus up to one snapshot period) and the snapshots that
     reach as far back."""
 
-    __slots__ = ("size", "_labels", "_records", "_snapshot_records", "_snapshots")
+    __slots__ = (
+        "size",
+        "_delta",
+        "_labels",
+        "_records",
+        "_snapshot_records",
+        "_snapshots",
+        "_undo",
+    )
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -79,21 +94,101 @@ class Recall:
         self._snapshot_records: deque[dict[str, Any]] = deque(
             maxlen=(self._snapshots.maxlen or 1) - 1
         )
+        # a champion that learns rows: its snapshots keep no weights (``None`` in
+        # _snapshots), only their records; the newest one's weights are the champion's now
+        # with _undo put back: before each label since it, the weights its row was about to
+        # write, as they were (module docstring)
+        self._delta = False
+        self._undo: list[tuple[npt.NDArray[np.int64], FloatArray]] = []
 
     def snapshot(self, label: int, champion: Any) -> None:
         """Before the champion learns label number ``label``: keep where it is, every
-        :data:`SNAPSHOT_EVERY` labels (a champion that learns rows lends its weights: it
-        copies them before it next writes them)."""
+        :data:`SNAPSHOT_EVERY` labels. A champion that learns rows (and lets its weights
+        be read in place: ``peek``) is kept as what its labels change (:meth:`before`)."""
         if self.size and label % SNAPSHOT_EVERY == 0:
+            if getattr(champion, "takes_rows", False) and callable(getattr(champion, "peek", None)):
+                now = champion.peek()[0]
+                if self._snapshots:  # the newest so far, written against the champion now
+                    self._snapshot_records.append(
+                        self._newest_record(now)
+                        if self._delta
+                        else _snapshot_record(self._snapshots[-1], now)
+                    )
+                self._delta, self._undo = True, []
+                self._snapshots.append((label, None, champion.rho))
+                return
             w = getattr(champion, "w", None)
             if w is not None and not getattr(champion, "takes_rows", False):
                 w = st.float_list(w)
+            if self._delta and self._snapshots:  # the newest kept as a change: made whole
+                self._make_whole(champion.peek()[0] if w is None else np.asarray(w))
             self._snap((label, w, champion.rho))
+
+    def before(self, champion: Any, x: Any) -> None:
+        """Before ``champion`` learns input ``x``: the weights the label may write, as they
+        are (a snapshot kept as a change; a row writes the weights of its entries alone)."""
+        if self._delta and self._snapshots:
+            if type(x) is not SparseRow:  # no rows after all: the snapshots made whole
+                self._make_whole(champion.peek()[0])
+                return
+            w = champion.peek()[0]
+            self._undo.append((x.indices, w[x.indices]))
 
     def _snap(self, item: Snapshot) -> None:
         if self._snapshots:  # the newest so far is written against this one from now on
             self._snapshot_records.append(_snapshot_record(self._snapshots[-1], item[1]))
         self._snapshots.append(item)
+
+    def _newest_before(self) -> tuple[npt.NDArray[np.int64], FloatArray]:
+        """The weights the labels since the newest snapshot may have changed (sorted, each
+        once) and their values at that snapshot."""
+        if not self._undo:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        idx = np.concatenate([i for i, _ in self._undo])
+        old = np.concatenate([v for _, v in self._undo])
+        at, first = np.unique(idx, return_index=True)  # each weight as it was first
+        return at, old[first]
+
+    def _newest_record(self, now: FloatArray) -> st.FrozenRecord:
+        """The newest snapshot's record written against the weights ``now`` (what
+        :func:`_snapshot_record` writes of its whole weights, bit for bit)."""
+        n, _, rho = self._snapshots[-1]
+        at, was = self._newest_before()
+        differ = was.view(np.uint64) != now[at].view(np.uint64)
+        if 2 * int(np.count_nonzero(differ)) > now.size:  # most differ: whole
+            whole = now.copy()
+            whole[at] = was
+            return st.FrozenRecord(n=n, w=st.float_list(whole), rho=rho)
+        return st.FrozenRecord(
+            n=n, rho=rho, w_at=st.IndexList(at[differ]), w_to=st.float_list(was[differ])
+        )
+
+    def _weights(self, k: int, now: FloatArray) -> FloatArray:
+        """Snapshot ``k``'s weights (kept as a change): the weights ``now`` with what
+        changed since each snapshot from the newest back to ``k`` put back."""
+        out = np.array(now, dtype=np.float64)
+        at, was = self._newest_before()
+        out[at] = was
+        for j in range(len(self._snapshots) - 2, k - 1, -1):
+            record = self._snapshot_records[j]
+            if "w_at" in record:  # the weights that differ from the next snapshot's
+                out = st.changed(record, "w", out, out.size, "a snapshot", copy=False)
+            else:
+                out = st.read_floats(record, "w", (out.size,))
+        return out
+
+    def _make_whole(self, now: FloatArray) -> None:
+        """Keep every snapshot's weights whole from now on (the champion no longer learns
+        rows)."""
+        whole = [self._weights(k, now) for k in range(len(self._snapshots))]
+        self._snapshots = deque(
+            (
+                (n, st.float_list(w), rho)
+                for (n, _, rho), w in zip(self._snapshots, whole, strict=True)
+            ),
+            maxlen=self._snapshots.maxlen,
+        )
+        self._delta, self._undo = False, []
 
     def remember(
         self, label: int, x: FloatArray | SparseRow, y: float, p: float, loss: float
@@ -107,13 +202,21 @@ class Recall:
         self._labels.append(item)
         self._records.append(st.FrozenRecord(n=n, **_input_record(x), y=y, p=p, loss=loss))
 
-    def since(self, label: int) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
+    def since(
+        self, label: int, now: Any = None
+    ) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
         """The latest snapshot at or before ``label`` whose labels since are all remembered,
         with those labels: ``(snapshot's label, weights, rho, labels)``; without one,
-        ``(label, None, None, [])``."""
+        ``(label, None, None, [])``. ``now``: the champion's weights (a snapshot kept as
+        a change is read from them)."""
         oldest = self._labels[0][0] if self._labels else label
-        for at, w, rho in reversed(self._snapshots):
+        for k in range(len(self._snapshots) - 1, -1, -1):
+            at, w, rho = self._snapshots[k]
             if oldest <= at <= label:
+                if self._delta:
+                    if now is None:
+                        raise ValueError("a snapshot kept as a change needs the weights now")
+                    w = self._weights(k, np.asarray(now, dtype=np.float64))
                 if isinstance(w, np.ndarray):
                     w = st.float_list(w)
                 return at, w, rho, [r for r in self._labels if r[0] >= at]
@@ -124,6 +227,7 @@ class Recall:
         self._records.clear()
         self._snapshots.clear()
         self._snapshot_records.clear()
+        self._delta, self._undo = False, []
 
     def to_state(self, w: Any = None) -> dict[str, Any]:
         """The remembered labels and the snapshots, the newest snapshot's weights written
@@ -131,7 +235,11 @@ class Recall:
         snapshot's is shared by the states made while it is kept: a
         :class:`~service.learning.state.FrozenRecord`, never changed once made."""
         snapshots = list(self._snapshot_records)
-        if self._snapshots:
+        if self._snapshots and self._delta:
+            if w is None:
+                raise ValueError("a snapshot kept as a change is written against the weights")
+            snapshots.append(self._newest_record(np.asarray(w, dtype=np.float64)))
+        elif self._snapshots:
             snapshots.append(_snapshot_record(self._snapshots[-1], w))
         return {"labels": list(self._records), "snapshots": snapshots}
 
@@ -174,7 +282,24 @@ class Recall:
             after = weights
         for snapshot in reversed(read):
             out._snap(snapshot)
+        if rows and w is not None and read and all(r[1] is not None for r in read):
+            out._keep_changes(np.asarray(w, dtype=np.float64))
         return out
+
+    def _keep_changes(self, now: FloatArray) -> None:
+        """Keep the snapshots read whole (a champion of rows) as changes from now on: their
+        records stay, their weights go; the newest one's, against ``now``, is what the
+        labels since it changed."""
+        newest = self._snapshots[-1][1]
+        changes = st.changes_from(np.asarray(newest, dtype=np.float64), now)
+        if changes is None:  # most weights changed since: kept whole
+            return
+        at, was = changes
+        self._undo = [(np.array(at, dtype=np.int64), np.array(was, dtype=np.float64))]
+        self._snapshots = deque(
+            ((n, None, rho) for n, _, rho in self._snapshots), maxlen=self._snapshots.maxlen
+        )
+        self._delta = True
 
 
 def _input_record(x: FloatArray | SparseRow) -> dict[str, Any]:

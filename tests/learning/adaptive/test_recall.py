@@ -14,6 +14,7 @@ from hypothesis import strategies as hst
 from service.learning import DSAL, StateError
 from service.learning.adaptive import Adaptive
 from service.learning.adaptive.recall import SNAPSHOT_EVERY, Recall
+from service.learning.sparse import SparseRow
 from service.learning.state import FrozenRecord
 from service.records.packed import pack, unpack
 
@@ -216,3 +217,76 @@ def test_a_hostile_remembered_input_is_refused(change: dict[str, Any], match: st
     hostile = {k: v for k, v in item.items() if k not in ("x_at", "x_to")} | change
     with pytest.raises(StateError, match=match):
         Recall.from_state(16, {"labels": [hostile], "snapshots": []}, 300)
+
+
+class RowChampion:
+    """A stand-in champion that learns rows: it writes the weights of a row's entries in
+    place, and lets them be read as they are (``peek``)."""
+
+    takes_rows = True
+
+    def __init__(self, w: np.ndarray) -> None:
+        self._w, self.rho = w, 0.5
+
+    @property
+    def w(self) -> np.ndarray:
+        return self._w.copy()
+
+    def peek(self) -> tuple[np.ndarray, None]:
+        return self._w, None
+
+
+def _bits(record: Any) -> str:
+    """A state as text that tells -0.0 from 0.0."""
+    return json.dumps(record, default=str, allow_nan=True) + repr(
+        [
+            np.asarray(s.get("w_to", s.get("w", [])), dtype=float).tobytes()
+            for s in record["snapshots"]
+        ]
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    hst.lists(hst.lists(hst.tuples(hst.integers(0, 63), _VALUE), max_size=5), max_size=70),
+    hst.sampled_from([0, 8, 16]),
+    hst.integers(0, 69),
+)
+def test_snapshots_of_a_champion_of_rows_kept_as_changes_write_and_recall_what_copies_do(
+    steps: list[list[tuple[int, float]]], size: int, cut: int
+) -> None:
+    """A champion that learns rows is kept as what its labels changed since each snapshot,
+    not a copy of its weights at each: every state it writes, every snapshot it recalls
+    and every state read back are those of a recall that keeps copies, bit for bit (a
+    label's row may name more weights than it changes)."""
+    width = 64
+    copies, whole = Recall(size), Weights(np.zeros(width))
+    changes, rows = Recall(size), RowChampion(np.zeros(width))
+    for t, step in enumerate(steps):
+        if t == cut:  # read back in the middle: the changes go on from the record
+            changes = Recall.from_state(size, changes.to_state(rows._w), width, rows._w, rows=True)
+        copies.snapshot(t, whole)
+        changes.snapshot(t, rows)
+        touched = sorted({j for j, _ in step} | {t % width})  # one weight named, unchanged
+        x = SparseRow(np.array(touched, dtype=np.int64), np.ones(len(touched)), width)
+        changes.before(rows, x)
+        w = whole.w.copy()
+        for j, v in step:
+            w[j] = v
+            rows._w[j] = v
+        whole.w = w
+        copies.remember(t, x, 1.0, 0.5, 0.0)
+        changes.remember(t, x, 1.0, 0.5, 0.0)
+        assert _bits(changes.to_state(rows._w)) == _bits(copies.to_state(whole.w))
+        for label in (t, t - 5, t - 13):
+            got, want = changes.since(label, rows._w), copies.since(label)
+            assert got[0] == want[0]
+            assert got[2] == want[2]
+            assert len(got[3]) == len(want[3])
+            assert (
+                np.asarray(got[1] or [], dtype=float).tobytes()
+                == np.asarray(want[1] or [], dtype=float).tobytes()
+            )
+    if size and steps:
+        assert changes._delta  # kept as changes, not copies
+        assert all(s[1] is None for s in changes._snapshots)
