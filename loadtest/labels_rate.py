@@ -19,7 +19,8 @@ For each algorithm, ``--repeats`` times, with a fresh worker and fresh topics ea
    every label applied once (the version counts labels).
 
 Printed per run: labels, seconds, **labels/s**, the worker's CPU seconds per label (its
-``/proc`` times over the label phase) and the size of the last model version; then the
+``/proc`` times over the label phase), the size of the last model version and the worker's
+peak resident memory so far (``VmHWM``: its requests stored, the labels applied); then the
 median of the runs per algorithm. ``dsol`` asks every event (every label); ``dsal`` asks
 what its learner wants (most events early on).
 
@@ -71,6 +72,17 @@ def _py_spy() -> str:
     """py-spy beside this Python (the venv's), else the one on ``PATH``."""
     beside = Path(sys.executable).parent / "py-spy"
     return str(beside) if beside.exists() else (shutil.which("py-spy") or "py-spy")
+
+
+def _peak_mib(pid: int) -> float:
+    """The peak resident memory of process ``pid`` so far, in MiB (NaN where ``/proc`` does
+    not say)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found.group(1)) / 1024.0 if found else float("nan")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -170,6 +182,7 @@ async def _run(
             raise SystemExit(f"version {newest['version']} after {TIMEOUT:.0f}s") from None
         elapsed = time.monotonic() - start
         cpu = _cpu_seconds(pid) - cpu0
+        peak = _peak_mib(pid)
         watcher.cancel()
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -182,6 +195,7 @@ async def _run(
         "labels/s": len(asked) / elapsed,
         "worker CPU ms/label": 1000.0 * cpu / len(asked),
         "last version bytes": float(len(last[-1].value)) if last else float("nan"),
+        "worker peak MiB": peak,
     }
 
 
@@ -264,12 +278,16 @@ def main() -> int:
         if kafka is not None:
             kafka.stop()
     print(f"\nlabels applied per second, one model, {args.shape}, medians of {args.repeats}")
-    print(f"{'algorithm':<10}{'labels':>8}{'labels/s':>10}{'CPU ms/label':>14}{'version KiB':>13}")
+    print(
+        f"{'algorithm':<10}{'labels':>8}{'labels/s':>10}{'CPU ms/label':>14}{'version KiB':>13}"
+        f"{'peak MiB':>10}"
+    )
     for algorithm, results in runs.items():
         med = {n: statistics.median(r[n] for r in results) for n in results[0]}
         print(
             f"{algorithm:<10}{med['labels']:>8,.0f}{med['labels/s']:>10,.0f}"
             f"{med['worker CPU ms/label']:>14.2f}{med['last version bytes'] / 1024:>13.1f}"
+            f"{med['worker peak MiB']:>10.0f}"
         )
     return 0
 
