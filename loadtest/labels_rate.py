@@ -20,9 +20,9 @@ For each algorithm, ``--repeats`` times, with a fresh worker and fresh topics ea
 
 Printed per run: labels, seconds, **labels/s**, the worker's CPU seconds per label (its
 ``/proc`` times over the label phase), the size of the last model version and the worker's
-peak resident memory so far (``VmHWM``: its requests stored, the labels applied); then the
-median of the runs per algorithm. ``dsol`` asks every event (every label); ``dsal`` asks
-what its learner wants (most events early on).
+resident memory once every request is stored (``VmRSS``, before the first label) and its
+peak after the labels (``VmHWM``); then the median of the runs per algorithm. ``dsol`` asks
+every event (every label); ``dsal`` asks what its learner wants (most events early on).
 
 ``--profile DIR`` records the worker with py-spy over each label phase alone (collapsed
 stacks, ``DIR/<algorithm>-<run>.txt``; py-spy beside the venv's Python, or on ``PATH``).
@@ -74,14 +74,14 @@ def _py_spy() -> str:
     return str(beside) if beside.exists() else (shutil.which("py-spy") or "py-spy")
 
 
-def _peak_mib(pid: int) -> float:
-    """The peak resident memory of process ``pid`` so far, in MiB (NaN where ``/proc`` does
-    not say)."""
+def _memory_mib(pid: int, field: str = "VmHWM") -> float:
+    """Resident memory of process ``pid`` in MiB: its peak so far (``VmHWM``) or now
+    (``VmRSS``); NaN where ``/proc`` does not say."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return float("nan")
-    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    found = re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
     return int(found.group(1)) / 1024.0 if found else float("nan")
 
 
@@ -163,6 +163,7 @@ async def _run(
                 stderr=subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)  # attached before the first label
+        held = _memory_mib(pid, "VmRSS")  # every request stored, no label yet
         cpu0 = _cpu_seconds(pid)
         start = time.monotonic()
         for rid, label in list(asked.items()):
@@ -182,7 +183,7 @@ async def _run(
             raise SystemExit(f"version {newest['version']} after {TIMEOUT:.0f}s") from None
         elapsed = time.monotonic() - start
         cpu = _cpu_seconds(pid) - cpu0
-        peak = _peak_mib(pid)
+        peak = _memory_mib(pid)
         watcher.cancel()
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -195,6 +196,7 @@ async def _run(
         "labels/s": len(asked) / elapsed,
         "worker CPU ms/label": 1000.0 * cpu / len(asked),
         "last version bytes": float(len(last[-1].value)) if last else float("nan"),
+        "worker MiB, requests stored": held,
         "worker peak MiB": peak,
     }
 
@@ -280,14 +282,14 @@ def main() -> int:
     print(f"\nlabels applied per second, one model, {args.shape}, medians of {args.repeats}")
     print(
         f"{'algorithm':<10}{'labels':>8}{'labels/s':>10}{'CPU ms/label':>14}{'version KiB':>13}"
-        f"{'peak MiB':>10}"
+        f"{'stored MiB':>12}{'peak MiB':>10}"
     )
     for algorithm, results in runs.items():
         med = {n: statistics.median(r[n] for r in results) for n in results[0]}
         print(
             f"{algorithm:<10}{med['labels']:>8,.0f}{med['labels/s']:>10,.0f}"
             f"{med['worker CPU ms/label']:>14.2f}{med['last version bytes'] / 1024:>13.1f}"
-            f"{med['worker peak MiB']:>10.0f}"
+            f"{med['worker MiB, requests stored']:>12.0f}{med['worker peak MiB']:>10.0f}"
         )
     return 0
 
