@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import struct
+import tracemalloc
+from typing import Any
 
 import numpy as np
 import orjson
@@ -20,6 +22,7 @@ from service.records.codec import (
     _all_finite,
     array_of,
     decode_object,
+    dumps,
     encode_finite,
     numbers_of,
     packed_numbers,
@@ -222,3 +225,26 @@ def test_a_sparse_record_listing_a_zero_is_read_and_written_canonically() -> Non
     assert packed_numbers(back) == {"size": 300, "at": [9], "values": [2.0]}
     signed = read_numbers({"size": 300, "at": [3, 9], "values": [-0.0, 2.0]}, "features")
     assert packed_numbers(signed) == {"size": 300, "at": [3, 9], "values": [-0.0, 2.0]}
+
+
+def _held_per_object(make: Any, n: int = 300) -> float:
+    """The memory each of ``n`` objects ``make()`` returns holds while kept (traced)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [make() for _ in range(n)]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(kept) == n
+    return held / n
+
+
+def test_an_encoded_record_holds_memory_of_its_own_size() -> None:
+    """A record kept for long (an answered request's mark, a history step) holds about its
+    length, not the buffer orjson wrote it in (a power of two: 16 KiB for 1.5 KiB)."""
+    record = {"features": np.random.default_rng(0).normal(size=68).tolist(), "id": "e1"}
+    size = len(dumps(record))
+    assert 1_000 < size < 2_000
+    assert _held_per_object(lambda: dumps(record)) < size + 200
+    assert _held_per_object(lambda: dumps({"a": 1})) < 200

@@ -55,7 +55,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from service.records import SIGNATURE_HEADER, Signer
-from service.records.codec import dumps
+from service.records.codec import dumps, own_size
 from service.stream.errors import StreamError
 from service.stream.kafka.produce import Headers, OutRecord
 from service.stream.kafka.unreadable import FetchFailed, Reader, Unreadable, UnreadableBatch
@@ -77,6 +77,10 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
 #: the key of the record from which on every record of a changelog partition is signed
 MARKER = b"__signed__"
+#: a value shorter than this is kept as a copy of its own size (what wrote it, such as
+#: orjson, may hold it in a buffer many times longer; a longer value is a packed state,
+#: written to its size)
+OWN_SIZE_BELOW = 64 * 1024
 
 #: a changelog record read back: (offset, key, value, headers)
 Loaded = tuple[int, bytes | None, bytes | None, Iterable[tuple[str, bytes]]]
@@ -167,6 +171,8 @@ class ChangelogTable:
 
     def __setitem__(self, key: bytes, value: bytes, /) -> None:
         partition = self.writes.current()
+        if len(value) < OWN_SIZE_BELOW:  # kept, maybe for hours: its own size, not its buffer's
+            value = own_size(value)
         self._data[key] = value
         self._where[key] = partition
         self._read.pop(key, None)

@@ -3,6 +3,9 @@ of the partition being handled, recovery replays them, a revoke forgets its part
 
 from __future__ import annotations
 
+import tracemalloc
+
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -186,3 +189,27 @@ def test_a_record_signed_with_the_previous_key_is_taken_and_signed_again() -> No
     again = [r for r in rotated.writes.take() if r.key == b"a"]
     assert len(again) == 1
     assert Signer(KEY).is_current(dict(again[0].headers or ())[SIGNATURE_HEADER])
+
+
+def test_a_value_kept_holds_memory_of_its_own_size_whatever_wrote_it() -> None:
+    """orjson returns its output in a buffer rounded up to a power of two (16 KiB for
+    1.5 KiB): a table keeps a copy of a value's own size, so an entry kept for hours (an
+    answered request's mark) costs about its length."""
+    record = {"features": [0.123456789 * i for i in range(68)], "id": "e1"}
+    size = len(orjson.dumps(record))
+    writes = Writes()
+    table = ChangelogTable(TOPIC, writes)
+    n = 300
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        with writes.partition(0):
+            for i in range(n):
+                table[b"r%d" % i] = orjson.dumps(record)
+        writes.take()  # sent: only the table holds them now
+        held = (tracemalloc.get_traced_memory()[0] - before) / n
+    finally:
+        tracemalloc.stop()
+    assert 500 < size < 2_000
+    assert held < size + 400, held
+    assert all(v == orjson.dumps(record) for _, v in table.items())
