@@ -290,3 +290,28 @@ def test_snapshots_of_a_champion_of_rows_kept_as_changes_write_and_recall_what_c
     if size and steps:
         assert changes._delta  # kept as changes, not copies
         assert all(s[1] is None for s in changes._snapshots)
+
+
+def test_a_recall_of_changes_given_a_whole_input_keeps_copies_and_writes_the_same() -> None:
+    """A recall kept as changes that is given a whole input (no row: what it may write is
+    unknown) makes its snapshots whole again; its states stay those of copies."""
+    width = 64
+    copies, whole = Recall(16), Weights(np.zeros(width))
+    changes, rows = Recall(16), RowChampion(np.zeros(width))
+    rng = np.random.default_rng(4)
+    for t in range(30):
+        copies.snapshot(t, whole)
+        changes.snapshot(t, rows)
+        at = np.sort(rng.choice(width, size=3, replace=False)).astype(np.int64)
+        x: Any = SparseRow(at, np.ones(3), width) if t != 17 else np.ones(width)
+        changes.before(rows, x)
+        if t == 17:
+            assert not changes._delta  # whole again
+        w = whole.w.copy()
+        w[at] = rng.normal(size=3)
+        rows._w[at] = w[at]
+        whole.w = w
+        copies.remember(t, SparseRow(at, np.ones(3), width), 1.0, 0.5, 0.0)
+        changes.remember(t, SparseRow(at, np.ones(3), width), 1.0, 0.5, 0.0)
+        assert _bits(changes.to_state(rows._w)) == _bits(copies.to_state(whole.w))
+    assert changes._delta  # the next snapshot of a champion of rows: changes again
