@@ -13,7 +13,9 @@ A challenger is a learner of the champion's class and configuration, started at 
   paired test, so the wrapper lets the stream choose. No such challenger for the double
   ramp learners (:func:`challenger_for` gives ``None``).
 
-All are built through the learners' state records, so any learner of this package works.
+A linear learner's are built from its arrays, as the learner its state record would give
+(bit for bit, in time of its width rather than a float object a weight); any other
+learner's through its state record, so any learner of this package works.
 A :class:`Challenger` also keeps its paired record against the champion: the sum and the
 sum of squares of the (importance-weighted) gains, the champion's loss minus its own, on
 every label since it started.
@@ -78,11 +80,16 @@ def challenger_for(
     unnegated, and the other loss. A fresh challenger takes the configured ones.
     """
     if kind == "fresh":
+        if callable(getattr(learner, "from_arrays", None)):  # a linear learner: made anew
+            cls = type(learner)
+            return getattr(cls, "_from_params", cls)(**learner.get_params())
         return learner_from_state(_fresh_record(learner))
     if kind not in CHALLENGER_KINDS:
         raise HyperparameterError(f"challenger kind must be one of {CHALLENGER_KINDS}: {kind!r}")
     if kind == "tail" and not hasattr(learner, "tail"):
         return None
+    if callable(getattr(learner, "from_arrays", None)):  # a linear learner: its arrays
+        return _linear(learner, kind, rho=rho, w=w)
     record = learner.to_state()
     learned = dict(record["learned"])
     if "w_at" in learned:  # written as its entries: whole, to negate or replace
@@ -99,6 +106,25 @@ def challenger_for(
         if key in learned:
             learned[key] = st.float_list(-_array_of(learned[key]))  # -0.0 for 0.0, as -v
     return learner_from_state({**record, "learned": learned})
+
+
+def _linear(learner: Any, kind: str, *, rho: float | None, w: Any) -> Any:
+    """:func:`challenger_for` a linear learner (a mirror or a tail), built from its record
+    without the arrays and the arrays themselves: the learner the record of its numbers
+    gives, bit for bit, in time and memory of its width instead of a float object each
+    (``tests/learning/adaptive/test_challengers.py`` holds the two ways together)."""
+    record = learner.to_state(arrays=False)
+    mine, sums = learner.peek()
+    base = mine if w is None else _array_of(w)
+    if kind == "tail":
+        weights = np.array(base, dtype=np.float64)
+        params = {**record["params"], "tail": 0.0 if learner.tail else TAIL}
+        record = {**record, "params": params}
+    else:  # a mirror: -0.0 for 0.0, as -v
+        weights = np.negative(np.asarray(base, dtype=np.float64))
+    if rho is not None:
+        record = {**record, "learned": {**record["learned"], "rho": rho}}
+    return type(learner).from_arrays(record, weights, None if sums is None else sums.copy())
 
 
 def _array_of(values: Any) -> npt.NDArray[np.float64]:

@@ -202,13 +202,11 @@ class Recall:
         self._labels.append(item)
         self._records.append(st.FrozenRecord(n=n, **_input_record(x), y=y, p=p, loss=loss))
 
-    def since(
-        self, label: int, now: Any = None
-    ) -> tuple[int, list[float] | None, float | None, list[Remembered]]:
+    def since(self, label: int, now: Any = None) -> tuple[int, Any, float | None, list[Remembered]]:
         """The latest snapshot at or before ``label`` whose labels since are all remembered,
         with those labels: ``(snapshot's label, weights, rho, labels)``; without one,
         ``(label, None, None, [])``. ``now``: the champion's weights (a snapshot kept as
-        a change is read from them)."""
+        a change is read from them, and its weights are a new array, not a list)."""
         oldest = self._labels[0][0] if self._labels else label
         for k in range(len(self._snapshots) - 1, -1, -1):
             at, w, rho = self._snapshots[k]
@@ -217,8 +215,6 @@ class Recall:
                     if now is None:
                         raise ValueError("a snapshot kept as a change needs the weights now")
                     w = self._weights(k, np.asarray(now, dtype=np.float64))
-                if isinstance(w, np.ndarray):
-                    w = st.float_list(w)
                 return at, w, rho, [r for r in self._labels if r[0] >= at]
         return label, None, None, []
 

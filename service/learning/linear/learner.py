@@ -68,7 +68,7 @@ from ..base import (
     quiet,
     raise_non_finite,
 )
-from ..errors import HyperparameterError, InputError, NonFiniteError
+from ..errors import HyperparameterError, InputError, NonFiniteError, StateError
 from ..losses import FloatArray, reject_decision
 from ..schedules import Schedule, as_schedule
 from ..sparse import SPARSE_FROM, SparseRow, as_input
@@ -526,14 +526,46 @@ class LinearLearner:
         """Rebuild a learner from :meth:`to_state` output (same decisions, same updates)."""
         learner, learned = st.open_learner_record(state, cls.algorithm, cls.param_names, cls)
         learner._w = st.read_entries(learned, "w", learner.n_features, "the weights")
-        learner._rho = st.read_float(learned, "rho", minimum=0.0)
-        learner._steps = st.read_int(learned, "steps")
-        learner._rng = st.rng_from_state(learned.get("rng"))
+        learner._restore(learned)
         if learner._normalizer is not None:
             learner._normalizer = Normalizer.from_state(
                 learned.get("normalizer"), learner.n_features
             )
         return learner
+
+    @classmethod
+    def from_arrays(cls: type[_L], state: Any, w: FloatArray, sums: FloatArray | None = None) -> _L:
+        """:meth:`from_state` of a record written without its arrays
+        (``to_state(arrays=False)``), given them: the weights ``w`` and the normaliser's
+        sums ``sums`` (None: nothing gathered yet), taken as they are (the caller's to
+        give away). The learner a record of the same numbers gives, bit for bit, without
+        turning a wide model's arrays into lists and back.
+
+        >>> from service.learning import DSOL
+        >>> a = DSOL(n_features=2, cost=0.25, update_rule="normalized", w=[1.0, -2.0])
+        >>> b = DSOL.from_arrays(a.to_state(arrays=False), np.array([3.0, -0.0]))
+        >>> b.w.tolist(), b.to_state(arrays=False) == a.to_state(arrays=False)
+        ([3.0, -0.0], True)
+        """
+        learner, learned = st.open_learner_record(state, cls.algorithm, cls.param_names, cls)
+        n = learner.n_features
+        if "w" in learned or "w_at" in learned or "normalizer" in learned:
+            raise StateError("a record given its arrays must be written without them")
+        if w.dtype != np.float64 or w.shape != (n,) or not np.isfinite(w).all():
+            raise StateError(f"the weights must be {n} finite numbers")
+        learner._w = w
+        learner._restore(learned)
+        if learner._normalizer is not None and sums is not None:
+            if sums.dtype != np.float64 or sums.shape != (n,) or (sums < 0.0).any():
+                raise StateError(f"the normaliser's sums must be {n} numbers >= 0")
+            learner._normalizer = Normalizer(sums)
+        return learner
+
+    def _restore(self, learned: Mapping[str, Any]) -> None:
+        """Read the scalars of a record's ``learned`` section (:meth:`to_state`)."""
+        self._rho = st.read_float(learned, "rho", minimum=0.0)
+        self._steps = st.read_int(learned, "steps")
+        self._rng = st.rng_from_state(learned.get("rng"))
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

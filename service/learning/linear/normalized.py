@@ -104,9 +104,14 @@ class Normalizer:
         grads = self.grads
         if grads.size >= st.SHARED_FROM:
             fill = float(grads.min())
-            changes = st.changes_from(grads, np.full(grads.shape, fill))
-            if changes is not None:
-                return {"fill": fill, "grads_at": changes[0], "grads_to": changes[1]}
+            bits = grads.view(np.uint64)
+            at = np.flatnonzero(bits != np.float64(fill).view(np.uint64))  # bit for bit
+            if 2 * at.size <= grads.size:
+                return {
+                    "fill": fill,
+                    "grads_at": st.IndexList(at),
+                    "grads_to": st.float_list(grads[at]),
+                }
         return {"grads": st.float_list(grads) if listed is None else listed("grads", grads)}
 
     @staticmethod

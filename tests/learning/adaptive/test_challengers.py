@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
 
 from service.learning import DRAL, DSAL, StateError
 from service.learning.adaptive import Adaptive
@@ -247,3 +249,102 @@ def test_a_mirror_that_kept_its_negated_zeros_is_written_against_the_negated_wei
         twisted["learner"]["learned"]["against"] = bad
         with pytest.raises(StateError, match="negated"):
             Challenger.from_state(twisted, base)
+
+
+def _through_record(learner: object, kind: str, *, rho: float | None, w: object) -> object:
+    """A mirror or tail challenger built as every learner's is: through the champion's
+    whole state record, its weights as lists of floats (the general way)."""
+    from service.learning import state as st  # noqa: PLC0415
+    from service.learning.registry import learner_from_state  # noqa: PLC0415
+
+    record = learner.to_state()  # type: ignore[attr-defined]
+    learned = dict(record["learned"])
+    learned.pop("w_at", None), learned.pop("w_to", None)
+    base = learner.w if w is None else w  # type: ignore[attr-defined]
+    learned["w"] = st.float_list(np.array(base, dtype=np.float64))
+    if rho is not None:
+        learned["rho"] = rho
+    if kind == "tail":
+        params = {**record["params"], "tail": 0.0 if learner.tail else TAIL}  # type: ignore[attr-defined]
+        return learner_from_state({**record, "params": params, "learned": learned})
+    learned["w"] = st.float_list(-np.asarray(learned["w"], dtype=np.float64))
+    return learner_from_state({**record, "learned": learned})
+
+
+def _bits(learner: object) -> bytes:
+    return json.dumps(learner.to_state(), sort_keys=True).encode()  # type: ignore[attr-defined]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    width=st_.sampled_from([3, 9, 1100]),
+    algorithm=st_.sampled_from(["dsal", "dsol", "dral"]),
+    rule=st_.sampled_from(["sgd", "normalized"]),
+    tail=st_.booleans(),
+    kind=st_.sampled_from(["mirror", "tail", "fresh"]),
+    labels=st_.integers(0, 12),
+    given_w=st_.booleans(),
+    rho=st_.none() | st_.floats(0.0, 3.0),
+    seed=st_.integers(0, 2**16),
+)
+def test_a_linear_challenger_is_the_one_its_record_gives_bit_for_bit(
+    width: int,
+    algorithm: str,
+    rule: str,
+    tail: bool,
+    kind: str,
+    labels: int,
+    given_w: bool,
+    rho: float | None,
+    seed: int,
+) -> None:
+    """Built from the champion's arrays (a wide model's without a float object each), or
+    made anew (a fresh one), a challenger is the learner the record path gives: the same
+    state, bit for bit (zeros of a mirror negated to -0.0), the same decisions and the
+    same next steps."""
+    from service.learning import DSOL  # noqa: PLC0415
+    from service.learning.sparse import SparseRow  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    cls = {"dsal": DSAL, "dsol": DSOL, "dral": DRAL}[algorithm]
+    extra = {"tail": TAIL} if tail and algorithm != "dral" else {}
+    champion = cls(n_features=width, cost=0.25, update_rule=rule, seed=seed, **extra)
+    rows = []
+    for _ in range(labels + 3):
+        at = np.sort(rng.choice(width, size=min(width, 3), replace=False))
+        rows.append(SparseRow(at, rng.normal(size=at.size), width))
+    for row in rows[:labels]:
+        champion.update(row if width >= 1024 else row.toarray(), 1 if rng.random() < 0.5 else -1)
+    w = None
+    if given_w:
+        w = champion.w.copy()
+        w[rng.integers(width)] = -0.0
+        w[rng.integers(width)] = float(rng.normal())
+    got = challenger_for(champion, kind, rho=rho, w=w)
+    if kind == "tail" and algorithm == "dral":
+        assert got is None
+        return
+    if kind == "fresh":
+        from service.learning.adaptive.challengers import _fresh_record  # noqa: PLC0415
+        from service.learning.registry import learner_from_state  # noqa: PLC0415
+
+        want = learner_from_state(_fresh_record(champion))
+    else:
+        want = _through_record(champion, kind, rho=rho, w=w)
+    assert type(got) is type(want)
+    assert _bits(got) == _bits(want)
+    assert got.w.tobytes() == want.w.tobytes()
+    for row in rows[labels:]:
+        x = row if width >= 1024 else row.toarray()
+        assert got.decide(x, 0.5) == want.decide(x, 0.5)
+        got.update(x, 1)
+        want.update(x, 1)
+    assert _bits(got) == _bits(want)
+
+
+def test_a_linear_challenger_refuses_weights_of_another_width_or_not_finite() -> None:
+    champion = DSAL(n_features=3, cost=0.25)
+    with pytest.raises(StateError, match="3 finite numbers"):
+        challenger_for(champion, "mirror", w=[1.0, 2.0])
+    with pytest.raises(StateError, match="3 finite numbers"):
+        challenger_for(champion, "tail", w=[1.0, float("nan"), 0.0])

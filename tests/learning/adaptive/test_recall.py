@@ -284,8 +284,8 @@ def test_snapshots_of_a_champion_of_rows_kept_as_changes_write_and_recall_what_c
             assert got[2] == want[2]
             assert len(got[3]) == len(want[3])
             assert (
-                np.asarray(got[1] or [], dtype=float).tobytes()
-                == np.asarray(want[1] or [], dtype=float).tobytes()
+                np.asarray([] if got[1] is None else got[1], dtype=float).tobytes()
+                == np.asarray([] if want[1] is None else want[1], dtype=float).tobytes()
             )
     if size and steps:
         assert changes._delta  # kept as changes, not copies
