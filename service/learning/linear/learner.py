@@ -556,7 +556,7 @@ class LinearLearner:
         learner._w = w
         learner._restore(learned)
         if learner._normalizer is not None and sums is not None:
-            if sums.dtype != np.float64 or sums.shape != (n,) or (sums < 0.0).any():
+            if sums.dtype != np.float64 or sums.shape != (n,) or not (sums >= 0.0).all():
                 raise StateError(f"the normaliser's sums must be {n} numbers >= 0")
             learner._normalizer = Normalizer(sums)
         return learner

@@ -348,3 +348,19 @@ def test_a_linear_challenger_refuses_weights_of_another_width_or_not_finite() ->
         challenger_for(champion, "mirror", w=[1.0, 2.0])
     with pytest.raises(StateError, match="3 finite numbers"):
         challenger_for(champion, "tail", w=[1.0, float("nan"), 0.0])
+
+
+def test_a_learner_given_its_arrays_refuses_what_a_record_would_not_hold() -> None:
+    from service.learning import DSOL  # noqa: PLC0415
+
+    learner = DSOL(n_features=3, cost=0.25, update_rule="normalized")
+    bare = learner.to_state(arrays=False)
+    w, sums = np.zeros(3), np.ones(3)
+    assert DSOL.from_arrays(bare, w, sums).sums.tolist() == [1.0, 1.0, 1.0]
+    for bad in (np.ones(2), np.array([1.0, -1.0, 1.0]), np.array([1.0, np.nan, 1.0])):
+        with pytest.raises(StateError, match="sums must be 3 numbers >= 0"):
+            DSOL.from_arrays(bare, w, bad)
+    with pytest.raises(StateError, match="3 finite numbers"):
+        DSOL.from_arrays(bare, np.zeros(3, dtype=np.float32), sums)
+    with pytest.raises(StateError, match="written without them"):
+        DSOL.from_arrays(learner.to_state(), w, sums)
