@@ -7,7 +7,10 @@ it is not a faust ``GlobalTable``, whose recovery has known loops. Until a snaps
 model arrives, scorers use the configured initial model (version 0, the same everywhere).
 ``ModelBook.loaded`` is set once the topic has been read up to the end offsets taken at
 start-up: part of readiness, and scorers wait for it so a restarted worker never serves an
-old version it already knows to be superseded.
+old version it already knows to be superseded. The follower has each model snapshot checked
+and built on a thread of its own (:meth:`ModelBook.offer_aside`: a wide model's takes
+milliseconds, its arrays as wide as the model) and swaps it in on the loop, so scoring goes
+on with the version served meanwhile.
 
 The models topic is input like any other: whoever can write it could otherwise serve any
 model. :meth:`ModelBook.offer` refuses (``BadMessage`` with a reason; the follower
@@ -61,6 +64,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from service.config import Settings
@@ -160,6 +164,7 @@ class ModelBook:
         #: operators' skip orders (``abstain skip``), checked
         self.skips = SkipBook()
         self.loaded = asyncio.Event()
+        self._builder: ThreadPoolExecutor | None = None  # builds snapshots: offer_aside
         self._on_swap = on_swap
         for served in self.models.values():
             self._notify(served)
@@ -183,6 +188,39 @@ class ModelBook:
             return self._offer_champions(key, raw, signature)
         if is_skip_key(key):
             return self._offer_skip(key, raw, signature)
+        return self._take(self._built(key, raw, signature), origin)
+
+    async def offer_aside(
+        self,
+        key: bytes | None,
+        raw: bytes | None,
+        *,
+        signature: bytes | None = None,
+        origin: RawMessage | None = None,
+    ) -> bool:
+        """:meth:`offer`, a model's snapshot checked and built on a thread of its own while
+        the loop goes on scoring with the version served (a wide model's version takes
+        milliseconds to build: its arrays are as wide as the model); which version is
+        served is decided, and swapped in, back on the loop. One record at a time, in
+        order (the follower awaits each)."""
+        if key == CHAMPIONS_KEY.encode() or is_skip_key(key):
+            return self.offer(key, raw, signature=signature, origin=origin)
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(1, thread_name_prefix="abstain-model-build")
+        built = await asyncio.get_running_loop().run_in_executor(
+            self._builder, self._built, key, raw, signature
+        )
+        return self._take(built, origin)
+
+    def close(self) -> None:
+        """Stop the thread that builds snapshots (:meth:`offer_aside`), if one started."""
+        if self._builder is not None:
+            self._builder.shutdown(wait=False)
+            self._builder = None
+
+    def _built(self, key: bytes | None, raw: bytes | None, signature: bytes | None) -> ServedModel:
+        """The model of snapshot ``raw`` under ``key``, checked and built (nothing of the
+        book changes: any thread may call it); :class:`BadMessage` says why it is refused."""
         name = self._model_of(key)
         if raw is None:
             raise BadMessage("not_json", f"a tombstone for model {name!r}")
@@ -191,9 +229,14 @@ class ModelBook:
             if reason is not None:
                 raise BadMessage(reason, f"snapshot of model {name!r} is {reason}")
         envelope = parse_model_envelope(raw, model=name, max_bytes=self.settings.fetch_bytes)
-        served = ServedModel.from_envelope(
+        return ServedModel.from_envelope(
             self.settings.models[name], envelope, record_bytes=len(raw)
         )
+
+    def _take(self, served: ServedModel, origin: RawMessage | None) -> bool:
+        """Serve the built snapshot ``served`` if it is newer (module docstring); False if
+        it changes nothing."""
+        name = served.name
         current = self.models[name].version
         if served.version >= current:
             self._held.pop(name, None)  # the line served is confirmed, or moves on
@@ -400,6 +443,7 @@ async def follow_models(
                 for record in records:
                     await _offer(book, record, refused)
     finally:
+        book.close()
         await consumer.stop()
 
 
@@ -408,7 +452,9 @@ async def _offer(book: ModelBook, record: Any, refused: Refused | None) -> None:
         record.value or b"", record.topic, record.partition, record.offset, record.key
     )
     try:
-        book.offer(record.key, record.value, signature=_signature(record.headers), origin=message)
+        await book.offer_aside(
+            record.key, record.value, signature=_signature(record.headers), origin=message
+        )
     except BadMessage as bad:
         log.error(
             "refused a record of %s[%s]@%s: %s", record.topic, record.partition, record.offset, bad

@@ -227,3 +227,53 @@ def test_the_gauges_show_the_size_of_the_version_served_and_its_share_of_the_lim
     assert book.offer(b"m", v3)
     assert gauges() == (len(v3), len(v3) / 10_000)
     assert book.models["m"].record_bytes == len(v3)
+
+
+async def test_a_snapshot_is_built_aside_while_the_loop_goes_on_with_the_version_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wide model's version takes milliseconds to build; it is built on a thread of its
+    own, so the loop (the scorer) goes on with the version served until the new one is
+    ready, and a refused one is refused as :meth:`ModelBook.offer` refuses it."""
+    import asyncio  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from service.stream.models import book as book_module  # noqa: PLC0415
+
+    build = book_module.ServedModel.from_envelope
+    threads: list[str] = []
+
+    def slow(*args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.3)  # a wide model's arrays, made whole
+        return build(*args, **kwargs)  # type: ignore[arg-type]
+
+    book = ModelBook(settings())
+    monkeypatch.setattr(book_module.ServedModel, "from_envelope", slow)
+    ticks = 0
+
+    async def loop_goes_on() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(loop_goes_on())
+    try:
+        offered = asyncio.create_task(book.offer_aside(b"m", learned(2)))
+        await asyncio.sleep(0.15)
+        assert book.models["m"].version == 0  # still served while the next one is built
+        assert await offered
+        assert book.models["m"].version == 2
+        assert ticks >= 10  # the loop ran while it was built
+        assert threads == ["abstain-model-build_0"]
+        with pytest.raises(BadMessage) as info:
+            await book.offer_aside(b"m", edited(learned(3), labels_applied=None))
+        assert info.value.reason == "schema"
+        assert book.models["m"].version == 2
+        assert await book.offer_aside(b"m", learned(3))
+    finally:
+        ticker.cancel()
+        book.close()
+    assert book.models["m"].version == 3
