@@ -33,7 +33,7 @@ from wide import BETWEEN, TRUST, config_of, events  # noqa: E402
 
 from service.config import Settings  # noqa: E402
 from service.features import encoder_of  # noqa: E402
-from service.records import Label, PendingEntry, request_id  # noqa: E402
+from service.records import Label, PendingEntry, RawMessage, request_id  # noqa: E402
 from service.stream.labels.protocol import apply_label  # noqa: E402
 from service.stream.models.book import ModelBook  # noqa: E402
 from service.stream.models.served import initial_envelope  # noqa: E402
@@ -96,7 +96,7 @@ async def swaps(shape: str, records: list[bytes]) -> tuple[float, float]:
         for raw in records:
             tic = time.perf_counter()
             if offer is not None:
-                await offer(b"m", raw)
+                await offer(RawMessage(raw, "abstain.models", 0, 0, b"m"), raw)
             else:  # a book that builds on the loop
                 book.offer(b"m", raw)
             took.append(time.perf_counter() - tic)

@@ -191,18 +191,15 @@ class ModelBook:
         return self._take(self._built(key, raw, signature), origin)
 
     async def offer_aside(
-        self,
-        key: bytes | None,
-        raw: bytes | None,
-        *,
-        signature: bytes | None = None,
-        origin: RawMessage | None = None,
+        self, origin: RawMessage, raw: bytes | None, signature: bytes | None = None
     ) -> bool:
-        """:meth:`offer`, a model's snapshot checked and built on a thread of its own while
+        """:meth:`offer` of the record read at ``origin`` (its key; its value ``raw``, None
+        for a tombstone), a model's snapshot checked and built on a thread of its own while
         the loop goes on scoring with the version served (a wide model's version takes
         milliseconds to build: its arrays are as wide as the model); which version is
         served is decided, and swapped in, back on the loop. One record at a time, in
         order (the follower awaits each)."""
+        key = origin.key
         if key == CHAMPIONS_KEY.encode() or is_skip_key(key):
             return self.offer(key, raw, signature=signature, origin=origin)
         if self._builder is None:
@@ -452,9 +449,7 @@ async def _offer(book: ModelBook, record: Any, refused: Refused | None) -> None:
         record.value or b"", record.topic, record.partition, record.offset, record.key
     )
     try:
-        await book.offer_aside(
-            record.key, record.value, signature=_signature(record.headers), origin=message
-        )
+        await book.offer_aside(message, record.value, _signature(record.headers))
     except BadMessage as bad:
         log.error(
             "refused a record of %s[%s]@%s: %s", record.topic, record.partition, record.offset, bad

@@ -229,6 +229,10 @@ def test_the_gauges_show_the_size_of_the_version_served_and_its_share_of_the_lim
     assert book.models["m"].record_bytes == len(v3)
 
 
+def _read(raw: bytes) -> RawMessage:
+    return RawMessage(raw, "abstain.models", 0, 0, b"m")
+
+
 async def test_a_snapshot_is_built_aside_while_the_loop_goes_on_with_the_version_served(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -261,18 +265,19 @@ async def test_a_snapshot_is_built_aside_while_the_loop_goes_on_with_the_version
 
     ticker = asyncio.create_task(loop_goes_on())
     try:
-        offered = asyncio.create_task(book.offer_aside(b"m", learned(2)))
+        offered = asyncio.create_task(book.offer_aside(_read(learned(2)), learned(2)))
         await asyncio.sleep(0.15)
         assert book.models["m"].version == 0  # still served while the next one is built
         assert await offered
         assert book.models["m"].version == 2
         assert ticks >= 10  # the loop ran while it was built
         assert threads == ["abstain-model-build_0"]
+        bad = edited(learned(3), labels_applied=None)
         with pytest.raises(BadMessage) as info:
-            await book.offer_aside(b"m", edited(learned(3), labels_applied=None))
+            await book.offer_aside(_read(bad), bad)
         assert info.value.reason == "schema"
         assert book.models["m"].version == 2
-        assert await book.offer_aside(b"m", learned(3))
+        assert await book.offer_aside(_read(learned(3)), learned(3))
     finally:
         ticker.cancel()
         book.close()
