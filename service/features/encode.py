@@ -20,8 +20,8 @@ occurrence adding 1 where the uncached path adds the count once.
 ...     "merchant": {"kind": "category", "missing": "indicator"}, "tokens": "tokens"}}))
 >>> idx, val = enc.sparse({"amount": 12.5, "country": "SE", "new_device": True,
 ...                        "merchant": None, "tokens": "refund urgent refund"})
->>> [(int(i), float(v)) for i, v in zip(idx, val)]     # each token where it occurs
-[(0, 12.5), (1, 1.0), (5, 1.0), (1, 1.0), (13, 1.0), (5, 1.0), (3, 1.0)]
+>>> [(int(i), float(v)) for i, v in zip(idx, val)]     # the keys, then each token
+[(0, 12.5), (13, 1.0), (5, 1.0), (3, 1.0), (1, 1.0), (5, 1.0), (1, 1.0)]
 >>> enc.dense({"tokens": ["refund", "urgent", "refund"]})[1:6].tolist()  # merchant? at 3
 [2.0, 0.0, 1.0, 0.0, 1.0]
 >>> bucket("country=SE", seed=0, bits=4)     # stable: the same on every machine
@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from operator import itemgetter
 from typing import Any, Final
 
@@ -55,6 +54,7 @@ CACHED_LENGTH: Final = 64
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+_INPUT: Final = np.dtype("<i8")  # an input as the token cache holds it
 
 _NAMES: Final = {
     bool: "a boolean",
@@ -107,7 +107,7 @@ class Encoder:
         self._read = [(n, spec) for n, spec in self._specs.items() if spec.kind != "ignore"]
         crossed = {name for pair in declaration.cross for name in pair}
         # token -> input, per tokens field no cross reads (the module docstring)
-        self._cached: dict[str, dict[str, int]] = {
+        self._cached: dict[str, dict[str, bytes]] = {
             name: {}
             for name, spec in self._specs.items()
             if spec.kind == "tokens" and name not in crossed
@@ -160,17 +160,23 @@ class Encoder:
 
     def sparse(self, fields: Mapping[str, Any]) -> tuple[IntArray, FloatArray]:
         """The coordinates ``fields`` sets and their values (a coordinate may repeat: the
-        values add); :class:`FieldError` names the first field that does not fit."""
-        parts = self._parts(fields, keyed=False)
-        idx = np.fromiter(chain.from_iterable([p[0] for p in parts]), dtype=np.int64)
-        val = np.ones(idx.size)
-        at = 0
-        for inputs, _, values in parts:
-            k = len(inputs)
-            if values is not None and k:
-                val[at : at + k] = values
-            at += k
-        return idx, val
+        values add): the numbers, the other keys, then each cached tokens field's
+        occurrences; :class:`FieldError` names the first field that does not fit."""
+        inputs: list[int] = []
+        values: list[float] = []
+        tokens: list[IntArray] = []
+        for idx, _, val in self._parts(fields, keyed=False):
+            if isinstance(idx, np.ndarray):  # a cached tokens field's: each value is 1
+                tokens.append(idx)
+            else:
+                inputs += idx
+                values += val or ()
+        out = np.array(inputs, dtype=np.int64)
+        if tokens:
+            out = np.concatenate([out, *tokens])
+        ones = np.ones(out.size)
+        ones[: len(values)] = values
+        return out, ones
 
     def check(self, fields: Mapping[str, Any]) -> None:
         """:class:`FieldError` where :meth:`sparse` raises it (the first field that does not
@@ -223,14 +229,14 @@ class Encoder:
 
     def _parts(
         self, fields: Mapping[str, Any], *, keyed: bool
-    ) -> list[tuple[Sequence[int], list[str], list[float] | None]]:
+    ) -> list[tuple[Sequence[int] | IntArray, list[str], list[float] | None]]:
         """(inputs, keys, values) of ``fields``: the numbers (one part), then each field's
         keys and the crosses; :class:`FieldError` names the first field that does not fit.
         Unless ``keyed``, a cached tokens field's part has no keys, an input per occurrence
         (:meth:`_token_inputs`) and values None: each is 1."""
         self._undeclared(fields)
         numbers: tuple[list[int], list[str], list[float]] = ([], [], [])
-        parts: list[tuple[Sequence[int], list[str], list[float] | None]] = [numbers]
+        parts: list[tuple[Sequence[int] | IntArray, list[str], list[float] | None]] = [numbers]
         hashed: dict[str, tuple[list[str], list[float]]] = {}
         for name, spec in self._read:
             kind = spec.kind
@@ -263,33 +269,37 @@ class Encoder:
             parts.append((self._hash_all(keys), keys, [x * y for x in va for y in vb]))
         return parts
 
-    def _token_inputs(self, name: str, tokens: list[Any]) -> Sequence[int]:
+    def _token_inputs(self, name: str, tokens: list[Any]) -> IntArray:
         """The input of each of ``tokens`` (a list :func:`_token_list` gave) in field
         ``name``, one per occurrence, through the field's cache; :class:`FieldError` when a
         token is not a string or not valid Unicode. Only a string's input is ever cached,
-        so a token of another type (or one never seen) misses and is checked."""
+        so a token of another type (or one never seen) misses and is checked. The cache
+        holds each input as its 8 bytes, so the inputs of a whole event are joined and read
+        as one array, never as a Python integer each."""
         cache = self._cached[name]
         try:  # the lookups in C (an itemgetter of one key gives the value, not a tuple)
-            return itemgetter(*tokens)(cache) if len(tokens) > 1 else (cache[tokens[0]],)
+            found = itemgetter(*tokens)(cache) if len(tokens) > 1 else (cache[tokens[0]],)
+            return np.frombuffer(b"".join(found), dtype=_INPUT)
         except (KeyError, TypeError, IndexError):  # a token not seen (or not a string); none
             pass
         _check_tokens(name, tokens)
         hash32, seed, mask, offset = mmh3.hash, self.seed, self._mask, self.offset
         prefix = f"{name}^"
-        inputs: list[int] = []
+        inputs: list[bytes] = []
         for token in tokens:
-            i = cache.get(token)
-            if i is None:
+            packed = cache.get(token)
+            if packed is None:
                 try:
                     i = offset + (hash32((prefix + token).encode(), seed, False) & mask)
                 except UnicodeEncodeError:  # a lone surrogate: not text of any encoding
                     raise FieldError(name, "text that is not valid Unicode") from None
+                packed = i.to_bytes(8, "little")
                 if len(token) <= CACHED_LENGTH:
                     if len(cache) >= CACHED_TOKENS:
                         cache.clear()
-                    cache[token] = i
-            inputs.append(i)
-        return inputs
+                    cache[token] = packed
+            inputs.append(packed)
+        return np.frombuffer(b"".join(inputs), dtype=_INPUT)
 
     def _hash_all(self, keys: list[str]) -> list[int]:
         """The input of each key (:func:`bucket`, after the numbers). mmh3's ``signed`` is

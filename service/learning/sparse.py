@@ -2,15 +2,17 @@ r"""Rows that set few of a model's inputs, as the entries they set.
 
 A declared model's event sets a few dozen or a few hundred of its inputs (its numbers and
 the buckets its keys hash to) out of thousands. :class:`SparseRows` holds a batch of such
-rows as the entries each sets (compressed rows: each row's columns increasing, each once,
-repeats summed). :class:`~service.learning.sparse_scoring.SparseScorer` scores them in
+rows as the entries each sets, as the encoder gave them (compressed rows: a column may
+repeat within a row, its values add; neither sorted nor merged, which would cost more than
+scoring them). :class:`~service.learning.sparse_scoring.SparseScorer` scores them in
 proportion to the entries, and :meth:`SparseRows.head` gives the numbers a scorer gathers
-the moments of.
+the moments of. A learner takes one input as a :class:`SparseRow`, whose entries are
+canonical (sorted, each once).
 
 >>> rows = SparseRows.of([(np.array([3, 0, 3]), np.array([1.0, 2.0, 1.0])),
 ...                       (np.array([1]), np.array([5.0]))], width=4)
 >>> rows.indptr.tolist(), rows.indices.tolist(), rows.values.tolist()
-([0, 2, 3], [0, 3, 1], [2.0, 2.0, 5.0])
+([0, 3, 4], [3, 0, 3, 1], [1.0, 2.0, 1.0, 5.0])
 >>> rows.toarray().tolist()
 [[2.0, 0.0, 0.0, 2.0], [0.0, 5.0, 0.0, 0.0]]
 """
@@ -126,8 +128,9 @@ def as_input(x: Any, n_features: int) -> FloatArray | SparseRow:
 
 class SparseRows:
     """A batch of rows of ``width`` columns as the entries each sets (see the module
-    docstring): row ``r`` sets ``indices[indptr[r]:indptr[r + 1]]`` (increasing, each
-    once) to ``values`` beside them. Built by :meth:`of`; never changed."""
+    docstring): row ``r`` adds ``values[indptr[r]:indptr[r + 1]]`` at the columns
+    ``indices[indptr[r]:indptr[r + 1]]`` beside them (a column may repeat). Built by
+    :meth:`of`; never changed."""
 
     __slots__ = ("_rows", "indices", "indptr", "values", "width")
 
@@ -140,24 +143,18 @@ class SparseRows:
 
     @classmethod
     def of(cls, entries: Sequence[tuple[Any, Any]], width: int) -> SparseRows:
-        """The rows of ``entries`` (per row: its columns and their values, a column possibly
-        repeated: its values add, in the order given, from +0.0, so a row made whole is
-        ``np.bincount`` of its entries bit for bit). Columns must lie in ``[0, width)``."""
+        """The rows of ``entries`` (per row: its columns and their values, as given; a
+        column may repeat: its values add). Columns must lie in ``[0, width)``."""
         n = len(entries)
         lengths = np.fromiter((len(i) for i, _ in entries), dtype=np.int64, count=n)
-        if not n or not lengths.any():
-            return cls(np.zeros(n + 1, dtype=np.int64), _EMPTY_INT, _EMPTY, width)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        if not n or not indptr[-1]:
+            return cls(indptr, _EMPTY_INT, _EMPTY, width)
         idx = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in entries])
         val = np.concatenate([np.asarray(v, dtype=np.float64) for _, v in entries])
         _columns(idx, width)
-        keys = np.repeat(np.arange(n, dtype=np.int64), lengths) * width + idx
-        keys, val = _merged(*_sorted(keys, val))
-        row = keys // width
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(row, minlength=n), out=indptr[1:])
-        out = cls(indptr, keys - row * width, val, width)
-        out._rows = row
-        return out
+        return cls(indptr, idx, val, width)
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -189,9 +186,7 @@ class SparseRows:
     def toarray(self, rows: Sequence[int] | IntArray | None = None) -> FloatArray:
         """The rows (all, or ``rows`` in that order) as a dense matrix of ``width`` columns."""
         part = self if rows is None else self.take(rows)
-        out = np.zeros((len(part), self.width))
-        out[part.rows, part.indices] = part.values
-        return out
+        return part._summed(part.rows, part.indices, part.values, self.width)
 
     def head(self, k: int) -> FloatArray:
         """The first ``k`` columns of every row as a dense matrix (a declared model's
@@ -200,10 +195,17 @@ class SparseRows:
         >>> SparseRows.of([([0, 3], [2.0, 1.0]), ([1], [5.0])], width=4).head(2).tolist()
         [[2.0, 0.0], [0.0, 5.0]]
         """
-        out = np.zeros((len(self), k))
         there = self.indices < k
-        out[self.rows[there], self.indices[there]] = self.values[there]
-        return out
+        return self._summed(self.rows[there], self.indices[there], self.values[there], k)
+
+    def _summed(self, rows: IntArray, columns: IntArray, values: FloatArray, k: int) -> FloatArray:
+        """A matrix of ``k`` columns per row, each cell the sum of its entries in their
+        order from +0.0 (as ``np.bincount`` makes one row whole, bit for bit)."""
+        n = len(self)
+        if not values.size:
+            return np.zeros((n, k))
+        out = np.bincount(rows * k + columns, weights=values, minlength=n * k)
+        return out.astype(np.float64, copy=False).reshape(n, k)
 
     def __repr__(self) -> str:
         return f"SparseRows({len(self)} rows, width={self.width}, entries={self.indices.size})"
@@ -251,8 +253,8 @@ def _merged(keys: IntArray, val: FloatArray) -> tuple[IntArray, FloatArray]:
 
 
 def _entries(idx: IntArray, val: FloatArray, width: int) -> tuple[IntArray, FloatArray]:
-    """One row's entries in the canonical form :meth:`SparseRows.of` gives a row (without
-    the batch's keys and offsets)."""
+    """One row's entries in the canonical form of a :class:`SparseRow` (columns increasing,
+    each once, repeats summed in order from +0.0)."""
     if not idx.size:
         return _EMPTY_INT, _EMPTY
     _columns(idx, width)

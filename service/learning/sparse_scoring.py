@@ -5,9 +5,9 @@ r"""Scores of sparse rows through a pipeline, in proportion to what the rows set
 intercepts without making a row of the model's width: a column that no step centres keeps
 its zeros (a standardiser maps $x$ to $(x - c)\,s$, so with $c = 0$ a zero stays zero), and
 only the columns a step centres are made whole, one small matrix for the batch. Each entry
-gets exactly the floats the dense path gives it; only the sum of a score runs in another
-order, so a score agrees with the dense one to rounding, and a row's score is the same, bit
-for bit, in any batch.
+is scaled as the dense path scales its column (a column that repeats in a row, per entry),
+and the sum of a score runs in another order, so a score agrees with the dense one to
+rounding, and a row's score is the same, bit for bit, in any batch.
 
 >>> from service.learning.preprocessing import Intercept, Pipeline
 >>> rows = SparseRows.of([([3, 0, 3], [1.0, 2.0, 1.0]), ([1], [5.0])], width=4)
@@ -88,8 +88,9 @@ class SparseScorer:
             if self._dense.size:
                 place = self._place[idx]
                 held = place >= 0
-                block = np.zeros((n, self._dense.size))
-                block[row[held], place[held]] = val[held]
+                m = self._dense.size  # the rows made whole there (repeats summed)
+                made = np.bincount(row[held] * m + place[held], weights=val[held], minlength=n * m)
+                block: FloatArray = made.astype(np.float64, copy=False).reshape(n, m)
                 for centre, scale in self._steps:
                     block = (block - centre[self._dense]) * scale[self._dense]
                 out: FloatArray = np.add.reduce(block * w[self._dense], axis=1)  # row alone
