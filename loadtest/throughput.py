@@ -727,12 +727,17 @@ async def main_async(args: argparse.Namespace, broker: str, work: Path) -> None:
         )
     if len(summary) > 1:
         base = summary[0]
-        print(f"\nshapes (medians; x = / {base[0]}'s worker events/s):")
+        # a worker on small events may not fill a core (its rate follows the broker), so
+        # the CPU an event is given against the first shape's too: the steadier of the two
+        print(
+            f"\nshapes (medians; x = / {base[0]}'s worker events/s; "
+            f"cpu x = its worker's CPU/event / {base[0]}'s):"
+        )
         for shape, wk, wk_cpu, pt, pt_cpu in summary:
             print(
                 f"  {shape:>13}: worker {wk:>8,.0f} events/s ({wk / base[1]:.2f} x) at "
-                f"{wk_cpu:.0f} us CPU/event; passthrough {pt:>8,.0f} at {pt_cpu:.0f} us; "
-                f"worker/passthrough {wk / pt:.2f}"
+                f"{wk_cpu:.0f} us CPU/event (cpu {wk_cpu / base[2]:.2f} x); "
+                f"passthrough {pt:>8,.0f} at {pt_cpu:.0f} us; worker/passthrough {wk / pt:.2f}"
             )
 
 
