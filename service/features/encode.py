@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.features.declaration import FieldsConfig, FieldSpec
+from service.features.raw import RawTokens
 
 __all__ = ["CACHED_LENGTH", "CACHED_TOKENS", "Encoder", "FieldError", "bucket", "encoder_of"]
 
@@ -114,6 +115,17 @@ class Encoder:
         }
 
     @property
+    def cached(self) -> tuple[str, ...]:
+        """The tokens fields encoded through a cache (no cross reads them): the fields a
+        :class:`~service.features.raw.RawReader` reads from an event's bytes."""
+        return tuple(self._cached)
+
+    @property
+    def mask(self) -> int:
+        """The low bits of a hash that make a bucket (``buckets - 1``)."""
+        return self._mask
+
+    @property
     def names(self) -> tuple[str, ...]:
         """A name per input: the number fields', then ``#i`` per bucket."""
         return (*self.numbers, *(f"#{i}" for i in range(self.declaration.buckets)))
@@ -134,6 +146,8 @@ class Encoder:
             value = fields.get(name)
             if spec.kind == "ignore" or name not in fields:
                 continue
+            if type(value) is RawTokens:
+                value = value.tokens()
             if value is None or spec.kind in ("boolean", "tokens"):
                 out[name] = value
             elif spec.kind == "number":
@@ -254,6 +268,11 @@ class Encoder:
                 numbers[1].append(name)
                 numbers[2].append(_number(name, value))
                 continue
+            if type(value) is RawTokens:  # read from the event's bytes (service.features.raw)
+                if not keyed and value.encoder is self and len(value.inputs) <= spec.max_tokens:
+                    parts.append((value.inputs, [], None))
+                    continue
+                value = value.tokens()  # keys, or too many: the tokens as orjson reads them
             if not keyed and name in self._cached:
                 parts.append((self._token_inputs(name, _token_list(name, spec, value)), [], None))
                 continue
