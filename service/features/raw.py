@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, Final, Protocol
@@ -44,6 +45,7 @@ from service.features.declaration import FieldsConfig
 
 __all__ = ["Envelope", "RawReader", "RawTokens", "read_envelope", "reader_of"]
 
+_log = logging.getLogger(__name__)
 _LOW: Final = -(1 << 63)
 _HIGH: Final = 1 << 64  # orjson reads an integer in [-2^63, 2^64) as an int, beyond as a float
 _SCALARS: Final = frozenset({str, float, bool, type(None)})
@@ -192,7 +194,10 @@ def reader_of(encoder: Encoder) -> RawReader | None:
         return held[1]
     reader: RawReader | None = None
     if encoder.cached and not any(_UNMATCHED.search(n) for n in encoder.declaration.fields):
-        reader = RawReader(encoder)
+        try:
+            reader = RawReader(encoder)
+        except (ImportError, OSError) as failed:  # numba or llvmlite does not load here
+            _log.warning("tokens fields are read through orjson: no compiled pass (%s)", failed)
     if len(_READERS) >= 256:  # encoders made again and again (tests): start afresh
         _READERS.clear()
     _READERS[id(encoder)] = (encoder, reader)

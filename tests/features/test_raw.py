@@ -9,12 +9,14 @@ from unittest import mock
 import mmh3
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stream.memory import msg
 
 from service.config import ModelConfig
 from service.features import FieldsConfig, encoder_of
+from service.features import raw as raw_module
 from service.features.raw import RawTokens, _kernel, reader_of
 from service.learning.sparse import SparseRows
 from service.stream.models.served import ServedModel
@@ -272,3 +274,23 @@ def test_values_nested_deep_read_as_orjson_reads_them() -> None:
         decoded = score_batch(models, messages, limits=limits, now=1.0)
     assert _summary(read) == _summary(decoded)
     assert read.dead_letters  # the deepest are refused
+
+
+def test_without_a_compiled_pass_events_are_read_through_orjson(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """numba or llvmlite that cannot load (a platform without its wheels) costs speed, never
+    a decision: the worker reads the fields through orjson and says so."""
+    declared = {**DECL, "seed": 11}  # a declaration of its own: a reader not yet made
+    models = {"m": ServedModel.initial("m", ModelConfig(fields=declared))}
+    raw = orjson.dumps({"id": "e1", "features": {"amount": 1.5, "text": ["a", "b", "a"]}})
+    with mock.patch.object(raw_module, "_kernel", side_effect=ImportError("no llvmlite")):
+        assert batch._readers(models) == {}
+        result = score_batch(models, [msg(raw, 0)], limits=Limits("m", 60.0), now=1.0)
+    assert "no compiled pass (no llvmlite)" in caplog.text
+    (block,) = result.blocks
+    assert isinstance(block.x, SparseRows)
+    want = encoder_of(FieldsConfig.model_validate(declared)).dense(
+        {"amount": 1.5, "text": ["a", "b", "a"]}
+    )
+    np.testing.assert_array_equal(block.x.toarray()[0], want)

@@ -193,6 +193,41 @@ def _wait(
     raise AssertionError(f"timed out waiting for {what}\n{log.read_text()[-4000:]}")
 
 
+#: in the image, as its user: the compiled pass reads a tokens field and gives the inputs
+#: the encoder gives (numba and llvmlite load, and compile, where the worker runs)
+_READS_TOKENS = """
+from service.features import FieldsConfig, encoder_of
+from service.features.raw import reader_of
+enc = encoder_of(FieldsConfig.model_validate({"hash_bits": 9, "fields": {"t": "tokens"}}))
+read = reader_of(enc).fields(b'{"t": ["refund", "urgent", "r\\u00e9"]}')
+print(read is None)
+print(reader_of(enc).fields('{"t": ["refund", "urgent", "ré"]}'.encode())["t"].inputs.tolist())
+print(enc.sparse({"t": ["refund", "urgent", "ré"]})[0].tolist())
+"""
+
+
+def test_the_image_reads_a_tokens_field_with_its_compiled_pass(image: dict[str, Any]) -> None:
+    container = buildah("from", "--pull-never", IMAGE).strip()
+    try:
+        out = buildah(
+            "run",
+            "--isolation",
+            "chroot",
+            container,
+            "--",
+            "/opt/abstain/bin/python",
+            "-c",
+            _READS_TOKENS,
+            timeout=180,
+        ).splitlines()
+    finally:
+        buildah("rm", container)
+    escaped, read, encoded = out[-3:]
+    assert escaped == "True"  # an escape: orjson's way
+    assert read == encoded, out
+    assert len(read.split(",")) == 3, out
+
+
 def test_the_worker_in_the_image_scores_events_and_learns_from_a_label(
     image: dict[str, Any], kafka_bootstrap: str, tmp_path: Path
 ) -> None:
